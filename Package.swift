@@ -1,0 +1,36 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "GroupSync",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "GroupSync", targets: ["GroupSync"]),
+        .library(name: "MQTT", targets: ["MQTT"]),
+        .executable(name: "groupsync", targets: ["groupsync"]),
+        .executable(name: "groupsync-bench", targets: ["groupsync-bench"]),
+    ],
+    targets: [
+        // libmosquitto, exactly as Debian's libmosquitto-dev ships it.
+        .systemLibrary(
+            name: "CMosquitto",
+            pkgConfig: "libmosquitto",
+            providers: [.apt(["libmosquitto-dev"]), .brew(["mosquitto"])]
+        ),
+        // A Swift 6 async MQTT client on top of libmosquitto.
+        .target(name: "MQTT", dependencies: ["CMosquitto"]),
+        // Starts and stops a real mosquitto broker: used by the tests, the demo and the benchmarks.
+        .target(name: "BrokerSupport"),
+        // SharePlay-style group sessions over MQTT.
+        .target(name: "GroupSync", dependencies: ["MQTT"]),
+        .executableTarget(name: "groupsync", dependencies: ["GroupSync", "MQTT", "BrokerSupport"]),
+        .executableTarget(
+            name: "groupsync-bench",
+            dependencies: ["GroupSync", "MQTT", "BrokerSupport", "CMosquitto"],
+            path: "Benchmarks/groupsync-bench"
+        ),
+        .testTarget(name: "MQTTTests", dependencies: ["MQTT", "BrokerSupport", "CMosquitto"]),
+        .testTarget(name: "GroupSyncTests", dependencies: ["GroupSync", "MQTT", "BrokerSupport"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,138 @@
+import Foundation
+
+extension MQTTClient {
+    /// MQTT protocol version spoken on the wire.
+    public enum ProtocolVersion: Sendable, Hashable {
+        /// MQTT 3.1.1: no properties, no reason codes on acknowledgements.
+        case v311
+        /// MQTT 5 (default): properties, reason codes, no-local, session expiry.
+        case v5
+    }
+
+    /// TLS settings for `mqtts://` connections.
+    public struct TLS: Sendable, Hashable {
+        /// PEM file of the certificate authority that signed the broker's certificate.
+        public var caFile: String
+        /// PEM client certificate, when the broker requires one (with ``keyFile``).
+        public var certificateFile: String?
+        /// PEM private key of ``certificateFile``.
+        public var keyFile: String?
+        /// Check that the broker's certificate names the host connected to (default on; off only for tests).
+        public var verifyHostname: Bool
+
+        public init(caFile: String, certificateFile: String? = nil, keyFile: String? = nil, verifyHostname: Bool = true) {
+            self.caFile = caFile
+            self.certificateFile = certificateFile
+            self.keyFile = keyFile
+            self.verifyHostname = verifyHostname
+        }
+    }
+
+    /// The last will: published by the broker when this client's connection ends without DISCONNECT.
+    public struct Will: Sendable, Hashable {
+        public var topic: String
+        public var payload: [UInt8]
+        public var qos: QoS
+        public var retain: Bool
+        /// MQTT 5 will delay interval: how long the broker waits before publishing it (0 = at once).
+        public var delayInterval: UInt32
+
+        public init(topic: String, payload: [UInt8], qos: QoS = .atLeastOnce, retain: Bool = false, delayInterval: UInt32 = 0) {
+            self.topic = topic
+            self.payload = payload
+            self.qos = qos
+            self.retain = retain
+            self.delayInterval = delayInterval
+        }
+    }
+
+    /// Everything needed to open and keep one broker connection.
+    public struct Configuration: Sendable, Hashable {
+        public var host: String
+        public var port: Int
+        public var username: String?
+        public var password: String?
+        public var tls: TLS?
+        /// Client identifier; must be unique on the broker (a second connection with it takes the first over).
+        public var clientID: String
+        /// Keepalive in seconds (libmosquitto's minimum is 5). A silent connection is dropped by the
+        /// broker after 1.5 × keepalive, and by this client after the same without a PINGRESP.
+        public var keepAlive: Int
+        public var protocolVersion: ProtocolVersion
+        /// Start a new session on every connect (default), or resume the broker-side session.
+        public var cleanStart: Bool
+        /// MQTT 5 session expiry interval in seconds (nil: the session ends with the connection).
+        public var sessionExpiry: UInt32?
+        public var will: Will?
+        /// Delays between reconnect attempts after a connection was established once.
+        public var reconnect: Backoff
+
+        public init(
+            host: String = "127.0.0.1", port: Int = 1883, clientID: String = MQTTClient.Configuration.randomClientID(),
+            username: String? = nil, password: String? = nil, tls: TLS? = nil, keepAlive: Int = 5,
+            protocolVersion: ProtocolVersion = .v5, cleanStart: Bool = true, sessionExpiry: UInt32? = nil,
+            will: Will? = nil, reconnect: Backoff = Backoff()
+        ) {
+            self.host = host
+            self.port = port
+            self.clientID = clientID
+            self.username = username
+            self.password = password
+            self.tls = tls
+            self.keepAlive = keepAlive
+            self.protocolVersion = protocolVersion
+            self.cleanStart = cleanStart
+            self.sessionExpiry = sessionExpiry
+            self.will = will
+            self.reconnect = reconnect
+        }
+
+        /// Parses `mqtt://[user[:password]@]host[:port]` or `mqtts://…` (default ports 1883 and 8883).
+        /// For `mqtts` pass the CA (and optional client certificate) in `tls`.
+        public init(url: String, clientID: String = MQTTClient.Configuration.randomClientID(), tls: TLS? = nil) throws(MQTTError) {
+            guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased() else {
+                throw .invalidConfiguration("'\(url)' is not a URL; expected mqtt://host[:port] or mqtts://host[:port]")
+            }
+            guard scheme == "mqtt" || scheme == "mqtts" else {
+                throw .invalidConfiguration("unsupported scheme '\(scheme)' in '\(url)'; use mqtt:// or mqtts://")
+            }
+            guard let host = components.host, !host.isEmpty else {
+                throw .invalidConfiguration("'\(url)' has no host")
+            }
+            if scheme == "mqtts" && tls == nil {
+                throw .invalidConfiguration("'\(url)' uses TLS: pass a CA file in `tls`")
+            }
+            if let path = components.path.split(separator: "/").first {
+                throw .invalidConfiguration("'\(url)' has a path ('\(path)'); an MQTT URL names only host and port")
+            }
+            self.init(
+                host: host, port: components.port ?? (scheme == "mqtts" ? 8883 : 1883), clientID: clientID,
+                username: components.user?.removingPercentEncoding, password: components.password?.removingPercentEncoding,
+                tls: scheme == "mqtts" ? tls : nil
+            )
+        }
+
+        /// A client identifier unlikely to collide: `gs-` and 20 random alphanumerics.
+        public static func randomClientID() -> String {
+            let alphabet = Array("abcdefghijklmnopqrstuvwxyz0123456789")
+            return "gs-" + String((0..<20).map { _ in alphabet.randomElement()! })
+        }
+
+        func validate() throws(MQTTError) {
+            if keepAlive < 5 || keepAlive > 65_535 {
+                throw .invalidConfiguration("keepAlive must be between 5 and 65535 seconds (libmosquitto's range), got \(keepAlive)")
+            }
+            if clientID.isEmpty || clientID.utf8.count > 65_535 {
+                throw .invalidConfiguration("clientID must be 1 to 65535 bytes")
+            }
+            if port < 1 || port > 65_535 { throw .invalidConfiguration("port \(port) is out of range") }
+            if let will, !Topic.isValidName(will.topic) { throw .invalidTopic(will.topic) }
+            if let tls, (tls.certificateFile == nil) != (tls.keyFile == nil) {
+                throw .invalidConfiguration("a TLS client certificate needs its key file, and the other way round")
+            }
+            if protocolVersion == .v311 && (sessionExpiry != nil || (will?.delayInterval ?? 0) > 0) {
+                throw .invalidConfiguration("session expiry and will delay need MQTT 5")
+            }
+        }
+    }
+}

@@ -1,0 +1,222 @@
+import Foundation
+
+/// One MQTT connection through libmosquitto, usable from any task.
+///
+/// ```swift
+/// let client = try MQTTClient(configuration: .init(url: "mqtt://127.0.0.1:1883"))
+/// try await client.connect()
+/// try await client.subscribe(to: [TopicSubscription("sensors/#")]) { messages in
+///     try await client.publish(to: "sensors/1", payload: Data("21.5".utf8))
+///     for await message in messages { print(message.topic, message.string ?? "") ; break }
+/// }
+/// await client.disconnect()
+/// ```
+///
+/// After the first successful ``connect()``, the client reconnects by itself with exponential backoff and
+/// jitter (``Configuration/reconnect``) and restores every live subscription; ``events()`` reports each
+/// step. ``disconnect()`` ends it for good. Dropping the last reference also disconnects.
+public final class MQTTClient: Sendable {
+    public let configuration: Configuration
+    let connection: Mosquitto
+
+    /// Creates a client. Nothing touches the network until ``connect()``.
+    public init(configuration: Configuration) throws(MQTTError) {
+        self.configuration = configuration
+        self.connection = try Mosquitto(configuration: configuration)
+    }
+
+    deinit {
+        connection.requestStop()
+    }
+
+    /// Whether CONNACK was received and the connection is up now.
+    public var isConnected: Bool { connection.state.withLock { $0.phase == .connected } }
+
+    /// Whether the broker stores retained messages (false when its CONNACK said `retain_available 0`).
+    public var retainAvailable: Bool { connection.state.withLock { $0.limits.retainAvailable } }
+
+    /// Messages dropped because a subscription's consumer fell behind its buffer (see
+    /// ``MQTTSubscription/BufferingPolicy``).
+    public var droppedMessageCount: Int { connection.droppedMessages.load(ordering: .relaxed) }
+
+    /// Connects and returns once the broker accepted (CONNACK). Fails at once, without retrying, when the
+    /// broker is unreachable, refuses the credentials or the TLS handshake fails; reconnects after a
+    /// successful first connection are automatic. Call it once.
+    public func connect() async throws(MQTTError) {
+        let connection = self.connection
+        let result = await withCheckedContinuation { (waiter: ConnectionStateMachine.ConnectWaiter) in
+            let started = connection.state.withLock { $0.onConnectRequested(waiter) }
+            if started {
+                connection.startNetworkThread()
+            } else {
+                waiter.resume(returning: .failure(.invalidConfiguration("connect() was already called on this client")))
+            }
+        }
+        try result.get()
+    }
+
+    /// Closes the connection cleanly (DISCONNECT: the broker does not publish the will), ends every
+    /// subscription and event sequence, and fails pending operations with ``MQTTError/disconnected``.
+    /// Idempotent; returns within about a second even when the broker is unreachable.
+    public func disconnect() async {
+        let connection = self.connection
+        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+            let (effects, running) = connection.state.withLock { $0.onDisconnectRequested(waiter) }
+            if running { connection.requestStop() }
+            effects.resumeAll()
+        }
+    }
+
+    /// Publishes `payload` to `topic`.
+    ///
+    /// Returns when a QoS 0 message was written to the socket, and when a QoS 1 or 2 message was
+    /// acknowledged by the broker. A QoS ≥ 1 publish made while the connection is down is queued and sent
+    /// after the reconnect, in order; the call waits until then. Cancelling the waiting task returns
+    /// ``MQTTError/cancelled`` but cannot recall a message already handed to the connection.
+    @discardableResult
+    public func publish(
+        to topic: String, payload: Data, qos: QoS = .atLeastOnce, retain: Bool = false,
+        properties: MQTTProperties = .init()
+    ) async throws(MQTTError) -> PublishReceipt {
+        let ticket = try enqueuePublish(to: topic, payload: payload, qos: qos, retain: retain, properties: properties)
+        return try await acknowledgement(of: ticket)
+    }
+
+    /// A publish handed to the connection, whose acknowledgement can be awaited.
+    package struct PublishTicket: Sendable {
+        let mid: Int32
+        let qos: QoS
+        let generation: Int
+        let topic: String
+        let size: Int
+    }
+
+    /// The synchronous half of ``publish(to:payload:qos:retain:properties:)``: hands the message to the
+    /// connection now, so that messages enqueued one after the other go out in that order.
+    package func enqueuePublish(
+        to topic: String, payload: Data, qos: QoS, retain: Bool = false, properties: MQTTProperties = .init()
+    ) throws(MQTTError) -> PublishTicket {
+        guard Topic.isValidName(topic) else { throw .invalidTopic(topic) }
+        if configuration.protocolVersion == .v311 && !properties.isEmpty {
+            throw .invalidConfiguration("MQTT 3.1.1 has no message properties")
+        }
+        let connection = self.connection
+        let sent = payload.withUnsafeBytes { bytes in
+            connection.publish(topic: topic, payload: bytes, qos: qos, retain: retain, properties: properties)
+        }
+        let (mid, generation) = try sent.get()
+        return PublishTicket(mid: mid, qos: qos, generation: generation, topic: topic, size: payload.count)
+    }
+
+    /// The asynchronous half: waits until the message was written (QoS 0) or acknowledged (QoS ≥ 1).
+    package func acknowledgement(of ticket: PublishTicket) async throws(MQTTError) -> PublishReceipt {
+        let connection = self.connection
+        let result = await withTaskCancellationHandler {
+            await withCheckedContinuation { (waiter: ConnectionStateMachine.PublishWaiter) in
+                let effects = connection.state.withLock {
+                    $0.onPublishRegistered(mid: ticket.mid, qos: ticket.qos, generation: ticket.generation, waiter)
+                }
+                effects.resumeAll()
+            }
+        } onCancel: {
+            connection.state.withLock { $0.onPublishCancelled(mid: ticket.mid) }.resumeAll()
+        }
+        switch result {
+        case .success(let receipt): return receipt
+        case .failure(.notAuthorized): throw .notAuthorized(topic: ticket.topic)
+        case .failure(.publishRefused(_, let code)): throw .publishRefused(topic: ticket.topic, reasonCode: code)
+        case .failure(.payloadTooLarge(_, let limit)): throw .payloadTooLarge(size: ticket.size, limit: limit)
+        case .failure(let error): throw error
+        }
+    }
+
+    /// Publishes UTF-8 text.
+    @discardableResult
+    public func publish(
+        to topic: String, string: String, qos: QoS = .atLeastOnce, retain: Bool = false,
+        properties: MQTTProperties = .init()
+    ) async throws(MQTTError) -> PublishReceipt {
+        try await publish(to: topic, payload: Data(string.utf8), qos: qos, retain: retain, properties: properties)
+    }
+
+    /// Subscribes to `subscriptions` and returns their messages once the broker acknowledged them
+    /// (so retained messages and everything published afterwards are in the sequence).
+    ///
+    /// While disconnected it returns at once; the filters are subscribed on the next connection.
+    /// Throws ``MQTTError/subscriptionRefused(filter:reasonCode:)`` when the broker refuses a filter.
+    public func subscribe(
+        to subscriptions: [TopicSubscription], bufferingPolicy: MQTTSubscription.BufferingPolicy = .default
+    ) async throws(MQTTError) -> MQTTSubscription {
+        for request in subscriptions where !Topic.isValidFilter(request.filter) {
+            throw .invalidTopicFilter(request.filter)
+        }
+        let connection = self.connection
+        let id = connection.makeID()
+        let (stream, continuation) = AsyncStream.makeStream(
+            of: MQTTMessage.self, bufferingPolicy: bufferingPolicy.streamPolicy)
+        let toSend = try connection.state.withLock { machine throws(MQTTError) in
+            try machine.onSubscriptionAdded(id: id, subscriptions, continuation: continuation)
+        }
+        continuation.onTermination = { _ in MQTTClient.removeSubscription(id: id, from: connection) }
+        let subscription = MQTTSubscription(stream: stream, id: id, connection: connection, filters: subscriptions)
+        for request in toSend {
+            let mid: Int32?
+            switch connection.subscribe(request) {
+            case .success(let value): mid = value
+            case .failure(let error):
+                subscription.unsubscribe()
+                throw error
+            }
+            guard let mid else { continue }
+            let codes = await withCheckedContinuation { (waiter: ConnectionStateMachine.SubscribeWaiter) in
+                connection.state.withLock { $0.onSubscribeRegistered(mid: mid, waiter) }.resumeAll()
+            }
+            switch codes {
+            case .success(let codes):
+                if let code = codes.first, code >= 128 {
+                    subscription.unsubscribe()
+                    throw code == 135 ? .notAuthorized(topic: request.filter) : .subscriptionRefused(filter: request.filter, reasonCode: code)
+                }
+            case .failure(let error):
+                subscription.unsubscribe()
+                throw error
+            }
+        }
+        return subscription
+    }
+
+    /// Subscribes, runs `body` with the messages, and unsubscribes when `body` returns or throws.
+    public func subscribe<Result: Sendable>(
+        to subscriptions: [TopicSubscription], bufferingPolicy: MQTTSubscription.BufferingPolicy = .default,
+        _ body: (MQTTSubscription) async throws -> Result
+    ) async throws -> Result {
+        let subscription = try await subscribe(to: subscriptions, bufferingPolicy: bufferingPolicy)
+        defer { subscription.unsubscribe() }
+        return try await body(subscription)
+    }
+
+    /// Connection events from now on, in order, until ``disconnect()``. Each call returns a new sequence;
+    /// a consumer that falls 1,000 events behind loses the oldest.
+    public func events() -> AsyncStream<ConnectionEvent> {
+        let connection = self.connection
+        let id = connection.makeID()
+        let (stream, continuation) = AsyncStream.makeStream(of: ConnectionEvent.self, bufferingPolicy: .bufferingNewest(1_000))
+        if connection.state.withLock({ $0.onListenerAdded(id: id, continuation) }) {
+            continuation.onTermination = { _ in connection.state.withLock { $0.onListenerRemoved(id: id) } }
+        } else {
+            continuation.finish()
+        }
+        return stream
+    }
+
+    static func removeSubscription(id: UInt64, from connection: Mosquitto) {
+        let effects = connection.state.withLock { $0.onSubscriptionRemoved(id: id) }
+        connection.unsubscribe(effects.unsubscribe)
+        effects.resumeAll()
+    }
+
+    /// Test hook: closes the socket without DISCONNECT, as a crash or a network cut would.
+    func simulateConnectionDrop() {
+        connection.closeSocketAbruptly()
+    }
+}

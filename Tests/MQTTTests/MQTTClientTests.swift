@@ -1,0 +1,266 @@
+import BrokerSupport
+import Foundation
+import Testing
+@testable import MQTT
+
+/// The client against a real mosquitto started for each test.
+@Suite(.timeLimit(.minutes(1))) struct MQTTClientTests {
+    @Test(arguments: [QoS.atMostOnce, .atLeastOnce, .exactlyOnce])
+    func publishAndReceive(qos: QoS) async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let a = try await connectedClient(broker)
+            let b = try await connectedClient(broker)
+            let messages = Collector(try await b.subscribe(to: [TopicSubscription("t/#", qos: qos)]))
+            for i in 0..<50 {
+                try await a.publish(to: "t/\(i % 3)", string: "m\(i)", qos: qos,
+                                    properties: .init(contentType: "text/plain", userProperties: [.init("k", "v\(i)")]))
+            }
+            try await messages.waitForCount(50)
+            #expect(messages.elements.map { $0.string } == (0..<50).map { "m\($0)" })
+            #expect(messages.elements.allSatisfy { $0.qos == qos && !$0.retain })
+            #expect(messages.elements[7].properties.userProperties == [.init("k", "v7")])
+            #expect(messages.elements[7].properties.contentType == "text/plain")
+            await a.disconnect()
+            await b.disconnect()
+            try await waitUntil("subscription ends on disconnect") { messages.isFinished }
+        }
+    }
+
+    @Test func retainedMessageReachesLaterSubscriberAndIsClearedByEmptyPayload() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let a = try await connectedClient(broker)
+            try await a.publish(to: "r/state", string: "42", retain: true)
+            let b = try await connectedClient(broker)
+            let first = Collector(try await b.subscribe(to: [TopicSubscription("r/#")]))
+            try await first.waitForCount(1)
+            #expect(first.elements[0].retain && first.elements[0].string == "42")
+
+            try await a.publish(to: "r/state", payload: Data(), retain: true)
+            let c = try await connectedClient(broker)
+            let probe = Collector(try await c.subscribe(to: [TopicSubscription("r/#"), TopicSubscription("done")]))
+            try await a.publish(to: "done", string: "x")
+            try await probe.waitForCount(1)
+            #expect(probe.elements.map(\.topic) == ["done"], "a cleared retained message is not delivered")
+            for client in [a, b, c] { await client.disconnect() }
+        }
+    }
+
+    @Test func willIsPublishedWhenAChildProcessIsKilled() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let watcher = try await connectedClient(broker)
+            let wills = Collector(try await watcher.subscribe(to: [TopicSubscription("wills/#")]))
+            let child = Process()
+            child.executableURL = URL(fileURLWithPath: "/usr/bin/mosquitto_sub")
+            child.arguments = ["-h", "127.0.0.1", "-p", "\(broker.port)", "-t", "unused", "-i", "doomed",
+                               "--will-topic", "wills/doomed", "--will-payload", "gone", "--will-qos", "1"]
+            try child.run()
+            try await waitUntil("child connected") { broker.logText.contains("doomed") }
+            kill(child.processIdentifier, SIGKILL)
+            child.waitUntilExit()
+            try await wills.waitForCount(1, timeout: .seconds(2))
+            #expect(wills.elements[0].string == "gone")
+            await watcher.disconnect()
+        }
+    }
+
+    @Test func willIsPublishedWhenTheSocketClosesUnderTheClientButNotOnDisconnect() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let watcher = try await connectedClient(broker)
+            let wills = Collector(try await watcher.subscribe(to: [TopicSubscription("wills/#")]))
+            let will = MQTTClient.Will(topic: "wills/x", payload: Array("lost".utf8))
+            let crashing = try await connectedClient(broker) { $0.will = will }
+            let polite = try await connectedClient(broker) { $0.will = MQTTClient.Will(topic: "wills/polite", payload: [1]) }
+            await polite.disconnect()
+            crashing.simulateConnectionDrop()
+            try await wills.waitForCount(1)
+            try await watcher.publish(to: "wills/marker", string: "end")
+            try await wills.waitForCount(2)
+            #expect(wills.elements.map(\.topic).prefix(2) == ["wills/x", "wills/marker"], "a clean disconnect sends no will")
+            await crashing.disconnect()
+            await watcher.disconnect()
+        }
+    }
+
+    @Test func noLocalSuppressesOwnMessages() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let a = try await connectedClient(broker)
+            let b = try await connectedClient(broker)
+            let own = Collector(try await a.subscribe(to: [TopicSubscription("n/#", noLocal: true)]))
+            try await a.publish(to: "n/1", string: "mine")
+            try await b.publish(to: "n/1", string: "theirs")
+            try await own.waitForCount(1)
+            #expect(own.elements.map { $0.string } == ["theirs"])
+            await a.disconnect()
+            await b.disconnect()
+        }
+    }
+
+    @Test func reconnectsAndRestoresSubscriptionsAfterBrokerRestart() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let a = try await connectedClient(broker)
+            let b = try await connectedClient(broker)
+            let events = Collector(b.events())
+            let messages = Collector(try await b.subscribe(to: [TopicSubscription("x")]))
+            try await a.publish(to: "x", string: "before")
+            try await messages.waitForCount(1)
+            try await broker.restart()
+            try await waitUntil(timeout: .seconds(10), "both reconnected") { a.isConnected && b.isConnected }
+            // The restored subscription may lag the CONNACK by one round trip: publish until one arrives.
+            try await waitUntil(timeout: .seconds(5), "traffic resumes") {
+                try await a.publish(to: "x", string: "after")
+                return messages.elements.contains { $0.string == "after" }
+            }
+            #expect(events.elements.contains { if case .disconnected = $0 { true } else { false } })
+            #expect(events.elements.contains { if case .reconnecting = $0 { true } else { false } })
+            #expect(events.elements.filter { if case .connected = $0 { true } else { false } }.count >= 1)
+            await a.disconnect()
+            await b.disconnect()
+        }
+    }
+
+    @Test func qos1PublishedWhileBrokerIsDownIsDeliveredAfterRestart() async throws {
+        var config = MosquittoBroker.Configuration()
+        config.persistence = true
+        try await MosquittoBroker.withBroker(config) { broker in
+            let persistent: (inout MQTTClient.Configuration) -> Void = {
+                $0.cleanStart = false
+                $0.sessionExpiry = 600
+            }
+            let receiver = try await connectedClient(broker, id: "receiver", persistent)
+            let received = Collector(try await receiver.subscribe(to: [TopicSubscription("q/#", qos: .atLeastOnce)]))
+            let sender = try await connectedClient(broker, id: "sender")
+            try await sender.publish(to: "q/1", string: "one")
+            try await received.waitForCount(1)
+            await broker.stop()
+            try await waitUntil("sender sees the outage") { !sender.isConnected }
+            let pending = Task { try await sender.publish(to: "q/1", string: "two", qos: .atLeastOnce) }
+            try await broker.restart()
+            _ = try await pending.value
+            try await received.waitForCount(2, timeout: .seconds(10))
+            #expect(received.elements.map { $0.string } == ["one", "two"])
+            await sender.disconnect()
+            await receiver.disconnect()
+        }
+    }
+
+    @Test func wrongPasswordIsATypedErrorAndStopsRetrying() async throws {
+        var config = MosquittoBroker.Configuration()
+        config.users = ["alice": "right"]
+        try await MosquittoBroker.withBroker(config) { broker in
+            let client = try makeClient(broker) { $0.username = "alice"; $0.password = "wrong" }
+            await #expect {
+                try await client.connect()
+            } throws: { error in
+                guard case let .connectionRefused(code, _) = error as? MQTTError else { return false }
+                return code == 134 || code == 135
+            }
+            try await waitUntil("network thread stopped") { client.connection.state.withLock { $0.phase == .stopped } }
+            let good = try makeClient(broker) { $0.username = "alice"; $0.password = "right" }
+            try await good.connect()
+            await good.disconnect()
+        }
+    }
+
+    @Test func unreachableBrokerFailsFastAndDisconnectNeverHangs() async throws {
+        let port = try FreePort.loopback()
+        let client = try MQTTClient(configuration: .init(url: "mqtt://127.0.0.1:\(port)"))
+        await #expect(throws: MQTTError.self) { try await client.connect() }
+        await client.disconnect()
+        await client.disconnect()
+
+        try await MosquittoBroker.withBroker { broker in
+            let c = try await connectedClient(broker)
+            broker.kill()
+            try await waitUntil("client notices") { !c.isConnected }
+            let start = ContinuousClock.now
+            await c.disconnect()
+            #expect(ContinuousClock.now - start < .seconds(2))
+            await #expect(throws: MQTTError.disconnected) { try await c.publish(to: "a", string: "b") }
+        }
+    }
+
+    @Test func retainUnavailableIsDetected() async throws {
+        var config = MosquittoBroker.Configuration()
+        config.retainAvailable = false
+        try await MosquittoBroker.withBroker(config) { broker in
+            let client = try await connectedClient(broker)
+            await #expect(throws: MQTTError.retainUnavailable) {
+                try await client.publish(to: "r", string: "x", retain: true)
+            }
+            try await client.publish(to: "r", string: "x")
+            await client.disconnect()
+        }
+    }
+
+    @Test func cancellingTheConsumerUnsubscribes() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let a = try await connectedClient(broker)
+            let b = try await connectedClient(broker)
+            let messages = Collector(try await b.subscribe(to: [TopicSubscription("c")]))
+            let receipt = try await a.publish(to: "c", string: "1")
+            #expect(!receipt.noMatchingSubscribers)
+            try await messages.waitForCount(1)
+            messages.cancel()
+            try await waitUntil("broker reports no subscriber") {
+                try await a.publish(to: "c", string: "2").noMatchingSubscribers
+            }
+            try await waitUntil("the cancelled sequence ends") { messages.isFinished }
+
+            // The scoped form unsubscribes when its body returns.
+            let whileSubscribed = try await b.subscribe(to: [TopicSubscription("scoped")]) { _ in
+                try await a.publish(to: "scoped", string: "1")
+            }
+            #expect(!whileSubscribed.noMatchingSubscribers)
+            try await waitUntil("scoped subscription removed") {
+                try await a.publish(to: "scoped", string: "2").noMatchingSubscribers
+            }
+            await a.disconnect()
+            await b.disconnect()
+        }
+    }
+
+    @Test func tlsWithGeneratedCertificatesAndWrongCA() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("gs-pki-\(UUID())").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let pki = try TestPKI.generate(in: directory)
+        var config = MosquittoBroker.Configuration()
+        config.tls = .init(pki, requireClientCertificate: true)
+        try await MosquittoBroker.withBroker(config) { broker in
+            let tls = MQTTClient.TLS(caFile: pki.caCert, certificateFile: pki.clientCert, keyFile: pki.clientKey)
+            let url = "mqtts://127.0.0.1:\(broker.port)"
+            let client = try MQTTClient(configuration: .init(url: url, tls: tls))
+            try await client.connect()
+            let echo = Collector(try await client.subscribe(to: [TopicSubscription("secure")]))
+            try await client.publish(to: "secure", string: "hi")
+            try await echo.waitForCount(1)
+            await client.disconnect()
+
+            let wrong = MQTTClient.TLS(caFile: pki.wrongCACert, certificateFile: pki.clientCert, keyFile: pki.clientKey)
+            let impostor = try MQTTClient(configuration: .init(url: url, tls: wrong))
+            await #expect {
+                try await impostor.connect()
+            } throws: { error in
+                if case .tls = error as? MQTTError { return true }
+                return false
+            }
+            await impostor.disconnect()
+        }
+    }
+
+    @Test func oversizedPayloadIsATypedError() async throws {
+        var config = MosquittoBroker.Configuration()
+        config.extraLines = ["max_packet_size 1000"]
+        try await MosquittoBroker.withBroker(config) { broker in
+            let client = try await connectedClient(broker)
+            await #expect {
+                try await client.publish(to: "big", payload: Data(count: 5_000))
+            } throws: { error in
+                if case .payloadTooLarge(_, 1000) = error as? MQTTError { return true }
+                return false
+            }
+            try await client.publish(to: "small", payload: Data(count: 100))
+            await client.disconnect()
+        }
+    }
+}

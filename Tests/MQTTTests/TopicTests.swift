@@ -1,0 +1,121 @@
+import Testing
+@testable import MQTT
+
+@Suite struct TopicTests {
+    @Test(arguments: [
+        ("a/b/c", "a/b/c", true), ("a/b/c", "a/+/c", true), ("a/b/c", "a/#", true), ("a", "a/#", true),
+        ("a/b", "#", true), ("a/b/c", "a/+", false), ("a/b", "a/b/c", false), ("$SYS/x", "#", false),
+        ("$SYS/x", "+/x", false), ("$SYS/x", "$SYS/#", true), ("a//b", "a/+/b", true), ("/a", "+/a", true),
+        ("groupsync/v1/g/s/1/msg/all/p", "groupsync/v1/g/s/1/msg/all/+", true),
+    ])
+    func matching(name: String, filter: String, expected: Bool) {
+        #expect(Topic.matches(name, filter: filter) == expected, "\(name) ~ \(filter)")
+    }
+
+    @Test func names() {
+        #expect(Topic.isValidName("a/b"))
+        #expect(!Topic.isValidName(""))
+        #expect(!Topic.isValidName("a/+"))
+        #expect(!Topic.isValidName("a/#"))
+        #expect(!Topic.isValidName("a\u{0}b"))
+    }
+
+    @Test func filters() {
+        for valid in ["#", "+", "a/+/b", "a/#", "+/+", "/"] { #expect(Topic.isValidFilter(valid), "\(valid)") }
+        for invalid in ["", "a/#/b", "a+", "a/b#", "#/a", "a/+b"] { #expect(!Topic.isValidFilter(invalid), "\(invalid)") }
+    }
+}
+
+@Suite struct BackoffTests {
+    @Test func growsExponentiallyWithinJitterAndCaps() {
+        let backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(2))
+        #expect(backoff.delay(attempt: 1, random: 0) == .milliseconds(50))
+        #expect(backoff.delay(attempt: 1, random: 1) == .milliseconds(100))
+        #expect(backoff.delay(attempt: 3, random: 0) == .milliseconds(200))
+        #expect(backoff.delay(attempt: 3, random: 0.5) == .milliseconds(300))
+        #expect(backoff.delay(attempt: 50, random: 1) == .seconds(2))
+        #expect(backoff.delay(attempt: 50, random: 0) == .seconds(1))
+    }
+}
+
+@Suite struct ConfigurationTests {
+    @Test func parsesURLs() throws {
+        let plain = try MQTTClient.Configuration(url: "mqtt://127.0.0.1")
+        #expect(plain.host == "127.0.0.1" && plain.port == 1883 && plain.tls == nil && plain.username == nil)
+        let full = try MQTTClient.Configuration(url: "mqtt://alice:s%40cret@broker.local:1999")
+        #expect(full.host == "broker.local" && full.port == 1999 && full.username == "alice" && full.password == "s@cret")
+        let tls = try MQTTClient.Configuration(url: "mqtts://h", tls: .init(caFile: "/ca.pem"))
+        #expect(tls.port == 8883 && tls.tls?.caFile == "/ca.pem")
+    }
+
+    @Test func rejectsBadURLsWithReasons() {
+        #expect(throws: MQTTError.self) { try MQTTClient.Configuration(url: "http://h") }
+        #expect(throws: MQTTError.self) { try MQTTClient.Configuration(url: "mqtt://") }
+        #expect(throws: MQTTError.self) { try MQTTClient.Configuration(url: "mqtts://h") }
+        #expect(throws: MQTTError.self) { try MQTTClient.Configuration(url: "mqtt://h/path") }
+        var config = MQTTClient.Configuration()
+        config.keepAlive = 1
+        #expect(throws: MQTTError.self) { try config.validate() }
+    }
+}
+
+@Suite struct ConnectionStateMachineTests {
+    typealias Machine = ConnectionStateMachine
+
+    func connected() -> Machine {
+        var machine = Machine(backoff: Backoff(), host: "h", port: 1)
+        _ = machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: .now, random: 0)
+        return machine
+    }
+
+    @Test func firstConnectFailureStopsWithoutRetry() {
+        var machine = Machine(backoff: Backoff(), host: "h", port: 1)
+        #expect(machine.nextStep == .connect(first: true, notBefore: nil))
+        // No waiter registered: behaves as a reconnect; with one, it stops.
+        _ = machine.onConnectFailed(.unreachable(host: "h", port: 1, detail: "refused"), now: .now, random: 0)
+        #expect(machine.phase == .backingOff)
+    }
+
+    @Test func lostConnectionSchedulesBackoffAndReportsEvents() {
+        var machine = connected()
+        let now = ContinuousClock.now
+        let effects = machine.onConnectionLost(reason: "gone", now: now, random: 0)
+        #expect(machine.phase == .backingOff)
+        #expect(effects.events == [.disconnected(reason: "gone"), .reconnecting(attempt: 1, delay: .milliseconds(50))])
+        #expect(machine.nextStep == .connect(first: false, notBefore: now + .milliseconds(50)))
+        #expect(machine.generation == 1)
+    }
+
+    @Test func refusedReconnectWaitsTheLongestDelay() {
+        var machine = connected()
+        _ = machine.onConnectionLost(reason: "gone", now: .now, random: 0)
+        machine.onSocketOpened()
+        let effects = machine.onConnack(reasonCode: 135, reason: "Not authorized", sessionPresent: false, limits: .init(), now: .now, random: 0)
+        #expect(effects.events == [.reconnecting(attempt: 2, delay: Backoff().maximum)])
+        // The disconnect that follows a refused CONNACK does not schedule a second attempt.
+        let after = machine.onConnectionLost(reason: "closed", now: .now, random: 0)
+        #expect(after.events.isEmpty)
+    }
+
+    @Test func reconnectRestoresLiveFiltersOnly() {
+        var machine = connected()
+        let (_, a) = AsyncStream.makeStream(of: MQTTMessage.self)
+        let (_, b) = AsyncStream.makeStream(of: MQTTMessage.self)
+        _ = try? machine.onSubscriptionAdded(id: 1, [TopicSubscription("x/#")], continuation: a)
+        _ = try? machine.onSubscriptionAdded(id: 2, [TopicSubscription("x/#"), TopicSubscription("y")], continuation: b)
+        let removed = machine.onSubscriptionRemoved(id: 1)
+        #expect(removed.unsubscribe.isEmpty, "x/# is still used by subscription 2")
+        _ = machine.onConnectionLost(reason: "gone", now: .now, random: 0)
+        let effects = machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: .now, random: 0)
+        #expect(effects.subscribe.map(\.filter) == ["x/#", "y"])
+        #expect(machine.onSubscriptionRemoved(id: 2).unsubscribe.sorted() == ["x/#", "y"])
+    }
+
+    @Test func messagesRouteByFilter() {
+        var machine = connected()
+        let (_, a) = AsyncStream.makeStream(of: MQTTMessage.self)
+        _ = try? machine.onSubscriptionAdded(id: 1, [TopicSubscription("a/+")], continuation: a)
+        #expect(machine.onMessage(topic: "a/b").messageTargets.count == 1)
+        #expect(machine.onMessage(topic: "b/b").messageTargets.isEmpty)
+    }
+}
