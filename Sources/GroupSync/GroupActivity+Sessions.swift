@@ -1,0 +1,31 @@
+extension GroupActivity {
+    /// Every session of this activity in the shared coordinator's group — the same sequence for the
+    /// participant that activated a session and for everyone else. Start it at launch and keep it for
+    /// the app's lifetime: it waits for ``GroupCoordinator/setShared(_:)`` if needed, survives
+    /// reconnects, and delivers sessions announced before it started, once each.
+    public static func sessions() -> AsyncStream<GroupSession<Self>> {
+        AsyncStream { continuation in
+            let task = Task {
+                let coordinator = await GroupCoordinator.awaitShared()
+                for await session in coordinator.sessions(of: Self.self) { continuation.yield(session) }
+                continuation.finish()
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    /// `.activationPreferred` when the shared coordinator is connected, else `.activationDisabled`.
+    public func prepareForActivation() async -> GroupActivityActivationResult {
+        guard let coordinator = GroupCoordinator.shared else { return .activationDisabled }
+        return await coordinator.prepareForActivation(self)
+    }
+
+    /// Announces a session of this activity to the shared coordinator's group. Returns true once the
+    /// announcement is on the broker; the session then arrives through ``sessions()``.
+    @discardableResult
+    public func activate() async throws(GroupSyncError) -> Bool {
+        guard let coordinator = GroupCoordinator.shared else { throw .noCoordinator }
+        try await coordinator.activate(self)
+        return true
+    }
+}

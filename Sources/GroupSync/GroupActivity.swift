@@ -1,0 +1,50 @@
+/// Something a group does together, e.g. looking at one gallery. Declare one per kind of activity.
+///
+/// ```swift
+/// struct SharedGallery: GroupActivity {
+///     static let activityIdentifier = "com.example.gallery"
+///     var galleryID: String
+///     var metadata: GroupActivityMetadata { .init(title: "Gallery \(galleryID)") }
+/// }
+/// ```
+/// The activity value is encoded as JSON in the session announcement, so every participant — and any
+/// client in another language — sees the same one.
+public protocol GroupActivity: Codable, Sendable {
+    /// Stable identifier of the kind of activity; sessions are delivered to listeners of the same one.
+    static var activityIdentifier: String { get }
+    /// Shown by participants and dashboards.
+    var metadata: GroupActivityMetadata { get }
+}
+
+extension GroupActivity {
+    public var metadata: GroupActivityMetadata {
+        GroupActivityMetadata(title: Self.activityIdentifier, type: .generic)
+    }
+}
+
+/// How an activity presents itself.
+public struct GroupActivityMetadata: Sendable, Hashable, Codable {
+    public enum ActivityType: String, Sendable, Hashable, Codable {
+        case generic, watchTogether, listenTogether, workoutTogether, shopTogether, exploreTogether, createTogether, learnTogether, playTogether, readTogether
+    }
+
+    public var title: String
+    public var subtitle: String?
+    public var type: ActivityType
+
+    public init(title: String, subtitle: String? = nil, type: ActivityType = .generic) {
+        self.title = title
+        self.subtitle = subtitle
+        self.type = type
+    }
+}
+
+/// What `prepareForActivation()` recommends.
+public enum GroupActivityActivationResult: Sendable, Hashable {
+    /// A group and a broker connection are there: `activate()` will announce the session.
+    case activationPreferred
+    /// No broker connection or no group: carry on alone.
+    case activationDisabled
+    /// The task was cancelled while preparing.
+    case cancelled
+}

@@ -1,0 +1,334 @@
+import Foundation
+import MQTT
+import Synchronization
+
+/// One participant's membership in one group, over one broker connection — the analogue of being in a
+/// FaceTime call: everyone connected with the same `group` sees the same sessions.
+///
+/// ```swift
+/// let coordinator = try await GroupCoordinator.connect(.init(broker: "mqtt://127.0.0.1:1883", group: "family", participant: "alice"))
+/// GroupCoordinator.setShared(coordinator)          // so that MyActivity.sessions() and activate() work
+/// for await session in MyActivity.sessions() { try await session.join() }
+/// ```
+///
+/// Liveness is per connection: the coordinator publishes a retained online presence and registers an MQTT
+/// will that marks it lost, so a crashed process disappears from every session within about a second
+/// (socket closed) or 1.5 × keepalive (frozen or cut off). Reconnects are automatic; after each one the
+/// coordinator republishes the retained messages it owns. ``close()`` ends everything it started.
+public final class GroupCoordinator: Sendable {
+    /// How to reach the broker and who we are.
+    public struct Configuration: Sendable {
+        /// The broker connection. Its client ID is derived from the participant unless set explicitly.
+        public var mqtt: MQTTClient.Configuration
+        public var group: String
+        public var participant: String
+        public var displayName: String?
+        /// Where wall-clock time comes from (inject a skewed one in tests).
+        public var clock: any WallClock
+        /// How long `join()` waits for a catch-up from an existing participant.
+        public var catchUpTimeout: Duration
+
+        /// - Parameters:
+        ///   - broker: `mqtt://[user[:password]@]host[:port]` (or `mqtts://` with `tls`).
+        ///   - keepAlive: seconds; a frozen participant disappears after 1.5 × this (minimum 5).
+        public init(
+            broker: String = "mqtt://127.0.0.1:1883", group: String, participant: String, displayName: String? = nil,
+            tls: MQTTClient.TLS? = nil, keepAlive: Int = 5, clock: any WallClock = SystemWallClock(),
+            catchUpTimeout: Duration = .seconds(1)
+        ) throws(GroupSyncError) {
+            do {
+                var mqtt = try MQTTClient.Configuration(url: broker, clientID: "", tls: tls)
+                mqtt.keepAlive = keepAlive
+                self.mqtt = mqtt
+            } catch {
+                throw .connection(error)
+            }
+            self.group = group
+            self.participant = participant
+            self.displayName = displayName
+            self.clock = clock
+            self.catchUpTimeout = catchUpTimeout
+        }
+    }
+
+    public let group: String
+    public let localParticipant: Participant
+    public let topics: GroupTopics
+    /// This connection's epoch (ms since 1970 when it was made).
+    public let epoch: Int64
+    let client: MQTTClient
+    let configuration: Configuration
+    let hlc: Mutex<HybridLogicalClock>
+    let state: Mutex<CoordinatorStateMachine>
+    let sharing = Mutex(SharingGate())
+    private let tasks = Mutex<[Task<Void, Never>]>([])
+    private let groupSubscription = Mutex<MQTTSubscription?>(nil)
+
+    private init(configuration: Configuration, client: MQTTClient, epoch: Int64) {
+        self.configuration = configuration
+        self.group = configuration.group
+        self.localParticipant = Participant(id: configuration.participant)
+        self.topics = GroupTopics(group: configuration.group)
+        self.epoch = epoch
+        self.client = client
+        self.hlc = Mutex(HybridLogicalClock(participant: configuration.participant))
+        self.state = Mutex(CoordinatorStateMachine(me: configuration.participant, myEpoch: epoch))
+    }
+
+    /// Connects to the broker, announces this participant as online and starts following the group.
+    /// Throws ``GroupSyncError/connection(_:)`` when the broker cannot be reached or refuses us.
+    public static func connect(_ configuration: Configuration) async throws(GroupSyncError) -> GroupCoordinator {
+        try Identifier.validate(configuration.group, kind: "group")
+        try Identifier.validate(configuration.participant, kind: "participant")
+        let topics = GroupTopics(group: configuration.group)
+        let epoch = configuration.clock.milliseconds()
+        var mqtt = configuration.mqtt
+        if mqtt.clientID.isEmpty {
+            mqtt.clientID = "gs-\(configuration.participant)-\(String(UInt32.random(in: 0...UInt32.max), radix: 36))"
+        }
+        let lost = Wire.Presence(participant: configuration.participant, status: .lost, epoch: epoch, name: configuration.displayName)
+        mqtt.will = MQTTClient.Will(
+            topic: topics.presence(configuration.participant), payload: Array(try Wire.encode(lost)), qos: .atLeastOnce, retain: true)
+        let client: MQTTClient
+        do {
+            client = try MQTTClient(configuration: mqtt)
+            try await client.connect()
+        } catch {
+            throw .connection(error)
+        }
+        let coordinator = GroupCoordinator(configuration: configuration, client: client, epoch: epoch)
+        do {
+            try await coordinator.start()
+        } catch {
+            await client.disconnect()
+            throw error
+        }
+        return coordinator
+    }
+
+    private func start() async throws(GroupSyncError) {
+        let events = client.events()
+        let subscription: MQTTSubscription
+        do {
+            subscription = try await client.subscribe(to: [
+                TopicSubscription(topics.presenceFilter, qos: .atLeastOnce),
+                TopicSubscription(topics.announcementFilter, qos: .atLeastOnce),
+            ])
+        } catch {
+            throw .connection(error)
+        }
+        groupSubscription.withLock { $0 = subscription }
+        let follow = Task { [self] in
+            for await message in subscription { handleGroupMessage(message) }
+        }
+        let reconnects = Task { [self] in
+            for await event in events {
+                if case .connected = event { await republishOwnedRetained() }
+            }
+        }
+        tasks.withLock { $0 += [follow, reconnects] }
+        try await publishPresence()
+    }
+
+    /// Leaves every joined session, removes this participant's presence (a clean exit, not a crash), ends
+    /// every `sessions()` sequence and closes the connection. Idempotent.
+    public func close() async {
+        let (effects, open) = state.withLock { $0.close() }
+        effects.perform()
+        // Say goodbye (leave sessions, clear presence) while the connection allows; a broker that is
+        // down gets two seconds, after which the will reports us lost instead.
+        await GroupCoordinator.withTimeout(.seconds(2)) { [self] in
+            for core in open where core.isJoined { await core.leave() }
+            try? await publishRetained(topics.presence(localParticipant.id), Data())
+        }
+        for core in open { core.invalidate(.coordinatorClosed) }
+        groupSubscription.withLock { $0?.unsubscribe() }
+        await client.disconnect()
+        let running = tasks.withLock { tasks in
+            defer { tasks = [] }
+            return tasks
+        }
+        for task in running { task.cancel() }
+        sharing.withLock { $0.close() }.perform()
+    }
+
+    // MARK: - Sessions
+
+    /// Every session of activity type `A` in the group, starting with those already announced (once each),
+    /// then each new one as it is announced — by anyone, including this participant's own `activate`.
+    /// Survives reconnects; ends when the coordinator closes. Cancelling the iterating task ends it.
+    public func sessions<A: GroupActivity>(of activity: A.Type = A.self) -> GroupSessions<A> {
+        let (stream, continuation) = AsyncStream.makeStream(of: SessionCore.self)
+        let (id, effects) = state.withLock { $0.addListener(type: A.activityIdentifier, continuation) }
+        continuation.onTermination = { [weak self] _ in self?.state.withLock { $0.removeListener(id) } }
+        effects.perform()
+        return GroupSessions(cores: stream)
+    }
+
+    /// Whether activating makes sense now: a live broker connection.
+    public func prepareForActivation<A: GroupActivity>(_ activity: A) async -> GroupActivityActivationResult {
+        if Task.isCancelled { return .cancelled }
+        let closed = state.withLock { $0.closed }
+        return client.isConnected && !closed ? .activationPreferred : .activationDisabled
+    }
+
+    /// Announces a new session of `activity` to the group (a retained announcement). Every participant,
+    /// this one included, then receives it from ``sessions(of:)``. Returns the session ID.
+    @discardableResult
+    public func activate<A: GroupActivity>(_ activity: A) async throws(GroupSyncError) -> String {
+        try Identifier.validate(A.activityIdentifier, kind: "activity identifier")
+        let sessionID = GroupCoordinator.makeSessionID()
+        let now = configuration.clock.milliseconds()
+        let announcement = Wire.Announcement(
+            session: sessionID,
+            activity: .init(type: A.activityIdentifier, metadata: activity.metadata, data: try Wire.jsonValue(activity)),
+            createdBy: localParticipant.id, createdAt: now, revision: hlc.withLock { $0.tick(now: now) })
+        try await publishRetained(topics.announcement(sessionID), try Wire.encode(announcement))
+        return sessionID
+    }
+
+    static func makeSessionID() -> String {
+        let alphabet = Array("abcdefghijklmnopqrstuvwxyz0123456789")
+        return String((0..<16).map { _ in alphabet.randomElement()! })
+    }
+
+    /// Messages from the wire that were malformed, forged or stale and so ignored.
+    public var rejectedMessageCount: Int {
+        state.withLock { $0.rejected } + state.withLock { $0.cores.values }.reduce(0) { $0 + $1.rejectedCount }
+    }
+
+    // MARK: - Wire
+
+    private func handleGroupMessage(_ message: MQTTMessage) {
+        switch topics.parse(message.topic) {
+        case let .presence(participant):
+            let presence = message.payload.isEmpty ? nil : decoded(Wire.Presence.self, message.payload)
+            if !message.payload.isEmpty && presence == nil { return }
+            let effects = state.withLock { $0.onPresence(participant, presence) }
+            effects.perform()
+            let cores = state.withLock { Array($0.cores.values) }
+            for (participant, epoch) in effects.presenceChanges {
+                for core in cores { core.onPresence(participant, epoch: epoch) }
+            }
+            if effects.republishPresence {
+                spawn { try? await self.publishPresence() }
+            }
+        case let .announcement(sessionID):
+            let announcement = message.payload.isEmpty ? nil : decoded(Wire.Announcement.self, message.payload)
+            if !message.payload.isEmpty && announcement == nil { return }
+            if let announcement { hlc.withLock { $0.observe(announcement.revision, now: configuration.clock.milliseconds()) } }
+            let effects = state.withLock { machine in
+                let online = machine.online
+                return machine.onAnnouncement(sessionID, announcement) { announcement in
+                    SessionCore(coordinator: self, announcement: announcement, presence: online)
+                }
+            }
+            effects.perform()
+            for core in effects.invalidate { core.onEnded(by: nil) }
+            for (core, announcement) in effects.announcementChanged { core.onAnnouncement(announcement) }
+        default:
+            break
+        }
+    }
+
+    /// Decodes a payload of protocol version 1, counting anything else as rejected.
+    func decoded<T: Decodable & Sendable & Wire.Versioned>(_ type: T.Type, _ payload: Data) -> T? {
+        guard let value = Wire.decodeVersioned(type, from: payload) else {
+            state.withLock { $0.countRejected() }
+            return nil
+        }
+        return value
+    }
+
+    private func publishPresence() async throws(GroupSyncError) {
+        let online = Wire.Presence(participant: localParticipant.id, status: .online, epoch: epoch, name: configuration.displayName)
+        try await publishRetained(topics.presence(localParticipant.id), try Wire.encode(online))
+    }
+
+    /// Publishes a retained message this participant owns (QoS 1) and remembers it for republishing
+    /// after reconnects; an empty payload clears it. On a broker without retained messages it is sent
+    /// as a plain message.
+    func publishRetained(_ topic: String, _ payload: Data) async throws(GroupSyncError) {
+        state.withLock { $0.own(topic, payload) }
+        do {
+            try await client.publish(to: topic, payload: payload, qos: .atLeastOnce, retain: client.retainAvailable)
+        } catch {
+            throw .connection(error)
+        }
+    }
+
+    /// Clears a retained message owned by someone else (only when the broker's ACL lets us).
+    func clearRetained(_ topic: String) async {
+        state.withLock { $0.own(topic, Data()) }
+        guard client.retainAvailable else { return }
+        _ = try? await client.publish(to: topic, payload: Data(), qos: .atLeastOnce, retain: true)
+    }
+
+    private func republishOwnedRetained() async {
+        let owned = state.withLock { $0.ownedRetained }
+        // Presence first, then announcements, members and state: the order a newcomer needs them in.
+        for (topic, payload) in owned.sorted(by: { GroupCoordinator.republishOrder($0.key) < GroupCoordinator.republishOrder($1.key) }) {
+            _ = try? await client.publish(to: topic, payload: payload, qos: .atLeastOnce, retain: client.retainAvailable)
+        }
+    }
+
+    private static func republishOrder(_ topic: String) -> Int {
+        if topic.contains("/presence/") { return 0 }
+        if topic.contains("/session/") { return 1 }
+        if topic.contains("/member/") { return 2 }
+        return 3
+    }
+
+    /// Runs `work`, giving up on it after `timeout`.
+    static func withTimeout(_ timeout: Duration, _ work: @escaping @Sendable () async -> Void) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await work() }
+            group.addTask { try? await Task.sleep(for: timeout) }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Runs background work owned by the coordinator (cancelled by ``close()``).
+    func spawn(_ work: @escaping @Sendable () async -> Void) {
+        let task = Task { await work() }
+        tasks.withLock { tasks in
+            tasks.removeAll { $0.isCancelled }
+            tasks.append(task)
+        }
+    }
+
+    // MARK: - The process-wide coordinator
+
+    private static let current = Mutex<GroupCoordinator?>(nil)
+    private static let waiters = Mutex<[CheckedContinuation<GroupCoordinator, Never>]>([])
+
+    /// The coordinator used by `MyActivity.sessions()`, `activity.prepareForActivation()` and
+    /// `activity.activate()`.
+    public static var shared: GroupCoordinator? { current.withLock { $0 } }
+
+    /// Makes `coordinator` the process-wide one; sequences from `MyActivity.sessions()` started before
+    /// follow it from now on.
+    public static func setShared(_ coordinator: GroupCoordinator?) {
+        current.withLock { $0 = coordinator }
+        guard let coordinator else { return }
+        let waiting = waiters.withLock { waiters in
+            defer { waiters = [] }
+            return waiters
+        }
+        for waiter in waiting { waiter.resume(returning: coordinator) }
+    }
+
+    /// Waits until a shared coordinator is set.
+    static func awaitShared() async -> GroupCoordinator {
+        if let coordinator = shared { return coordinator }
+        return await withCheckedContinuation { waiter in
+            let now = current.withLock { current -> GroupCoordinator? in
+                if let current { return current }
+                waiters.withLock { $0.append(waiter) }
+                return nil
+            }
+            if let now { waiter.resume(returning: now) }
+        }
+    }
+}

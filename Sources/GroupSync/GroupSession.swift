@@ -1,0 +1,119 @@
+import Foundation
+
+/// A live instance of an activity that the group's participants can join — the counterpart of
+/// GroupActivities' `GroupSession`. Get one from ``GroupActivity/sessions()`` (or
+/// ``GroupCoordinator/sessions(of:)``); every participant, the one that activated it included, receives
+/// the same session there.
+///
+/// Views of the same session compare equal (by ``id``). The session is over for this participant once
+/// ``state`` is `.invalidated`; it never becomes valid again.
+public final class GroupSession<Activity: GroupActivity>: Sendable, Identifiable, Hashable {
+    let core: SessionCore
+
+    init(core: SessionCore) {
+        self.core = core
+    }
+
+    /// Unique in the group; the `<session>` level of the session's topics.
+    public var id: String { core.id }
+
+    /// The activity. Setting it announces the new value to every participant (who see it here and in
+    /// ``activityUpdates()``); concurrent changes resolve to the one with the latest clock.
+    public var activity: Activity {
+        get {
+            // The announcement was checked to decode when the session was delivered.
+            Wire.value(Activity.self, from: core.announcement.activity.data)!
+        }
+        set {
+            guard let data = try? Wire.jsonValue(newValue) else { return }
+            core.updateActivity(.init(type: Activity.activityIdentifier, metadata: newValue.metadata, data: data))
+        }
+    }
+
+    /// Who started the session.
+    public var initiator: Participant { Participant(id: core.announcement.createdBy) }
+
+    public var state: GroupSessionState { core.state }
+
+    /// The current state first, then every change; ends after `.invalidated`.
+    public func stateUpdates() -> AsyncStream<GroupSessionState> {
+        let (stream, continuation) = AsyncStream.makeStream(of: GroupSessionState.self)
+        let (id, effects) = core.machine.withLock { $0.addStateListener(continuation) }
+        continuation.onTermination = { [core] _ in core.machine.withLock { $0.removeListener(id) } }
+        effects.perform()
+        return stream
+    }
+
+    public var localParticipant: Participant { core.coordinator.localParticipant }
+
+    /// Participants that joined and whose connection is alive, the local one included once joined.
+    public var activeParticipants: Set<Participant> { core.activeParticipants }
+
+    /// The current set of active participants first, then every change (a crashed participant leaves it
+    /// within about a second, a frozen one within 1.5 × keepalive). Ends when the session is invalidated.
+    /// A slow consumer skips intermediate sets, never the latest.
+    public func activeParticipantUpdates() -> AsyncStream<Set<Participant>> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Set<Participant>.self, bufferingPolicy: .bufferingNewest(1))
+        let (id, effects) = core.machine.withLock { $0.addParticipantsListener(continuation) }
+        continuation.onTermination = { [core] _ in core.machine.withLock { $0.removeListener(id) } }
+        effects.perform()
+        return stream
+    }
+
+    /// The current activity first, then the activity after each change made by any participant. Ends
+    /// when the session is invalidated. A value that does not decode as `Activity` is skipped.
+    public func activityUpdates() -> AsyncCompactMapSequence<AsyncStream<JSONValue>, Activity> {
+        let (stream, continuation) = AsyncStream.makeStream(of: JSONValue.self, bufferingPolicy: .bufferingNewest(1))
+        let (id, effects) = core.machine.withLock { $0.addActivityListener(continuation) }
+        continuation.onTermination = { [core] _ in core.machine.withLock { $0.removeListener(id) } }
+        effects.perform()
+        return stream.compactMap { Wire.value(Activity.self, from: $0) }
+    }
+
+    /// Joins: subscribes to the session, announces this participant, and returns once caught up — every
+    /// shared state holds the group's current value (from retained messages, or from the one participant
+    /// chosen to answer a newcomer, waiting at most the coordinator's `catchUpTimeout`).
+    /// Throws ``GroupSyncError/sessionInvalidated`` if the session is over.
+    public func join() async throws(GroupSyncError) {
+        try await core.join()
+    }
+
+    /// Leaves the session: others see this participant go; its last shared state stays visible to them.
+    /// Every subscription and task of the session on this side ends. Idempotent.
+    public func leave() async {
+        await core.leave()
+    }
+
+    /// Ends the session for everyone: each participant's session becomes `.invalidated(.ended(by:))` and
+    /// every retained message of the session is removed from the broker.
+    public func end() async {
+        await core.end()
+    }
+
+    public static func == (lhs: GroupSession, rhs: GroupSession) -> Bool { lhs.id == rhs.id }
+    public func hash(into hasher: inout Hasher) { hasher.combine(id) }
+}
+
+/// The sessions of one activity type, as they are announced. See ``GroupCoordinator/sessions(of:)``.
+public struct GroupSessions<Activity: GroupActivity>: AsyncSequence, Sendable {
+    public typealias Element = GroupSession<Activity>
+    let cores: AsyncStream<SessionCore>
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        var base: AsyncStream<SessionCore>.AsyncIterator
+
+        public mutating func next() async -> GroupSession<Activity>? {
+            while let core = await base.next() {
+                // A session whose activity does not decode as `Activity` (another app version) is skipped.
+                if Wire.value(Activity.self, from: core.announcement.activity.data) != nil {
+                    return GroupSession(core: core)
+                }
+            }
+            return nil
+        }
+    }
+
+    public func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(base: cores.makeAsyncIterator())
+    }
+}

@@ -1,0 +1,96 @@
+import Foundation
+
+/// Sends `Codable` messages to a session's participants and receives theirs — the counterpart of
+/// GroupActivities' `GroupSessionMessenger`.
+///
+/// - Delivery: `.reliable` (MQTT QoS 1) messages from one sender arrive at each receiver in send order,
+///   exactly once, also across reconnects (redeliveries are dropped by sequence number). `.unreliable`
+///   (QoS 0) messages may be lost and are never redelivered.
+/// - Routing: `.all` reaches every other joined participant; `.only(…)` is published on each recipient's
+///   own topic, so no other connection ever receives it. The sender never receives its own messages.
+/// - Types: a message reaches only the ``messages(of:)`` sequences of its own type (matched by type name).
+public final class GroupSessionMessenger: Sendable {
+    public enum DeliveryMode: Sendable, Hashable {
+        /// MQTT QoS 1, ordered and deduplicated per sender.
+        case reliable
+        /// MQTT QoS 0: cheapest, may be lost (for positions while dragging, cursors…).
+        case unreliable
+    }
+
+    /// Context of a received message.
+    public struct MessageContext: Sendable, Hashable {
+        /// Who sent it (taken from the topic, which a broker ACL can make unforgeable).
+        public let source: Participant
+    }
+
+    public let deliveryMode: DeliveryMode
+    /// Largest encoded message accepted by ``send(_:to:)`` (default 256 KiB, as on Apple platforms).
+    public let maximumMessageSize: Int
+    let core: SessionCore
+
+    public init<A: GroupActivity>(session: GroupSession<A>, deliveryMode: DeliveryMode = .reliable, maximumMessageSize: Int = 256 * 1024) {
+        self.core = session.core
+        self.deliveryMode = deliveryMode
+        self.maximumMessageSize = maximumMessageSize
+    }
+
+    /// The name under which messages of `T` travel (`"type"` in the envelope): the type's name without
+    /// its module, e.g. `GalleryState`.
+    public static func typeName<T>(_ type: T.Type) -> String {
+        String(describing: type)
+    }
+
+    /// Sends `message` and returns when it was handed over (`.unreliable`) or acknowledged by the broker
+    /// (`.reliable`). Throws ``GroupSyncError/notJoined`` before `join()`, ``GroupSyncError/messageTooLarge(size:limit:)``
+    /// when the encoded envelope exceeds ``maximumMessageSize``.
+    public func send<Message: Codable & Sendable>(_ message: Message, to participants: Participants = .all) async throws(GroupSyncError) {
+        try await core.send(
+            type: GroupSessionMessenger.typeName(Message.self), body: message, to: participants,
+            reliable: deliveryMode == .reliable, limit: maximumMessageSize)
+    }
+
+    /// Sends raw bytes (base64 in the JSON envelope, type `Data`); receive them with `messages(of: Data.self)`.
+    public func send(_ data: Data, to participants: Participants = .all) async throws(GroupSyncError) {
+        try await core.send(type: "Data", body: data, to: participants, reliable: deliveryMode == .reliable, limit: maximumMessageSize)
+    }
+
+    /// Messages of type `Message` from other participants, in arrival order, each with its sender. Ends
+    /// when the session is invalidated or the iterating task is cancelled. A message that fails to decode
+    /// as `Message` is skipped and counted in ``GroupCoordinator/rejectedMessageCount``; the sequence goes on.
+    public func messages<Message: Codable & Sendable>(of type: Message.Type) -> GroupMessages<Message> {
+        let (stream, continuation) = AsyncStream.makeStream(of: SessionStateMachine.InboundMessage.self)
+        let (id, effects) = core.machine.withLock {
+            $0.addMessageListener(type: GroupSessionMessenger.typeName(Message.self), continuation)
+        }
+        continuation.onTermination = { [core] _ in core.machine.withLock { $0.removeListener(id) } }
+        effects.perform()
+        return GroupMessages(base: stream, core: core)
+    }
+}
+
+/// Received messages of one type. See ``GroupSessionMessenger/messages(of:)``.
+public struct GroupMessages<Message: Codable & Sendable>: AsyncSequence, Sendable {
+    public typealias Element = (message: Message, context: GroupSessionMessenger.MessageContext)
+    let base: AsyncStream<SessionStateMachine.InboundMessage>
+    let core: SessionCore
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        var base: AsyncStream<SessionStateMachine.InboundMessage>.AsyncIterator
+        let core: SessionCore
+
+        public mutating func next() async -> Element? {
+            while let inbound = await base.next() {
+                // Decoded here, in the consumer's task: never on the network thread.
+                if let envelope = Wire.decodeVersioned(Wire.Envelope<Message>.self, from: inbound.payload) {
+                    return (envelope.body, .init(source: inbound.sender))
+                }
+                core.machine.withLock { $0.onRejected() }
+            }
+            return nil
+        }
+    }
+
+    public func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(base: base.makeAsyncIterator(), core: core)
+    }
+}

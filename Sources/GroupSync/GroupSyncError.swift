@@ -1,0 +1,63 @@
+import MQTT
+
+/// What can go wrong in GroupSync. Each case says what to do about it.
+public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// A group, participant, session, activity or state key is not a valid identifier.
+    case invalidIdentifier(kind: String, value: String, reason: String)
+    /// The broker connection failed; the wrapped error says why and what to do.
+    case connection(MQTTError)
+    /// No coordinator is set up: call `GroupCoordinator.connect(…)` and `GroupCoordinator.setShared(…)`.
+    case noCoordinator
+    /// The session was left, ended or lost; create or join another one.
+    case sessionInvalidated
+    /// The session must be joined first (`join()`).
+    case notJoined
+    /// An encoded message exceeds the messenger's size limit.
+    case messageTooLarge(size: Int, limit: Int)
+    /// The value could not be encoded as JSON.
+    case encodingFailed(String)
+    /// An `.only([])` recipient set is empty: nobody would receive the message.
+    case noRecipients
+
+    public var description: String {
+        switch self {
+        case let .invalidIdentifier(kind, value, reason):
+            return "invalid \(kind) '\(value)': \(reason). Use 1–128 characters from A–Z a–z 0–9 . _ - : @ ~"
+        case let .connection(error):
+            return error.description
+        case .noCoordinator:
+            return "no GroupSync coordinator: connect one with GroupCoordinator.connect(...) and GroupCoordinator.setShared(...)"
+        case .sessionInvalidated:
+            return "the session is no longer valid (left, ended or lost); wait for the next one from sessions()"
+        case .notJoined:
+            return "join() the session before sending or setting state"
+        case let .messageTooLarge(size, limit):
+            return "message of \(size) bytes exceeds the limit of \(limit) bytes; send less or raise the messenger's limit"
+        case let .encodingFailed(detail):
+            return "could not encode the value as JSON: \(detail)"
+        case .noRecipients:
+            return "the recipient set is empty"
+        }
+    }
+}
+
+/// Identifier rules shared by every name that becomes a topic level.
+public enum Identifier {
+    static let allowed: Set<UInt8> = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-:@~".utf8)
+
+    /// Throws unless `value` is 1–128 characters of `A–Z a–z 0–9 . _ - : @ ~`. This keeps MQTT's `/`, `+`,
+    /// `#` and `$` (and anything a dashboard would have to escape) out of topics.
+    public static func validate(_ value: String, kind: String) throws(GroupSyncError) {
+        if value.isEmpty { throw .invalidIdentifier(kind: kind, value: value, reason: "it is empty") }
+        if value.utf8.count > 128 { throw .invalidIdentifier(kind: kind, value: value, reason: "it is longer than 128 bytes") }
+        if let bad = value.utf8.first(where: { !allowed.contains($0) }) {
+            let character = String(decoding: [bad], as: UTF8.self)
+            throw .invalidIdentifier(kind: kind, value: value, reason: "'\(character)' is not allowed")
+        }
+    }
+
+    /// Whether `value` follows the rules (for input from the wire).
+    public static func isValid(_ value: String) -> Bool {
+        !value.isEmpty && value.utf8.count <= 128 && value.utf8.allSatisfy { allowed.contains($0) }
+    }
+}

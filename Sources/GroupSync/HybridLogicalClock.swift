@@ -1,0 +1,90 @@
+import Foundation
+
+/// A hybrid logical clock timestamp (Kulkarni et al., 2014): wall-clock milliseconds, a logical counter
+/// for events within the same millisecond or behind a faster clock, and the writer's participant ID as the
+/// final tie-break. Ordered lexicographically by (`time`, `counter`, `participant`), so every participant
+/// orders any two timestamps the same way. On the wire: `{"t": 1733130000000, "c": 0, "p": "alice"}`.
+public struct HLCTimestamp: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
+    /// Milliseconds since 1970 (the largest physical time seen, not necessarily this machine's).
+    public var time: Int64
+    /// Logical counter within `time`.
+    public var counter: Int64
+    /// The participant that made the timestamp.
+    public var participant: String
+
+    public init(time: Int64, counter: Int64, participant: String) {
+        self.time = time
+        self.counter = counter
+        self.participant = participant
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case time = "t", counter = "c", participant = "p"
+    }
+
+    public static func < (lhs: HLCTimestamp, rhs: HLCTimestamp) -> Bool {
+        (lhs.time, lhs.counter, lhs.participant) < (rhs.time, rhs.counter, rhs.participant)
+    }
+
+    public var description: String { "\(time).\(counter)@\(participant)" }
+}
+
+/// The clock state of one participant. Value type: the owner keeps it under its own lock.
+///
+/// `tick` stamps a local event; `observe` merges a timestamp received from someone else, so that the
+/// next local timestamp is larger than everything seen. A participant whose wall clock runs ahead
+/// therefore pulls everyone's clocks forward with its writes instead of winning forever, and one whose
+/// clock runs behind still produces timestamps newer than what it has seen.
+public struct HybridLogicalClock: Sendable, Hashable {
+    public let participant: String
+    public private(set) var latest: HLCTimestamp
+
+    public init(participant: String) {
+        self.participant = participant
+        self.latest = HLCTimestamp(time: 0, counter: 0, participant: participant)
+    }
+
+    /// A timestamp for a local event at wall-clock time `now` (milliseconds).
+    public mutating func tick(now: Int64) -> HLCTimestamp {
+        if now > latest.time {
+            latest = HLCTimestamp(time: now, counter: 0, participant: participant)
+        } else {
+            latest = HLCTimestamp(time: latest.time, counter: latest.counter + 1, participant: participant)
+        }
+        return latest
+    }
+
+    /// Merges a received timestamp (`now` is the local wall-clock time in milliseconds).
+    public mutating func observe(_ remote: HLCTimestamp, now: Int64) {
+        let time = max(latest.time, remote.time, now)
+        let counter: Int64
+        if time == latest.time && time == remote.time {
+            counter = max(latest.counter, remote.counter) + 1
+        } else if time == latest.time {
+            counter = latest.counter + 1
+        } else if time == remote.time {
+            counter = remote.counter + 1
+        } else {
+            counter = 0
+        }
+        latest = HLCTimestamp(time: time, counter: counter, participant: participant)
+    }
+}
+
+/// Where wall-clock time comes from. Inject one to test clock skew.
+public protocol WallClock: Sendable {
+    /// Milliseconds since 1970.
+    func milliseconds() -> Int64
+}
+
+/// The system clock, optionally shifted (to simulate a device whose clock is wrong).
+public struct SystemWallClock: WallClock {
+    public var offset: Duration
+    public init(offset: Duration = .zero) { self.offset = offset }
+    public func milliseconds() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        let (seconds, attoseconds) = offset.components
+        return Int64(now.tv_sec) * 1_000 + Int64(now.tv_nsec) / 1_000_000 + seconds * 1_000 + attoseconds / 1_000_000_000_000_000
+    }
+}

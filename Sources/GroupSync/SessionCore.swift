@@ -1,0 +1,303 @@
+import Foundation
+import MQTT
+import Synchronization
+
+/// The runtime of one session for one coordinator, shared by every typed ``GroupSession`` view of it.
+/// Logic lives in ``SessionStateMachine`` (under `machine`'s lock); this class subscribes, publishes and
+/// runs the task that reads the session's topics.
+final class SessionCore: Sendable {
+    let id: String
+    let activityType: String
+    let coordinator: GroupCoordinator
+    let machine: Mutex<SessionStateMachine>
+    /// Per-sender sequence numbers (reliable, unreliable). Held while a message is numbered *and* handed
+    /// to the connection, so that numbering order is wire order. Never taken by the network thread.
+    private let sequencer = Mutex<(reliable: Int64, unreliable: Int64)>((0, 0))
+    private let subscription = Mutex<MQTTSubscription?>(nil)
+    private let reader = Mutex<Task<Void, Never>?>(nil)
+
+    init(coordinator: GroupCoordinator, announcement: Wire.Announcement, presence: [String: Int64]) {
+        self.id = announcement.session
+        self.activityType = announcement.activity.type
+        self.coordinator = coordinator
+        self.machine = Mutex(SessionStateMachine(
+            sessionID: announcement.session, me: coordinator.localParticipant.id, myEpoch: coordinator.epoch,
+            announcement: announcement, presence: presence))
+    }
+
+    var me: String { coordinator.localParticipant.id }
+    var topics: GroupTopics { coordinator.topics }
+    var state: GroupSessionState { machine.withLock { $0.state } }
+    var isJoined: Bool { state == .joined }
+    var isInvalidated: Bool { state.isInvalidated }
+    var announcement: Wire.Announcement { machine.withLock { $0.announcement } }
+    var activeParticipants: Set<Participant> { machine.withLock { $0.active } }
+    var rejectedCount: Int { machine.withLock { $0.rejected } }
+
+    // MARK: - Lifecycle
+
+    func join() async throws(GroupSyncError) {
+        let (barrierStream, barrier) = AsyncStream.makeStream(of: Bool.self)
+        let (catchUpStream, catchUp) = AsyncStream.makeStream(of: Void.self)
+        let started = machine.withLock { $0.onJoinStarted(barrier: barrier, catchUp: catchUp) }
+        guard started else {
+            switch state {
+            case .joined: return
+            case .invalidated: throw .sessionInvalidated
+            case .waiting: throw .sessionInvalidated  // another join() is in progress and failed
+            }
+        }
+        let filters = topics.sessionFilters(id, participant: me)
+        let messages: MQTTSubscription
+        do {
+            messages = try await coordinator.client.subscribe(
+                to: filters.shared.map { TopicSubscription($0, qos: .atLeastOnce) }
+                    + [TopicSubscription(filters.broadcast, qos: .atLeastOnce, noLocal: true)])
+        } catch {
+            _ = machine.withLock { $0.invalidate(.left) }
+            throw .connection(error)
+        }
+        subscription.withLock { $0 = messages }
+        let task = Task { [self] in
+            for await message in messages { await handle(message) }
+        }
+        reader.withLock { $0 = task }
+        // Our own member record coming back is the barrier: every retained message is in before it.
+        let member = Wire.Member(participant: me, epoch: coordinator.epoch)
+        try await coordinator.publishRetained(topics.member(id, me), try Wire.encode(member))
+        var awaitCatchUp: Bool?
+        for await value in barrierStream {
+            awaitCatchUp = value
+            break
+        }
+        guard let awaitCatchUp else { throw .sessionInvalidated }
+        if awaitCatchUp {
+            await GroupCoordinator.withTimeout(coordinator.configuration.catchUpTimeout) {
+                for await _ in catchUpStream { return }
+            }
+        }
+        let effects = machine.withLock { $0.onJoined() }
+        effects.perform()
+        guard state == .joined else { throw .sessionInvalidated }
+        coordinator.sharing.withLock { $0.onJoined(id) }.perform()
+    }
+
+    /// Leaves: others see us go at once; our last state stays visible to them.
+    func leave() async {
+        let wasJoined = isJoined
+        guard invalidate(.left) else { return }
+        await coordinator.clearRetained(topics.member(id, me))
+        stopReading()
+        coordinator.state.withLock { $0.forget(id) }
+        if wasJoined { coordinator.sharing.withLock { $0.onLeft(id) }.perform() }
+    }
+
+    /// Ends the session for everyone and removes every retained message of it from the broker.
+    func end() async {
+        let wasJoined = isJoined
+        let (members, stateTopics) = machine.withLock { (Array($0.members.keys), $0.stateTopics) }
+        if wasJoined {
+            // Tell joined participants who ended it, before the announcement disappears.
+            _ = try? await sendControl(type: "$end", body: JSONValue.null, to: .all)
+        }
+        guard invalidate(.ended(by: coordinator.localParticipant)) else { return }
+        await coordinator.clearRetained(topics.announcement(id))
+        for participant in Set(members + [me]) { await coordinator.clearRetained(topics.member(id, participant)) }
+        for topic in stateTopics { await coordinator.clearRetained(topic) }
+        stopReading()
+        coordinator.state.withLock { $0.forget(id) }
+        if wasJoined { coordinator.sharing.withLock { $0.onLeft(id) }.perform() }
+    }
+
+    /// The session ended elsewhere: clear what we own of it (under a strict ACL only we can).
+    func onEnded(by participant: Participant?) {
+        let wasJoined = isJoined
+        let stateTopics = machine.withLock { $0.stateTopics }
+        guard invalidate(.ended(by: participant)) else { return }
+        stopReading()
+        coordinator.state.withLock { $0.forget(id) }
+        if wasJoined { coordinator.sharing.withLock { $0.onLeft(id) }.perform() }
+        let memberTopic = topics.member(id, me)
+        let ownStateTopics = stateTopics.filter { $0.hasSuffix("/\(me)") }
+        coordinator.spawn { [coordinator] in
+            await coordinator.clearRetained(memberTopic)
+            for topic in ownStateTopics { await coordinator.clearRetained(topic) }
+        }
+    }
+
+    /// Marks the session over locally. Returns false if it already was.
+    @discardableResult
+    func invalidate(_ reason: GroupSessionState.InvalidationReason) -> Bool {
+        var changed = false
+        let effects = machine.withLock { machine -> SessionStateMachine.Effects in
+            changed = !machine.state.isInvalidated
+            return machine.invalidate(reason)
+        }
+        effects.perform()
+        if changed && reason == .coordinatorClosed { stopReading() }
+        return changed
+    }
+
+    private func stopReading() {
+        subscription.withLock { $0?.unsubscribe() }
+        reader.withLock { $0?.cancel() }
+    }
+
+    // MARK: - Inputs
+
+    func onPresence(_ participant: String, epoch: Int64?) {
+        machine.withLock { $0.onPresence(participant, epoch: epoch) }.perform()
+    }
+
+    func onAnnouncement(_ announcement: Wire.Announcement) {
+        machine.withLock { $0.onAnnouncement(announcement) }.perform()
+    }
+
+    private func handle(_ message: MQTTMessage) async {
+        let now = coordinator.configuration.clock.milliseconds()
+        var effects = SessionStateMachine.Effects()
+        switch topics.parse(message.topic) {
+        case let .member(session, participant) where session == id:
+            if message.payload.isEmpty {
+                effects = machine.withLock { $0.onMember(participant, nil, retained: message.retain) }
+            } else if let record = coordinator.decoded(Wire.Member.self, message.payload), record.participant == participant {
+                if participant == me {
+                    if record.epoch == coordinator.epoch,
+                       let (barrier, value) = machine.withLock({ $0.onBarrierPassed(retainAvailable: coordinator.client.retainAvailable) }) {
+                        barrier.yield(value)
+                    }
+                    return
+                }
+                effects = machine.withLock { $0.onMember(participant, record, retained: message.retain) }
+            } else {
+                reject()
+            }
+        case let .state(session, key, writer) where session == id:
+            guard !message.payload.isEmpty else { return }
+            guard let record = coordinator.decoded(Wire.StateRecord.self, message.payload), record.key == key else { return reject() }
+            if writer == me && record.clock.participant == me {
+                // Our own record echoed back (or replayed after a restart): the clock may be ahead of ours.
+                coordinator.hlc.withLock { $0.observe(record.clock, now: now) }
+            }
+            coordinator.hlc.withLock { $0.observe(record.clock, now: now) }
+            effects = machine.withLock { $0.onState(record, writer: writer, topic: message.topic) }
+        case let .broadcast(session, sender) where session == id:
+            effects = inbound(message.payload, from: sender)
+        case let .direct(session, recipient, sender) where session == id && recipient == me:
+            effects = inbound(message.payload, from: sender)
+        default:
+            reject()
+        }
+        effects.perform()
+        if let newcomer = effects.catchUpTo {
+            let catchUp = machine.withLock { $0.catchUp }
+            _ = try? await sendControl(type: "$catchup", body: catchUp, to: .only(Participant(id: newcomer)))
+        }
+    }
+
+    private func inbound(_ payload: Data, from sender: String) -> SessionStateMachine.Effects {
+        guard let header = coordinator.decoded(Wire.EnvelopeHeader.self, payload) else { return .init() }
+        switch header.type {
+        case "$catchup":
+            guard let envelope = Wire.decodeVersioned(Wire.Envelope<Wire.CatchUp>.self, from: payload) else {
+                reject()
+                return .init()
+            }
+            let now = coordinator.configuration.clock.milliseconds()
+            for record in envelope.body.states { coordinator.hlc.withLock { $0.observe(record.clock, now: now) } }
+            return machine.withLock { $0.onCatchUp(envelope.body) }
+        case "$end":
+            onEnded(by: Participant(id: sender))
+            return .init()
+        default:
+            return machine.withLock { $0.onMessage(header, payload: payload, sender: sender) }
+        }
+    }
+
+    private func reject() {
+        machine.withLock { $0.onRejected() }
+    }
+
+    // MARK: - Outputs
+
+    /// Publishes an envelope to `recipients`: numbered and handed to the connection atomically, so that
+    /// a sender's reliable messages reach every receiver in send order.
+    func send<Body: Codable & Sendable>(
+        type: String, body: Body, to recipients: Participants, reliable: Bool, limit: Int
+    ) async throws(GroupSyncError) {
+        guard isJoined else { throw state.isInvalidated ? .sessionInvalidated : .notJoined }
+        let targets: [String?]
+        switch recipients.storage {
+        case .all: targets = [nil]
+        case let .only(set):
+            guard !set.isEmpty else { throw .noRecipients }
+            targets = set.map(\.id).sorted()
+        }
+        for participant in targets.compactMap({ $0 }) { try Identifier.validate(participant, kind: "participant") }
+        let tickets = try sequencer.withLock { counters throws(GroupSyncError) -> [MQTTClient.PublishTicket] in
+            let seq: Int64
+            if reliable {
+                counters.reliable += 1
+                seq = counters.reliable
+            } else {
+                counters.unreliable += 1
+                seq = counters.unreliable
+            }
+            let envelope = Wire.Envelope(type: type, epoch: coordinator.epoch, seq: seq, reliable: reliable, body: body)
+            let payload = try Wire.encode(envelope)
+            guard payload.count <= limit else { throw .messageTooLarge(size: payload.count, limit: limit) }
+            return try targets.map { target throws(GroupSyncError) in
+                let topic = target.map { topics.direct(id, to: $0, from: me) } ?? topics.broadcast(id, from: me)
+                do throws(MQTTError) {
+                    return try coordinator.client.enqueuePublish(
+                        to: topic, payload: payload, qos: reliable ? .atLeastOnce : .atMostOnce)
+                } catch {
+                    throw .connection(error)
+                }
+            }
+        }
+        for ticket in tickets {
+            do throws(MQTTError) {
+                _ = try await coordinator.client.acknowledgement(of: ticket)
+            } catch {
+                throw .connection(error)
+            }
+        }
+    }
+
+    private func sendControl<Body: Codable & Sendable>(type: String, body: Body, to recipients: Participants) async throws(GroupSyncError) {
+        try await send(type: type, body: body, to: recipients, reliable: true, limit: Wire.maximumPayload)
+    }
+
+    /// Writes `value` under `key`: applied locally at once, then published retained on our writer topic.
+    func write(key: String, value: JSONValue) -> Wire.StateRecord {
+        let now = coordinator.configuration.clock.milliseconds()
+        let clock = coordinator.hlc.withLock { $0.tick(now: now) }
+        let record = Wire.StateRecord(key: key, value: value, clock: clock)
+        let topic = topics.state(id, key: key, writer: me)
+        machine.withLock { $0.onLocalWrite(record, topic: topic) }.perform()
+        return record
+    }
+
+    func publish(_ record: Wire.StateRecord) async throws(GroupSyncError) {
+        try await coordinator.publishRetained(topics.state(id, key: record.key, writer: me), try Wire.encode(record))
+    }
+
+    func updateActivity(_ activity: Wire.Announcement.Activity) {
+        let now = coordinator.configuration.clock.milliseconds()
+        let revision = coordinator.hlc.withLock { $0.tick(now: now) }
+        let updated = machine.withLock { machine -> Wire.Announcement in
+            var announcement = machine.announcement
+            announcement.activity = activity
+            announcement.revision = revision
+            _ = machine.onAnnouncement(announcement)
+            return announcement
+        }
+        let coordinator = self.coordinator
+        let topic = topics.announcement(id)
+        coordinator.spawn {
+            guard let payload = try? Wire.encode(updated) else { return }
+            try? await coordinator.publishRetained(topic, payload)
+        }
+    }
+}

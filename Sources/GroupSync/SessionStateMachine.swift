@@ -1,0 +1,371 @@
+import Foundation
+
+/// The logic of one session as seen by one participant: membership, liveness, last-writer-wins state,
+/// duplicate suppression and who answers a newcomer. A value type without side effects: every input
+/// returns the effects to perform; ``SessionCore`` performs them after releasing its lock.
+struct SessionStateMachine {
+    typealias StateContinuation = AsyncStream<GroupSessionState>.Continuation
+    typealias ParticipantsContinuation = AsyncStream<Set<Participant>>.Continuation
+    typealias MessageContinuation = AsyncStream<InboundMessage>.Continuation
+    typealias ValueContinuation = AsyncStream<Wire.StateRecord?>.Continuation
+
+    /// A message for the app, still encoded: it is decoded in the consumer's task.
+    struct InboundMessage: Sendable {
+        var payload: Data
+        var sender: Participant
+    }
+
+    let sessionID: String
+    let me: String
+    let myEpoch: Int64
+    private(set) var state: GroupSessionState = .waiting
+    private(set) var announcement: Wire.Announcement
+    /// Joined participants and the connection epoch they joined with.
+    private(set) var members: [String: Int64] = [:]
+    /// Live connections: participant → epoch of its online presence.
+    private(set) var presence: [String: Int64]
+    /// The winning record per key.
+    private(set) var states: [String: Wire.StateRecord] = [:]
+    /// Every retained state topic seen, to clear them when the session ends.
+    private(set) var stateTopics: Set<String> = []
+    private(set) var active: Set<Participant> = []
+    private var lastReliableSeq: [String: (epoch: Int64, seq: Int64)] = [:]
+    private(set) var rejected = 0
+    private var nextID: UInt64 = 0
+    private var stateListeners: [UInt64: StateContinuation] = [:]
+    private var participantListeners: [UInt64: ParticipantsContinuation] = [:]
+    private var messageListeners: [UInt64: (type: String, continuation: MessageContinuation)] = [:]
+    private var valueListeners: [UInt64: (key: String, continuation: ValueContinuation)] = [:]
+    private var activityListeners: [UInt64: AsyncStream<JSONValue>.Continuation] = [:]
+    /// While joining: told when our own member record comes back (every retained message delivered on
+    /// subscribe is in by then), with whether a catch-up should be awaited.
+    private var barrier: AsyncStream<Bool>.Continuation?
+    /// While joining: told when `$catchup` arrives.
+    private var catchUpArrived: AsyncStream<Void>.Continuation?
+
+    init(sessionID: String, me: String, myEpoch: Int64, announcement: Wire.Announcement, presence: [String: Int64]) {
+        self.sessionID = sessionID
+        self.me = me
+        self.myEpoch = myEpoch
+        self.announcement = announcement
+        self.presence = presence
+    }
+
+    struct Effects {
+        var states: [(StateContinuation, GroupSessionState)] = []
+        var participants: [(ParticipantsContinuation, Set<Participant>)] = []
+        var messages: [(MessageContinuation, InboundMessage)] = []
+        var values: [(ValueContinuation, Wire.StateRecord?)] = []
+        var activities: [(AsyncStream<JSONValue>.Continuation, JSONValue)] = []
+        var finish = false
+        var finishing: (states: [StateContinuation], participants: [ParticipantsContinuation],
+                        messages: [MessageContinuation], values: [ValueContinuation],
+                        activities: [AsyncStream<JSONValue>.Continuation]) = ([], [], [], [], [])
+        /// Send `$catchup` to this newcomer.
+        var catchUpTo: String?
+        /// The activity changed.
+        var activityChanged = false
+        /// A joining `join()` waits on this for the catch-up.
+        var catchUpArrived: AsyncStream<Void>.Continuation?
+        /// A `join()` in progress must give up.
+        var abandonJoin: (AsyncStream<Bool>.Continuation?, AsyncStream<Void>.Continuation?) = (nil, nil)
+
+        func perform() {
+            for (continuation, value) in states { continuation.yield(value) }
+            for (continuation, value) in participants { continuation.yield(value) }
+            for (continuation, value) in messages { continuation.yield(value) }
+            for (continuation, value) in values { continuation.yield(value) }
+            for (continuation, value) in activities { continuation.yield(value) }
+            catchUpArrived?.yield()
+            abandonJoin.0?.finish()
+            abandonJoin.1?.finish()
+            finishing.states.forEach { $0.finish() }
+            finishing.participants.forEach { $0.finish() }
+            finishing.messages.forEach { $0.finish() }
+            finishing.values.forEach { $0.finish() }
+            finishing.activities.forEach { $0.finish() }
+        }
+    }
+
+    private mutating func makeID() -> UInt64 {
+        nextID += 1
+        return nextID
+    }
+
+    // MARK: - Joining
+
+    /// `join()` was called. Returns false unless the session is waiting and not already joining.
+    mutating func onJoinStarted(barrier: AsyncStream<Bool>.Continuation, catchUp: AsyncStream<Void>.Continuation) -> Bool {
+        guard state == .waiting, self.barrier == nil else { return false }
+        self.barrier = barrier
+        self.catchUpArrived = catchUp
+        return true
+    }
+
+    /// Our own member record came back: every retained message delivered on subscribe is in.
+    /// Returns whom to tell, and whether a catch-up from someone else should be awaited.
+    mutating func onBarrierPassed(retainAvailable: Bool) -> (AsyncStream<Bool>.Continuation, Bool)? {
+        guard let barrier else { return nil }
+        self.barrier = nil
+        let others = members.keys.contains { $0 != me && presence[$0] == members[$0] }
+        // Without retained messages we cannot know who is there: a catch-up may come in any case.
+        return (barrier, others || !retainAvailable)
+    }
+
+    /// The join completed (caught up, or nobody answered in time).
+    mutating func onJoined() -> Effects {
+        var effects = Effects()
+        catchUpArrived = nil
+        guard state == .waiting else { return effects }
+        state = .joined
+        members[me] = myEpoch
+        presence[me] = myEpoch
+        effects.states = stateListeners.values.map { ($0, .joined) }
+        recomputeActive(into: &effects)
+        // Value listeners wait for the join to yield their first element: the caught-up value.
+        for (_, listener) in valueListeners {
+            effects.values.append((listener.continuation, states[listener.key]))
+        }
+        return effects
+    }
+
+    // MARK: - Inputs from the wire
+
+    /// A member record (`nil`: cleared, the participant left). `retained`: a stored copy replayed by the
+    /// broker, not a live join — only a live join makes someone send a catch-up.
+    mutating func onMember(_ participant: String, _ record: Wire.Member?, retained: Bool) -> Effects {
+        var effects = Effects()
+        if participant == me {
+            return effects
+        }
+        if let record {
+            guard members[participant] != record.epoch else { return effects }
+            members[participant] = record.epoch
+            if presence[participant] == nil && !retained {
+                // A live join proves the connection is alive even when presence was not retained.
+                presence[participant] = record.epoch
+            }
+            if !retained, state == .joined, catchUpResponder(for: participant) == me {
+                effects.catchUpTo = participant
+            }
+        } else {
+            guard members.removeValue(forKey: participant) != nil else { return effects }
+        }
+        recomputeActive(into: &effects)
+        return effects
+    }
+
+    /// The group's presence changed: `epoch` of the live connection, or nil when it is gone.
+    mutating func onPresence(_ participant: String, epoch: Int64?) -> Effects {
+        var effects = Effects()
+        guard participant != me, presence[participant] != epoch else { return effects }
+        presence[participant] = epoch
+        recomputeActive(into: &effects)
+        return effects
+    }
+
+    /// A state record from `writer` on `topic`. Applies it if its clock beats the current winner.
+    mutating func onState(_ record: Wire.StateRecord, writer: String, topic: String) -> Effects {
+        var effects = Effects()
+        stateTopics.insert(topic)
+        guard record.clock.participant == writer else {
+            rejected += 1  // a writer may only publish its own clock: forged
+            return effects
+        }
+        applyIfNewer(record, into: &effects)
+        return effects
+    }
+
+    /// A local write: applied at once (optimistic), published by the caller.
+    mutating func onLocalWrite(_ record: Wire.StateRecord, topic: String) -> Effects {
+        var effects = Effects()
+        stateTopics.insert(topic)
+        applyIfNewer(record, into: &effects)
+        return effects
+    }
+
+    /// `$catchup` addressed to us.
+    mutating func onCatchUp(_ catchUp: Wire.CatchUp) -> Effects {
+        var effects = Effects()
+        for record in catchUp.states { applyIfNewer(record, into: &effects) }
+        for member in catchUp.members where member.participant != me {
+            members[member.participant] = member.epoch
+            if presence[member.participant] == nil { presence[member.participant] = member.epoch }
+        }
+        recomputeActive(into: &effects)
+        effects.catchUpArrived = catchUpArrived
+        return effects
+    }
+
+    /// An app message. Returns nothing when it is a redelivery of a reliable message already seen.
+    mutating func onMessage(_ header: Wire.EnvelopeHeader, payload: Data, sender: String) -> Effects {
+        var effects = Effects()
+        guard state == .joined, sender != me else { return effects }
+        if header.reliable {
+            if let last = lastReliableSeq[sender], last.epoch == header.epoch, header.seq <= last.seq {
+                return effects
+            }
+            if let last = lastReliableSeq[sender], header.epoch < last.epoch {
+                return effects  // from an older connection of the sender
+            }
+            lastReliableSeq[sender] = (header.epoch, header.seq)
+        }
+        let message = InboundMessage(payload: payload, sender: Participant(id: sender))
+        for listener in messageListeners.values where listener.type == header.type {
+            effects.messages.append((listener.continuation, message))
+        }
+        return effects
+    }
+
+    mutating func onAnnouncement(_ new: Wire.Announcement) -> Effects {
+        var effects = Effects()
+        guard new.revision > announcement.revision else { return effects }
+        announcement = new
+        effects.activityChanged = true
+        effects.activities = activityListeners.values.map { ($0, new.activity.data) }
+        return effects
+    }
+
+    mutating func onRejected() {
+        rejected += 1
+    }
+
+    /// The session is over for us.
+    mutating func invalidate(_ reason: GroupSessionState.InvalidationReason) -> Effects {
+        var effects = Effects()
+        guard !state.isInvalidated else { return effects }
+        state = .invalidated(reason: reason)
+        effects.states = stateListeners.values.map { ($0, state) }
+        effects.finishing = (
+            Array(stateListeners.values), Array(participantListeners.values),
+            messageListeners.values.map(\.continuation), valueListeners.values.map(\.continuation),
+            Array(activityListeners.values)
+        )
+        activityListeners = [:]
+        stateListeners = [:]
+        participantListeners = [:]
+        messageListeners = [:]
+        valueListeners = [:]
+        effects.abandonJoin = (barrier, catchUpArrived)
+        barrier = nil
+        catchUpArrived = nil
+        return effects
+    }
+
+    // MARK: - Listeners
+
+    mutating func addStateListener(_ continuation: StateContinuation) -> (UInt64, Effects) {
+        var effects = Effects()
+        let id = makeID()
+        effects.states = [(continuation, state)]
+        if state.isInvalidated {
+            effects.finishing.states = [continuation]
+        } else {
+            stateListeners[id] = continuation
+        }
+        return (id, effects)
+    }
+
+    mutating func addParticipantsListener(_ continuation: ParticipantsContinuation) -> (UInt64, Effects) {
+        var effects = Effects()
+        let id = makeID()
+        effects.participants = [(continuation, active)]
+        if state.isInvalidated {
+            effects.finishing.participants = [continuation]
+        } else {
+            participantListeners[id] = continuation
+        }
+        return (id, effects)
+    }
+
+    mutating func addMessageListener(type: String, _ continuation: MessageContinuation) -> (UInt64, Effects) {
+        var effects = Effects()
+        let id = makeID()
+        if state.isInvalidated {
+            effects.finishing.messages = [continuation]
+        } else {
+            messageListeners[id] = (type, continuation)
+        }
+        return (id, effects)
+    }
+
+    mutating func addValueListener(key: String, _ continuation: ValueContinuation) -> (UInt64, Effects) {
+        var effects = Effects()
+        let id = makeID()
+        if state.isInvalidated {
+            effects.finishing.values = [continuation]
+            return (id, effects)
+        }
+        valueListeners[id] = (key, continuation)
+        if state == .joined {
+            effects.values = [(continuation, states[key])]
+        }
+        return (id, effects)
+    }
+
+    mutating func addActivityListener(_ continuation: AsyncStream<JSONValue>.Continuation) -> (UInt64, Effects) {
+        var effects = Effects()
+        let id = makeID()
+        effects.activities = [(continuation, announcement.activity.data)]
+        if state.isInvalidated {
+            effects.finishing.activities = [continuation]
+        } else {
+            activityListeners[id] = continuation
+        }
+        return (id, effects)
+    }
+
+    mutating func removeListener(_ id: UInt64) {
+        activityListeners[id] = nil
+        stateListeners[id] = nil
+        participantListeners[id] = nil
+        messageListeners[id] = nil
+        valueListeners[id] = nil
+    }
+
+    // MARK: - Rules
+
+    /// Who answers `newcomer`: among the active participants other than the newcomer, the one whose
+    /// FNV-1a 64 hash of `"<newcomer>/<candidate>"` is largest (rendezvous hashing). Every participant
+    /// computes the same answer from the same view; when that one is gone, the next largest answers.
+    func catchUpResponder(for newcomer: String) -> String? {
+        let candidates = active.map(\.id).filter { $0 != newcomer }
+        return candidates.max { SessionStateMachine.rank(newcomer, $0) < SessionStateMachine.rank(newcomer, $1) }
+    }
+
+    static func rank(_ newcomer: String, _ candidate: String) -> (UInt64, String) {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in "\(newcomer)/\(candidate)".utf8 {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x0000_0100_0000_01b3
+        }
+        return (hash, candidate)
+    }
+
+    /// What a newcomer needs.
+    var catchUp: Wire.CatchUp {
+        Wire.CatchUp(
+            states: states.values.sorted { $0.key < $1.key },
+            members: active.map { Wire.Member(participant: $0.id, epoch: members[$0.id] ?? 0) }.sorted { $0.participant < $1.participant })
+    }
+
+    private mutating func applyIfNewer(_ record: Wire.StateRecord, into effects: inout Effects) {
+        if let current = states[record.key], current.clock >= record.clock { return }
+        states[record.key] = record
+        guard state == .joined else { return }
+        for listener in valueListeners.values where listener.key == record.key {
+            effects.values.append((listener.continuation, record))
+        }
+    }
+
+    private mutating func recomputeActive(into effects: inout Effects) {
+        var now = Set<Participant>()
+        for (participant, epoch) in members where presence[participant] == epoch {
+            now.insert(Participant(id: participant))
+        }
+        if state != .joined { now.remove(Participant(id: me)) }
+        guard now != active else { return }
+        active = now
+        effects.participants = participantListeners.values.map { ($0, now) }
+    }
+}

@@ -1,0 +1,108 @@
+import Foundation
+import Synchronization
+
+/// One small piece of state that every participant of a session sees the same: e.g. the index of the
+/// photo the group is looking at.
+///
+/// - Conflicts: the write with the latest hybrid-logical-clock timestamp wins everywhere (ties broken by
+///   participant ID). An update that arrives after a newer one is discarded, so crossing writes never
+///   make a participant's value jump back. A participant whose wall clock is wrong neither wins forever
+///   nor is ignored: clocks merge on every received write.
+/// - Late joiners: `join()` returns with the current value in place (retained state per writer, plus a
+///   catch-up from exactly one existing participant), so ``values()`` starts with it.
+/// - Leaving keeps this participant's last value visible to the others; `end()` removes it everywhere.
+public final class SharedState<Value: Codable & Sendable & Equatable>: Sendable {
+    public let key: String
+    public let initialValue: Value
+    /// Minimum time between two publishes of this participant's writes (nil: publish every write).
+    /// Writes in between are applied locally at once and the latest one is published at the end of the
+    /// interval, so the last value written is always the last one delivered.
+    public let minimumInterval: Duration?
+    let core: SessionCore
+    private let throttle = Mutex(Throttle())
+
+    private struct Throttle {
+        var lastPublish: ContinuousClock.Instant?
+        var pending: Wire.StateRecord?
+        var flushScheduled = false
+    }
+
+    /// - Parameter key: an identifier (`A–Z a–z 0–9 . _ - : @ ~`), unique per state in the session.
+    public init<A: GroupActivity>(
+        _ session: GroupSession<A>, key: String, initialValue: Value, minimumInterval: Duration? = nil
+    ) throws(GroupSyncError) {
+        try Identifier.validate(key, kind: "state key")
+        self.core = session.core
+        self.key = key
+        self.initialValue = initialValue
+        self.minimumInterval = minimumInterval
+    }
+
+    /// The current value: the winning write, or `initialValue` when nobody has written.
+    public var value: Value {
+        let record = core.machine.withLock { $0.states[key] }
+        return record.flatMap { Wire.value(Value.self, from: $0.value) } ?? initialValue
+    }
+
+    /// Sets the value: applied locally at once, then published to everyone (retained, QoS 1). Returns
+    /// when the broker acknowledged it (or at once when the write was coalesced into a later publish).
+    public func set(_ newValue: Value) async throws(GroupSyncError) {
+        guard core.isJoined else { throw core.isInvalidated ? .sessionInvalidated : .notJoined }
+        let record = core.write(key: key, value: try Wire.jsonValue(newValue))
+        guard let minimumInterval else {
+            try await core.publish(record)
+            return
+        }
+        let now = ContinuousClock.now
+        let decision = throttle.withLock { throttle -> (publishNow: Bool, scheduleAfter: Duration?) in
+            if let last = throttle.lastPublish, now - last < minimumInterval {
+                throttle.pending = record
+                if throttle.flushScheduled { return (false, nil) }
+                throttle.flushScheduled = true
+                return (false, minimumInterval - (now - last))
+            }
+            throttle.lastPublish = now
+            throttle.pending = nil
+            return (true, nil)
+        }
+        if decision.publishNow {
+            try await core.publish(record)
+        } else if let delay = decision.scheduleAfter {
+            core.coordinator.spawn { [self] in
+                try? await Task.sleep(for: delay)
+                let pending = throttle.withLock { throttle -> Wire.StateRecord? in
+                    throttle.flushScheduled = false
+                    throttle.lastPublish = .now
+                    defer { throttle.pending = nil }
+                    return throttle.pending
+                }
+                if let pending { try? await core.publish(pending) }
+            }
+        }
+    }
+
+    /// The current value first — once the session is joined and caught up — then every change, from
+    /// anyone, in the order applied; equal consecutive values are not repeated. Ends when the session is
+    /// invalidated or the iterating task is cancelled. A slow consumer skips to the latest value.
+    public func values() -> AsyncStream<Value> {
+        let (records, continuation) = AsyncStream.makeStream(of: Wire.StateRecord?.self, bufferingPolicy: .bufferingNewest(1))
+        let (id, effects) = core.machine.withLock { $0.addValueListener(key: key, continuation) }
+        continuation.onTermination = { [core] _ in core.machine.withLock { $0.removeListener(id) } }
+        effects.perform()
+        let initialValue = self.initialValue
+        return AsyncStream(Value.self, bufferingPolicy: .bufferingNewest(1)) { output in
+            let task = Task {
+                var last: Value?
+                for await record in records {
+                    let value = record.flatMap { Wire.value(Value.self, from: $0.value) } ?? initialValue
+                    if value != last {
+                        last = value
+                        output.yield(value)
+                    }
+                }
+                output.finish()
+            }
+            output.onTermination = { _ in task.cancel() }
+        }
+    }
+}

@@ -1,0 +1,124 @@
+import BrokerSupport
+import Foundation
+import Synchronization
+@testable import GroupSync
+@testable import MQTT
+
+struct Gallery: GroupActivity {
+    static let activityIdentifier = "com.example.gallery"
+    var galleryID: String
+    var metadata: GroupActivityMetadata { .init(title: "Gallery \(galleryID)", type: .exploreTogether) }
+}
+
+struct Whiteboard: GroupActivity {
+    static let activityIdentifier = "com.example.whiteboard"
+    var name: String
+}
+
+struct GalleryState: Codable, Sendable, Equatable {
+    var index: Int
+}
+
+struct Chat: Codable, Sendable, Equatable {
+    var text: String
+}
+
+/// Consumes an async sequence in a background task and keeps what arrives, so that tests can await a
+/// condition on it with a deadline.
+final class Collector<Element: Sendable>: Sendable {
+    private let storage = Mutex<[Element]>([])
+    private let finished = Atomic<Bool>(false)
+    private let task = Mutex<Task<Void, Never>?>(nil)
+
+    init<S: AsyncSequence & Sendable>(_ sequence: S) where S.Element == Element {
+        let consumer = Task { [self] in
+            do {
+                for try await element in sequence { self.storage.withLock { $0.append(element) } }
+            } catch {}
+            self.finished.store(true, ordering: .releasing)
+        }
+        task.withLock { $0 = consumer }
+    }
+
+    var elements: [Element] { storage.withLock { $0 } }
+    var count: Int { storage.withLock { $0.count } }
+    var last: Element? { storage.withLock { $0.last } }
+    var isFinished: Bool { finished.load(ordering: .acquiring) }
+    func cancel() { task.withLock { $0?.cancel() } }
+
+    func waitForCount(_ n: Int, timeout: Duration = .seconds(5)) async throws {
+        try await waitUntil(timeout: timeout, "\(n) elements (have \(count))") { self.count >= n }
+    }
+}
+
+/// A group of coordinators on one broker, closed at the end.
+final class Group: Sendable {
+    let broker: MosquittoBroker
+    let name: String
+    private let coordinators = Mutex<[GroupCoordinator]>([])
+
+    init(_ broker: MosquittoBroker, name: String = "g\(UInt32.random(in: 0...UInt32.max))") {
+        self.broker = broker
+        self.name = name
+    }
+
+    func join(
+        _ participant: String, clock: any WallClock = SystemWallClock(),
+        _ adjust: (inout GroupCoordinator.Configuration) -> Void = { _ in }
+    ) async throws -> GroupCoordinator {
+        var configuration = try GroupCoordinator.Configuration(
+            broker: broker.url, group: name, participant: participant, clock: clock, catchUpTimeout: .seconds(2))
+        configuration.mqtt.reconnect = Backoff(initial: .milliseconds(20), maximum: .milliseconds(300))
+        adjust(&configuration)
+        let coordinator = try await GroupCoordinator.connect(configuration)
+        coordinators.withLock { $0.append(coordinator) }
+        return coordinator
+    }
+
+    func closeAll() async {
+        for coordinator in coordinators.withLock({ $0 }) { await coordinator.close() }
+    }
+}
+
+extension GroupCoordinator {
+    /// The first session of `A` this coordinator receives.
+    func firstSession<A: GroupActivity>(of type: A.Type, timeout: Duration = .seconds(5)) async throws -> GroupSession<A> {
+        let sessions = Collector(self.sessions(of: A.self))
+        defer { sessions.cancel() }
+        try await sessions.waitForCount(1, timeout: timeout)
+        return sessions.elements[0]
+    }
+
+    /// Activates `activity` and returns the joined session as received through `sessions()`.
+    func startJoined<A: GroupActivity>(_ activity: A) async throws -> GroupSession<A> {
+        let sessions = Collector(self.sessions(of: A.self))
+        defer { sessions.cancel() }
+        let id = try await activate(activity)
+        try await waitUntil("own session arrives") { sessions.elements.contains { $0.id == id } }
+        let session = sessions.elements.first { $0.id == id }!
+        try await session.join()
+        return session
+    }
+
+    /// Joins the session with `id` once it arrives.
+    func joinSession<A: GroupActivity>(_ id: String, of type: A.Type) async throws -> GroupSession<A> {
+        let sessions = Collector(self.sessions(of: A.self))
+        defer { sessions.cancel() }
+        try await waitUntil("session \(id) arrives") { sessions.elements.contains { $0.id == id } }
+        let session = sessions.elements.first { $0.id == id }!
+        try await session.join()
+        return session
+    }
+
+    func dropConnection() { client.simulateConnectionDrop() }
+}
+
+func ids(_ participants: Set<Participant>) -> Set<String> { Set(participants.map(\.id)) }
+
+/// A raw MQTT client (not GroupSync) subscribed to `filter`.
+func rawSubscriber(_ broker: MosquittoBroker, _ filter: String) async throws -> (MQTTClient, Collector<MQTTMessage>) {
+    let client = try MQTTClient(configuration: .init(url: broker.url))
+    try await client.connect()
+    let messages = Collector(try await client.subscribe(to: [TopicSubscription(filter)]))
+    return (client, messages)
+}
