@@ -91,8 +91,7 @@ public final class GroupCoordinator: Sendable {
             topic: topics.presence(configuration.participant), payload: Array(try Wire.encode(lost)), qos: .atLeastOnce, retain: true)
         let client: MQTTClient
         do {
-            client = try MQTTClient(configuration: mqtt)
-            try await client.connect()
+            client = try await connectClient(mqtt)
         } catch {
             throw .connection(error)
         }
@@ -104,6 +103,22 @@ public final class GroupCoordinator: Sendable {
             throw error
         }
         return coordinator
+    }
+
+    /// Connects; a broker with `retain_available false` refuses a retained will (reason 154), so then
+    /// the will is sent without retain.
+    private static func connectClient(_ configuration: MQTTClient.Configuration) async throws(MQTTError) -> MQTTClient {
+        let client = try MQTTClient(configuration: configuration)
+        do {
+            try await client.connect()
+            return client
+        } catch .connectionRefused(reasonCode: 154, _) where configuration.will?.retain == true {
+            var withoutRetain = configuration
+            withoutRetain.will?.retain = false
+            let retry = try MQTTClient(configuration: withoutRetain)
+            try await retry.connect()
+            return retry
+        }
     }
 
     private func start() async throws(GroupSyncError) {

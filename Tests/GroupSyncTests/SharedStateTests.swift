@@ -1,0 +1,208 @@
+import BrokerSupport
+import Foundation
+import Synchronization
+import Testing
+@testable import GroupSync
+@testable import MQTT
+
+/// Shared state convergence, late joiners and clean-up on a real mosquitto.
+@Suite(.timeLimit(.minutes(2))) struct SharedStateTests {
+    @Test func crossingUpdatesConvergeWithoutJumpingBack() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let bob = try await group.join("bob")
+            let a = try await alice.startJoined(Gallery(galleryID: "x"))
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let sa = try SharedState(a, key: "index", initialValue: 0)
+            let sb = try SharedState(b, key: "index", initialValue: 0)
+            let seenA = Collector(sa.values())
+            let seenB = Collector(sb.values())
+            try await seenA.waitForCount(1)
+            try await seenB.waitForCount(1)
+            for burst in 1...100 {
+                // Both write at once: alice an odd value, bob an even one.
+                async let x: Void = sa.set(burst * 2 + 1)
+                async let y: Void = sb.set(burst * 2)
+                _ = try await (x, y)
+                try await waitUntil("burst \(burst) converges") { sa.value == sb.value && [burst * 2, burst * 2 + 1].contains(sa.value) }
+            }
+            try await waitUntil("streams caught up") { seenA.last == sa.value && seenB.last == sb.value }
+            // Nobody ever returns to a value they already left.
+            for seen in [seenA.elements, seenB.elements] {
+                var left = Set<Int>()
+                for (previous, next) in zip(seen, seen.dropFirst()) {
+                    #expect(!left.contains(next), "returned to \(next)")
+                    left.insert(previous)
+                }
+                // At most two distinct values per burst: its own write, then possibly the winner.
+                #expect(seen.count <= 1 + 2 * 100)
+            }
+            await group.closeAll()
+        }
+    }
+
+    @Test(arguments: [Duration.seconds(600), .seconds(-600)])
+    func aSkewedClockNeitherWinsForeverNorIsIgnored(skew: Duration) async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let skewed = try await group.join("skewed", clock: SystemWallClock(offset: skew))
+            let normal = try await group.join("normal")
+            let s = try await skewed.startJoined(Gallery(galleryID: "clock"))
+            let n = try await normal.joinSession(s.id, of: Gallery.self)
+            let ss = try SharedState(s, key: "index", initialValue: 0)
+            let ns = try SharedState(n, key: "index", initialValue: 0)
+            try await ss.set(1)
+            try await waitUntil("normal sees the skewed write") { ns.value == 1 }
+            try await ns.set(2)
+            try await waitUntil("the skewed participant is overwritten") { ss.value == 2 && ns.value == 2 }
+            try await ss.set(3)
+            try await waitUntil("and can write again") { ss.value == 3 && ns.value == 3 }
+            await group.closeAll()
+        }
+    }
+
+    @Test(arguments: [true, false])
+    func aLateJoinerStartsWithTheCurrentValue(retainAvailable: Bool) async throws {
+        var config = MosquittoBroker.Configuration()
+        config.retainAvailable = retainAvailable
+        try await MosquittoBroker.withBroker(config) { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let bob = try await group.join("bob")
+            let a = try await alice.startJoined(Gallery(galleryID: "late"))
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            try await SharedState(a, key: "index", initialValue: 0).set(5)
+            try await SharedState(b, key: "index", initialValue: 0).set(9)
+            try await waitUntil("converged") { try SharedState(a, key: "index", initialValue: 0).value == 9 }
+            let late = try await group.join("late")
+            let id = a.id
+            let l: GroupSession<Gallery>
+            if retainAvailable {
+                l = try await late.joinSession(id, of: Gallery.self)
+            } else {
+                // Without retained messages a late listener does not learn of old announcements: the
+                // session object comes from a fresh announcement (here: an activity change).
+                let sessions = Collector(late.sessions(of: Gallery.self))
+                a.activity = Gallery(galleryID: "late2")
+                try await sessions.waitForCount(1)
+                l = sessions.elements[0]
+                try await l.join()
+            }
+            let state = try SharedState(l, key: "index", initialValue: 0)
+            let first = Collector(state.values())
+            try await first.waitForCount(1)
+            #expect(first.elements[0] == 9, "the first element is the current value")
+            #expect(ids(l.activeParticipants) == ["alice", "bob", "late"])
+            await group.closeAll()
+        }
+    }
+
+    @Test func catchUpCostsOneMessageNotOnePerParticipant() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let count = 20
+            var coordinators: [GroupCoordinator] = []
+            for i in 0..<count { coordinators.append(try await group.join("p\(i)")) }
+            let first = try await coordinators[0].startJoined(Gallery(galleryID: "many"))
+            var joined = [first]
+            for coordinator in coordinators.dropFirst() { joined.append(try await coordinator.joinSession(first.id, of: Gallery.self)) }
+            let sessions = joined
+            try await SharedState(first, key: "index", initialValue: 0).set(42)
+            try await waitUntil("everyone has it") { try sessions.allSatisfy { try SharedState($0, key: "index", initialValue: 0).value == 42 } }
+            let (raw, wire) = try await rawSubscriber(broker, "groupsync/v1/\(group.name)/s/\(first.id)/msg/#")
+            let newcomer = try await group.join("newcomer")
+            let n = try await newcomer.joinSession(first.id, of: Gallery.self)
+            #expect(try SharedState(n, key: "index", initialValue: 0).value == 42)
+            // Give every participant time to see the join and (wrongly) answer, then count answers.
+            try await waitUntil("everyone saw the newcomer") { sessions.allSatisfy { ids($0.activeParticipants).contains("newcomer") } }
+            _ = try await raw.publish(to: "groupsync/v1/\(group.name)/s/\(first.id)/msg/all/marker", string: "{}")
+            try await waitUntil("marker seen") { wire.elements.contains { $0.topic.hasSuffix("/marker") } }
+            let catchUps = wire.elements.filter { $0.topic.contains("/msg/to/newcomer/") }
+            #expect(catchUps.count == 1, "exactly one participant answers the newcomer")
+            await raw.disconnect()
+            await group.closeAll()
+        }
+    }
+
+    @Test func catchUpGoesOnlyToTheNewcomer() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let bob = try await group.join("bob")
+            let a = try await alice.startJoined(Gallery(galleryID: "x"))
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let sa = try SharedState(a, key: "index", initialValue: 0)
+            try await sa.set(1)
+            let sb = try SharedState(b, key: "index", initialValue: 0)
+            try await waitUntil("bob has 1") { sb.value == 1 }
+            let seenB = Collector(sb.values())
+            try await waitUntil("bob at 1") { seenB.last == 1 }
+            try await sa.set(2)
+            try await waitUntil("bob at 2") { seenB.last == 2 }
+            _ = try await group.join("carol").joinSession(a.id, of: Gallery.self)
+            try await sa.set(3)
+            try await waitUntil("bob at 3") { seenB.last == 3 }
+            #expect(seenB.elements == [1, 2, 3], "an existing participant never jumps back when someone joins")
+            await group.closeAll()
+        }
+    }
+
+    @Test func leavingKeepsTheLastValueVisible() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let bob = try await group.join("bob")
+            let a = try await alice.startJoined(Gallery(galleryID: "x"))
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            try await SharedState(b, key: "index", initialValue: 0).set(8)
+            await b.leave()
+            let carol = try await group.join("carol")
+            let c = try await carol.joinSession(a.id, of: Gallery.self)
+            #expect(try SharedState(c, key: "index", initialValue: 0).value == 8)
+            await group.closeAll()
+        }
+    }
+
+    @Test func coalescedWritesDeliverTheLatestValueLast() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let bob = try await group.join("bob")
+            let a = try await alice.startJoined(Gallery(galleryID: "drag"))
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let (raw, wire) = try await rawSubscriber(broker, "groupsync/v1/\(group.name)/s/\(a.id)/state/#")
+            let dragging = try SharedState(a, key: "x", initialValue: 0, minimumInterval: .milliseconds(50))
+            for x in 1...200 { try await dragging.set(x) }
+            #expect(dragging.value == 200, "local writes apply at once")
+            let seen = try SharedState(b, key: "x", initialValue: 0)
+            try await waitUntil("the last value arrives") { seen.value == 200 }
+            #expect(wire.count < 50, "200 writes were coalesced into \(wire.count) publishes")
+            await raw.disconnect()
+            await group.closeAll()
+        }
+    }
+
+    @Test func sharingGateDefersWorkUntilNoSessionIsJoined() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let updates = Collector(alice.sharingUpdates())
+            try await updates.waitForCount(1)
+            #expect(updates.elements == [false])
+            let ran = Mutex<[String]>([])
+            alice.deferWhileSharing { ran.withLock { $0.append("before") } }
+            try await waitUntil("runs at once when nothing is shared") { ran.withLock { $0 } == ["before"] }
+            let a = try await alice.startJoined(Gallery(galleryID: "ads"))
+            #expect(alice.isSharing)
+            alice.deferWhileSharing { ran.withLock { $0.append("ad 1") } }
+            alice.deferWhileSharing { ran.withLock { $0.append("ad 2") } }
+            try await waitUntil("sharing reported") { updates.elements == [false, true] }
+            #expect(ran.withLock { $0 } == ["before"], "held back while a session is joined")
+            await a.leave()
+            try await waitUntil("deferred work runs in order after the session") { ran.withLock { $0 } == ["before", "ad 1", "ad 2"] }
+            #expect(updates.elements == [false, true, false])
+            await group.closeAll()
+        }
+    }
+}
