@@ -53,9 +53,12 @@ extension MosquittoBroker {
         public var acl: String?
         /// When set, the main listener speaks TLS (and ``MosquittoBroker/url`` is `mqtts://`).
         public var tls: TLSListener?
-        /// `false` writes `retain_available false`: the broker then refuses
-        /// retained publishes (MQTT 5 clients get a reason code, MQTT 3.1.1
-        /// clients are disconnected).
+        /// `false` writes `retain_available false`. Mosquitto 2.0.11 then
+        /// announces "retain not available" in its MQTT 5 CONNACK (libmosquitto
+        /// v5 clients then clear the retain flag themselves and the publish is
+        /// delivered as a normal one) and drops MQTT 3.1.1 connections that
+        /// publish with the retain flag (logged as "Bad socket read/write on
+        /// client …"). Nothing is ever retained.
         public var retainAvailable: Bool
         /// `true` writes `persistence true` with `persistence_location` in the
         /// broker's directory. Mosquitto saves its database on a graceful stop

@@ -334,7 +334,7 @@ public final class MosquittoBroker: Sendable {
     /// Launches mosquitto with the current config file and polls until it is
     /// ready or has exited. Throws when `deadline` passes first (after killing it).
     private func launchAndWait(until deadline: Deadline) async throws -> LaunchOutcome {
-        let logOffset = (try? FileManager.default.attributesOfItem(atPath: logFile)[.size] as? Int) ?? 0
+        let logOffset = logSize()
         let (pid, port) = try state.withLock { state in
             try launch(&state)
             return (state.child!.pid, state.port)
@@ -348,9 +348,7 @@ public final class MosquittoBroker: Sendable {
             // are open. Waiting for it first keeps us from taking another process
             // listening on the port for our broker. Brokers that do not log it are
             // accepted on the TCP probe alone after a second.
-            if logText.utf8.count > logOffset,
-               String(logText.dropFirst(logOffset)).contains(" running")
-                || launched.duration(to: .now) > .seconds(1),
+            if log(since: logOffset).contains(" running") || launched.duration(to: .now) > .seconds(1),
                FreePort.acceptsConnections(on: port),
                configuration.websocketsPort.map(FreePort.acceptsConnections(on:)) ?? true,
                !state.withLock({ Self.reap(&$0, pid: pid, blocking: false) })
@@ -369,6 +367,20 @@ public final class MosquittoBroker: Sendable {
                 throw error
             }
         }
+    }
+
+    private func logSize() -> UInt64 {
+        guard let handle = FileHandle(forReadingAtPath: logFile) else { return 0 }
+        defer { try? handle.close() }
+        return (try? handle.seekToEnd()) ?? 0
+    }
+
+    /// The log written after byte `offset`.
+    private func log(since offset: UInt64) -> String {
+        guard let handle = FileHandle(forReadingAtPath: logFile) else { return "" }
+        defer { try? handle.close() }
+        guard (try? handle.seek(toOffset: offset)) != nil, let data = try? handle.readToEnd() else { return "" }
+        return String(decoding: data, as: UTF8.self)
     }
 
     /// Spawns mosquitto and its watchdog; called with the lock held.

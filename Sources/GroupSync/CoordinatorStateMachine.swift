@@ -5,6 +5,8 @@ import Foundation
 /// participant owns. Pure: inputs return effects; ``GroupCoordinator`` performs them outside its lock.
 struct CoordinatorStateMachine {
     typealias SessionContinuation = AsyncStream<SessionCore>.Continuation
+    /// The listener type that matches every activity.
+    static let anyActivity = "*"
 
     let me: String
     let myEpoch: Int64
@@ -113,7 +115,7 @@ struct CoordinatorStateMachine {
         }
         let core = makeCore(announcement)
         cores[sessionID] = core
-        for (id, listener) in listeners where listener.type == announcement.activity.type {
+        for (id, listener) in listeners where listener.type == announcement.activity.type || listener.type == CoordinatorStateMachine.anyActivity {
             listeners[id]?.delivered.insert(sessionID)
             effects.deliver.append((listener.continuation, core))
         }
@@ -134,7 +136,7 @@ struct CoordinatorStateMachine {
             return (id, effects)
         }
         var delivered = Set<String>()
-        for (sessionID, core) in cores.sorted(by: { $0.key < $1.key }) where core.activityType == type && !core.isInvalidated {
+        for (sessionID, core) in cores.sorted(by: { $0.key < $1.key }) where (core.activityType == type || type == CoordinatorStateMachine.anyActivity) && !core.isInvalidated {
             delivered.insert(sessionID)
             effects.deliver.append((continuation, core))
         }

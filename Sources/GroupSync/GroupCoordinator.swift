@@ -63,6 +63,8 @@ public final class GroupCoordinator: Sendable {
     let sharing = Mutex(SharingGate())
     private let tasks = Mutex<[Task<Void, Never>]>([])
     private let groupSubscription = Mutex<MQTTSubscription?>(nil)
+    /// Set while `connect()` waits for its own presence to come back.
+    private let presenceEcho = Mutex<AsyncStream<Void>.Continuation?>(nil)
 
     private init(configuration: Configuration, client: MQTTClient, epoch: Int64) {
         self.configuration = configuration
@@ -142,7 +144,15 @@ public final class GroupCoordinator: Sendable {
             }
         }
         tasks.withLock { $0 += [follow, reconnects] }
+        let (echo, continuation) = AsyncStream.makeStream(of: Void.self)
+        presenceEcho.withLock { $0 = continuation }
         try await publishPresence()
+        // Our presence coming back means every retained presence and announcement delivered on
+        // subscribe is in: after connect() returns, the coordinator knows the group as the broker does.
+        await GroupCoordinator.withTimeout(.seconds(5)) {
+            for await _ in echo { return }
+        }
+        presenceEcho.withLock { $0 = nil }
     }
 
     /// Leaves every joined session, removes this participant's presence (a clean exit, not a crash), ends
@@ -180,6 +190,35 @@ public final class GroupCoordinator: Sendable {
         return GroupSessions(cores: stream)
     }
 
+    /// Every session of the activity `activityIdentifier` (nil: of every activity), with the activity
+    /// as JSON. Same delivery rules as ``sessions(of:)``.
+    public func sessions(activityIdentifier: String?) -> GroupSessions<AnyGroupActivity> {
+        let (stream, continuation) = AsyncStream.makeStream(of: SessionCore.self)
+        let (id, effects) = state.withLock { $0.addListener(type: activityIdentifier ?? CoordinatorStateMachine.anyActivity, continuation) }
+        continuation.onTermination = { [weak self] _ in self?.state.withLock { $0.removeListener(id) } }
+        effects.perform()
+        return GroupSessions(cores: stream)
+    }
+
+    /// Announces a session of an activity known only at run time. Returns the session ID.
+    @discardableResult
+    public func activate(
+        activityIdentifier: String, value: JSONValue, metadata: GroupActivityMetadata? = nil
+    ) async throws(GroupSyncError) -> String {
+        try Identifier.validate(activityIdentifier, kind: "activity identifier")
+        return try await announce(.init(
+            type: activityIdentifier, metadata: metadata ?? GroupActivityMetadata(title: activityIdentifier), data: value))
+    }
+
+    /// The live sessions known now, of one activity (nil: of all). Right after ``connect(_:)`` this is
+    /// every session the broker had announced.
+    public func currentSessions(activityIdentifier: String?) -> [GroupSession<AnyGroupActivity>] {
+        state.withLock { Array($0.cores.values) }
+            .filter { !$0.isInvalidated && (activityIdentifier == nil || $0.activityType == activityIdentifier) }
+            .sorted { $0.announcement.createdAt < $1.announcement.createdAt }
+            .map { GroupSession(core: $0) }
+    }
+
     /// Whether activating makes sense now: a live broker connection.
     public func prepareForActivation<A: GroupActivity>(_ activity: A) async -> GroupActivityActivationResult {
         if Task.isCancelled { return .cancelled }
@@ -192,14 +231,23 @@ public final class GroupCoordinator: Sendable {
     @discardableResult
     public func activate<A: GroupActivity>(_ activity: A) async throws(GroupSyncError) -> String {
         try Identifier.validate(A.activityIdentifier, kind: "activity identifier")
+        return try await announce(.init(type: A.activityIdentifier, metadata: activity.metadata, data: try Wire.jsonValue(activity)))
+    }
+
+    private func announce(_ activity: Wire.Announcement.Activity) async throws(GroupSyncError) -> String {
         let sessionID = GroupCoordinator.makeSessionID()
         let now = configuration.clock.milliseconds()
         let announcement = Wire.Announcement(
-            session: sessionID,
-            activity: .init(type: A.activityIdentifier, metadata: activity.metadata, data: try Wire.jsonValue(activity)),
-            createdBy: localParticipant.id, createdAt: now, revision: hlc.withLock { $0.tick(now: now) })
+            session: sessionID, activity: activity, createdBy: localParticipant.id, createdAt: now,
+            revision: hlc.withLock { $0.tick(now: now) })
         try await publishRetained(topics.announcement(sessionID), try Wire.encode(announcement))
         return sessionID
+    }
+
+    /// Dies as a crashed process would: no leave, no clean disconnect; the broker publishes the will.
+    package func simulateCrash() async {
+        await client.abort()
+        for task in tasks.withLock({ $0 }) { task.cancel() }
     }
 
     static func makeSessionID() -> String {
@@ -219,6 +267,9 @@ public final class GroupCoordinator: Sendable {
         case let .presence(participant):
             let presence = message.payload.isEmpty ? nil : decoded(Wire.Presence.self, message.payload)
             if !message.payload.isEmpty && presence == nil { return }
+            if participant == localParticipant.id, presence?.epoch == epoch, presence?.status == .online {
+                presenceEcho.withLock { $0 }?.yield()
+            }
             let effects = state.withLock { $0.onPresence(participant, presence) }
             effects.perform()
             let cores = state.withLock { Array($0.cores.values) }

@@ -26,9 +26,17 @@ public final class GroupSession<Activity: GroupActivity>: Sendable, Identifiable
         }
         set {
             guard let data = try? Wire.jsonValue(newValue) else { return }
-            core.updateActivity(.init(type: Activity.activityIdentifier, metadata: newValue.metadata, data: data))
+            // A run-time activity keeps the session's identifier and metadata.
+            let metadata = newValue is AnyGroupActivity ? core.announcement.activity.metadata : newValue.metadata
+            core.updateActivity(.init(type: core.activityType, metadata: metadata, data: data))
         }
     }
+
+    /// The activity's identifier (its type's `activityIdentifier`).
+    public var activityIdentifier: String { core.activityType }
+
+    /// The activity's title, subtitle and type, as announced.
+    public var metadata: GroupActivityMetadata { core.announcement.activity.metadata }
 
     /// Who started the session.
     public var initiator: Participant { Participant(id: core.announcement.createdBy) }

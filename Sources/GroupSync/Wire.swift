@@ -94,7 +94,7 @@ public enum Wire {
         return encoder
     }()
 
-    static func encode(_ value: some Encodable) throws(GroupSyncError) -> Data {
+    public static func encode(_ value: some Encodable) throws(GroupSyncError) -> Data {
         do {
             return try encoder.encode(value)
         } catch {
@@ -107,27 +107,27 @@ public enum Wire {
 
     /// Decodes a payload of this protocol version; nil for anything else (too large, not JSON, wrong
     /// shape, other version).
-    static func decodeVersioned<T: Decodable & Versioned>(_ type: T.Type, from data: Data) -> T? {
+    public static func decodeVersioned<T: Decodable & Versioned>(_ type: T.Type, from data: Data) -> T? {
         guard data.count <= maximumPayload, let value = decode(type, from: data), value.v == version else { return nil }
         return value
     }
 
     /// Larger payloads are rejected before parsing (10 MiB).
-    static let maximumPayload = 10 << 20
+    public static let maximumPayload = 10 << 20
 
-    static func decode<T: Decodable>(_ type: T.Type, from data: Data) -> T? {
+    public static func decode<T: Decodable>(_ type: T.Type, from data: Data) -> T? {
         try? JSONDecoder().decode(type, from: data)
     }
 
     /// Encodes any Codable app value as a ``JSONValue``.
-    static func jsonValue(_ value: some Encodable) throws(GroupSyncError) -> JSONValue {
+    public static func jsonValue(_ value: some Encodable) throws(GroupSyncError) -> JSONValue {
         let data = try encode(value)
         guard let json = decode(JSONValue.self, from: data) else { throw .encodingFailed("not JSON") }
         return json
     }
 
     /// Decodes an app value from a ``JSONValue``.
-    static func value<T: Decodable>(_ type: T.Type, from json: JSONValue) -> T? {
+    public static func value<T: Decodable>(_ type: T.Type, from json: JSONValue) -> T? {
         guard let data = try? encoder.encode(json) else { return nil }
         return decode(type, from: data)
     }

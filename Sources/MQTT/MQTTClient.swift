@@ -215,8 +215,19 @@ public final class MQTTClient: Sendable {
         effects.resumeAll()
     }
 
-    /// Test hook: closes the socket without DISCONNECT, as a crash or a network cut would.
-    func simulateConnectionDrop() {
+    /// Test hook: closes the socket without DISCONNECT, as a network cut would; the client reconnects.
+    package func simulateConnectionDrop() {
         connection.closeSocketAbruptly()
+    }
+
+    /// Test and demo hook: dies as a crashed process would — the socket closes without DISCONNECT (so
+    /// the broker publishes the will) and the client never reconnects.
+    package func abort() async {
+        let connection = self.connection
+        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+            let (effects, running) = connection.state.withLock { $0.onDisconnectRequested(waiter) }
+            if running { connection.abort() }
+            effects.resumeAll()
+        }
     }
 }

@@ -409,6 +409,12 @@ final class Mosquitto: @unchecked Sendable {
         wakeup.signal()
     }
 
+    /// Stops the network thread without DISCONNECT: the broker sees the connection die.
+    func abort() {
+        closeSocketAbruptly()
+        wakeup.signal()
+    }
+
     /// Test hook: closes the socket under the client as a crash would (no DISCONNECT is sent).
     func closeSocketAbruptly() {
         let socket = mosquitto_socket(handle)

@@ -1,0 +1,67 @@
+import Foundation
+import GroupSync
+import MQTT
+
+/// `--broker`, `--group` and `--as`, shared by every command that talks to a broker.
+struct CommonOptions {
+    static let names: Set<String> = ["broker", "group", "as", "keepalive"]
+    static let help = """
+          --broker URL      mqtt://[user[:password]@]host[:port] (default: $GROUPSYNC_BROKER or mqtt://127.0.0.1:1883)
+          --group NAME      the group, like a call everyone is in (default: default)
+          --as ID           this participant's ID (default: a random one)
+          --keepalive SEC   seconds; a frozen participant vanishes after 1.5 × this (default 5)
+        """
+
+    var broker: String
+    var group: String
+    var participant: String
+    var keepAlive: Int
+
+    init(_ arguments: Arguments, defaultParticipant: String = "cli-\(String(UInt32.random(in: 0...UInt32.max), radix: 36))") throws(UsageError) {
+        broker = arguments.value("broker") ?? ProcessInfo.processInfo.environment["GROUPSYNC_BROKER"] ?? "mqtt://127.0.0.1:1883"
+        group = arguments.value("group") ?? "default"
+        participant = arguments.value("as") ?? defaultParticipant
+        keepAlive = try arguments.integer("keepalive", default: 5, range: 5...65_535)
+        for (kind, value) in [("group", group), ("participant", participant)] where !Identifier.isValid(value) {
+            throw UsageError("invalid \(kind) '\(value)': use 1–128 characters from A–Z a–z 0–9 . _ - : @ ~")
+        }
+    }
+
+    /// Connects a coordinator, turning connection errors into one readable line (exit code 3).
+    func connect() async throws(CommandFailure) -> GroupCoordinator {
+        do {
+            let configuration = try GroupCoordinator.Configuration(
+                broker: broker, group: group, participant: participant, keepAlive: keepAlive)
+            return try await GroupCoordinator.connect(configuration)
+        } catch {
+            throw CommonOptions.failure(error, broker: broker)
+        }
+    }
+
+    /// Connects a plain MQTT client (for observers that must not appear as participants).
+    func connectObserver() async throws(CommandFailure) -> MQTTClient {
+        do {
+            var configuration = try MQTTClient.Configuration(url: broker)
+            configuration.keepAlive = keepAlive
+            let client = try MQTTClient(configuration: configuration)
+            try await client.connect()
+            return client
+        } catch {
+            throw CommonOptions.failure(.connection(error), broker: broker)
+        }
+    }
+
+    static func failure(_ error: GroupSyncError, broker: String) -> CommandFailure {
+        if case let .connection(mqtt) = error {
+            switch mqtt {
+            case .unreachable:
+                return CommandFailure(
+                    "cannot reach the MQTT broker at \(broker); start one with `groupsync broker` or `docker compose up`",
+                    exitCode: 3)
+            default:
+                return CommandFailure("broker \(broker): \(mqtt)", exitCode: 3)
+            }
+        }
+        return CommandFailure(error.description, exitCode: 1)
+    }
+}

@@ -1,0 +1,62 @@
+import Foundation
+
+/// A subcommand of `groupsync`.
+protocol Command: Sendable {
+    static var name: String { get }
+    static var summary: String { get }
+    /// Full help: usage line, options, exit codes.
+    static var help: String { get }
+    /// Runs with the arguments after the subcommand name; returns the exit code.
+    static func run(_ arguments: [String]) async throws -> Int32
+}
+
+@main
+enum GroupSyncCommand {
+    static let commands: [any Command.Type] = [
+        DemoCommand.self, BrokerCommand.self, SessionsCommand.self, JoinCommand.self, WatchCommand.self,
+        BridgeCommand.self, DashboardCommand.self,
+    ]
+
+    static var usage: String {
+        let list = commands.map { "  \($0.name.padding(toLength: 10, withPad: " ", startingAt: 0)) \($0.summary)" }.joined(separator: "\n")
+        return """
+            groupsync — SharePlay-style group sessions over MQTT
+
+            Usage: groupsync <command> [options]   (groupsync <command> --help for details)
+
+            Commands:
+            \(list)
+
+            Exit codes: 0 success, 1 failure, 2 usage error, 3 broker unreachable or refused, 4 mosquitto not installed.
+            """
+    }
+
+    static func main() async {
+        var arguments = Array(CommandLine.arguments.dropFirst())
+        guard let name = arguments.first, !["-h", "--help", "help"].contains(name) else {
+            Output.line(usage)
+            exit(arguments.isEmpty ? 2 : 0)
+        }
+        arguments.removeFirst()
+        guard let command = commands.first(where: { $0.name == name }) else {
+            Output.error("groupsync: unknown command '\(name)'\n\n\(usage)")
+            exit(2)
+        }
+        if arguments.contains("--help") || arguments.contains("-h") {
+            Output.line(command.help)
+            exit(0)
+        }
+        do {
+            exit(try await command.run(arguments))
+        } catch let error as UsageError {
+            Output.error("groupsync \(name): \(error)\n\n\(command.help)")
+            exit(2)
+        } catch let failure as CommandFailure {
+            Output.error("groupsync \(name): \(failure)")
+            exit(failure.exitCode)
+        } catch {
+            Output.error("groupsync \(name): \(error)")
+            exit(1)
+        }
+    }
+}

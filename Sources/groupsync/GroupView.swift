@@ -1,0 +1,126 @@
+import Foundation
+import GroupSync
+import MQTT
+
+/// What an observer (not a participant) knows of a group from its traffic: sessions, who is online,
+/// who joined what, the current state values. Fed with raw MQTT messages; used by `sessions`, `watch`
+/// and `dashboard`.
+struct GroupView {
+    struct Session {
+        var announcement: Wire.Announcement
+        var members: [String: Int64] = [:]
+        var states: [String: Wire.StateRecord] = [:]
+    }
+
+    /// One decoded message, ready to print.
+    struct Event {
+        var kind: String
+        var session: String?
+        var participant: String?
+        var text: String
+        var fields: [String: Any]
+    }
+
+    let topics: GroupTopics
+    private(set) var online: [String: Int64] = [:]
+    private(set) var sessions: [String: Session] = [:]
+
+    init(group: String) {
+        topics = GroupTopics(group: group)
+    }
+
+    /// Participants of `session` that joined and whose connection is alive.
+    func active(_ session: Session) -> [String] {
+        session.members.filter { online[$0.key] == $0.value }.map(\.key).sorted()
+    }
+
+    /// Applies a message; returns what it was, or nil for anything that is not GroupSync traffic.
+    mutating func apply(_ message: MQTTMessage) -> Event? {
+        guard let kind = topics.parse(message.topic) else { return nil }
+        let payload = message.payload
+        switch kind {
+        case let .presence(participant):
+            if payload.isEmpty {
+                online[participant] = nil
+                return Event(kind: "offline", participant: participant, text: "\(participant) went offline", fields: [:])
+            }
+            guard let presence = Wire.decodeVersioned(Wire.Presence.self, from: payload) else { return invalid(message) }
+            if presence.status == .online {
+                online[participant] = presence.epoch
+                return Event(kind: "online", participant: participant, text: "\(participant) online (epoch \(presence.epoch))", fields: ["epoch": presence.epoch])
+            }
+            if online[participant] == presence.epoch { online[participant] = nil }
+            return Event(kind: "lost", participant: participant, text: "\(participant) LOST — connection died without leaving (epoch \(presence.epoch))", fields: ["epoch": presence.epoch])
+        case let .announcement(id):
+            if payload.isEmpty {
+                sessions[id] = nil
+                return Event(kind: "ended", session: id, text: "session \(id) ended (announcement cleared)", fields: [:])
+            }
+            guard let announcement = Wire.decodeVersioned(Wire.Announcement.self, from: payload) else { return invalid(message) }
+            let changed = sessions[id] != nil
+            sessions[id, default: Session(announcement: announcement)].announcement = announcement
+            let title = announcement.activity.metadata.title
+            return Event(
+                kind: changed ? "activity" : "announce", session: id, participant: announcement.createdBy,
+                text: changed ? "session \(id) activity changed: \(json(announcement.activity.data))"
+                    : "session \(id) announced by \(announcement.createdBy): \(announcement.activity.type) \"\(title)\"",
+                fields: ["activity": announcement.activity.type, "title": title, "revision": announcement.revision.description])
+        case let .member(id, participant):
+            if payload.isEmpty {
+                sessions[id]?.members[participant] = nil
+                return Event(kind: "leave", session: id, participant: participant, text: "\(participant) left \(id)", fields: [:])
+            }
+            guard let member = Wire.decodeVersioned(Wire.Member.self, from: payload) else { return invalid(message) }
+            sessions[id]?.members[participant] = member.epoch
+            return Event(kind: "join", session: id, participant: participant, text: "\(participant) joined \(id)", fields: ["epoch": member.epoch])
+        case let .state(id, key, writer):
+            if payload.isEmpty {
+                return Event(kind: "state-cleared", session: id, participant: writer, text: "\(writer)'s \(key) in \(id) cleared", fields: ["key": key])
+            }
+            guard let record = Wire.decodeVersioned(Wire.StateRecord.self, from: payload) else { return invalid(message) }
+            if let current = sessions[id]?.states[key], current.clock >= record.clock {
+                // Older than what we hold: a reader keeps the newer one.
+            } else {
+                sessions[id]?.states[key] = record
+            }
+            return Event(
+                kind: "state", session: id, participant: writer,
+                text: "\(writer) set \(key) = \(json(record.value)) in \(id) (clock \(record.clock))",
+                fields: ["key": key, "value": jsonObject(record.value), "clock": record.clock.description])
+        case let .broadcast(id, sender):
+            return messageEvent(message, session: id, sender: sender, recipient: nil)
+        case let .direct(id, recipient, sender):
+            return messageEvent(message, session: id, sender: sender, recipient: recipient)
+        }
+    }
+
+    private func messageEvent(_ message: MQTTMessage, session: String, sender: String, recipient: String?) -> Event? {
+        guard let header = Wire.decodeVersioned(Wire.EnvelopeHeader.self, from: message.payload) else { return invalid(message) }
+        let to = recipient ?? "all"
+        let fields: [String: Any] = ["to": to, "type": header.type, "size": message.payload.count, "seq": header.seq, "reliable": header.reliable]
+        switch header.type {
+        case "$catchup":
+            return Event(kind: "catch-up", session: session, participant: sender, text: "\(sender) → \(to): catch-up for the newcomer (\(message.payload.count) bytes)", fields: fields)
+        case "$end":
+            return Event(kind: "end", session: session, participant: sender, text: "\(sender) ends session \(session)", fields: fields)
+        default:
+            return Event(
+                kind: "message", session: session, participant: sender,
+                text: "\(sender) → \(to): \(header.type), \(message.payload.count) bytes, seq \(header.seq)\(header.reliable ? "" : " (unreliable)")",
+                fields: fields)
+        }
+    }
+
+    private func invalid(_ message: MQTTMessage) -> Event {
+        Event(kind: "invalid", text: "rejected payload on \(message.topic) (\(message.payload.count) bytes)", fields: ["topic": message.topic])
+    }
+
+    func json(_ value: JSONValue) -> String {
+        (try? Wire.encode(value)).map { String(decoding: $0, as: UTF8.self) } ?? "null"
+    }
+
+    func jsonObject(_ value: JSONValue) -> Any {
+        guard let data = try? Wire.encode(value) else { return NSNull() }
+        return (try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])) ?? NSNull()
+    }
+}

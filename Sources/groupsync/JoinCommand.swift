@@ -1,0 +1,124 @@
+import Foundation
+import GroupSync
+
+/// `groupsync join`: joins (or starts) a session and follows it from the terminal.
+enum JoinCommand: Command {
+    static let name = "join"
+    static let summary = "join or start a session; stdin lines set the shared value or send messages"
+    static let help = """
+        Usage: groupsync join ACTIVITY-ID [--session ID] [--key NAME] [--title TEXT] \\
+                              [--broker URL] [--group NAME] [--as ID]
+
+        Joins the session with --session ID, else the first live session of ACTIVITY-ID, else starts
+        one. Prints one line per event:
+          session <id> <activity-id> joined
+          participants <id>,<id>,…
+          state <key> <json>
+          message <sender> <json>
+          ended <by>
+        Each line on stdin that is JSON sets the shared value under --key (default "value"); a line
+        starting with "!" sends the rest as a message {"text": …} to everyone. EOF or Ctrl-C leaves the
+        session cleanly.
+
+        \(CommonOptions.help)
+          --session ID      join this session (wait for it to be announced)
+          --key NAME        shared state key (default value)
+          --title TEXT      title when starting a new session
+
+        Exit codes: 0 left cleanly or the session ended; 1 failure; 2 usage error; 3 broker unreachable.
+        """
+
+    struct Text: Codable, Sendable { var text: String }
+
+    static func run(_ arguments: [String]) async throws -> Int32 {
+        let args = try Arguments(arguments, options: CommonOptions.names.union(["session", "key", "title"]), flags: [])
+        guard args.positionals.count == 1, let activityID = args.positionals.first else {
+            throw UsageError("give exactly one ACTIVITY-ID")
+        }
+        guard Identifier.isValid(activityID) else { throw UsageError("invalid ACTIVITY-ID '\(activityID)'") }
+        let common = try CommonOptions(args)
+        let key = args.value("key") ?? "value"
+        guard Identifier.isValid(key) else { throw UsageError("invalid --key '\(key)'") }
+        let coordinator = try await common.connect()
+        let session = try await findOrStart(coordinator, activityID: activityID, sessionID: args.value("session"), title: args.value("title"))
+        do {
+            try await session.join()
+        } catch {
+            await coordinator.close()
+            throw CommandFailure("could not join session \(session.id): \(error)")
+        }
+        Output.line("session \(session.id) \(activityID) joined")
+        let state = try SharedState(session, key: key, initialValue: JSONValue.null)
+        let messenger = GroupSessionMessenger(session: session)
+        let followers = [
+            Task {
+                for await participants in session.activeParticipantUpdates() {
+                    Output.line("participants \(participants.map(\.id).sorted().joined(separator: ","))")
+                }
+            },
+            Task {
+                for await value in state.values() { Output.line("state \(key) \(json(value))") }
+            },
+            Task {
+                for await (message, context) in messenger.messages(of: Text.self) {
+                    Output.line("message \(context.source.id) \(json(try? Wire.jsonValue(message)))")
+                }
+            },
+        ]
+        let done = AsyncStream<Void>.makeStream()
+        Signals.onInterrupt { done.continuation.yield() }
+        let ended = Task {
+            for await value in session.stateUpdates() {
+                if case let .invalidated(reason) = value {
+                    if case let .ended(by) = reason { Output.line("ended \(by?.id ?? "-")") }
+                    done.continuation.yield()
+                }
+            }
+        }
+        let input = Task.detached {
+            while let line = readLine() {
+                let trimmed = line.trimmingCharacters(in: .whitespaces)
+                if trimmed.isEmpty { continue }
+                do {
+                    if trimmed.hasPrefix("!") {
+                        try await messenger.send(Text(text: String(trimmed.dropFirst())))
+                    } else if let value = Wire.decode(JSONValue.self, from: Data(trimmed.utf8)) {
+                        try await state.set(value)
+                    } else {
+                        Output.error("not JSON (prefix a message with !): \(trimmed)")
+                    }
+                } catch {
+                    Output.error("\(error)")
+                }
+            }
+            done.continuation.yield()
+        }
+        for await _ in done.stream { break }
+        input.cancel()
+        ended.cancel()
+        await session.leave()
+        for follower in followers { follower.cancel() }
+        await coordinator.close()
+        return 0
+    }
+
+    static func findOrStart(
+        _ coordinator: GroupCoordinator, activityID: String, sessionID: String?, title: String?
+    ) async throws -> GroupSession<AnyGroupActivity> {
+        if let sessionID {
+            for await session in coordinator.sessions(activityIdentifier: activityID) where session.id == sessionID { return session }
+            throw CommandFailure("the coordinator closed before session \(sessionID) was announced")
+        }
+        // After connect() the coordinator knows every live session the broker has.
+        if let live = coordinator.currentSessions(activityIdentifier: activityID).first { return live }
+        let id = try await coordinator.activate(
+            activityIdentifier: activityID, value: .object([:]), metadata: .init(title: title ?? activityID))
+        for await session in coordinator.sessions(activityIdentifier: activityID) where session.id == id { return session }
+        throw CommandFailure("session \(id) was not delivered")
+    }
+
+    static func json(_ value: JSONValue?) -> String {
+        guard let value, let data = try? Wire.encode(value) else { return "null" }
+        return String(decoding: data, as: UTF8.self)
+    }
+}
