@@ -31,6 +31,8 @@ let package = Package(
         ),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT", "BrokerSupport", "CMosquitto"]),
         .testTarget(name: "GroupSyncTests", dependencies: ["GroupSync", "MQTT", "BrokerSupport"]),
+        // Runs the built `groupsync` executable end to end (scripts/test.sh builds it first).
+        .testTarget(name: "CLITests", dependencies: ["GroupSync", "MQTT", "BrokerSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,72 @@
+import BrokerSupport
+import Foundation
+import Testing
+
+/// The `groupsync` executable, run as a user would.
+@Suite(.timeLimit(.minutes(2))) struct CommandTests {
+    @Test func demoConvergesAndSaysSo() async throws {
+        let result = try await runCLI(["demo"], timeout: .seconds(60))
+        #expect(result.status == 0, "\(result.errors)")
+        #expect(result.output.contains { $0.contains("converged:") && $0.contains("yes") })
+        #expect(result.output.contains { $0.contains("result:") && $0.contains("PASS") })
+        #expect(result.output.contains { $0.contains("joined late") })
+    }
+
+    @Test func usageErrorsExitWithTwo() async throws {
+        #expect(try await runCLI([]).status == 2)
+        #expect(try await runCLI(["nope"]).status == 2)
+        #expect(try await runCLI(["demo", "--participants", "1"]).status == 2)
+        #expect(try await runCLI(["join"]).status == 2)
+        let help = try await runCLI(["join", "--help"])
+        #expect(help.status == 0 && help.output.contains { $0.contains("Usage: groupsync join") })
+    }
+
+    @Test func anUnreachableBrokerIsOneReadableLine() async throws {
+        let port = try FreePort.loopback()
+        let result = try await runCLI(["sessions", "--broker", "mqtt://127.0.0.1:\(port)"])
+        #expect(result.status == 3)
+        #expect(result.errors.count == 1)
+        #expect(result.errors.first?.contains("mqtt://127.0.0.1:\(port)") == true)
+        #expect(result.errors.first?.contains("groupsync broker") == true)
+    }
+
+    @Test func joinSessionsAndWatchAgree() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let common = ["--broker", broker.url, "--group", "cli"]
+            let watch = try CLIProcess(["watch", "--json"] + common)
+            try await waitUntil("watch subscribed") { broker.logText.contains("New client connected") }
+            let alice = try CLIProcess(["join", "com.example.board", "--as", "alice"] + common)
+            let session = try await alice.waitForLine { $0.hasPrefix("session ") }
+            let sessionID = session.split(separator: " ")[1]
+            let bob = try CLIProcess(["join", "com.example.board", "--as", "bob", "--session", String(sessionID)] + common)
+            _ = try await alice.waitForLine { $0 == "participants alice,bob" }
+            bob.send(#"{"page": 3}"#)
+            _ = try await alice.waitForLine { $0 == #"state value {"page":3}"# }
+            alice.send("!hello bob")
+            _ = try await bob.waitForLine { $0 == #"message alice {"text":"hello bob"}"# }
+
+            let listing = try await runCLI(["sessions", "--json"] + common)
+            #expect(listing.status == 0)
+            let object = try JSONSerialization.jsonObject(with: Data(listing.output.joined().utf8)) as? [String: Any]
+            let sessions = object?["sessions"] as? [[String: Any]]
+            #expect(sessions?.count == 1)
+            #expect(sessions?.first?["participants"] as? [String] == ["alice", "bob"])
+            #expect(sessions?.first?["activity"] as? String == "com.example.board")
+
+            bob.closeInput()  // EOF: leaves cleanly
+            #expect(try await bob.wait() == 0)
+            _ = try await alice.waitForLine { $0 == "participants alice" }
+            alice.signal(SIGINT)
+            #expect(try await alice.wait() == 0)
+
+            let kinds = watch.output.compactMap { line -> String? in
+                (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["kind"] as? String
+            }
+            for kind in ["online", "announce", "join", "state", "message", "leave", "offline"] {
+                #expect(kinds.contains(kind), "watch shows \(kind)")
+            }
+            watch.signal(SIGINT)
+            #expect(try await watch.wait() == 0)
+        }
+    }
+}
