@@ -1,0 +1,53 @@
+import BrokerSupport
+import Foundation
+import GroupSync
+import Testing
+
+/// A participant in another process dies or freezes: everyone else's `activeParticipants` drops it.
+@Suite(.timeLimit(.minutes(1))) struct CrashDetectionTests {
+    /// Alice joins in this process; the victim is a `groupsync join` child process.
+    func withVictim(_ body: (GroupSession<AnyGroupActivity>, CLIProcess) async throws -> Void) async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let alice = try await GroupCoordinator.connect(.init(broker: broker.url, group: "crash", participant: "alice"))
+            let id = try await alice.activate(activityIdentifier: "com.example.gallery", value: .object([:]))
+            try await waitUntil("own announcement arrives") { alice.currentSessions(activityIdentifier: "com.example.gallery").contains { $0.id == id } }
+            let session = alice.currentSessions(activityIdentifier: "com.example.gallery").first { $0.id == id }!
+            try await session.join()
+            let victim = try CLIProcess([
+                "join", "com.example.gallery", "--session", id, "--as", "victim", "--keepalive", "5",
+                "--broker", broker.url, "--group", "crash",
+            ])
+            try await waitUntil("victim active") { session.activeParticipants.contains(Participant(id: "victim")) }
+            try await body(session, victim)
+            victim.signal(SIGKILL)
+            await alice.close()
+        }
+    }
+
+    @Test func aKilledProcessDisappearsWithinOneSecond() async throws {
+        try await withVictim { session, victim in
+            let start = ContinuousClock.now
+            victim.signal(SIGKILL)
+            try await waitUntil(timeout: .seconds(1), pollEvery: .milliseconds(1), "victim gone within 1 s") {
+                !session.activeParticipants.contains(Participant(id: "victim"))
+            }
+            #expect(ContinuousClock.now - start < .seconds(1))
+        }
+    }
+
+    /// The broker drops a silent connection once 1.5 × keepalive passed since its last packet. Debian's
+    /// mosquitto 2.0.11 only runs that check every 5 s (its pre-2.0.12 keepalive loop), so the bound here
+    /// is 1.5 × keepalive plus one check interval: 7.5 s + 6 s; measured 11.0–11.5 s.
+    @Test func aFrozenProcessDisappearsAfterTheBrokersKeepaliveCheck() async throws {
+        try await withVictim { session, victim in
+            let start = ContinuousClock.now
+            victim.signal(SIGSTOP)
+            let bound = Duration.milliseconds(7_500 + 6_000)
+            try await waitUntil(timeout: bound, pollEvery: .milliseconds(10), "victim gone within keepalive × 1.5 + the broker's check interval") {
+                !session.activeParticipants.contains(Participant(id: "victim"))
+            }
+            #expect(ContinuousClock.now - start <= bound)
+            victim.signal(SIGCONT)
+        }
+    }
+}
