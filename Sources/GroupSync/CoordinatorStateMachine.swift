@@ -122,9 +122,18 @@ struct CoordinatorStateMachine {
         return effects
     }
 
-    /// A session ended or was left locally: forget it (a new announcement with the same ID is a new session).
+    /// A session ended: forget it (a new announcement with the same ID is a new session).
     mutating func forget(_ sessionID: String) {
         cores[sessionID] = nil
+    }
+
+    /// The local participant left a session that is still announced: a fresh, waiting session object
+    /// replaces the left one, for `sessions()` listeners that start from now on and for
+    /// `currentSessions` — listeners that already got the session do not get it again, so an app that
+    /// joins every session it receives does not rejoin what the user left.
+    mutating func replace(_ left: SessionCore, with fresh: SessionCore) {
+        guard cores[left.id] === left, !closed else { return }
+        cores[left.id] = fresh
     }
 
     /// A new `sessions()` listener for activities of `type`: it gets every live session at once, then new ones.

@@ -39,6 +39,10 @@ public final class GroupCoordinator: Sendable {
             do {
                 var mqtt = try MQTTClient.Configuration(url: broker, clientID: "", tls: tls)
                 mqtt.keepAlive = keepAlive
+                // The broker keeps our subscriptions and queues reliable messages for us while we
+                // reconnect (it must persist them to survive its own restart); close() ends it.
+                mqtt.cleanStart = false
+                mqtt.sessionExpiry = 120
                 self.mqtt = mqtt
             } catch {
                 throw .connection(error)
@@ -168,7 +172,7 @@ public final class GroupCoordinator: Sendable {
         }
         for core in open { core.invalidate(.coordinatorClosed) }
         groupSubscription.withLock { $0?.unsubscribe() }
-        await client.disconnect()
+        await client.disconnect(expireSession: true)
         let running = tasks.withLock { tasks in
             defer { tasks = [] }
             return tasks

@@ -88,7 +88,8 @@ final class SessionCore: Sendable {
         guard invalidate(.left) else { return }
         await coordinator.clearRetained(topics.member(id, me))
         stopReading()
-        coordinator.state.withLock { $0.forget(id) }
+        let fresh = SessionCore(coordinator: coordinator, announcement: announcement, presence: coordinator.state.withLock { $0.online })
+        coordinator.state.withLock { $0.replace(self, with: fresh) }
         if wasJoined { coordinator.sharing.withLock { $0.onLeft(id) }.perform() }
     }
 

@@ -105,6 +105,9 @@ struct ConnectionStateMachine {
         }
     }
 
+    /// Subscription sequences still open.
+    var liveSubscriptionCount: Int { subscriptions.count }
+
     // MARK: - Caller side
 
     /// `connect()` was called. Returns false when the client was already started (or stopped).

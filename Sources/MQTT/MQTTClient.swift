@@ -58,11 +58,14 @@ public final class MQTTClient: Sendable {
     /// Closes the connection cleanly (DISCONNECT: the broker does not publish the will), ends every
     /// subscription and event sequence, and fails pending operations with ``MQTTError/disconnected``.
     /// Idempotent; returns within about a second even when the broker is unreachable.
-    public func disconnect() async {
+    ///
+    /// - Parameter expireSession: with a ``Configuration/sessionExpiry``, also tell the broker to discard
+    ///   the session now (MQTT 5) instead of keeping it for the expiry interval.
+    public func disconnect(expireSession: Bool = false) async {
         let connection = self.connection
         await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
             let (effects, running) = connection.state.withLock { $0.onDisconnectRequested(waiter) }
-            if running { connection.requestStop() }
+            if running { connection.requestStop(expireSession: expireSession) }
             effects.resumeAll()
         }
     }

@@ -404,8 +404,13 @@ final class Mosquitto: @unchecked Sendable {
     }
 
     /// Asks the network thread to stop: queues DISCONNECT (so no will is published) and wakes it.
-    func requestStop() {
-        _ = mosquitto_disconnect_v5(handle, 0, nil)
+    func requestStop(expireSession: Bool = false) {
+        var properties: OpaquePointer? = nil
+        defer { mosquitto_property_free_all(&properties) }
+        if expireSession && configuration.protocolVersion == .v5 && (configuration.sessionExpiry ?? 0) > 0 {
+            mosquitto_property_add_int32(&properties, Int32(MQTT_PROP_SESSION_EXPIRY_INTERVAL.rawValue), 0)
+        }
+        _ = mosquitto_disconnect_v5(handle, 0, properties)
         wakeup.signal()
     }
 

@@ -1,0 +1,167 @@
+import BrokerSupport
+import Foundation
+import Synchronization
+import Testing
+@testable import GroupSync
+@testable import MQTT
+
+/// Faults on real brokers: restarts, a frozen broker, crashes while others write.
+@Suite(.timeLimit(.minutes(3))) struct ReliabilityTests {
+    struct Numbered: Codable, Sendable, Equatable {
+        var from: String
+        var n: Int
+    }
+
+    @Test func tenBrokerRestartsLoseAndDuplicateNothing() async throws {
+        var config = MosquittoBroker.Configuration()
+        config.persistence = true
+        try await MosquittoBroker.withBroker(config) { broker in
+            let group = Group(broker)
+            let names = ["alice", "bob", "carol"]
+            var coordinators: [GroupCoordinator] = []
+            for name in names { coordinators.append(try await group.join(name)) }
+            let first = try await coordinators[0].startJoined(Gallery(galleryID: "restarts"))
+            var joined = [first]
+            for coordinator in coordinators.dropFirst() { joined.append(try await coordinator.joinSession(first.id, of: Gallery.self)) }
+            let sessions = joined
+            let received = sessions.map { Collector(GroupSessionMessenger(session: $0).messages(of: Numbered.self)) }
+            let states = try sessions.map { try SharedState($0, key: "n", initialValue: 0) }
+            let stop = Flag()
+            // Every participant sends numbered reliable messages and writes state until told to stop.
+            let senders = sessions.enumerated().map { index, session in
+                Task { () -> Int in
+                    let messenger = GroupSessionMessenger(session: session)
+                    var n = 0
+                    while !stop.isSet {
+                        n += 1
+                        do {
+                            try await messenger.send(Numbered(from: names[index], n: n))
+                        } catch {
+                            Issue.record("send \(n) failed: \(error)")
+                        }
+                        if n % 10 == 0 { try? await states[index].set(n * 10 + index) }
+                    }
+                    return n
+                }
+            }
+            for restart in 1...10 {
+                try await waitUntil(timeout: .seconds(5), "traffic flows before restart \(restart)") {
+                    received.allSatisfy { $0.count > restart * 20 }
+                }
+                try await broker.restart()
+                // Presence is correct within 2 s after the restart: everyone sees everyone.
+                try await waitUntil(timeout: .seconds(2), "presence after restart \(restart)") {
+                    sessions.allSatisfy { ids($0.activeParticipants) == Set(names) }
+                }
+            }
+            stop.set()
+            var counts: [Int] = []
+            for sender in senders { counts.append(await sender.value) }
+            let sent = counts
+            for (receiverIndex, messages) in received.enumerated() {
+                for (senderIndex, name) in names.enumerated() where senderIndex != receiverIndex {
+                    try await waitUntil(timeout: .seconds(10), "\(names[receiverIndex]) has all of \(name)'s") {
+                        messages.elements.filter { $0.message.from == name }.count >= sent[senderIndex]
+                    }
+                    let numbers = messages.elements.filter { $0.message.from == name }.map(\.message.n)
+                    let missing = Set(1...sent[senderIndex]).subtracting(numbers).sorted()
+                    #expect(missing.isEmpty, "missing \(missing.prefix(20))")
+                    #expect(numbers == Array(1...sent[senderIndex]), "\(names[receiverIndex]) got \(name)'s messages once each, in order")
+                }
+            }
+            // Shared state converged within 2 s of the last write.
+            try await waitUntil(timeout: .seconds(2), "state converged") { Set(states.map(\.value)).count == 1 }
+            await group.closeAll()
+        }
+    }
+
+    @Test func aFrozenBrokerIsSurvivedWithoutDuplicates() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let bob = try await group.join("bob")
+            let a = try await alice.startJoined(Gallery(galleryID: "frozen"))
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let received = Collector(GroupSessionMessenger(session: b).messages(of: Numbered.self))
+            let messenger = GroupSessionMessenger(session: a)
+            for n in 1...10 { try await messenger.send(Numbered(from: "alice", n: n)) }
+            try await received.waitForCount(10)
+            let events = Collector(alice.client.events())
+            broker.pause()
+            // Longer than the keepalive: the clients give up on the connection.
+            try await waitUntil(timeout: .seconds(20), "alice notices the frozen broker") {
+                events.elements.contains { if case .disconnected = $0 { true } else { false } }
+            }
+            let pending = Task { for n in 11...20 { try await messenger.send(Numbered(from: "alice", n: n)) } }
+            broker.resume()
+            try await pending.value
+            try await received.waitForCount(20, timeout: .seconds(20))
+            #expect(received.elements.map(\.message.n) == Array(1...20))
+            try await SharedState(a, key: "k", initialValue: 0).set(7)
+            try await waitUntil("state flows again") { try SharedState(b, key: "k", initialValue: 0).value == 7 }
+            await group.closeAll()
+        }
+    }
+
+    @Test func aCrashWhileOthersWriteKeepsTheirStateConsistent() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let bob = try await group.join("bob")
+            let victim = try await group.join("victim")
+            let a = try await alice.startJoined(Gallery(galleryID: "crash"))
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let v = try await victim.joinSession(a.id, of: Gallery.self)
+            let sa = try SharedState(a, key: "x", initialValue: 0)
+            let sb = try SharedState(b, key: "x", initialValue: 0)
+            let sv = try SharedState(v, key: "x", initialValue: 0)
+            try await sv.set(1)
+            let writers = Task {
+                for n in 2...200 {
+                    try await (n % 2 == 0 ? sa : sb).set(n)
+                }
+            }
+            await victim.simulateCrash()
+            try await writers.value
+            try await waitUntil(timeout: .seconds(2), "victim gone") { ids(a.activeParticipants) == ["alice", "bob"] && ids(b.activeParticipants) == ["alice", "bob"] }
+            try await waitUntil("alice and bob agree on the last write") { sa.value == 200 && sb.value == 200 }
+            await group.closeAll()
+        }
+    }
+
+    @Test func aThousandJoinLeaveCyclesLeakNeitherMemoryNorTasks() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let bob = try await group.join("bob")
+            let id = try await alice.activate(Gallery(galleryID: "cycles"))
+            try await waitUntil("announced") { !bob.currentSessions(activityIdentifier: Gallery.activityIdentifier).isEmpty }
+            func cycle() async throws {
+                let session = try await bob.joinSession(id, of: Gallery.self)
+                try await SharedState(session, key: "k", initialValue: 0).set(1)
+                await session.leave()
+            }
+            for _ in 0..<100 { try await cycle() }  // warm-up: caches, allocator pools
+            let before = residentMemory()
+            for _ in 0..<1_000 { try await cycle() }
+            let after = residentMemory()
+            #expect(after - before < 8 << 20, "resident memory grew by \(after - before) bytes over 1,000 cycles")
+            #expect(bob.state.withLock { $0.cores.count } == 1, "each left session object is dropped; one fresh waiting one remains")
+            #expect(bob.currentSessions(activityIdentifier: nil).map(\.state) == [.waiting])
+            #expect(bob.client.connection.state.withLock { $0.liveSubscriptionCount } == 1, "only the group subscription is left")
+            await group.closeAll()
+        }
+    }
+
+    final class Flag: Sendable {
+        private let value = Atomic<Bool>(false)
+        var isSet: Bool { value.load(ordering: .relaxed) }
+        func set() { value.store(true, ordering: .relaxed) }
+    }
+
+    func residentMemory() -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8),
+              let pages = status.split(separator: " ").dropFirst().first.flatMap({ Int($0) }) else { return 0 }
+        return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+    }
+}
