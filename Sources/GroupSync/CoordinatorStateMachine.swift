@@ -61,16 +61,24 @@ struct CoordinatorStateMachine {
     /// A presence message (`nil`: cleared, the participant went offline cleanly).
     mutating func onPresence(_ participant: String, _ presence: Wire.Presence?) -> Effects {
         var effects = Effects()
-        guard let presence else {
-            if participant == me {
-                effects.republishPresence = !closed
-            } else if online.removeValue(forKey: participant) != nil {
-                effects.presenceChanges = [(participant, nil)]
-            }
+        if let presence, presence.participant != participant {
+            rejected += 1
             return effects
         }
-        guard presence.participant == participant else {
-            rejected += 1
+        if participant == me {
+            // We read our own topic, so this connection is alive: it must say so. A cleared record, a
+            // late will (of this or an older connection) or an older retained record is overwritten; a
+            // newer connection of the same participant (another process) is left alone.
+            if let presence, presence.epoch > myEpoch || (presence.epoch == myEpoch && presence.status == .online) {
+                return effects
+            }
+            effects.republishPresence = !closed
+            return effects
+        }
+        guard let presence else {
+            if online.removeValue(forKey: participant) != nil {
+                effects.presenceChanges = [(participant, nil)]
+            }
             return effects
         }
         if let newest = newestEpoch[participant], presence.epoch < newest {
@@ -79,14 +87,11 @@ struct CoordinatorStateMachine {
         newestEpoch[participant] = presence.epoch
         switch presence.status {
         case .online:
-            guard participant != me, online[participant] != presence.epoch else { return effects }
+            guard online[participant] != presence.epoch else { return effects }
             online[participant] = presence.epoch
             effects.presenceChanges = [(participant, presence.epoch)]
         case .lost:
-            if participant == me {
-                // We are reading this, so this connection is alive: a stale will, overwrite it.
-                effects.republishPresence = !closed
-            } else if online.removeValue(forKey: participant) != nil {
+            if online.removeValue(forKey: participant) != nil {
                 effects.presenceChanges = [(participant, nil)]
             }
         }
@@ -158,6 +163,11 @@ struct CoordinatorStateMachine {
     }
 
     // MARK: - Owned retained messages
+
+    /// Stops republishing `topic` after reconnects (someone else cleared it), without publishing.
+    mutating func disown(_ topic: String) {
+        ownedRetained[topic] = nil
+    }
 
     mutating func own(_ topic: String, _ payload: Data) {
         if payload.isEmpty { ownedRetained[topic] = nil } else { ownedRetained[topic] = payload }

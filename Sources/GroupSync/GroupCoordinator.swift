@@ -297,7 +297,7 @@ public final class GroupCoordinator: Sendable {
             for core in effects.invalidate { core.onEnded(by: nil) }
             for (core, announcement) in effects.announcementChanged { core.onAnnouncement(announcement) }
         default:
-            break
+            state.withLock { $0.countRejected() }  // not a group topic of this protocol
         }
     }
 

@@ -116,7 +116,12 @@ final class SessionCore: Sendable {
         let stateTopics = machine.withLock { $0.stateTopics }
         guard invalidate(.ended(by: participant)) else { return }
         stopReading()
-        coordinator.state.withLock { $0.forget(id) }
+        let announcementTopic = topics.announcement(id)
+        coordinator.state.withLock { state in
+            state.forget(id)
+            // If we created the session or last changed its activity, it must not come back after a reconnect.
+            state.disown(announcementTopic)
+        }
         if wasJoined { coordinator.sharing.withLock { $0.onLeft(id) }.perform() }
         let memberTopic = topics.member(id, me)
         let ownStateTopics = stateTopics.filter { $0.hasSuffix("/\(me)") }
@@ -176,10 +181,6 @@ final class SessionCore: Sendable {
         case let .state(session, key, writer) where session == id:
             guard !message.payload.isEmpty else { return }
             guard let record = coordinator.decoded(Wire.StateRecord.self, message.payload), record.key == key else { return reject() }
-            if writer == me && record.clock.participant == me {
-                // Our own record echoed back (or replayed after a restart): the clock may be ahead of ours.
-                coordinator.hlc.withLock { $0.observe(record.clock, now: now) }
-            }
             coordinator.hlc.withLock { $0.observe(record.clock, now: now) }
             effects = machine.withLock { $0.onState(record, writer: writer, topic: message.topic) }
         case let .broadcast(session, sender) where session == id:
@@ -206,8 +207,13 @@ final class SessionCore: Sendable {
             }
             let now = coordinator.configuration.clock.milliseconds()
             for record in envelope.body.states { coordinator.hlc.withLock { $0.observe(record.clock, now: now) } }
-            return machine.withLock { $0.onCatchUp(envelope.body) }
+            let retainAvailable = coordinator.client.retainAvailable
+            return machine.withLock { $0.onCatchUp(envelope.body, from: sender, retainAvailable: retainAvailable) }
         case "$end":
+            guard machine.withLock({ $0.isMember(sender) }) else {
+                reject()
+                return .init()
+            }
             onEnded(by: Participant(id: sender))
             return .init()
         default:

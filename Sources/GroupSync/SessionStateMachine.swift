@@ -184,9 +184,19 @@ struct SessionStateMachine {
         return effects
     }
 
-    /// `$catchup` addressed to us.
-    mutating func onCatchUp(_ catchUp: Wire.CatchUp) -> Effects {
+    /// Whether `participant` joined the session (its member record is live).
+    func isMember(_ participant: String) -> Bool {
+        members[participant] != nil
+    }
+
+    /// `$catchup` addressed to us by `sender`: accepted only while joining, and only from a member —
+    /// unless the broker keeps no retained messages, when members cannot be known before the catch-up.
+    mutating func onCatchUp(_ catchUp: Wire.CatchUp, from sender: String, retainAvailable: Bool) -> Effects {
         var effects = Effects()
+        guard catchUpArrived != nil, members[sender] != nil || !retainAvailable else {
+            rejected += 1
+            return effects
+        }
         for record in catchUp.states { applyIfNewer(record, into: &effects) }
         for member in catchUp.members where member.participant != me {
             members[member.participant] = member.epoch
@@ -201,6 +211,10 @@ struct SessionStateMachine {
     mutating func onMessage(_ header: Wire.EnvelopeHeader, payload: Data, sender: String) -> Effects {
         var effects = Effects()
         guard state == .joined, sender != me else { return effects }
+        guard members[sender] != nil else {
+            rejected += 1  // only participants that joined the session may message it
+            return effects
+        }
         if header.reliable {
             if let last = lastReliableSeq[sender], last.epoch == header.epoch, header.seq <= last.seq {
                 return effects

@@ -11,8 +11,9 @@ public enum Wire {
         public var v = Wire.version
         public var participant: String
         public var status: Status
-        /// Identifies the connection (ms since 1970 when it was made, increasing per participant): a will
-        /// or a retained message with an older epoch never overrides a newer connection.
+        /// Identifies the coordinator's connection, kept across its automatic reconnects (ms since 1970
+        /// when the coordinator connected, increasing per participant): a will or a retained message with
+        /// an older epoch never overrides a newer one.
         public var epoch: Int64
         public var name: String?
 

@@ -23,6 +23,8 @@ final class Mosquitto: @unchecked Sendable {
     private let wakeup = DispatchSemaphore(value: 0)
     private let nextID = Atomic<UInt64>(1)
     let droppedMessages = Atomic<Int>(0)
+    private let expireSessionOnStop = Atomic<Bool>(false)
+    private let aborting = Atomic<Bool>(false)
 
     init(configuration: MQTTClient.Configuration) throws(MQTTError) {
         try configuration.validate()
@@ -169,11 +171,8 @@ final class Mosquitto: @unchecked Sendable {
                 }
             }
         }
-        // Let the DISCONNECT queued by `disconnect` reach the broker (so it does not publish the will),
-        // for at most a second.
-        let deadline = ContinuousClock.now + .seconds(1)
-        while mosquitto_socket(handle) != -1 && ContinuousClock.now < deadline {
-            if mosquitto_loop(handle, 50, 1) != MOSQ_ERR_SUCCESS.rawValue { break }
+        if mosquitto_socket(handle) != -1 && !aborting.load(ordering: .acquiring) {
+            sendDisconnect()
         }
         let effects = state.withLock { $0.onStopped() }
         effects.resumeAll()
@@ -404,18 +403,39 @@ final class Mosquitto: @unchecked Sendable {
     }
 
     /// Asks the network thread to stop: queues DISCONNECT (so no will is published) and wakes it.
+    /// Asks the network thread to stop. It sends DISCONNECT itself (so the broker does not publish the
+    /// will): calling `mosquitto_disconnect` from here would let the network
+    /// thread read a packet in the disconnected state, which libmosquitto treats as a protocol error
+    /// and answers by closing the socket without DISCONNECT.
     func requestStop(expireSession: Bool = false) {
+        if expireSession { expireSessionOnStop.store(true, ordering: .releasing) }
+        wakeup.signal()
+        // Wake the network thread out of select() at once: queuing any packet does that, and an
+        // UNSUBSCRIBE of a filter never subscribed changes nothing on the broker.
+        _ = mosquitto_unsubscribe_v5(handle, nil, "groupsync-client/wake", nil)
+    }
+
+    /// Network thread, once stopping: DISCONNECT, then only writes until it is out (at most a second).
+    private func sendDisconnect() {
         var properties: OpaquePointer? = nil
         defer { mosquitto_property_free_all(&properties) }
-        if expireSession && configuration.protocolVersion == .v5 && (configuration.sessionExpiry ?? 0) > 0 {
+        if expireSessionOnStop.load(ordering: .acquiring) && configuration.protocolVersion == .v5
+            && (configuration.sessionExpiry ?? 0) > 0 {
             mosquitto_property_add_int32(&properties, Int32(MQTT_PROP_SESSION_EXPIRY_INTERVAL.rawValue), 0)
         }
-        _ = mosquitto_disconnect_v5(handle, 0, properties)
-        wakeup.signal()
+        guard mosquitto_disconnect_v5(handle, 0, properties) == MOSQ_ERR_SUCCESS.rawValue else { return }
+        let deadline = ContinuousClock.now + .seconds(1)
+        // libmosquitto closes the socket once DISCONNECT is written.
+        while case let socket = mosquitto_socket(handle), socket != -1, ContinuousClock.now < deadline {
+            var descriptor = pollfd(fd: socket, events: Int16(POLLOUT), revents: 0)
+            _ = poll(&descriptor, 1, 50)
+            if mosquitto_loop_write(handle, 1) != MOSQ_ERR_SUCCESS.rawValue { break }
+        }
     }
 
     /// Stops the network thread without DISCONNECT: the broker sees the connection die.
     func abort() {
+        aborting.store(true, ordering: .releasing)
         closeSocketAbruptly()
         wakeup.signal()
     }

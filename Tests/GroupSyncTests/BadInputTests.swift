@@ -1,0 +1,148 @@
+import BrokerSupport
+import Foundation
+import Testing
+@testable import GroupSync
+@testable import MQTT
+
+/// Garbage and impostors under the group's root change nothing and are counted.
+@Suite(.timeLimit(.minutes(2))) struct BadInputTests {
+    /// A deterministic generator (SplitMix64), so that a failing input can be reproduced from the seed.
+    struct SeededGenerator: RandomNumberGenerator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+    }
+
+    static let validPayloads: [String] = [
+        #"{"epoch":1,"name":"A","participant":"alice","status":"online","v":1}"#,
+        #"{"activity":{"data":{"galleryID":"x"},"metadata":{"title":"t","type":"generic"},"type":"com.example.gallery"},"createdAt":1,"createdBy":"alice","revision":{"c":0,"p":"alice","t":1},"session":"s1","v":1}"#,
+        #"{"epoch":1,"participant":"alice","v":1}"#,
+        #"{"clock":{"c":0,"p":"alice","t":5},"key":"index","v":1,"value":{"a":[1,2.5,"x",null,true]}}"#,
+        #"{"body":{"text":"hi"},"epoch":1,"reliable":true,"seq":1,"type":"Chat","v":1}"#,
+        #"{"body":{"members":[{"epoch":1,"participant":"a","v":1}],"states":[]},"epoch":1,"reliable":true,"seq":2,"type":"$catchup","v":1}"#,
+    ]
+
+    /// One generated input: random bytes, a truncated or mutated valid payload, deep nesting, wrong types,
+    /// other versions, huge numbers.
+    static func generate(_ generator: inout SeededGenerator) -> Data {
+        let valid = Array(validPayloads.randomElement(using: &generator)!.utf8)
+        switch Int.random(in: 0..<8, using: &generator) {
+        case 0:
+            return Data((0..<Int.random(in: 0..<256, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) })
+        case 1:
+            return Data(valid.prefix(Int.random(in: 0...valid.count, using: &generator)))
+        case 2:
+            var bytes = valid
+            for _ in 0..<Int.random(in: 1...8, using: &generator) {
+                bytes[Int.random(in: 0..<bytes.count, using: &generator)] = UInt8.random(in: 0...255, using: &generator)
+            }
+            return Data(bytes)
+        case 3:
+            let depth = Int.random(in: 1...5_000, using: &generator)
+            let open = Bool.random(using: &generator) ? "[" : #"{"a":"#
+            let close = open == "[" ? "]" : "}"
+            return Data((String(repeating: open, count: depth) + "1" + String(repeating: close, count: depth)).utf8)
+        case 4:
+            let text = String(decoding: valid, as: UTF8.self)
+                .replacingOccurrences(of: #""v":1"#, with: #""v":\#(Int.random(in: 2...99, using: &generator))"#)
+            return Data(text.utf8)
+        case 5:
+            let text = String(decoding: valid, as: UTF8.self)
+                .replacingOccurrences(of: "1", with: ["\"1\"", "1e400", "-9223372036854775809", "null", "[]"].randomElement(using: &generator)!)
+            return Data(text.utf8)
+        case 6:
+            var bytes = valid
+            bytes.insert(contentsOf: Array(#"{"x":"#.utf8), at: 0)
+            return Data(bytes + Array("}".utf8))
+        default:
+            return Data(valid)
+        }
+    }
+
+    @Test func decodersSurviveAHundredThousandGeneratedInputs() {
+        var generator = SeededGenerator(state: 0x5EED)
+        var accepted = 0
+        for _ in 0..<100_000 {
+            let input = BadInputTests.generate(&generator)
+            var any = false
+            any = Wire.decodeVersioned(Wire.Presence.self, from: input) != nil || any
+            any = Wire.decodeVersioned(Wire.Announcement.self, from: input) != nil || any
+            any = Wire.decodeVersioned(Wire.Member.self, from: input) != nil || any
+            any = Wire.decodeVersioned(Wire.StateRecord.self, from: input) != nil || any
+            if let header = Wire.decodeVersioned(Wire.EnvelopeHeader.self, from: input) {
+                any = true
+                _ = Wire.decodeVersioned(Wire.Envelope<Wire.CatchUp>.self, from: input)
+                _ = Wire.decodeVersioned(Wire.Envelope<JSONValue>.self, from: input)
+                #expect(header.v == Wire.version)
+            }
+            if any { accepted += 1 }
+        }
+        // The valid share of the inputs still decodes: the fuzzer reached the decoders' happy paths.
+        #expect(accepted > 10_000)
+    }
+
+    @Test func topicsWithInvalidLevelsAreNotParsed() {
+        let topics = GroupTopics(group: "g")
+        for bad in ["groupsync/v1/g/presence/a b", "groupsync/v1/g/presence/", "groupsync/v1/g/s/x/state/k", "groupsync/v1/g/s/x/state/k/w/extra",
+                    "groupsync/v1/g/s/x/msg/to/a", "groupsync/v1/g/session/$x", "groupsync/v1/other/presence/a", "groupsync/v2/g/presence/a"] {
+            #expect(topics.parse(bad) == nil, "\(bad)")
+        }
+        #expect(topics.parse("groupsync/v1/g/s/x/msg/to/bob/alice") == .direct(session: "x", recipient: "bob", sender: "alice"))
+    }
+
+    @Test func garbageOnTheWireChangesNothingAndIsCounted() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let bob = try await group.join("bob")
+            let a = try await alice.startJoined(Gallery(galleryID: "garbage"))
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let state = try SharedState(b, key: "index", initialValue: 0)
+            try await SharedState(a, key: "index", initialValue: 0).set(5)
+            try await waitUntil("bob at 5") { state.value == 5 }
+            let values = Collector(state.values())
+            let chats = Collector(GroupSessionMessenger(session: b).messages(of: Chat.self))
+            let participants = Collector(b.activeParticipantUpdates())
+            try await values.waitForCount(1)
+
+            let attacker = try MQTTClient(configuration: .init(url: broker.url))
+            try await attacker.connect()
+            let root = "groupsync/v1/\(group.name)"
+            let session = "\(root)/s/\(a.id)"
+            var generator = SeededGenerator(state: 42)
+            let targets = ["\(session)/state/index/mallory", "\(session)/msg/all/mallory", "\(session)/msg/to/bob/mallory",
+                           "\(session)/member/mallory", "\(root)/presence/mallory", "\(root)/session/\(a.id)", "\(session)/state/index/alice"]
+            for i in 0..<300 {
+                try await attacker.publish(to: targets[i % targets.count], payload: BadInputTests.generate(&generator))
+            }
+            // Forged identity: a state record whose clock claims to be alice's, on mallory's topic.
+            let forged = #"{"clock":{"c":0,"p":"alice","t":99999999999999},"key":"index","v":1,"value":666}"#
+            try await attacker.publish(to: "\(session)/state/index/mallory", string: forged)
+            // A replayed old record of alice's: older than the current value.
+            try await attacker.publish(to: "\(session)/state/index/alice", string: #"{"clock":{"c":0,"p":"alice","t":1},"key":"index","v":1,"value":1}"#)
+            // Unknown version, wrong types, a huge payload.
+            try await attacker.publish(to: "\(session)/msg/all/mallory", string: #"{"body":{"text":"x"},"epoch":1,"reliable":true,"seq":1,"type":"Chat","v":2}"#)
+            try await attacker.publish(to: "\(session)/msg/all/mallory", string: #"{"body":{"text":5},"epoch":1,"reliable":true,"seq":2,"type":"Chat","v":1}"#)
+            try await attacker.publish(to: "\(session)/msg/all/mallory", payload: Data(repeating: UInt8(ascii: "["), count: 10_000_000))
+
+            // A legitimate message after all that still arrives, and state still works.
+            try await GroupSessionMessenger(session: a).send(Chat(text: "still here"))
+            try await chats.waitForCount(1)
+            #expect(chats.elements.map(\.message.text) == ["still here"])
+            #expect(state.value == 5, "no garbage changed the shared state")
+            try await SharedState(a, key: "index", initialValue: 0).set(6)
+            try await waitUntil("state still flows") { state.value == 6 && values.last == 6 }
+            #expect(values.elements == [5, 6])
+            #expect(!values.isFinished && !chats.isFinished && !participants.isFinished, "no sequence ended")
+            #expect(ids(b.activeParticipants) == ["alice", "bob"])
+            #expect(bob.rejectedMessageCount > 100, "rejections are counted (\(bob.rejectedMessageCount))")
+            await attacker.disconnect()
+            await group.closeAll()
+        }
+    }
+}
