@@ -1,6 +1,5 @@
 import Foundation
 import MQTT
-import Synchronization
 
 /// One participant's membership in one group, over one broker connection — the analogue of being in a
 /// FaceTime call: everyone connected with the same `group` sees the same sessions.
@@ -62,13 +61,13 @@ public final class GroupCoordinator: Sendable {
     public let epoch: Int64
     let client: MQTTClient
     let configuration: Configuration
-    let hlc: Mutex<HybridLogicalClock>
-    let state: Mutex<CoordinatorStateMachine>
-    let sharing = Mutex(SharingGate())
-    private let tasks = Mutex<[Task<Void, Never>]>([])
-    private let groupSubscription = Mutex<MQTTSubscription?>(nil)
+    let hlc: LockedValue<HybridLogicalClock>
+    let state: LockedValue<CoordinatorStateMachine>
+    let sharing = LockedValue(SharingGate())
+    private let tasks = LockedValue<[Task<Void, Never>]>([])
+    private let groupSubscription = LockedValue<MQTTSubscription?>(nil)
     /// Set while `connect()` waits for its own presence to come back.
-    private let presenceEcho = Mutex<AsyncStream<Void>.Continuation?>(nil)
+    private let presenceEcho = LockedValue<AsyncStream<Void>.Continuation?>(nil)
 
     private init(configuration: Configuration, client: MQTTClient, epoch: Int64) {
         self.configuration = configuration
@@ -77,8 +76,8 @@ public final class GroupCoordinator: Sendable {
         self.topics = GroupTopics(group: configuration.group)
         self.epoch = epoch
         self.client = client
-        self.hlc = Mutex(HybridLogicalClock(participant: configuration.participant))
-        self.state = Mutex(CoordinatorStateMachine(me: configuration.participant, myEpoch: epoch))
+        self.hlc = LockedValue(HybridLogicalClock(participant: configuration.participant))
+        self.state = LockedValue(CoordinatorStateMachine(me: configuration.participant, myEpoch: epoch))
     }
 
     /// Connects to the broker, announces this participant as online and starts following the group.
@@ -370,8 +369,8 @@ public final class GroupCoordinator: Sendable {
 
     // MARK: - The process-wide coordinator
 
-    private static let current = Mutex<GroupCoordinator?>(nil)
-    private static let waiters = Mutex<[CheckedContinuation<GroupCoordinator, Never>]>([])
+    private static let current = LockedValue<GroupCoordinator?>(nil)
+    private static let waiters = LockedValue<[CheckedContinuation<GroupCoordinator, Never>]>([])
 
     /// The coordinator used by `MyActivity.sessions()`, `activity.prepareForActivation()` and
     /// `activity.activate()`.

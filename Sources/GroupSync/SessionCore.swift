@@ -1,6 +1,5 @@
 import Foundation
 import MQTT
-import Synchronization
 
 /// The runtime of one session for one coordinator, shared by every typed ``GroupSession`` view of it.
 /// Logic lives in ``SessionStateMachine`` (under `machine`'s lock); this class subscribes, publishes and
@@ -9,18 +8,18 @@ final class SessionCore: Sendable {
     let id: String
     let activityType: String
     let coordinator: GroupCoordinator
-    let machine: Mutex<SessionStateMachine>
+    let machine: LockedValue<SessionStateMachine>
     /// Per-sender sequence numbers (reliable, unreliable). Held while a message is numbered *and* handed
     /// to the connection, so that numbering order is wire order. Never taken by the network thread.
-    private let sequencer = Mutex<(reliable: Int64, unreliable: Int64)>((0, 0))
-    private let subscription = Mutex<MQTTSubscription?>(nil)
-    private let reader = Mutex<Task<Void, Never>?>(nil)
+    private let sequencer = LockedValue<(reliable: Int64, unreliable: Int64)>((0, 0))
+    private let subscription = LockedValue<MQTTSubscription?>(nil)
+    private let reader = LockedValue<Task<Void, Never>?>(nil)
 
     init(coordinator: GroupCoordinator, announcement: Wire.Announcement, presence: [String: Int64]) {
         self.id = announcement.session
         self.activityType = announcement.activity.type
         self.coordinator = coordinator
-        self.machine = Mutex(SessionStateMachine(
+        self.machine = LockedValue(SessionStateMachine(
             sessionID: announcement.session, me: coordinator.localParticipant.id, myEpoch: coordinator.epoch,
             announcement: announcement, presence: presence))
     }

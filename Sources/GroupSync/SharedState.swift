@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import MQTT
 
 /// One small piece of state that every participant of a session sees the same: e.g. the index of the
 /// photo the group is looking at.
@@ -19,7 +19,7 @@ public final class SharedState<Value: Codable & Sendable & Equatable>: Sendable 
     /// interval, so the last value written is always the last one delivered.
     public let minimumInterval: Duration?
     let core: SessionCore
-    private let throttle = Mutex(Throttle())
+    private let throttle = LockedValue(Throttle())
 
     private struct Throttle {
         var lastPublish: ContinuousClock.Instant?

@@ -105,6 +105,9 @@ struct ConnectionStateMachine {
         }
     }
 
+    /// Every filter some live subscription uses.
+    var liveFilters: [String] { filters.keys.sorted() }
+
     /// Subscription sequences still open.
     var liveSubscriptionCount: Int { subscriptions.count }
 

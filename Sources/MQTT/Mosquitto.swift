@@ -15,16 +15,18 @@ import Synchronization
 /// when no thread can reference `self` any more (the network thread holds a strong reference while it
 /// runs); libmosquitto is thread-safe for publish, subscribe, unsubscribe and disconnect from any thread
 /// once `mosquitto_threaded_set(true)` is set, and only the network thread calls connect, reconnect and
-/// loop; every Swift mutable state lives in `state` (a `Mutex`) or in atomics.
+/// loop; every Swift mutable state lives in `state` (a ``LockedValue``) or in atomics.
 final class Mosquitto: @unchecked Sendable {
     let configuration: MQTTClient.Configuration
-    let state: Mutex<ConnectionStateMachine>
+    let state: LockedValue<ConnectionStateMachine>
     private let handle: OpaquePointer
     private let wakeup = DispatchSemaphore(value: 0)
     private let nextID = Atomic<UInt64>(1)
     let droppedMessages = Atomic<Int>(0)
     private let expireSessionOnStop = Atomic<Bool>(false)
     private let aborting = Atomic<Bool>(false)
+    /// Message ID of the last UNSUBACK received (read by the network thread while stopping).
+    private let lastUnsubscribeAck = Atomic<Int32>(0)
 
     init(configuration: MQTTClient.Configuration) throws(MQTTError) {
         try configuration.validate()
@@ -34,7 +36,7 @@ final class Mosquitto: @unchecked Sendable {
         }
         self.configuration = configuration
         self.handle = handle
-        self.state = Mutex(ConnectionStateMachine(backoff: configuration.reconnect, host: configuration.host, port: configuration.port))
+        self.state = LockedValue(ConnectionStateMachine(backoff: configuration.reconnect, host: configuration.host, port: configuration.port))
         mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
         do {
             try configure()
@@ -101,6 +103,9 @@ final class Mosquitto: @unchecked Sendable {
         mosquitto_subscribe_v5_callback_set(handle) { _, context, mid, count, granted, _ in
             let codes = (0..<Int(count)).map { Int(granted![$0]) }
             Mosquitto.from(context).didSubscribe(mid: mid, codes: codes)
+        }
+        mosquitto_unsubscribe_v5_callback_set(handle) { _, context, mid, _ in
+            Mosquitto.from(context).lastUnsubscribeAck.store(mid, ordering: .releasing)
         }
         mosquitto_message_v5_callback_set(handle) { _, context, message, properties in
             guard let message else { return }
@@ -412,26 +417,51 @@ final class Mosquitto: @unchecked Sendable {
         wakeup.signal()
         // Wake the network thread out of select() at once: queuing any packet does that, and an
         // UNSUBSCRIBE of a filter never subscribed changes nothing on the broker.
-        _ = mosquitto_unsubscribe_v5(handle, nil, "groupsync-client/wake", nil)
+        _ = mosquitto_unsubscribe_v5(handle, nil, Mosquitto.wakeFilter, nil)
     }
 
-    /// Network thread, once stopping: DISCONNECT, then only writes until it is out (at most a second).
+    /// Network thread, once stopping: quiesce, then DISCONNECT (at most a second in all).
+    ///
+    /// libmosquitto closes the socket as soon as DISCONNECT is written. A socket closed with unread data
+    /// in its receive buffer sends a TCP reset, which can reach the broker before it has read the
+    /// DISCONNECT — it then sees a broken connection and publishes the will. So first the connection is
+    /// made quiet: one UNSUBSCRIBE of every live filter, and everything up to its UNSUBACK is read
+    /// normally. The broker answers in order, so after that UNSUBACK nothing more is on its way.
     private func sendDisconnect() {
+        let deadline = ContinuousClock.now + .seconds(1)
+        let filters = state.withLock { $0.liveFilters } + [Mosquitto.wakeFilter]
+        var strings = filters.map { strdup($0) }
+        defer { strings.forEach { free($0) } }
+        var mid: Int32 = 0
+        let rc = strings.withUnsafeMutableBufferPointer { buffer in
+            buffer.withMemoryRebound(to: UnsafeMutablePointer<CChar>?.self) { pointers in
+                mosquitto_unsubscribe_multiple(handle, &mid, Int32(pointers.count), pointers.baseAddress, nil)
+            }
+        }
+        if rc == MOSQ_ERR_SUCCESS.rawValue {
+            while mosquitto_socket(handle) != -1, lastUnsubscribeAck.load(ordering: .acquiring) != mid,
+                  ContinuousClock.now < deadline {
+                if mosquitto_loop(handle, 50, 1) != MOSQ_ERR_SUCCESS.rawValue { break }
+            }
+        }
         var properties: OpaquePointer? = nil
         defer { mosquitto_property_free_all(&properties) }
         if expireSessionOnStop.load(ordering: .acquiring) && configuration.protocolVersion == .v5
             && (configuration.sessionExpiry ?? 0) > 0 {
             mosquitto_property_add_int32(&properties, Int32(MQTT_PROP_SESSION_EXPIRY_INTERVAL.rawValue), 0)
         }
-        guard mosquitto_disconnect_v5(handle, 0, properties) == MOSQ_ERR_SUCCESS.rawValue else { return }
-        let deadline = ContinuousClock.now + .seconds(1)
-        // libmosquitto closes the socket once DISCONNECT is written.
+        guard mosquitto_socket(handle) != -1,
+              mosquitto_disconnect_v5(handle, 0, properties) == MOSQ_ERR_SUCCESS.rawValue else { return }
+        // From here on only writes: reading in the disconnected state is a protocol error to libmosquitto.
         while case let socket = mosquitto_socket(handle), socket != -1, ContinuousClock.now < deadline {
             var descriptor = pollfd(fd: socket, events: Int16(POLLOUT), revents: 0)
             _ = poll(&descriptor, 1, 50)
             if mosquitto_loop_write(handle, 1) != MOSQ_ERR_SUCCESS.rawValue { break }
         }
     }
+
+    /// A filter nobody subscribes to: unsubscribing it changes nothing on the broker.
+    static let wakeFilter = "groupsync-client/wake"
 
     /// Stops the network thread without DISCONNECT: the broker sees the connection die.
     func abort() {

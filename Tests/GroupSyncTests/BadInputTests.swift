@@ -98,10 +98,7 @@ import Testing
     @Test func garbageOnTheWireChangesNothingAndIsCounted() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            let alice = try await group.join("alice")
-            let bob = try await group.join("bob")
-            let a = try await alice.startJoined(Gallery(galleryID: "garbage"))
-            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let (_, bob, a, b) = try await group.pair(Gallery(galleryID: "garbage"))
             let state = try SharedState(b, key: "index", initialValue: 0)
             try await SharedState(a, key: "index", initialValue: 0).set(5)
             try await waitUntil("bob at 5") { state.value == 5 }

@@ -154,10 +154,7 @@ import Testing
     @Test func reliableMessagesKeepOrderWithoutDuplicatesAcrossAReconnect() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            let alice = try await group.join("alice")
-            let bob = try await group.join("bob")
-            let a = try await alice.startJoined(Gallery(galleryID: "r"))
-            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let (alice, _, a, b) = try await group.pair(Gallery(galleryID: "r"))
             let received = Collector(GroupSessionMessenger(session: b).messages(of: GalleryState.self))
             let messenger = GroupSessionMessenger(session: a)
             let sender = Task {
@@ -227,10 +224,7 @@ import Testing
     @Test func aChangedActivityReachesEveryone() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            let alice = try await group.join("alice")
-            let bob = try await group.join("bob")
-            let a = try await alice.startJoined(Gallery(galleryID: "before"))
-            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let (_, _, a, b) = try await group.pair(Gallery(galleryID: "before"))
             let changes = Collector(b.activityUpdates())
             try await changes.waitForCount(1)
             a.activity = Gallery(galleryID: "after")

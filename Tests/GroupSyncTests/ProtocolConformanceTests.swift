@@ -78,10 +78,7 @@ import Testing
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
             let root = "groupsync/v1/\(group.name)"
-            let alice = try await group.join("alice")
-            let bob = try await group.join("bob")
-            let a = try await alice.startJoined(Gallery(galleryID: "foreign"))
-            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let (alice, _, a, b) = try await group.pair(Gallery(galleryID: "foreign"))
             try await SharedState(a, key: "index", initialValue: 0).set(5)
             let aliceChats = Collector(GroupSessionMessenger(session: a).messages(of: Chat.self))
             let bobChats = Collector(GroupSessionMessenger(session: b).messages(of: Chat.self))

@@ -78,10 +78,7 @@ import Testing
     @Test func aFrozenBrokerIsSurvivedWithoutDuplicates() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            let alice = try await group.join("alice")
-            let bob = try await group.join("bob")
-            let a = try await alice.startJoined(Gallery(galleryID: "frozen"))
-            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let (alice, _, a, b) = try await group.pair(Gallery(galleryID: "frozen"))
             let received = Collector(GroupSessionMessenger(session: b).messages(of: Numbered.self))
             let messenger = GroupSessionMessenger(session: a)
             for n in 1...10 { try await messenger.send(Numbered(from: "alice", n: n)) }

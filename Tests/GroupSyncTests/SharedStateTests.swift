@@ -10,10 +10,7 @@ import Testing
     @Test func crossingUpdatesConvergeWithoutJumpingBack() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            let alice = try await group.join("alice")
-            let bob = try await group.join("bob")
-            let a = try await alice.startJoined(Gallery(galleryID: "x"))
-            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let (_, _, a, b) = try await group.pair(Gallery(galleryID: "x"))
             let sa = try SharedState(a, key: "index", initialValue: 0)
             let sb = try SharedState(b, key: "index", initialValue: 0)
             let seenA = Collector(sa.values())
@@ -68,10 +65,7 @@ import Testing
         config.retainAvailable = retainAvailable
         try await MosquittoBroker.withBroker(config) { broker in
             let group = Group(broker)
-            let alice = try await group.join("alice")
-            let bob = try await group.join("bob")
-            let a = try await alice.startJoined(Gallery(galleryID: "late"))
-            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let (_, _, a, b) = try await group.pair(Gallery(galleryID: "late"))
             try await SharedState(a, key: "index", initialValue: 0).set(5)
             try await SharedState(b, key: "index", initialValue: 0).set(9)
             try await waitUntil("converged") { try SharedState(a, key: "index", initialValue: 0).value == 9 }
@@ -128,10 +122,7 @@ import Testing
     @Test func catchUpGoesOnlyToTheNewcomer() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            let alice = try await group.join("alice")
-            let bob = try await group.join("bob")
-            let a = try await alice.startJoined(Gallery(galleryID: "x"))
-            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let (_, _, a, b) = try await group.pair(Gallery(galleryID: "x"))
             let sa = try SharedState(a, key: "index", initialValue: 0)
             try await sa.set(1)
             let sb = try SharedState(b, key: "index", initialValue: 0)
@@ -151,10 +142,7 @@ import Testing
     @Test func leavingKeepsTheLastValueVisible() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            let alice = try await group.join("alice")
-            let bob = try await group.join("bob")
-            let a = try await alice.startJoined(Gallery(galleryID: "x"))
-            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let (_, _, a, b) = try await group.pair(Gallery(galleryID: "x"))
             try await SharedState(b, key: "index", initialValue: 0).set(8)
             await b.leave()
             let carol = try await group.join("carol")
@@ -167,10 +155,7 @@ import Testing
     @Test func coalescedWritesDeliverTheLatestValueLast() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            let alice = try await group.join("alice")
-            let bob = try await group.join("bob")
-            let a = try await alice.startJoined(Gallery(galleryID: "drag"))
-            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let (_, _, a, b) = try await group.pair(Gallery(galleryID: "drag"))
             let (raw, wire) = try await rawSubscriber(broker, "groupsync/v1/\(group.name)/s/\(a.id)/state/#")
             let dragging = try SharedState(a, key: "x", initialValue: 0, minimumInterval: .milliseconds(50))
             for x in 1...200 { try await dragging.set(x) }

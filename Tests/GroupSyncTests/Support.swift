@@ -23,34 +23,6 @@ struct Chat: Codable, Sendable, Equatable {
     var text: String
 }
 
-/// Consumes an async sequence in a background task and keeps what arrives, so that tests can await a
-/// condition on it with a deadline.
-final class Collector<Element: Sendable>: Sendable {
-    private let storage = Mutex<[Element]>([])
-    private let finished = Atomic<Bool>(false)
-    private let task = Mutex<Task<Void, Never>?>(nil)
-
-    init<S: AsyncSequence & Sendable>(_ sequence: S) where S.Element == Element {
-        let consumer = Task { [self] in
-            do {
-                for try await element in sequence { self.storage.withLock { $0.append(element) } }
-            } catch {}
-            self.finished.store(true, ordering: .releasing)
-        }
-        task.withLock { $0 = consumer }
-    }
-
-    var elements: [Element] { storage.withLock { $0 } }
-    var count: Int { storage.withLock { $0.count } }
-    var last: Element? { storage.withLock { $0.last } }
-    var isFinished: Bool { finished.load(ordering: .acquiring) }
-    func cancel() { task.withLock { $0?.cancel() } }
-
-    func waitForCount(_ n: Int, timeout: Duration = .seconds(5)) async throws {
-        try await waitUntil(timeout: timeout, "\(n) elements (have \(count))") { self.count >= n }
-    }
-}
-
 /// A group of coordinators on one broker, closed at the end.
 final class Group: Sendable {
     let broker: MosquittoBroker
@@ -73,6 +45,15 @@ final class Group: Sendable {
         let coordinator = try await GroupCoordinator.connect(configuration)
         coordinators.withLock { $0.append(coordinator) }
         return coordinator
+    }
+
+    /// alice activates `activity` and joins; bob joins the same session.
+    func pair<A: GroupActivity>(_ activity: A) async throws -> (GroupCoordinator, GroupCoordinator, GroupSession<A>, GroupSession<A>) {
+        let alice = try await join("alice")
+        let bob = try await join("bob")
+        let a = try await alice.startJoined(activity)
+        let b = try await bob.joinSession(a.id, of: A.self)
+        return (alice, bob, a, b)
     }
 
     func closeAll() async {

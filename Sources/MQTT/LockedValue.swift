@@ -1,0 +1,38 @@
+import Foundation
+
+/// A value guarded by a `pthread_mutex_t`, with the same `withLock` shape as `Synchronization.Mutex`.
+///
+/// Why not `Mutex`: on Linux, `Synchronization.Mutex` waits with raw futex system calls, which
+/// ThreadSanitizer does not see, so every access it protects is reported as a race (reproduced with a
+/// 10-line program under `swift build --sanitize=thread`). CI runs the suite under ThreadSanitizer, so
+/// the state that libmosquitto's network thread and Swift tasks share is guarded by a lock it
+/// understands. Used only inside this package.
+///
+/// `@unchecked Sendable` is sound: `value` is only read or written inside `withLock`, between
+/// `pthread_mutex_lock` and `pthread_mutex_unlock` on `mutex`, which is initialised in `init` and
+/// destroyed in `deinit` when no other reference exists.
+package final class LockedValue<Value>: @unchecked Sendable {
+    private var value: Value
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+
+    package init(_ value: Value) {
+        self.value = value
+        mutex = .allocate(capacity: 1)
+        mutex.initialize(to: pthread_mutex_t())
+        let rc = pthread_mutex_init(mutex, nil)
+        precondition(rc == 0, "pthread_mutex_init failed: \(rc)")
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deinitialize(count: 1)
+        mutex.deallocate()
+    }
+
+    /// Runs `body` with exclusive access to the value. Never call user code or block inside.
+    package func withLock<Result, Failure: Error>(_ body: (inout Value) throws(Failure) -> Result) throws(Failure) -> Result {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body(&value)
+    }
+}
