@@ -548,6 +548,9 @@ private func spawn(_ path: String, _ arguments: [String], stdin: Int32?, output:
     posix_spawn_file_actions_addopen(
         &actions, STDOUT_FILENO, output ?? "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0o644)
     posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO)
+    // Inherit nothing else: Foundation's pipes are not close-on-exec, and a broker holding the write end
+    // of another child's stdin would keep that child from ever seeing end-of-file.
+    closeInheritedDescriptors(&actions)
 
     let flags = Int32(POSIX_SPAWN_SETPGROUP) | Int32(POSIX_SPAWN_SETSIGMASK) | Int32(POSIX_SPAWN_SETSIGDEF)
     posix_spawnattr_setflags(&attributes, Int16(flags))
@@ -576,4 +579,20 @@ private func spawn(_ path: String, _ arguments: [String], stdin: Int32?, output:
         throw MosquittoBroker.Failure("cannot launch \(path): \(String(cString: strerror(result)))")
     }
     return pid
+}
+
+/// Makes the spawned process close every descriptor above standard error. glibc 2.34+ has
+/// `posix_spawn_file_actions_addclosefrom_np` (looked up at run time: Swift's Glibc module does not
+/// declare it); elsewhere every descriptor open now is marked close-on-exec, which only affects exec.
+private func closeInheritedDescriptors(_ actions: inout posix_spawn_file_actions_t) {
+    typealias AddCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+    if let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") {
+        let addCloseFrom = unsafeBitCast(symbol, to: AddCloseFrom.self)
+        if addCloseFrom(&actions, 3) == 0 { return }
+    }
+    guard let descriptors = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else { return }
+    for descriptor in descriptors.compactMap({ Int32($0) }) where descriptor > STDERR_FILENO {
+        let flags = fcntl(descriptor, F_GETFD)
+        if flags >= 0 { _ = fcntl(descriptor, F_SETFD, flags | FD_CLOEXEC) }
+    }
 }

@@ -1,10 +1,243 @@
-/// `groupsync dashboard`: projects a group's sessions for IoT dashboards (docs/DASHBOARDS.md).
+import Foundation
+import GroupSync
+import MQTT
+
+/// `groupsync dashboard`: projects a group's sessions for IoT dashboards (docs/DASHBOARDS.md). What to
+/// publish is decided by ``DashboardProjection`` (pure); this command only moves messages in and out.
 enum DashboardCommand: Command {
     static let name = "dashboard"
     static let summary = "publish Home Assistant discovery and flat topics for dashboards"
-    static let help = "Usage: groupsync dashboard (being written)"
+    static let help = """
+        Usage: groupsync dashboard [--discovery-prefix PREFIX] [--verbose] [--broker URL] [--group NAME]
+               groupsync dashboard --replay FILE [--json] [--discovery-prefix PREFIX] [--group NAME]
+
+        Projects one group for IoT dashboards as an observer (it never appears as a participant), until
+        Ctrl-C. Everything it publishes is retained (QoS 1):
+          * Home Assistant MQTT discovery, <prefix>/sensor/groupsync_<group>/<object_id>/config: a
+            "Sessions" sensor for the group; per live session a "Participants" sensor and one sensor per
+            shared-state key. Sent again when <prefix>/status receives "online" (Home Assistant started);
+            removed (empty payload) when the session ends.
+          * Flat topics with plain payloads, for Node-RED, Grafana's MQTT data source (MQTT 3.1.1) and
+            mosquitto_sub -v:
+              groupsync/dashboard/<group>/availability                   online | offline
+              groupsync/dashboard/<group>/sessions                       1
+              groupsync/dashboard/<group>/session_list                   ["k3q…"]
+              groupsync/dashboard/<group>/session/<id>/title             Movie night
+              groupsync/dashboard/<group>/session/<id>/activity          com.example.board
+              groupsync/dashboard/<group>/session/<id>/participants      2
+              groupsync/dashboard/<group>/session/<id>/participant_list  ["alice","bob"]
+              groupsync/dashboard/<group>/session/<id>/state/<key>       {"page":3}
+            A session's topics are cleared when it ends.
+        availability is "offline" after Ctrl-C, and (MQTT will) when the dashboard dies. It owns both
+        subtrees: leftovers of an earlier run are cleared at start-up. Run one dashboard per group.
+
+        \(CommonOptions.help)
+          --discovery-prefix P  Home Assistant's discovery prefix (default homeassistant)
+          --verbose             print every publish as `topic payload`
+          --replay FILE         no broker: read messages as `mosquitto_sub -v` prints them ("topic payload",
+                                "(null)" for an empty payload) from FILE, or stdin for -, and print what the
+                                dashboard would publish, the same way. Lines before a line "--" are the
+                                retained messages found at start-up, lines after it arrive live (without
+                                "--", all are retained). Lines starting with # are comments.
+          --json                with --replay: one JSON object per publish, {"topic","payload"}
+
+        Exit codes: 0 stopped with Ctrl-C (or replay done); 1 failure; 2 usage error; 3 broker unreachable.
+        """
 
     static func run(_ arguments: [String]) async throws -> Int32 {
-        throw CommandFailure("dashboard is not available yet")
+        let args = try Arguments(
+            arguments, options: CommonOptions.names.union(["discovery-prefix", "replay"]), flags: ["verbose", "json"])
+        let common = try CommonOptions(args)
+        let prefix = args.value("discovery-prefix") ?? DashboardTopics.defaultDiscoveryPrefix
+        guard DashboardTopics.isValidDiscoveryPrefix(prefix) else {
+            throw UsageError("invalid --discovery-prefix '\(prefix)': a topic without wildcards or empty levels")
+        }
+        let projection = DashboardProjection(group: common.group, discoveryPrefix: prefix)
+        if let file = args.value("replay") {
+            return try replay(file, projection, json: args.has("json"))
+        }
+        if args.has("json") { throw UsageError("--json only goes with --replay") }
+        return try await serve(projection, common: common, verbose: args.has("verbose"))
+    }
+
+    // MARK: - Live
+
+    private enum Input: Sendable {
+        /// A message of the subscription made for connection `generation`.
+        case message(generation: Int, MQTTMessage)
+        case reconnected
+    }
+
+    private static func serve(_ start: DashboardProjection, common: CommonOptions, verbose: Bool) async throws -> Int32 {
+        let topics = start.topics
+        // Signals first: one that arrives while connecting or synchronizing waits here, and a test (or
+        // a script) that stops the dashboard as soon as it printed something is never lost.
+        let (interrupts, interrupt) = AsyncStream.makeStream(of: Void.self)
+        Signals.onInterrupt { interrupt.yield() }
+        let client = try await connect(common, will: start.will)
+        let marker = "groupsync-observer/\(client.configuration.clientID)"
+        let (inputs, feed) = AsyncStream.makeStream(of: Input.self)
+        let events = client.events()
+        let reconnects = Task {
+            for await event in events {
+                if case .connected = event { feed.yield(.reconnected) }
+            }
+        }
+        Output.line(
+            "dashboard for group \(common.group) on \(common.broker): Home Assistant discovery under "
+                + "\(topics.discoveryPrefix)/sensor/\(topics.nodeID)/, flat topics under \(topics.root)/ — Ctrl-C to stop")
+
+        // Subscribes for one connection; its marker coming back means the retained messages are all in.
+        @Sendable func subscribe(_ generation: Int) async throws(MQTTError) -> MQTTSubscription {
+            let subscription = try await client.subscribe(
+                to: (start.filters + [marker]).map { TopicSubscription($0, qos: .atLeastOnce) })
+            Task {
+                for await message in subscription { feed.yield(.message(generation: generation, message)) }
+            }
+            try await client.publish(to: marker, string: "sync-\(generation)")
+            return subscription
+        }
+
+        let worker = Task {
+            var projection = start
+            var generation = 0
+            var subscription = try await subscribe(generation)
+            for await input in inputs {
+                switch input {
+                case .reconnected:
+                    // The will may have said offline, and anything may have changed meanwhile: learn the
+                    // group again from the retained messages, then reconcile.
+                    generation += 1
+                    projection.restart()
+                    do {
+                        let previous = subscription
+                        subscription = try await subscribe(generation)
+                        previous.unsubscribe()
+                    } catch {
+                        Output.error("groupsync dashboard: resubscribing failed (\(error)); retrying on the next reconnect")
+                    }
+                case let .message(from, message):
+                    guard from == generation else { continue }
+                    if message.topic == marker {
+                        guard message.payload == Data("sync-\(generation)".utf8) else { continue }
+                        await publish(projection.synchronize(), client: client, verbose: verbose)
+                        Output.line("synchronized: \(projection.view.sessions.count) live sessions, \(projection.retained.count) retained topics")
+                        continue
+                    }
+                    let before = Set(projection.view.sessions.keys)
+                    let publications = projection.apply(message)
+                    await publish(publications, client: client, verbose: verbose)
+                    guard projection.isSynchronized else { continue }
+                    let after = Set(projection.view.sessions.keys)
+                    for id in after.subtracting(before).sorted() { Output.line("session \(id) published") }
+                    for id in before.subtracting(after).sorted() { Output.line("session \(id) removed") }
+                }
+            }
+            subscription.unsubscribe()
+        }
+        let stopper = Task {
+            for await _ in interrupts {
+                worker.cancel()
+                break
+            }
+        }
+        let result = await worker.result
+        stopper.cancel()
+        reconnects.cancel()
+        // Clean exit: say offline (bounded, the broker may be gone), then DISCONNECT (no will).
+        let offline = start.will
+        await withTimeout(.seconds(2)) {
+            _ = try? await client.publish(to: offline.topic, string: offline.payload, qos: .atLeastOnce, retain: true)
+        }
+        await client.disconnect()
+        feed.finish()
+        if case let .failure(error) = result {
+            throw CommandFailure("subscribing to \(topics.root) and \(topics.discoveryFilter) failed: \(error)")
+        }
+        return 0
+    }
+
+    /// Connects a plain MQTT client (an observer) whose will marks the dashboard offline.
+    private static func connect(_ common: CommonOptions, will: DashboardProjection.Publication) async throws(CommandFailure) -> MQTTClient {
+        do {
+            var configuration = try MQTTClient.Configuration(url: common.broker)
+            configuration.keepAlive = common.keepAlive
+            configuration.will = MQTTClient.Will(topic: will.topic, payload: Array(will.payload.utf8), qos: .atLeastOnce, retain: true)
+            let client = try MQTTClient(configuration: configuration)
+            try await client.connect()
+            return client
+        } catch {
+            throw CommonOptions.failure(.connection(error), broker: common.broker)
+        }
+    }
+
+    private static func publish(_ publications: [DashboardProjection.Publication], client: MQTTClient, verbose: Bool) async {
+        for publication in publications {
+            if verbose { Output.line(publication.description) }
+            do {
+                try await client.publish(to: publication.topic, string: publication.payload, qos: .atLeastOnce, retain: true)
+            } catch .cancelled {
+                return
+            } catch {
+                Output.error("groupsync dashboard: publishing to \(publication.topic) failed: \(error)")
+            }
+        }
+    }
+
+    /// Runs `body`, cancelling it after `timeout`.
+    private static func withTimeout(_ timeout: Duration, _ body: @escaping @Sendable () async -> Void) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await body() }
+            group.addTask { try? await Task.sleep(for: timeout) }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    // MARK: - Replay
+
+    /// Feeds recorded messages to the projection and prints what it publishes: the dashboard without a
+    /// broker (a dry run on a `mosquitto_sub -v` capture, and how the tests check the projection).
+    private static func replay(_ file: String, _ start: DashboardProjection, json: Bool) throws -> Int32 {
+        var projection = start
+        let data: Data
+        if file == "-" {
+            data = FileHandle.standardInput.readDataToEndOfFile()
+        } else {
+            guard let contents = FileManager.default.contents(atPath: file) else { throw CommandFailure("cannot read \(file)") }
+            data = contents
+        }
+        let lines = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: true)
+            .map { $0.hasSuffix("\r") ? $0.dropLast() : $0 }
+            .filter { !$0.isEmpty && !$0.hasPrefix("#") }
+        let separator = lines.firstIndex(of: "--") ?? lines.endIndex
+        func emit(_ publications: [DashboardProjection.Publication]) {
+            for publication in publications {
+                if json {
+                    Output.json(["topic": publication.topic, "payload": publication.payload])
+                } else {
+                    Output.line(publication.description)
+                }
+            }
+        }
+        for line in lines[..<separator] { emit(projection.apply(try message(line))) }
+        emit(projection.synchronize())
+        for line in lines[separator...].dropFirst() { emit(projection.apply(try message(line))) }
+        emit(projection.stop())
+        return 0
+    }
+
+    /// A `mosquitto_sub -v` line: the topic, a space, the payload (`(null)` or nothing: empty).
+    private static func message(_ line: Substring) throws(CommandFailure) -> MQTTMessage {
+        let topic: Substring
+        var payload: Substring = ""
+        if let space = line.firstIndex(of: " ") {
+            topic = line[..<space]
+            payload = line[line.index(after: space)...]
+        } else {
+            topic = line
+        }
+        guard Topic.isValidName(String(topic)) else { throw CommandFailure("not a `topic payload` line: \(line)") }
+        return MQTTMessage(topic: String(topic), payload: payload == "(null)" ? Data() : Data(payload.utf8), retain: true)
     }
 }

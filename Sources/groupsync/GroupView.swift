@@ -24,6 +24,9 @@ struct GroupView {
     let topics: GroupTopics
     private(set) var online: [String: Int64] = [:]
     private(set) var sessions: [String: Session] = [:]
+    /// Member and state records of sessions whose announcement has not arrived yet: retained messages
+    /// of different topics come in any order, so they wait here instead of being lost.
+    private var early: [String: (members: [String: Int64], states: [String: Wire.StateRecord])] = [:]
 
     init(group: String) {
         topics = GroupTopics(group: group)
@@ -54,11 +57,17 @@ struct GroupView {
         case let .announcement(id):
             if payload.isEmpty {
                 sessions[id] = nil
+                early[id] = nil
                 return Event(kind: "ended", session: id, text: "session \(id) ended (announcement cleared)", fields: [:])
             }
             guard let announcement = Wire.decodeVersioned(Wire.Announcement.self, from: payload) else { return invalid(message) }
             let changed = sessions[id] != nil
-            sessions[id, default: Session(announcement: announcement)].announcement = announcement
+            if changed {
+                sessions[id]?.announcement = announcement
+            } else {
+                let waiting = early.removeValue(forKey: id)
+                sessions[id] = Session(announcement: announcement, members: waiting?.members ?? [:], states: waiting?.states ?? [:])
+            }
             let title = announcement.activity.metadata.title
             return Event(
                 kind: changed ? "activity" : "announce", session: id, participant: announcement.createdBy,
@@ -67,21 +76,24 @@ struct GroupView {
                 fields: ["activity": announcement.activity.type, "title": title, "revision": announcement.revision.description])
         case let .member(id, participant):
             if payload.isEmpty {
-                sessions[id]?.members[participant] = nil
+                setMember(id, participant, nil)
                 return Event(kind: "leave", session: id, participant: participant, text: "\(participant) left \(id)", fields: [:])
             }
             guard let member = Wire.decodeVersioned(Wire.Member.self, from: payload) else { return invalid(message) }
-            sessions[id]?.members[participant] = member.epoch
+            setMember(id, participant, member.epoch)
             return Event(kind: "join", session: id, participant: participant, text: "\(participant) joined \(id)", fields: ["epoch": member.epoch])
         case let .state(id, key, writer):
             if payload.isEmpty {
                 return Event(kind: "state-cleared", session: id, participant: writer, text: "\(writer)'s \(key) in \(id) cleared", fields: ["key": key])
             }
             guard let record = Wire.decodeVersioned(Wire.StateRecord.self, from: payload) else { return invalid(message) }
-            if let current = sessions[id]?.states[key], current.clock >= record.clock {
-                // Older than what we hold: a reader keeps the newer one.
-            } else {
-                sessions[id]?.states[key] = record
+            let current = sessions[id]?.states[key] ?? early[id]?.states[key]
+            if current.map({ $0.clock < record.clock }) ?? true {  // a reader keeps the newer record
+                if sessions[id] != nil {
+                    sessions[id]?.states[key] = record
+                } else {
+                    early[id, default: ([:], [:])].states[key] = record
+                }
             }
             return Event(
                 kind: "state", session: id, participant: writer,
@@ -91,6 +103,14 @@ struct GroupView {
             return messageEvent(message, session: id, sender: sender, recipient: nil)
         case let .direct(id, recipient, sender):
             return messageEvent(message, session: id, sender: sender, recipient: recipient)
+        }
+    }
+
+    private mutating func setMember(_ session: String, _ participant: String, _ epoch: Int64?) {
+        if sessions[session] != nil {
+            sessions[session]?.members[participant] = epoch
+        } else {
+            early[session, default: ([:], [:])].members[participant] = epoch
         }
     }
 

@@ -37,6 +37,9 @@ enum JoinCommand: Command {
         }
         guard Identifier.isValid(activityID) else { throw UsageError("invalid ACTIVITY-ID '\(activityID)'") }
         let common = try CommonOptions(args)
+        // Installed first, so that a Ctrl-C while connecting or joining still leaves cleanly.
+        let done = AsyncStream<Void>.makeStream()
+        Signals.onInterrupt { done.continuation.yield() }
         let key = args.value("key") ?? "value"
         guard Identifier.isValid(key) else { throw UsageError("invalid --key '\(key)'") }
         let coordinator = try await common.connect()
@@ -65,8 +68,6 @@ enum JoinCommand: Command {
                 }
             },
         ]
-        let done = AsyncStream<Void>.makeStream()
-        Signals.onInterrupt { done.continuation.yield() }
         let ended = Task {
             for await value in session.stateUpdates() {
                 if case let .invalidated(reason) = value {

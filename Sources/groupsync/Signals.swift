@@ -9,6 +9,7 @@ enum Signals {
 
     static func onInterrupt(_ handler: @escaping @Sendable () -> Void) {
         for number in [SIGINT, SIGTERM] {
+            // The source sees the signal; ignoring it stops the default action (termination).
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
             source.setEventHandler(handler: handler)

@@ -44,6 +44,7 @@ final class CLIProcess: Sendable {
             let chunk = handle.availableData
             if chunk.isEmpty {
                 handle.readabilityHandler = nil
+                buffer.close()
                 return
             }
             buffer.append(chunk)
@@ -66,9 +67,14 @@ final class CLIProcess: Sendable {
         kill(process.processIdentifier, number)
     }
 
-    /// Waits for the process to exit and returns its status.
+    /// Waits for the process to exit and its output to be read; returns its status.
+    ///
+    /// End-of-file on the pipes normally follows the exit at once, but a sibling child started
+    /// concurrently by Foundation's `Process` may have inherited their write ends, so it is awaited
+    /// for a bounded time only.
     func wait(timeout: Duration = .seconds(10)) async throws -> Int32 {
         try await waitUntil(timeout: timeout, "groupsync exits") { !self.process.isRunning }
+        try? await waitUntil(timeout: .seconds(1), "output read to the end") { self.lines.isClosed && self.errorLines.isClosed }
         return process.terminationStatus
     }
 
@@ -90,16 +96,26 @@ func runCLI(_ arguments: [String], input: String? = nil, timeout: Duration = .se
     if let input { child.send(input) }
     child.closeInput()
     let status = try await child.wait(timeout: timeout)
-    // Let the readers drain what is left in the pipes.
-    try? await waitUntil(timeout: .milliseconds(500), "output drained") { true }
     return (status, child.output, child.errors)
 }
 
 /// Complete lines read from a pipe, safe from the pipe's reader thread and the test.
 final class LineBuffer: Sendable {
-    private let state = Mutex<(lines: [String], pending: Data)>(([], Data()))
+    private let state = Mutex<(lines: [String], pending: Data, closed: Bool)>(([], Data(), false))
 
     var lines: [String] { state.withLock { $0.lines } }
+    /// Whether the pipe reached end-of-file (the last line, even without a newline, is in `lines`).
+    var isClosed: Bool { state.withLock { $0.closed } }
+
+    func close() {
+        state.withLock { state in
+            if !state.pending.isEmpty {
+                state.lines.append(String(decoding: state.pending, as: UTF8.self))
+                state.pending = Data()
+            }
+            state.closed = true
+        }
+    }
 
     func append(_ chunk: Data) {
         state.withLock { state in

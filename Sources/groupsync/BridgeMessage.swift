@@ -1,0 +1,14 @@
+import GroupSync
+
+/// The one message type of `groupsync bridge`: any JSON value from the host, wrapped.
+///
+/// It travels as GroupSync type name `BridgeMessage` with the body `{"value": <JSON>}`. A Swift app
+/// receives bridge messages (and sends messages bridges receive) by declaring the same type:
+///
+/// ```swift
+/// struct BridgeMessage: Codable, Sendable { var value: JSONValue }
+/// for await (message, context) in messenger.messages(of: BridgeMessage.self) { … }
+/// ```
+struct BridgeMessage: Codable, Sendable, Hashable {
+    var value: JSONValue
+}

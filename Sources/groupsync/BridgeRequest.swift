@@ -1,0 +1,181 @@
+import Foundation
+import GroupSync
+
+/// One request line of `groupsync bridge` (docs/BRIDGE.md), checked: every field has the right type and
+/// every name that becomes a topic level is a valid identifier. Unknown fields are ignored.
+struct BridgeRequest: Sendable {
+    /// Echoed in the answer: a string or a number, exactly as given.
+    let id: JSONValue
+    let operation: Operation
+
+    enum Operation: Sendable {
+        case ping
+        case configure(broker: String?, group: String?, participant: String?, keepAlive: Int?)
+        case watch(activity: String)
+        case start(activity: String, metadata: GroupActivityMetadata?, value: JSONValue, keys: [String])
+        case join(activity: String?, session: String?, keys: [String], timeout: Duration)
+        case leave
+        case end
+        case set(key: String, value: JSONValue)
+        case send(value: JSONValue, to: [String]?)
+    }
+
+    /// Why a line is not a request; `id` when one could be read.
+    struct Invalid: Error, Sendable {
+        var id: JSONValue?
+        var message: String
+    }
+
+    static let operations = ["ping", "configure", "watch", "start", "join", "leave", "end", "set", "send"]
+
+    /// How long `join` waits for its session to be announced unless the request says otherwise.
+    static let defaultTimeout: Duration = .seconds(10)
+
+    /// Parses one line (without its newline).
+    static func parse(_ line: Data) -> Result<BridgeRequest, Invalid> {
+        guard let json = Wire.decode(JSONValue.self, from: line) else {
+            return .failure(Invalid(message: "not JSON: \(preview(line))"))
+        }
+        guard case let .object(object) = json else {
+            return .failure(Invalid(message: "a request is a JSON object, e.g. {\"id\":1,\"op\":\"ping\"}"))
+        }
+        let id: JSONValue
+        switch object["id"] {
+        case .none:
+            return .failure(Invalid(message: "missing \"id\" (a string or a number)"))
+        case let .some(value):
+            switch value {
+            case .string, .int, .double: id = value
+            default: return .failure(Invalid(message: "\"id\" must be a string or a number"))
+            }
+        }
+        do throws(Invalid) {
+            return .success(BridgeRequest(id: id, operation: try operation(Fields(object: object))))
+        } catch {
+            return .failure(Invalid(id: id, message: error.message))
+        }
+    }
+
+    private static func operation(_ fields: Fields) throws(Invalid) -> Operation {
+        guard let op = try fields.string("op") else {
+            throw Invalid(message: "missing \"op\" (one of \(operations.joined(separator: ", ")))")
+        }
+        switch op {
+        case "ping":
+            return .ping
+        case "configure":
+            let keepAlive = try fields.number("keepalive").map { seconds throws(Invalid) -> Int in
+                guard seconds.rounded() == seconds, (5...65_535).contains(seconds) else {
+                    throw Invalid(message: "\"keepalive\" must be a whole number of seconds from 5 to 65535")
+                }
+                return Int(seconds)
+            }
+            return .configure(
+                broker: try fields.string("broker"), group: try fields.identifier("group"),
+                participant: try fields.identifier("participant"), keepAlive: keepAlive)
+        case "watch":
+            return .watch(activity: try fields.required(fields.identifier("activity"), "activity"))
+        case "start":
+            let activity = try fields.required(fields.identifier("activity"), "activity")
+            var metadata: GroupActivityMetadata?
+            let title = try fields.string("title"), subtitle = try fields.string("subtitle"), type = try fields.string("type")
+            if title != nil || subtitle != nil || type != nil {
+                var kind = GroupActivityMetadata.ActivityType.generic
+                if let type {
+                    guard let known = GroupActivityMetadata.ActivityType(rawValue: type) else {
+                        throw Invalid(message: "unknown activity \"type\" '\(type)'")
+                    }
+                    kind = known
+                }
+                metadata = GroupActivityMetadata(title: title ?? activity, subtitle: subtitle, type: kind)
+            }
+            return .start(
+                activity: activity, metadata: metadata, value: fields.object["value"] ?? .object([:]),
+                keys: try fields.identifiers("keys") ?? [])
+        case "join":
+            let activity = try fields.identifier("activity"), session = try fields.identifier("session")
+            guard activity != nil || session != nil else {
+                throw Invalid(message: "join needs \"activity\", \"session\" or both")
+            }
+            var timeout = defaultTimeout
+            if let seconds = try fields.number("timeout") {
+                guard seconds >= 0, seconds <= 600 else { throw Invalid(message: "\"timeout\" must be 0 to 600 seconds") }
+                timeout = .milliseconds(Int64(seconds * 1_000))
+            }
+            return .join(activity: activity, session: session, keys: try fields.identifiers("keys") ?? [], timeout: timeout)
+        case "leave":
+            return .leave
+        case "end":
+            return .end
+        case "set":
+            let key = try fields.required(fields.identifier("key"), "key")
+            guard let value = fields.object["value"] else { throw Invalid(message: "missing \"value\" (any JSON, null included)") }
+            return .set(key: key, value: value)
+        case "send":
+            guard let value = fields.object["value"] else { throw Invalid(message: "missing \"value\" (any JSON, null included)") }
+            let to = try fields.identifiers("to")
+            if to?.isEmpty == true { throw Invalid(message: "\"to\" is empty: leave it out to send to everyone") }
+            return .send(value: value, to: to)
+        default:
+            throw Invalid(message: "unknown op '\(op)' (one of \(operations.joined(separator: ", ")))")
+        }
+    }
+
+    /// The start of a line, for error messages.
+    static func preview(_ line: Data) -> String {
+        let text = String(decoding: line.prefix(60), as: UTF8.self)
+        return line.count > 60 ? text + "…" : text
+    }
+
+    /// Typed access to a request's fields; a field of the wrong type is an error, a missing one nil.
+    private struct Fields {
+        let object: [String: JSONValue]
+
+        func string(_ name: String) throws(Invalid) -> String? {
+            switch object[name] {
+            case .none, .some(.null): return nil
+            case let .some(.string(value)): return value
+            case .some: throw Invalid(message: "\"\(name)\" must be a string")
+            }
+        }
+
+        func identifier(_ name: String) throws(Invalid) -> String? {
+            guard let value = try string(name) else { return nil }
+            try Self.check(value, name)
+            return value
+        }
+
+        func identifiers(_ name: String) throws(Invalid) -> [String]? {
+            switch object[name] {
+            case .none, .some(.null): return nil
+            case let .some(.array(values)):
+                return try values.map { value throws(Invalid) -> String in
+                    guard case let .string(text) = value else { throw Invalid(message: "\"\(name)\" must be an array of strings") }
+                    try Self.check(text, name)
+                    return text
+                }
+            case .some: throw Invalid(message: "\"\(name)\" must be an array of strings")
+            }
+        }
+
+        func number(_ name: String) throws(Invalid) -> Double? {
+            switch object[name] {
+            case .none, .some(.null): return nil
+            case let .some(.int(value)): return Double(value)
+            case let .some(.double(value)): return value
+            case .some: throw Invalid(message: "\"\(name)\" must be a number")
+            }
+        }
+
+        func required<T>(_ value: T?, _ name: String) throws(Invalid) -> T {
+            guard let value else { throw Invalid(message: "missing \"\(name)\"") }
+            return value
+        }
+
+        private static func check(_ value: String, _ name: String) throws(Invalid) {
+            guard Identifier.isValid(value) else {
+                throw Invalid(message: "invalid \"\(name)\" '\(value.prefix(140))': use 1–128 characters from A–Z a–z 0–9 . _ - : @ ~")
+            }
+        }
+    }
+}

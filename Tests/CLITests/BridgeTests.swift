@@ -1,0 +1,347 @@
+import BrokerSupport
+import Foundation
+import GroupSync
+import Synchronization
+import Testing
+
+/// `groupsync bridge` driven as a host program would: JSON lines in, JSON lines out (docs/BRIDGE.md).
+@Suite(.timeLimit(.minutes(2))) struct BridgeTests {
+    static let activity = "com.example.gallery"
+
+    @Test func twoBridgesStayInSync() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let alice = try BridgeProcess("alice", broker: broker.url, group: "sync")
+            let bob = try BridgeProcess("bob", broker: broker.url, group: "sync")
+
+            // bob follows announcements before there is any session: he hears of alice's without joining.
+            let watching = try await bob.request("watch", #""activity":"\#(Self.activity)""#)
+            #expect(watching["sessions"] == .array([]))
+            let started = try await alice.request(
+                "start", #""activity":"\#(Self.activity)","title":"Gallery paris","value":{"gallery":"paris"},"keys":["index"]"#)
+            let session = try #require(started["session"]?.string)
+            #expect(started["activity"] == .string(Self.activity))
+            #expect(started["participant"] == .string("alice"))
+            // Answers come after the effect: the session, its joined state and participants precede the ok.
+            let aliceOrder = alice.events.map { $0["event"]?.string ?? "" }
+            #expect(Array(aliceOrder.prefix(5)) == ["session", "state", "state", "participants", "ok"])
+            let announced = try await bob.event("session event") { $0["event"] == "session" && $0["session"]?.string == session }
+            #expect(announced["initiator"] == "alice")
+            #expect(announced["title"] == "Gallery paris")
+            #expect(announced["value"] == .object(["gallery": .string("paris")]))
+            #expect(bob.events.contains { $0["event"] == "state" } == false, "bob has not joined")
+
+            let joined = try await bob.request("join", #""activity":"\#(Self.activity)","session":"\#(session)""#)
+            #expect(joined["session"]?.string == session)
+            for bridge in [alice, bob] {
+                _ = try await bridge.event("participants alice, bob") {
+                    $0["event"] == "participants" && $0["participants"] == names("alice", "bob")
+                }
+            }
+
+            // Values both ways; bob never named the key: it is discovered on the wire.
+            _ = try await alice.request("set", #""key":"index","value":1"#)
+            _ = try await bob.event("index 1") { $0["event"] == "value" && $0["key"] == "index" && $0["value"] == .int(1) }
+            let set = try await bob.request("set", #""key":"index","value":{"photo":2,"zoom":1.5}"#)
+            #expect(set["key"] == "index")
+            let two = JSONValue.object(["photo": .int(2), "zoom": .double(1.5)])
+            _ = try await alice.event("index {photo 2}") { $0["event"] == "value" && $0["key"] == "index" && $0["value"] == two }
+            // bob's own value event came before his ok.
+            let bobLines = bob.events
+            let ownValue = bobLines.firstIndex { $0["event"] == "value" && $0["value"] == two }
+            let setAnswer = bobLines.firstIndex { $0["event"] == "ok" && $0["key"] == "index" }
+            #expect(ownValue != nil && setAnswer != nil && ownValue! < setAnswer!)
+
+            // Messages: to one participant, and to everyone.
+            _ = try await alice.request("send", #""value":{"text":"hello bob"},"to":["bob"]"#)
+            let message = try await bob.event("message from alice") { $0["event"] == "message" }
+            #expect(message["from"] == "alice")
+            #expect(message["session"]?.string == session)
+            #expect(message["value"] == .object(["text": .string("hello bob")]))
+            _ = try await bob.request("send", #""value":[1,"two",null]"#)
+            let reply = try await alice.event("message from bob") { $0["event"] == "message" }
+            #expect(reply["from"] == "bob")
+            #expect(reply["value"] == .array([.int(1), .string("two"), .null]))
+
+            // bob leaves: his state says so before the ok; alice sees him go; bob can no longer set.
+            _ = try await bob.request("leave")
+            #expect(bob.events.contains { $0["event"] == "state" && $0["state"] == "invalidated" && $0["reason"] == "left" })
+            _ = try await alice.event("participants alice") { $0["event"] == "participants" && $0["participants"] == names("alice") }
+            let refused = try await bob.answer(bob.send("set", #""key":"index","value":3"#))
+            #expect(refused["event"] == "error")
+
+            // alice ends the session.
+            _ = try await alice.request("end")
+            #expect(alice.events.contains { $0["event"] == "state" && $0["reason"] == "ended" && $0["by"] == "alice" })
+
+            for bridge in [alice, bob] {
+                bridge.cli.closeInput()
+                #expect(try await bridge.cli.wait() == 0)
+                #expect(bridge.unparsedLines.isEmpty, "stdout holds only JSON events: \(bridge.unparsedLines)")
+            }
+        }
+    }
+
+    @Test func malformedRequestsGetAnErrorAndTheBridgeGoesOn() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let bridge = try BridgeProcess("mallory", broker: broker.url, group: "malformed")
+            let huge = #"{"id":99,"op":"set","key":"k","value":""# + String(repeating: "x", count: 2 << 20) + #""}"#
+            let cases: [(line: String, id: JSONValue?, mentions: String)] = [
+                ("this is not json", nil, "not JSON"),
+                ("[1,2,3]", nil, "object"),
+                (#"{"id":1,"op":"fly"}"#, .int(1), "unknown op"),
+                (#"{"op":"ping"}"#, nil, "missing \"id\""),
+                (#"{"id":{"a":1},"op":"ping"}"#, nil, "\"id\""),
+                (#"{"id":"two"}"#, .string("two"), "missing \"op\""),
+                (#"{"id":3,"op":"set","value":1}"#, .int(3), "missing \"key\""),
+                (#"{"id":4,"op":"set","key":7,"value":1}"#, .int(4), "\"key\" must be a string"),
+                (#"{"id":5,"op":"set","key":"a/b","value":1}"#, .int(5), "invalid \"key\""),
+                (#"{"id":6,"op":"send"}"#, .int(6), "missing \"value\""),
+                (#"{"id":7,"op":"send","value":1,"to":"bob"}"#, .int(7), "array of strings"),
+                (#"{"id":8,"op":"start","activity":["x"]}"#, .int(8), "\"activity\" must be a string"),
+                (#"{"id":9,"op":"join","activity":"a.b","timeout":"soon"}"#, .int(9), "\"timeout\" must be a number"),
+                (#"{"id":10,"op":"configure","broker":"http://example.com"}"#, .int(10), "http"),
+                (#"{"id":11,"op":"set","key":"k","value":1}"#, .int(11), "not in a session"),
+                (huge, nil, "limit of 1048576 bytes"),
+            ]
+            for (index, malformed) in cases.enumerated() {
+                let before = bridge.events.count
+                bridge.cli.send(malformed.line)
+                // The bridge keeps answering: a ping after each bad line is answered, after its error.
+                let ping = try await bridge.request("ping")
+                #expect(ping["event"] == "ok")
+                let between = Array(bridge.events[before...].dropLast())
+                #expect(between.count == 1, "case \(index): one event for \(malformed.line.prefix(60)), got \(between)")
+                let error = try #require(between.first)
+                #expect(error["event"] == "error", "case \(index)")
+                #expect(error["id"] == malformed.id, "case \(index): id")
+                #expect(error["message"]?.string?.contains(malformed.mentions) == true, "case \(index): \(error)")
+            }
+            // Still fully working: it connects, starts a session and refuses a late configure.
+            let started = try await bridge.request("start", #""activity":"\#(Self.activity)""#)
+            #expect(started["session"]?.string != nil)
+            let late = try await bridge.answer(bridge.send("configure", #""group":"other""#))
+            #expect(late["event"] == "error")
+            bridge.cli.closeInput()
+            #expect(try await bridge.cli.wait() == 0)
+            #expect(bridge.unparsedLines.isEmpty)
+        }
+    }
+
+    @Test func endOfInputLeavesAndExitsZero() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let alice = try BridgeProcess("alice", broker: broker.url, group: "eof")
+            let bob = try BridgeProcess("bob", broker: broker.url, group: "eof")
+            let session = try #require(try await alice.request("start", #""activity":"\#(Self.activity)""#)["session"]?.string)
+            // Without a session ID: the first live session of the activity.
+            let joined = try await bob.request("join", #""activity":"\#(Self.activity)""#)
+            #expect(joined["session"]?.string == session)
+            _ = try await alice.event("participants alice, bob") {
+                $0["event"] == "participants" && $0["participants"] == names("alice", "bob")
+            }
+
+            bob.cli.closeInput()
+            #expect(try await bob.cli.wait() == 0)
+            _ = try await bob.event("bob's state left") { $0["event"] == "state" && $0["reason"] == "left" }
+            _ = try await alice.event("bob leaving") { $0["event"] == "participants" && $0["participants"] == names("alice") }
+
+            // SIGTERM does the same.
+            alice.cli.signal(SIGTERM)
+            #expect(try await alice.cli.wait() == 0)
+            _ = try await alice.event("alice's state left") { $0["event"] == "state" && $0["reason"] == "left" }
+        }
+    }
+
+    @Test func pythonSampleHostSucceeds() async throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let script = root.appendingPathComponent("Examples/bridge_host.py").path
+        try await MosquittoBroker.withBroker { broker in
+            let host = try ChildProcess("/usr/bin/env", ["python3", script, groupsyncExecutable, broker.url])
+            host.closeInput()
+            let status = try await host.wait(timeout: .seconds(60))
+            #expect(status == 0, "bridge_host.py: \((host.output + host.errors).joined(separator: "\n"))")
+            // Its last line may still be in the pipe when it exits.
+            try await waitUntil("bridge_host.py's OK line (output: \(host.output))") {
+                host.output.contains { $0.hasPrefix("OK: both bridges showed index") }
+            }
+        }
+    }
+}
+
+/// A `groupsync bridge` child: requests written as JSON lines, its stdout parsed as JSON objects.
+private final class BridgeProcess: Sendable {
+    let cli: ChildProcess
+    private let nextID = Mutex(100)
+
+    init(_ participant: String, broker: String, group: String) throws {
+        cli = try ChildProcess(groupsyncExecutable, ["bridge", "--broker", broker, "--group", group, "--as", participant])
+    }
+
+    /// Every line on stdout, parsed.
+    var events: [[String: JSONValue]] {
+        cli.output.compactMap { line in
+            guard case let .object(object)? = Wire.decode(JSONValue.self, from: Data(line.utf8)) else { return nil }
+            return object
+        }
+    }
+
+    /// Lines on stdout that are not JSON objects (there must be none).
+    var unparsedLines: [String] {
+        cli.output.filter { line in
+            guard case .object? = Wire.decode(JSONValue.self, from: Data(line.utf8)) else { return true }
+            return false
+        }
+    }
+
+    /// Writes `{"id":N,"op":op,<fields>}` and returns N.
+    func send(_ op: String, _ fields: String = "") -> Int {
+        let id = nextID.withLock { id in
+            id += 1
+            return id
+        }
+        cli.send(#"{"id":\#(id),"op":"\#(op)"\#(fields.isEmpty ? "" : "," + fields)}"#)
+        return id
+    }
+
+    /// The answer (ok or error) to request `id`.
+    func answer(_ id: Int) async throws -> [String: JSONValue] {
+        try await event("the answer to request \(id)") { $0["id"] == .int(Int64(id)) }
+    }
+
+    /// Sends a request and returns its answer, which must be ok.
+    func request(_ op: String, _ fields: String = "") async throws -> [String: JSONValue] {
+        let answer = try await answer(send(op, fields))
+        guard answer["event"] == "ok" else { throw BridgeRequestFailed(op: op, answer: answer) }
+        return answer
+    }
+
+    /// The first event (since the start) that matches.
+    func event(
+        _ what: String, timeout: Duration = .seconds(10), _ predicate: @escaping @Sendable ([String: JSONValue]) -> Bool
+    ) async throws -> [String: JSONValue] {
+        try await waitUntil(timeout: timeout, "\(what) (last events: \(cli.output.suffix(4)), stderr: \(cli.errors.suffix(3)))") {
+            self.events.contains(where: predicate)
+        }
+        return events.first(where: predicate)!
+    }
+}
+
+/// A child process whose stdin, stdout and stderr are pipes (socket pairs) created close-on-exec: no other process
+/// spawned meanwhile by this test process (a broker of a concurrent test, say) inherits them, so closing
+/// stdin really is end of file for the child. (`CLIProcess` uses Foundation's `Pipe`, whose descriptors
+/// leak into brokers that `BrokerSupport` spawns concurrently.)
+private final class ChildProcess: Sendable {
+    let process: Process
+    /// The write end of the child's stdin; -1 once closed.
+    private let input: Mutex<Int32>
+    private let lines = LineBuffer()
+    private let errorLines = LineBuffer()
+    /// The parent's reading ends, kept alive while their readability handlers run.
+    private let readers: [FileHandle]
+
+    init(_ executable: String, _ arguments: [String]) throws {
+        let stdin = try Self.pipe(), stdout = try Self.pipe(), stderr = try Self.pipe()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        // The child gets duplicates of these on 0, 1 and 2 (without close-on-exec).
+        process.standardInput = FileHandle(fileDescriptor: stdin.read, closeOnDealloc: false)
+        process.standardOutput = FileHandle(fileDescriptor: stdout.write, closeOnDealloc: false)
+        process.standardError = FileHandle(fileDescriptor: stderr.write, closeOnDealloc: false)
+        self.process = process
+        self.input = Mutex(stdin.write)
+        defer { for fd in [stdin.read, stdout.write, stderr.write] { close(fd) } }
+        do {
+            try process.run()
+        } catch {
+            for fd in [stdin.write, stdout.read, stderr.read] { close(fd) }
+            throw error
+        }
+        readers = [Self.collect(stdout.read, into: lines), Self.collect(stderr.read, into: errorLines)]
+    }
+
+    /// A connected pair of sockets used as a pipe, both ends close-on-exec from the start (atomically:
+    /// `pipe2` is not available to Swift here, and `pipe` + `fcntl` leaves a window for a concurrent spawn).
+    private static func pipe() throws -> (read: Int32, write: Int32) {
+        var fds: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
+            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+        }
+        return (fds[0], fds[1])
+    }
+
+    private static func collect(_ fd: Int32, into buffer: LineBuffer) -> FileHandle {
+        let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+        handle.readabilityHandler = { handle in
+            let chunk = handle.availableData
+            if chunk.isEmpty {
+                handle.readabilityHandler = nil
+                return
+            }
+            buffer.append(chunk)
+        }
+        return handle
+    }
+
+    var output: [String] { lines.lines }
+    var errors: [String] { errorLines.lines }
+
+    /// Writes `line` and a newline to the child's stdin (all of it, or nothing once stdin is closed).
+    func send(_ line: String) {
+        let data = Array((line + "\n").utf8)
+        input.withLock { fd in
+            var offset = 0
+            while fd >= 0 && offset < data.count {
+                let written = data[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                if written < 0 && errno == EINTR { continue }
+                guard written > 0 else { return }
+                offset += written
+            }
+        }
+    }
+
+    /// Closes the child's stdin: end of file.
+    func closeInput() {
+        input.withLock { fd in
+            if fd >= 0 { close(fd) }
+            fd = -1
+        }
+    }
+
+    func signal(_ number: Int32) {
+        kill(process.processIdentifier, number)
+    }
+
+    /// Waits for the child to exit and returns its status.
+    func wait(timeout: Duration = .seconds(10)) async throws -> Int32 {
+        try await waitUntil(timeout: timeout, "the child exits (stderr: \(errors.suffix(3)))") { !self.process.isRunning }
+        return process.terminationStatus
+    }
+
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        closeInput()
+    }
+}
+
+private struct BridgeRequestFailed: Error, CustomStringConvertible {
+    let op: String
+    let answer: [String: JSONValue]
+    var description: String { "request \(op) failed: \(answer)" }
+}
+
+extension JSONValue {
+    fileprivate var string: String? {
+        if case let .string(value) = self { return value }
+        return nil
+    }
+}
+
+/// A JSON array of participant IDs.
+private func names(_ ids: String...) -> JSONValue {
+    .array(ids.map(JSONValue.string))
+}
+
+/// `event["state"] == "joined"`: compares with a JSON string.
+private func == (lhs: JSONValue?, rhs: String) -> Bool {
+    lhs == .string(rhs)
+}

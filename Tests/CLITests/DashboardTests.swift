@@ -1,0 +1,724 @@
+import BrokerSupport
+import Foundation
+import GroupSync
+import MQTT
+import Synchronization
+import Testing
+
+/// `groupsync dashboard`: Home Assistant discovery and flat topics, against a real broker, and its
+/// projection alone (through `--replay`, which runs the same projection without a broker).
+@Suite(.timeLimit(.minutes(2))) struct DashboardTests {
+    // MARK: - Against a broker
+
+    @Test func discoveryAndFlatTopicsFollowASessionUntilItEnds() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = "livingroom"
+            let common = ["--broker", broker.url, "--group", group]
+            let flat = "groupsync/dashboard/\(group)"
+            let recorder = try await Recorder.start(broker, filters: ["homeassistant/#", "groupsync/dashboard/#"])
+            defer { recorder.stop() }
+
+            let dashboard = try CLIProcess(["dashboard"] + common)
+            _ = try await dashboard.waitForLine { $0.hasPrefix("synchronized:") }
+            try await recorder.wait(for: "\(flat)/availability", toBe: "online")
+            try await recorder.wait(for: "\(flat)/sessions", toBe: "0")
+            try await recorder.wait(for: "\(flat)/session_list", toBe: "[]")
+            let groupConfig = "homeassistant/sensor/groupsync_\(group)/sessions/config"
+            try await recorder.waitUntil("the group's sensor config") { $0.latest[groupConfig]?.isEmpty == false }
+
+            // A session starts: alice opens it, bob joins.
+            let alice = try CLIProcess(["join", "com.example.board", "--as", "alice", "--title", "Movie night", "--key", "page"] + common)
+            let line = try await alice.waitForLine { $0.hasPrefix("session ") }
+            let id = String(line.split(separator: " ")[1])
+            let session = "\(flat)/session/\(id)"
+            try await recorder.wait(for: "\(flat)/sessions", toBe: "1")
+            try await recorder.wait(for: "\(flat)/session_list", toBe: #"["\#(id)"]"#)
+            try await recorder.wait(for: "\(session)/title", toBe: "Movie night")
+            try await recorder.wait(for: "\(session)/activity", toBe: "com.example.board")
+            try await recorder.wait(for: "\(session)/participants", toBe: "1")
+            try await recorder.wait(for: "\(session)/participant_list", toBe: #"["alice"]"#)
+            _ = try await dashboard.waitForLine { $0 == "session \(id) published" }
+
+            let bob = try CLIProcess(["join", "com.example.board", "--as", "bob", "--session", id, "--key", "volume"] + common)
+            _ = try await alice.waitForLine { $0 == "participants alice,bob" }
+            try await recorder.wait(for: "\(session)/participants", toBe: "2")
+            try await recorder.wait(for: "\(session)/participant_list", toBe: #"["alice","bob"]"#)
+
+            // State values follow sets, as plain JSON; a state sensor's config follows its value's kind.
+            let pageConfig = "homeassistant/sensor/groupsync_\(group)/\(id)_state_page/config"
+            let volumeConfig = "homeassistant/sensor/groupsync_\(group)/\(id)_state_volume/config"
+            alice.send(#""intro""#)
+            try await recorder.wait(for: "\(session)/state/page", toBe: #""intro""#)
+            try await recorder.waitUntil("page's config as text") { Self.object($0.latest[pageConfig])?["value_template"] != nil }
+            #expect(Self.object(recorder.latest[pageConfig])?["state_class"] == nil)
+            alice.send("3")
+            try await recorder.wait(for: "\(session)/state/page", toBe: "3")
+            try await recorder.waitUntil("page's config as a measurement") {
+                Self.object($0.latest[pageConfig])?["state_class"] as? String == "measurement"
+            }
+            bob.send("0.5")
+            try await recorder.wait(for: "\(session)/state/volume", toBe: "0.5")
+            try await recorder.waitUntil("volume's config") { $0.latest[volumeConfig]?.isEmpty == false }
+            alice.send(#"{"chapter":2,"page":4}"#)
+            try await recorder.wait(for: "\(session)/state/page", toBe: #"{"chapter":2,"page":4}"#)
+            try await recorder.waitUntil("page's config as an object") {
+                Self.object($0.latest[pageConfig])?["json_attributes_topic"] as? String == "\(session)/state/page"
+            }
+
+            // Every config, field by field, against Home Assistant's sensor schema.
+            let sessionConfigs = [
+                "homeassistant/sensor/groupsync_\(group)/\(id)_participants/config", pageConfig, volumeConfig,
+            ]
+            let configs = recorder.latest.filter { $0.key.hasPrefix("homeassistant/") && !$0.value.isEmpty }
+            #expect(Set(configs.keys) == Set([groupConfig] + sessionConfigs))
+            Self.checkDiscovery(configs, values: recorder.latest)
+            let participants = try #require(Self.object(configs[sessionConfigs[0]]))
+            #expect(participants["name"] as? String == "Participants")
+            #expect(participants["state_topic"] as? String == "\(session)/participants")
+            #expect(participants["state_class"] as? String == "measurement")
+            #expect(participants["unit_of_measurement"] as? String == "participants")
+            let device = try #require(participants["device"] as? [String: Any])
+            #expect(device["name"] as? String == "Movie night (\(id))")
+            #expect(device["model"] as? String == "com.example.board")
+            #expect(device["via_device"] as? String == "groupsync_\(group)")
+            let sessions = try #require(Self.object(configs[groupConfig]))
+            #expect(sessions["state_topic"] as? String == "\(flat)/sessions")
+            #expect(sessions["unit_of_measurement"] as? String == "sessions")
+            let page = try #require(Self.object(configs[pageConfig]))
+            #expect(page["name"] as? String == "page")
+            #expect(page["state_topic"] as? String == "\(session)/state/page")
+            #expect((page["value_template"] as? String)?.contains("value_json") == true)
+            #expect(Self.object(configs[volumeConfig])?["state_class"] as? String == "measurement")
+
+            // A participant leaves: the count follows.
+            bob.signal(SIGINT)  // leaves cleanly (not EOF: a broker another test starts meanwhile may inherit bob's stdin)
+            #expect(try await Self.exit(bob, "bob") == 0)
+            try await recorder.wait(for: "\(session)/participants", toBe: "1")
+            try await recorder.wait(for: "\(session)/participant_list", toBe: #"["alice"]"#)
+            #expect(recorder.latest["\(session)/state/volume"] == "0.5", "bob's last value stays, as in the session")
+
+            // Home Assistant restarts: its birth message brings every config again, unchanged.
+            let before = recorder.snapshot
+            let observer = try await Self.connectedClient(broker)
+            try await observer.publish(to: "homeassistant/status", string: "online")
+            try await recorder.waitUntil("every config published again") { now in
+                configs.keys.allSatisfy { now.count($0) > before.count($0) }
+            }
+            for (topic, payload) in configs { #expect(recorder.latest[topic] == payload, "\(topic) republished unchanged") }
+            // Anything else on the status topic is not a restart.
+            let afterRestart = recorder.snapshot
+            try await observer.publish(to: "homeassistant/status", string: "offline")
+
+            // The session ends (carol, through the library): its configs and flat topics go.
+            let carol = try await GroupCoordinator.connect(.init(broker: broker.url, group: group, participant: "carol"))
+            let live = try #require(carol.currentSessions(activityIdentifier: "com.example.board").first { $0.id == id })
+            try await live.join()
+            try await recorder.wait(for: "\(session)/participants", toBe: "2")
+            await live.end()
+            _ = try await alice.waitForLine { $0 == "ended carol" }
+            #expect(try await Self.exit(alice, "alice") == 0)
+            for topic in sessionConfigs { try await recorder.wait(for: topic, toBe: "") }
+            for suffix in ["title", "activity", "participants", "participant_list", "state/page", "state/volume"] {
+                try await recorder.wait(for: "\(session)/\(suffix)", toBe: "")
+            }
+            try await recorder.wait(for: "\(flat)/sessions", toBe: "0")
+            try await recorder.wait(for: "\(flat)/session_list", toBe: "[]")
+            _ = try await dashboard.waitForLine { $0 == "session \(id) removed" }
+            await carol.close()
+            #expect(configs.keys.allSatisfy { afterRestart.count($0) == recorder.snapshot.count($0) || sessionConfigs.contains($0) },
+                    "`offline` on homeassistant/status republishes nothing")
+
+            // A fresh subscriber finds nothing of the session; the group's sensor stays.
+            let retained = try await Self.retained(broker, filters: ["homeassistant/#", "groupsync/dashboard/#"])
+            #expect(retained.keys.filter { $0.contains(id) }.isEmpty, "left: \(retained.keys.filter { $0.contains(id) })")
+            #expect(retained[groupConfig] == configs[groupConfig])
+            #expect(retained["\(flat)/sessions"] == "0")
+            #expect(retained["\(flat)/availability"] == "online")
+
+            // Ctrl-C: a clean exit says offline.
+            dashboard.signal(SIGINT)
+            #expect(try await Self.exit(dashboard, "dashboard") == 0)
+            try await recorder.wait(for: "\(flat)/availability", toBe: "offline")
+            #expect(try await Self.retained(broker, filters: ["\(flat)/availability"]) == ["\(flat)/availability": "offline"])
+            await observer.disconnect()
+        }
+    }
+
+    @Test func theWillSaysOfflineAndARestartClearsLeftovers() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = "kitchen"
+            let flat = "groupsync/dashboard/\(group)"
+            let common = ["--broker", broker.url, "--group", group]
+            let recorder = try await Recorder.start(broker, filters: ["homeassistant/#", "groupsync/dashboard/#"])
+            defer { recorder.stop() }
+            let first = try CLIProcess(["dashboard"] + common)
+            _ = try await first.waitForLine { $0.hasPrefix("synchronized:") }
+            try await recorder.wait(for: "\(flat)/availability", toBe: "online")
+
+            // A participant crashes: its presence turns lost and the count drops.
+            let alice = try CLIProcess(["join", "com.example.board", "--as", "alice"] + common)
+            let line = try await alice.waitForLine { $0.hasPrefix("session ") }
+            let id = String(line.split(separator: " ")[1])
+            try await recorder.wait(for: "\(flat)/session/\(id)/participants", toBe: "1")
+            alice.signal(SIGKILL)
+            _ = try await Self.exit(alice, "alice")
+            try await recorder.wait(for: "\(flat)/session/\(id)/participants", toBe: "0")
+            try await recorder.wait(for: "\(flat)/session/\(id)/participant_list", toBe: "[]")
+
+            // The dashboard dies: the broker publishes its will.
+            first.signal(SIGKILL)
+            _ = try await Self.exit(first, "first")
+            try await recorder.wait(for: "\(flat)/availability", toBe: "offline")
+            #expect(try await Self.retained(broker, filters: ["\(flat)/availability"]) == ["\(flat)/availability": "offline"])
+
+            // Leftovers in the dashboard's subtrees (a session that ended while it was down, say).
+            let observer = try await Self.connectedClient(broker)
+            let ghostConfig = "homeassistant/sensor/groupsync_\(group)/ghost_participants/config"
+            try await observer.publish(to: ghostConfig, string: #"{"name":"Participants"}"#, retain: true)
+            try await observer.publish(to: "\(flat)/session/ghost/participants", string: "7", retain: true)
+            let foreign = "homeassistant/sensor/someone_else/x/config"
+            try await observer.publish(to: foreign, string: "{}", retain: true)
+
+            let second = try CLIProcess(["dashboard"] + common)
+            _ = try await second.waitForLine { $0.hasPrefix("synchronized:") }
+            try await recorder.wait(for: "\(flat)/availability", toBe: "online")
+            try await recorder.wait(for: ghostConfig, toBe: "")
+            try await recorder.wait(for: "\(flat)/session/ghost/participants", toBe: "")
+            let retained = try await Self.retained(broker, filters: ["homeassistant/#", "groupsync/dashboard/#"])
+            #expect(retained.keys.filter { $0.contains("ghost") }.isEmpty)
+            #expect(retained[foreign] == "{}", "only its own subtrees")
+            #expect(retained["\(flat)/session/\(id)/participants"] == "0", "the live session is still there")
+            Self.checkDiscovery(retained.filter { $0.key.hasPrefix("homeassistant/sensor/groupsync_") }, values: retained)
+            second.signal(SIGTERM)
+            #expect(try await Self.exit(second, "second") == 0)
+            try await recorder.wait(for: "\(flat)/availability", toBe: "offline")
+            await observer.disconnect()
+        }
+    }
+
+    @Test func afterABrokerRestartEverythingIsPublishedAgain() async throws {
+        // Without persistence the restarted broker has lost every retained message: the participants
+        // republish theirs, the dashboard learns the group again and republishes the whole projection.
+        try await MosquittoBroker.withBroker { broker in
+            let group = "hall"
+            let flat = "groupsync/dashboard/\(group)"
+            let common = ["--broker", broker.url, "--group", group]
+            let dashboard = try CLIProcess(["dashboard"] + common)
+            _ = try await dashboard.waitForLine { $0.hasPrefix("synchronized:") }
+            let alice = try CLIProcess(["join", "com.example.board", "--as", "alice", "--key", "page"] + common)
+            let line = try await alice.waitForLine { $0.hasPrefix("session ") }
+            let id = String(line.split(separator: " ")[1])
+            alice.send("7")
+            _ = try await alice.waitForLine { $0 == "state page 7" }
+            _ = try await dashboard.waitForLine { $0 == "session \(id) published" }
+            let expected = [
+                "\(flat)/availability": "online", "\(flat)/sessions": "1", "\(flat)/session/\(id)/participants": "1",
+                "\(flat)/session/\(id)/state/page": "7",
+            ]
+            let configs = ["sessions", "\(id)_participants", "\(id)_state_page"].map { "homeassistant/sensor/groupsync_\(group)/\($0)/config" }
+            try await waitUntil(timeout: .seconds(10), "the projection retained") {
+                let now = try await Self.retained(broker, filters: ["homeassistant/#", "groupsync/dashboard/#"])
+                return expected.allSatisfy { now[$0.key] == $0.value } && configs.allSatisfy { now[$0] != nil }
+            }
+
+            // (Not checked: that the restarted broker starts empty — the dashboard may already be back.)
+            try await broker.restart()
+            try await waitUntil(timeout: .seconds(20), pollEvery: .milliseconds(50), "the projection retained again") {
+                let now = try await Self.retained(broker, filters: ["homeassistant/#", "groupsync/dashboard/#"])
+                return expected.allSatisfy { now[$0.key] == $0.value } && configs.allSatisfy { now[$0] != nil }
+            }
+            try await waitUntil(timeout: .seconds(5), "it synchronized again after reconnecting") {
+                dashboard.output.filter { $0.hasPrefix("synchronized:") }.count >= 2
+            }
+            // Not EOF: the restarted mosquitto inherited the write end of alice's stdin from this process.
+            alice.signal(SIGINT)
+            #expect(try await Self.exit(alice, "alice") == 0)
+            dashboard.signal(SIGINT)
+            #expect(try await Self.exit(dashboard, "dashboard") == 0)
+        }
+    }
+
+    @Test func aCustomDiscoveryPrefixMovesConfigsAndTheStatusTopic() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let recorder = try await Recorder.start(broker, filters: ["ha/#", "homeassistant/#"])
+            defer { recorder.stop() }
+            let dashboard = try CLIProcess(["dashboard", "--broker", broker.url, "--group", "g", "--discovery-prefix", "ha", "--verbose"])
+            _ = try await dashboard.waitForLine { $0.hasPrefix("synchronized:") }
+            let config = "ha/sensor/groupsync_g/sessions/config"
+            try await recorder.waitUntil("config under ha/") { $0.latest[config]?.isEmpty == false }
+            #expect(dashboard.output.contains { $0.hasPrefix("\(config) {") }, "--verbose prints each publish")
+            #expect(dashboard.output.contains("groupsync/dashboard/g/availability online"))
+            let observer = try await Self.connectedClient(broker)
+            try await observer.publish(to: "ha/status", string: "online")
+            try await recorder.waitUntil("config again") { $0.count(config) == 2 }
+            #expect(recorder.latest.keys.allSatisfy { !$0.hasPrefix("homeassistant/") })
+            dashboard.signal(SIGINT)
+            #expect(try await Self.exit(dashboard, "dashboard") == 0)
+            await observer.disconnect()
+        }
+    }
+
+    // MARK: - The projection alone (no broker)
+
+    @Test func projectionOfARetainedSnapshot() async throws {
+        let out = try await Self.replay([
+            WireLine.presence("alice", epoch: 10), WireLine.presence("bob", epoch: 20), WireLine.presence("carol", epoch: 30, status: "lost"),
+            WireLine.announcement("s1", title: "Movie night", createdAt: 1_000),
+            WireLine.member("s1", "alice", epoch: 10), WireLine.member("s1", "bob", epoch: 20),
+            WireLine.member("s1", "carol", epoch: 30),  // lost: not active
+            WireLine.member("s1", "dave", epoch: 40),  // never online: not active
+            WireLine.state("s1", key: "page", writer: "bob", value: "3", time: 5),
+            WireLine.state("s1", key: "page", writer: "alice", value: "2", time: 4),  // older: loses
+            WireLine.state("s1", key: "mood", writer: "alice", value: #""calm""#, time: 4),
+            "groupsync/v1/g/s/unknown/member/alice " + #"{"v":1,"participant":"alice","epoch":10}"#,  // no announcement: ignored
+        ])
+        let c = "homeassistant/sensor/groupsync_g"
+        let f = "groupsync/dashboard/g"
+        #expect(out.map(\.topic) == [
+            "\(f)/availability",
+            "\(c)/sessions/config", "\(c)/s1_participants/config", "\(c)/s1_state_mood/config", "\(c)/s1_state_page/config",
+            "\(f)/sessions", "\(f)/session_list",
+            "\(f)/session/s1/title", "\(f)/session/s1/activity", "\(f)/session/s1/participants", "\(f)/session/s1/participant_list",
+            "\(f)/session/s1/state/mood", "\(f)/session/s1/state/page",
+            "\(f)/availability",
+        ])
+        let values = Dictionary(out.dropLast().map { ($0.topic, $0.payload) }, uniquingKeysWith: { $1 })
+        #expect(values["\(f)/availability"] == "online")
+        #expect(out.last?.payload == "offline", "a clean exit ends with offline")
+        #expect(values["\(f)/sessions"] == "1")
+        #expect(values["\(f)/session_list"] == #"["s1"]"#)
+        #expect(values["\(f)/session/s1/title"] == "Movie night")
+        #expect(values["\(f)/session/s1/activity"] == "com.example.board")
+        #expect(values["\(f)/session/s1/participants"] == "2")
+        #expect(values["\(f)/session/s1/participant_list"] == #"["alice","bob"]"#)
+        #expect(values["\(f)/session/s1/state/page"] == "3")
+        #expect(values["\(f)/session/s1/state/mood"] == #""calm""#)
+        Self.checkDiscovery(values.filter { $0.key.hasPrefix("homeassistant/") }, values: values)
+
+        // The exact payload documented in docs/DASHBOARDS.md.
+        #expect(values["\(c)/s1_participants/config"] == """
+            {"availability_topic":"groupsync/dashboard/g/availability","device":{"identifiers":["groupsync_g_s1"],\
+            "manufacturer":"GroupSync","model":"com.example.board","name":"Movie night (s1)","via_device":"groupsync_g"},\
+            "icon":"mdi:account-multiple","name":"Participants","origin":{"name":"groupsync dashboard"},\
+            "payload_available":"online","payload_not_available":"offline","state_class":"measurement",\
+            "state_topic":"groupsync/dashboard/g/session/s1/participants","unique_id":"groupsync_g_s1_participants",\
+            "unit_of_measurement":"participants"}
+            """)
+        let mood = try #require(Self.object(values["\(c)/s1_state_mood/config"]))
+        #expect(mood["state_class"] == nil && mood["unit_of_measurement"] == nil)
+        #expect(mood["value_template"] as? String == "{{ (value_json if value_json is string else value_json | tojson)[:255] }}")
+        let page = try #require(Self.object(values["\(c)/s1_state_page/config"]))
+        #expect(page["state_class"] as? String == "measurement")
+        #expect(page["value_template"] as? String == "{{ value_json }}")
+    }
+
+    @Test func projectionFollowsLiveTraffic() async throws {
+        let c = "homeassistant/sensor/groupsync_g"
+        let f = "groupsync/dashboard/g"
+        let out = try await Self.replay([
+            WireLine.presence("alice", epoch: 10),
+            "homeassistant/status online",  // before synchronizing: nothing to send again yet
+            "--",
+            WireLine.announcement("s1", title: "Board", createdAt: 1_000),
+            WireLine.member("s1", "alice", epoch: 10),
+            WireLine.presence("bob", epoch: 20), WireLine.member("s1", "bob", epoch: 20),
+            WireLine.state("s1", key: "page", writer: "bob", value: "3", time: 5),
+            WireLine.state("s1", key: "page", writer: "alice", value: "2", time: 4),  // older: nothing changes
+            WireLine.state("s1", key: "page", writer: "alice", value: #"{"n":4}"#, time: 6),  // object: config changes
+            "groupsync/v1/g/s/s1/member/bob (null)",  // bob leaves
+            "homeassistant/status online",  // Home Assistant restarted
+            "homeassistant/status offline",  // not a restart
+            WireLine.presence("alice", epoch: 10, status: "lost"),  // alice's connection dies
+            "groupsync/v1/g/session/s1 (null)",  // the session ends
+        ])
+        let steps = out.map { "\($0.topic) \($0.payload.isEmpty ? "(null)" : $0.payload.hasPrefix("{\"availability_topic") ? "{config}" : $0.payload)" }
+        #expect(steps == [
+            // synchronize: the group, no sessions
+            "\(f)/availability online", "\(c)/sessions/config {config}", "\(f)/sessions 0", "\(f)/session_list []",
+            // announcement: the session, no one in it yet
+            "\(c)/s1_participants/config {config}", "\(f)/sessions 1", #"\#(f)/session_list ["s1"]"#,
+            "\(f)/session/s1/title Board", "\(f)/session/s1/activity com.example.board",
+            "\(f)/session/s1/participants 0", "\(f)/session/s1/participant_list []",
+            // alice joins
+            "\(f)/session/s1/participants 1", #"\#(f)/session/s1/participant_list ["alice"]"#,
+            // bob comes online (nothing changes), joins
+            "\(f)/session/s1/participants 2", #"\#(f)/session/s1/participant_list ["alice","bob"]"#,
+            // a state key appears: its sensor, then its value
+            "\(c)/s1_state_page/config {config}", "\(f)/session/s1/state/page 3",
+            // the newer object value: the config changes kind
+            "\(c)/s1_state_page/config {config}", #"\#(f)/session/s1/state/page {"n":4}"#,
+            // bob leaves
+            "\(f)/session/s1/participants 1", #"\#(f)/session/s1/participant_list ["alice"]"#,
+            // Home Assistant restarted: every config again
+            "\(c)/sessions/config {config}", "\(c)/s1_participants/config {config}", "\(c)/s1_state_page/config {config}",
+            // alice lost
+            "\(f)/session/s1/participants 0", "\(f)/session/s1/participant_list []",
+            // the session ends: configs first, then the counts, then the flat topics
+            "\(c)/s1_participants/config (null)", "\(c)/s1_state_page/config (null)",
+            "\(f)/sessions 0", "\(f)/session_list []",
+            "\(f)/session/s1/activity (null)", "\(f)/session/s1/participant_list (null)", "\(f)/session/s1/participants (null)",
+            "\(f)/session/s1/state/page (null)", "\(f)/session/s1/title (null)",
+            // exit
+            "\(f)/availability offline",
+        ])
+        let configs = out.filter { $0.topic == "\(c)/s1_state_page/config" && !$0.payload.isEmpty }.compactMap { Self.object($0.payload) }
+        #expect(configs.first?["state_class"] as? String == "measurement")
+        #expect(configs.last?["state_class"] == nil)
+        #expect(configs.last?["json_attributes_topic"] as? String == "\(f)/session/s1/state/page")
+    }
+
+    @Test func projectionKeepsWhatIsRetainedAndClearsLeftovers() async throws {
+        let c = "homeassistant/sensor/groupsync_g"
+        let f = "groupsync/dashboard/g"
+        // What a run wrote, captured as `mosquitto_sub -v` shows it…
+        let first = try await Self.replay([WireLine.presence("alice", epoch: 10), WireLine.announcement("s1", title: "Board", createdAt: 1), WireLine.member("s1", "alice", epoch: 10)])
+        let capture = first.dropLast().map { "\($0.topic) \($0.payload)" }
+        // …found again at start-up, with the will's offline, a session that ended meanwhile, and someone else's topic.
+        let out = try await Self.replay(
+            [WireLine.presence("alice", epoch: 10), WireLine.announcement("s1", title: "Board", createdAt: 1), WireLine.member("s1", "alice", epoch: 10)]
+                + capture + [
+                    "\(f)/availability offline",
+                    "\(c)/s0_participants/config {}", "\(f)/session/s0/title Old", "\(f)/session/s0/state/x 1",
+                    "homeassistant/sensor/other/x/config {}",
+                ])
+        #expect(out.map(\.description) == [
+            "\(c)/s0_participants/config (null)",
+            "\(f)/availability online",
+            "\(f)/session/s0/state/x (null)", "\(f)/session/s0/title (null)",
+            "\(f)/availability offline",
+        ])
+    }
+
+    @Test func identifiersBecomeDistinctHomeAssistantIDs() async throws {
+        let out = try await Self.replay([
+            WireLine.presence("a", epoch: 1),
+            WireLine.announcement("s.1", title: "x", createdAt: 1, group: "my.group"),
+            WireLine.state("s.1", key: "a_b", writer: "a", value: "1", time: 1, group: "my.group"),
+            WireLine.state("s.1", key: "a-b", writer: "a", value: "2", time: 1, group: "my.group"),
+            WireLine.state("s.1", key: "a:b", writer: "a", value: "3", time: 1, group: "my.group"),
+        ], group: "my.group")
+        let configs = out.filter { $0.topic.hasPrefix("homeassistant/") && $0.topic.hasSuffix("/config") }
+        #expect(configs.count == 5)
+        let levels = configs.map { $0.topic.split(separator: "/").map(String.init) }
+        for level in levels {
+            #expect(level.count == 5)
+            for part in level[2...3] {
+                #expect(!part.isEmpty && part.unicodeScalars.allSatisfy(Self.homeAssistantIDCharacters.contains), "\(part)")
+            }
+        }
+        #expect(Set(levels.map { $0[2] }).count == 1, "one node_id per group")
+        #expect(Set(levels.map { $0[3] }).count == 5, "distinct object_ids: \(levels.map { $0[3] })")
+        #expect(levels.contains { $0[3] == "s-1-\(Self.fnv("s.1"))_state_a-b" }, "plain IDs stay readable")
+        Self.checkDiscovery(
+            Dictionary(uniqueKeysWithValues: configs.map { ($0.topic, $0.payload) }),
+            values: Dictionary(out.dropLast().map { ($0.topic, $0.payload) }, uniquingKeysWith: { $1 }))
+        // The flat topics keep the identifiers as they are.
+        #expect(out.contains { $0.topic == "groupsync/dashboard/my.group/session/s.1/state/a:b" && $0.payload == "3" })
+    }
+
+    @Test func theDocsShowWhatIsPublished() async throws {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("docs/DASHBOARDS.md").path
+        let docs = try #require(FileManager.default.contents(atPath: path).map { String(decoding: $0, as: UTF8.self) }, "read \(path)")
+        func block(_ name: String) throws -> String {
+            let lines = docs.split(separator: "\n", omittingEmptySubsequences: false)
+            let anchor = try #require(lines.firstIndex(of: "<!-- checked: \(name) -->"), "anchor \(name)")
+            let open = try #require(lines[anchor...].firstIndex { $0.hasPrefix("```") }, "code block after \(name)")
+            let close = try #require(lines[(open + 1)...].firstIndex { $0 == "```" }, "end of the code block of \(name)")
+            return lines[(open + 1)..<close].joined(separator: "\n")
+        }
+
+        // The dry run, as documented.
+        let output = try await Self.replayText(try block("replay-input").split(separator: "\n").map(String.init), group: "family")
+        #expect(output == (try block("replay-output")).split(separator: "\n").map(String.init))
+        // The example config, exactly as published, and its indented form.
+        let topic = "homeassistant/sensor/groupsync_family/k3q8x2m1v9p4r7t5_participants/config"
+        let published = try #require(output.first { $0.hasPrefix(topic + " ") }).dropFirst(topic.count + 1)
+        #expect(try block("participants-config") == String(published))
+        let compact = try #require(Self.object(String(published)))
+        let indented = try #require(Self.object(try block("participants-config-indented")))
+        #expect(NSDictionary(dictionary: compact).isEqual(to: indented))
+        // The flat topics as mosquitto_sub -v shows them.
+        #expect(try block("flat-topics").split(separator: "\n").map(String.init)
+            == output.dropLast().filter { $0.hasPrefix("groupsync/dashboard/family/") })
+
+        // The Node-RED flow: valid JSON, mqtt in → json → debug, and a broker config node speaking 3.1.1.
+        let flow = try #require(try JSONSerialization.jsonObject(with: Data(block("node-red-flow").utf8)) as? [[String: Any]])
+        let ids = flow.compactMap { $0["id"] as? String }
+        #expect(ids.count == flow.count && Set(ids).count == ids.count, "every node has a unique id")
+        func node(_ type: String) throws -> [String: Any] {
+            let matches = flow.filter { $0["type"] as? String == type }
+            #expect(matches.count == 1, "one \(type) node")
+            return try #require(matches.first)
+        }
+        let tab = try node("tab"), input = try node("mqtt in"), parse = try node("json"), debug = try node("debug"), broker = try node("mqtt-broker")
+        #expect(input["topic"] as? String == "groupsync/dashboard/family/#")
+        #expect(input["broker"] as? String == broker["id"] as? String)
+        #expect(input["wires"] as? [[String]] == [[parse["id"] as? String ?? "?"]])
+        #expect(parse["property"] as? String == "payload")
+        #expect(parse["wires"] as? [[String]] == [[debug["id"] as? String ?? "?"]])
+        #expect((debug["wires"] as? [Any])?.isEmpty == true)
+        for flowNode in [input, parse, debug] { #expect(flowNode["z"] as? String == tab["id"] as? String) }
+        #expect(broker["protocolVersion"] as? String == "4", "MQTT 3.1.1")
+        #expect(broker["broker"] is String && broker["port"] != nil)
+    }
+
+    @Test func usageErrors() async throws {
+        #expect(try await runCLI(["dashboard", "--discovery-prefix", "ha/+"]).status == 2)
+        #expect(try await runCLI(["dashboard", "--discovery-prefix", "ha/"]).status == 2)
+        #expect(try await runCLI(["dashboard", "--json"]).status == 2)
+        #expect(try await runCLI(["dashboard", "--group", "a/b", "--replay", "-"]).status == 2)
+        // (Not runCLI: it may return before the output pipe is read to the end.)
+        let help = try CLIProcess(["dashboard", "--help"])
+        help.closeInput()
+        _ = try await help.waitForLine { $0.contains("Usage: groupsync dashboard") }
+        #expect(try await Self.exit(help, "help") == 0)
+        let port = try FreePort.loopback()
+        let unreachable = try await runCLI(["dashboard", "--broker", "mqtt://127.0.0.1:\(port)"])
+        #expect(unreachable.status == 3)
+    }
+}
+
+// MARK: - Helpers
+
+extension DashboardTests {
+    /// One received message.
+    struct Received: Sendable, CustomStringConvertible {
+        var topic: String
+        var payload: String
+        /// As `mosquitto_sub -v` (and `--replay` without `--json`) prints it.
+        var description: String { "\(topic) \(payload.isEmpty ? "(null)" : payload)" }
+    }
+
+    /// What a raw subscriber saw, in order.
+    struct Seen: Sendable {
+        var messages: [Received] = []
+        /// The last payload per topic ("" once cleared).
+        var latest: [String: String] = [:]
+
+        func count(_ topic: String) -> Int { messages.count(where: { $0.topic == topic }) }
+    }
+
+    /// A raw MQTT client recording everything under some filters (retained and live).
+    final class Recorder: Sendable {
+        private let seen = Mutex(Seen())
+        private let client: MQTTClient
+        private let task = Mutex<Task<Void, Never>?>(nil)
+
+        private init(client: MQTTClient) { self.client = client }
+
+        static func start(_ broker: MosquittoBroker, filters: [String]) async throws -> Recorder {
+            let recorder = Recorder(client: try await DashboardTests.connectedClient(broker))
+            let subscription = try await recorder.client.subscribe(to: filters.map { TopicSubscription($0) })
+            let consumer = Task {
+                for await message in subscription {
+                    let received = Received(topic: message.topic, payload: message.string ?? "<not UTF-8>")
+                    recorder.seen.withLock {
+                        $0.messages.append(received)
+                        $0.latest[received.topic] = received.payload
+                    }
+                }
+            }
+            recorder.task.withLock { $0 = consumer }
+            return recorder
+        }
+
+        var snapshot: Seen { seen.withLock { $0 } }
+        var latest: [String: String] { snapshot.latest }
+
+        func waitUntil(_ what: String, timeout: Duration = .seconds(10), _ condition: @escaping @Sendable (Seen) -> Bool) async throws {
+            try await BrokerSupport.waitUntil(timeout: timeout, what) { condition(self.snapshot) }
+        }
+
+        func wait(for topic: String, toBe payload: String, timeout: Duration = .seconds(10)) async throws {
+            try await waitUntil("\(topic) = '\(payload)' (is '\(latest[topic] ?? "<nothing>")')", timeout: timeout) { $0.latest[topic] == payload }
+        }
+
+        func stop() {
+            task.withLock { $0?.cancel() }
+            let client = self.client
+            Task { await client.disconnect() }
+        }
+    }
+
+    static func connectedClient(_ broker: MosquittoBroker) async throws -> MQTTClient {
+        let client = try MQTTClient(configuration: .init(url: broker.url))
+        try await client.connect()
+        return client
+    }
+
+    /// What a fresh subscriber finds retained under `filters` (a marker behind the retained messages
+    /// says when they are all in).
+    static func retained(_ broker: MosquittoBroker, filters: [String]) async throws -> [String: String] {
+        let client = try await connectedClient(broker)
+        let marker = "dashboard-tests/marker/\(client.configuration.clientID)"
+        let subscription = try await client.subscribe(to: (filters + [marker]).map { TopicSubscription($0) })
+        try await client.publish(to: marker, string: "end")
+        let collected = Mutex<[String: String]>([:])
+        let done = Atomic<Bool>(false)
+        let reader = Task {
+            for await message in subscription {
+                if message.topic == marker { break }
+                if message.retain { collected.withLock { $0[message.topic] = message.string ?? "" } }
+            }
+            done.store(true, ordering: .releasing)
+        }
+        defer { reader.cancel() }
+        try await waitUntil(timeout: .seconds(10), "the retained messages") { done.load(ordering: .acquiring) }
+        subscription.unsubscribe()
+        await client.disconnect()
+        return collected.withLock { $0 }
+    }
+
+    /// A temporary capture file holding `lines`. (A file, not stdin: a broker that another test starts
+    /// meanwhile inherits the write end of a child's stdin pipe, and the child would never see EOF.)
+    static func replayFile(_ lines: [String]) throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("dashboard-replay-\(UUID().uuidString).txt").path
+        guard FileManager.default.createFile(atPath: path, contents: Data(lines.joined(separator: "\n").utf8)) else {
+            throw CocoaError(.fileWriteUnknown)
+        }
+        return path
+    }
+
+    /// Runs the projection on `lines` with `--replay FILE --json` and returns what it would publish.
+    static func replay(_ lines: [String], group: String = "g") async throws -> [Received] {
+        let file = try replayFile(lines)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let child = try CLIProcess(["dashboard", "--group", group, "--replay", file, "--json"])
+        #expect(try await Self.exit(child, "child") == 0, "\(child.errors)")
+        // The last publish of a replay is always the exit's offline: then the output is complete.
+        try await waitUntil(timeout: .seconds(5), "the replay's output") {
+            child.output.last?.contains(#""payload":"offline""#) == true
+        }
+        return child.output.compactMap { line in
+            guard let object = object(line), let topic = object["topic"] as? String, let payload = object["payload"] as? String else { return nil }
+            return Received(topic: topic, payload: payload)
+        }
+    }
+
+    /// Runs the projection on `lines` with `--replay FILE` and returns its output lines (`topic payload`).
+    static func replayText(_ lines: [String], group: String) async throws -> [String] {
+        let file = try replayFile(lines)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let child = try CLIProcess(["dashboard", "--group", group, "--replay", file])
+        #expect(try await Self.exit(child, "child") == 0, "\(child.errors)")
+        try await waitUntil(timeout: .seconds(5), "the replay's output") {
+            child.output.last == "groupsync/dashboard/\(group)/availability offline"
+        }
+        return child.output
+    }
+
+    /// Waits for `child` to exit and returns its status; the error names it.
+    static func exit(_ child: CLIProcess, _ name: String, timeout: Duration = .seconds(10)) async throws -> Int32 {
+        try await waitUntil(timeout: timeout, "\(name) exits (last output: \(child.output.suffix(2)), errors: \(child.errors.suffix(2)))") {
+            !child.process.isRunning
+        }
+        return child.process.terminationStatus
+    }
+
+    static func object(_ text: String?) -> [String: Any]? {
+        guard let text, !text.isEmpty else { return nil }
+        return (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any]
+    }
+
+    static let homeAssistantIDCharacters = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-".unicodeScalars)
+
+    static func fnv(_ text: String) -> String {
+        var hash: UInt32 = 0x811c_9dc5
+        for byte in text.utf8 { hash = (hash ^ UInt32(byte)) &* 0x0100_0193 }
+        let hex = String(hash, radix: 16)
+        return String(repeating: "0", count: 8 - hex.count) + hex
+    }
+
+    /// Checks discovery `configs` (topic → payload) against Home Assistant's MQTT sensor discovery schema,
+    /// and that their state and availability topics hold values in `values`.
+    static func checkDiscovery(_ configs: [String: String], values: [String: String]) {
+        let known: Set<String> = [
+            "name", "unique_id", "state_topic", "availability_topic", "payload_available", "payload_not_available", "device",
+            "origin", "state_class", "unit_of_measurement", "value_template", "json_attributes_topic", "icon",
+        ]
+        let deviceKeys: Set<String> = ["identifiers", "name", "manufacturer", "model", "via_device"]
+        var uniqueIDs: [String] = []
+        var deviceIDs: Set<String> = []
+        var viaDevices: [String] = []
+        #expect(!configs.isEmpty)
+        for (topic, payload) in configs {
+            // <prefix>/sensor/<node_id>/<object_id>/config, IDs of [a-zA-Z0-9_-].
+            let levels = topic.split(separator: "/", omittingEmptySubsequences: false)
+            #expect(levels.count == 5 && levels[1] == "sensor" && levels[4] == "config", "\(topic)")
+            for id in levels.dropFirst(2).dropLast() {
+                #expect(!id.isEmpty && id.unicodeScalars.allSatisfy(homeAssistantIDCharacters.contains), "\(topic)")
+            }
+            guard let config = object(payload) else {
+                Issue.record("\(topic): not a JSON object: \(payload)")
+                continue
+            }
+            #expect(Set(config.keys).isSubset(of: known), "\(topic): unknown keys \(Set(config.keys).subtracting(known))")
+            for key in ["name", "unique_id", "state_topic", "availability_topic", "payload_available", "payload_not_available"] {
+                #expect((config[key] as? String)?.isEmpty == false, "\(topic): \(key) is a non-empty string")
+            }
+            #expect(config["payload_available"] as? String == "online")
+            #expect(config["payload_not_available"] as? String == "offline")
+            if let id = config["unique_id"] as? String { uniqueIDs.append(id) }
+            // The state and availability topics are real topics with values.
+            let stateTopic = config["state_topic"] as? String ?? ""
+            let availabilityTopic = config["availability_topic"] as? String ?? ""
+            #expect(Topic.isValidName(stateTopic) && Topic.isValidName(availabilityTopic))
+            #expect(values[availabilityTopic] == "online", "\(topic): availability \(availabilityTopic)")
+            let state = values[stateTopic]
+            #expect(state?.isEmpty == false, "\(topic): state topic \(stateTopic) has a value")
+            // A template reads JSON: the state must be JSON then. A measurement without one must be a number.
+            if let template = config["value_template"] {
+                #expect((template as? String)?.contains("value_json") == true, "\(topic): value_template")
+                #expect(state.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8), options: .fragmentsAllowed) } != nil,
+                        "\(topic): \(stateTopic) holds JSON (\(state ?? "nothing"))")
+            }
+            if let stateClass = config["state_class"] {
+                #expect(["measurement", "total", "total_increasing"].contains(stateClass as? String ?? ""), "\(topic): state_class")
+                #expect(state.flatMap { Double($0) } != nil, "\(topic): a measurement is numeric (\(state ?? "nothing"))")
+            }
+            if let unit = config["unit_of_measurement"] {
+                #expect(unit is String && config["state_class"] != nil, "\(topic): a unit goes with a numeric sensor")
+            }
+            if let attributes = config["json_attributes_topic"] {
+                #expect(object(values[attributes as? String ?? ""]) != nil, "\(topic): json_attributes_topic holds an object")
+            }
+            if let icon = config["icon"] { #expect((icon as? String)?.hasPrefix("mdi:") == true) }
+            if let origin = config["origin"] { #expect(((origin as? [String: Any])?["name"] as? String)?.isEmpty == false) }
+            // The device block.
+            guard let device = config["device"] as? [String: Any] else {
+                Issue.record("\(topic): no device block")
+                continue
+            }
+            #expect(Set(device.keys).isSubset(of: deviceKeys), "\(topic): device keys \(device.keys)")
+            let identifiers = device["identifiers"] as? [String] ?? []
+            #expect(!identifiers.isEmpty && identifiers.allSatisfy { !$0.isEmpty }, "\(topic): device identifiers")
+            deviceIDs.formUnion(identifiers)
+            for key in ["name", "manufacturer", "model"] {
+                #expect((device[key] as? String)?.isEmpty == false, "\(topic): device \(key)")
+            }
+            if let via = device["via_device"] { viaDevices.append(via as? String ?? "") }
+        }
+        #expect(Set(uniqueIDs).count == uniqueIDs.count, "unique_id is unique: \(uniqueIDs.sorted())")
+        for via in viaDevices { #expect(deviceIDs.contains(via), "via_device \(via) is a device") }
+    }
+}
+
+/// GroupSync protocol v1 payloads as `mosquitto_sub -v` lines, for the replays.
+private enum WireLine {
+    static func presence(_ participant: String, epoch: Int64, status: String = "online", group: String = "g") -> String {
+        #"groupsync/v1/\#(group)/presence/\#(participant) {"epoch":\#(epoch),"participant":"\#(participant)","status":"\#(status)","v":1}"#
+    }
+
+    static func announcement(_ session: String, title: String, createdAt: Int64, group: String = "g") -> String {
+        #"groupsync/v1/\#(group)/session/\#(session) {"activity":{"data":{},"metadata":{"title":"\#(title)","type":"generic"},"type":"com.example.board"},"createdAt":\#(createdAt),"createdBy":"alice","revision":{"c":0,"p":"alice","t":\#(createdAt)},"session":"\#(session)","v":1}"#
+    }
+
+    static func member(_ session: String, _ participant: String, epoch: Int64, group: String = "g") -> String {
+        #"groupsync/v1/\#(group)/s/\#(session)/member/\#(participant) {"epoch":\#(epoch),"participant":"\#(participant)","v":1}"#
+    }
+
+    static func state(_ session: String, key: String, writer: String, value: String, time: Int64, group: String = "g") -> String {
+        #"groupsync/v1/\#(group)/s/\#(session)/state/\#(key)/\#(writer) {"clock":{"c":0,"p":"\#(writer)","t":\#(time)},"key":"\#(key)","v":1,"value":\#(value)}"#
+    }
+}
