@@ -1,6 +1,6 @@
 import Foundation
 import GroupSync
-import Synchronization
+import MQTT
 
 /// Everything `groupsync bridge` writes to stdout: answers and events, one JSON object per line (keys
 /// sorted), through ``Output`` so that each line is written whole.
@@ -25,7 +25,7 @@ final class BridgeEvents: Sendable {
         var views: [String: ObjectIdentifier] = [:]
     }
 
-    private let memory = Mutex(Memory())
+    private let memory = LockedValue(Memory())
 
     /// The initial value of the bridge's shared states: "nobody has written this key yet", never reported.
     static let unset = JSONValue.string("\u{1}groupsync-bridge: no value")

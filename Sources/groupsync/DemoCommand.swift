@@ -1,7 +1,7 @@
 import BrokerSupport
 import Foundation
 import GroupSync
-import Synchronization
+import MQTT
 
 /// The activity of the demo: a photo gallery the group flips through together.
 struct GalleryActivity: GroupActivity {
@@ -84,10 +84,10 @@ struct Scenario {
     final class Participant: Sendable {
         let name: String
         let coordinator: GroupCoordinator
-        let session: Mutex<GroupSession<GalleryActivity>?> = Mutex(nil)
-        let index: Mutex<SharedState<Int>?> = Mutex(nil)
+        let session: LockedValue<GroupSession<GalleryActivity>?> = LockedValue(nil)
+        let index: LockedValue<SharedState<Int>?> = LockedValue(nil)
         /// Every value this participant's screen showed, in order.
-        let seen = Mutex<[Int]>([])
+        let seen = LockedValue<[Int]>([])
 
         init(name: String, coordinator: GroupCoordinator) {
             self.name = name
@@ -208,7 +208,7 @@ struct Scenario {
         try await session.join()
         let state = try SharedState(session, key: "index", initialValue: 0)
         participant.index.withLock { $0 = state }
-        let first = Mutex(true)
+        let first = LockedValue(true)
         let ready = AsyncStream<Void>.makeStream()
         Task {
             for await value in state.values() {

@@ -1,9 +1,9 @@
 import Foundation
-import Synchronization
+import MQTT
 
 /// Line-oriented standard output and error, safe from any task; each line is written whole.
 enum Output {
-    private static let lock = Mutex(())
+    private static let lock = LockedValue(())
 
     static func line(_ text: String) {
         lock.withLock { _ in FileHandle.standardOutput.write(Data((text + "\n").utf8)) }
