@@ -182,18 +182,10 @@ extension MosquittoBroker {
             let tool = try MosquittoBroker.locate(
                 "mosquitto_passwd",
                 extraDirectories: ["/usr/bin", "/usr/local/bin", "/opt/homebrew/bin"])
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: tool)
-            process.arguments = ["-U", path]
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = output
-            try process.run()
-            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
-            guard process.terminationStatus == 0 else {
+            let run = try ToolRun(tool, ["-U", path])
+            guard run.status == 0 else {
                 throw MosquittoBroker.Failure(
-                    "mosquitto_passwd -U \(path) failed with status \(process.terminationStatus)", log: text)
+                    "mosquitto_passwd -U \(path) failed with status \(run.status)", log: run.output)
             }
         }
     }

@@ -170,8 +170,7 @@ public final class MosquittoBroker: Sendable {
     ///   is not installed, exits during startup, or does not accept connections
     ///   in time; `CancellationError` if the task is cancelled while waiting.
     public static func start(_ configuration: Configuration = .init()) async throws -> MosquittoBroker {
-        let executable = try locate(
-            "mosquitto", extraDirectories: ["/usr/sbin", "/usr/local/sbin", "/opt/homebrew/sbin"])
+        let executable = try locate("mosquitto", extraDirectories: searchDirectories)
         let directory = try makeTemporaryDirectory()
         do {
             try configuration.writeSupportFiles(in: directory)

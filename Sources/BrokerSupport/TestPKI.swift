@@ -45,7 +45,12 @@ public enum TestPKI {
     /// accepts it for 127.0.0.1. The client certificate has clientAuth.
     public static func generate(in directory: String, hostname: String = "127.0.0.1") throws -> Files {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let openssl = try locateOpenSSL()
+        let openssl: String
+        do {
+            openssl = try MosquittoBroker.locate("openssl", extraDirectories: ["/usr/bin", "/usr/local/bin", "/opt/homebrew/bin"])
+        } catch {
+            throw Failure(message: "openssl not found (Debian/Ubuntu: `apt-get install openssl`)")
+        }
         func path(_ name: String) -> String { "\(directory)/\(name)" }
 
         let files = Files(
@@ -130,33 +135,10 @@ public enum TestPKI {
         return files
     }
 
-    private static func locateOpenSSL() throws -> String {
-        let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
-        let directories = path.split(separator: ":").map(String.init)
-            + ["/usr/bin", "/usr/local/bin", "/opt/homebrew/bin"]
-        for directory in directories where !directory.isEmpty {
-            let candidate = "\(directory)/openssl"
-            if FileManager.default.isExecutableFile(atPath: candidate) {
-                return candidate
-            }
-        }
-        throw Failure(message: "openssl not found in PATH (Debian/Ubuntu: `apt-get install openssl`)")
-    }
-
     private static func run(_ tool: String, _ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: tool)
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw Failure(
-                message: "openssl \(arguments.joined(separator: " ")) failed with status "
-                    + "\(process.terminationStatus):\n\(text)")
+        let run = try ToolRun(tool, arguments)
+        guard run.status == 0 else {
+            throw Failure(message: "openssl \(arguments.joined(separator: " ")) failed with status \(run.status):\n\(run.output)")
         }
     }
 
