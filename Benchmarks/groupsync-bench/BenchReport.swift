@@ -1,0 +1,284 @@
+import Foundation
+
+/// Renders ``BenchResults``: the table with targets (PASS/MISS), or one JSON object.
+struct BenchReport {
+    let results: BenchResults
+
+    struct Row {
+        var metric: String
+        var groupSync: String
+        var raw = ""
+        var ratio = ""
+        var target = ""
+        var verdict: Bool?
+    }
+
+    // MARK: - Targets
+
+    /// The GroupSync QoS 1 messenger round trip of this run (twice the one-way p50), in ms: the bound for
+    /// convergence ("within one round trip after the last write").
+    var roundTripMilliseconds: Double? {
+        results.latency[1].map { 2 * $0.p50 / 1_000 }
+    }
+
+    var rows: [Row] {
+        var rows: [Row] = []
+        for qos in [0, 1] {
+            guard let latency = results.latency[qos] else { continue }
+            let p50 = latency.p50 / latency.rawP50, p99 = latency.p99 / latency.rawP99
+            rows.append(Row(
+                metric: "latency QoS \(qos) p50, one-way (µs)", groupSync: format(latency.p50), raw: format(latency.rawP50),
+                ratio: ratio(p50), target: "≤ 1.2× raw", verdict: p50 <= 1.2))
+            rows.append(Row(
+                metric: "latency QoS \(qos) p99, one-way (µs)", groupSync: format(latency.p99), raw: format(latency.rawP99),
+                ratio: ratio(p99), target: "≤ 1.5× raw", verdict: p99 <= 1.5))
+        }
+        for qos in [0, 1] {
+            guard let throughput = results.throughput[qos] else { continue }
+            let share = throughput.rate / throughput.rawRate
+            rows.append(Row(
+                metric: "throughput QoS \(qos), 1→1 (msg/s)", groupSync: format(throughput.rate, digits: 0),
+                raw: format(throughput.rawRate, digits: 0), ratio: ratio(share), target: "≥ 0.8× raw", verdict: share >= 0.8))
+        }
+        if let fanout = results.fanout {
+            rows.append(Row(metric: "fan-out to \(fanout.participants): p50 (ms)", groupSync: format(fanout.p50), target: "< 3 ms", verdict: fanout.p50 < 3))
+            rows.append(Row(metric: "fan-out to \(fanout.participants): p99 (ms)", groupSync: format(fanout.p99)))
+        }
+        if let late = results.lateJoin {
+            rows.append(Row(metric: "late join, \(late.participants) present: p50 (ms)", groupSync: format(late.p50), target: "< 5 ms", verdict: late.p50 < 5))
+            rows.append(Row(metric: "late join, \(late.participants) present: p99 (ms)", groupSync: format(late.p99)))
+            rows.append(Row(
+                metric: "late join: catch-ups per join", groupSync: format(late.catchUps), target: "1, whatever N (O(1))",
+                verdict: late.catchUps <= 1.0001 && late.catchUps >= 0.9999))
+            let perOther = late.others / Double(late.participants)
+            rows.append(Row(
+                metric: "late join: msgs to each present participant", groupSync: format(perOther), target: "≤ 1 (O(1))",
+                verdict: perOther <= 1.0001))
+            rows.append(Row(metric: "late join: MQTT messages per join, all", groupSync: format(late.total, digits: 1)))
+        }
+        if let convergence = results.convergence {
+            let bound = roundTripMilliseconds
+            rows.append(Row(
+                metric: "convergence, \(convergence.writers) writers: p50 (ms)", groupSync: format(convergence.p50),
+                target: bound.map { "≤ 1 round trip (\(format($0)) ms)" } ?? "≤ 1 round trip (n/a)",
+                verdict: bound.map { convergence.p50 <= $0 }))
+            rows.append(Row(metric: "convergence: p99 (ms)", groupSync: format(convergence.p99)))
+            rows.append(Row(
+                metric: "convergence: max visible changes", groupSync: String(convergence.maxChanges), target: "≤ 1",
+                verdict: convergence.maxChanges <= 1))
+            rows.append(Row(metric: "convergence: max changes besides own write", groupSync: String(convergence.maxRemoteChanges)))
+        }
+        if let crash = results.crash {
+            rows.append(Row(
+                metric: "crash detection, p50 of \(crash.samples) (s)", groupSync: format(crash.p50, digits: 3),
+                target: "≤ 3 s (max \(format(crash.max, digits: 3)) s)", verdict: crash.max <= 3))
+        }
+        if let memory = results.memory {
+            if let bytes = memory.participantsBytes, let reached = memory.participantsReached {
+                let each = Double(bytes) / Double(reached)
+                if reached < memory.participants {
+                    rows.append(Row(
+                        metric: "memory: \(memory.participants) participants in one process", groupSync: "\(reached) ok",
+                        target: "all \(memory.participants) connect", verdict: false))
+                    rows.append(Row(
+                        metric: "memory: \(reached) participants, 1 session (MiB)", groupSync: format(mebibytes(bytes), digits: 1),
+                        target: "\(format(each / 1_024, digits: 0)) KiB each"))
+                    rows.append(Row(
+                        metric: "memory: \(memory.participants) participants, extrapolated (MiB)",
+                        groupSync: format(mebibytes(Int(each * Double(memory.participants))), digits: 1)))
+                } else {
+                    rows.append(Row(
+                        metric: "memory: \(memory.participants) participants, 1 session (MiB)", groupSync: format(mebibytes(bytes), digits: 1),
+                        target: "\(format(each / 1_024, digits: 0)) KiB each"))
+                }
+            }
+            if let bytes = memory.sessionsBytes, let reached = memory.sessionsReached {
+                rows.append(Row(
+                    metric: "memory: 1 participant, \(reached) sessions (MiB)", groupSync: format(mebibytes(bytes), digits: 1),
+                    target: "\(format(Double(bytes) / 1_024 / Double(reached), digits: 0)) KiB each"))
+            }
+        }
+        return rows
+    }
+
+    // MARK: - Table
+
+    func table() -> String {
+        let environment = results.environment
+        var lines: [String] = []
+        lines.append("GroupSync benchmark (\(environment.mode)) — \(environment.date)")
+        lines.append("\(environment.cpu), \(environment.cores) cores · mosquitto \(environment.mosquitto) · libmosquitto \(environment.libmosquitto) · Swift \(environment.swift)")
+        lines.append("broker: \(environment.broker) · RLIMIT_NOFILE \(environment.fileLimit) · load average \(environment.loadBefore) before, \(environment.loadAfter) after")
+        lines.append("")
+        let header = Row(metric: "metric", groupSync: "GroupSync", raw: "raw libmosq", ratio: "ratio", target: "target", verdict: nil)
+        let all = [header] + rows
+        let widths = [
+            all.map(\.metric.count).max()!, all.map(\.groupSync.count).max()!, all.map(\.raw.count).max()!,
+            all.map(\.ratio.count).max()!, all.map(\.target.count).max()!,
+        ]
+        func render(_ row: Row, verdict: String) -> String {
+            [
+                row.metric.padding(toLength: widths[0], withPad: " ", startingAt: 0),
+                String(repeating: " ", count: widths[1] - row.groupSync.count) + row.groupSync,
+                String(repeating: " ", count: widths[2] - row.raw.count) + row.raw,
+                String(repeating: " ", count: widths[3] - row.ratio.count) + row.ratio,
+                row.target.padding(toLength: widths[4], withPad: " ", startingAt: 0),
+                verdict,
+            ].joined(separator: "  ")
+        }
+        lines.append(render(header, verdict: "result"))
+        lines.append(widths.map { String(repeating: "-", count: $0) }.joined(separator: "  ") + "  ------")
+        for row in rows {
+            lines.append(render(row, verdict: row.verdict.map { $0 ? "PASS" : "MISS" } ?? ""))
+        }
+        lines.append("")
+        lines += details().map { "  " + $0 }
+        if !results.failures.isEmpty {
+            lines.append("")
+            lines += results.failures.map { "FAILED: \($0)" }
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    /// How each figure was obtained, under the table.
+    func details() -> [String] {
+        var lines: [String] = []
+        for qos in [0, 1] {
+            guard let latency = results.latency[qos] else { continue }
+            lines.append("latency QoS \(qos): \(latency.samples) ping-pongs per side, \(latency.payloadBytes)-byte payloads on both (the GroupSync envelope)")
+        }
+        for qos in [0, 1] {
+            guard let throughput = results.throughput[qos] else { continue }
+            lines.append(
+                "throughput QoS \(qos): \(throughput.sent) messages of \(throughput.payloadBytes) bytes, window \(throughput.window) in flight; "
+                    + "received \(throughput.received) (GroupSync), \(throughput.rawReceived) (raw)")
+        }
+        if let fanout = results.fanout {
+            lines.append("fan-out: \(fanout.samples) changes, \(fanout.participants) coordinators/connections in one session; max \(format(fanout.max)) ms")
+        }
+        if let late = results.lateJoin {
+            lines.append(
+                "late join: \(late.samples) fresh participants; per join the newcomer got \(format(late.retainedReplay, digits: 0)) retained + "
+                    + "\(format(late.newcomerLive, digits: 1)) live (own member record, catch-up), the \(late.participants) present got "
+                    + "\(format(late.others, digits: 1)) in all; \(late.staleAtReturn) join(s) returned before holding the current value")
+        }
+        if let convergence = results.convergence {
+            lines.append("convergence: \(convergence.bursts) bursts of \(convergence.writers) simultaneous writes; max \(format(convergence.max)) ms")
+        }
+        if let crash = results.crash {
+            lines.append("crash: \(crash.method); \(crash.observers) observers")
+        }
+        lines += results.notes
+        return lines
+    }
+
+    // MARK: - JSON
+
+    func json() -> String {
+        var root: [String: Any] = [:]
+        let environment = results.environment
+        root["mode"] = environment.mode
+        root["environment"] = [
+            "date": environment.date, "cpu": environment.cpu, "cores": environment.cores, "mosquitto": environment.mosquitto,
+            "libmosquitto": environment.libmosquitto, "swift": environment.swift, "broker": environment.broker,
+            "file_limit": environment.fileLimit, "load_before": environment.loadBefore, "load_after": environment.loadAfter,
+        ] as [String: Any]
+        var latency: [String: Any] = [:]
+        for (qos, value) in results.latency {
+            latency["qos\(qos)"] = [
+                "p50_us": number(value.p50), "p99_us": number(value.p99), "raw_p50_us": number(value.rawP50),
+                "raw_p99_us": number(value.rawP99), "p50_ratio": number(value.p50 / value.rawP50),
+                "p99_ratio": number(value.p99 / value.rawP99), "payload_bytes": value.payloadBytes, "samples": value.samples,
+            ] as [String: Any]
+        }
+        if !latency.isEmpty { root["latency"] = latency }
+        var throughput: [String: Any] = [:]
+        for (qos, value) in results.throughput {
+            throughput["qos\(qos)"] = [
+                "msgs_per_s": number(value.rate, digits: 0), "raw_msgs_per_s": number(value.rawRate, digits: 0),
+                "ratio": number(value.rate / value.rawRate), "window": value.window, "sent": value.sent,
+                "received": value.received, "raw_received": value.rawReceived, "payload_bytes": value.payloadBytes,
+            ] as [String: Any]
+        }
+        if !throughput.isEmpty { root["throughput"] = throughput }
+        if let fanout = results.fanout {
+            root["fanout"] = [
+                "p50_ms": number(fanout.p50), "p99_ms": number(fanout.p99), "max_ms": number(fanout.max),
+                "participants": fanout.participants, "samples": fanout.samples,
+            ] as [String: Any]
+        }
+        if let late = results.lateJoin {
+            root["late_join"] = [
+                "p50_ms": number(late.p50), "p99_ms": number(late.p99), "messages_per_join": number(late.total),
+                "catchups_per_join": number(late.catchUps), "retained_replay_per_join": number(late.retainedReplay),
+                "newcomer_live_messages_per_join": number(late.newcomerLive), "others_messages_per_join": number(late.others),
+                "participants": late.participants, "samples": late.samples, "stale_at_return": late.staleAtReturn,
+            ] as [String: Any]
+        }
+        if let convergence = results.convergence {
+            var object: [String: Any] = [
+                "ms": number(convergence.p50), "p99_ms": number(convergence.p99), "max_ms": number(convergence.max),
+                "max_changes": convergence.maxChanges, "max_remote_changes": convergence.maxRemoteChanges,
+                "writers": convergence.writers, "bursts": convergence.bursts,
+            ]
+            if let bound = roundTripMilliseconds { object["round_trip_ms"] = number(bound) }
+            root["convergence"] = object
+        }
+        if let crash = results.crash {
+            root["crash_detection_s"] = number(crash.p50, digits: 4)
+            root["crash_detection"] = [
+                "p50_s": number(crash.p50, digits: 4), "max_s": number(crash.max, digits: 4), "samples": crash.samples,
+                "observers": crash.observers, "method": crash.method,
+            ] as [String: Any]
+        }
+        if let memory = results.memory {
+            // `participants_1000_mb` is for `participants` (1,000; 100 with --quick). When fewer could be
+            // held in one process, it is extrapolated linearly from those (`participants_extrapolated`).
+            var object: [String: Any] = ["participants": memory.participants, "sessions": memory.sessions, "unit": "MiB"]
+            if let bytes = memory.participantsBytes, let reached = memory.participantsReached {
+                let each = Double(bytes) / Double(reached)
+                object["participants_1000_mb"] = number(each * Double(memory.participants) / 1_048_576, digits: 1)
+                object["participants_measured_mb"] = number(mebibytes(bytes), digits: 1)
+                object["participants_reached"] = reached
+                object["participants_extrapolated"] = reached < memory.participants
+                object["per_participant_kb"] = number(each / 1_024, digits: 1)
+            }
+            if let bytes = memory.sessionsBytes, let reached = memory.sessionsReached {
+                let each = Double(bytes) / Double(reached)
+                object["sessions_1000_mb"] = number(each * Double(memory.sessions) / 1_048_576, digits: 1)
+                object["sessions_reached"] = reached
+                object["per_session_kb"] = number(each / 1_024, digits: 1)
+            }
+            root["memory"] = object
+        }
+        var targets: [String: Any] = [:]
+        for row in rows {
+            guard let verdict = row.verdict else { continue }
+            targets[row.metric] = verdict ? "PASS" : "MISS"
+        }
+        root["targets"] = targets
+        root["failures"] = results.failures
+        let data = (try? JSONSerialization.data(withJSONObject: root, options: [.prettyPrinted, .sortedKeys])) ?? Data("{}".utf8)
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    // MARK: - Formatting
+
+    private func number(_ value: Double, digits: Int = 3) -> Any {
+        guard value.isFinite else { return NSNull() }
+        let scale = pow(10, Double(digits))
+        return (value * scale).rounded() / scale
+    }
+
+    private func mebibytes(_ bytes: Int) -> Double { Double(bytes) / 1_048_576 }
+
+    private func format(_ value: Double, digits: Int? = nil) -> String {
+        guard value.isFinite else { return "n/a" }
+        let places = digits ?? (abs(value) >= 100 ? 0 : abs(value) >= 10 ? 1 : 2)
+        return String(format: "%.\(places)f", value)
+    }
+
+    private func ratio(_ value: Double) -> String {
+        value.isFinite ? String(format: "%.2f×", value) : "n/a"
+    }
+}

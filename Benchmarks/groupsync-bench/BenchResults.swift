@@ -1,0 +1,100 @@
+/// Everything one run measured. Each section is nil when it was not run (`--only`) or failed.
+struct BenchResults: Sendable {
+    struct Latency: Sendable {
+        var p50: Double
+        var p99: Double
+        var rawP50: Double
+        var rawP99: Double
+        var payloadBytes: Int
+        var samples: Int
+    }
+
+    struct Throughput: Sendable {
+        var rate: Double
+        var rawRate: Double
+        var sent: Int
+        var received: Int
+        var rawReceived: Int
+        var window: Int
+        var payloadBytes: Int
+    }
+
+    struct Fanout: Sendable {
+        var p50: Double
+        var p99: Double
+        var max: Double
+        var participants: Int
+        var samples: Int
+    }
+
+    struct LateJoin: Sendable {
+        var p50: Double
+        var p99: Double
+        var participants: Int
+        var samples: Int
+        /// `$catchup` messages on `…/msg/to/<newcomer>/…` per join.
+        var catchUps: Double
+        /// Retained messages the broker replays to the newcomer's subscriptions (member records, state).
+        var retainedReplay: Double
+        /// Live messages delivered to the newcomer during its join (its own member record, the catch-up).
+        var newcomerLive: Double
+        /// Messages delivered to the participants already there (the newcomer's member record).
+        var others: Double
+        /// Joins after which `SharedState.value` did not hold the current value yet.
+        var staleAtReturn: Int
+        var total: Double { retainedReplay + newcomerLive + others }
+    }
+
+    struct Convergence: Sendable {
+        var p50: Double
+        var p99: Double
+        var max: Double
+        var maxChanges: Int
+        var maxRemoteChanges: Int
+        var writers: Int
+        var bursts: Int
+    }
+
+    struct Crash: Sendable {
+        var p50: Double
+        var max: Double
+        var samples: Int
+        var observers: Int
+        var method: String
+    }
+
+    struct Memory: Sendable {
+        var participantsBytes: Int?
+        /// The participants asked for; ``participantsReached`` those the child process got connected.
+        var participants: Int
+        var participantsReached: Int?
+        var sessionsBytes: Int?
+        var sessions: Int
+        var sessionsReached: Int?
+    }
+
+    struct Environment: Sendable {
+        var mode: String
+        var date: String
+        var cpu: String
+        var cores: Int
+        var mosquitto: String
+        var libmosquitto: String
+        var swift: String
+        var broker: String
+        var fileLimit: Int
+        var loadBefore: String
+        var loadAfter = ""
+    }
+
+    var environment: Environment
+    var latency: [Int: Latency] = [:]
+    var throughput: [Int: Throughput] = [:]
+    var fanout: Fanout?
+    var lateJoin: LateJoin?
+    var convergence: Convergence?
+    var crash: Crash?
+    var memory: Memory?
+    var failures: [String] = []
+    var notes: [String] = []
+}

@@ -1,0 +1,41 @@
+import Foundation
+import GroupSync
+
+/// 1. One-way messenger latency (half a ping-pong round trip), GroupSync vs raw libmosquitto, QoS 0 and
+/// QoS 1. Both run on the same broker with the same payload size (the GroupSync envelope's) and topics of
+/// the same length, alternating in rounds so that a slow phase of the machine hits both alike.
+enum LatencyBenchmark {
+    static func run(url: String, group: String, qos: Int, warmup: Int, samples: Int, rounds: Int) async throws -> BenchResults.Latency {
+        let mode: GroupSessionMessenger.DeliveryMode = qos == 0 ? .unreliable : .reliable
+        let address = try BrokerAddress(url)
+        let groupSync = try await MessengerPingPong.make(url: url, group: group, mode: mode)
+        _ = try await groupSync.run(first: 0, count: warmup)
+        // Same number of digits as the measured exchanges' sequence numbers.
+        let payloadSize = try await groupSync.envelopeSize(sequence: warmup + samples / 2)
+        var next = warmup + 1
+
+        // Topics as long as GroupSync's: groupsync/v1/<group>/s/<session>/msg/all/<participant>.
+        let rawGroup = "r" + group.dropFirst()
+        let rawRoot = "\(GroupTopics.protocolRoot)/\(rawGroup)/s/\(groupSync.cluster.sessionID)/msg/all"
+        let raw = try RawPingPong(
+            host: address.host, port: address.port, pingTopic: "\(rawRoot)/p0", pongTopic: "\(rawRoot)/p1",
+            qos: Int32(qos), payloadSize: payloadSize)
+        _ = try await BlockingThread.run("raw-warmup") { Result { try raw.run(first: 0, count: warmup) } }.get()
+
+        var groupSyncSamples: [Double] = []
+        var rawSamples: [Double] = []
+        let perRound = max(samples / rounds, 1)
+        for _ in 0..<rounds {
+            let first = next
+            rawSamples += try await BlockingThread.run("raw-ping") { Result { try raw.run(first: first, count: perRound) } }.get()
+            groupSyncSamples += try await groupSync.run(first: next, count: perRound)
+            next += perRound
+        }
+        raw.close()
+        await groupSync.close()
+        let measured = Percentiles(groupSyncSamples), baseline = Percentiles(rawSamples)
+        return .init(
+            p50: measured.p50, p99: measured.p99, rawP50: baseline.p50, rawP99: baseline.p99,
+            payloadBytes: payloadSize, samples: measured.count)
+    }
+}

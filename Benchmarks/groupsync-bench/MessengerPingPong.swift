@@ -1,0 +1,68 @@
+import Foundation
+import GroupSync
+
+/// Ping-pong between two participants' `GroupSessionMessenger`s through the broker: the pinger sends a
+/// ``Ping`` to everyone (`.all`: just the responder), the responder's `messages(of:)` loop sends it back,
+/// the pinger's `messages(of:)` iterator receives it. Half the round trip is the one-way latency.
+final class MessengerPingPong: Sendable {
+    let cluster: SessionCluster
+    let mode: GroupSessionMessenger.DeliveryMode
+    let pinger: GroupSessionMessenger
+    let responder: GroupSessionMessenger
+    private let responderTask: Task<Void, Never>
+
+    private init(cluster: SessionCluster, mode: GroupSessionMessenger.DeliveryMode) {
+        self.cluster = cluster
+        self.mode = mode
+        pinger = GroupSessionMessenger(session: cluster.members[0].session, deliveryMode: mode)
+        let responder = GroupSessionMessenger(session: cluster.members[1].session, deliveryMode: mode)
+        self.responder = responder
+        let pings = responder.messages(of: Ping.self)
+        responderTask = Task {
+            for await (ping, _) in pings { try? await responder.send(ping) }
+        }
+    }
+
+    static func make(url: String, group: String, mode: GroupSessionMessenger.DeliveryMode) async throws -> MessengerPingPong {
+        let cluster = try await SessionCluster.make(url: url, group: group, prefix: "p", count: 2, sharedState: false)
+        return MessengerPingPong(cluster: cluster, mode: mode)
+    }
+
+    /// The topic the pinger's messages travel on.
+    var pingTopic: String { cluster.topics.broadcast(cluster.sessionID, from: cluster.members[0].name) }
+
+    /// `count` exchanges numbered from `first`; each one-way latency (half the round trip) in µs.
+    func run(first: Int, count: Int) async throws -> [Double] {
+        let pinger = self.pinger
+        return try await TimeLimit.run(.seconds(30 + Double(count) / 100), "messenger ping-pong") {
+            var pongs = pinger.messages(of: Ping.self).makeAsyncIterator()
+            var samples: [Double] = []
+            samples.reserveCapacity(count)
+            for sequence in first..<(first + count) {
+                let start = MonotonicClock.nanoseconds()
+                try await pinger.send(Ping(seq: sequence))
+                guard let (pong, _) = await pongs.next() else { throw CancellationError() }
+                let end = MonotonicClock.nanoseconds()
+                guard pong.seq == sequence else {
+                    throw SessionCluster.Failure(description: "pong \(pong.seq) for ping \(sequence)")
+                }
+                samples.append(MonotonicClock.microseconds(from: start, to: end) / 2)
+            }
+            return samples
+        }
+    }
+
+    /// The size of the pinger's messages on the wire (the envelope), seen by a sniffing client.
+    func envelopeSize(sequence: Int) async throws -> Int {
+        let sniffer = try await WireSniffer.start(url: cluster.url, filters: [pingTopic])
+        _ = try await run(first: sequence, count: 1)
+        let record = try await sniffer.next(after: 0)
+        await sniffer.stop()
+        return record.size
+    }
+
+    func close() async {
+        responderTask.cancel()
+        await cluster.close()
+    }
+}

@@ -1,0 +1,130 @@
+import CMosquitto
+import Dispatch
+import Foundation
+import Synchronization
+
+/// One MQTT connection driven directly through libmosquitto's C API — the baseline GroupSync is compared
+/// with. No Swift layer of the project is involved: `mosquitto_new`, `MOSQ_OPT_TCP_NODELAY`,
+/// `mosquitto_loop_start` (libmosquitto's own network thread), `mosquitto_publish`, and C callbacks that
+/// hand a message over to the application thread with a semaphore (or just count it).
+///
+/// `@unchecked Sendable` is sound because: `handle` is a `let` set in `init` and destroyed only in
+/// `deinit`, after `close()` joined libmosquitto's network thread (`mosquitto_loop_stop`), so no callback
+/// runs any more and nothing else can reference `self`; libmosquitto, once `mosquitto_loop_start` runs its
+/// thread, is safe for `mosquitto_publish`/`mosquitto_subscribe`/`mosquitto_disconnect` from any thread;
+/// every mutable Swift state is an `Atomic` or a `DispatchSemaphore`, both thread-safe; the remaining
+/// properties are immutable.
+final class RawMosquittoClient: @unchecked Sendable {
+    enum Failure: Error, CustomStringConvertible {
+        case library(String, Int32)
+        case timeout(String)
+        var description: String {
+            switch self {
+            case let .library(call, rc): return "\(call) failed: \(String(cString: mosquitto_strerror(rc)))"
+            case let .timeout(what): return "raw libmosquitto: \(what) timed out"
+            }
+        }
+    }
+
+    private let handle: OpaquePointer
+    private let connected = DispatchSemaphore(value: 0)
+    private let subscribed = DispatchSemaphore(value: 0)
+    /// Signalled by the message callback: a message waits for the application thread.
+    let inbox = DispatchSemaphore(value: 0)
+    /// Sequence number (first 8 bytes of the payload) of the last message received.
+    let lastSequence = Atomic<Int>(-1)
+    let receivedCount = Atomic<Int>(0)
+    let lastArrival = Atomic<UInt64>(0)
+    /// When `receivedCount` reaches this, `allReceived` is signalled.
+    let expectedCount = Atomic<Int>(Int.max)
+    let allReceived = DispatchSemaphore(value: 0)
+    /// One permit per publish that may be in flight: taken before `mosquitto_publish`, returned by the
+    /// publish callback (QoS 0: written to the socket; QoS 1: PUBACK received).
+    let window: DispatchSemaphore
+    let windowSize: Int
+    /// Whether the message callback signals `inbox` (ping-pong) or only counts (throughput).
+    let handsOver: Bool
+
+    init(clientID: String, windowSize: Int = 1, handsOver: Bool) throws {
+        guard let handle = mosquitto_new(clientID, true, nil) else { throw Failure.library("mosquitto_new", MOSQ_ERR_NOMEM.rawValue) }
+        self.handle = handle
+        self.windowSize = windowSize
+        self.window = DispatchSemaphore(value: windowSize)
+        self.handsOver = handsOver
+        mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
+        try check("MOSQ_OPT_PROTOCOL_VERSION", mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, Int32(MQTT_PROTOCOL_V5)))
+        try check("MOSQ_OPT_TCP_NODELAY", mosquitto_int_option(handle, MOSQ_OPT_TCP_NODELAY, 1))
+        mosquitto_connect_callback_set(handle) { _, context, _ in
+            RawMosquittoClient.from(context).connected.signal()
+        }
+        mosquitto_subscribe_callback_set(handle) { _, context, _, _, _ in
+            RawMosquittoClient.from(context).subscribed.signal()
+        }
+        mosquitto_publish_callback_set(handle) { _, context, _ in
+            RawMosquittoClient.from(context).window.signal()
+        }
+        mosquitto_message_callback_set(handle) { _, context, message in
+            guard let message else { return }
+            let client = RawMosquittoClient.from(context)
+            let now = MonotonicClock.nanoseconds()
+            if message.pointee.payloadlen >= 8, let payload = message.pointee.payload {
+                client.lastSequence.store(Int(Int64(littleEndian: payload.loadUnaligned(as: Int64.self))), ordering: .relaxed)
+            }
+            client.lastArrival.store(now, ordering: .relaxed)
+            let count = client.receivedCount.add(1, ordering: .acquiringAndReleasing).newValue
+            if count == client.expectedCount.load(ordering: .relaxed) { client.allReceived.signal() }
+            if client.handsOver { client.inbox.signal() }
+        }
+    }
+
+    deinit {
+        mosquitto_destroy(handle)
+    }
+
+    private static func from(_ context: UnsafeMutableRawPointer?) -> RawMosquittoClient {
+        Unmanaged<RawMosquittoClient>.fromOpaque(context!).takeUnretainedValue()
+    }
+
+    private func check(_ call: String, _ rc: Int32) throws {
+        guard rc == MOSQ_ERR_SUCCESS.rawValue else { throw Failure.library(call, rc) }
+    }
+
+    /// Connects (blocking TCP connect), starts libmosquitto's network thread and waits for CONNACK.
+    func connect(host: String, port: Int) throws {
+        try check("mosquitto_connect", mosquitto_connect(handle, host, Int32(port), 60))
+        try check("mosquitto_loop_start", mosquitto_loop_start(handle))
+        guard connected.wait(timeout: .now() + 5) == .success else { throw Failure.timeout("CONNACK") }
+    }
+
+    func subscribe(_ filter: String, qos: Int32) throws {
+        try check("mosquitto_subscribe", mosquitto_subscribe(handle, nil, filter, qos))
+        guard subscribed.wait(timeout: .now() + 5) == .success else { throw Failure.timeout("SUBACK") }
+    }
+
+    /// Hands a PUBLISH to libmosquitto (its thread writes it). Does not wait.
+    func publish(_ topic: String, _ payload: UnsafeRawBufferPointer, qos: Int32) throws {
+        try check("mosquitto_publish", mosquitto_publish(handle, nil, topic, Int32(payload.count), payload.baseAddress, qos, false))
+    }
+
+    /// Waits until every publish of the window completed.
+    func drainWindow(timeout: Double = 10) throws {
+        for taken in 0..<windowSize {
+            guard window.wait(timeout: .now() + timeout) == .success else {
+                for _ in 0..<taken { window.signal() }
+                throw Failure.timeout("publish completions")
+            }
+        }
+        for _ in 0..<windowSize { window.signal() }
+    }
+
+    /// Sends DISCONNECT and joins the network thread.
+    func close() {
+        mosquitto_disconnect(handle)
+        mosquitto_loop_stop(handle, false)
+    }
+
+    /// `mosquitto_lib_init` is not thread safe: called once, first thing in `main`.
+    static func initializeLibrary() {
+        mosquitto_lib_init()
+    }
+}

@@ -1,0 +1,82 @@
+import Foundation
+import Synchronization
+
+/// Ping-pong between two raw libmosquitto clients through the broker: the pinger publishes, the
+/// responder's message callback hands the ping to the responder thread (semaphore), which publishes the
+/// pong; the pinger's callback hands it to the pinger thread. Half the round trip is one-way latency.
+///
+/// The hand-over to an application thread on both sides mirrors what GroupSync does (its messages reach
+/// the app's task, not libmosquitto's thread), so the comparison is like for like.
+final class RawPingPong: Sendable {
+    let pinger: RawMosquittoClient
+    let responder: RawMosquittoClient
+    let pingTopic: String
+    let pongTopic: String
+    let qos: Int32
+    let payloadSize: Int
+    private let stopping = Atomic<Bool>(false)
+    private let responderDone = DispatchSemaphore(value: 0)
+
+    init(host: String, port: Int, pingTopic: String, pongTopic: String, qos: Int32, payloadSize: Int) throws {
+        self.pingTopic = pingTopic
+        self.pongTopic = pongTopic
+        self.qos = qos
+        self.payloadSize = max(payloadSize, 8)
+        let tag = String(UInt32.random(in: 0...UInt32.max), radix: 36)
+        pinger = try RawMosquittoClient(clientID: "raw-ping-\(tag)", handsOver: true)
+        responder = try RawMosquittoClient(clientID: "raw-pong-\(tag)", handsOver: true)
+        try pinger.connect(host: host, port: port)
+        try responder.connect(host: host, port: port)
+        try pinger.subscribe(pongTopic, qos: qos)
+        try responder.subscribe(pingTopic, qos: qos)
+        let thread = Thread { [self] in respond() }
+        thread.name = "raw-responder"
+        thread.start()
+    }
+
+    private func respond() {
+        var payload = [UInt8](repeating: UInt8(ascii: "x"), count: payloadSize)
+        while true {
+            responder.inbox.wait()
+            if stopping.load(ordering: .acquiring) { break }
+            let sequence = Int64(responder.lastSequence.load(ordering: .relaxed)).littleEndian
+            payload.withUnsafeMutableBytes { $0.storeBytes(of: sequence, as: Int64.self) }
+            do {
+                try payload.withUnsafeBytes { try responder.publish(pongTopic, $0, qos: qos) }
+            } catch {
+                break
+            }
+        }
+        responderDone.signal()
+    }
+
+    /// `count` exchanges, numbered from `first`; returns each one-way latency (half the round trip) in µs.
+    /// Blocking: call it from a thread of its own (``BlockingThread``).
+    func run(first: Int, count: Int) throws -> [Double] {
+        var payload = [UInt8](repeating: UInt8(ascii: "x"), count: payloadSize)
+        var samples: [Double] = []
+        samples.reserveCapacity(count)
+        for sequence in first..<(first + count) {
+            payload.withUnsafeMutableBytes { $0.storeBytes(of: Int64(sequence).littleEndian, as: Int64.self) }
+            let start = MonotonicClock.nanoseconds()
+            try payload.withUnsafeBytes { try pinger.publish(pingTopic, $0, qos: qos) }
+            guard pinger.inbox.wait(timeout: .now() + 5) == .success else {
+                throw RawMosquittoClient.Failure.timeout("pong \(sequence)")
+            }
+            let end = MonotonicClock.nanoseconds()
+            guard pinger.lastSequence.load(ordering: .relaxed) == sequence else {
+                throw RawMosquittoClient.Failure.timeout("pong \(sequence) (got \(pinger.lastSequence.load(ordering: .relaxed)))")
+            }
+            samples.append(MonotonicClock.microseconds(from: start, to: end) / 2)
+        }
+        return samples
+    }
+
+    func close() {
+        stopping.store(true, ordering: .releasing)
+        responder.inbox.signal()
+        responderDone.wait()
+        pinger.close()
+        responder.close()
+    }
+}

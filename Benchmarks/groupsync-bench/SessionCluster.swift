@@ -1,0 +1,106 @@
+import Foundation
+import GroupSync
+
+/// N participants in one process — N coordinators, N broker connections — all joined to one session, as
+/// `groupsync demo` drives them. Optionally each holds a `SharedState<Int>` under ``stateKey`` whose
+/// `values()` a ``ValueWatcher`` consumes.
+final class SessionCluster: Sendable {
+    static let activity = "com.example.bench"
+    static let stateKey = "value"
+
+    struct Failure: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    let url: String
+    let group: String
+    let sessionID: String
+    let members: [ClusterMember]
+    let hub: ArrivalHub
+
+    private init(url: String, group: String, sessionID: String, members: [ClusterMember], hub: ArrivalHub) {
+        self.url = url
+        self.group = group
+        self.sessionID = sessionID
+        self.members = members
+        self.hub = hub
+    }
+
+    var topics: GroupTopics { GroupTopics(group: group) }
+
+    /// Connects `count` coordinators (`connectWidth` at a time), has the first one activate a session,
+    /// and joins everyone (`joinWidth` at a time; 1 joins one after the other, so that every newcomer is
+    /// caught up by an already joined participant).
+    static func make(
+        url: String, group: String, prefix: String, count: Int, sharedState: Bool,
+        connectWidth: Int = 16, joinWidth: Int = 1, catchUpTimeout: Duration = .seconds(1)
+    ) async throws -> SessionCluster {
+        let coordinators = try await Parallel.map(count, width: connectWidth) { index in
+            try await GroupCoordinator.connect(.init(
+                broker: url, group: group, participant: "\(prefix)\(index)", catchUpTimeout: catchUpTimeout))
+        }
+        let sessionID = try await coordinators[0].activate(activityIdentifier: activity, value: .object([:]))
+        let sessions = try await Parallel.map(count, width: connectWidth) { index in
+            try await findSession(coordinators[index], id: sessionID)
+        }
+        _ = try await Parallel.map(count, width: joinWidth) { index in
+            try await sessions[index].join()
+        }
+        let hub = ArrivalHub()
+        var members: [ClusterMember] = []
+        for index in 0..<count {
+            var state: SharedState<Int>?
+            var watcher: ValueWatcher?
+            if sharedState {
+                let shared = try SharedState(sessions[index], key: stateKey, initialValue: 0)
+                state = shared
+                watcher = ValueWatcher(index: index, values: shared.values(), hub: hub)
+            }
+            members.append(ClusterMember(
+                index: index, name: "\(prefix)\(index)", coordinator: coordinators[index], session: sessions[index],
+                state: state, watcher: watcher))
+        }
+        let cluster = SessionCluster(url: url, group: group, sessionID: sessionID, members: members, hub: hub)
+        if sharedState {
+            let members = members
+            // Every watcher got its first value (the caught-up one) before anything is measured.
+            try await waitUntil(seconds: 10, "every participant's values() started") {
+                members.allSatisfy { ($0.watcher?.count ?? 0) > 0 }
+            }
+        }
+        return cluster
+    }
+
+    /// The session `id` as `coordinator` sees it, once announced to it.
+    static func findSession(_ coordinator: GroupCoordinator, id: String) async throws -> GroupSession<AnyGroupActivity> {
+        if let known = coordinator.currentSessions(activityIdentifier: activity).first(where: { $0.id == id }) {
+            return known
+        }
+        return try await TimeLimit.run(.seconds(10), "session \(id) announced to \(coordinator.localParticipant.id)") {
+            for await session in coordinator.sessions(activityIdentifier: activity) where session.id == id {
+                return session
+            }
+            throw Failure(description: "coordinator closed before session \(id) arrived")
+        }
+    }
+
+    /// Polls `condition` every 200 µs (for set-up and tear-down only: nothing timed depends on it).
+    static func waitUntil(seconds: Double, _ what: String, _ condition: @escaping @Sendable () -> Bool) async throws {
+        let deadline = MonotonicClock.nanoseconds() + UInt64(seconds * 1e9)
+        while !condition() {
+            if MonotonicClock.nanoseconds() > deadline { throw Failure(description: "timed out waiting for: \(what)") }
+            try await Task.sleep(for: .microseconds(200))
+        }
+    }
+
+    /// Ends the session (clearing its retained messages from the broker) if `end`, then closes every
+    /// coordinator.
+    func close(end: Bool = true) async {
+        for member in members { member.watcher?.stop() }
+        if end { await members[0].session.end() }
+        let members = self.members
+        _ = try? await Parallel.map(members.count, width: 32) { index in
+            await members[index].coordinator.close()
+        }
+    }
+}

@@ -1,0 +1,100 @@
+import Foundation
+import Testing
+
+/// `groupsync-bench` runs end to end and prints the JSON its users (and BENCHMARKS.md) rely on. Not a
+/// timed test: it asserts nothing about speed, only that every documented key is there and a number.
+@Suite(.timeLimit(.minutes(3))) struct BenchmarkSmokeTests {
+    /// Every key BENCHMARKS.md documents, as paths into the JSON object.
+    static let requiredKeys = [
+        "latency.qos0.p50_us", "latency.qos0.p99_us", "latency.qos0.raw_p50_us", "latency.qos0.raw_p99_us",
+        "latency.qos1.p50_us", "latency.qos1.p99_us", "latency.qos1.raw_p50_us", "latency.qos1.raw_p99_us",
+        "throughput.qos0.msgs_per_s", "throughput.qos0.raw_msgs_per_s",
+        "throughput.qos1.msgs_per_s", "throughput.qos1.raw_msgs_per_s",
+        "fanout.p50_ms", "fanout.p99_ms",
+        "late_join.p50_ms", "late_join.messages_per_join",
+        "convergence.ms", "convergence.max_changes",
+        "crash_detection_s",
+        "memory.participants_1000_mb", "memory.sessions_1000_mb",
+    ]
+
+    /// The bench built next to the test bundle (`swift build --build-tests` builds every product).
+    static let benchExecutable: String? = {
+        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        for _ in 0..<4 {
+            let candidate = directory.appendingPathComponent("groupsync-bench").path
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+            directory.deleteLastPathComponent()
+        }
+        let fallback = FileManager.default.currentDirectoryPath + "/.build/debug/groupsync-bench"
+        return FileManager.default.isExecutableFile(atPath: fallback) ? fallback : nil
+    }()
+
+    /// Any JSON value; numbers stay apart from booleans (JSONDecoder does not read a number as Bool).
+    enum JSONTree: Decodable {
+        case number(Double), string(String), bool(Bool), null, array([JSONTree]), object([String: JSONTree])
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.singleValueContainer()
+            if container.decodeNil() {
+                self = .null
+            } else if let value = try? container.decode(Bool.self) {
+                self = .bool(value)
+            } else if let value = try? container.decode(Double.self) {
+                self = .number(value)
+            } else if let value = try? container.decode(String.self) {
+                self = .string(value)
+            } else if let value = try? container.decode([JSONTree].self) {
+                self = .array(value)
+            } else {
+                self = .object(try container.decode([String: JSONTree].self))
+            }
+        }
+
+        func value(at path: String) -> JSONTree? {
+            var node: JSONTree? = self
+            for key in path.split(separator: ".") {
+                guard case let .object(members)? = node else { return nil }
+                node = members[String(key)]
+            }
+            return node
+        }
+    }
+
+    @Test func quickJSONRunHasEveryKeyAsANumber() async throws {
+        let executable = try #require(Self.benchExecutable, "groupsync-bench is not built next to the test bundle")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = ["--quick", "--json"]
+        let output = Pipe()
+        let errorLog = FileManager.default.temporaryDirectory.appendingPathComponent("bench-smoke-\(UUID().uuidString).log")
+        _ = FileManager.default.createFile(atPath: errorLog.path, contents: nil)
+        let errorHandle = try FileHandle(forWritingTo: errorLog)
+        defer { try? FileManager.default.removeItem(at: errorLog) }
+        process.standardOutput = output
+        process.standardError = errorHandle
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        // Read standard output to its end on a thread of its own (the call blocks until the bench exits).
+        let data = await withCheckedContinuation { (continuation: CheckedContinuation<Data, Never>) in
+            Thread { continuation.resume(returning: output.fileHandleForReading.readDataToEndOfFile()) }.start()
+        }
+        process.waitUntilExit()
+        try? errorHandle.close()
+        let errors = (try? String(contentsOf: errorLog, encoding: .utf8)) ?? ""
+        let text = String(decoding: data, as: UTF8.self)
+        #expect(process.terminationStatus == 0, "groupsync-bench --quick --json exited with \(process.terminationStatus); stderr:\n\(errors)")
+
+        let json = try JSONDecoder().decode(JSONTree.self, from: data)
+        guard case .object = json else {
+            Issue.record("standard output is not one JSON object:\n\(text)")
+            return
+        }
+        for key in Self.requiredKeys {
+            guard case .number(let value)? = json.value(at: key) else {
+                Issue.record("\(key) is missing or not a number (\(String(describing: json.value(at: key))))")
+                continue
+            }
+            #expect(value.isFinite, "\(key) = \(value)")
+        }
+    }
+}
