@@ -64,6 +64,11 @@ public final class GroupCoordinator: Sendable {
     let hlc: LockedValue<HybridLogicalClock>
     let state: LockedValue<CoordinatorStateMachine>
     let sharing = LockedValue(SharingGate())
+    /// This participant's message sequence numbers (reliable, unreliable), for all sessions: they never
+    /// restart while the coordinator lives, so a receiver's duplicate filter never drops a message sent
+    /// after a leave and rejoin. Held while a message is numbered *and* handed to the connection, so that
+    /// numbering order is wire order. Never taken by the network thread.
+    let sequencer = LockedValue<(reliable: Int64, unreliable: Int64)>((0, 0))
     private let tasks = LockedValue<[Task<Void, Never>]>([])
     private let groupSubscription = LockedValue<MQTTSubscription?>(nil)
     /// Set while `connect()` waits for its own presence to come back.
@@ -219,7 +224,7 @@ public final class GroupCoordinator: Sendable {
         state.withLock { Array($0.cores.values) }
             .filter { !$0.isInvalidated && (activityIdentifier == nil || $0.activityType == activityIdentifier) }
             .sorted { $0.announcement.createdAt < $1.announcement.createdAt }
-            .map { GroupSession(core: $0) }
+            .compactMap { GroupSession<AnyGroupActivity>(core: $0) }
     }
 
     /// Whether activating makes sense now: a live broker connection.
@@ -285,7 +290,14 @@ public final class GroupCoordinator: Sendable {
         case let .announcement(sessionID):
             let announcement = message.payload.isEmpty ? nil : decoded(Wire.Announcement.self, message.payload)
             if !message.payload.isEmpty && announcement == nil { return }
-            if let announcement { hlc.withLock { $0.observe(announcement.revision, now: configuration.clock.milliseconds()) } }
+            if let announcement {
+                let now = configuration.clock.milliseconds()
+                guard announcement.revision.isPlausible(now: now), Identifier.isValid(announcement.activity.type) else {
+                    state.withLock { $0.countRejected() }
+                    return
+                }
+                hlc.withLock { $0.observe(announcement.revision, now: now) }
+            }
             let effects = state.withLock { machine in
                 let online = machine.online
                 return machine.onAnnouncement(sessionID, announcement) { announcement in
@@ -327,10 +339,15 @@ public final class GroupCoordinator: Sendable {
     }
 
     /// Clears a retained message owned by someone else (only when the broker's ACL lets us).
+    /// Without retained messages the empty payload still tells live subscribers.
     func clearRetained(_ topic: String) async {
         state.withLock { $0.own(topic, Data()) }
-        guard client.retainAvailable else { return }
-        _ = try? await client.publish(to: topic, payload: Data(), qos: .atLeastOnce, retain: true)
+        _ = try? await client.publish(to: topic, payload: Data(), qos: .atLeastOnce, retain: client.retainAvailable)
+    }
+
+    /// The retained topics this participant owns that start with `prefix`.
+    func ownedTopics(under prefix: String) -> [String] {
+        state.withLock { $0.ownedRetained.keys.filter { $0.hasPrefix(prefix) }.sorted() }
     }
 
     private func republishOwnedRetained() async {

@@ -1,4 +1,5 @@
 import Foundation
+import MQTT
 
 /// A live instance of an activity that the group's participants can join — the counterpart of
 /// GroupActivities' `GroupSession`. Get one from ``GroupActivity/sessions()`` (or
@@ -9,9 +10,19 @@ import Foundation
 /// ``state`` is `.invalidated`; it never becomes valid again.
 public final class GroupSession<Activity: GroupActivity>: Sendable, Identifiable, Hashable {
     let core: SessionCore
+    /// The last activity value that decoded as `Activity`: a change that does not (another app version,
+    /// a foreign client) leaves the previous value in place instead of failing.
+    private let lastActivity: LockedValue<Activity>
 
-    init(core: SessionCore) {
+    init(core: SessionCore, activity: Activity) {
         self.core = core
+        self.lastActivity = LockedValue(activity)
+    }
+
+    /// A view of `core` if its activity decodes as `Activity`.
+    convenience init?(core: SessionCore) {
+        guard let activity = Wire.value(Activity.self, from: core.announcement.activity.data) else { return nil }
+        self.init(core: core, activity: activity)
     }
 
     /// Unique in the group; the `<session>` level of the session's topics.
@@ -21,8 +32,11 @@ public final class GroupSession<Activity: GroupActivity>: Sendable, Identifiable
     /// ``activityUpdates()``); concurrent changes resolve to the one with the latest clock.
     public var activity: Activity {
         get {
-            // The announcement was checked to decode when the session was delivered.
-            Wire.value(Activity.self, from: core.announcement.activity.data)!
+            let current = Wire.value(Activity.self, from: core.announcement.activity.data)
+            return lastActivity.withLock { last in
+                if let current { last = current }
+                return last
+            }
         }
         set {
             guard let data = try? Wire.jsonValue(newValue) else { return }
@@ -113,9 +127,7 @@ public struct GroupSessions<Activity: GroupActivity>: AsyncSequence, Sendable {
         public mutating func next() async -> GroupSession<Activity>? {
             while let core = await base.next() {
                 // A session whose activity does not decode as `Activity` (another app version) is skipped.
-                if Wire.value(Activity.self, from: core.announcement.activity.data) != nil {
-                    return GroupSession(core: core)
-                }
+                if let session = GroupSession<Activity>(core: core) { return session }
             }
             return nil
         }

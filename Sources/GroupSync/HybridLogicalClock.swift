@@ -27,6 +27,16 @@ public struct HLCTimestamp: Sendable, Hashable, Comparable, Codable, CustomStrin
     }
 
     public var description: String { "\(time).\(counter)@\(participant)" }
+
+    /// How far ahead of the local clock a received timestamp may be (a day): beyond that it is forged or
+    /// broken, and adopting it would drag everyone's clock there.
+    public static let maximumSkew: Int64 = 86_400_000
+
+    /// Whether a received timestamp can be merged: non-negative, a counter below 2³², and no more than
+    /// ``maximumSkew`` ahead of `now`. Receivers reject (and count) anything else before looking at it.
+    public func isPlausible(now: Int64) -> Bool {
+        time >= 0 && counter >= 0 && counter < 1 << 32 && time <= now &+ HLCTimestamp.maximumSkew
+    }
 }
 
 /// The clock state of one participant. Value type: the owner keeps it under its own lock.
@@ -49,21 +59,22 @@ public struct HybridLogicalClock: Sendable, Hashable {
         if now > latest.time {
             latest = HLCTimestamp(time: now, counter: 0, participant: participant)
         } else {
-            latest = HLCTimestamp(time: latest.time, counter: latest.counter + 1, participant: participant)
+            latest = HLCTimestamp(time: latest.time, counter: latest.counter &+ 1, participant: participant)
         }
         return latest
     }
 
-    /// Merges a received timestamp (`now` is the local wall-clock time in milliseconds).
+    /// Merges a received timestamp (`now` is the local wall-clock time in milliseconds). Callers merge
+    /// only timestamps that are ``HLCTimestamp/isPlausible(now:)``; the arithmetic wraps rather than traps.
     public mutating func observe(_ remote: HLCTimestamp, now: Int64) {
         let time = max(latest.time, remote.time, now)
         let counter: Int64
         if time == latest.time && time == remote.time {
-            counter = max(latest.counter, remote.counter) + 1
+            counter = max(latest.counter, remote.counter) &+ 1
         } else if time == latest.time {
-            counter = latest.counter + 1
+            counter = latest.counter &+ 1
         } else if time == remote.time {
-            counter = remote.counter + 1
+            counter = remote.counter &+ 1
         } else {
             counter = 0
         }

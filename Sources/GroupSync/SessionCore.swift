@@ -9,9 +9,6 @@ final class SessionCore: Sendable {
     let activityType: String
     let coordinator: GroupCoordinator
     let machine: LockedValue<SessionStateMachine>
-    /// Per-sender sequence numbers (reliable, unreliable). Held while a message is numbered *and* handed
-    /// to the connection, so that numbering order is wire order. Never taken by the network thread.
-    private let sequencer = LockedValue<(reliable: Int64, unreliable: Int64)>((0, 0))
     private let subscription = LockedValue<MQTTSubscription?>(nil)
     private let reader = LockedValue<Task<Void, Never>?>(nil)
 
@@ -25,6 +22,8 @@ final class SessionCore: Sendable {
     }
 
     var me: String { coordinator.localParticipant.id }
+    /// `groupsync/v1/<group>/s/<session>/`: every session topic starts with it.
+    var sessionPrefix: String { "\(topics.root)/s/\(id)/" }
     var topics: GroupTopics { coordinator.topics }
     var state: GroupSessionState { machine.withLock { $0.state } }
     var isJoined: Bool { state == .joined }
@@ -104,6 +103,7 @@ final class SessionCore: Sendable {
         await coordinator.clearRetained(topics.announcement(id))
         for participant in Set(members + [me]) { await coordinator.clearRetained(topics.member(id, participant)) }
         for topic in stateTopics { await coordinator.clearRetained(topic) }
+        for topic in coordinator.ownedTopics(under: sessionPrefix) { await coordinator.clearRetained(topic) }
         stopReading()
         coordinator.state.withLock { $0.forget(id) }
         if wasJoined { coordinator.sharing.withLock { $0.onLeft(id) }.perform() }
@@ -122,11 +122,12 @@ final class SessionCore: Sendable {
             state.disown(announcementTopic)
         }
         if wasJoined { coordinator.sharing.withLock { $0.onLeft(id) }.perform() }
-        let memberTopic = topics.member(id, me)
-        let ownStateTopics = stateTopics.filter { $0.hasSuffix("/\(me)") }
+        // Everything we own of the session: member record and state records, also those written before
+        // an earlier leave() of this session.
+        let owned = Set(coordinator.ownedTopics(under: sessionPrefix) + [topics.member(id, me)])
+            .union(stateTopics.filter { $0.hasSuffix("/\(me)") })
         coordinator.spawn { [coordinator] in
-            await coordinator.clearRetained(memberTopic)
-            for topic in ownStateTopics { await coordinator.clearRetained(topic) }
+            for topic in owned.sorted() { await coordinator.clearRetained(topic) }
         }
     }
 
@@ -179,7 +180,8 @@ final class SessionCore: Sendable {
             }
         case let .state(session, key, writer) where session == id:
             guard !message.payload.isEmpty else { return }
-            guard let record = coordinator.decoded(Wire.StateRecord.self, message.payload), record.key == key else { return reject() }
+            guard let record = coordinator.decoded(Wire.StateRecord.self, message.payload), record.key == key,
+                  record.clock.participant == writer, record.clock.isPlausible(now: now) else { return reject() }
             coordinator.hlc.withLock { $0.observe(record.clock, now: now) }
             effects = machine.withLock { $0.onState(record, writer: writer, topic: message.topic) }
         case let .broadcast(session, sender) where session == id:
@@ -205,9 +207,14 @@ final class SessionCore: Sendable {
                 return .init()
             }
             let now = coordinator.configuration.clock.milliseconds()
-            for record in envelope.body.states { coordinator.hlc.withLock { $0.observe(record.clock, now: now) } }
+            var catchUp = envelope.body
+            catchUp.states.removeAll { !$0.clock.isPlausible(now: now) }
             let retainAvailable = coordinator.client.retainAvailable
-            return machine.withLock { $0.onCatchUp(envelope.body, from: sender, retainAvailable: retainAvailable) }
+            let effects = machine.withLock { $0.onCatchUp(catchUp, from: sender, retainAvailable: retainAvailable) }
+            if effects.catchUpArrived != nil {  // accepted: merge its clocks
+                for record in catchUp.states { coordinator.hlc.withLock { $0.observe(record.clock, now: now) } }
+            }
+            return effects
         case "$end":
             guard machine.withLock({ $0.isMember(sender) }) else {
                 reject()
@@ -240,7 +247,7 @@ final class SessionCore: Sendable {
             targets = set.map(\.id).sorted()
         }
         for participant in targets.compactMap({ $0 }) { try Identifier.validate(participant, kind: "participant") }
-        let tickets = try sequencer.withLock { counters throws(GroupSyncError) -> [MQTTClient.PublishTicket] in
+        let tickets = try coordinator.sequencer.withLock { counters throws(GroupSyncError) -> [MQTTClient.PublishTicket] in
             let seq: Int64
             if reliable {
                 counters.reliable += 1
@@ -262,13 +269,16 @@ final class SessionCore: Sendable {
                 }
             }
         }
+        // Await every ticket, even after one failed, so that no acknowledgement is left unclaimed.
+        var failure: MQTTError?
         for ticket in tickets {
             do throws(MQTTError) {
                 _ = try await coordinator.client.acknowledgement(of: ticket)
             } catch {
-                throw .connection(error)
+                failure = failure ?? error
             }
         }
+        if let failure { throw .connection(failure) }
     }
 
     private func sendControl<Body: Codable & Sendable>(type: String, body: Body, to recipients: Participants) async throws(GroupSyncError) {
@@ -301,8 +311,8 @@ final class SessionCore: Sendable {
         }
         let coordinator = self.coordinator
         let topic = topics.announcement(id)
-        coordinator.spawn {
-            guard let payload = try? Wire.encode(updated) else { return }
+        coordinator.spawn { [self] in
+            guard !isInvalidated, let payload = try? Wire.encode(updated) else { return }
             try? await coordinator.publishRetained(topic, payload)
         }
     }

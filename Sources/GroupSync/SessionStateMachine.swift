@@ -234,6 +234,10 @@ struct SessionStateMachine {
     mutating func onAnnouncement(_ new: Wire.Announcement) -> Effects {
         var effects = Effects()
         guard new.revision > announcement.revision else { return effects }
+        guard new.activity.type == announcement.activity.type else {
+            rejected += 1  // a session's kind of activity never changes
+            return effects
+        }
         announcement = new
         effects.activityChanged = true
         effects.activities = activityListeners.values.map { ($0, new.activity.data) }

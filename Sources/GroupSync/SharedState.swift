@@ -76,7 +76,8 @@ public final class SharedState<Value: Codable & Sendable & Equatable>: Sendable 
                     defer { throttle.pending = nil }
                     return throttle.pending
                 }
-                if let pending { try? await core.publish(pending) }
+                // Not after the session was left or ended: that would bring the record back.
+                if let pending, core.isJoined { try? await core.publish(pending) }
             }
         }
     }

@@ -29,7 +29,9 @@ struct ConnectionStateMachine {
     private enum PublishEntry {
         case waiting(qos: QoS, PublishWaiter)
         case completed(Result<PublishReceipt, MQTTError>)
-        case cancelled
+        /// The caller stopped waiting; the acknowledgement (if any comes) is dropped. `qos` nil: the caller
+        /// gave up before registering.
+        case cancelled(qos: QoS?)
     }
 
     private enum SubscribeEntry {
@@ -127,9 +129,9 @@ struct ConnectionStateMachine {
         switch publishes.removeValue(forKey: mid) {
         case let .completed(result):
             effects.publishResults.append((waiter, result))
-        case .cancelled:
+        case .cancelled(qos: nil):
             effects.publishResults.append((waiter, .failure(.cancelled)))
-        case .waiting, nil:
+        case .waiting, .cancelled, nil:  // a cancelled entry with a QoS belongs to an older message
             if phase == .stopped || phase == .stopping {
                 effects.publishResults.append((waiter, .failure(.disconnected)))
             } else if qos == .atMostOnce && sentAt != generation {
@@ -145,13 +147,15 @@ struct ConnectionStateMachine {
     mutating func onPublishCancelled(mid: Int32) -> Effects {
         var effects = Effects()
         switch publishes[mid] {
-        case let .waiting(_, waiter):
-            publishes[mid] = nil
+        case let .waiting(qos, waiter):
+            // Keep the entry: the acknowledgement still comes and must not be left for a later message
+            // that reuses this ID.
+            publishes[mid] = .cancelled(qos: qos)
             effects.publishResults.append((waiter, .failure(.cancelled)))
         case .completed:
             break
         case .cancelled, nil:
-            publishes[mid] = .cancelled
+            publishes[mid] = .cancelled(qos: nil)
         }
         return effects
     }
@@ -214,6 +218,17 @@ struct ConnectionStateMachine {
 
     mutating func onListenerRemoved(id: UInt64) {
         listeners[id] = nil
+    }
+
+    /// The client was dropped without `disconnect()`: stop the network thread (nobody waits for it).
+    mutating func onDropped() -> Bool {
+        switch phase {
+        case .idle where !started, .stopped, .stopping:
+            return false
+        case .idle, .connecting, .connected, .backingOff:
+            phase = .stopping
+            return true
+        }
     }
 
     /// `disconnect()` was called. `wasRunning` is false when there is no network thread to wait for.
@@ -314,9 +329,14 @@ struct ConnectionStateMachine {
         // QoS 0 messages not yet written died with the socket; QoS ≥ 1 stay queued in libmosquitto and are
         // sent again on the next connection, so their callers keep waiting.
         for (mid, entry) in publishes {
-            if case let .waiting(qos, waiter) = entry, qos == .atMostOnce {
+            switch entry {
+            case let .waiting(qos, waiter) where qos == .atMostOnce:
                 publishes[mid] = nil
                 effects.publishResults.append((waiter, .failure(.connectionLost)))
+            case .cancelled(qos: .atMostOnce):
+                publishes[mid] = nil  // its acknowledgement died with the socket
+            default:
+                break
             }
         }
         // SUBACKs that will never come: the next connection subscribes every live filter anyway.

@@ -26,7 +26,7 @@ public final class MQTTClient: Sendable {
     }
 
     deinit {
-        connection.requestStop()
+        if connection.state.withLock({ $0.onDropped() }) { connection.requestStop() }
     }
 
     /// Whether CONNACK was received and the connection is up now.

@@ -25,6 +25,8 @@ final class Mosquitto: @unchecked Sendable {
     let droppedMessages = Atomic<Int>(0)
     private let expireSessionOnStop = Atomic<Bool>(false)
     private let aborting = Atomic<Bool>(false)
+    /// Set when the socket's descriptor is too large for select(): the cause reported for the loss.
+    private let socketAboveSelectLimit = Atomic<Int32>(-1)
     /// Message ID of the last UNSUBACK received (read by the network thread while stopping).
     private let lastUnsubscribeAck = Atomic<Int32>(0)
 
@@ -164,6 +166,13 @@ final class Mosquitto: @unchecked Sendable {
                 }
             case .loop:
                 let rc = mosquitto_loop(handle, 100, 1)
+                if rc == MOSQ_ERR_INVAL.rawValue, case let socket = mosquitto_socket(handle), socket >= FD_SETSIZE {
+                    // mosquitto_loop waits with select(), which cannot watch a descriptor ≥ FD_SETSIZE
+                    // (1024): it fails at once, every time. Give the connection up instead of spinning.
+                    socketAboveSelectLimit.store(socket, ordering: .releasing)
+                    shutdown(socket, Int32(SHUT_RDWR))
+                    _ = mosquitto_loop_read(handle, 1)  // libmosquitto sees the closed socket and reports the loss
+                }
                 if rc != MOSQ_ERR_SUCCESS.rawValue && mosquitto_socket(handle) == -1 {
                     // The socket closed without the disconnect callback (e.g. a failed TLS read).
                     let reason = String(cString: mosquitto_strerror(rc))
@@ -204,6 +213,12 @@ final class Mosquitto: @unchecked Sendable {
     }
 
     private func connectError(_ rc: Int32) -> MQTTError {
+        let descriptor = socketAboveSelectLimit.exchange(-1, ordering: .acquiringAndReleasing)
+        if descriptor >= 0 {
+            return .library(
+                code: Int(MOSQ_ERR_INVAL.rawValue),
+                message: "socket descriptor \(descriptor) is above select()'s limit of \(FD_SETSIZE): this process has too many open files or connections (about 340 clients)")
+        }
         switch mosq_err_t(rawValue: rc) {
         case MOSQ_ERR_ERRNO:
             return .unreachable(host: configuration.host, port: configuration.port, detail: String(cString: strerror(errno)))

@@ -19,20 +19,44 @@ public enum Topic {
     }
 
     /// Whether the topic `name` matches `filter`. Topics starting with `$` match no filter starting with a
-    /// wildcard (MQTT 5 §4.7.2).
+    /// wildcard (MQTT 5 §4.7.2). Walks both strings' UTF-8 once, without allocating: it runs for every
+    /// received message against every subscription.
     public static func matches(_ name: String, filter: String) -> Bool {
-        var nameLevels = name.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)[...]
-        var filterLevels = filter.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)[...]
-        if name.utf8.first == UInt8(ascii: "$"), let first = filterLevels.first,
-           first.elementsEqual("+".utf8) || first.elementsEqual("#".utf8) {
-            return false
+        var name = name
+        var filter = filter
+        return name.withUTF8 { nameBytes in
+            filter.withUTF8 { filterBytes in matches(nameBytes, filterBytes) }
         }
-        while let level = filterLevels.popFirst() {
-            if level.elementsEqual("#".utf8) { return true }
-            guard let nameLevel = nameLevels.popFirst() else { return false }
-            if level.elementsEqual("+".utf8) { continue }
-            if !level.elementsEqual(nameLevel) { return false }
+    }
+
+    private static func matches(_ name: UnsafeBufferPointer<UInt8>, _ filter: UnsafeBufferPointer<UInt8>) -> Bool {
+        let slash = UInt8(ascii: "/"), plus = UInt8(ascii: "+"), hash = UInt8(ascii: "#")
+        if name.first == UInt8(ascii: "$") && (filter.first == plus || filter.first == hash) { return false }
+        var n = 0, f = 0
+        while f < filter.count {
+            if filter[f] == hash { return true }  // `#` is always a whole, last level
+            if filter[f] == plus {
+                // Skip one level of the name (possibly empty).
+                while n < name.count && name[n] != slash { n += 1 }
+                f += 1
+            } else {
+                // Compare one literal level.
+                while f < filter.count && filter[f] != slash {
+                    guard n < name.count, name[n] == filter[f] else { return false }
+                    n += 1
+                    f += 1
+                }
+                if n < name.count && name[n] != slash { return false }
+            }
+            // Both at the end of a level: either both end, or both continue after a `/`.
+            if f == filter.count { return n == name.count }
+            f += 1  // past the filter's `/`
+            if n == name.count {
+                // The name ended: only a trailing `#` (which also matches the parent level) can follow.
+                return filter.count - f == 1 && filter[f] == hash
+            }
+            n += 1  // past the name's `/`
         }
-        return nameLevels.isEmpty
+        return n == name.count
     }
 }

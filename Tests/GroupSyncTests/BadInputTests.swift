@@ -142,4 +142,36 @@ import Testing
             await group.closeAll()
         }
     }
+
+    /// Review findings: a forged clock at Int64.max used to overflow the HLC and crash every participant,
+    /// and an activity change to another type or shape crashed `session.activity`.
+    @Test func extremeClocksAndForeignActivityChangesAreRejected() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let root = "groupsync/v1/\(group.name)"
+            let attacker = try MQTTClient(configuration: .init(url: broker.url))
+            try await attacker.connect()
+            let huge = #"{"c":9223372036854775807,"p":"evil","t":9223372036854775807}"#
+            try await attacker.publish(to: "\(root)/session/evil", string: #"{"activity":{"data":{"galleryID":"x"},"metadata":{"title":"t","type":"generic"},"type":"com.example.gallery"},"createdAt":1,"createdBy":"evil","revision":\#(huge),"session":"evil","v":1}"#, retain: true)
+            let (alice, _, a, b) = try await group.pair(Gallery(galleryID: "clock"))
+            #expect(alice.currentSessions(activityIdentifier: nil).map(\.id) == [a.id], "the forged announcement was rejected")
+            try await attacker.publish(to: "\(root)/s/\(a.id)/state/index/alice", string: #"{"clock":\#(huge.replacingOccurrences(of: "evil", with: "alice")),"key":"index","v":1,"value":9}"#)
+            // Someone changes the activity to another type, then to a value of another shape.
+            var announcement = a.core.announcement
+            announcement.revision = HLCTimestamp(time: announcement.revision.time + 1, counter: 0, participant: "alice")
+            announcement.activity.type = "com.example.other"
+            try await attacker.publish(to: "\(root)/session/\(a.id)", payload: try Wire.encode(announcement), retain: true)
+            announcement.activity.type = Gallery.activityIdentifier
+            announcement.activity.data = .int(42)
+            announcement.revision.counter += 1
+            try await attacker.publish(to: "\(root)/session/\(a.id)", payload: try Wire.encode(announcement), retain: true)
+            try await SharedState(a, key: "index", initialValue: 0).set(1)
+            try await waitUntil("state still flows") { try SharedState(b, key: "index", initialValue: 0).value == 1 }
+            #expect(b.activity.galleryID == "clock", "the last activity that decodes stays in place")
+            #expect(b.activityIdentifier == Gallery.activityIdentifier)
+            #expect(alice.rejectedMessageCount > 0)
+            await attacker.disconnect()
+            await group.closeAll()
+        }
+    }
 }

@@ -261,4 +261,23 @@ import Testing
         }
         #expect(throws: Never.self) { try Identifier.validate("alice.example-1_x:y@z~", kind: "participant") }
     }
+
+    /// Review finding: sequence numbers restarted with a rejoined session, and receivers dropped the new
+    /// messages as redeliveries.
+    @Test func messagesAfterALeaveAndRejoinArrive() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let (alice, _, a1, b) = try await group.pair(Gallery(galleryID: "rejoin"))
+            let received = Collector(GroupSessionMessenger(session: b).messages(of: Chat.self))
+            for i in 1...3 { try await GroupSessionMessenger(session: a1).send(Chat(text: "first \(i)")) }
+            try await received.waitForCount(3)
+            await a1.leave()
+            let a2 = try await alice.joinSession(a1.id, of: Gallery.self)
+            try await waitUntil("alice active again") { ids(b.activeParticipants) == ["alice", "bob"] }
+            for i in 1...3 { try await GroupSessionMessenger(session: a2).send(Chat(text: "second \(i)")) }
+            try await received.waitForCount(6)
+            #expect(received.elements.map(\.message.text) == ["first 1", "first 2", "first 3", "second 1", "second 2", "second 3"])
+            await group.closeAll()
+        }
+    }
 }

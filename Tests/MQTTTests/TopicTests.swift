@@ -12,6 +12,34 @@ import Testing
         #expect(Topic.matches(name, filter: filter) == expected, "\(name) ~ \(filter)")
     }
 
+    /// The matcher against a plain level-by-level reference, over random topics and filters built from a
+    /// small alphabet so that matches are frequent.
+    @Test func matchingAgreesWithAReferenceOnRandomInputs() {
+        func reference(_ name: String, _ filter: String) -> Bool {
+            let n = name.split(separator: "/", omittingEmptySubsequences: false)
+            let f = filter.split(separator: "/", omittingEmptySubsequences: false)
+            if name.hasPrefix("$") && (f.first == "+" || f.first == "#") { return false }
+            var i = 0
+            for level in f {
+                if level == "#" { return true }
+                guard i < n.count else { return false }
+                if level != "+" && level != n[i] { return false }
+                i += 1
+            }
+            return i == n.count
+        }
+        var generator = SystemRandomNumberGenerator()
+        let levels = ["a", "b", "", "ab", "$x"]
+        for _ in 0..<20_000 {
+            let name = (0..<Int.random(in: 1...4, using: &generator)).map { _ in levels.randomElement(using: &generator)! }.joined(separator: "/")
+            var filterLevels = (0..<Int.random(in: 1...4, using: &generator)).map { _ in (levels + ["+", "+"]).randomElement(using: &generator)! }
+            if Bool.random(using: &generator) { filterLevels.append("#") }
+            let filter = filterLevels.joined(separator: "/")
+            guard Topic.isValidFilter(filter), Topic.isValidName(name) else { continue }
+            #expect(Topic.matches(name, filter: filter) == reference(name, filter), "\(name) ~ \(filter)")
+        }
+    }
+
     @Test func names() {
         #expect(Topic.isValidName("a/b"))
         #expect(!Topic.isValidName(""))
