@@ -18,6 +18,8 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
     case encodingFailed(String)
     /// An `.only([])` recipient set is empty: nobody would receive the message.
     case noRecipients
+    /// The waiting task was cancelled; the operation did not complete (a `join()` can be retried).
+    case cancelled
 
     public var description: String {
         switch self {
@@ -37,6 +39,8 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
             return "could not encode the value as JSON: \(detail)"
         case .noRecipients:
             return "the recipient set is empty"
+        case .cancelled:
+            return "the operation was cancelled before it completed; it can be tried again"
         }
     }
 }

@@ -45,6 +45,24 @@ final class SessionCore: Sendable {
             case .waiting: throw .sessionInvalidated  // another join() is in progress and failed
             }
         }
+        var memberPublished = false
+        do {
+            try await joinSteps(barrierStream, catchUpStream, memberPublished: &memberPublished)
+        } catch {
+            // A failed, cancelled or interrupted join leaves the session as it was (waiting, or
+            // invalidated by a concurrent leave/end): no reading task, no subscription, no member record.
+            let effects = machine.withLock { $0.onJoinAbandoned() }
+            effects.perform()
+            stopReading()
+            if memberPublished && !isJoined { await coordinator.clearRetained(topics.member(id, me)) }
+            throw Task.isCancelled && !state.isInvalidated ? .cancelled : error
+        }
+        coordinator.sharing.withLock { $0.onJoined(id) }.perform()
+    }
+
+    private func joinSteps(
+        _ barrierStream: AsyncStream<Bool>, _ catchUpStream: AsyncStream<Void>, memberPublished: inout Bool
+    ) async throws(GroupSyncError) {
         let filters = topics.sessionFilters(id, participant: me)
         let messages: MQTTSubscription
         do {
@@ -52,7 +70,6 @@ final class SessionCore: Sendable {
                 to: filters.shared.map { TopicSubscription($0, qos: .atLeastOnce) }
                     + [TopicSubscription(filters.broadcast, qos: .atLeastOnce, noLocal: true)])
         } catch {
-            _ = machine.withLock { $0.invalidate(.left) }
             throw .connection(error)
         }
         subscription.withLock { $0 = messages }
@@ -60,8 +77,10 @@ final class SessionCore: Sendable {
             for await message in messages { await handle(message) }
         }
         reader.withLock { $0 = task }
+        guard !isInvalidated else { throw .sessionInvalidated }  // left or ended while subscribing
         // Our own member record coming back is the barrier: every retained message is in before it.
         let member = Wire.Member(participant: me, epoch: coordinator.epoch)
+        memberPublished = true
         try await coordinator.publishRetained(topics.member(id, me), try Wire.encode(member))
         var awaitCatchUp: Bool?
         for await value in barrierStream {
@@ -77,7 +96,6 @@ final class SessionCore: Sendable {
         let effects = machine.withLock { $0.onJoined() }
         effects.perform()
         guard state == .joined else { throw .sessionInvalidated }
-        coordinator.sharing.withLock { $0.onJoined(id) }.perform()
     }
 
     /// Leaves: others see us go at once; our last state stays visible to them.

@@ -102,6 +102,18 @@ struct SessionStateMachine {
         return true
     }
 
+    /// Whether a `join()` is in progress (waiting for its barrier or the catch-up).
+    var isJoining: Bool { barrier != nil || catchUpArrived != nil }
+
+    /// A `join()` failed or was cancelled before completing: the session is as before it started.
+    mutating func onJoinAbandoned() -> Effects {
+        var effects = Effects()
+        effects.abandonJoin = (barrier, catchUpArrived)
+        barrier = nil
+        catchUpArrived = nil
+        return effects
+    }
+
     /// Our own member record came back: every retained message delivered on subscribe is in.
     /// Returns whom to tell, and whether a catch-up from someone else should be awaited.
     mutating func onBarrierPassed(retainAvailable: Bool) -> (AsyncStream<Bool>.Continuation, Bool)? {

@@ -150,6 +150,32 @@ import Testing
         }
     }
 
+    /// Review finding: a join that failed or was cancelled left the session stuck ("invalidated" on every
+    /// later join) and a ghost member record behind.
+    @Test func aCancelledJoinCanBeRetriedAndLeavesNoGhost() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let bob = try await group.join("bob")
+            let a = try await alice.startJoined(Gallery(galleryID: "retry"))
+            let session = try await bob.firstSession(of: Gallery.self)
+            broker.pause()
+            let attempt = Task { try await session.join() }
+            try await waitUntil("join is waiting on the frozen broker") { session.core.machine.withLock { $0.isJoining } }
+            attempt.cancel()
+            await #expect(throws: GroupSyncError.cancelled) { try await attempt.value }
+            #expect(session.state == .waiting)
+            broker.resume()
+            try await waitUntil(timeout: .seconds(15), "bob is connected again") { bob.client.isConnected }
+            try await session.join()
+            #expect(session.state == .joined)
+            try await waitUntil("alice sees bob once") { ids(a.activeParticipants) == ["alice", "bob"] }
+            await session.leave()
+            try await waitUntil("and no ghost after he leaves") { ids(a.activeParticipants) == ["alice"] }
+            await group.closeAll()
+        }
+    }
+
     final class Flag: Sendable {
         private let value = Atomic<Bool>(false)
         var isSet: Bool { value.load(ordering: .relaxed) }
