@@ -26,6 +26,10 @@ public final class GroupCoordinator: Sendable {
         public var clock: any WallClock
         /// How long `join()` waits for a catch-up from an existing participant.
         public var catchUpTimeout: Duration
+        /// Called for every message rejected as malformed, forged or stale (they are also counted in
+        /// ``GroupCoordinator/rejectedMessageCount``), from the task that read it. By default rejections
+        /// are logged to standard error when the environment variable `GROUPSYNC_LOG_REJECTED` is set.
+        public var onRejected: (@Sendable (_ topic: String, _ payloadSize: Int) -> Void)?
 
         /// - Parameters:
         ///   - broker: `mqtt://[user[:password]@]host[:port]` (or `mqtts://` with `tls`).
@@ -51,6 +55,11 @@ public final class GroupCoordinator: Sendable {
             self.displayName = displayName
             self.clock = clock
             self.catchUpTimeout = catchUpTimeout
+            if ProcessInfo.processInfo.environment["GROUPSYNC_LOG_REJECTED"] != nil {
+                onRejected = { topic, size in
+                    FileHandle.standardError.write(Data("groupsync: rejected \(size) bytes on \(topic)\n".utf8))
+                }
+            }
         }
     }
 
@@ -271,6 +280,13 @@ public final class GroupCoordinator: Sendable {
     // MARK: - Wire
 
     private func handleGroupMessage(_ message: MQTTMessage) {
+        guard let onRejected = configuration.onRejected else { return process(message) }
+        let before = state.withLock { $0.rejected }
+        process(message)
+        if state.withLock({ $0.rejected }) > before { onRejected(message.topic, message.payload.count) }
+    }
+
+    private func process(_ message: MQTTMessage) {
         switch topics.parse(message.topic) {
         case let .presence(participant):
             let presence = message.payload.isEmpty ? nil : decoded(Wire.Presence.self, message.payload)

@@ -178,6 +178,16 @@ final class SessionCore: Sendable {
     }
 
     private func handle(_ message: MQTTMessage) async {
+        guard let onRejected = coordinator.configuration.onRejected else { return await process(message) }
+        let before = rejectionTotal
+        await process(message)
+        if rejectionTotal > before { onRejected(message.topic, message.payload.count) }
+    }
+
+    /// Rejections counted by this session and by the coordinator's decoder.
+    private var rejectionTotal: Int { rejectedCount + coordinator.state.withLock { $0.rejected } }
+
+    private func process(_ message: MQTTMessage) async {
         let now = coordinator.configuration.clock.milliseconds()
         var effects = SessionStateMachine.Effects()
         switch topics.parse(message.topic) {

@@ -98,7 +98,13 @@ import Testing
     @Test func garbageOnTheWireChangesNothingAndIsCounted() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            let (_, bob, a, b) = try await group.pair(Gallery(galleryID: "garbage"))
+            let alice = try await group.join("alice")
+            let logged = LockedValue<[String]>([])
+            let bob = try await group.join("bob") { configuration in
+                configuration.onRejected = { topic, _ in logged.withLock { $0.append(topic) } }
+            }
+            let a = try await alice.startJoined(Gallery(galleryID: "garbage"))
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
             let state = try SharedState(b, key: "index", initialValue: 0)
             try await SharedState(a, key: "index", initialValue: 0).set(5)
             try await waitUntil("bob at 5") { state.value == 5 }
@@ -138,6 +144,7 @@ import Testing
             #expect(!values.isFinished && !chats.isFinished && !participants.isFinished, "no sequence ended")
             #expect(ids(b.activeParticipants) == ["alice", "bob"])
             #expect(bob.rejectedMessageCount > 100, "rejections are counted (\(bob.rejectedMessageCount))")
+            #expect(logged.withLock { $0.count } > 100, "and reported to the configured log")
             await attacker.disconnect()
             await group.closeAll()
         }
