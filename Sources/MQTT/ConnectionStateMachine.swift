@@ -56,7 +56,7 @@ struct ConnectionStateMachine {
     private var attempt = 0
     private var reconnectAt: ContinuousClock.Instant?
     private var connectWaiter: ConnectWaiter?
-    private var stopWaiters: [CheckedContinuation<Void, Never>] = []
+    private var stopWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     private var publishes: [Int32: PublishEntry] = [:]
     private var subacks: [Int32: SubscribeEntry] = [:]
     private var subscriptions: [UInt64: SubscriptionEntry] = [:]
@@ -106,6 +106,9 @@ struct ConnectionStateMachine {
             for waiter in stopWaiters { waiter.resume() }
         }
     }
+
+    /// `connect()` is waiting for its first CONNACK.
+    var isConnectingForTheFirstTime: Bool { connectWaiter != nil && started }
 
     /// Every filter some live subscription uses.
     var liveFilters: [String] { filters.keys.sorted() }
@@ -220,6 +223,20 @@ struct ConnectionStateMachine {
         listeners[id] = nil
     }
 
+    /// `disconnect()` gave up waiting for the network thread (stuck in a blocking TCP connect to an
+    /// unresponsive host): its waiter is resumed now; the thread finishes on its own later.
+    mutating func onDisconnectTimedOut(id: UInt64) -> Effects {
+        var effects = Effects()
+        guard let waiter = stopWaiters.removeValue(forKey: id) else { return effects }
+        effects.stopWaiters = [waiter]
+        if let connecting = connectWaiter {
+            // connect() is stuck in the same blocking call: it fails now rather than minutes later.
+            connectWaiter = nil
+            effects.connectResult = (connecting, .failure(.disconnected))
+        }
+        return effects
+    }
+
     /// The client was dropped without `disconnect()`: stop the network thread (nobody waits for it).
     mutating func onDropped() -> Bool {
         switch phase {
@@ -232,7 +249,7 @@ struct ConnectionStateMachine {
     }
 
     /// `disconnect()` was called. `wasRunning` is false when there is no network thread to wait for.
-    mutating func onDisconnectRequested(_ waiter: CheckedContinuation<Void, Never>) -> (Effects, wasRunning: Bool) {
+    mutating func onDisconnectRequested(id: UInt64, _ waiter: CheckedContinuation<Void, Never>) -> (Effects, wasRunning: Bool) {
         switch phase {
         case .stopped:
             var effects = Effects()
@@ -245,7 +262,7 @@ struct ConnectionStateMachine {
             return (effects, false)
         case .idle, .connecting, .connected, .backingOff, .stopping:
             phase = .stopping
-            stopWaiters.append(waiter)
+            stopWaiters[id] = waiter
             return (Effects(), true)
         }
     }
@@ -411,8 +428,8 @@ struct ConnectionStateMachine {
     mutating func onStopped() -> Effects {
         phase = .stopped
         var effects = finishEverything(with: .disconnected)
-        effects.stopWaiters = stopWaiters
-        stopWaiters = []
+        effects.stopWaiters = Array(stopWaiters.values)
+        stopWaiters = [:]
         return effects
     }
 

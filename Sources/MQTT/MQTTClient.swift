@@ -57,17 +57,26 @@ public final class MQTTClient: Sendable {
 
     /// Closes the connection cleanly (DISCONNECT: the broker does not publish the will), ends every
     /// subscription and event sequence, and fails pending operations with ``MQTTError/disconnected``.
-    /// Idempotent; returns within about a second even when the broker is unreachable.
+    /// Idempotent; returns within two seconds even when the broker is unreachable or a connection attempt
+    /// hangs (the network thread then finishes in the background).
     ///
     /// - Parameter expireSession: with a ``Configuration/sessionExpiry``, also tell the broker to discard
     ///   the session now (MQTT 5) instead of keeping it for the expiry interval.
     public func disconnect(expireSession: Bool = false) async {
         let connection = self.connection
+        let id = connection.makeID()
+        // The network thread can be inside a blocking TCP connect to an unresponsive host (up to the
+        // kernel's timeout, minutes): stop waiting for it after two seconds, it ends on its own.
+        let timeout = Task {
+            try? await Task.sleep(for: .seconds(2))
+            connection.state.withLock { $0.onDisconnectTimedOut(id: id) }.resumeAll()
+        }
         await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
-            let (effects, running) = connection.state.withLock { $0.onDisconnectRequested(waiter) }
+            let (effects, running) = connection.state.withLock { $0.onDisconnectRequested(id: id, waiter) }
             if running { connection.requestStop(expireSession: expireSession) }
             effects.resumeAll()
         }
+        timeout.cancel()
     }
 
     /// Publishes `payload` to `topic`.
@@ -227,8 +236,9 @@ public final class MQTTClient: Sendable {
     /// the broker publishes the will) and the client never reconnects.
     package func abort() async {
         let connection = self.connection
+        let id = connection.makeID()
         await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
-            let (effects, running) = connection.state.withLock { $0.onDisconnectRequested(waiter) }
+            let (effects, running) = connection.state.withLock { $0.onDisconnectRequested(id: id, waiter) }
             if running { connection.abort() }
             effects.resumeAll()
         }

@@ -263,4 +263,37 @@ import Testing
             await client.disconnect()
         }
     }
+
+    /// Review finding: a connect to a host that never answers blocks in the kernel for minutes, and
+    /// disconnect() used to wait for it. The "host" is a loopback listener whose backlog is full, so
+    /// further SYNs are dropped.
+    @Test func disconnectReturnsWhileAConnectAttemptHangs() async throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
+        listen(listener, 0)
+        var fillers: [Int32] = []
+        defer { fillers.forEach { close($0) } }
+        for _ in 0..<4 {  // fill the accept queue; nothing is ever accepted
+            let filler = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+            _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(filler, $0, length) } }
+            fillers.append(filler)
+        }
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        let client = try MQTTClient(configuration: .init(url: "mqtt://127.0.0.1:\(port)"))
+        let attempt = Task { try await client.connect() }
+        try await waitUntil(timeout: .seconds(1), "the network thread is connecting") {
+            client.connection.state.withLock { $0.isConnectingForTheFirstTime }
+        }
+        let start = ContinuousClock.now
+        await client.disconnect()
+        #expect(ContinuousClock.now - start < .seconds(3))
+        await #expect(throws: MQTTError.self) { try await attempt.value }
+    }
 }
