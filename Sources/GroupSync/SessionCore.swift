@@ -170,11 +170,11 @@ final class SessionCore: Sendable {
     // MARK: - Inputs
 
     func onPresence(_ participant: String, epoch: Int64?) {
-        machine.withLock { $0.onPresence(participant, epoch: epoch) }.perform()
+        apply { $0.onPresence(participant, epoch: epoch) }
     }
 
     func onAnnouncement(_ announcement: Wire.Announcement) {
-        machine.withLock { $0.onAnnouncement(announcement) }.perform()
+        apply { $0.onAnnouncement(announcement) }
     }
 
     private func handle(_ message: MQTTMessage) async {
@@ -193,7 +193,7 @@ final class SessionCore: Sendable {
         switch topics.parse(message.topic) {
         case let .member(session, participant) where session == id:
             if message.payload.isEmpty {
-                effects = machine.withLock { $0.onMember(participant, nil, retained: message.retain) }
+                effects = apply { $0.onMember(participant, nil, retained: message.retain) }
             } else if let record = coordinator.decoded(Wire.Member.self, message.payload), record.participant == participant {
                 if participant == me {
                     if record.epoch == coordinator.epoch,
@@ -202,7 +202,7 @@ final class SessionCore: Sendable {
                     }
                     return
                 }
-                effects = machine.withLock { $0.onMember(participant, record, retained: message.retain) }
+                effects = apply { $0.onMember(participant, record, retained: message.retain) }
             } else {
                 reject()
             }
@@ -211,7 +211,7 @@ final class SessionCore: Sendable {
             guard let record = coordinator.decoded(Wire.StateRecord.self, message.payload), record.key == key,
                   record.clock.participant == writer, record.clock.isPlausible(now: now) else { return reject() }
             coordinator.hlc.withLock { $0.observe(record.clock, now: now) }
-            effects = machine.withLock { $0.onState(record, writer: writer, topic: message.topic) }
+            effects = apply { $0.onState(record, writer: writer, topic: message.topic) }
         case let .broadcast(session, sender) where session == id:
             effects = inbound(message.payload, from: sender)
         case let .direct(session, recipient, sender) where session == id && recipient == me:
@@ -219,7 +219,6 @@ final class SessionCore: Sendable {
         default:
             reject()
         }
-        effects.perform()
         if let newcomer = effects.catchUpTo {
             let catchUp = machine.withLock { $0.catchUp }
             _ = try? await sendControl(type: "$catchup", body: catchUp, to: .only(Participant(id: newcomer)))
@@ -238,7 +237,7 @@ final class SessionCore: Sendable {
             var catchUp = envelope.body
             catchUp.states.removeAll { !$0.clock.isPlausible(now: now) }
             let retainAvailable = coordinator.client.retainAvailable
-            let effects = machine.withLock { $0.onCatchUp(catchUp, from: sender, retainAvailable: retainAvailable) }
+            let effects = apply { $0.onCatchUp(catchUp, from: sender, retainAvailable: retainAvailable) }
             if effects.catchUpArrived != nil {  // accepted: merge its clocks
                 for record in catchUp.states { coordinator.hlc.withLock { $0.observe(record.clock, now: now) } }
             }
@@ -251,12 +250,27 @@ final class SessionCore: Sendable {
             onEnded(by: Participant(id: sender))
             return .init()
         default:
-            return machine.withLock { $0.onMessage(header, payload: payload, sender: sender) }
+            return apply { $0.onMessage(header, payload: payload, sender: sender) }
         }
     }
 
     private func reject() {
         machine.withLock { $0.onRejected() }
+    }
+
+    /// Feeds one input to the state machine. Its values are yielded while the lock is held, so every
+    /// sequence receives updates in the order the machine applied them (a consumer of `values()` never
+    /// ends on an older value than the machine holds); yielding never runs consumer code. Sequences
+    /// are finished after the lock is released, since their termination handlers take it.
+    @discardableResult
+    func apply(_ input: (inout SessionStateMachine) -> SessionStateMachine.Effects) -> SessionStateMachine.Effects {
+        let effects = machine.withLock { machine in
+            let effects = input(&machine)
+            effects.yieldAll()
+            return effects
+        }
+        effects.finishAll()
+        return effects
     }
 
     // MARK: - Outputs
@@ -319,7 +333,7 @@ final class SessionCore: Sendable {
         let clock = coordinator.hlc.withLock { $0.tick(now: now) }
         let record = Wire.StateRecord(key: key, value: value, clock: clock)
         let topic = topics.state(id, key: key, writer: me)
-        machine.withLock { $0.onLocalWrite(record, topic: topic) }.perform()
+        apply { $0.onLocalWrite(record, topic: topic) }
         return record
     }
 

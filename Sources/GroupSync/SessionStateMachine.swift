@@ -71,12 +71,22 @@ struct SessionStateMachine {
         var abandonJoin: (AsyncStream<Bool>.Continuation?, AsyncStream<Void>.Continuation?) = (nil, nil)
 
         func perform() {
+            yieldAll()
+            finishAll()
+        }
+
+        /// Hands values to sequences: never runs consumer code, so it may happen under the lock.
+        func yieldAll() {
             for (continuation, value) in states { continuation.yield(value) }
             for (continuation, value) in participants { continuation.yield(value) }
             for (continuation, value) in messages { continuation.yield(value) }
             for (continuation, value) in values { continuation.yield(value) }
             for (continuation, value) in activities { continuation.yield(value) }
             catchUpArrived?.yield()
+        }
+
+        /// Ends sequences: their termination handlers take the session's lock, so never under it.
+        func finishAll() {
             abandonJoin.0?.finish()
             abandonJoin.1?.finish()
             finishing.states.forEach { $0.finish() }
