@@ -173,7 +173,7 @@ struct SessionStateMachine {
         } else {
             guard members.removeValue(forKey: participant) != nil else { return effects }
         }
-        recomputeActive(into: &effects)
+        updateActive(participant, into: &effects)
         return effects
     }
 
@@ -182,7 +182,7 @@ struct SessionStateMachine {
         var effects = Effects()
         guard participant != me, presence[participant] != epoch else { return effects }
         presence[participant] = epoch
-        recomputeActive(into: &effects)
+        updateActive(participant, into: &effects)
         return effects
     }
 
@@ -396,6 +396,16 @@ struct SessionStateMachine {
         for listener in valueListeners.values where listener.key == record.key {
             effects.values.append((listener.continuation, record))
         }
+    }
+
+    /// Re-evaluates one participant after its member record or presence changed: O(1), where a full
+    /// recompute made a newcomer's replay of N member records O(N²).
+    private mutating func updateActive(_ participant: String, into effects: inout Effects) {
+        let entry = Participant(id: participant)
+        let isActive = members[participant] != nil && presence[participant] == members[participant]
+            && (participant != me || state == .joined)
+        let changed = isActive ? active.insert(entry).inserted : active.remove(entry) != nil
+        if changed { effects.participants = participantListeners.values.map { ($0, active) } }
     }
 
     private mutating func recomputeActive(into effects: inout Effects) {
