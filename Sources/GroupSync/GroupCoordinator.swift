@@ -82,6 +82,12 @@ public final class GroupCoordinator: Sendable {
     private let groupSubscription = LockedValue<MQTTSubscription?>(nil)
     /// Set while `connect()` waits for its own presence to come back.
     private let presenceEcho = LockedValue<AsyncStream<Void>.Continuation?>(nil)
+    /// What the broker replayed as retained after a reconnect without session, while it is collected.
+    private struct Replay {
+        var announcements: Set<String> = []
+        var ownPresence = false
+    }
+    private let replay = LockedValue<Replay?>(nil)
 
     private init(configuration: Configuration, client: MQTTClient, epoch: Int64) {
         self.configuration = configuration
@@ -157,19 +163,52 @@ public final class GroupCoordinator: Sendable {
         }
         let reconnects = Task { [self] in
             for await event in events {
-                if case .connected = event { await republishOwnedRetained() }
+                guard case let .connected(sessionPresent) = event else { continue }
+                if !sessionPresent { await forgetSessionsEndedWhileAway() }
+                await republishOwnedRetained()
             }
         }
         tasks.withLock { $0 += [follow, reconnects] }
+        // After connect() returns, the coordinator knows the group as the broker does.
+        try await publishPresenceAndAwaitEcho()
+    }
+
+    /// Publishes our presence and waits (at most 5 s) until it comes back: every retained presence and
+    /// announcement the broker delivered on (re)subscribing is in by then.
+    private func publishPresenceAndAwaitEcho() async throws(GroupSyncError) {
         let (echo, continuation) = AsyncStream.makeStream(of: Void.self)
         presenceEcho.withLock { $0 = continuation }
+        defer { presenceEcho.withLock { $0 = nil } }
         try await publishPresence()
-        // Our presence coming back means every retained presence and announcement delivered on
-        // subscribe is in: after connect() returns, the coordinator knows the group as the broker does.
         await GroupCoordinator.withTimeout(.seconds(5)) {
             for await _ in echo { return }
         }
-        presenceEcho.withLock { $0 = nil }
+    }
+
+    /// After a reconnect in which the broker had lost our MQTT session (we were away longer than its
+    /// expiry, or it restarted), the clears of sessions ended meanwhile never reached us. If the
+    /// broker's retained store survived — our own presence record is in the replay — an announcement
+    /// we own that is missing from the replay was ended: drop it instead of republishing it.
+    private func forgetSessionsEndedWhileAway() async {
+        replay.withLock { $0 = Replay() }
+        try? await publishPresenceAndAwaitEcho()
+        guard let seen = replay.withLock({ replay in defer { replay = nil }; return replay }), seen.ownPresence else { return }
+        let prefix = "\(topics.root)/session/"
+        let ended = state.withLock { $0.ownedRetained.keys }
+            .filter { $0.hasPrefix(prefix) }
+            .map { String($0.dropFirst(prefix.count)) }
+            .filter { !seen.announcements.contains($0) }
+        for sessionID in ended {
+            // Stop owning its records before the republish that follows, then clear what we had of it.
+            let sessionTopics = ownedTopics(under: "\(topics.root)/s/\(sessionID)/")
+            let core = state.withLock { state -> SessionCore? in
+                state.disown(topics.announcement(sessionID))
+                for topic in sessionTopics { state.disown(topic) }
+                return state.cores[sessionID]
+            }
+            core?.onEnded(by: nil)
+            for topic in sessionTopics { await clearRetained(topic) }
+        }
     }
 
     /// Leaves every joined session, removes this participant's presence (a clean exit, not a crash), ends
@@ -291,8 +330,12 @@ public final class GroupCoordinator: Sendable {
         case let .presence(participant):
             let presence = message.payload.isEmpty ? nil : decoded(Wire.Presence.self, message.payload)
             if !message.payload.isEmpty && presence == nil { return }
-            if participant == localParticipant.id, presence?.epoch == epoch, presence?.status == .online {
-                presenceEcho.withLock { $0 }?.yield()
+            if participant == localParticipant.id {
+                if message.retain {
+                    replay.withLock { $0?.ownPresence = true }
+                } else if presence?.epoch == epoch, presence?.status == .online {
+                    presenceEcho.withLock { $0 }?.yield()  // our own publish coming back live
+                }
             }
             let effects = state.withLock { $0.onPresence(participant, presence) }
             effects.perform()
@@ -304,6 +347,7 @@ public final class GroupCoordinator: Sendable {
                 spawn { try? await self.publishPresence() }
             }
         case let .announcement(sessionID):
+            if message.retain && !message.payload.isEmpty { replay.withLock { $0?.announcements.insert(sessionID) } }
             let announcement = message.payload.isEmpty ? nil : decoded(Wire.Announcement.self, message.payload)
             if !message.payload.isEmpty && announcement == nil { return }
             if let announcement {

@@ -250,7 +250,9 @@ final class Mosquitto: @unchecked Sendable {
                 reasonCode: Int(rc), reason: reason, sessionPresent: flags & 1 == 1, limits: limits,
                 now: .now, random: .random(in: 0..<1))
         }
-        effects.resumeAll()
+        // Restore the subscriptions before anyone hears of the connection: a publish made in reaction
+        // to `.connected` must reach the broker after them, or a retained copy of it would come back
+        // as a stored message instead of live.
         for request in effects.subscribe {
             var mid: Int32 = 0
             let rc = mosquitto_subscribe_v5(handle, &mid, request.filter, request.qos.rawValue, request.optionBits, nil)
@@ -258,6 +260,7 @@ final class Mosquitto: @unchecked Sendable {
                 state.withLock { $0.onRestoreRegistered(mid: mid, filter: request.filter) }
             }
         }
+        effects.resumeAll()
     }
 
     private func didDisconnect(rc: Int32) {

@@ -178,6 +178,41 @@ import Testing
         }
     }
 
+    /// Review finding: a session ended while its creator was away longer than its MQTT session expiry
+    /// came back when the creator reconnected and republished its retained records.
+    @Test func aSessionEndedWhileTheCreatorWasAwayStaysEnded() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice") { configuration in
+                configuration.mqtt.sessionExpiry = 1
+                configuration.mqtt.reconnect = Backoff(initial: .seconds(3), maximum: .seconds(3))
+            }
+            let bob = try await group.join("bob")
+            let a = try await alice.startJoined(Gallery(galleryID: "away"))
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            try await SharedState(a, key: "index", initialValue: 0).set(1)
+            let events = Collector(alice.client.events())
+            alice.dropConnection()
+            try await waitUntil("bob sees alice go") { ids(b.activeParticipants) == ["bob"] }
+            await b.end()
+            try await waitUntil(timeout: .seconds(10), "alice is back without her old MQTT session") {
+                events.elements.contains(.connected(sessionPresent: false))
+            }
+            try await waitUntil("alice learns the session is over") { a.state.isInvalidated }
+            // Nothing of the session is stored again: a fresh subscriber sees only the marker.
+            let root = "groupsync/v1/\(group.name)"
+            try await waitUntil("no record of the session is retained") {
+                let (probe, seen) = try await rawSubscriber(broker, "\(root)/#")
+                _ = try await probe.publish(to: "\(root)/marker", string: "m")
+                try await seen.waitForCount(1)
+                await probe.disconnect()
+                return !seen.elements.contains { $0.topic.contains(a.id) }
+            }
+            #expect(alice.currentSessions(activityIdentifier: nil).isEmpty)
+            await group.closeAll()
+        }
+    }
+
     final class Flag: Sendable {
         private let value = Atomic<Bool>(false)
         var isSet: Bool { value.load(ordering: .relaxed) }
