@@ -1,11 +1,12 @@
+import MQTT
 import Synchronization
 
 /// Consumes an async sequence in a background task and keeps what arrives, so that a test can await a
 /// condition on it with a deadline (``waitUntil(timeout:pollEvery:_:_:)``) instead of sleeping.
 public final class Collector<Element: Sendable>: Sendable {
-    private let storage = Mutex<[Element]>([])
+    private let storage = LockedValue<[Element]>([])
     private let finished = Atomic<Bool>(false)
-    private let task = Mutex<Task<Void, Never>?>(nil)
+    private let task = LockedValue<Task<Void, Never>?>(nil)
 
     /// Starts consuming `sequence` at once; an error thrown by it ends the collection like its end does.
     public init<S: AsyncSequence & Sendable>(_ sequence: S) where S.Element == Element {

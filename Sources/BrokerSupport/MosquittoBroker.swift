@@ -1,3 +1,4 @@
+import MQTT
 import Foundation
 import Synchronization
 
@@ -52,7 +53,7 @@ public final class MosquittoBroker: Sendable {
     /// Path of the `mosquitto` executable that is run.
     public let executable: String
 
-    private let state: Mutex<State>
+    private let state: LockedValue<State>
 
     /// A launched broker process and its watchdog.
     private struct Child: Sendable {
@@ -79,7 +80,7 @@ public final class MosquittoBroker: Sendable {
         self.configuration = configuration
         self.directory = directory
         self.executable = executable
-        self.state = Mutex(State(port: port))
+        self.state = LockedValue(State(port: port))
     }
 
     deinit {
@@ -484,7 +485,7 @@ public final class MosquittoBroker: Sendable {
 
     /// Every live broker and its watchdog, killed by an `atexit` handler.
     private enum Registry {
-        static let children = Mutex<[pid_t: pid_t]>([:])
+        static let children = LockedValue<[pid_t: pid_t]>([:])
 
         static let installAtExit: Void = {
             atexit {

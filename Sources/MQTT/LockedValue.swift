@@ -29,6 +29,14 @@ package final class LockedValue<Value>: @unchecked Sendable {
         mutex.deallocate()
     }
 
+    /// Runs `body` if the lock is free right now (`pthread_mutex_trylock`); returns nil otherwise. For
+    /// code that must not wait, such as an `atexit` handler.
+    package func withLockIfAvailable<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result? {
+        guard pthread_mutex_trylock(mutex) == 0 else { return nil }
+        defer { pthread_mutex_unlock(mutex) }
+        return try body(&value)
+    }
+
     /// Runs `body` with exclusive access to the value. Never call user code or block inside.
     package func withLock<Result, Failure: Error>(_ body: (inout Value) throws(Failure) -> Result) throws(Failure) -> Result {
         pthread_mutex_lock(mutex)

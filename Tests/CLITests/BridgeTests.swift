@@ -1,3 +1,4 @@
+import MQTT
 import BrokerSupport
 import Foundation
 import GroupSync
@@ -170,7 +171,7 @@ import Testing
 /// A `groupsync bridge` child: requests written as JSON lines, its stdout parsed as JSON objects.
 private final class BridgeProcess: Sendable {
     let cli: ChildProcess
-    private let nextID = Mutex(100)
+    private let nextID = LockedValue(100)
 
     init(_ participant: String, broker: String, group: String) throws {
         cli = try ChildProcess(groupsyncExecutable, ["bridge", "--broker", broker, "--group", group, "--as", participant])
@@ -232,7 +233,7 @@ private final class BridgeProcess: Sendable {
 private final class ChildProcess: Sendable {
     let process: Process
     /// The write end of the child's stdin; -1 once closed.
-    private let input: Mutex<Int32>
+    private let input: LockedValue<Int32>
     private let lines = LineBuffer()
     private let errorLines = LineBuffer()
     /// The parent's reading ends, kept alive while their readability handlers run.
@@ -248,7 +249,7 @@ private final class ChildProcess: Sendable {
         process.standardOutput = FileHandle(fileDescriptor: stdout.write, closeOnDealloc: false)
         process.standardError = FileHandle(fileDescriptor: stderr.write, closeOnDealloc: false)
         self.process = process
-        self.input = Mutex(stdin.write)
+        self.input = LockedValue(stdin.write)
         defer { for fd in [stdin.read, stdout.write, stderr.write] { close(fd) } }
         do {
             try process.run()

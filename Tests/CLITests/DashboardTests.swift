@@ -501,9 +501,9 @@ extension DashboardTests {
 
     /// A raw MQTT client recording everything under some filters (retained and live).
     final class Recorder: Sendable {
-        private let seen = Mutex(Seen())
+        private let seen = LockedValue(Seen())
         private let client: MQTTClient
-        private let task = Mutex<Task<Void, Never>?>(nil)
+        private let task = LockedValue<Task<Void, Never>?>(nil)
 
         private init(client: MQTTClient) { self.client = client }
 
@@ -554,7 +554,7 @@ extension DashboardTests {
         let marker = "dashboard-tests/marker/\(client.configuration.clientID)"
         let subscription = try await client.subscribe(to: (filters + [marker]).map { TopicSubscription($0) })
         try await client.publish(to: marker, string: "end")
-        let collected = Mutex<[String: String]>([:])
+        let collected = LockedValue<[String: String]>([:])
         let done = Atomic<Bool>(false)
         let reader = Task {
             for await message in subscription {

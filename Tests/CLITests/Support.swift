@@ -1,3 +1,4 @@
+import MQTT
 import BrokerSupport
 import Foundation
 import Synchronization
@@ -101,7 +102,7 @@ func runCLI(_ arguments: [String], input: String? = nil, timeout: Duration = .se
 
 /// Complete lines read from a pipe, safe from the pipe's reader thread and the test.
 final class LineBuffer: Sendable {
-    private let state = Mutex<(lines: [String], pending: Data, closed: Bool)>(([], Data(), false))
+    private let state = LockedValue<(lines: [String], pending: Data, closed: Bool)>(([], Data(), false))
 
     var lines: [String] { state.withLock { $0.lines } }
     /// Whether the pipe reached end-of-file (the last line, even without a newline, is in `lines`).

@@ -73,7 +73,7 @@ import Testing
                 try await waitUntil("carol is active everywhere") { ids(sessionA.activeParticipants) == ["alice", "bob", "carol"] }
                 // A crash on B is seen on A through the bridged will.
                 await bob.simulateCrash()
-                try await waitUntil(timeout: .seconds(2), "bob's will crosses the bridge") {
+                try await waitUntil(timeout: timeBound(.seconds(2)), "bob's will crosses the bridge") {
                     ids(sessionA.activeParticipants) == ["alice", "carol"] && ids(sessionC.activeParticipants) == ["alice", "carol"]
                 }
                 await onA.closeAll()

@@ -240,7 +240,7 @@ import Testing
             // Alice has read the stale will once she has read this later presence of someone else.
             try await raw.publish(to: "\(root)/presence/zed", string: #"{"epoch":1,"participant":"zed","status":"online","v":1}"#)
             try await waitUntil("alice read both") { alice.state.withLock { $0.online["zed"] } == 1 }
-            try await waitUntil(timeout: .seconds(1), "alice republishes her online presence") {
+            try await waitUntil(timeout: timeBound(.seconds(1)), "alice republishes her online presence") {
                 seen.elements.last { $0.topic == "\(root)/presence/alice" }?.string?.contains(#""status":"online""#) == true
             }
             await raw.disconnect()

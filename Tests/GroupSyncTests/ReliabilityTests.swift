@@ -50,7 +50,7 @@ import Testing
                 }
                 try await broker.restart()
                 // Presence is correct within 2 s after the restart: everyone sees everyone.
-                try await waitUntil(timeout: .seconds(2), "presence after restart \(restart)") {
+                try await waitUntil(timeout: timeBound(.seconds(2)), "presence after restart \(restart)") {
                     sessions.allSatisfy { ids($0.activeParticipants) == Set(names) }
                 }
             }
@@ -70,7 +70,7 @@ import Testing
                 }
             }
             // Shared state converged within 2 s of the last write.
-            try await waitUntil(timeout: .seconds(2), "state converged") { Set(states.map(\.value)).count == 1 }
+            try await waitUntil(timeout: timeBound(.seconds(2)), "state converged") { Set(states.map(\.value)).count == 1 }
             await group.closeAll()
         }
     }
@@ -120,7 +120,7 @@ import Testing
             }
             await victim.simulateCrash()
             try await writers.value
-            try await waitUntil(timeout: .seconds(2), "victim gone") { ids(a.activeParticipants) == ["alice", "bob"] && ids(b.activeParticipants) == ["alice", "bob"] }
+            try await waitUntil(timeout: timeBound(.seconds(2)), "victim gone") { ids(a.activeParticipants) == ["alice", "bob"] && ids(b.activeParticipants) == ["alice", "bob"] }
             // The last two writes (199 by bob, 200 by alice) may be concurrent in clock terms — neither had
             // seen the other's when writing — so either may win, but both must end on the same one.
             try await waitUntil("alice and bob agree on one of the last writes") { sa.value == sb.value && [199, 200].contains(sa.value) }

@@ -175,7 +175,7 @@ import Testing
             let updates = Collector(alice.sharingUpdates())
             try await updates.waitForCount(1)
             #expect(updates.elements == [false])
-            let ran = Mutex<[String]>([])
+            let ran = LockedValue<[String]>([])
             alice.deferWhileSharing { ran.withLock { $0.append("before") } }
             try await waitUntil("runs at once when nothing is shared") { ran.withLock { $0 } == ["before"] }
             let a = try await alice.startJoined(Gallery(galleryID: "ads"))

@@ -27,7 +27,7 @@ struct Chat: Codable, Sendable, Equatable {
 final class Group: Sendable {
     let broker: MosquittoBroker
     let name: String
-    private let coordinators = Mutex<[GroupCoordinator]>([])
+    private let coordinators = LockedValue<[GroupCoordinator]>([])
 
     init(_ broker: MosquittoBroker, name: String = "g\(UInt32.random(in: 0...UInt32.max))") {
         self.broker = broker
