@@ -77,7 +77,8 @@ enum MemoryBenchmark {
                     do {
                         return try await TimeLimit.run(.seconds(15), "participant \(index) connects") {
                             try await GroupCoordinator.connect(.init(
-                                broker: url, group: group, participant: "m\(index)", catchUpTimeout: .milliseconds(200)))
+                                broker: url, group: group, participant: "m\(index)", catchUpTimeout: .milliseconds(200),
+                                presenceHeartbeats: false))  // a thousand-member group relies on wills
                         }
                     } catch {
                         if !stop.exchange(true, ordering: .acquiringAndReleasing) {

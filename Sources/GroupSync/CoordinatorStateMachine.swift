@@ -14,6 +14,8 @@ struct CoordinatorStateMachine {
     private(set) var online: [String: Int64] = [:]
     /// The newest presence epoch seen per participant (online or lost), to reject stale ones.
     private var newestEpoch: [String: Int64] = [:]
+    /// When each online participant was last heard of (any presence message: retained, live, heartbeat).
+    private var lastHeard: [String: ContinuousClock.Instant] = [:]
     private(set) var cores: [String: SessionCore] = [:]
     private var listeners: [UInt64: (type: String, continuation: SessionContinuation, delivered: Set<String>)] = [:]
     /// Retained messages this participant published and keeps alive: republished after every reconnect
@@ -59,7 +61,7 @@ struct CoordinatorStateMachine {
     // MARK: - Presence
 
     /// A presence message (`nil`: cleared, the participant went offline cleanly).
-    mutating func onPresence(_ participant: String, _ presence: Wire.Presence?) -> Effects {
+    mutating func onPresence(_ participant: String, _ presence: Wire.Presence?, now: ContinuousClock.Instant = .now) -> Effects {
         var effects = Effects()
         if let presence, presence.participant != participant {
             rejected += 1
@@ -87,6 +89,7 @@ struct CoordinatorStateMachine {
         newestEpoch[participant] = presence.epoch
         switch presence.status {
         case .online:
+            lastHeard[participant] = now
             guard online[participant] != presence.epoch else { return effects }
             online[participant] = presence.epoch
             effects.presenceChanges = [(participant, presence.epoch)]
@@ -96,6 +99,25 @@ struct CoordinatorStateMachine {
             }
         }
         return effects
+    }
+
+    /// Presence heartbeats: a participant not heard of for `timeout` is gone (frozen, or cut off) even
+    /// before the broker's keepalive check publishes its will. It comes back with its next heartbeat.
+    mutating func expireSilent(now: ContinuousClock.Instant, timeout: Duration) -> Effects {
+        var effects = Effects()
+        for (participant, _) in online where participant != me {
+            if let heard = lastHeard[participant], now - heard > timeout {
+                online[participant] = nil
+                lastHeard[participant] = nil
+                effects.presenceChanges.append((participant, nil))
+            }
+        }
+        return effects
+    }
+
+    /// While we were disconnected we could hear nobody: everyone gets a fresh grace period.
+    mutating func onReconnected(now: ContinuousClock.Instant) {
+        for participant in online.keys { lastHeard[participant] = now }
     }
 
     // MARK: - Sessions

@@ -30,6 +30,12 @@ public final class GroupCoordinator: Sendable {
         /// ``GroupCoordinator/rejectedMessageCount``), from the task that read it. By default rejections
         /// are logged to standard error when the environment variable `GROUPSYNC_LOG_REJECTED` is set.
         public var onRejected: (@Sendable (_ topic: String, _ payloadSize: Int) -> Void)?
+        /// Publish our presence every keepalive / 2 (not retained) and drop a participant not heard of
+        /// for 1.5 × keepalive. This is what makes a frozen or cut-off participant disappear within
+        /// 1.5 × keepalive: brokers check keepalives coarsely (mosquitto 2.0.11 every ~5 s, so ~11 s for
+        /// a keepalive of 5). It costs one small message per participant and interval, delivered to
+        /// everyone in the group: turn it off for very large groups and rely on the broker's wills.
+        public var presenceHeartbeats: Bool
 
         /// - Parameters:
         ///   - broker: `mqtt://[user[:password]@]host[:port]` (or `mqtts://` with `tls`).
@@ -37,7 +43,7 @@ public final class GroupCoordinator: Sendable {
         public init(
             broker: String = "mqtt://127.0.0.1:1883", group: String, participant: String, displayName: String? = nil,
             tls: MQTTClient.TLS? = nil, keepAlive: Int = 5, clock: any WallClock = SystemWallClock(),
-            catchUpTimeout: Duration = .seconds(1)
+            catchUpTimeout: Duration = .seconds(1), presenceHeartbeats: Bool = true
         ) throws(GroupSyncError) {
             do {
                 var mqtt = try MQTTClient.Configuration(url: broker, clientID: "", tls: tls)
@@ -55,6 +61,7 @@ public final class GroupCoordinator: Sendable {
             self.displayName = displayName
             self.clock = clock
             self.catchUpTimeout = catchUpTimeout
+            self.presenceHeartbeats = presenceHeartbeats
             if ProcessInfo.processInfo.environment["GROUPSYNC_LOG_REJECTED"] != nil {
                 onRejected = { topic, size in
                     FileHandle.standardError.write(Data("groupsync: rejected \(size) bytes on \(topic)\n".utf8))
@@ -164,6 +171,7 @@ public final class GroupCoordinator: Sendable {
         let reconnects = Task { [self] in
             for await event in events {
                 guard case let .connected(sessionPresent) = event else { continue }
+                state.withLock { $0.onReconnected(now: .now) }
                 if !sessionPresent { await forgetSessionsEndedWhileAway() }
                 await republishOwnedRetained()
             }
@@ -171,6 +179,42 @@ public final class GroupCoordinator: Sendable {
         tasks.withLock { $0 += [follow, reconnects] }
         // After connect() returns, the coordinator knows the group as the broker does.
         try await publishPresenceAndAwaitEcho()
+        if configuration.presenceHeartbeats { startHeartbeats() }
+    }
+
+    /// Publishes our presence every keepalive / 2 and expires participants not heard of for 1.5 ×
+    /// keepalive, while connected.
+    private func startHeartbeats() {
+        let keepAlive = Duration.seconds(configuration.mqtt.keepAlive)
+        let heartbeat = Task { [self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: keepAlive / 2)
+                guard client.isConnected, let payload = try? Wire.encode(onlinePresence) else { continue }
+                _ = try? await client.publish(to: topics.presence(localParticipant.id), payload: payload, qos: .atMostOnce)
+            }
+        }
+        let expiry = Task { [self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(250))
+                guard client.isConnected else { continue }
+                // Silent for 1.5 × keepalive less two checks: gone within 1.5 × keepalive of its last heartbeat.
+                let effects = state.withLock { $0.expireSilent(now: .now, timeout: keepAlive * 3 / 2 - .milliseconds(500)) }
+                forwardPresence(effects)
+            }
+        }
+        tasks.withLock { $0 += [heartbeat, expiry] }
+    }
+
+    private var onlinePresence: Wire.Presence {
+        Wire.Presence(participant: localParticipant.id, status: .online, epoch: epoch, name: configuration.displayName)
+    }
+
+    private func forwardPresence(_ effects: CoordinatorStateMachine.Effects) {
+        guard !effects.presenceChanges.isEmpty else { return }
+        let cores = state.withLock { Array($0.cores.values) }
+        for (participant, epoch) in effects.presenceChanges {
+            for core in cores { core.onPresence(participant, epoch: epoch) }
+        }
     }
 
     /// Publishes our presence and waits (at most 5 s) until it comes back: every retained presence and
@@ -339,10 +383,7 @@ public final class GroupCoordinator: Sendable {
             }
             let effects = state.withLock { $0.onPresence(participant, presence) }
             effects.perform()
-            let cores = state.withLock { Array($0.cores.values) }
-            for (participant, epoch) in effects.presenceChanges {
-                for core in cores { core.onPresence(participant, epoch: epoch) }
-            }
+            forwardPresence(effects)
             if effects.republishPresence {
                 spawn { try? await self.publishPresence() }
             }
@@ -382,8 +423,7 @@ public final class GroupCoordinator: Sendable {
     }
 
     private func publishPresence() async throws(GroupSyncError) {
-        let online = Wire.Presence(participant: localParticipant.id, status: .online, epoch: epoch, name: configuration.displayName)
-        try await publishRetained(topics.presence(localParticipant.id), try Wire.encode(online))
+        try await publishRetained(topics.presence(localParticipant.id), try Wire.encode(onlinePresence))
     }
 
     /// Publishes a retained message this participant owns (QoS 1) and remembers it for republishing
