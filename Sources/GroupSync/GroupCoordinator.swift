@@ -189,7 +189,8 @@ public final class GroupCoordinator: Sendable {
         let heartbeat = Task { [self] in
             while !Task.isCancelled {
                 try? await Task.sleep(for: keepAlive / 2)
-                guard client.isConnected, let payload = try? Wire.encode(onlinePresence) else { continue }
+                // Not once close() began: a heartbeat after the goodbye would bring us back for a while.
+                guard client.isConnected, !state.withLock({ $0.closed }), let payload = try? Wire.encode(onlinePresence) else { continue }
                 _ = try? await client.publish(to: topics.presence(localParticipant.id), payload: payload, qos: .atMostOnce)
             }
         }
