@@ -184,7 +184,7 @@ import Testing
             let alice = try await group.join("alice", login("alice"))
             let bob = try await group.join("bob", login("bob"))
             // A second connection of bob's account, reading everything it is allowed to.
-            let (spy, spied) = try await subscriber(broker, "\(root)/#", user: "bob", password: users["bob"]!)
+            let (spy, spied) = try await rawSubscriber(broker, "\(root)/#", user: "bob", password: users["bob"]!)
 
             let a = try await alice.startJoined(Gallery(galleryID: "acl"))
             let b = try await bob.joinSession(a.id, of: Gallery.self)
@@ -213,12 +213,9 @@ import Testing
             await a.end()
             try await waitUntil("bob invalidated") { b.state.isInvalidated }
             try await waitUntil("nothing of the session is left on the broker") {
-                let (probe, stored) = try await subscriber(broker, "\(root)/#", user: "alice", password: users["alice"]!)
-                let marker = "\(root)/s/probe/msg/all/alice"
-                try await probe.publish(to: marker, string: "m")
-                try await waitUntil("probe marker") { stored.elements.contains { $0.topic == marker } }
-                await probe.disconnect()
-                return !stored.elements.contains { $0.topic.contains(a.id) }
+                let stored = try await retainedTopics(
+                    broker, under: root, marker: "\(root)/s/probe/msg/all/alice", user: "alice", password: users["alice"]!)
+                return !stored.contains { $0.contains(a.id) }
             }
             await spy.disconnect()
             await group.closeAll()
@@ -270,18 +267,6 @@ import Testing
             await group.closeAll()
         }
     }
-}
-
-/// A raw MQTT client logged in as `user`, subscribed to `filter`.
-private func subscriber(
-    _ broker: MosquittoBroker, _ filter: String, user: String, password: String
-) async throws -> (MQTTClient, Collector<MQTTMessage>) {
-    var configuration = try MQTTClient.Configuration(url: broker.url)
-    configuration.username = user
-    configuration.password = password
-    let client = try MQTTClient(configuration: configuration)
-    try await client.connect()
-    return (client, Collector(try await client.subscribe(to: [TopicSubscription(filter)])))
 }
 
 /// A reader of protocol v1 written from docs/PROTOCOL.md alone: topic levels and `JSONSerialization`.

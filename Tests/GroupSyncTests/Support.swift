@@ -97,9 +97,27 @@ extension GroupCoordinator {
 func ids(_ participants: Set<Participant>) -> Set<String> { Set(participants.map(\.id)) }
 
 /// A raw MQTT client (not GroupSync) subscribed to `filter`.
-func rawSubscriber(_ broker: MosquittoBroker, _ filter: String) async throws -> (MQTTClient, Collector<MQTTMessage>) {
-    let client = try MQTTClient(configuration: .init(url: broker.url))
+func rawSubscriber(
+    _ broker: MosquittoBroker, _ filter: String, user: String? = nil, password: String? = nil
+) async throws -> (MQTTClient, Collector<MQTTMessage>) {
+    var configuration = try MQTTClient.Configuration(url: broker.url)
+    configuration.username = user
+    configuration.password = password
+    let client = try MQTTClient(configuration: configuration)
     try await client.connect()
     let messages = Collector(try await client.subscribe(to: [TopicSubscription(filter)]))
     return (client, messages)
+}
+
+/// The topics the broker stores retained under `root`: what a fresh subscriber receives before its own
+/// `marker` (a topic the user may publish to) comes back.
+func retainedTopics(
+    _ broker: MosquittoBroker, under root: String, marker: String? = nil, user: String? = nil, password: String? = nil
+) async throws -> [String] {
+    let marker = marker ?? "\(root)/marker"
+    let (probe, seen) = try await rawSubscriber(broker, "\(root)/#", user: user, password: password)
+    try await probe.publish(to: marker, string: "m")
+    try await waitUntil("the probe's marker") { seen.elements.contains { $0.topic == marker } }
+    await probe.disconnect()
+    return seen.elements.prefix { $0.topic != marker }.map(\.topic)
 }
