@@ -100,46 +100,39 @@ final class SessionCore: Sendable {
 
     /// Leaves: others see us go at once; our last state stays visible to them.
     func leave() async {
-        let wasJoined = isJoined
         guard invalidate(.left) else { return }
         await coordinator.clearRetained(topics.member(id, me))
-        stopReading()
         let fresh = SessionCore(coordinator: coordinator, announcement: announcement, presence: coordinator.state.withLock { $0.online })
         coordinator.state.withLock { $0.replace(self, with: fresh) }
-        if wasJoined { coordinator.sharing.withLock { $0.onLeft(id) }.perform() }
     }
 
     /// Ends the session for everyone and removes every retained message of it from the broker.
     func end() async {
-        let wasJoined = isJoined
         let (members, stateTopics) = machine.withLock { (Array($0.members.keys), $0.stateTopics) }
-        if wasJoined {
+        if isJoined {
             // Tell joined participants who ended it, before the announcement disappears.
             _ = try? await sendControl(type: "$end", body: JSONValue.null, to: .all)
         }
         guard invalidate(.ended(by: coordinator.localParticipant)) else { return }
+        // Every record of the session we know of, and those we own (also from before an earlier leave).
+        let records = Set((members + [me]).map { topics.member(id, $0) })
+            .union(stateTopics)
+            .union(coordinator.ownedTopics(under: sessionPrefix))
         await coordinator.clearRetained(topics.announcement(id))
-        for participant in Set(members + [me]) { await coordinator.clearRetained(topics.member(id, participant)) }
-        for topic in stateTopics { await coordinator.clearRetained(topic) }
-        for topic in coordinator.ownedTopics(under: sessionPrefix) { await coordinator.clearRetained(topic) }
-        stopReading()
+        for topic in records.sorted() { await coordinator.clearRetained(topic) }
         coordinator.state.withLock { $0.forget(id) }
-        if wasJoined { coordinator.sharing.withLock { $0.onLeft(id) }.perform() }
     }
 
     /// The session ended elsewhere: clear what we own of it (under a strict ACL only we can).
     func onEnded(by participant: Participant?) {
-        let wasJoined = isJoined
         let stateTopics = machine.withLock { $0.stateTopics }
         guard invalidate(.ended(by: participant)) else { return }
-        stopReading()
         let announcementTopic = topics.announcement(id)
         coordinator.state.withLock { state in
             state.forget(id)
             // If we created the session or last changed its activity, it must not come back after a reconnect.
             state.disown(announcementTopic)
         }
-        if wasJoined { coordinator.sharing.withLock { $0.onLeft(id) }.perform() }
         // Everything we own of the session: member record and state records, also those written before
         // an earlier leave() of this session.
         let owned = Set(coordinator.ownedTopics(under: sessionPrefix) + [topics.member(id, me)])
@@ -149,17 +142,22 @@ final class SessionCore: Sendable {
         }
     }
 
-    /// Marks the session over locally. Returns false if it already was.
+    /// Marks the session over locally: its sequences end, its topics are no longer read, and it no
+    /// longer counts as shared. Returns false if it already was over.
     @discardableResult
     func invalidate(_ reason: GroupSessionState.InvalidationReason) -> Bool {
-        var changed = false
+        var wasValid = false
+        var wasJoined = false
         let effects = machine.withLock { machine -> SessionStateMachine.Effects in
-            changed = !machine.state.isInvalidated
+            wasValid = !machine.state.isInvalidated
+            wasJoined = machine.state == .joined
             return machine.invalidate(reason)
         }
         effects.perform()
-        if changed && reason == .coordinatorClosed { stopReading() }
-        return changed
+        guard wasValid else { return false }
+        stopReading()
+        if wasJoined { coordinator.sharing.withLock { $0.onLeft(id) }.perform() }
+        return true
     }
 
     private func stopReading() {
