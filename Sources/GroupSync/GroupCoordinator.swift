@@ -27,7 +27,8 @@ public final class GroupCoordinator: Sendable {
         /// How long `join()` waits for a catch-up from an existing participant.
         public var catchUpTimeout: Duration
         /// Called for every message rejected as malformed, forged or stale (they are also counted in
-        /// ``GroupCoordinator/rejectedMessageCount``), from the task that read it. By default rejections
+        /// ``GroupCoordinator/rejectedMessageCount``), from a task of its own (never from the network
+        /// thread, so in no guaranteed order). By default rejections
         /// are logged to standard error when the environment variable `GROUPSYNC_LOG_REJECTED` is set.
         public var onRejected: (@Sendable (_ topic: String, _ payloadSize: Int) -> Void)?
         /// Publish our presence every keepalive / 2 (not retained) and drop a participant not heard of
@@ -86,7 +87,7 @@ public final class GroupCoordinator: Sendable {
     /// numbering order is wire order. Never taken by the network thread.
     let sequencer = LockedValue<(reliable: Int64, unreliable: Int64)>((0, 0))
     private let tasks = LockedValue<[Task<Void, Never>]>([])
-    private let groupSubscription = LockedValue<MQTTSubscription?>(nil)
+    private let groupSubscription = LockedValue<MessageHandlerSubscription?>(nil)
     /// Set while `connect()` waits for its own presence to come back.
     private let presenceEcho = LockedValue<AsyncStream<Void>.Continuation?>(nil)
     /// What the broker replayed as retained after a reconnect without session, while it is collected.
@@ -155,19 +156,19 @@ public final class GroupCoordinator: Sendable {
 
     private func start() async throws(GroupSyncError) {
         let events = client.events()
-        let subscription: MQTTSubscription
+        let subscription: MessageHandlerSubscription
         do {
-            subscription = try await client.subscribe(to: [
-                TopicSubscription(topics.presenceFilter, qos: .atLeastOnce),
-                TopicSubscription(topics.announcementFilter, qos: .atLeastOnce),
-            ])
+            // Handled on the network thread, in the broker's order with the sessions' messages.
+            subscription = try await client.subscribe(
+                to: [
+                    TopicSubscription(topics.presenceFilter, qos: .atLeastOnce),
+                    TopicSubscription(topics.announcementFilter, qos: .atLeastOnce),
+                ],
+                handler: { [weak self] message in self?.handleGroupMessage(message) })
         } catch {
             throw .connection(error)
         }
         groupSubscription.withLock { $0 = subscription }
-        let follow = Task { [self] in
-            for await message in subscription { handleGroupMessage(message) }
-        }
         let reconnects = Task { [self] in
             for await event in events {
                 guard case let .connected(sessionPresent) = event else { continue }
@@ -176,7 +177,7 @@ public final class GroupCoordinator: Sendable {
                 await republishOwnedRetained()
             }
         }
-        tasks.withLock { $0 += [follow, reconnects] }
+        tasks.withLock { $0.append(reconnects) }
         // After connect() returns, the coordinator knows the group as the broker does.
         try await publishPresenceAndAwaitEcho()
         if configuration.presenceHeartbeats { startHeartbeats() }
@@ -363,11 +364,15 @@ public final class GroupCoordinator: Sendable {
 
     // MARK: - Wire
 
+    /// Network thread: one message of the group's topics.
     private func handleGroupMessage(_ message: MQTTMessage) {
         guard let onRejected = configuration.onRejected else { return process(message) }
         let before = state.withLock { $0.rejected }
         process(message)
-        if state.withLock({ $0.rejected }) > before { onRejected(message.topic, message.payload.count) }
+        if state.withLock({ $0.rejected }) > before {
+            let (topic, size) = (message.topic, message.payload.count)
+            Task { onRejected(topic, size) }  // app code: never on the network thread
+        }
     }
 
     private func process(_ message: MQTTMessage) {

@@ -82,7 +82,8 @@ public struct HybridLogicalClock: Sendable, Hashable {
     }
 }
 
-/// Where wall-clock time comes from. Inject one to test clock skew.
+/// Where wall-clock time comes from. Inject one to test clock skew. It is read for every received state
+/// record, on the connection's network thread: it must return at once and never block.
 public protocol WallClock: Sendable {
     /// Milliseconds since 1970.
     func milliseconds() -> Int64

@@ -9,8 +9,7 @@ final class SessionCore: Sendable {
     let activityType: String
     let coordinator: GroupCoordinator
     let machine: LockedValue<SessionStateMachine>
-    private let subscription = LockedValue<MQTTSubscription?>(nil)
-    private let reader = LockedValue<Task<Void, Never>?>(nil)
+    private let subscription = LockedValue<MessageHandlerSubscription?>(nil)
 
     init(coordinator: GroupCoordinator, announcement: Wire.Announcement, presence: [String: Int64]) {
         self.id = announcement.session
@@ -64,19 +63,18 @@ final class SessionCore: Sendable {
         _ barrierStream: AsyncStream<Bool>, _ catchUpStream: AsyncStream<Void>, memberPublished: inout Bool
     ) async throws(GroupSyncError) {
         let filters = topics.sessionFilters(id, participant: me)
-        let messages: MQTTSubscription
+        // The session's messages are handled on the connection's network thread, as they are read: one
+        // hand-off (to the app's sequences) instead of two. Handling never blocks and never runs app code.
+        let messages: MessageHandlerSubscription
         do {
             messages = try await coordinator.client.subscribe(
                 to: filters.shared.map { TopicSubscription($0, qos: .atLeastOnce) }
-                    + [TopicSubscription(filters.broadcast, qos: .atLeastOnce, noLocal: true)])
+                    + [TopicSubscription(filters.broadcast, qos: .atLeastOnce, noLocal: true)],
+                handler: { [weak self] message in self?.handle(message) })
         } catch {
             throw .connection(error)
         }
         subscription.withLock { $0 = messages }
-        let task = Task { [self] in
-            for await message in messages { await handle(message) }
-        }
-        reader.withLock { $0 = task }
         guard !isInvalidated else { throw .sessionInvalidated }  // left or ended while subscribing
         // Our own member record coming back is the barrier: every retained message is in before it.
         let member = Wire.Member(participant: me, epoch: coordinator.epoch)
@@ -162,7 +160,6 @@ final class SessionCore: Sendable {
 
     private func stopReading() {
         subscription.withLock { $0?.unsubscribe() }
-        reader.withLock { $0?.cancel() }
     }
 
     // MARK: - Inputs
@@ -175,17 +172,21 @@ final class SessionCore: Sendable {
         apply { $0.onAnnouncement(announcement) }
     }
 
-    private func handle(_ message: MQTTMessage) async {
-        guard let onRejected = coordinator.configuration.onRejected else { return await process(message) }
+    /// Network thread: one message of the session's topics.
+    private func handle(_ message: MQTTMessage) {
+        guard let onRejected = coordinator.configuration.onRejected else { return process(message) }
         let before = rejectionTotal
-        await process(message)
-        if rejectionTotal > before { onRejected(message.topic, message.payload.count) }
+        process(message)
+        if rejectionTotal > before {
+            let (topic, size) = (message.topic, message.payload.count)
+            Task { onRejected(topic, size) }  // app code: never on the network thread
+        }
     }
 
     /// Rejections counted by this session and by the coordinator's decoder.
     private var rejectionTotal: Int { rejectedCount + coordinator.state.withLock { $0.rejected } }
 
-    private func process(_ message: MQTTMessage) async {
+    private func process(_ message: MQTTMessage) {
         let now = coordinator.configuration.clock.milliseconds()
         var effects = SessionStateMachine.Effects()
         switch topics.parse(message.topic) {
@@ -218,8 +219,14 @@ final class SessionCore: Sendable {
             reject()
         }
         if let newcomer = effects.catchUpTo {
+            // Handed to the connection now, from the network thread; only the acknowledgement is awaited
+            // elsewhere.
             let catchUp = machine.withLock { $0.catchUp }
-            _ = try? await sendControl(type: "$catchup", body: catchUp, to: .only(Participant(id: newcomer)))
+            if let tickets = try? enqueue(
+                type: "$catchup", body: catchUp, to: .only(Participant(id: newcomer)), reliable: true,
+                limit: Wire.maximumPayload) {
+                coordinator.spawn { [self] in try? await acknowledgements(of: tickets) }
+            }
         }
     }
 
@@ -278,6 +285,15 @@ final class SessionCore: Sendable {
     func send<Body: Codable & Sendable>(
         type: String, body: Body, to recipients: Participants, reliable: Bool, limit: Int
     ) async throws(GroupSyncError) {
+        let tickets = try enqueue(type: type, body: body, to: recipients, reliable: reliable, limit: limit)
+        try await acknowledgements(of: tickets)
+    }
+
+    /// The synchronous half of ``send(type:body:to:reliable:limit:)``: numbers the envelope and hands it
+    /// to the connection.
+    private func enqueue<Body: Codable & Sendable>(
+        type: String, body: Body, to recipients: Participants, reliable: Bool, limit: Int
+    ) throws(GroupSyncError) -> [MQTTClient.PublishTicket] {
         guard isJoined else { throw state.isInvalidated ? .sessionInvalidated : .notJoined }
         let targets: [String?]
         switch recipients.storage {
@@ -287,7 +303,7 @@ final class SessionCore: Sendable {
             targets = set.map(\.id).sorted()
         }
         for participant in targets.compactMap({ $0 }) { try Identifier.validate(participant, kind: "participant") }
-        let tickets = try coordinator.sequencer.withLock { counters throws(GroupSyncError) -> [MQTTClient.PublishTicket] in
+        return try coordinator.sequencer.withLock { counters throws(GroupSyncError) -> [MQTTClient.PublishTicket] in
             let seq: Int64
             if reliable {
                 counters.reliable += 1
@@ -309,7 +325,11 @@ final class SessionCore: Sendable {
                 }
             }
         }
-        // Await every ticket, even after one failed, so that no acknowledgement is left unclaimed.
+    }
+
+    /// The asynchronous half: waits for every ticket, even after one failed, so that no acknowledgement
+    /// is left unclaimed.
+    private func acknowledgements(of tickets: [MQTTClient.PublishTicket]) async throws(GroupSyncError) {
         var failure: MQTTError?
         for ticket in tickets {
             do throws(MQTTError) {

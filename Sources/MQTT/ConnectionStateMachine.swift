@@ -43,7 +43,7 @@ struct ConnectionStateMachine {
 
     private struct SubscriptionEntry {
         var filters: [TopicSubscription]
-        var continuation: AsyncStream<MQTTMessage>.Continuation
+        var sink: MessageSink
     }
 
     private(set) var phase: Phase = .idle
@@ -80,8 +80,8 @@ struct ConnectionStateMachine {
         var subscribeResults: [(SubscribeWaiter, Result<[Int], MQTTError>)] = []
         var events: [ConnectionEvent] = []
         var listeners: [AsyncStream<ConnectionEvent>.Continuation] = []
-        var messageTargets: [AsyncStream<MQTTMessage>.Continuation] = []
-        var finishSubscriptions: [AsyncStream<MQTTMessage>.Continuation] = []
+        var messageTargets: [MessageSink] = []
+        var finishSubscriptions: [MessageSink] = []
         var finishListeners = false
         var stopWaiters: [CheckedContinuation<Void, Never>] = []
         /// libmosquitto work for the network thread or the caller.
@@ -97,9 +97,9 @@ struct ConnectionStateMachine {
                 for listener in listeners { listener.yield(event) }
             }
             if let message {
-                for target in messageTargets { target.yield(message) }
+                for target in messageTargets { _ = target.deliver(message) }
             }
-            for continuation in finishSubscriptions { continuation.finish() }
+            for sink in finishSubscriptions { sink.finish() }
             if finishListeners {
                 for listener in listeners { listener.finish() }
             }
@@ -163,13 +163,13 @@ struct ConnectionStateMachine {
         return effects
     }
 
-    /// A new subscription stream. Returns the filters to send now (empty while disconnected: the next
+    /// A new subscription. Returns the filters to send now (empty while disconnected: the next
     /// connection subscribes them), or throws when the client is stopped.
     mutating func onSubscriptionAdded(
-        id: UInt64, _ requested: [TopicSubscription], continuation: AsyncStream<MQTTMessage>.Continuation
+        id: UInt64, _ requested: [TopicSubscription], sink: MessageSink
     ) throws(MQTTError) -> [TopicSubscription] {
         guard phase != .stopped && phase != .stopping else { throw .disconnected }
-        subscriptions[id] = SubscriptionEntry(filters: requested, continuation: continuation)
+        subscriptions[id] = SubscriptionEntry(filters: requested, sink: sink)
         for request in requested {
             filters[request.filter, default: (0, request)].count += 1
             filters[request.filter]?.options = request
@@ -200,7 +200,7 @@ struct ConnectionStateMachine {
     mutating func onSubscriptionRemoved(id: UInt64) -> Effects {
         var effects = Effects()
         guard let entry = subscriptions.removeValue(forKey: id) else { return effects }
-        effects.finishSubscriptions.append(entry.continuation)
+        effects.finishSubscriptions.append(entry.sink)
         for request in entry.filters {
             guard let current = filters[request.filter] else { continue }
             if current.count <= 1 {
@@ -419,7 +419,7 @@ struct ConnectionStateMachine {
     func onMessage(topic: String) -> Effects {
         var effects = Effects()
         for entry in subscriptions.values where entry.filters.contains(where: { Topic.matches(topic, filter: $0.filter) }) {
-            effects.messageTargets.append(entry.continuation)
+            effects.messageTargets.append(entry.sink)
         }
         return effects
     }
@@ -461,7 +461,7 @@ struct ConnectionStateMachine {
             if case let .waiting(waiter) = entry { effects.subscribeResults.append((waiter, .failure(error))) }
         }
         subacks = [:]
-        effects.finishSubscriptions = subscriptions.values.map(\.continuation)
+        effects.finishSubscriptions = subscriptions.values.map(\.sink)
         subscriptions = [:]
         filters = [:]
         effects.listeners = Array(listeners.values)

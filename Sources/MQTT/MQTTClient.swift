@@ -159,24 +159,50 @@ public final class MQTTClient: Sendable {
     public func subscribe(
         to subscriptions: [TopicSubscription], bufferingPolicy: MQTTSubscription.BufferingPolicy = .default
     ) async throws(MQTTError) -> MQTTSubscription {
+        let (stream, continuation) = AsyncStream.makeStream(
+            of: MQTTMessage.self, bufferingPolicy: bufferingPolicy.streamPolicy)
+        let connection = self.connection
+        let id = try await register(subscriptions, sink: .stream(continuation)) { id in
+            continuation.onTermination = { _ in MQTTClient.removeSubscription(id: id, from: connection) }
+        }
+        return MQTTSubscription(stream: stream, id: id, connection: connection, filters: subscriptions)
+    }
+
+    /// Subscribes with a handler that the network thread calls for each message, in the broker's order,
+    /// with no lock held — the shortest path from the socket to its consumer, for library code only.
+    /// `handler` must return quickly: it must never block, await or run user code (hand that to a task).
+    /// `onEnd` runs once when the subscription ends (``MessageHandlerSubscription/unsubscribe()`` or
+    /// ``disconnect()``). Returns, like ``subscribe(to:bufferingPolicy:)``, once the broker acknowledged.
+    package func subscribe(
+        to subscriptions: [TopicSubscription],
+        handler: @escaping @Sendable (MQTTMessage) -> Void,
+        onEnd: @escaping @Sendable () -> Void = {}
+    ) async throws(MQTTError) -> MessageHandlerSubscription {
+        let sink = MessageSink(deliver: { handler($0); return true }, finish: onEnd)
+        let id = try await register(subscriptions, sink: sink) { _ in }
+        return MessageHandlerSubscription(id: id, connection: connection)
+    }
+
+    /// Adds a subscription with its sink, sends SUBSCRIBE for the filters not subscribed yet and waits
+    /// for their SUBACKs. `registered` runs once the subscription exists, before anything is sent.
+    private func register(
+        _ subscriptions: [TopicSubscription], sink: MessageSink, registered: (UInt64) -> Void
+    ) async throws(MQTTError) -> UInt64 {
         for request in subscriptions where !Topic.isValidFilter(request.filter) {
             throw .invalidTopicFilter(request.filter)
         }
         let connection = self.connection
         let id = connection.makeID()
-        let (stream, continuation) = AsyncStream.makeStream(
-            of: MQTTMessage.self, bufferingPolicy: bufferingPolicy.streamPolicy)
         let toSend = try connection.state.withLock { machine throws(MQTTError) in
-            try machine.onSubscriptionAdded(id: id, subscriptions, continuation: continuation)
+            try machine.onSubscriptionAdded(id: id, subscriptions, sink: sink)
         }
-        continuation.onTermination = { _ in MQTTClient.removeSubscription(id: id, from: connection) }
-        let subscription = MQTTSubscription(stream: stream, id: id, connection: connection, filters: subscriptions)
+        registered(id)
         for request in toSend {
             let mid: Int32?
             switch connection.subscribe(request) {
             case .success(let value): mid = value
             case .failure(let error):
-                subscription.unsubscribe()
+                MQTTClient.removeSubscription(id: id, from: connection)
                 throw error
             }
             guard let mid else { continue }
@@ -186,15 +212,15 @@ public final class MQTTClient: Sendable {
             switch codes {
             case .success(let codes):
                 if let code = codes.first, code >= 128 {
-                    subscription.unsubscribe()
+                    MQTTClient.removeSubscription(id: id, from: connection)
                     throw code == 135 ? .notAuthorized(topic: request.filter) : .subscriptionRefused(filter: request.filter, reasonCode: code)
                 }
             case .failure(let error):
-                subscription.unsubscribe()
+                MQTTClient.removeSubscription(id: id, from: connection)
                 throw error
             }
         }
-        return subscription
+        return id
     }
 
     /// Subscribes, runs `body` with the messages, and unsubscribes when `body` returns or throws.

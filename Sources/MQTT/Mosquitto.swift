@@ -289,10 +289,8 @@ final class Mosquitto: @unchecked Sendable {
             topic: topic, payload: payload, qos: QoS(rawValue: raw.qos) ?? .atMostOnce, retain: raw.retain,
             properties: properties.map(Mosquitto.readProperties) ?? MQTTProperties())
         let effects = state.withLock { $0.onMessage(topic: topic) }
-        for target in effects.messageTargets {
-            if case .dropped = target.yield(message) {
-                droppedMessages.add(1, ordering: .relaxed)
-            }
+        for target in effects.messageTargets where !target.deliver(message) {
+            droppedMessages.add(1, ordering: .relaxed)
         }
     }
 

@@ -129,8 +129,8 @@ import Testing
         var machine = connected()
         let (_, a) = AsyncStream.makeStream(of: MQTTMessage.self)
         let (_, b) = AsyncStream.makeStream(of: MQTTMessage.self)
-        _ = try? machine.onSubscriptionAdded(id: 1, [TopicSubscription("x/#")], continuation: a)
-        _ = try? machine.onSubscriptionAdded(id: 2, [TopicSubscription("x/#"), TopicSubscription("y")], continuation: b)
+        _ = try? machine.onSubscriptionAdded(id: 1, [TopicSubscription("x/#")], sink: .stream(a))
+        _ = try? machine.onSubscriptionAdded(id: 2, [TopicSubscription("x/#"), TopicSubscription("y")], sink: .stream(b))
         let removed = machine.onSubscriptionRemoved(id: 1)
         #expect(removed.unsubscribe.isEmpty, "x/# is still used by subscription 2")
         _ = machine.onConnectionLost(reason: "gone", now: .now, random: 0)
@@ -142,7 +142,7 @@ import Testing
     @Test func messagesRouteByFilter() {
         var machine = connected()
         let (_, a) = AsyncStream.makeStream(of: MQTTMessage.self)
-        _ = try? machine.onSubscriptionAdded(id: 1, [TopicSubscription("a/+")], continuation: a)
+        _ = try? machine.onSubscriptionAdded(id: 1, [TopicSubscription("a/+")], sink: .stream(a))
         #expect(machine.onMessage(topic: "a/b").messageTargets.count == 1)
         #expect(machine.onMessage(topic: "b/b").messageTargets.isEmpty)
     }

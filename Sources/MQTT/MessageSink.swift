@@ -1,0 +1,19 @@
+/// Where one subscription's messages go: the `AsyncStream` behind an ``MQTTSubscription``, or a handler
+/// that the network thread calls directly (``MQTTClient/subscribe(to:handler:onEnd:)``).
+///
+/// A sink is called without any lock held, from libmosquitto's network thread, once per message in the
+/// broker's order; `finish` is called once, when the subscription ends.
+struct MessageSink: Sendable {
+    /// Takes one message; false when it was dropped (a full stream buffer).
+    let deliver: @Sendable (MQTTMessage) -> Bool
+    let finish: @Sendable () -> Void
+
+    static func stream(_ continuation: AsyncStream<MQTTMessage>.Continuation) -> MessageSink {
+        MessageSink(
+            deliver: { message in
+                if case .dropped = continuation.yield(message) { return false }
+                return true
+            },
+            finish: { continuation.finish() })
+    }
+}
