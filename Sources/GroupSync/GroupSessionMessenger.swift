@@ -81,12 +81,18 @@ public struct GroupMessages<Message: Codable & Sendable>: AsyncSequence, Sendabl
         public mutating func next() async -> Element? {
             while let inbound = await base.next() {
                 // Decoded here, in the consumer's task: never on the network thread.
-                if let envelope = Wire.decodeVersioned(Wire.Envelope<Message>.self, from: inbound.payload) {
-                    return (envelope.body, .init(source: inbound.sender))
+                if let message = Self.decode(inbound) {
+                    return (message, .init(source: inbound.sender))
                 }
                 core.machine.withLock { $0.onRejected() }
             }
             return nil
+        }
+
+        /// Only the body when the receiving connection located it; the whole envelope otherwise.
+        private static func decode(_ inbound: SessionStateMachine.InboundMessage) -> Message? {
+            if let body = inbound.body { return Wire.decode(Message.self, from: inbound.payload[body]) }
+            return Wire.decodeVersioned(Wire.Envelope<Message>.self, from: inbound.payload)?.body
         }
     }
 

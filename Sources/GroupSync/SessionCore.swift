@@ -231,8 +231,11 @@ final class SessionCore: Sendable {
     }
 
     private func inbound(_ payload: Data, from sender: String) -> SessionStateMachine.Effects {
-        guard let header = coordinator.decoded(Wire.EnvelopeHeader.self, payload) else { return .init() }
-        switch header.type {
+        guard let envelope = Wire.scanEnvelope(payload) else {
+            coordinator.state.withLock { $0.countRejected() }
+            return .init()
+        }
+        switch envelope.header.type {
         case "$catchup":
             guard let envelope = Wire.decodeVersioned(Wire.Envelope<Wire.CatchUp>.self, from: payload) else {
                 reject()
@@ -255,7 +258,7 @@ final class SessionCore: Sendable {
             onEnded(by: Participant(id: sender))
             return .init()
         default:
-            return apply { $0.onMessage(header, payload: payload, sender: sender) }
+            return apply { $0.onMessage(envelope, payload: payload, sender: sender) }
         }
     }
 
@@ -312,8 +315,7 @@ final class SessionCore: Sendable {
                 counters.unreliable += 1
                 seq = counters.unreliable
             }
-            let envelope = Wire.Envelope(type: type, epoch: coordinator.epoch, seq: seq, reliable: reliable, body: body)
-            let payload = try Wire.encode(envelope)
+            let payload = try Wire.encodeEnvelope(type: type, epoch: coordinator.epoch, seq: seq, reliable: reliable, body: body)
             guard payload.count <= limit else { throw .messageTooLarge(size: payload.count, limit: limit) }
             return try targets.map { target throws(GroupSyncError) in
                 let topic = target.map { topics.direct(id, to: $0, from: me) } ?? topics.broadcast(id, from: me)

@@ -12,6 +12,8 @@ struct SessionStateMachine {
     /// A message for the app, still encoded: it is decoded in the consumer's task.
     struct InboundMessage: Sendable {
         var payload: Data
+        /// Where the envelope's body is in `payload` (nil: decode the whole envelope).
+        var body: Range<Int>?
         var sender: Participant
     }
 
@@ -230,7 +232,8 @@ struct SessionStateMachine {
     }
 
     /// An app message. Returns nothing when it is a redelivery of a reliable message already seen.
-    mutating func onMessage(_ header: Wire.EnvelopeHeader, payload: Data, sender: String) -> Effects {
+    mutating func onMessage(_ envelope: Wire.ScannedEnvelope, payload: Data, sender: String) -> Effects {
+        let header = envelope.header
         var effects = Effects()
         guard state == .joined, sender != me else { return effects }
         guard members[sender] != nil else {
@@ -246,7 +249,7 @@ struct SessionStateMachine {
             }
             lastReliableSeq[sender] = (header.epoch, header.seq)
         }
-        let message = InboundMessage(payload: payload, sender: Participant(id: sender))
+        let message = InboundMessage(payload: payload, body: envelope.body, sender: Participant(id: sender))
         for listener in messageListeners.values where listener.type == header.type {
             effects.messages.append((listener.continuation, message))
         }

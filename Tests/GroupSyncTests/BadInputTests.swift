@@ -74,10 +74,16 @@ import Testing
             any = Wire.decodeVersioned(Wire.Announcement.self, from: input) != nil || any
             any = Wire.decodeVersioned(Wire.Member.self, from: input) != nil || any
             any = Wire.decodeVersioned(Wire.StateRecord.self, from: input) != nil || any
+            let scanned = Wire.scanEnvelope(input)
             if let header = Wire.decodeVersioned(Wire.EnvelopeHeader.self, from: input) {
                 any = true
+                // The fast header reader agrees with JSONDecoder on everything JSONDecoder accepts.
+                #expect(scanned?.header == header)
                 _ = Wire.decodeVersioned(Wire.Envelope<Wire.CatchUp>.self, from: input)
-                _ = Wire.decodeVersioned(Wire.Envelope<JSONValue>.self, from: input)
+                let whole = Wire.decodeVersioned(Wire.Envelope<JSONValue>.self, from: input)
+                if let whole, let body = scanned?.body {
+                    #expect(Wire.decode(JSONValue.self, from: input[body]) == whole.body)
+                }
                 #expect(header.v == Wire.version)
             }
             if any { accepted += 1 }

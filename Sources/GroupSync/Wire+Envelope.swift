@@ -1,0 +1,257 @@
+import Foundation
+
+/// Envelopes without encoding or parsing them twice.
+///
+/// An app message used to cost three full JSON passes: one to encode the envelope, one to read its
+/// header for routing (on the receiving connection) and one to decode it again as the app's type. The
+/// body is now encoded alone and the header written around it, and a receiver reads the header with a
+/// small scanner that skips the body and remembers where it is, so the app's task decodes only the body.
+/// Both produce and accept exactly what ``Wire/Envelope`` does: the bytes on the wire do not change.
+extension Wire {
+    /// Encodes `Envelope(type:epoch:seq:reliable:body:)` byte for byte as ``encode(_:)`` would (sorted
+    /// keys, slashes unescaped), encoding only `body` with `JSONEncoder`.
+    static func encodeEnvelope<Body: Encodable>(
+        type: String, epoch: Int64, seq: Int64, reliable: Bool, body: Body
+    ) throws(GroupSyncError) -> Data {
+        let encodedBody = try encode(body)
+        var out = Data()
+        out.reserveCapacity(encodedBody.count + type.utf8.count + 80)
+        out.append(contentsOf: #"{"body":"#.utf8)
+        out.append(encodedBody)
+        out.append(contentsOf: #","epoch":\#(epoch),"reliable":\#(reliable),"seq":\#(seq),"type":"#.utf8)
+        appendJSONString(type, to: &out)
+        out.append(contentsOf: #","v":\#(version)}"#.utf8)
+        return out
+    }
+
+    /// Appends `string` as a JSON string literal, escaped as `JSONEncoder` escapes it.
+    static func appendJSONString(_ string: String, to out: inout Data) {
+        out.append(UInt8(ascii: "\""))
+        for byte in string.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): out.append(contentsOf: #"\""#.utf8)
+            case UInt8(ascii: "\\"): out.append(contentsOf: #"\\"#.utf8)
+            case 0x08: out.append(contentsOf: #"\b"#.utf8)
+            case 0x0C: out.append(contentsOf: #"\f"#.utf8)
+            case 0x0A: out.append(contentsOf: #"\n"#.utf8)
+            case 0x0D: out.append(contentsOf: #"\r"#.utf8)
+            case 0x09: out.append(contentsOf: #"\t"#.utf8)
+            case 0..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                out.append(contentsOf: #"\u00"#.utf8)
+                out.append(hex[Int(byte >> 4)])
+                out.append(hex[Int(byte & 0xF)])
+            default: out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// An envelope's header, and where its body's JSON value is in the payload (`nil`: not located, decode
+    /// the whole envelope).
+    struct ScannedEnvelope: Sendable, Equatable {
+        var header: EnvelopeHeader
+        var body: Range<Int>?
+    }
+
+    /// Reads an envelope's header. Canonical payloads (what ``encodeEnvelope(type:epoch:seq:reliable:body:)``
+    /// writes, with any whitespace and key order) take a fast path that does not parse the body; anything
+    /// else — escapes in keys or type, non-integer numbers, repeated keys, malformed input — is decoded
+    /// with `JSONDecoder`, so what is accepted, and as what, never depends on the path. Returns nil for
+    /// what is not a version 1 envelope.
+    static func scanEnvelope(_ payload: Data) -> ScannedEnvelope? {
+        guard payload.count <= maximumPayload else { return nil }
+        let scanned = payload.withUnsafeBytes { bytes -> (EnvelopeHeader, Range<Int>)? in
+            var scanner = EnvelopeScanner(bytes: bytes)
+            return scanner.scan()
+        }
+        if let (header, body) = scanned {
+            guard header.v == version else { return nil }
+            return ScannedEnvelope(header: header, body: (payload.startIndex + body.lowerBound)..<(payload.startIndex + body.upperBound))
+        }
+        return decodeVersioned(EnvelopeHeader.self, from: payload).map { ScannedEnvelope(header: $0, body: nil) }
+    }
+}
+
+/// A forward-only reader of one JSON object's top-level keys (see ``Wire/scanEnvelope(_:)``).
+struct EnvelopeScanner {
+    let bytes: UnsafeRawBufferPointer
+    var i = 0
+
+    init(bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+    /// The header and the body's byte range; nil when the payload is outside the fast path (which
+    /// includes everything malformed): then `JSONDecoder` decides.
+    mutating func scan() -> (Wire.EnvelopeHeader, body: Range<Int>)? {
+        var v: Int64?, epoch: Int64?, seq: Int64?, reliable: Bool?, type: String?, body: Range<Int>?
+        skipWhitespace()
+        guard take(UInt8(ascii: "{")) else { return nil }
+        skipWhitespace()
+        if !take(UInt8(ascii: "}")) {
+            repeat {
+                skipWhitespace()
+                guard let key = readPlainString() else { return nil }
+                skipWhitespace()
+                guard take(UInt8(ascii: ":")) else { return nil }
+                skipWhitespace()
+                switch key {
+                case "v":
+                    guard v == nil, let value = readInteger() else { return nil }
+                    v = value
+                case "epoch":
+                    guard epoch == nil, let value = readInteger() else { return nil }
+                    epoch = value
+                case "seq":
+                    guard seq == nil, let value = readInteger() else { return nil }
+                    seq = value
+                case "reliable":
+                    guard reliable == nil, let value = readBool() else { return nil }
+                    reliable = value
+                case "type":
+                    guard type == nil, let value = readPlainString() else { return nil }
+                    type = value
+                case "body":
+                    guard body == nil else { return nil }
+                    let start = i
+                    guard skipValue() else { return nil }
+                    body = start..<i
+                default:
+                    guard skipValue() else { return nil }
+                }
+                skipWhitespace()
+            } while take(UInt8(ascii: ","))
+            guard take(UInt8(ascii: "}")) else { return nil }
+        }
+        skipWhitespace()
+        guard i == bytes.count else { return nil }
+        guard let v, let epoch, let seq, let reliable, let type, let body, let version = Int(exactly: v) else { return nil }
+        return (Wire.EnvelopeHeader(v: version, type: type, epoch: epoch, seq: seq, reliable: reliable), body)
+    }
+
+    private var current: UInt8? { i < bytes.count ? bytes[i] : nil }
+
+    private mutating func take(_ byte: UInt8) -> Bool {
+        guard current == byte else { return false }
+        i += 1
+        return true
+    }
+
+    private mutating func skipWhitespace() {
+        while let byte = current, byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { i += 1 }
+    }
+
+    /// An ASCII string without escapes; nil (leaving the position undefined) for anything else.
+    private mutating func readPlainString() -> String? {
+        guard take(UInt8(ascii: "\"")) else { return nil }
+        let start = i
+        while let byte = current {
+            if byte == UInt8(ascii: "\"") {
+                defer { i += 1 }
+                return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<i]), as: UTF8.self)
+            }
+            if byte == UInt8(ascii: "\\") || byte < 0x20 || byte >= 0x80 { return nil }
+            i += 1
+        }
+        return nil
+    }
+
+    /// An integer without fraction or exponent that fits in 64 bits; nil otherwise.
+    private mutating func readInteger() -> Int64? {
+        let negative = take(UInt8(ascii: "-"))
+        let start = i
+        var value: Int64 = 0
+        while let byte = current, byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") {
+            let digit = Int64(byte - UInt8(ascii: "0"))
+            let (times10, overflow1) = value.multipliedReportingOverflow(by: 10)
+            let (sum, overflow2) = negative ? times10.subtractingReportingOverflow(digit) : times10.addingReportingOverflow(digit)
+            guard !overflow1, !overflow2 else { return nil }
+            value = sum
+            i += 1
+        }
+        let digits = i - start
+        guard digits > 0, !(digits > 1 && bytes[start] == UInt8(ascii: "0")) else { return nil }
+        if let byte = current, byte == UInt8(ascii: ".") || byte == UInt8(ascii: "e") || byte == UInt8(ascii: "E") { return nil }
+        return value
+    }
+
+    private mutating func readBool() -> Bool? {
+        if matchLiteral("true") { return true }
+        if matchLiteral("false") { return false }
+        return nil
+    }
+
+    private mutating func matchLiteral(_ literal: StaticString) -> Bool {
+        let count = literal.utf8CodeUnitCount
+        guard bytes.count - i >= count else { return false }
+        for k in 0..<count where bytes[i + k] != literal.utf8Start[k] { return false }
+        i += count
+        return true
+    }
+
+    /// Skips one JSON value, checking its structure (brackets, keys, strings, literals) but numbers only
+    /// loosely: a body is validated when the app's type is decoded from it.
+    private mutating func skipValue() -> Bool {
+        var containers: [Bool] = []  // open containers, innermost last; true for an object
+        while true {
+            skipWhitespace()
+            guard let byte = current else { return false }
+            switch byte {
+            case UInt8(ascii: "{"), UInt8(ascii: "["):
+                i += 1
+                skipWhitespace()
+                let isObject = byte == UInt8(ascii: "{")
+                if take(isObject ? UInt8(ascii: "}") : UInt8(ascii: "]")) { break }  // empty: a whole value
+                containers.append(isObject)
+                if isObject { guard skipKey() else { return false } }
+                continue  // its first element
+            case UInt8(ascii: "\""):
+                guard skipString() else { return false }
+            case UInt8(ascii: "t"): guard matchLiteral("true") else { return false }
+            case UInt8(ascii: "f"): guard matchLiteral("false") else { return false }
+            case UInt8(ascii: "n"): guard matchLiteral("null") else { return false }
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                i += 1
+                while let next = current, (next >= UInt8(ascii: "0") && next <= UInt8(ascii: "9"))
+                    || next == UInt8(ascii: ".") || next == UInt8(ascii: "e") || next == UInt8(ascii: "E")
+                    || next == UInt8(ascii: "+") || next == UInt8(ascii: "-") { i += 1 }
+            default:
+                return false
+            }
+            // A value is complete: close the containers it completes, or go on to the next element.
+            while let isObject = containers.last {
+                skipWhitespace()
+                if take(isObject ? UInt8(ascii: "}") : UInt8(ascii: "]")) {
+                    containers.removeLast()
+                    continue
+                }
+                guard take(UInt8(ascii: ",")) else { return false }
+                if isObject { guard skipKey() else { return false } }
+                break
+            }
+            if containers.isEmpty { return true }
+        }
+    }
+
+    /// `"key" :` inside an object.
+    private mutating func skipKey() -> Bool {
+        skipWhitespace()
+        guard skipString() else { return false }
+        skipWhitespace()
+        return take(UInt8(ascii: ":"))
+    }
+
+    private mutating func skipString() -> Bool {
+        guard take(UInt8(ascii: "\"")) else { return false }
+        while let byte = current {
+            i += 1
+            if byte == UInt8(ascii: "\"") { return true }
+            if byte == UInt8(ascii: "\\") {
+                guard current != nil else { return false }
+                i += 1
+            } else if byte < 0x20 {
+                return false
+            }
+        }
+        return false
+    }
+}
