@@ -42,22 +42,41 @@ public struct GroupTopics: Sendable, Hashable {
     }
 
     /// Parses a topic of this group; nil for anything else, including levels that are not valid identifiers.
+    /// It runs for every received message: it walks the topic's bytes once and copies only the levels it
+    /// returns.
     public func parse(_ topic: String) -> Kind? {
-        guard topic.hasPrefix(root + "/") else { return nil }
-        let levels = topic.dropFirst(root.count + 1).split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        guard levels.allSatisfy(Identifier.isValid) else { return nil }
-        switch (levels.count, levels.first) {
-        case (2, "presence"): return .presence(participant: levels[1])
-        case (2, "session"): return .announcement(session: levels[1])
+        let bytes = topic.utf8
+        let rootCount = root.utf8.count
+        guard bytes.count > rootCount + 1, bytes.starts(with: root.utf8) else { return nil }
+        let afterRoot = bytes.index(bytes.startIndex, offsetBy: rootCount)
+        guard bytes[afterRoot] == UInt8(ascii: "/") else { return nil }
+        // At most six levels below the root; each must be a valid identifier (so never empty).
+        var levels: [Substring] = []
+        levels.reserveCapacity(6)
+        var start = bytes.index(after: afterRoot)
+        var cursor = start
+        while true {
+            if cursor == bytes.endIndex || bytes[cursor] == UInt8(ascii: "/") {
+                let level = topic[start..<cursor]
+                guard levels.count < 6, Identifier.isValid(level) else { return nil }
+                levels.append(level)
+                if cursor == bytes.endIndex { break }
+                start = bytes.index(after: cursor)
+            }
+            cursor = bytes.index(after: cursor)
+        }
+        switch (levels.count, levels[0]) {
+        case (2, "presence"): return .presence(participant: String(levels[1]))
+        case (2, "session"): return .announcement(session: String(levels[1]))
         default: break
         }
         guard levels.count >= 4, levels[0] == "s" else { return nil }
-        let session = levels[1]
+        let session = String(levels[1])
         switch (levels.count, levels[2], levels[3]) {
-        case (4, "member", _): return .member(session: session, participant: levels[3])
-        case (5, "state", _): return .state(session: session, key: levels[3], writer: levels[4])
-        case (5, "msg", "all"): return .broadcast(session: session, sender: levels[4])
-        case (6, "msg", "to"): return .direct(session: session, recipient: levels[4], sender: levels[5])
+        case (4, "member", _): return .member(session: session, participant: String(levels[3]))
+        case (5, "state", _): return .state(session: session, key: String(levels[3]), writer: String(levels[4]))
+        case (5, "msg", "all"): return .broadcast(session: session, sender: String(levels[4]))
+        case (6, "msg", "to"): return .direct(session: session, recipient: String(levels[4]), sender: String(levels[5]))
         default: return nil
         }
     }

@@ -99,6 +99,24 @@ import Testing
             #expect(topics.parse(bad) == nil, "\(bad)")
         }
         #expect(topics.parse("groupsync/v1/g/s/x/msg/to/bob/alice") == .direct(session: "x", recipient: "bob", sender: "alice"))
+        for bad in ["groupsync/v1/g", "groupsync/v1/g/", "groupsync/v1/gg/presence/a", "groupsync/v1/g/presence/a/", "groupsync/v1/g//presence/a",
+                    "groupsync/v1/g/s/x/msg/to/a/b/c", "groupsync/v1/g/s/x/member/" + String(repeating: "a", count: 129)] {
+            #expect(topics.parse(bad) == nil, "\(bad)")
+        }
+    }
+
+    @Test func everyTopicOfTheLayoutParsesBack() {
+        let topics = GroupTopics(group: "g-1")
+        let cases: [(String, GroupTopics.Kind)] = [
+            (topics.presence("a.b"), .presence(participant: "a.b")),
+            (topics.announcement("s1"), .announcement(session: "s1")),
+            (topics.member("s1", "p@x"), .member(session: "s1", participant: "p@x")),
+            (topics.state("s1", key: "k~", writer: "w"), .state(session: "s1", key: "k~", writer: "w")),
+            (topics.broadcast("s1", from: "a"), .broadcast(session: "s1", sender: "a")),
+            (topics.direct("s1", to: "b", from: "a"), .direct(session: "s1", recipient: "b", sender: "a")),
+            (topics.member("s1", String(repeating: "m", count: 128)), .member(session: "s1", participant: String(repeating: "m", count: 128))),
+        ]
+        for (topic, kind) in cases { #expect(topics.parse(topic) == kind, "\(topic)") }
     }
 
     @Test func garbageOnTheWireChangesNothingAndIsCounted() async throws {
