@@ -15,7 +15,7 @@ final class ValueWatcher: Sendable {
     private let snapshot = LockedValue(Snapshot())
     private let task = LockedValue<Task<Void, Never>?>(nil)
 
-    init(index: Int, values: AsyncStream<Int>, hub: ArrivalHub) {
+    init(index: Int, values: SharedStateValues<Int>, hub: ArrivalHub) {
         self.index = index
         let consumer = Task { [self] in
             for await value in values {

@@ -85,25 +85,11 @@ public final class SharedState<Value: Codable & Sendable & Equatable>: Sendable 
     /// The current value first — once the session is joined and caught up — then every change, from
     /// anyone, in the order applied; equal consecutive values are not repeated. Ends when the session is
     /// invalidated or the iterating task is cancelled. A slow consumer skips to the latest value.
-    public func values() -> AsyncStream<Value> {
+    public func values() -> SharedStateValues<Value> {
         let (records, continuation) = AsyncStream.makeStream(of: Wire.StateRecord?.self, bufferingPolicy: .bufferingNewest(1))
         let (id, effects) = core.machine.withLock { $0.addValueListener(key: key, continuation) }
         continuation.onTermination = { [core] _ in core.machine.withLock { $0.removeListener(id) } }
         effects.perform()
-        let initialValue = self.initialValue
-        return AsyncStream(Value.self, bufferingPolicy: .bufferingNewest(1)) { output in
-            let task = Task {
-                var last: Value?
-                for await record in records {
-                    let value = record.flatMap { Wire.value(Value.self, from: $0.value) } ?? initialValue
-                    if value != last {
-                        last = value
-                        output.yield(value)
-                    }
-                }
-                output.finish()
-            }
-            output.onTermination = { _ in task.cancel() }
-        }
+        return SharedStateValues(records: records, initialValue: initialValue)
     }
 }

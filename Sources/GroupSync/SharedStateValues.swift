@@ -1,0 +1,31 @@
+/// The values of a ``SharedState``: see ``SharedState/values()``.
+///
+/// Each value is decoded in the iterating task, when it asks for the next one; a consumer that falls
+/// behind skips to the latest value instead of replaying every intermediate one. Only one task may
+/// iterate it.
+public struct SharedStateValues<Value: Codable & Sendable & Equatable>: AsyncSequence, Sendable {
+    public typealias Element = Value
+    let records: AsyncStream<Wire.StateRecord?>
+    let initialValue: Value
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        var records: AsyncStream<Wire.StateRecord?>.AsyncIterator
+        let initialValue: Value
+        var last: Value?
+
+        public mutating func next() async -> Value? {
+            while let record = await records.next() {
+                let value = record.flatMap { Wire.value(Value.self, from: $0.value) } ?? initialValue
+                if value != last {
+                    last = value
+                    return value
+                }
+            }
+            return nil
+        }
+    }
+
+    public func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(records: records.makeAsyncIterator(), initialValue: initialValue)
+    }
+}
