@@ -42,42 +42,48 @@ public struct GroupTopics: Sendable, Hashable {
     }
 
     /// Parses a topic of this group; nil for anything else, including levels that are not valid identifiers.
-    /// It runs for every received message: it walks the topic's bytes once and copies only the levels it
-    /// returns.
+    /// It runs for every received message: one pass over the topic's bytes, without allocating except for
+    /// the identifiers it returns.
     public func parse(_ topic: String) -> Kind? {
-        let bytes = topic.utf8
-        let rootCount = root.utf8.count
-        guard bytes.count > rootCount + 1, bytes.starts(with: root.utf8) else { return nil }
-        let afterRoot = bytes.index(bytes.startIndex, offsetBy: rootCount)
-        guard bytes[afterRoot] == UInt8(ascii: "/") else { return nil }
-        // At most six levels below the root; each must be a valid identifier (so never empty).
-        var levels: [Substring] = []
-        levels.reserveCapacity(6)
-        var start = bytes.index(after: afterRoot)
-        var cursor = start
-        while true {
-            if cursor == bytes.endIndex || bytes[cursor] == UInt8(ascii: "/") {
-                let level = topic[start..<cursor]
-                guard levels.count < 6, Identifier.isValid(level) else { return nil }
-                levels.append(level)
-                if cursor == bytes.endIndex { break }
-                start = bytes.index(after: cursor)
+        var topic = topic
+        return topic.withUTF8 { bytes in
+            var root = root
+            return root.withUTF8 { root in GroupTopics.parse(bytes, root: root) }
+        }
+    }
+
+    private static func parse(_ bytes: UnsafeBufferPointer<UInt8>, root: UnsafeBufferPointer<UInt8>) -> Kind? {
+        guard bytes.count > root.count + 1, bytes[root.count] == UInt8(ascii: "/"),
+              UnsafeBufferPointer(rebasing: bytes[..<root.count]).elementsEqual(root) else { return nil }
+        // Up to six levels below the root, each a valid identifier (so never empty).
+        return withUnsafeTemporaryAllocation(of: Range<Int>.self, capacity: 6) { bounds -> Kind? in
+            var count = 0
+            var start = root.count + 1
+            for index in start...bytes.count where index == bytes.count || bytes[index] == UInt8(ascii: "/") {
+                guard count < 6, index > start, index - start <= 128 else { return nil }
+                for k in start..<index where !Identifier.isAllowed(bytes[k]) { return nil }
+                bounds.initializeElement(at: count, to: start..<index)
+                count += 1
+                start = index + 1
             }
-            cursor = bytes.index(after: cursor)
-        }
-        switch (levels.count, levels[0]) {
-        case (2, "presence"): return .presence(participant: String(levels[1]))
-        case (2, "session"): return .announcement(session: String(levels[1]))
-        default: break
-        }
-        guard levels.count >= 4, levels[0] == "s" else { return nil }
-        let session = String(levels[1])
-        switch (levels.count, levels[2], levels[3]) {
-        case (4, "member", _): return .member(session: session, participant: String(levels[3]))
-        case (5, "state", _): return .state(session: session, key: String(levels[3]), writer: String(levels[4]))
-        case (5, "msg", "all"): return .broadcast(session: session, sender: String(levels[4]))
-        case (6, "msg", "to"): return .direct(session: session, recipient: String(levels[4]), sender: String(levels[5]))
-        default: return nil
+            func string(_ i: Int) -> String { String(decoding: bytes[bounds[i]], as: UTF8.self) }
+            func level(_ i: Int, is literal: StaticString) -> Bool {
+                bytes[bounds[i]].elementsEqual(UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
+            }
+            switch count {
+            case 2 where level(0, is: "presence"): return .presence(participant: string(1))
+            case 2 where level(0, is: "session"): return .announcement(session: string(1))
+            case 4 where level(0, is: "s") && level(2, is: "member"):
+                return .member(session: string(1), participant: string(3))
+            case 5 where level(0, is: "s") && level(2, is: "state"):
+                return .state(session: string(1), key: string(3), writer: string(4))
+            case 5 where level(0, is: "s") && level(2, is: "msg") && level(3, is: "all"):
+                return .broadcast(session: string(1), sender: string(4))
+            case 6 where level(0, is: "s") && level(2, is: "msg") && level(3, is: "to"):
+                return .direct(session: string(1), recipient: string(4), sender: string(5))
+            default:
+                return nil
+            }
         }
     }
 }
