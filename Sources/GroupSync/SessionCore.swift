@@ -222,8 +222,8 @@ final class SessionCore: Sendable {
             // Handed to the connection now, from the network thread; only the acknowledgement is awaited
             // elsewhere.
             let catchUp = machine.withLock { $0.catchUp }
-            if let tickets = try? enqueue(
-                type: "$catchup", body: catchUp, to: .only(Participant(id: newcomer)), reliable: true,
+            if let body = try? Wire.encode(catchUp), let tickets = try? enqueue(
+                type: "$catchup", body: body, to: .only(Participant(id: newcomer)), reliable: true,
                 limit: Wire.maximumPayload) {
                 coordinator.spawn { [self] in try? await acknowledgements(of: tickets) }
             }
@@ -285,17 +285,24 @@ final class SessionCore: Sendable {
 
     /// Publishes an envelope to `recipients`: numbered and handed to the connection atomically, so that
     /// a sender's reliable messages reach every receiver in send order.
-    func send<Body: Codable & Sendable>(
-        type: String, body: Body, to recipients: Participants, reliable: Bool, limit: Int
+    ///
+    /// Returns once a reliable message was acknowledged by the broker, and at once for an unreliable one
+    /// (handed to the connection: QoS 0 has no acknowledgement worth waiting for).
+    func send(
+        type: String, body: Data, to recipients: Participants, reliable: Bool, limit: Int
     ) async throws(GroupSyncError) {
         let tickets = try enqueue(type: type, body: body, to: recipients, reliable: reliable, limit: limit)
-        try await acknowledgements(of: tickets)
+        if reliable {
+            try await acknowledgements(of: tickets)
+        } else {
+            for ticket in tickets { coordinator.client.detach(ticket) }
+        }
     }
 
     /// The synchronous half of ``send(type:body:to:reliable:limit:)``: numbers the envelope and hands it
     /// to the connection.
-    private func enqueue<Body: Codable & Sendable>(
-        type: String, body: Body, to recipients: Participants, reliable: Bool, limit: Int
+    private func enqueue(
+        type: String, body: Data, to recipients: Participants, reliable: Bool, limit: Int
     ) throws(GroupSyncError) -> [MQTTClient.PublishTicket] {
         guard isJoined else { throw state.isInvalidated ? .sessionInvalidated : .notJoined }
         let targets: [String?]
@@ -315,7 +322,7 @@ final class SessionCore: Sendable {
                 counters.unreliable += 1
                 seq = counters.unreliable
             }
-            let payload = try Wire.encodeEnvelope(type: type, epoch: coordinator.epoch, seq: seq, reliable: reliable, body: body)
+            let payload = Wire.encodeEnvelope(type: type, epoch: coordinator.epoch, seq: seq, reliable: reliable, encodedBody: body)
             guard payload.count <= limit else { throw .messageTooLarge(size: payload.count, limit: limit) }
             return try targets.map { target throws(GroupSyncError) in
                 let topic = target.map { topics.direct(id, to: $0, from: me) } ?? topics.broadcast(id, from: me)
@@ -344,7 +351,7 @@ final class SessionCore: Sendable {
     }
 
     private func sendControl<Body: Codable & Sendable>(type: String, body: Body, to recipients: Participants) async throws(GroupSyncError) {
-        try await send(type: type, body: body, to: recipients, reliable: true, limit: Wire.maximumPayload)
+        try await send(type: type, body: try Wire.encode(body), to: recipients, reliable: true, limit: Wire.maximumPayload)
     }
 
     /// Writes `value` under `key`: applied locally at once, then published retained on our writer topic.

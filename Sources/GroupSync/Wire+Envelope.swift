@@ -9,23 +9,50 @@ import Foundation
 /// Both produce and accept exactly what ``Wire/Envelope`` does: the bytes on the wire do not change.
 extension Wire {
     /// Encodes `Envelope(type:epoch:seq:reliable:body:)` byte for byte as ``encode(_:)`` would (sorted
-    /// keys, slashes unescaped), encoding only `body` with `JSONEncoder`.
+    /// keys, slashes unescaped).
     static func encodeEnvelope<Body: Encodable>(
         type: String, epoch: Int64, seq: Int64, reliable: Bool, body: Body
     ) throws(GroupSyncError) -> Data {
-        let encodedBody = try encode(body)
-        var out = Data()
+        encodeEnvelope(type: type, epoch: epoch, seq: seq, reliable: reliable, encodedBody: try encode(body))
+    }
+
+    /// The same around a body already encoded with ``encode(_:)``: the header is written by hand.
+    static func encodeEnvelope(type: String, epoch: Int64, seq: Int64, reliable: Bool, encodedBody: Data) -> Data {
+        var out: [UInt8] = []
         out.reserveCapacity(encodedBody.count + type.utf8.count + 80)
         out.append(contentsOf: #"{"body":"#.utf8)
-        out.append(encodedBody)
-        out.append(contentsOf: #","epoch":\#(epoch),"reliable":\#(reliable),"seq":\#(seq),"type":"#.utf8)
+        out.append(contentsOf: encodedBody)
+        out.append(contentsOf: #","epoch":"#.utf8)
+        appendInteger(epoch, to: &out)
+        out.append(contentsOf: reliable ? #","reliable":true,"seq":"#.utf8 : #","reliable":false,"seq":"#.utf8)
+        appendInteger(seq, to: &out)
+        out.append(contentsOf: #","type":"#.utf8)
         appendJSONString(type, to: &out)
-        out.append(contentsOf: #","v":\#(version)}"#.utf8)
-        return out
+        out.append(contentsOf: envelopeEnd)
+        return Data(out)
+    }
+
+    private static let envelopeEnd = Array(#","v":\#(version)}"#.utf8)
+
+    private static func appendInteger(_ value: Int64, to out: inout [UInt8]) {
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var count = 0
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            repeat {
+                buffer[19 - count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+                count += 1
+            } while magnitude > 0
+            out.append(contentsOf: buffer[(20 - count)...])
+        }
     }
 
     /// Appends `string` as a JSON string literal, escaped as `JSONEncoder` escapes it.
-    static func appendJSONString(_ string: String, to out: inout Data) {
+    static func appendJSONString(_ string: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         for byte in string.utf8 {
             switch byte {

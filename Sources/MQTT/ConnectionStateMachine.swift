@@ -146,6 +146,15 @@ struct ConnectionStateMachine {
         return effects
     }
 
+    /// Nobody will await publish `mid` (sent at `qos`): its acknowledgement, if any comes, is dropped.
+    mutating func onPublishDetached(mid: Int32, qos: QoS) {
+        switch publishes[mid] {
+        case .completed: publishes[mid] = nil
+        case nil: publishes[mid] = .cancelled(qos: qos)
+        case .waiting, .cancelled: break  // an older message's entry: it is not ours to change
+        }
+    }
+
     /// The task awaiting publish `mid` was cancelled.
     mutating func onPublishCancelled(mid: Int32) -> Effects {
         var effects = Effects()

@@ -120,6 +120,12 @@ public final class MQTTClient: Sendable {
         return PublishTicket(mid: mid, qos: qos, generation: generation, topic: topic, size: payload.count)
     }
 
+    /// Gives up on a ticket's acknowledgement without waiting (a fire-and-forget publish): the client
+    /// forgets it when it comes. Use either this or ``acknowledgement(of:)`` once per ticket.
+    package func detach(_ ticket: PublishTicket) {
+        connection.state.withLock { $0.onPublishDetached(mid: ticket.mid, qos: ticket.qos) }
+    }
+
     /// The asynchronous half: waits until the message was written (QoS 0) or acknowledged (QoS ≥ 1).
     package func acknowledgement(of ticket: PublishTicket) async throws(MQTTError) -> PublishReceipt {
         let connection = self.connection
