@@ -70,7 +70,8 @@ final class SessionCore: Sendable {
             messages = try await coordinator.client.subscribe(
                 to: filters.shared.map { TopicSubscription($0, qos: .atLeastOnce) }
                     + [TopicSubscription(filters.broadcast, qos: .atLeastOnce, noLocal: true)],
-                handler: { [weak self] message in self?.handle(message) })
+                handler: { [weak self] message in self?.handle(message) },
+                endOfBurst: { [weak self] in self?.apply { $0.releaseHeldValues() } })
         } catch {
             throw .connection(error)
         }
@@ -210,7 +211,8 @@ final class SessionCore: Sendable {
             guard let record = coordinator.decoded(Wire.StateRecord.self, message.payload), record.key == key,
                   record.clock.participant == writer, record.clock.isPlausible(now: now) else { return reject() }
             coordinator.hlc.withLock { $0.observe(record.clock, now: now) }
-            effects = apply { $0.onState(record, writer: writer, topic: message.topic) }
+            // Shown at the end of the burst: records that arrive together make one visible change.
+            effects = apply { $0.onState(record, writer: writer, topic: message.topic, holdingValues: true) }
         case let .broadcast(session, sender) where session == id:
             effects = inbound(message.payload, from: sender)
         case let .direct(session, recipient, sender) where session == id && recipient == me:

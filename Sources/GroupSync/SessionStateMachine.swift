@@ -38,6 +38,9 @@ struct SessionStateMachine {
     private var participantListeners: [UInt64: ParticipantsContinuation] = [:]
     private var messageListeners: [UInt64: (type: String, continuation: MessageContinuation)] = [:]
     private var valueListeners: [UInt64: (key: String, continuation: ValueContinuation)] = [:]
+    /// Value changes from received records, held until the connection reaches the end of the burst they
+    /// arrived in: crossing writes that arrive together show as one change (per listener, the newest).
+    private var heldValues: [UInt64: Wire.StateRecord] = [:]
     private var activityListeners: [UInt64: AsyncStream<JSONValue>.Continuation] = [:]
     /// While joining: told when our own member record comes back (every retained message delivered on
     /// subscribe is in by then), with whether a catch-up should be awaited.
@@ -147,6 +150,7 @@ struct SessionStateMachine {
         effects.states = stateListeners.values.map { ($0, .joined) }
         recomputeActive(into: &effects)
         // Value listeners wait for the join to yield their first element: the caught-up value.
+        heldValues = [:]
         for (_, listener) in valueListeners {
             effects.values.append((listener.continuation, states[listener.key]))
         }
@@ -189,14 +193,27 @@ struct SessionStateMachine {
     }
 
     /// A state record from `writer` on `topic`. Applies it if its clock beats the current winner.
-    mutating func onState(_ record: Wire.StateRecord, writer: String, topic: String) -> Effects {
+    /// A received state record. With `holdingValues`, value listeners hear of it only at
+    /// ``releaseHeldValues()`` (the end of the connection's burst).
+    mutating func onState(_ record: Wire.StateRecord, writer: String, topic: String, holdingValues: Bool = false) -> Effects {
         var effects = Effects()
         stateTopics.insert(topic)
         guard record.clock.participant == writer else {
             rejected += 1  // a writer may only publish its own clock: forged
             return effects
         }
-        applyIfNewer(record, into: &effects)
+        applyIfNewer(record, into: &effects, hold: holdingValues)
+        return effects
+    }
+
+    /// The connection's burst ended: the newest held value of each listener is yielded.
+    mutating func releaseHeldValues() -> Effects {
+        var effects = Effects()
+        guard !heldValues.isEmpty else { return effects }
+        for (id, record) in heldValues {
+            if let listener = valueListeners[id] { effects.values.append((listener.continuation, record)) }
+        }
+        heldValues = [:]
         return effects
     }
 
@@ -289,6 +306,7 @@ struct SessionStateMachine {
         participantListeners = [:]
         messageListeners = [:]
         valueListeners = [:]
+        heldValues = [:]
         effects.abandonJoin = (barrier, catchUpArrived)
         barrier = nil
         catchUpArrived = nil
@@ -364,6 +382,7 @@ struct SessionStateMachine {
         participantListeners[id] = nil
         messageListeners[id] = nil
         valueListeners[id] = nil
+        heldValues[id] = nil
     }
 
     // MARK: - Rules
@@ -392,12 +411,18 @@ struct SessionStateMachine {
             members: active.map { Wire.Member(participant: $0.id, epoch: members[$0.id] ?? 0) }.sorted { $0.participant < $1.participant })
     }
 
-    private mutating func applyIfNewer(_ record: Wire.StateRecord, into effects: inout Effects) {
+    private mutating func applyIfNewer(_ record: Wire.StateRecord, into effects: inout Effects, hold: Bool = false) {
         if let current = states[record.key], current.clock >= record.clock { return }
         states[record.key] = record
         guard state == .joined else { return }
-        for listener in valueListeners.values where listener.key == record.key {
-            effects.values.append((listener.continuation, record))
+        for (id, listener) in valueListeners where listener.key == record.key {
+            if hold {
+                heldValues[id] = record
+            } else {
+                // Newer than anything held for this listener, which would only make it go back.
+                heldValues[id] = nil
+                effects.values.append((listener.continuation, record))
+            }
         }
     }
 

@@ -178,6 +178,8 @@ struct ConnectionStateMachine {
         id: UInt64, _ requested: [TopicSubscription], sink: MessageSink
     ) throws(MQTTError) -> [TopicSubscription] {
         guard phase != .stopped && phase != .stopping else { throw .disconnected }
+        var sink = sink
+        sink.id = id
         subscriptions[id] = SubscriptionEntry(filters: requested, sink: sink)
         for request in requested {
             filters[request.filter, default: (0, request)].count += 1

@@ -178,13 +178,16 @@ public final class MQTTClient: Sendable {
     /// with no lock held — the shortest path from the socket to its consumer, for library code only.
     /// `handler` must return quickly: it must never block, await or run user code (hand that to a task).
     /// `onEnd` runs once when the subscription ends (``MessageHandlerSubscription/unsubscribe()`` or
-    /// ``disconnect()``). Returns, like ``subscribe(to:bufferingPolicy:)``, once the broker acknowledged.
+    /// ``disconnect()``). `endOfBurst` runs on the network thread after messages that arrived together
+    /// (nothing more waiting on the socket), so that their effects can be shown at once. Returns, like
+    /// ``subscribe(to:bufferingPolicy:)``, once the broker acknowledged.
     package func subscribe(
         to subscriptions: [TopicSubscription],
         handler: @escaping @Sendable (MQTTMessage) -> Void,
+        endOfBurst: (@Sendable () -> Void)? = nil,
         onEnd: @escaping @Sendable () -> Void = {}
     ) async throws(MQTTError) -> MessageHandlerSubscription {
-        let sink = MessageSink(deliver: { handler($0); return true }, finish: onEnd)
+        let sink = MessageSink(deliver: { handler($0); return true }, finish: onEnd, endOfBurst: endOfBurst)
         let id = try await register(subscriptions, sink: sink) { _ in }
         return MessageHandlerSubscription(id: id, connection: connection)
     }

@@ -7,6 +7,11 @@ struct MessageSink: Sendable {
     /// Takes one message; false when it was dropped (a full stream buffer).
     let deliver: @Sendable (MQTTMessage) -> Bool
     let finish: @Sendable () -> Void
+    /// Called on the network thread after a burst of messages, once nothing more is waiting on the
+    /// socket (or after ``Mosquitto/maximumBurst`` messages), if this sink received any of them.
+    var endOfBurst: (@Sendable () -> Void)? = nil
+    /// The subscription's ID, set when the client registers it.
+    var id: UInt64 = 0
 
     static func stream(_ continuation: AsyncStream<MQTTMessage>.Continuation) -> MessageSink {
         MessageSink(

@@ -29,6 +29,18 @@ final class Mosquitto: @unchecked Sendable {
     private let socketAboveSelectLimit = Atomic<Int32>(-1)
     /// Message ID of the last UNSUBACK received (read by the network thread while stopping).
     private let lastUnsubscribeAck = Atomic<Int32>(0)
+    /// Sinks that received messages of the current burst and want to hear of its end. Only the network
+    /// thread touches it (in `didReceive` and `run`).
+    private let burst = LockedValue(Burst())
+
+    private struct Burst {
+        var sinks: [MessageSink] = []
+        var messages = 0
+    }
+
+    /// A burst ends after this many messages even if more are waiting, so that a continuous stream
+    /// never holds back what the first messages changed.
+    static let maximumBurst = 64
 
     init(configuration: MQTTClient.Configuration) throws(MQTTError) {
         try configuration.validate()
@@ -166,6 +178,7 @@ final class Mosquitto: @unchecked Sendable {
                 }
             case .loop:
                 let rc = mosquitto_loop(handle, 100, 1)
+                endBurstUnlessMoreIsWaiting()
                 if rc == MOSQ_ERR_INVAL.rawValue, case let socket = mosquitto_socket(handle), socket >= FD_SETSIZE {
                     // mosquitto_loop waits with select(), which cannot watch a descriptor ≥ FD_SETSIZE
                     // (1024): it fails at once, every time. Give the connection up instead of spinning.
@@ -190,6 +203,21 @@ final class Mosquitto: @unchecked Sendable {
         }
         let effects = state.withLock { $0.onStopped() }
         effects.resumeAll()
+    }
+
+    /// Tells the sinks of the messages just handled that the burst is over, unless more bytes are already
+    /// waiting on the socket (they belong to the same burst and are read at once).
+    private func endBurstUnlessMoreIsWaiting() {
+        let ended = burst.withLock { burst -> [MessageSink] in
+            guard !burst.sinks.isEmpty else { return [] }
+            if burst.messages < Mosquitto.maximumBurst, case let socket = mosquitto_socket(handle), socket != -1 {
+                var waiting: Int32 = 0
+                if ioctl(socket, UInt(FIONREAD), &waiting) == 0, waiting > 0 { return [] }
+            }
+            defer { burst = Burst() }
+            return burst.sinks
+        }
+        for sink in ended { sink.endOfBurst?() }
     }
 
     /// Sleeps until `instant`; returns false if woken early (stop requested or spurious signal).
@@ -291,6 +319,12 @@ final class Mosquitto: @unchecked Sendable {
         let effects = state.withLock { $0.onMessage(topic: topic) }
         for target in effects.messageTargets where !target.deliver(message) {
             droppedMessages.add(1, ordering: .relaxed)
+        }
+        for target in effects.messageTargets where target.endOfBurst != nil {
+            burst.withLock { burst in
+                burst.messages += 1
+                if !burst.sinks.contains(where: { $0.id == target.id }) { burst.sinks.append(target) }
+            }
         }
     }
 

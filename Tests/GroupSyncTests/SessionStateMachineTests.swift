@@ -1,0 +1,67 @@
+import Foundation
+import Testing
+@testable import GroupSync
+
+/// Pure logic of one session, without a broker.
+@Suite struct SessionStateMachineTests {
+    static func joined() -> SessionStateMachine {
+        let announcement = Wire.Announcement(
+            session: "s1", activity: .init(type: "com.example.test", metadata: .init(title: "Test"), data: .null),
+            createdBy: "alice", createdAt: 1, revision: HLCTimestamp(time: 1, counter: 0, participant: "alice"))
+        var machine = SessionStateMachine(sessionID: "s1", me: "alice", myEpoch: 1, announcement: announcement, presence: ["alice": 1])
+        let (_, barrier) = AsyncStream.makeStream(of: Bool.self)
+        let (_, catchUp) = AsyncStream.makeStream(of: Void.self)
+        _ = machine.onJoinStarted(barrier: barrier, catchUp: catchUp)
+        _ = machine.onJoined()
+        return machine
+    }
+
+    static func record(_ value: Int64, at time: Int64, by writer: String) -> Wire.StateRecord {
+        Wire.StateRecord(key: "k", value: .int(value), clock: HLCTimestamp(time: time, counter: 0, participant: writer))
+    }
+
+    static func listen(_ machine: inout SessionStateMachine) -> UInt64 {
+        let (_, continuation) = AsyncStream.makeStream(of: Wire.StateRecord?.self)
+        return machine.addValueListener(key: "k", continuation).0
+    }
+
+    @Test func recordsOfOneBurstMakeOneVisibleChange() {
+        var machine = SessionStateMachineTests.joined()
+        _ = SessionStateMachineTests.listen(&machine)
+        for (value, time) in [(10, 100), (20, 102), (15, 101)] as [(Int64, Int64)] {
+            let effects = machine.onState(SessionStateMachineTests.record(value, at: time, by: "w\(value)"), writer: "w\(value)", topic: "t\(value)", holdingValues: true)
+            #expect(effects.values.isEmpty, "held until the burst ends")
+        }
+        let released = machine.releaseHeldValues()
+        #expect(released.values.map(\.1?.value) == [.int(20)], "one change, to the newest record")
+        #expect(machine.releaseHeldValues().values.isEmpty)
+        #expect(machine.states["k"]?.value == .int(20))
+    }
+
+    @Test func aLocalWriteSupersedesWhatIsHeld() {
+        var machine = SessionStateMachineTests.joined()
+        _ = SessionStateMachineTests.listen(&machine)
+        _ = machine.onState(SessionStateMachineTests.record(10, at: 100, by: "bob"), writer: "bob", topic: "t", holdingValues: true)
+        let local = machine.onLocalWrite(SessionStateMachineTests.record(11, at: 105, by: "alice"), topic: "mine")
+        #expect(local.values.map(\.1?.value) == [.int(11)])
+        #expect(machine.releaseHeldValues().values.isEmpty, "the held older value would make the screen go back")
+    }
+
+    @Test func aRemovedListenerGetsNothingHeld() {
+        var machine = SessionStateMachineTests.joined()
+        let id = SessionStateMachineTests.listen(&machine)
+        _ = machine.onState(SessionStateMachineTests.record(10, at: 100, by: "bob"), writer: "bob", topic: "t", holdingValues: true)
+        machine.removeListener(id)
+        #expect(machine.releaseHeldValues().values.isEmpty)
+    }
+
+    @Test func anOlderRecordChangesNothing() {
+        var machine = SessionStateMachineTests.joined()
+        _ = SessionStateMachineTests.listen(&machine)
+        _ = machine.onState(SessionStateMachineTests.record(20, at: 200, by: "bob"), writer: "bob", topic: "t1")
+        let older = machine.onState(SessionStateMachineTests.record(10, at: 100, by: "carol"), writer: "carol", topic: "t2", holdingValues: true)
+        #expect(older.values.isEmpty)
+        #expect(machine.releaseHeldValues().values.isEmpty)
+        #expect(machine.states["k"]?.value == .int(20))
+    }
+}
