@@ -44,6 +44,18 @@ struct ConnectionStateMachine {
     private struct SubscriptionEntry {
         var filters: [TopicSubscription]
         var sink: MessageSink
+        /// The filters' UTF-8 bytes, matched against every received topic.
+        var filterBytes: [[UInt8]]
+
+        init(filters: [TopicSubscription], sink: MessageSink) {
+            self.filters = filters
+            self.sink = sink
+            self.filterBytes = filters.map { Array($0.filter.utf8) }
+        }
+
+        func matches(_ topic: UnsafeBufferPointer<UInt8>) -> Bool {
+            filterBytes.contains { filter in filter.withUnsafeBufferPointer { Topic.matches(topic, $0) } }
+        }
     }
 
     private(set) var phase: Phase = .idle
@@ -429,8 +441,11 @@ struct ConnectionStateMachine {
     /// Which subscription streams receive a message on `topic`.
     func onMessage(topic: String) -> Effects {
         var effects = Effects()
-        for entry in subscriptions.values where entry.filters.contains(where: { Topic.matches(topic, filter: $0.filter) }) {
-            effects.messageTargets.append(entry.sink)
+        var topic = topic
+        topic.withUTF8 { topic in
+            for entry in subscriptions.values where entry.matches(topic) {
+                effects.messageTargets.append(entry.sink)
+            }
         }
         return effects
     }

@@ -29,7 +29,7 @@ public enum Topic {
         }
     }
 
-    private static func matches(_ name: UnsafeBufferPointer<UInt8>, _ filter: UnsafeBufferPointer<UInt8>) -> Bool {
+    static func matches(_ name: UnsafeBufferPointer<UInt8>, _ filter: UnsafeBufferPointer<UInt8>) -> Bool {
         let slash = UInt8(ascii: "/"), plus = UInt8(ascii: "+"), hash = UInt8(ascii: "#")
         if name.first == UInt8(ascii: "$") && (filter.first == plus || filter.first == hash) { return false }
         var n = 0, f = 0
