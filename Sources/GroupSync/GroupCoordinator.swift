@@ -419,6 +419,15 @@ public final class GroupCoordinator: Sendable {
         }
     }
 
+    /// Decodes a record received in large numbers (state, member, presence) through its fast path.
+    func decoded<T: Decodable & Sendable & Wire.Versioned & FastDecodable>(_ type: T.Type, _ payload: Data) -> T? {
+        guard let value = Wire.decodeFast(type, from: payload) else {
+            state.withLock { $0.countRejected() }
+            return nil
+        }
+        return value
+    }
+
     /// Decodes a payload of protocol version 1, counting anything else as rejected.
     func decoded<T: Decodable & Sendable & Wire.Versioned>(_ type: T.Type, _ payload: Data) -> T? {
         guard let value = Wire.decodeVersioned(type, from: payload) else {

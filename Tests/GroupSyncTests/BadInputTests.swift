@@ -70,10 +70,21 @@ import Testing
         for _ in 0..<100_000 {
             let input = BadInputTests.generate(&generator)
             var any = false
-            any = Wire.decodeVersioned(Wire.Presence.self, from: input) != nil || any
+            // The fast readers agree with JSONDecoder on every input they take (on the others they defer
+            // to it by construction).
+            let presence = Wire.decodeVersioned(Wire.Presence.self, from: input)
+            let member = Wire.decodeVersioned(Wire.Member.self, from: input)
+            let record = Wire.decodeVersioned(Wire.StateRecord.self, from: input)
+            if let fast = JSONValue.parseFast(input) {  // (JSONValue's Decodable is quadratic in depth: only then)
+                #expect(fast == Wire.decode(JSONValue.self, from: input))
+                #expect(Wire.decodeFast(Wire.Presence.self, from: input) == presence)
+                #expect(Wire.decodeFast(Wire.Member.self, from: input) == member)
+                #expect(Wire.decodeFast(Wire.StateRecord.self, from: input) == record)
+            }
+            any = presence != nil || any
             any = Wire.decodeVersioned(Wire.Announcement.self, from: input) != nil || any
-            any = Wire.decodeVersioned(Wire.Member.self, from: input) != nil || any
-            any = Wire.decodeVersioned(Wire.StateRecord.self, from: input) != nil || any
+            any = member != nil || any
+            any = record != nil || any
             let scanned = Wire.scanEnvelope(input)
             if let header = Wire.decodeVersioned(Wire.EnvelopeHeader.self, from: input) {
                 any = true

@@ -90,4 +90,44 @@ import Testing
             #expect(Wire.scanEnvelope(Data(text.utf8)) == nil, "\(text)")
         }
     }
+
+    @Test func fastJSONReadsWhatJSONDecoderReads() throws {
+        let handled = [
+            #"{"a":[1,-2,true,false,null,"x"],"b":{"c":{}},"d":[]}"#,
+            #"  "quote \" slash \/ backslash \\ \b\f\n\r\t é \u00e9 \ud83c\udf89 🎉"  "#,
+            #"9223372036854775807"#, #"-9223372036854775808"#, #"0"#,
+        ]
+        for text in handled {
+            let data = Data(text.utf8)
+            let fast = try #require(JSONValue.parseFast(data), "\(text)")
+            #expect(fast == Wire.decode(JSONValue.self, from: data), "\(text)")
+        }
+        let leftToJSONDecoder = [
+            "1.5", "1e3", "-0", "9223372036854775808", #"{"a":1,"a":2}"#, #""\ud800""#, #""\x""#,
+            String(repeating: "[", count: 65) + String(repeating: "]", count: 65), "[1,]", "{", "01", "",
+        ]
+        for text in leftToJSONDecoder {
+            #expect(JSONValue.parseFast(Data(text.utf8)) == nil, "\(text)")
+        }
+        #expect(JSONValue.parseFast(Data([0x22, 0xFF, 0x22])) == nil, "invalid UTF-8")
+    }
+
+    @Test func fastRecordsAreWhatJSONDecoderReads() throws {
+        let record = Wire.StateRecord(key: "k", value: .object(["x": .array([.int(1), .string("y")])]),
+                                      clock: HLCTimestamp(time: 1_796_214_382_038, counter: 3, participant: "bob"))
+        let data = try Wire.encode(record)
+        #expect(Wire.decodeFast(Wire.StateRecord.self, from: data) == record)
+        let presence = Wire.Presence(participant: "a", status: .lost, epoch: 9, name: "Ann")
+        #expect(Wire.decodeFast(Wire.Presence.self, from: try Wire.encode(presence)) == presence)
+        let member = Wire.Member(participant: "a", epoch: 9)
+        #expect(Wire.decodeFast(Wire.Member.self, from: try Wire.encode(member)) == member)
+        // Shapes the fast path does not take still decode (or fail) exactly as before.
+        for text in [#"{"v":1,"key":"k","value":1.5,"clock":{"t":1,"c":0,"p":"a"}}"#,
+                     #"{"v":1,"key":"k","clock":{"t":1,"c":0,"p":"a"}}"#,
+                     #"{"v":2,"key":"k","value":1,"clock":{"t":1,"c":0,"p":"a"}}"#,
+                     #"{"v":1,"key":"k","value":null,"clock":{"t":1,"c":0,"p":"a"},"extra":[1]}"#] {
+            let data = Data(text.utf8)
+            #expect(Wire.decodeFast(Wire.StateRecord.self, from: data) == Wire.decodeVersioned(Wire.StateRecord.self, from: data), "\(text)")
+        }
+    }
 }

@@ -1,0 +1,186 @@
+import Foundation
+
+/// A direct parser for the common shapes of JSON, used before `JSONDecoder` on every received record.
+///
+/// Decoding a ``JSONValue`` through `Decodable` tries each kind in turn and pays for a thrown error per
+/// miss (a state record with an integer value cost ≈ 47,000 instructions to decode, most of it in those
+/// errors). This parser reads the bytes once. It covers what the protocol's encoders produce — objects,
+/// arrays, strings (with every escape), integers that fit in 64 bits, booleans, null — and gives up
+/// (returns nil) on anything else: fractions and exponents, integers beyond 64 bits, `-0`, repeated keys,
+/// nesting deeper than 64, invalid UTF-8, malformed input. Callers then decode with `JSONDecoder`, so a
+/// payload never means something different depending on the path.
+extension JSONValue {
+    static func parseFast(_ data: Data) -> JSONValue? {
+        data.withUnsafeBytes { bytes in
+            var parser = FastJSONParser(bytes: bytes)
+            guard let value = parser.parseValue(depth: 0) else { return nil }
+            parser.skipWhitespace()
+            return parser.isAtEnd ? value : nil
+        }
+    }
+}
+
+private struct FastJSONParser {
+    let bytes: UnsafeRawBufferPointer
+    var i = 0
+
+    init(bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+    var isAtEnd: Bool { i == bytes.count }
+    private var current: UInt8? { i < bytes.count ? bytes[i] : nil }
+
+    mutating func skipWhitespace() {
+        while let byte = current, byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { i += 1 }
+    }
+
+    private mutating func take(_ byte: UInt8) -> Bool {
+        guard current == byte else { return false }
+        i += 1
+        return true
+    }
+
+    mutating func parseValue(depth: Int) -> JSONValue? {
+        skipWhitespace()
+        guard let byte = current else { return nil }
+        switch byte {
+        case UInt8(ascii: "{"):
+            guard depth < 64 else { return nil }
+            i += 1
+            var object: [String: JSONValue] = [:]
+            skipWhitespace()
+            if take(UInt8(ascii: "}")) { return .object(object) }
+            repeat {
+                skipWhitespace()
+                guard let key = parseString() else { return nil }
+                skipWhitespace()
+                guard take(UInt8(ascii: ":")), let value = parseValue(depth: depth + 1) else { return nil }
+                guard object.updateValue(value, forKey: key) == nil else { return nil }  // repeated key
+                skipWhitespace()
+            } while take(UInt8(ascii: ","))
+            return take(UInt8(ascii: "}")) ? .object(object) : nil
+        case UInt8(ascii: "["):
+            guard depth < 64 else { return nil }
+            i += 1
+            var array: [JSONValue] = []
+            skipWhitespace()
+            if take(UInt8(ascii: "]")) { return .array(array) }
+            repeat {
+                guard let value = parseValue(depth: depth + 1) else { return nil }
+                array.append(value)
+                skipWhitespace()
+            } while take(UInt8(ascii: ","))
+            return take(UInt8(ascii: "]")) ? .array(array) : nil
+        case UInt8(ascii: "\""):
+            return parseString().map(JSONValue.string)
+        case UInt8(ascii: "t"):
+            return matchLiteral("true") ? .bool(true) : nil
+        case UInt8(ascii: "f"):
+            return matchLiteral("false") ? .bool(false) : nil
+        case UInt8(ascii: "n"):
+            return matchLiteral("null") ? .null : nil
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            return parseInteger().map(JSONValue.int)
+        default:
+            return nil
+        }
+    }
+
+    private mutating func matchLiteral(_ literal: StaticString) -> Bool {
+        let count = literal.utf8CodeUnitCount
+        guard bytes.count - i >= count else { return false }
+        for k in 0..<count where bytes[i + k] != literal.utf8Start[k] { return false }
+        i += count
+        return true
+    }
+
+    /// An integer without fraction or exponent that fits in 64 bits (not `-0`, no leading zeros).
+    private mutating func parseInteger() -> Int64? {
+        let negative = take(UInt8(ascii: "-"))
+        let start = i
+        var value: Int64 = 0
+        while let byte = current, byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") {
+            let digit = Int64(byte - UInt8(ascii: "0"))
+            let (times10, overflow1) = value.multipliedReportingOverflow(by: 10)
+            let (sum, overflow2) = negative ? times10.subtractingReportingOverflow(digit) : times10.addingReportingOverflow(digit)
+            guard !overflow1, !overflow2 else { return nil }
+            value = sum
+            i += 1
+        }
+        let digits = i - start
+        guard digits > 0, !(digits > 1 && bytes[start] == UInt8(ascii: "0")), !(negative && value == 0) else { return nil }
+        if let byte = current, byte == UInt8(ascii: ".") || byte == UInt8(ascii: "e") || byte == UInt8(ascii: "E") { return nil }
+        return value
+    }
+
+    /// A string literal, escapes decoded; nil for invalid UTF-8, raw control characters or bad escapes.
+    private mutating func parseString() -> String? {
+        guard take(UInt8(ascii: "\"")) else { return nil }
+        let start = i
+        // Fast case: no escapes.
+        while let byte = current, byte != UInt8(ascii: "\""), byte != UInt8(ascii: "\\") {
+            guard byte >= 0x20 else { return nil }
+            i += 1
+        }
+        guard let stop = current else { return nil }
+        if stop == UInt8(ascii: "\"") {
+            defer { i += 1 }
+            return String(validating: UnsafeRawBufferPointer(rebasing: bytes[start..<i]), as: UTF8.self)
+        }
+        var utf8 = Array(bytes[start..<i])
+        while let byte = current {
+            i += 1
+            switch byte {
+            case UInt8(ascii: "\""):
+                return String(validating: utf8, as: UTF8.self)
+            case UInt8(ascii: "\\"):
+                guard let escaped = current else { return nil }
+                i += 1
+                switch escaped {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): utf8.append(escaped)
+                case UInt8(ascii: "b"): utf8.append(0x08)
+                case UInt8(ascii: "f"): utf8.append(0x0C)
+                case UInt8(ascii: "n"): utf8.append(0x0A)
+                case UInt8(ascii: "r"): utf8.append(0x0D)
+                case UInt8(ascii: "t"): utf8.append(0x09)
+                case UInt8(ascii: "u"):
+                    guard let scalar = parseUnicodeEscape() else { return nil }
+                    utf8.append(contentsOf: String(Character(scalar)).utf8)
+                default: return nil
+                }
+            case 0..<0x20:
+                return nil
+            default:
+                utf8.append(byte)
+            }
+        }
+        return nil
+    }
+
+    /// After `\u`: four hex digits, and a second `\uXXXX` for a surrogate pair.
+    private mutating func parseUnicodeEscape() -> Unicode.Scalar? {
+        guard let high = parseHex4() else { return nil }
+        if (0xD800..<0xDC00).contains(high) {
+            guard take(UInt8(ascii: "\\")), take(UInt8(ascii: "u")), let low = parseHex4(), (0xDC00..<0xE000).contains(low) else { return nil }
+            return Unicode.Scalar(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
+        }
+        return Unicode.Scalar(high)  // nil for a lone low surrogate
+    }
+
+    private mutating func parseHex4() -> UInt32? {
+        guard bytes.count - i >= 4 else { return nil }
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            let byte = bytes[i]
+            let digit: UInt8
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
+            default: return nil
+            }
+            value = value << 4 | UInt32(digit)
+            i += 1
+        }
+        return value
+    }
+}

@@ -1,0 +1,65 @@
+import Foundation
+
+/// Records that every participant receives many of (state records, member records, presences) are read
+/// through ``JSONValue/parseFast(_:)`` first, and only through `JSONDecoder` when that gives up or the
+/// shape is not the usual one. Each `init?(fastJSON:)` accepts exactly what the record's `Decodable`
+/// conformance accepts from the same object (unknown keys ignored, every required key present with its
+/// type); when in doubt it returns nil and `JSONDecoder` decides.
+protocol FastDecodable {
+    init?(fastJSON: JSONValue)
+}
+
+extension Wire {
+    /// ``decodeVersioned(_:from:)`` through the fast path when `T` has one.
+    static func decodeFast<T: Decodable & Versioned & FastDecodable>(_ type: T.Type, from data: Data) -> T? {
+        if data.count <= maximumPayload, let json = JSONValue.parseFast(data), let value = T(fastJSON: json) {
+            return value.v == version ? value : nil
+        }
+        return decodeVersioned(type, from: data)
+    }
+}
+
+extension JSONValue {
+    fileprivate var int64: Int64? { if case let .int(value) = self { value } else { nil } }
+    fileprivate var text: String? { if case let .string(value) = self { value } else { nil } }
+    fileprivate var fields: [String: JSONValue]? { if case let .object(value) = self { value } else { nil } }
+}
+
+extension HLCTimestamp: FastDecodable {
+    init?(fastJSON json: JSONValue) {
+        guard let fields = json.fields, let time = fields["t"]?.int64, let counter = fields["c"]?.int64,
+              let participant = fields["p"]?.text else { return nil }
+        self.init(time: time, counter: counter, participant: participant)
+    }
+}
+
+extension Wire.StateRecord: FastDecodable {
+    init?(fastJSON json: JSONValue) {
+        guard let fields = json.fields, let v = fields["v"]?.int64.flatMap({ Int(exactly: $0) }), let key = fields["key"]?.text,
+              let value = fields["value"], let clock = fields["clock"].flatMap(HLCTimestamp.init(fastJSON:)) else { return nil }
+        self.init(v: v, key: key, value: value, clock: clock)
+    }
+}
+
+extension Wire.Member: FastDecodable {
+    init?(fastJSON json: JSONValue) {
+        guard let fields = json.fields, let v = fields["v"]?.int64.flatMap({ Int(exactly: $0) }),
+              let participant = fields["participant"]?.text, let epoch = fields["epoch"]?.int64 else { return nil }
+        self.init(v: v, participant: participant, epoch: epoch)
+    }
+}
+
+extension Wire.Presence: FastDecodable {
+    init?(fastJSON json: JSONValue) {
+        guard let fields = json.fields, let v = fields["v"]?.int64.flatMap({ Int(exactly: $0) }),
+              let participant = fields["participant"]?.text, let status = fields["status"]?.text.flatMap(Status.init(rawValue:)),
+              let epoch = fields["epoch"]?.int64 else { return nil }
+        let name: String?
+        switch fields["name"] {
+        case nil, .null?: name = nil
+        case let .string(value)?: name = value
+        default: return nil
+        }
+        self.init(v: v, participant: participant, status: status, epoch: epoch, name: name)
+    }
+}
