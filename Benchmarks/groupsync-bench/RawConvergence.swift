@@ -1,4 +1,5 @@
 import Foundation
+import MQTT  // LockedValue
 import Synchronization
 
 /// The raw libmosquitto floor of the convergence figure. `count` clients, each subscribed (QoS 1) to one
@@ -24,7 +25,7 @@ final class RawConvergence: Sendable {
         let go = DispatchSemaphore(value: 0)
         /// The instant before this burst's `mosquitto_publish`.
         let publishedAt = Atomic<UInt64>(0)
-        let failure = Mutex<String?>(nil)
+        let failure = LockedValue<String?>(nil)
     }
 
     struct Failure: Error, CustomStringConvertible {
