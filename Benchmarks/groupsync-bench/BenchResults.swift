@@ -53,6 +53,12 @@ struct BenchResults: Sendable {
         var maxRemoteChanges: Int
         var writers: Int
         var bursts: Int
+        /// The raw libmosquitto floor, measured the same way in the same run (``RawConvergence``).
+        var rawP50: Double
+        var rawP99: Double
+        var rawMax: Double
+        /// The raw payload: a GroupSync state record's size.
+        var payloadBytes: Int
     }
 
     struct Crash: Sendable {

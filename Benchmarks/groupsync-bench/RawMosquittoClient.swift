@@ -102,8 +102,8 @@ final class RawMosquittoClient: @unchecked Sendable {
     }
 
     /// Hands a PUBLISH to libmosquitto (its thread writes it). Does not wait.
-    func publish(_ topic: String, _ payload: UnsafeRawBufferPointer, qos: Int32) throws {
-        try check("mosquitto_publish", mosquitto_publish(handle, nil, topic, Int32(payload.count), payload.baseAddress, qos, false))
+    func publish(_ topic: String, _ payload: UnsafeRawBufferPointer, qos: Int32, retain: Bool = false) throws {
+        try check("mosquitto_publish", mosquitto_publish(handle, nil, topic, Int32(payload.count), payload.baseAddress, qos, retain))
     }
 
     /// Waits until every publish of the window completed.

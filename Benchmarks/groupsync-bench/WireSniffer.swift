@@ -3,7 +3,8 @@ import MQTT
 
 /// A plain MQTT client (the project's `MQTTClient`) subscribed to some of a group's topics, recording
 /// every live message the broker routes there: what GroupSync puts on the wire, counted from outside.
-/// Retained copies stored before it subscribed are not replayed to it (retain handling "do not send").
+/// Retained copies stored before it subscribed are not replayed to it (retain handling "do not send"),
+/// unless `replayRetained` asks for them (to read a record already on the broker without writing one).
 final class WireSniffer: Sendable {
     struct Record: Sendable {
         let topic: String
@@ -22,11 +23,11 @@ final class WireSniffer: Sendable {
         self.subscription = subscription
     }
 
-    static func start(url: String, filters: [String]) async throws -> WireSniffer {
+    static func start(url: String, filters: [String], replayRetained: Bool = false) async throws -> WireSniffer {
         let client = try MQTTClient(configuration: .init(url: url, clientID: "bench-sniffer-\(UInt32.random(in: 0...UInt32.max))"))
         try await client.connect()
         let subscription = try await client.subscribe(
-            to: filters.map { TopicSubscription($0, qos: .atMostOnce, retainHandling: .doNotSend) })
+            to: filters.map { TopicSubscription($0, qos: .atMostOnce, retainHandling: replayRetained ? .sendOnSubscribe : .doNotSend) })
         let sniffer = WireSniffer(client: client, subscription: subscription)
         let task = Task {
             for await message in subscription {

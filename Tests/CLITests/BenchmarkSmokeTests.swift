@@ -12,7 +12,7 @@ import Testing
         "throughput.qos1.msgs_per_s", "throughput.qos1.raw_msgs_per_s",
         "fanout.p50_ms", "fanout.p99_ms",
         "late_join.p50_ms", "late_join.messages_per_join",
-        "convergence.ms", "convergence.max_changes",
+        "convergence.ms", "convergence.max_changes", "convergence.raw_ms", "convergence.raw_p99_ms",
         "crash_detection_s",
         "memory.participants_1000_mb", "memory.sessions_1000_mb",
     ]
