@@ -394,7 +394,7 @@ public final class GroupCoordinator: Sendable {
                 spawn { try? await self.publishPresence() }
             }
         case let .announcement(sessionID):
-            if message.retain && !message.payload.isEmpty { replay.withLock { $0?.announcements.insert(sessionID) } }
+            if message.retain && !message.payload.isEmpty { _ = replay.withLock { $0?.announcements.insert(sessionID) } }
             let announcement = message.payload.isEmpty ? nil : decoded(Wire.Announcement.self, message.payload)
             if !message.payload.isEmpty && announcement == nil { return }
             if let announcement {
