@@ -164,7 +164,12 @@ public final class GroupCoordinator: Sendable {
                     TopicSubscription(topics.presenceFilter, qos: .atLeastOnce),
                     TopicSubscription(topics.announcementFilter, qos: .atLeastOnce),
                 ],
-                handler: { [weak self] message in self?.handleGroupMessage(message) })
+                handler: { [weak self] message in self?.handleGroupMessage(message) },
+                connected: { [weak self] sessionPresent in
+                    // Before the retained replay of the new connection: record it if the broker lost our
+                    // MQTT session (see forgetSessionsEndedWhileAway).
+                    self?.replay.withLock { $0 = sessionPresent ? nil : Replay() }
+                })
         } catch {
             throw .connection(error)
         }
@@ -236,7 +241,7 @@ public final class GroupCoordinator: Sendable {
     /// broker's retained store survived — our own presence record is in the replay — an announcement
     /// we own that is missing from the replay was ended: drop it instead of republishing it.
     private func forgetSessionsEndedWhileAway() async {
-        replay.withLock { $0 = Replay() }
+        // The replay is being recorded since the CONNACK (on the network thread, before any message).
         try? await publishPresenceAndAwaitEcho()
         guard let seen = replay.withLock({ replay in defer { replay = nil }; return replay }), seen.ownPresence else { return }
         let prefix = "\(topics.root)/session/"
@@ -445,9 +450,19 @@ public final class GroupCoordinator: Sendable {
     /// after reconnects; an empty payload clears it. On a broker without retained messages it is sent
     /// as a plain message.
     func publishRetained(_ topic: String, _ payload: Data) async throws(GroupSyncError) {
+        let ticket = try enqueueRetained(topic, payload)
+        do {
+            _ = try await client.acknowledgement(of: ticket)
+        } catch {
+            throw .connection(error)
+        }
+    }
+
+    /// The synchronous half of ``publishRetained(_:_:)``: the record is ours and handed to the connection.
+    func enqueueRetained(_ topic: String, _ payload: Data) throws(GroupSyncError) -> MQTTClient.PublishTicket {
         state.withLock { $0.own(topic, payload) }
         do {
-            try await client.publish(to: topic, payload: payload, qos: .atLeastOnce, retain: client.retainAvailable)
+            return try client.enqueuePublish(to: topic, payload: payload, qos: .atLeastOnce, retain: client.retainAvailable)
         } catch {
             throw .connection(error)
         }

@@ -63,24 +63,40 @@ final class SessionCore: Sendable {
         _ barrierStream: AsyncStream<Bool>, _ catchUpStream: AsyncStream<Void>, memberPublished: inout Bool
     ) async throws(GroupSyncError) {
         let filters = topics.sessionFilters(id, participant: me)
+        let member = try Wire.encode(Wire.Member(participant: me, epoch: coordinator.epoch))
         // The session's messages are handled on the connection's network thread, as they are read: one
         // hand-off (to the app's sequences) instead of two. Handling never blocks and never runs app code.
+        // Our member record goes out right behind the SUBSCRIBE packets, without waiting for their SUBACK:
+        // the broker handles both in order, so its echo — the barrier — still comes after every retained
+        // message of the session.
+        var memberTicket: Result<MQTTClient.PublishTicket, GroupSyncError>?
         let messages: MessageHandlerSubscription
         do {
             messages = try await coordinator.client.subscribe(
                 to: filters.shared.map { TopicSubscription($0, qos: .atLeastOnce) }
                     + [TopicSubscription(filters.broadcast, qos: .atLeastOnce, noLocal: true)],
                 handler: { [weak self] message in self?.handle(message) },
-                endOfBurst: { [weak self] in self?.apply { $0.releaseHeldValues() } })
+                endOfBurst: { [weak self] in self?.apply { $0.releaseHeldValues() } },
+                whenSent: {
+                    memberPublished = true
+                    memberTicket = Result { () throws(GroupSyncError) in try coordinator.enqueueRetained(topics.member(id, me), member) }
+                })
         } catch {
+            if case let .success(ticket)? = memberTicket { coordinator.client.detach(ticket) }
             throw .connection(error)
         }
         subscription.withLock { $0 = messages }
-        guard !isInvalidated else { throw .sessionInvalidated }  // left or ended while subscribing
-        // Our own member record coming back is the barrier: every retained message is in before it.
-        let member = Wire.Member(participant: me, epoch: coordinator.epoch)
-        memberPublished = true
-        try await coordinator.publishRetained(topics.member(id, me), try Wire.encode(member))
+        guard let memberTicket else { throw .sessionInvalidated }
+        let ticket = try memberTicket.get()
+        guard !isInvalidated else {  // left or ended while subscribing
+            coordinator.client.detach(ticket)
+            throw .sessionInvalidated
+        }
+        do throws(MQTTError) {
+            _ = try await coordinator.client.acknowledgement(of: ticket)
+        } catch {
+            throw .connection(error)
+        }
         var awaitCatchUp: Bool?
         for await value in barrierStream {
             awaitCatchUp = value

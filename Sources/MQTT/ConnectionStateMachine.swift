@@ -93,6 +93,8 @@ struct ConnectionStateMachine {
         var events: [ConnectionEvent] = []
         var listeners: [AsyncStream<ConnectionEvent>.Continuation] = []
         var messageTargets: [MessageSink] = []
+        /// Sinks to tell of a new connection, before the subscriptions are restored.
+        var connectedSinks: [MessageSink] = []
         var finishSubscriptions: [MessageSink] = []
         var finishListeners = false
         var stopWaiters: [CheckedContinuation<Void, Never>] = []
@@ -353,6 +355,7 @@ struct ConnectionStateMachine {
             effects.connectResult = (waiter, .success(()))
         }
         effects.subscribe = filters.values.map(\.options).sorted { $0.filter < $1.filter }
+        effects.connectedSinks = subscriptions.values.map(\.sink).filter { $0.connected != nil }
         effects.events = [.connected(sessionPresent: sessionPresent)]
         effects.listeners = Array(listeners.values)
         return effects

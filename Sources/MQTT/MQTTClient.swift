@@ -181,21 +181,35 @@ public final class MQTTClient: Sendable {
     /// ``disconnect()``). `endOfBurst` runs on the network thread after messages that arrived together
     /// (nothing more waiting on the socket), so that their effects can be shown at once. Returns, like
     /// ``subscribe(to:bufferingPolicy:)``, once the broker acknowledged.
+    ///
+    /// `connected` runs on the network thread when the client has reconnected, before the subscriptions
+    /// are restored and so before any message of the new connection (the session-present flag).
+    ///
+    /// `whenSent` runs once the SUBSCRIBE packets were handed to the connection, before their SUBACKs are
+    /// awaited: what it publishes reaches the broker after them, so the broker delivers every retained
+    /// message of these filters to us before anything it sends in reaction — without a round trip
+    /// in between.
     package func subscribe(
         to subscriptions: [TopicSubscription],
         handler: @escaping @Sendable (MQTTMessage) -> Void,
         endOfBurst: (@Sendable () -> Void)? = nil,
-        onEnd: @escaping @Sendable () -> Void = {}
+        connected: (@Sendable (_ sessionPresent: Bool) -> Void)? = nil,
+        onEnd: @escaping @Sendable () -> Void = {},
+        whenSent: () -> Void = {}
     ) async throws(MQTTError) -> MessageHandlerSubscription {
-        let sink = MessageSink(deliver: { handler($0); return true }, finish: onEnd, endOfBurst: endOfBurst)
-        let id = try await register(subscriptions, sink: sink) { _ in }
+        let sink = MessageSink(
+            deliver: { handler($0); return true }, finish: onEnd, endOfBurst: endOfBurst, connected: connected)
+        let id = try await register(subscriptions, sink: sink, registered: { _ in }, whenSent: whenSent)
         return MessageHandlerSubscription(id: id, connection: connection)
     }
 
-    /// Adds a subscription with its sink, sends SUBSCRIBE for the filters not subscribed yet and waits
-    /// for their SUBACKs. `registered` runs once the subscription exists, before anything is sent.
+    /// Adds a subscription with its sink, sends SUBSCRIBE for the filters not subscribed yet — one packet
+    /// per distinct QoS and options, all before awaiting any SUBACK — and waits for their SUBACKs.
+    /// `registered` runs once the subscription exists, before anything is sent; `whenSent` once every
+    /// SUBSCRIBE was handed to the connection.
     private func register(
-        _ subscriptions: [TopicSubscription], sink: MessageSink, registered: (UInt64) -> Void
+        _ subscriptions: [TopicSubscription], sink: MessageSink, registered: (UInt64) -> Void,
+        whenSent: () -> Void = {}
     ) async throws(MQTTError) -> UInt64 {
         for request in subscriptions where !Topic.isValidFilter(request.filter) {
             throw .invalidTopicFilter(request.filter)
@@ -206,28 +220,42 @@ public final class MQTTClient: Sendable {
             try machine.onSubscriptionAdded(id: id, subscriptions, sink: sink)
         }
         registered(id)
+        var packets: [[TopicSubscription]] = []
         for request in toSend {
-            let mid: Int32?
-            switch connection.subscribe(request) {
-            case .success(let value): mid = value
+            if let index = packets.firstIndex(where: { $0[0].qos == request.qos && $0[0].optionBits == request.optionBits }) {
+                packets[index].append(request)
+            } else {
+                packets.append([request])
+            }
+        }
+        var sent: [(mid: Int32, filters: [TopicSubscription])] = []
+        for packet in packets {
+            switch connection.subscribe(packet) {
+            case .success(let mid?): sent.append((mid, packet))
+            case .success(nil): break
             case .failure(let error):
                 MQTTClient.removeSubscription(id: id, from: connection)
                 throw error
             }
-            guard let mid else { continue }
+        }
+        whenSent()
+        var failure: MQTTError?
+        for (mid, filters) in sent {  // every SUBACK is claimed, even after a refusal
             let codes = await withCheckedContinuation { (waiter: ConnectionStateMachine.SubscribeWaiter) in
                 connection.state.withLock { $0.onSubscribeRegistered(mid: mid, waiter) }.resumeAll()
             }
             switch codes {
             case .success(let codes):
-                if let code = codes.first, code >= 128 {
-                    MQTTClient.removeSubscription(id: id, from: connection)
-                    throw code == 135 ? .notAuthorized(topic: request.filter) : .subscriptionRefused(filter: request.filter, reasonCode: code)
+                for (request, code) in zip(filters, codes) where code >= 128 && failure == nil {
+                    failure = code == 135 ? .notAuthorized(topic: request.filter) : .subscriptionRefused(filter: request.filter, reasonCode: code)
                 }
             case .failure(let error):
-                MQTTClient.removeSubscription(id: id, from: connection)
-                throw error
+                failure = failure ?? error
             }
+        }
+        if let failure {
+            MQTTClient.removeSubscription(id: id, from: connection)
+            throw failure
         }
         return id
     }

@@ -10,6 +10,9 @@ struct MessageSink: Sendable {
     /// Called on the network thread after a burst of messages, once nothing more is waiting on the
     /// socket (or after ``Mosquitto/maximumBurst`` messages), if this sink received any of them.
     var endOfBurst: (@Sendable () -> Void)? = nil
+    /// Called on the network thread when a new connection was accepted (with CONNACK's session-present
+    /// flag), before the subscriptions are restored: before any message of the new connection.
+    var connected: (@Sendable (_ sessionPresent: Bool) -> Void)? = nil
     /// The subscription's ID, set when the client registers it.
     var id: UInt64 = 0
 

@@ -278,6 +278,7 @@ final class Mosquitto: @unchecked Sendable {
                 reasonCode: Int(rc), reason: reason, sessionPresent: flags & 1 == 1, limits: limits,
                 now: .now, random: .random(in: 0..<1))
         }
+        for sink in effects.connectedSinks { sink.connected?(flags & 1 == 1) }
         // Restore the subscriptions before anyone hears of the connection: a publish made in reaction
         // to `.connected` must reach the broker after them, or a retained copy of it would come back
         // as a stored message instead of live.
@@ -436,16 +437,23 @@ final class Mosquitto: @unchecked Sendable {
         }
     }
 
-    /// Sends SUBSCRIBE for one filter. Returns the message ID, or nil when not connected (the next
-    /// connection subscribes it).
-    func subscribe(_ request: TopicSubscription) -> Result<Int32?, MQTTError> {
+    /// Sends one SUBSCRIBE for filters that share their QoS and options. Returns the message ID, or nil
+    /// when not connected (the next connection subscribes them).
+    func subscribe(_ requests: [TopicSubscription]) -> Result<Int32?, MQTTError> {
+        guard let first = requests.first else { return .success(nil) }
         var mid: Int32 = 0
-        let options = configuration.protocolVersion == .v5 ? request.optionBits : 0
-        let rc = mosquitto_subscribe_v5(handle, &mid, request.filter, request.qos.rawValue, options, nil)
+        let options = configuration.protocolVersion == .v5 ? first.optionBits : 0
+        var strings = requests.map { strdup($0.filter) }
+        defer { strings.forEach { free($0) } }
+        let rc = strings.withUnsafeMutableBufferPointer { buffer in
+            buffer.withMemoryRebound(to: UnsafeMutablePointer<CChar>?.self) { pointers in
+                mosquitto_subscribe_multiple(handle, &mid, Int32(pointers.count), pointers.baseAddress, first.qos.rawValue, options, nil)
+            }
+        }
         switch mosq_err_t(rawValue: rc) {
         case MOSQ_ERR_SUCCESS: return .success(mid)
         case MOSQ_ERR_NO_CONN: return .success(nil)
-        default: return .failure(Mosquitto.error(rc, topic: request.filter))
+        default: return .failure(Mosquitto.error(rc, topic: first.filter))
         }
     }
 
