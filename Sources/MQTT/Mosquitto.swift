@@ -27,7 +27,7 @@ final class Mosquitto: @unchecked Sendable {
     let state: LockedValue<ConnectionStateMachine>
     private let handle: OpaquePointer
     /// Wakes the network thread out of `poll()` (see ``WakeChannel``).
-    private let wake: WakeChannel
+    let wake: WakeChannel
     /// Wakes the network thread while it waits to reconnect.
     private let wakeup = DispatchSemaphore(value: 0)
     private let nextID = Atomic<UInt64>(1)
@@ -68,6 +68,9 @@ final class Mosquitto: @unchecked Sendable {
     }
 
     func makeID() -> UInt64 { nextID.add(1, ordering: .relaxed).newValue }
+
+    /// The connection's socket descriptor, -1 while there is none.
+    var socketDescriptor: Int32 { mosquitto_socket(handle) }
 
     // MARK: - Set-up
 
