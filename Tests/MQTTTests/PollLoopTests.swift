@@ -36,26 +36,31 @@ import Testing
             let a = try await connectedClient(broker, wake: wake)
             let b = try await connectedClient(broker, wake: wake)
             #expect(a.connection.wake.isLibraryPair == (wake == .libraryPairIfVerified))
-            let start = ContinuousClock.now
             let messages = Collector(try await b.subscribe(to: [TopicSubscription("w")]))
             // One after the other: a packet left for poll()'s one-second timeout instead of a wake-up
-            // would make these 20 round trips take seconds.
+            // takes about a second per round trip (measured with the wake-up removed); woken at once,
+            // a round trip takes well under a millisecond, plus this loop's 5 ms polling and the load of
+            // the tests running in parallel. The median ignores a round trip that a busy machine stalls.
+            var roundTrips: [Duration] = []
             for i in 1...20 {
+                let start = ContinuousClock.now
                 try await a.publish(to: "w", string: "\(i)", qos: .atMostOnce)
                 try await messages.waitForCount(i)
+                roundTrips.append(ContinuousClock.now - start)
             }
-            #expect(ContinuousClock.now - start < timeBound(.seconds(2)))
+            #expect(roundTrips.sorted()[10] < timeBound(.milliseconds(300)), "round trips: \(roundTrips)")
             #expect(messages.elements.map { $0.string } == (1...20).map { "\($0)" })
             let stopping = ContinuousClock.now
             await a.disconnect()
             await b.disconnect()
-            #expect(ContinuousClock.now - stopping < timeBound(.milliseconds(900)))
+            // Left to the timeout, disconnect() gives up waiting after two seconds.
+            #expect(ContinuousClock.now - stopping < timeBound(.milliseconds(1500)))
         }
     }
 
     /// With TLS, bytes OpenSSL decrypted already are invisible to poll(); a burst of 300 QoS 1 messages
     /// (300 PUBLISH and 300 PUBACK coming back, more wake-ups than a pair nobody drains holds) must all
-    /// arrive without waiting for a timeout.
+    /// arrive, without a stall until the next keepalive exchange (5 s).
     @Test(arguments: wakeSources)
     func tlsBurstArrivesWhole(wake: WakeChannel.Source) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("gs-pki-\(UUID())").path
@@ -76,7 +81,7 @@ import Testing
             }
             for ticket in tickets { _ = try await client.acknowledgement(of: ticket) }
             try await echo.waitForCount(300)
-            #expect(ContinuousClock.now - start < timeBound(.seconds(3)))
+            #expect(ContinuousClock.now - start < timeBound(.seconds(5)))
             #expect(echo.elements.map { $0.string } == (0..<300).map { "m\($0)" })
             await client.disconnect()
         }
