@@ -17,12 +17,13 @@ import Foundation
 /// 278 packets the pair holds 213,504 bytes, its `SO_SNDBUF` (212,992), and libmosquitto's write fails
 /// from then on. Nothing blocks: the pair is non-blocking and the write's result is ignored. But
 /// - about 210 KiB of unswappable kernel memory stays allocated per connection for its whole life:
-///   1,000 connections with full pairs took 220 MiB more slab (`SUnreclaim`), all freed once drained —
-///   more than the whole user-space memory of 1,000 participants;
-/// - every packet queued after that leaves `errno` = EAGAIN behind, and `mosquitto_loop_read` stops
-///   reading as soon as `errno` is EAGAIN after a packet whose handler queued a reply (PUBACK, PUBREC, …).
-///   With TLS, bytes OpenSSL has already decrypted are then invisible to `poll()` until something else
-///   wakes the thread.
+///   1,000 connections with full pairs took 216 MiB more unreclaimable slab (`SUnreclaim`), 207 MiB of
+///   which came back as soon as the pairs were drained;
+/// - every packet queued after that leaves `errno` = EAGAIN behind in the queuing thread, and
+///   `mosquitto_loop_read` stops reading as soon as `errno` is EAGAIN after a packet whose handler queued
+///   a reply on the network thread (PUBACK, PUBREC, …). With TLS, packets OpenSSL has already decrypted
+///   are then invisible to `poll()`: five QoS 1 messages that a test broker sent in one TLS record after
+///   the pair had filled waited 5 s, for the next keepalive exchange (see `tlsHasBufferedData`).
 ///
 /// So the network thread polls `sockpairR` itself and drains it after each wake-up: it is exactly the
 /// wake-up `mosquitto_loop` waited on (libmosquitto writes it for every packet any thread queues, so a
