@@ -249,9 +249,10 @@ final class Mosquitto: @unchecked Sendable {
 
     /// Whether OpenSSL holds received bytes that `poll()` cannot see any more (decrypted from a record
     /// that also carried the packets just read). `mosquitto_loop_read` reads them only while it goes on
-    /// reading, and it stops early when `errno` happens to be EAGAIN (see ``WakeChannel``). Checked with a
-    /// test broker that sends five QoS 1 PUBLISH in one TLS record to a client whose wake-up pair is full:
-    /// without this check they were all delivered only 5 s later, after the next keepalive exchange.
+    /// reading, and it stops early whenever `errno` is EAGAIN after a packet: left by a full wake-up pair
+    /// (see ``WakeChannel``) or by whatever ran in a callback. `PollLoopTests` sends CONNACK and 400 QoS 1
+    /// PUBLISH in one TLS record: without this check a client received 157 of them, or none, and then
+    /// nothing until the broker sent something else.
     private func tlsHasBufferedData() -> Bool {
         guard configuration.tls != nil, let pending = MosquittoLibrary.sslPending,
               let ssl = mosquitto_ssl_get(handle) else { return false }
