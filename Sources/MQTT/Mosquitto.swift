@@ -222,17 +222,11 @@ final class Mosquitto: @unchecked Sendable {
         let socket = mosquitto_socket(handle)
         guard socket != -1 else { return MOSQ_ERR_NO_CONN.rawValue }
         let buffered = tlsHasBufferedData()
-        let events = mosquitto_want_write(handle) ? Int16(POLLIN | POLLOUT) : Int16(POLLIN)
-        var descriptors = (
-            pollfd(fd: socket, events: events, revents: 0), pollfd(fd: wake.descriptor, events: Int16(POLLIN), revents: 0))
-        let ready = withUnsafeMutablePointer(to: &descriptors) {
-            $0.withMemoryRebound(to: pollfd.self, capacity: 2) { poll($0, 2, buffered ? 0 : timeout) }
+        guard let revents = waitForEvents(on: socket, timeout: buffered ? 0 : timeout) else {
+            return errno == EINTR ? MOSQ_ERR_SUCCESS.rawValue : MOSQ_ERR_ERRNO.rawValue
         }
-        if ready < 0 { return errno == EINTR ? MOSQ_ERR_SUCCESS.rawValue : MOSQ_ERR_ERRNO.rawValue }
-        if descriptors.1.revents != 0 { wake.drain() }
         // Read on data, end of file or error (libmosquitto then reports the loss), on bytes OpenSSL holds
         // already, and — TLS only — when writable: a handshake that wants to write continues in a read.
-        let revents = descriptors.0.revents
         let readable = revents & Int16(POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0
         if readable || buffered || (configuration.tls != nil && revents & Int16(POLLOUT) != 0) {
             let rc = mosquitto_loop_read(handle, 1)
@@ -245,6 +239,20 @@ final class Mosquitto: @unchecked Sendable {
             if rc != MOSQ_ERR_SUCCESS.rawValue || mosquitto_socket(handle) == -1 { return rc }
         }
         return mosquitto_loop_misc(handle)
+    }
+
+    /// Polls `socket` — for writing too while libmosquitto has something to send — and the wake-up
+    /// channel, which it drains. Returns the socket's events, or nil if `poll()` failed (see `errno`).
+    private func waitForEvents(on socket: Int32, timeout: Int32) -> Int16? {
+        let events = mosquitto_want_write(handle) ? Int16(POLLIN | POLLOUT) : Int16(POLLIN)
+        var descriptors = (
+            pollfd(fd: socket, events: events, revents: 0), pollfd(fd: wake.descriptor, events: Int16(POLLIN), revents: 0))
+        let ready = withUnsafeMutablePointer(to: &descriptors) {
+            $0.withMemoryRebound(to: pollfd.self, capacity: 2) { poll($0, 2, timeout) }
+        }
+        guard ready >= 0 else { return nil }
+        if descriptors.1.revents != 0 { wake.drain() }
+        return descriptors.0.revents
     }
 
     /// Whether OpenSSL holds received bytes that `poll()` cannot see any more (decrypted from a record

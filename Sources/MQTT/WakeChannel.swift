@@ -21,9 +21,10 @@ import Foundation
 ///   which came back as soon as the pairs were drained;
 /// - every packet queued after that leaves `errno` = EAGAIN behind in the queuing thread, and
 ///   `mosquitto_loop_read` stops reading as soon as `errno` is EAGAIN after a packet whose handler queued
-///   a reply on the network thread (PUBACK, PUBREC, …). With TLS, packets OpenSSL has already decrypted
-///   are then invisible to `poll()`: five QoS 1 messages that a test broker sent in one TLS record after
-///   the pair had filled waited 5 s, for the next keepalive exchange (see `tlsHasBufferedData`).
+///   a reply on the network thread (PUBACK, PUBREC, …). Over TCP the loop just polls again; with TLS,
+///   packets OpenSSL has already decrypted are invisible to `poll()` (five QoS 1 messages that a test
+///   broker sent in one TLS record after the pair had filled waited 5 s, for the next keepalive
+///   exchange), which is why the loop also asks OpenSSL (`Mosquitto.tlsHasBufferedData`).
 ///
 /// So the network thread polls `sockpairR` itself and drains it after each wake-up: it is exactly the
 /// wake-up `mosquitto_loop` waited on (libmosquitto writes it for every packet any thread queues, so a
@@ -44,7 +45,7 @@ import Foundation
 /// wake-up byte that connecting (one queued CONNECT packet) writes. Where the proof fails — another
 /// libmosquitto version with another layout, or no socket pair — the thread is woken through a pipe of
 /// its own instead, which every call that queues a packet signals (``signal()``); libmosquitto's pair then
-/// fills as described above, which costs memory but nothing else.
+/// fills as described above: it costs the kernel memory, and the loop copes with the early stops.
 struct WakeChannel: Sendable {
     /// Where a wake-up comes from: libmosquitto's own `sockpairR` when its layout is proven, or our pipe.
     enum Source: Sendable {
