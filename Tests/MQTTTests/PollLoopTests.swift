@@ -87,6 +87,25 @@ import Testing
         }
     }
 
+    /// The loop sends the keepalive pings itself (`mosquitto_loop_misc`, at least once a second): an idle
+    /// connection pings within its keepalive and stays up past 1.5 × keepalive, when the broker would
+    /// drop it.
+    @Test func anIdleConnectionPingsAndStaysUp() async throws {
+        var config = MosquittoBroker.Configuration()
+        config.extraLines = ["log_type debug"]  // logs "Received PINGREQ from <client>"
+        try await MosquittoBroker.withBroker(config) { broker in
+            let id = MQTTClient.Configuration.randomClientID()
+            let client = try await connectedClient(broker, id: id) { $0.keepAlive = 5 }
+            let events = Collector(client.events())
+            try await waitUntil(timeout: .seconds(15), "two PINGREQs") {
+                broker.logText.components(separatedBy: "Received PINGREQ from \(id)").count > 2  // two or more
+            }
+            #expect(client.isConnected)
+            #expect(!events.elements.contains { if case .disconnected = $0 { true } else { false } })
+            await client.disconnect()
+        }
+    }
+
     /// A broker may put several packets in one TLS record (mosquitto does not, so `openssl s_server`
     /// plays the broker: whatever it reads from its standard input in one go it sends as one record).
     /// Here CONNACK and 400 QoS 1 PUBLISH come in one record: replying with 400 PUBACKs fills
