@@ -20,9 +20,14 @@ public final class MQTTClient: Sendable {
     let connection: Mosquitto
 
     /// Creates a client. Nothing touches the network until ``connect()``.
-    public init(configuration: Configuration) throws(MQTTError) {
+    public convenience init(configuration: Configuration) throws(MQTTError) {
+        try self.init(configuration: configuration, wakeSource: .libraryPairIfVerified)
+    }
+
+    /// Tests: a client whose network thread is woken as `wakeSource` says (see ``WakeChannel``).
+    init(configuration: Configuration, wakeSource: WakeChannel.Source) throws(MQTTError) {
         self.configuration = configuration
-        self.connection = try Mosquitto(configuration: configuration)
+        self.connection = try Mosquitto(configuration: configuration, wakeSource: wakeSource)
     }
 
     deinit {

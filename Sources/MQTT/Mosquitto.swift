@@ -6,6 +6,11 @@ import Synchronization
 /// The boundary with libmosquitto: the only file that holds its handle, sets its callbacks and runs its
 /// network thread.
 ///
+/// The network thread waits with `poll()` — on the socket and on a ``WakeChannel`` — and drives
+/// libmosquitto with `mosquitto_loop_read`, `mosquitto_loop_write` and `mosquitto_loop_misc`, not with
+/// `mosquitto_loop`, whose `select()` refuses any descriptor ≥ `FD_SETSIZE` (1024): with three
+/// descriptors per connection, that capped a process at about 340 connections.
+///
 /// Threading: libmosquitto calls back on the network thread this class starts. A callback only updates
 /// ``ConnectionStateMachine`` under `state`'s lock, then — with the lock released — resumes continuations
 /// and yields to `AsyncStream`s. Neither runs user code synchronously (resumed tasks run on their own
@@ -15,18 +20,20 @@ import Synchronization
 /// when no thread can reference `self` any more (the network thread holds a strong reference while it
 /// runs); libmosquitto is thread-safe for publish, subscribe, unsubscribe and disconnect from any thread
 /// once `mosquitto_threaded_set(true)` is set, and only the network thread calls connect, reconnect and
-/// loop; every Swift mutable state lives in `state` (a ``LockedValue``) or in atomics.
+/// loop; every Swift mutable state lives in `state` (a ``LockedValue``) or in atomics; `wake` is immutable
+/// (its descriptors are read and written with system calls, which are thread-safe).
 final class Mosquitto: @unchecked Sendable {
     let configuration: MQTTClient.Configuration
     let state: LockedValue<ConnectionStateMachine>
     private let handle: OpaquePointer
+    /// Wakes the network thread out of `poll()` (see ``WakeChannel``).
+    let wake: WakeChannel
+    /// Wakes the network thread while it waits to reconnect.
     private let wakeup = DispatchSemaphore(value: 0)
     private let nextID = Atomic<UInt64>(1)
     let droppedMessages = Atomic<Int>(0)
     private let expireSessionOnStop = Atomic<Bool>(false)
     private let aborting = Atomic<Bool>(false)
-    /// Set when the socket's descriptor is too large for select(): the cause reported for the loss.
-    private let socketAboveSelectLimit = Atomic<Int32>(-1)
     /// Message ID of the last UNSUBACK received (read by the network thread while stopping).
     private let lastUnsubscribeAck = Atomic<Int32>(0)
     /// Sinks that received messages of the current burst and want to hear of its end. Only the network
@@ -42,29 +49,40 @@ final class Mosquitto: @unchecked Sendable {
     /// never holds back what the first messages changed.
     static let maximumBurst = 64
 
-    init(configuration: MQTTClient.Configuration) throws(MQTTError) {
+    /// - Parameter wakeSource: tests choose ``WakeChannel/Source/ownPipe`` to run the fallback path.
+    init(configuration: MQTTClient.Configuration, wakeSource: WakeChannel.Source = .libraryPairIfVerified) throws(MQTTError) {
         try configuration.validate()
         MosquittoLibrary.initializeOnce()
         guard let handle = mosquitto_new(configuration.clientID, configuration.cleanStart, nil) else {
             throw .invalidConfiguration("libmosquitto could not create a client (clean start off needs a client ID)")
         }
+        guard let wake = WakeChannel.make(for: handle, source: wakeSource) else {
+            mosquitto_destroy(handle)
+            throw .library(code: Int(MOSQ_ERR_ERRNO.rawValue), message: "no pipe for the network thread: \(String(cString: strerror(errno)))")
+        }
         self.configuration = configuration
         self.handle = handle
+        self.wake = wake
         self.state = LockedValue(ConnectionStateMachine(backoff: configuration.reconnect, host: configuration.host, port: configuration.port))
         mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
         do {
             try configure()
         } catch {
+            wake.close()
             mosquitto_destroy(handle)
             throw error
         }
     }
 
     deinit {
+        wake.close()
         mosquitto_destroy(handle)
     }
 
     func makeID() -> UInt64 { nextID.add(1, ordering: .relaxed).newValue }
+
+    /// The connection's socket descriptor, -1 while there is none.
+    var socketDescriptor: Int32 { mosquitto_socket(handle) }
 
     // MARK: - Set-up
 
@@ -177,15 +195,10 @@ final class Mosquitto: @unchecked Sendable {
                     effects.resumeAll()
                 }
             case .loop:
-                let rc = mosquitto_loop(handle, 100, 1)
+                // Wake-ups are events (a packet queued, the socket closed), so the timeout only paces
+                // keepalive: `mosquitto_loop_misc` runs at least once a second.
+                let rc = serviceConnection(timeout: 1000)
                 endBurstUnlessMoreIsWaiting()
-                if rc == MOSQ_ERR_INVAL.rawValue, case let socket = mosquitto_socket(handle), socket >= FD_SETSIZE {
-                    // mosquitto_loop waits with select(), which cannot watch a descriptor ≥ FD_SETSIZE
-                    // (1024): it fails at once, every time. Give the connection up instead of spinning.
-                    socketAboveSelectLimit.store(socket, ordering: .releasing)
-                    shutdown(socket, Int32(SHUT_RDWR))
-                    _ = mosquitto_loop_read(handle, 1)  // libmosquitto sees the closed socket and reports the loss
-                }
                 if rc != MOSQ_ERR_SUCCESS.rawValue && mosquitto_socket(handle) == -1 {
                     // The socket closed without the disconnect callback (e.g. a failed TLS read).
                     let reason = String(cString: mosquitto_strerror(rc))
@@ -230,6 +243,58 @@ final class Mosquitto: @unchecked Sendable {
         return ContinuousClock.now >= instant
     }
 
+    /// One turn of the open connection, in place of `mosquitto_loop`: waits up to `timeout` milliseconds
+    /// for the socket or a wake-up, then lets libmosquitto read, write and keep the connection alive.
+    /// Returns libmosquitto's result, like `mosquitto_loop`.
+    private func serviceConnection(timeout: Int32) -> Int32 {
+        let socket = mosquitto_socket(handle)
+        guard socket != -1 else { return MOSQ_ERR_NO_CONN.rawValue }
+        let buffered = tlsHasBufferedData()
+        guard let revents = waitForEvents(on: socket, timeout: buffered ? 0 : timeout) else {
+            return errno == EINTR ? MOSQ_ERR_SUCCESS.rawValue : MOSQ_ERR_ERRNO.rawValue
+        }
+        // Read on data, end of file or error (libmosquitto then reports the loss), on bytes OpenSSL holds
+        // already, and — TLS only — when writable: a handshake that wants to write continues in a read.
+        let readable = revents & Int16(POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0
+        if readable || buffered || (configuration.tls != nil && revents & Int16(POLLOUT) != 0) {
+            let rc = mosquitto_loop_read(handle, 1)
+            if rc != MOSQ_ERR_SUCCESS.rawValue || mosquitto_socket(handle) == -1 { return rc }
+        }
+        // Write whatever is queued now, without waiting for POLLOUT: the socket is non-blocking, and a
+        // packet queued by another thread (the wake-up above) should leave in this turn.
+        if mosquitto_want_write(handle) {
+            let rc = mosquitto_loop_write(handle, 1)
+            if rc != MOSQ_ERR_SUCCESS.rawValue || mosquitto_socket(handle) == -1 { return rc }
+        }
+        return mosquitto_loop_misc(handle)
+    }
+
+    /// Polls `socket` — for writing too while libmosquitto has something to send — and the wake-up
+    /// channel, which it drains. Returns the socket's events, or nil if `poll()` failed (see `errno`).
+    private func waitForEvents(on socket: Int32, timeout: Int32) -> Int16? {
+        let events = mosquitto_want_write(handle) ? Int16(POLLIN | POLLOUT) : Int16(POLLIN)
+        var descriptors = (
+            pollfd(fd: socket, events: events, revents: 0), pollfd(fd: wake.descriptor, events: Int16(POLLIN), revents: 0))
+        let ready = withUnsafeMutablePointer(to: &descriptors) {
+            $0.withMemoryRebound(to: pollfd.self, capacity: 2) { poll($0, 2, timeout) }
+        }
+        guard ready >= 0 else { return nil }
+        if descriptors.1.revents != 0 { wake.drain() }
+        return descriptors.0.revents
+    }
+
+    /// Whether OpenSSL holds received bytes that `poll()` cannot see any more (decrypted from a record
+    /// that also carried the packets just read). `mosquitto_loop_read` reads them only while it goes on
+    /// reading, and it stops early whenever `errno` is EAGAIN after a packet: left by a full wake-up pair
+    /// (see ``WakeChannel``) or by whatever ran in a callback. `PollLoopTests` sends CONNACK and 400 QoS 1
+    /// PUBLISH in one TLS record: without this check a client received 157 of them, or none, and then
+    /// nothing until the broker sent something else.
+    private func tlsHasBufferedData() -> Bool {
+        guard configuration.tls != nil, let pending = MosquittoLibrary.sslPending,
+              let ssl = mosquitto_ssl_get(handle) else { return false }
+        return pending(ssl) > 0
+    }
+
     private func connectFirst() -> Int32 {
         var properties: OpaquePointer? = nil
         defer { mosquitto_property_free_all(&properties) }
@@ -241,12 +306,6 @@ final class Mosquitto: @unchecked Sendable {
     }
 
     private func connectError(_ rc: Int32) -> MQTTError {
-        let descriptor = socketAboveSelectLimit.exchange(-1, ordering: .acquiringAndReleasing)
-        if descriptor >= 0 {
-            return .library(
-                code: Int(MOSQ_ERR_INVAL.rawValue),
-                message: "socket descriptor \(descriptor) is above select()'s limit of \(FD_SETSIZE): this process has too many open files or connections (about 340 clients)")
-        }
         switch mosq_err_t(rawValue: rc) {
         case MOSQ_ERR_ERRNO:
             return .unreachable(host: configuration.host, port: configuration.port, detail: String(cString: strerror(errno)))
@@ -405,6 +464,7 @@ final class Mosquitto: @unchecked Sendable {
         var mid: Int32 = 0
         let rc = mosquitto_publish_v5(
             handle, &mid, topic, Int32(payload.count), payload.baseAddress, qos.rawValue, retain, list)
+        wake.signal()
         switch mosq_err_t(rawValue: rc) {
         case MOSQ_ERR_SUCCESS:
             return .success((mid, generation))
@@ -450,6 +510,7 @@ final class Mosquitto: @unchecked Sendable {
                 mosquitto_subscribe_multiple(handle, &mid, Int32(pointers.count), pointers.baseAddress, first.qos.rawValue, options, nil)
             }
         }
+        wake.signal()
         switch mosq_err_t(rawValue: rc) {
         case MOSQ_ERR_SUCCESS: return .success(mid)
         case MOSQ_ERR_NO_CONN: return .success(nil)
@@ -463,9 +524,9 @@ final class Mosquitto: @unchecked Sendable {
         for filter in filters {
             _ = mosquitto_unsubscribe_v5(handle, nil, filter, nil)
         }
+        wake.signal()
     }
 
-    /// Asks the network thread to stop: queues DISCONNECT (so no will is published) and wakes it.
     /// Asks the network thread to stop. It sends DISCONNECT itself (so the broker does not publish the
     /// will): calling `mosquitto_disconnect` from here would let the network
     /// thread read a packet in the disconnected state, which libmosquitto treats as a protocol error
@@ -473,9 +534,11 @@ final class Mosquitto: @unchecked Sendable {
     func requestStop(expireSession: Bool = false) {
         if expireSession { expireSessionOnStop.store(true, ordering: .releasing) }
         wakeup.signal()
-        // Wake the network thread out of select() at once: queuing any packet does that, and an
-        // UNSUBSCRIBE of a filter never subscribed changes nothing on the broker.
+        // Wake the network thread out of poll() at once: queuing any packet does that (libmosquitto
+        // signals its wake-up pair), and an UNSUBSCRIBE of a filter never subscribed changes nothing on
+        // the broker.
         _ = mosquitto_unsubscribe_v5(handle, nil, Mosquitto.wakeFilter, nil)
+        wake.signal()
     }
 
     /// Network thread, once stopping: quiesce, then DISCONNECT (at most a second in all).
@@ -499,7 +562,7 @@ final class Mosquitto: @unchecked Sendable {
         if rc == MOSQ_ERR_SUCCESS.rawValue {
             while mosquitto_socket(handle) != -1, lastUnsubscribeAck.load(ordering: .acquiring) != mid,
                   ContinuousClock.now < deadline {
-                if mosquitto_loop(handle, 50, 1) != MOSQ_ERR_SUCCESS.rawValue { break }
+                if serviceConnection(timeout: 50) != MOSQ_ERR_SUCCESS.rawValue { break }
             }
         }
         var properties: OpaquePointer? = nil
@@ -524,7 +587,7 @@ final class Mosquitto: @unchecked Sendable {
     /// Stops the network thread without DISCONNECT: the broker sees the connection die.
     func abort() {
         aborting.store(true, ordering: .releasing)
-        closeSocketAbruptly()
+        closeSocketAbruptly()  // poll() wakes on the shut-down socket
         wakeup.signal()
     }
 
@@ -545,4 +608,19 @@ enum MosquittoLibrary {
     static func initializeOnce() {
         _ = initialized
     }
+
+    /// OpenSSL's `SSL_pending`, found in the libssl that libmosquitto loaded (nil when it was built
+    /// without TLS). Looked up at run time so that building needs neither OpenSSL's headers nor its
+    /// development library; the search starts at the loaded libmosquitto, whose dependencies include libssl.
+    static let sslPending: (@convention(c) (UnsafeMutableRawPointer) -> Int32)? = {
+        guard let library = dlopen(libraryName, RTLD_LAZY | RTLD_NOLOAD),
+              let symbol = dlsym(library, "SSL_pending") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) (UnsafeMutableRawPointer) -> Int32).self)
+    }()
+
+    #if canImport(Darwin)
+    private static let libraryName = "libmosquitto.1.dylib"
+    #else
+    private static let libraryName = "libmosquitto.so.1"
+    #endif
 }
