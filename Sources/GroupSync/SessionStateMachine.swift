@@ -390,17 +390,25 @@ struct SessionStateMachine {
     /// Who answers `newcomer`: among the active participants other than the newcomer, the one whose
     /// FNV-1a 64 hash of `"<newcomer>/<candidate>"` is largest (rendezvous hashing). Every participant
     /// computes the same answer from the same view; when that one is gone, the next largest answers.
+    /// Every present participant evaluates it for every newcomer: one hash per candidate, no allocation.
     func catchUpResponder(for newcomer: String) -> String? {
-        let candidates = active.map(\.id).filter { $0 != newcomer }
-        return candidates.max { SessionStateMachine.rank(newcomer, $0) < SessionStateMachine.rank(newcomer, $1) }
+        var best: (UInt64, String)?
+        for candidate in active where candidate.id != newcomer {
+            let rank = SessionStateMachine.rank(newcomer, candidate.id)
+            if best.map({ rank > $0 }) ?? true { best = rank }
+        }
+        return best?.1
     }
 
     static func rank(_ newcomer: String, _ candidate: String) -> (UInt64, String) {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in "\(newcomer)/\(candidate)".utf8 {
+        func mix(_ byte: UInt8) {
             hash ^= UInt64(byte)
             hash = hash &* 0x0000_0100_0000_01b3
         }
+        for byte in newcomer.utf8 { mix(byte) }
+        mix(UInt8(ascii: "/"))
+        for byte in candidate.utf8 { mix(byte) }
         return (hash, candidate)
     }
 
