@@ -71,7 +71,14 @@ struct ConnectionStateMachine {
     private var stopWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     private var publishes: [Int32: PublishEntry] = [:]
     private var subacks: [Int32: SubscribeEntry] = [:]
-    private var subscriptions: [UInt64: SubscriptionEntry] = [:]
+    private var subscriptions: [UInt64: SubscriptionEntry] = [:] {
+        didSet { routes = [:] }
+    }
+    /// Which sinks each recently received topic goes to: an application's topics repeat (one per sender
+    /// and kind), so most messages skip matching every filter. Emptied whenever a subscription comes or
+    /// goes, and when it grows past ``maximumRoutes``.
+    private var routes: [String: [MessageSink]] = [:]
+    static let maximumRoutes = 4_096
     /// How many live subscriptions use each filter, and the options it was last subscribed with.
     private var filters: [String: (count: Int, options: TopicSubscription)] = [:]
     private var listeners: [UInt64: AsyncStream<ConnectionEvent>.Continuation] = [:]
@@ -442,14 +449,20 @@ struct ConnectionStateMachine {
     }
 
     /// Which subscription streams receive a message on `topic`.
-    func onMessage(topic: String) -> Effects {
+    mutating func onMessage(topic: String) -> Effects {
         var effects = Effects()
-        var topic = topic
-        topic.withUTF8 { topic in
-            for entry in subscriptions.values where entry.matches(topic) {
+        if let targets = routes[topic] {
+            effects.messageTargets = targets
+            return effects
+        }
+        var bytes = topic
+        bytes.withUTF8 { bytes in
+            for entry in subscriptions.values where entry.matches(bytes) {
                 effects.messageTargets.append(entry.sink)
             }
         }
+        if routes.count >= ConnectionStateMachine.maximumRoutes { routes.removeAll(keepingCapacity: true) }
+        routes[topic] = effects.messageTargets
         return effects
     }
 

@@ -145,5 +145,15 @@ import Testing
         _ = try? machine.onSubscriptionAdded(id: 1, [TopicSubscription("a/+")], sink: .stream(a))
         #expect(machine.onMessage(topic: "a/b").messageTargets.count == 1)
         #expect(machine.onMessage(topic: "b/b").messageTargets.isEmpty)
+        // Routes are remembered per topic, and forgotten when the subscriptions change.
+        #expect(machine.onMessage(topic: "a/b").messageTargets.count == 1)
+        let (_, b) = AsyncStream.makeStream(of: MQTTMessage.self)
+        _ = try? machine.onSubscriptionAdded(id: 2, [TopicSubscription("#")], sink: .stream(b))
+        #expect(machine.onMessage(topic: "a/b").messageTargets.map(\.id).sorted() == [1, 2])
+        #expect(machine.onMessage(topic: "b/b").messageTargets.map(\.id) == [2])
+        _ = machine.onSubscriptionRemoved(id: 1)
+        #expect(machine.onMessage(topic: "a/b").messageTargets.map(\.id) == [2])
+        _ = machine.onSubscriptionRemoved(id: 2)
+        #expect(machine.onMessage(topic: "a/b").messageTargets.isEmpty)
     }
 }
