@@ -131,8 +131,10 @@ public enum Wire {
         return json
     }
 
-    /// Decodes an app value from a ``JSONValue``.
+    /// Decodes an app value from a ``JSONValue``: directly when ``JSONValueDecoder`` can, through its
+    /// JSON text and `JSONDecoder` otherwise (the same result either way).
     public static func value<T: Decodable>(_ type: T.Type, from json: JSONValue) -> T? {
+        if let value = try? JSONValueDecoder.decode(type, from: json) { return value }
         guard let data = try? encoder.encode(json) else { return nil }
         return decode(type, from: data)
     }

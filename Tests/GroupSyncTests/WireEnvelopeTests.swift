@@ -131,3 +131,67 @@ import Testing
         }
     }
 }
+
+/// ``JSONValueDecoder`` either decodes what `JSONDecoder` decodes, or gives up (and `JSONDecoder` decides).
+@Suite struct JSONValueDecoderTests {
+    enum Mood: String, Codable, Equatable { case happy, sad }
+    enum Shape: Codable, Equatable { case circle(radius: Int), square(side: Int, label: String?), none }
+    struct Inner: Codable, Equatable { var id: UInt8; var tags: Set<String>; var scores: [Int: Int] }
+    struct Everything: Codable, Equatable {
+        var flag: Bool
+        var small: Int16
+        var big: Int64
+        var unsigned: UInt32
+        var double: Double
+        var float: Float
+        var text: String
+        var optional: String?
+        var missing: Int?
+        var mood: Mood
+        var shapes: [Shape]
+        var inner: Inner
+        var nested: [[String: [Int]]]
+        var blob: Data
+        var date: Date
+    }
+
+    static let samples = [
+        Everything(flag: true, small: -3, big: .min, unsigned: 4_000_000_000, double: 2, float: -8, text: "tab\t\"q\" é 🎉",
+                   optional: nil, missing: nil, mood: .sad, shapes: [.circle(radius: 2), .square(side: 3, label: nil), .none],
+                   inner: Inner(id: 255, tags: ["a", "b"], scores: [1: 2, -5: 7]), nested: [["x": [1, 2]], [:]],
+                   blob: Data([0, 1, 254, 255]), date: Date(timeIntervalSinceReferenceDate: 1_000)),
+        Everything(flag: false, small: .max, big: 0, unsigned: 0, double: 0.1, float: 1.5, text: "", optional: "here", missing: nil,
+                   mood: .happy, shapes: [], inner: Inner(id: 0, tags: [], scores: [:]), nested: [], blob: Data(),
+                   date: Date(timeIntervalSinceReferenceDate: 0.25)),
+    ]
+
+    @Test func decodesWhatJSONDecoderDecodes() throws {
+        for sample in JSONValueDecoderTests.samples {
+            let data = try Wire.encode(sample)
+            #expect(JSONValueDecoder.decode(Everything.self, from: data) == sample)
+            #expect(JSONValueDecoder.decode(Everything.self, from: data) == Wire.decode(Everything.self, from: data))
+        }
+        // The fast path itself (no fractions in the first sample's numbers… except what JSONDecoder reads).
+        let fast = try JSONValueDecoder.decode(Inner.self, from: #require(JSONValue.parseFast(Data(#"{"id":7,"tags":["x"],"scores":{"3":4}}"#.utf8))))
+        #expect(fast == Inner(id: 7, tags: ["x"], scores: [3: 4]))
+    }
+
+    @Test func givesUpWhereJSONDecoderDiffers() throws {
+        let cases: [(String, any Decodable.Type)] = [
+            (#"{"id":256,"tags":[],"scores":{}}"#, Inner.self),  // out of range
+            (#"{"id":true,"tags":[],"scores":{}}"#, Inner.self),  // wrong kind
+            (#""https://example.com/a b""#, URL.self),
+            (#"3"#, Decimal.self),
+            (#"9007199254740993"#, Double.self),  // not exactly representable: JSONDecoder rounds
+            (#""not base64!""#, Data.self),
+        ]
+        for (text, type) in cases {
+            let json = try #require(JSONValue.parseFast(Data(text.utf8)), "\(text)")
+            #expect(throws: (any Error).self, "\(text)") { _ = try JSONValueDecoder.decode(type, from: json) }
+        }
+        // …and the combined entry point still answers as JSONDecoder does.
+        #expect(JSONValueDecoder.decode(URL.self, from: Data(#""https://example.com/x""#.utf8)) == URL(string: "https://example.com/x"))
+        #expect(JSONValueDecoder.decode(Double.self, from: Data("9007199254740993".utf8)) == Wire.decode(Double.self, from: Data("9007199254740993".utf8)))
+        #expect(JSONValueDecoder.decode(Inner.self, from: Data(#"{"id":256,"tags":[],"scores":{}}"#.utf8)) == nil)
+    }
+}
