@@ -12,33 +12,15 @@ import Foundation
 extension JSONValue {
     static func parseFast(_ data: Data) -> JSONValue? {
         data.withUnsafeBytes { bytes in
-            var parser = FastJSONParser(bytes: bytes)
-            guard let value = parser.parseValue(depth: 0) else { return nil }
-            parser.skipWhitespace()
-            return parser.isAtEnd ? value : nil
+            var reader = JSONByteReader(bytes: bytes)
+            guard let value = reader.parseValue(depth: 0) else { return nil }
+            reader.skipWhitespace()
+            return reader.isAtEnd ? value : nil
         }
     }
 }
 
-private struct FastJSONParser {
-    let bytes: UnsafeRawBufferPointer
-    var i = 0
-
-    init(bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
-
-    var isAtEnd: Bool { i == bytes.count }
-    private var current: UInt8? { i < bytes.count ? bytes[i] : nil }
-
-    mutating func skipWhitespace() {
-        while let byte = current, byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { i += 1 }
-    }
-
-    private mutating func take(_ byte: UInt8) -> Bool {
-        guard current == byte else { return false }
-        i += 1
-        return true
-    }
-
+extension JSONByteReader {
     mutating func parseValue(depth: Int) -> JSONValue? {
         skipWhitespace()
         guard let byte = current else { return nil }
@@ -79,37 +61,10 @@ private struct FastJSONParser {
         case UInt8(ascii: "n"):
             return matchLiteral("null") ? .null : nil
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            return parseInteger().map(JSONValue.int)
+            return readInteger().map(JSONValue.int)
         default:
             return nil
         }
-    }
-
-    private mutating func matchLiteral(_ literal: StaticString) -> Bool {
-        let count = literal.utf8CodeUnitCount
-        guard bytes.count - i >= count else { return false }
-        for k in 0..<count where bytes[i + k] != literal.utf8Start[k] { return false }
-        i += count
-        return true
-    }
-
-    /// An integer without fraction or exponent that fits in 64 bits (not `-0`, no leading zeros).
-    private mutating func parseInteger() -> Int64? {
-        let negative = take(UInt8(ascii: "-"))
-        let start = i
-        var value: Int64 = 0
-        while let byte = current, byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") {
-            let digit = Int64(byte - UInt8(ascii: "0"))
-            let (times10, overflow1) = value.multipliedReportingOverflow(by: 10)
-            let (sum, overflow2) = negative ? times10.subtractingReportingOverflow(digit) : times10.addingReportingOverflow(digit)
-            guard !overflow1, !overflow2 else { return nil }
-            value = sum
-            i += 1
-        }
-        let digits = i - start
-        guard digits > 0, !(digits > 1 && bytes[start] == UInt8(ascii: "0")), !(negative && value == 0) else { return nil }
-        if let byte = current, byte == UInt8(ascii: ".") || byte == UInt8(ascii: "e") || byte == UInt8(ascii: "E") { return nil }
-        return value
     }
 
     /// A string literal, escapes decoded; nil for invalid UTF-8, raw control characters or bad escapes.

@@ -89,8 +89,8 @@ extension Wire {
     static func scanEnvelope(_ payload: Data) -> ScannedEnvelope? {
         guard payload.count <= maximumPayload else { return nil }
         let scanned = payload.withUnsafeBytes { bytes -> (EnvelopeHeader, Range<Int>)? in
-            var scanner = EnvelopeScanner(bytes: bytes)
-            return scanner.scan()
+            var reader = JSONByteReader(bytes: bytes)
+            return reader.scanEnvelope()
         }
         if let (header, body) = scanned {
             guard header.v == version else { return nil }
@@ -100,16 +100,11 @@ extension Wire {
     }
 }
 
-/// A forward-only reader of one JSON object's top-level keys (see ``Wire/scanEnvelope(_:)``).
-struct EnvelopeScanner {
-    let bytes: UnsafeRawBufferPointer
-    var i = 0
-
-    init(bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
-
+/// Reading one JSON object's top-level keys (see ``Wire/scanEnvelope(_:)``).
+extension JSONByteReader {
     /// The header and the body's byte range; nil when the payload is outside the fast path (which
     /// includes everything malformed): then `JSONDecoder` decides.
-    mutating func scan() -> (Wire.EnvelopeHeader, body: Range<Int>)? {
+    mutating func scanEnvelope() -> (Wire.EnvelopeHeader, body: Range<Int>)? {
         var v: Int64?, epoch: Int64?, seq: Int64?, reliable: Bool?, type: String?, body: Range<Int>?
         skipWhitespace()
         guard take(UInt8(ascii: "{")) else { return nil }
@@ -155,18 +150,6 @@ struct EnvelopeScanner {
         return (Wire.EnvelopeHeader(v: version, type: type, epoch: epoch, seq: seq, reliable: reliable), body)
     }
 
-    private var current: UInt8? { i < bytes.count ? bytes[i] : nil }
-
-    private mutating func take(_ byte: UInt8) -> Bool {
-        guard current == byte else { return false }
-        i += 1
-        return true
-    }
-
-    private mutating func skipWhitespace() {
-        while let byte = current, byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { i += 1 }
-    }
-
     /// An ASCII string without escapes; nil (leaving the position undefined) for anything else.
     private mutating func readPlainString() -> String? {
         guard take(UInt8(ascii: "\"")) else { return nil }
@@ -180,39 +163,6 @@ struct EnvelopeScanner {
             i += 1
         }
         return nil
-    }
-
-    /// An integer without fraction or exponent that fits in 64 bits; nil otherwise.
-    private mutating func readInteger() -> Int64? {
-        let negative = take(UInt8(ascii: "-"))
-        let start = i
-        var value: Int64 = 0
-        while let byte = current, byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") {
-            let digit = Int64(byte - UInt8(ascii: "0"))
-            let (times10, overflow1) = value.multipliedReportingOverflow(by: 10)
-            let (sum, overflow2) = negative ? times10.subtractingReportingOverflow(digit) : times10.addingReportingOverflow(digit)
-            guard !overflow1, !overflow2 else { return nil }
-            value = sum
-            i += 1
-        }
-        let digits = i - start
-        guard digits > 0, !(digits > 1 && bytes[start] == UInt8(ascii: "0")) else { return nil }
-        if let byte = current, byte == UInt8(ascii: ".") || byte == UInt8(ascii: "e") || byte == UInt8(ascii: "E") { return nil }
-        return value
-    }
-
-    private mutating func readBool() -> Bool? {
-        if matchLiteral("true") { return true }
-        if matchLiteral("false") { return false }
-        return nil
-    }
-
-    private mutating func matchLiteral(_ literal: StaticString) -> Bool {
-        let count = literal.utf8CodeUnitCount
-        guard bytes.count - i >= count else { return false }
-        for k in 0..<count where bytes[i + k] != literal.utf8Start[k] { return false }
-        i += count
-        return true
     }
 
     /// Skips one JSON value, checking its structure (brackets, keys, strings, literals) but numbers only
