@@ -18,14 +18,14 @@ enum GroupSyncBench {
             return 0
         }
         if let kind = options.memoryChild, let url = options.broker {
-            SystemInfo.raiseFileLimit(to: 4 * options.memoryChildCount + 256)
+            FileLimit.raise(to: 4 * options.memoryChildCount + 256)
             return await MemoryBenchmark.child(kind: kind, count: options.memoryChildCount, url: url, cleanExit: options.cleanExit)
         }
 
         // Each coordinator holds a socket and libmosquitto's wake-up socket pair: 3 descriptors, in this
         // process and in the memory child; mosquitto (a child of this process) inherits the limit.
         let participants = max(options.memoryParticipants, options.fanoutParticipants + options.lateJoinSamples)
-        let fileLimit = SystemInfo.raiseFileLimit(to: 4 * participants + 1_024)
+        let fileLimit = FileLimit.raise(to: 4 * participants + 1_024)
 
         var broker: MosquittoBroker?
         let url: String

@@ -11,25 +11,6 @@ enum SystemInfo {
         return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
     }
 
-    /// Raises the soft RLIMIT_NOFILE to at least `needed` (up to the hard limit). Child processes —
-    /// mosquitto among them — inherit it. Returns the soft limit in force afterwards.
-    @discardableResult
-    static func raiseFileLimit(to needed: Int) -> Int {
-        var limit = rlimit()
-        #if os(Linux)
-        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
-        #else
-        let resource = RLIMIT_NOFILE
-        #endif
-        guard getrlimit(resource, &limit) == 0 else { return -1 }
-        if limit.rlim_cur < rlim_t(needed) {
-            limit.rlim_cur = min(rlim_t(needed), limit.rlim_max)
-            _ = setrlimit(resource, &limit)
-            _ = getrlimit(resource, &limit)
-        }
-        return Int(limit.rlim_cur)
-    }
-
     static var cpuModel: String {
         guard let text = try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8) else { return "unknown" }
         for line in text.split(separator: "\n") where line.hasPrefix("model name") {

@@ -220,14 +220,7 @@ import Testing
     }
 
     @Test func tlsWithGeneratedCertificatesAndWrongCA() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("gs-pki-\(UUID())").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let pki = try TestPKI.generate(in: directory)
-        var config = MosquittoBroker.Configuration()
-        config.tls = .init(pki, requireClientCertificate: true)
-        try await MosquittoBroker.withBroker(config) { broker in
-            let tls = MQTTClient.TLS(caFile: pki.caCert, certificateFile: pki.clientCert, keyFile: pki.clientKey)
+        try await withTLSBroker { broker, tls, pki in
             let url = "mqtts://127.0.0.1:\(broker.port)"
             let client = try MQTTClient(configuration: .init(url: url, tls: tls))
             try await client.connect()

@@ -63,14 +63,7 @@ import Testing
     /// arrive, without a stall until the next keepalive exchange (5 s).
     @Test(arguments: wakeSources)
     func tlsBurstArrivesWhole(wake: WakeChannel.Source) async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("gs-pki-\(UUID())").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let pki = try TestPKI.generate(in: directory)
-        var config = MosquittoBroker.Configuration()
-        config.tls = .init(pki, requireClientCertificate: true)
-        try await MosquittoBroker.withBroker(config) { broker in
-            let tls = MQTTClient.TLS(caFile: pki.caCert, certificateFile: pki.clientCert, keyFile: pki.clientKey)
+        try await withTLSBroker { broker, tls, _ in
             let client = try MQTTClient(
                 configuration: .init(url: "mqtts://127.0.0.1:\(broker.port)", tls: tls), wakeSource: wake)
             try await client.connect()
@@ -114,46 +107,44 @@ import Testing
     /// anything else, so without the loop's `SSL_pending` check those messages would never arrive.
     @Test(arguments: wakeSources)
     func packetsBufferedInsideOpenSSLAreRead(wake: WakeChannel.Source) async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("gs-pki-\(UUID())").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let pki = try TestPKI.generate(in: directory)
-        let port = try FreePort.loopback()
-        let server = Process()
-        server.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        server.arguments = ["openssl", "s_server", "-4", "-accept", "127.0.0.1:\(port)", "-naccept", "1",
-                            "-cert", pki.serverCert, "-key", pki.serverKey]
-        let input = Pipe(), output = Pipe()
-        server.standardInput = input
-        server.standardOutput = output
-        server.standardError = FileHandle.nullDevice
-        try server.run()
-        defer { server.terminate() }
-        let banner = Collector(AsyncStream<String> { continuation in
-            output.fileHandleForReading.readabilityHandler = { handle in
-                let data = handle.availableData
-                if data.isEmpty { handle.readabilityHandler = nil; continuation.finish(); return }
-                continuation.yield(String(decoding: data, as: UTF8.self))
+        try await withTestPKI { pki in
+            let port = try FreePort.loopback()
+            let server = Process()
+            server.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            server.arguments = ["openssl", "s_server", "-4", "-accept", "127.0.0.1:\(port)", "-naccept", "1",
+                                "-cert", pki.serverCert, "-key", pki.serverKey]
+            let input = Pipe(), output = Pipe()
+            server.standardInput = input
+            server.standardOutput = output
+            server.standardError = FileHandle.nullDevice
+            try server.run()
+            defer { server.terminate() }
+            let banner = Collector(AsyncStream<String> { continuation in
+                output.fileHandleForReading.readabilityHandler = { handle in
+                    let data = handle.availableData
+                    if data.isEmpty { handle.readabilityHandler = nil; continuation.finish(); return }
+                    continuation.yield(String(decoding: data, as: UTF8.self))
+                }
+            })
+            try await waitUntil("s_server listens") { banner.elements.joined().contains("ACCEPT") }
+            // Written before the client connects, read by s_server in one go once it has: one TLS record.
+            let count = 400
+            var script: [UInt8] = [0x20, 0x03, 0x00, 0x00, 0x00]  // CONNACK, MQTT 5, success, no properties
+            for i in 1...count {
+                let payload = Array("m\(i)".utf8)
+                let body: [UInt8] = [0x00, 0x01, UInt8(ascii: "t"), UInt8(i >> 8), UInt8(i & 0xFF), 0x00] + payload
+                script += [0x32, UInt8(body.count)] + body  // PUBLISH, QoS 1, topic "t", packet ID i
             }
-        })
-        try await waitUntil("s_server listens") { banner.elements.joined().contains("ACCEPT") }
-        // Written before the client connects, read by s_server in one go once it has: one TLS record.
-        let count = 400
-        var script: [UInt8] = [0x20, 0x03, 0x00, 0x00, 0x00]  // CONNACK, MQTT 5, success, no properties
-        for i in 1...count {
-            let payload = Array("m\(i)".utf8)
-            let body: [UInt8] = [0x00, 0x01, UInt8(ascii: "t"), UInt8(i >> 8), UInt8(i & 0xFF), 0x00] + payload
-            script += [0x32, UInt8(body.count)] + body  // PUBLISH, QoS 1, topic "t", packet ID i
+            input.fileHandleForWriting.write(Data(script))
+            let client = try MQTTClient(
+                configuration: .init(url: "mqtts://127.0.0.1:\(port)", tls: .init(caFile: pki.caCert)), wakeSource: wake)
+            // Subscribed before connecting: the filter is live when the PUBLISH right behind CONNACK arrive.
+            let messages = Collector(try await client.subscribe(to: [TopicSubscription("t", qos: .atLeastOnce)]))
+            try await client.connect()
+            try await messages.waitForCount(count, timeout: timeBound(.seconds(3)))
+            #expect(messages.elements.map { $0.string } == (1...count).map { "m\($0)" })
+            await client.abort()  // s_server answers nothing, so not even the polite disconnect's UNSUBSCRIBE
         }
-        input.fileHandleForWriting.write(Data(script))
-        let client = try MQTTClient(
-            configuration: .init(url: "mqtts://127.0.0.1:\(port)", tls: .init(caFile: pki.caCert)), wakeSource: wake)
-        // Subscribed before connecting: the filter is live when the PUBLISH right behind CONNACK arrive.
-        let messages = Collector(try await client.subscribe(to: [TopicSubscription("t", qos: .atLeastOnce)]))
-        try await client.connect()
-        try await messages.waitForCount(count, timeout: timeBound(.seconds(3)))
-        #expect(messages.elements.map { $0.string } == (1...count).map { "m\($0)" })
-        await client.abort()  // s_server answers nothing, so not even the polite disconnect's UNSUBSCRIBE
     }
 
     /// `mosquitto_loop`'s select() failed at once for a descriptor ≥ 1024 (FD_SETSIZE), which capped a
@@ -182,7 +173,7 @@ import Testing
 private func connectedClientAboveDescriptor(
     _ floor: Int32, _ broker: MosquittoBroker
 ) async throws -> (MQTTClient, [Int32]) {
-    raiseFileLimit(to: Int(floor) + 1024)
+    FileLimit.raise(to: Int(floor) + 1024)
     var fillers: [Int32] = []
     for _ in 0..<10 {
         fillers += try occupyFreeDescriptors(below: floor + 16)
@@ -214,14 +205,3 @@ private func occupyFreeDescriptors(below floor: Int32) throws -> [Int32] {
     throw MQTTError.library(code: Int(errno), message: "out of descriptors below \(floor)")
 }
 
-private func raiseFileLimit(to needed: Int) {
-    var limit = rlimit()
-    #if os(Linux)
-    let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
-    #else
-    let resource = RLIMIT_NOFILE
-    #endif
-    guard getrlimit(resource, &limit) == 0, limit.rlim_cur < rlim_t(needed) else { return }
-    limit.rlim_cur = min(rlim_t(needed), limit.rlim_max)
-    _ = setrlimit(resource, &limit)
-}

@@ -30,3 +30,24 @@ func unreadBytes(_ descriptor: Int32) -> Int32 {
     _ = ioctl(descriptor, UInt(FIONREAD), &count)
     return count
 }
+
+/// A fresh test CA and certificates, in a temporary folder removed afterwards.
+func withTestPKI(_ body: (TestPKI.Files) async throws -> Void) async throws {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("gs-pki-\(UUID())").path
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    try await body(try TestPKI.generate(in: directory))
+}
+
+/// A mosquitto speaking TLS with a fresh test CA and requiring a client certificate, the TLS settings of
+/// a client it accepts, and the PKI's files.
+func withTLSBroker(_ body: (MosquittoBroker, MQTTClient.TLS, TestPKI.Files) async throws -> Void) async throws {
+    try await withTestPKI { pki in
+        var config = MosquittoBroker.Configuration()
+        config.tls = .init(pki, requireClientCertificate: true)
+        try await MosquittoBroker.withBroker(config) { broker in
+            let tls = MQTTClient.TLS(caFile: pki.caCert, certificateFile: pki.clientCert, keyFile: pki.clientKey)
+            try await body(broker, tls, pki)
+        }
+    }
+}
