@@ -42,6 +42,19 @@ struct BenchResults: Sendable {
         var others: Double
         /// Joins after which `SharedState.value` did not hold the current value yet.
         var staleAtReturn: Int
+        /// The raw libmosquitto floor, measured in the same run, joins alternating (``RawLateJoin``).
+        var rawP50: Double
+        var rawP99: Double
+        /// The raw newcomer's own member record back (before the catch-up, or after it).
+        var rawEchoP50: Double
+        /// Retained messages the raw newcomer got (should equal ``retainedReplay``).
+        var rawRetainedReplay: Double
+        /// Sizes of the GroupSync newcomer's member record and of its `$catchup` (of the last join),
+        /// which the raw side copies.
+        var memberBytes: Int
+        var catchUpBytes: Int
+        /// Why the raw figures are missing (nil when measured).
+        var rawFailure: String?
         var total: Double { retainedReplay + newcomerLive + others }
     }
 

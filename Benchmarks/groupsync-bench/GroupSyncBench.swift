@@ -121,6 +121,7 @@ enum GroupSyncBench {
                         }
                         return try await LateJoinBenchmark.run(cluster: cluster, samples: options.lateJoinSamples, expected: current)
                     }
+                    if let failure = results.lateJoin?.rawFailure { failures.append("late join (raw libmosquitto): \(failure)") }
                 }
                 await cluster.close()
             }

@@ -6,14 +6,16 @@ import Synchronization
 /// One MQTT connection driven directly through libmosquitto's C API — the baseline GroupSync is compared
 /// with. No Swift layer of the project is involved: `mosquitto_new`, `MOSQ_OPT_TCP_NODELAY`,
 /// `mosquitto_loop_start` (libmosquitto's own network thread), `mosquitto_publish`, and C callbacks that
-/// hand a message over to the application thread with a semaphore (or just count it).
+/// hand a message over to the application thread with a semaphore (or just count it), optionally after
+/// an ``onMessage`` hook that sees the message on libmosquitto's network thread (late join's responder
+/// and newcomer).
 ///
 /// `@unchecked Sendable` is sound because: `handle` is a `let` set in `init` and destroyed only in
 /// `deinit`, after `close()` joined libmosquitto's network thread (`mosquitto_loop_stop`), so no callback
 /// runs any more and nothing else can reference `self`; libmosquitto, once `mosquitto_loop_start` runs its
 /// thread, is safe for `mosquitto_publish`/`mosquitto_subscribe`/`mosquitto_disconnect` from any thread;
 /// every mutable Swift state is an `Atomic` or a `DispatchSemaphore`, both thread-safe; the remaining
-/// properties are immutable.
+/// properties are immutable (``onMessage`` is a `@Sendable` closure).
 final class RawMosquittoClient: @unchecked Sendable {
     enum Failure: Error, CustomStringConvertible {
         case library(String, Int32)
@@ -44,13 +46,19 @@ final class RawMosquittoClient: @unchecked Sendable {
     let windowSize: Int
     /// Whether the message callback signals `inbox` (ping-pong) or only counts (throughput).
     let handsOver: Bool
+    /// Runs in the message callback, on libmosquitto's network thread, with the arrival time, before the
+    /// message is counted. It must not block (the network thread reads nothing meanwhile); it may
+    /// publish (libmosquitto queues it and writes it once the callback returns).
+    typealias MessageHook = @Sendable (RawMosquittoClient, UnsafePointer<mosquitto_message>, _ arrival: UInt64) -> Void
+    let onMessage: MessageHook?
 
-    init(clientID: String, windowSize: Int = 1, handsOver: Bool) throws {
+    init(clientID: String, windowSize: Int = 1, handsOver: Bool, onMessage: MessageHook? = nil) throws {
         guard let handle = mosquitto_new(clientID, true, nil) else { throw Failure.library("mosquitto_new", MOSQ_ERR_NOMEM.rawValue) }
         self.handle = handle
         self.windowSize = windowSize
         self.window = DispatchSemaphore(value: windowSize)
         self.handsOver = handsOver
+        self.onMessage = onMessage
         mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
         try check("MOSQ_OPT_PROTOCOL_VERSION", mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, Int32(MQTT_PROTOCOL_V5)))
         try check("MOSQ_OPT_TCP_NODELAY", mosquitto_int_option(handle, MOSQ_OPT_TCP_NODELAY, 1))
@@ -67,6 +75,7 @@ final class RawMosquittoClient: @unchecked Sendable {
             guard let message else { return }
             let client = RawMosquittoClient.from(context)
             let now = MonotonicClock.nanoseconds()
+            client.onMessage?(client, message, now)
             if message.pointee.payloadlen >= 8, let payload = message.pointee.payload {
                 client.lastSequence.store(Int(Int64(littleEndian: payload.loadUnaligned(as: Int64.self))), ordering: .relaxed)
             }
@@ -99,6 +108,19 @@ final class RawMosquittoClient: @unchecked Sendable {
     func subscribe(_ filter: String, qos: Int32) throws {
         try check("mosquitto_subscribe", mosquitto_subscribe(handle, nil, filter, qos))
         guard subscribed.wait(timeout: .now() + 5) == .success else { throw Failure.timeout("SUBACK") }
+    }
+
+    /// Hands one SUBSCRIBE for `filters` (one QoS, one set of MQTT 5 subscription options, e.g.
+    /// `MQTT_SUB_OPT_NO_LOCAL`) to libmosquitto, and does not wait for the SUBACK.
+    func subscribeWithoutWaiting(_ filters: [String], qos: Int32, options: Int32 = 0) throws {
+        var strings = filters.map { strdup($0) }
+        defer { strings.forEach { free($0) } }
+        let rc = strings.withUnsafeMutableBufferPointer { buffer in
+            buffer.withMemoryRebound(to: UnsafeMutablePointer<CChar>?.self) { pointers in
+                mosquitto_subscribe_multiple(handle, nil, Int32(pointers.count), pointers.baseAddress, qos, options, nil)
+            }
+        }
+        try check("mosquitto_subscribe_multiple", rc)
     }
 
     /// Hands a PUBLISH to libmosquitto (its thread writes it). Does not wait.

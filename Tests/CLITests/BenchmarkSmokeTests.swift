@@ -11,7 +11,7 @@ import Testing
         "throughput.qos0.msgs_per_s", "throughput.qos0.raw_msgs_per_s",
         "throughput.qos1.msgs_per_s", "throughput.qos1.raw_msgs_per_s",
         "fanout.p50_ms", "fanout.p99_ms",
-        "late_join.p50_ms", "late_join.messages_per_join",
+        "late_join.p50_ms", "late_join.messages_per_join", "late_join.raw_p50_ms", "late_join.raw_p99_ms",
         "convergence.ms", "convergence.max_changes", "convergence.raw_ms", "convergence.raw_p99_ms",
         "crash_detection_s",
         "memory.participants_1000_mb", "memory.sessions_1000_mb",
