@@ -76,9 +76,10 @@ struct ConnectionStateMachine {
     }
     /// Which sinks each recently received topic goes to: an application's topics repeat (one per sender
     /// and kind), so most messages skip matching every filter. Emptied whenever a subscription comes or
-    /// goes, and when it grows past ``maximumRoutes``.
+    /// goes, and when it grows past ``maximumRoutes`` (small: a process holding 1,000 participants of one
+    /// session has 1,000 of these tables, and a cap of 4,096 cost it 200 MiB).
     private var routes: [String: [MessageSink]] = [:]
-    static let maximumRoutes = 4_096
+    static let maximumRoutes = 128
     /// How many live subscriptions use each filter, and the options it was last subscribed with.
     private var filters: [String: (count: Int, options: TopicSubscription)] = [:]
     private var listeners: [UInt64: AsyncStream<ConnectionEvent>.Continuation] = [:]
