@@ -10,11 +10,14 @@ final class SessionCore: Sendable {
     let coordinator: GroupCoordinator
     let machine: LockedValue<SessionStateMachine>
     private let subscription = LockedValue<MessageHandlerSubscription?>(nil)
+    /// Where our messages to everyone go (built once: every send used to build it).
+    private let broadcastTopic: String
 
     init(coordinator: GroupCoordinator, announcement: Wire.Announcement, presence: [String: Int64]) {
         self.id = announcement.session
         self.activityType = announcement.activity.type
         self.coordinator = coordinator
+        self.broadcastTopic = coordinator.topics.broadcast(announcement.session, from: coordinator.localParticipant.id)
         self.machine = LockedValue(SessionStateMachine(
             sessionID: announcement.session, me: coordinator.localParticipant.id, myEpoch: coordinator.epoch,
             announcement: announcement, presence: presence))
@@ -343,7 +346,7 @@ final class SessionCore: Sendable {
             let payload = Wire.encodeEnvelope(type: type, epoch: coordinator.epoch, seq: seq, reliable: reliable, encodedBody: body)
             guard payload.count <= limit else { throw .messageTooLarge(size: payload.count, limit: limit) }
             return try targets.map { target throws(GroupSyncError) in
-                let topic = target.map { topics.direct(id, to: $0, from: me) } ?? topics.broadcast(id, from: me)
+                let topic = target.map { topics.direct(id, to: $0, from: me) } ?? broadcastTopic
                 do throws(MQTTError) {
                     return try coordinator.client.enqueuePublish(
                         to: topic, payload: payload, qos: reliable ? .atLeastOnce : .atMostOnce)

@@ -112,32 +112,32 @@ extension JSONByteReader {
         if !take(UInt8(ascii: "}")) {
             repeat {
                 skipWhitespace()
-                guard let key = readPlainString() else { return nil }
+                guard let key = readPlainStringBytes() else { return nil }
                 skipWhitespace()
                 guard take(UInt8(ascii: ":")) else { return nil }
                 skipWhitespace()
-                switch key {
-                case "v":
+                switch EnvelopeKey(key) {
+                case .v:
                     guard v == nil, let value = readInteger() else { return nil }
                     v = value
-                case "epoch":
+                case .epoch:
                     guard epoch == nil, let value = readInteger() else { return nil }
                     epoch = value
-                case "seq":
+                case .seq:
                     guard seq == nil, let value = readInteger() else { return nil }
                     seq = value
-                case "reliable":
+                case .reliable:
                     guard reliable == nil, let value = readBool() else { return nil }
                     reliable = value
-                case "type":
-                    guard type == nil, let value = readPlainString() else { return nil }
-                    type = value
-                case "body":
+                case .type:
+                    guard type == nil, let value = readPlainStringBytes() else { return nil }
+                    type = String(decoding: value, as: UTF8.self)
+                case .body:
                     guard body == nil else { return nil }
                     let start = i
                     guard skipValue() else { return nil }
                     body = start..<i
-                default:
+                case .other:
                     guard skipValue() else { return nil }
                 }
                 skipWhitespace()
@@ -150,19 +150,39 @@ extension JSONByteReader {
         return (Wire.EnvelopeHeader(v: version, type: type, epoch: epoch, seq: seq, reliable: reliable), body)
     }
 
-    /// An ASCII string without escapes; nil (leaving the position undefined) for anything else.
-    private mutating func readPlainString() -> String? {
+    /// The bytes of an ASCII string without escapes; nil (leaving the position undefined) for anything else.
+    private mutating func readPlainStringBytes() -> UnsafeRawBufferPointer? {
         guard take(UInt8(ascii: "\"")) else { return nil }
         let start = i
         while let byte = current {
             if byte == UInt8(ascii: "\"") {
                 defer { i += 1 }
-                return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<i]), as: UTF8.self)
+                return UnsafeRawBufferPointer(rebasing: bytes[start..<i])
             }
             if byte == UInt8(ascii: "\\") || byte < 0x20 || byte >= 0x80 { return nil }
             i += 1
         }
         return nil
+    }
+
+    /// The envelope's keys, recognised from their bytes (no `String` per key).
+    private enum EnvelopeKey {
+        case v, epoch, seq, reliable, type, body, other
+
+        init(_ key: UnsafeRawBufferPointer) {
+            func `is`(_ literal: StaticString) -> Bool {
+                key.count == literal.utf8CodeUnitCount && key.elementsEqual(UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
+            }
+            switch key.count {
+            case 1 where `is`("v"): self = .v
+            case 3 where `is`("seq"): self = .seq
+            case 4 where `is`("type"): self = .type
+            case 4 where `is`("body"): self = .body
+            case 5 where `is`("epoch"): self = .epoch
+            case 8 where `is`("reliable"): self = .reliable
+            default: self = .other
+            }
+        }
     }
 
     /// Skips one JSON value, checking its structure (brackets, keys, strings, literals) but numbers only
