@@ -258,7 +258,7 @@ final class SessionCore: Sendable {
         }
         switch envelope.header.type {
         case "$catchup":
-            guard let envelope = Wire.decodeVersioned(Wire.Envelope<Wire.CatchUp>.self, from: payload) else {
+            guard let envelope = Wire.decodeVersionedFast(Wire.Envelope<Wire.CatchUp>.self, from: payload) else {
                 reject()
                 return .init()
             }

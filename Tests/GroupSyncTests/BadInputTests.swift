@@ -97,7 +97,9 @@ import Testing
                 any = true
                 // The fast header reader agrees with JSONDecoder on everything JSONDecoder accepts.
                 #expect(scanned?.header == header)
-                _ = Wire.decodeVersioned(Wire.Envelope<Wire.CatchUp>.self, from: input)
+                let catchUp = Wire.decodeVersioned(Wire.Envelope<Wire.CatchUp>.self, from: input)
+                let fastCatchUp = Wire.decodeVersionedFast(Wire.Envelope<Wire.CatchUp>.self, from: input)
+                #expect(fastCatchUp?.body == catchUp?.body && fastCatchUp?.seq == catchUp?.seq && fastCatchUp?.type == catchUp?.type)
                 let whole = Wire.decodeVersioned(Wire.Envelope<JSONValue>.self, from: input)
                 if let whole, let body = scanned?.body {
                     #expect(Wire.decode(JSONValue.self, from: input[body]) == whole.body)

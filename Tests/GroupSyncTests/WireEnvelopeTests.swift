@@ -132,6 +132,19 @@ import Testing
     }
 }
 
+extension WireEnvelopeTests {
+    @Test func aCatchUpDecodesTheSameThroughTheFastPath() throws {
+        let catchUp = Wire.CatchUp(
+            states: (0..<20).map { Wire.StateRecord(key: "k\($0)", value: .object(["i": .int(Int64($0)), "s": .string("é\"\($0)")]),
+                                                   clock: HLCTimestamp(time: 1_796_214_382_000 + Int64($0), counter: 1, participant: "p\($0)")) },
+            members: (0..<100).map { Wire.Member(participant: "p\($0)", epoch: 1_796_214_382_000 + Int64($0)) })
+        let payload = try Wire.encodeEnvelope(type: "$catchup", epoch: 7, seq: 3, reliable: true, body: catchUp)
+        #expect(JSONValue.parseFast(payload) != nil, "the fast path takes it")
+        let fast = try #require(Wire.decodeVersionedFast(Wire.Envelope<Wire.CatchUp>.self, from: payload))
+        #expect(fast.body == catchUp && fast.seq == 3 && fast.epoch == 7 && fast.type == "$catchup")
+    }
+}
+
 /// ``JSONValueDecoder`` either decodes what `JSONDecoder` decodes, or gives up (and `JSONDecoder` decides).
 @Suite struct JSONValueDecoderTests {
     enum Mood: String, Codable, Equatable { case happy, sad }
