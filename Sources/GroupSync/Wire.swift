@@ -126,8 +126,8 @@ public enum Wire {
 
     /// Encodes any Codable app value as a ``JSONValue``.
     public static func jsonValue(_ value: some Encodable) throws(GroupSyncError) -> JSONValue {
-        let data = try encode(value)
-        guard let json = decode(JSONValue.self, from: data) else { throw .encodingFailed("not JSON") }
+        let data = try JSONBytesEncoder.encode(value)
+        guard let json = JSONValue.parseFast(data) ?? decode(JSONValue.self, from: data) else { throw .encodingFailed("not JSON") }
         return json
     }
 

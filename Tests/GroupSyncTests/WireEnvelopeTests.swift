@@ -208,3 +208,70 @@ extension WireEnvelopeTests {
         #expect(JSONValueDecoder.decode(Inner.self, from: Data(#"{"id":256,"tags":[],"scores":{}}"#.utf8)) == nil)
     }
 }
+
+/// ``JSONBytesEncoder`` writes exactly what `JSONEncoder` (sorted keys) writes, or gives up.
+@Suite struct JSONBytesEncoderTests {
+    struct NoFloats: Codable, Equatable {
+        var flag: Bool
+        var small: Int8
+        var big: Int64
+        var unsigned: UInt64
+        var text: String
+        var optional: String?
+        var missing: Int?
+        var mood: JSONValueDecoderTests.Mood
+        var shapes: [JSONValueDecoderTests.Shape]
+        var inner: JSONValueDecoderTests.Inner
+        var nested: [[String: [Int]]]
+        var blob: Data
+        var camelCaseKey: [String: Bool]
+    }
+
+    static let samples = [
+        NoFloats(flag: true, small: -128, big: .min, unsigned: .max, text: "tab\t\"q\" \\ / é 🎉 \u{1} \u{7f} \u{2028}",
+                 optional: nil, missing: nil, mood: .sad,
+                 shapes: [.circle(radius: 2), .square(side: 3, label: nil), .square(side: 4, label: "x"), .none],
+                 inner: .init(id: 255, tags: ["b", "a"], scores: [10: 1, 9: 2, -1: 3]), nested: [["b": [1], "B": [], "a10": [2], "a9": [3]], [:]],
+                 blob: Data([0, 1, 254, 255]), camelCaseKey: ["Zeta": true, "alpha": false, "_under": true]),
+        NoFloats(flag: false, small: 0, big: 0, unsigned: 0, text: "", optional: "here", missing: 5, mood: .happy, shapes: [],
+                 inner: .init(id: 0, tags: [], scores: [:]), nested: [], blob: Data(), camelCaseKey: [:]),
+    ]
+
+    @Test func writesTheBytesJSONEncoderWrites() throws {
+        for sample in JSONBytesEncoderTests.samples {
+            let fast = try JSONBytesEncoder.encodeFast(sample)
+            let reference = try Wire.encode(sample)
+            #expect(Data(fast) == reference, "\(String(decoding: fast, as: UTF8.self))\n\(String(decoding: reference, as: UTF8.self))")
+        }
+        for fragment in [try JSONBytesEncoder.encodeFast(42), try JSONBytesEncoder.encodeFast("x/y"), try JSONBytesEncoder.encodeFast(Optional<Int>.none)] {
+            #expect(!fragment.isEmpty)
+        }
+        #expect(Data(try JSONBytesEncoder.encodeFast(Optional<Int>.none)) == (try Wire.encode(Optional<Int>.none)))
+    }
+
+    struct WithFloat: Codable { var x: Double }
+    struct Empty: Codable {}
+    struct Unicode: Codable { var values: [String: Int] }
+    final class Base: Codable { var a = 1 }
+    final class Derived: Codable {
+        var b = 2
+        init() {}
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(b, forKey: .b)
+            try Base().encode(to: container.superEncoder())
+        }
+        enum CodingKeys: CodingKey { case b }
+    }
+
+    @Test func givesUpWhereItCannotMatchAndTheEntryPointStillAgrees() throws {
+        let refused: [any Encodable] = [WithFloat(x: 0.1), 2.5, Date(timeIntervalSince1970: 0), URL(string: "https://example.com")!,
+                                        Decimal(1), Unicode(values: ["é": 1]), Derived()]
+        for value in refused {
+            #expect(throws: (any Error).self, "\(value)") { _ = try JSONBytesEncoder.encodeFast(value) }
+            #expect(try JSONBytesEncoder.encode(value) == Wire.encode(value), "\(value)")
+        }
+        // An empty struct: JSONEncoder writes {}; so do we.
+        #expect(Data(try JSONBytesEncoder.encodeFast(Empty())) == (try Wire.encode(Empty())))
+    }
+}

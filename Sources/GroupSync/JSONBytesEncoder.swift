@@ -1,0 +1,280 @@
+import Foundation
+
+/// Encodes an `Encodable` value to exactly the bytes ``Wire/encode(_:)`` (`JSONEncoder`, sorted keys,
+/// slashes unescaped) writes — for the common shapes only: objects with ASCII keys (sorted byte-wise, as
+/// `JSONEncoder` sorts them), arrays, strings, booleans, integers, null and `Data` (base64). It throws on
+/// anything else (floating-point numbers, whose formatting it does not reproduce; `Date`, `URL`,
+/// `Decimal`; non-ASCII keys; super encoders), and ``encode(_:)`` then uses `JSONEncoder`. Every app
+/// message's body is encoded here: Foundation's encoder cost ≈ 11,500 instructions for a one-field struct.
+struct JSONBytesEncoder {
+    struct Unsupported: Error {}
+
+    /// `value`'s JSON, through this encoder when it can and `JSONEncoder` otherwise (the same bytes).
+    static func encode(_ value: some Encodable) throws(GroupSyncError) -> Data {
+        if let bytes = try? encodeFast(value) { return Data(bytes) }
+        return try Wire.encode(value)
+    }
+
+    static func encodeFast(_ value: some Encodable) throws -> [UInt8] {
+        let root = Node()
+        let context = Context()
+        try Self.encode(value, into: root, context)
+        // Something could not be represented where no error could be thrown (a super encoder, a nested
+        // container under a non-ASCII key): JSONEncoder encodes the whole value instead.
+        if context.failed { throw Unsupported() }
+        var out: [UInt8] = []
+        out.reserveCapacity(64)
+        try root.write(to: &out)
+        return out
+    }
+
+    fileprivate static func encode<T: Encodable>(_ value: T, into node: Node, _ context: Context) throws {
+        if let data = value as? Data {
+            node.content = .string(data.base64EncodedString())
+        } else if value is Date || value is URL || value is Decimal || value is any BinaryFloatingPoint {
+            throw Unsupported()
+        } else {
+            try value.encode(to: NodeEncoder(node: node, context: context))
+        }
+    }
+
+    /// Shared by every container of one encoding (single-threaded, like the encoding itself).
+    fileprivate final class Context {
+        var failed = false
+    }
+}
+
+private typealias Context = JSONBytesEncoder.Context
+
+/// One JSON value under construction; containers fill it after they were handed out, hence a class.
+private final class Node {
+    enum Content {
+        case unset
+        case null
+        case bool(Bool)
+        case integer(String)
+        case string(String)
+        case array([Node])
+        case object([String: Node])
+    }
+
+    var content = Content.unset
+
+    func write(to out: inout [UInt8]) throws {
+        switch content {
+        case .unset: throw JSONBytesEncoder.Unsupported()  // JSONEncoder reports "did not encode any values"
+        case .null: out.append(contentsOf: "null".utf8)
+        case let .bool(value): out.append(contentsOf: (value ? "true" : "false").utf8)
+        case let .integer(text): out.append(contentsOf: text.utf8)
+        case let .string(text): Wire.appendJSONString(text, to: &out)
+        case let .array(elements):
+            out.append(UInt8(ascii: "["))
+            for (index, element) in elements.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                try element.write(to: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case let .object(members):
+            out.append(UInt8(ascii: "{"))
+            // Byte-wise, as JSONEncoder's `.sortedKeys` orders ASCII keys (non-ASCII keys are refused).
+            for (index, key) in members.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }).enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                Wire.appendJSONString(key, to: &out)
+                out.append(UInt8(ascii: ":"))
+                try members[key]!.write(to: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    func object() throws -> Node {
+        switch content {
+        case .unset: content = .object([:])
+        case .object: break
+        default: throw JSONBytesEncoder.Unsupported()
+        }
+        return self
+    }
+
+    func array() throws -> Node {
+        switch content {
+        case .unset: content = .array([])
+        case .array: break
+        default: throw JSONBytesEncoder.Unsupported()
+        }
+        return self
+    }
+
+    func set(_ key: String, _ child: Node) throws {
+        guard key.utf8.allSatisfy({ $0 < 0x80 }), case var .object(members) = content else { throw JSONBytesEncoder.Unsupported() }
+        content = .unset  // drop the reference while mutating, so the dictionary is not copied
+        members[key] = child
+        content = .object(members)
+    }
+
+    func append(_ child: Node) {
+        guard case var .array(elements) = content else { return }
+        content = .unset
+        elements.append(child)
+        content = .array(elements)
+    }
+
+    static func scalar(_ content: Content) -> Node {
+        let node = Node()
+        node.content = content
+        return node
+    }
+}
+
+private struct NodeEncoder: Encoder {
+    let node: Node
+    let context: Context
+    var codingPath: [any CodingKey] { [] }
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
+        if (try? node.object()) == nil { context.failed = true }
+        return KeyedEncodingContainer(Keyed<Key>(node: node, context: context))
+    }
+
+    func unkeyedContainer() -> any UnkeyedEncodingContainer { Unkeyed(node: node, context: context) }
+
+    func singleValueContainer() -> any SingleValueEncodingContainer { Single(node: node, context: context) }
+}
+
+private func integer(_ value: some FixedWidthInteger) -> Node { .scalar(.integer(String(value))) }
+
+private struct Single: SingleValueEncodingContainer {
+    let node: Node
+    let context: Context
+    var codingPath: [any CodingKey] { [] }
+
+    private func set(_ content: Node.Content) throws {
+        guard case .unset = node.content else { throw JSONBytesEncoder.Unsupported() }
+        node.content = content
+    }
+
+    mutating func encodeNil() throws { try set(.null) }
+    mutating func encode(_ value: Bool) throws { try set(.bool(value)) }
+    mutating func encode(_ value: String) throws { try set(.string(value)) }
+    mutating func encode(_ value: Double) throws { throw JSONBytesEncoder.Unsupported() }
+    mutating func encode(_ value: Float) throws { throw JSONBytesEncoder.Unsupported() }
+    mutating func encode(_ value: Int) throws { try set(.integer(String(value))) }
+    mutating func encode(_ value: Int8) throws { try set(.integer(String(value))) }
+    mutating func encode(_ value: Int16) throws { try set(.integer(String(value))) }
+    mutating func encode(_ value: Int32) throws { try set(.integer(String(value))) }
+    mutating func encode(_ value: Int64) throws { try set(.integer(String(value))) }
+    mutating func encode(_ value: UInt) throws { try set(.integer(String(value))) }
+    mutating func encode(_ value: UInt8) throws { try set(.integer(String(value))) }
+    mutating func encode(_ value: UInt16) throws { try set(.integer(String(value))) }
+    mutating func encode(_ value: UInt32) throws { try set(.integer(String(value))) }
+    mutating func encode(_ value: UInt64) throws { try set(.integer(String(value))) }
+    mutating func encode<T: Encodable>(_ value: T) throws {
+        guard case .unset = node.content else { throw JSONBytesEncoder.Unsupported() }
+        try JSONBytesEncoder.encode(value, into: node, context)
+    }
+}
+
+private struct Keyed<Key: CodingKey>: KeyedEncodingContainerProtocol {
+    let node: Node
+    let context: Context
+    var codingPath: [any CodingKey] { [] }
+
+    private func put(_ child: Node, _ key: Key) throws { try node.object().set(key.stringValue, child) }
+
+    mutating func encodeNil(forKey key: Key) throws { try put(.scalar(.null), key) }
+    mutating func encode(_ value: Bool, forKey key: Key) throws { try put(.scalar(.bool(value)), key) }
+    mutating func encode(_ value: String, forKey key: Key) throws { try put(.scalar(.string(value)), key) }
+    mutating func encode(_ value: Double, forKey key: Key) throws { throw JSONBytesEncoder.Unsupported() }
+    mutating func encode(_ value: Float, forKey key: Key) throws { throw JSONBytesEncoder.Unsupported() }
+    mutating func encode(_ value: Int, forKey key: Key) throws { try put(integer(value), key) }
+    mutating func encode(_ value: Int8, forKey key: Key) throws { try put(integer(value), key) }
+    mutating func encode(_ value: Int16, forKey key: Key) throws { try put(integer(value), key) }
+    mutating func encode(_ value: Int32, forKey key: Key) throws { try put(integer(value), key) }
+    mutating func encode(_ value: Int64, forKey key: Key) throws { try put(integer(value), key) }
+    mutating func encode(_ value: UInt, forKey key: Key) throws { try put(integer(value), key) }
+    mutating func encode(_ value: UInt8, forKey key: Key) throws { try put(integer(value), key) }
+    mutating func encode(_ value: UInt16, forKey key: Key) throws { try put(integer(value), key) }
+    mutating func encode(_ value: UInt32, forKey key: Key) throws { try put(integer(value), key) }
+    mutating func encode(_ value: UInt64, forKey key: Key) throws { try put(integer(value), key) }
+    mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
+        let child = Node()
+        try JSONBytesEncoder.encode(value, into: child, context)
+        try put(child, key)
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
+        let child = Node()
+        child.content = .object([:])
+        if (try? put(child, key)) == nil { context.failed = true }
+        return KeyedEncodingContainer(Keyed<NestedKey>(node: child, context: context))
+    }
+
+    mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
+        let child = Node()
+        child.content = .array([])
+        if (try? put(child, key)) == nil { context.failed = true }
+        return Unkeyed(node: child, context: context)
+    }
+
+    mutating func superEncoder() -> any Encoder { unsupportedEncoder() }
+    mutating func superEncoder(forKey key: Key) -> any Encoder { unsupportedEncoder() }
+
+    private func unsupportedEncoder() -> any Encoder {
+        context.failed = true
+        return NodeEncoder(node: Node(), context: context)
+    }
+}
+
+private struct Unkeyed: UnkeyedEncodingContainer {
+    let node: Node
+    let context: Context
+    var codingPath: [any CodingKey] { [] }
+
+    init(node: Node, context: Context) {
+        self.node = node
+        self.context = context
+        if (try? node.array()) == nil { context.failed = true }
+    }
+
+    var count: Int { if case let .array(elements) = node.content { elements.count } else { 0 } }
+
+    mutating func encodeNil() throws { node.append(.scalar(.null)) }
+    mutating func encode(_ value: Bool) throws { node.append(.scalar(.bool(value))) }
+    mutating func encode(_ value: String) throws { node.append(.scalar(.string(value))) }
+    mutating func encode(_ value: Double) throws { throw JSONBytesEncoder.Unsupported() }
+    mutating func encode(_ value: Float) throws { throw JSONBytesEncoder.Unsupported() }
+    mutating func encode(_ value: Int) throws { node.append(integer(value)) }
+    mutating func encode(_ value: Int8) throws { node.append(integer(value)) }
+    mutating func encode(_ value: Int16) throws { node.append(integer(value)) }
+    mutating func encode(_ value: Int32) throws { node.append(integer(value)) }
+    mutating func encode(_ value: Int64) throws { node.append(integer(value)) }
+    mutating func encode(_ value: UInt) throws { node.append(integer(value)) }
+    mutating func encode(_ value: UInt8) throws { node.append(integer(value)) }
+    mutating func encode(_ value: UInt16) throws { node.append(integer(value)) }
+    mutating func encode(_ value: UInt32) throws { node.append(integer(value)) }
+    mutating func encode(_ value: UInt64) throws { node.append(integer(value)) }
+    mutating func encode<T: Encodable>(_ value: T) throws {
+        let child = Node()
+        try JSONBytesEncoder.encode(value, into: child, context)
+        node.append(child)
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type) -> KeyedEncodingContainer<NestedKey> {
+        let child = Node()
+        child.content = .object([:])
+        node.append(child)
+        return KeyedEncodingContainer(Keyed<NestedKey>(node: child, context: context))
+    }
+
+    mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer {
+        let child = Node()
+        node.append(child)
+        return Unkeyed(node: child, context: context)
+    }
+
+    mutating func superEncoder() -> any Encoder {
+        context.failed = true
+        return NodeEncoder(node: Node(), context: context)
+    }
+}
