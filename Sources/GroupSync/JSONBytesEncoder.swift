@@ -29,10 +29,12 @@ struct JSONBytesEncoder {
     }
 
     fileprivate static func encode<T: Encodable>(_ value: T, into node: Node, _ context: Context) throws {
-        if let data = value as? Data {
-            node.content = .string(data.base64EncodedString())
-        } else if value is Date || value is URL || value is Decimal || value is any BinaryFloatingPoint {
-            throw Unsupported()
+        // Metatype comparisons, not dynamic casts: this runs for every nested value. Floating-point types
+        // need no check here: they reach a container's `encode(Double/Float)`, which refuses them.
+        if T.self == Data.self {
+            node.content = .string((value as! Data).base64EncodedString())
+        } else if T.self == Date.self || T.self == URL.self || T.self == Decimal.self {
+            throw Unsupported()  // JSONEncoder writes these its own way, not through their Encodable
         } else {
             try value.encode(to: NodeEncoder(node: node, context: context))
         }
