@@ -2,9 +2,9 @@ import Foundation
 
 /// Encodes an `Encodable` value to exactly the bytes ``Wire/encode(_:)`` (`JSONEncoder`, sorted keys,
 /// slashes unescaped) writes — for the common shapes only: objects with ASCII keys (sorted byte-wise, as
-/// `JSONEncoder` sorts them), arrays, strings, booleans, integers, null and `Data` (base64). It throws on
-/// anything else (floating-point numbers, whose formatting it does not reproduce; `Date`, `URL`,
-/// `Decimal`; non-ASCII keys; super encoders), and ``encode(_:)`` then uses `JSONEncoder`. Every app
+/// `JSONEncoder` sorts them), arrays, strings, booleans, integers, finite `Double`/`Float`, null and
+/// `Data` (base64). It throws on anything else (`Date`, `URL`, `Decimal`, non-finite numbers, non-ASCII
+/// keys, super encoders), and ``encode(_:)`` then uses `JSONEncoder`. Every app
 /// message's body is encoded here: Foundation's encoder cost ≈ 11,500 instructions for a one-field struct.
 struct JSONBytesEncoder {
     struct Unsupported: Error {}
@@ -29,8 +29,7 @@ struct JSONBytesEncoder {
     }
 
     fileprivate static func encode<T: Encodable>(_ value: T, into node: Node, _ context: Context) throws {
-        // Metatype comparisons, not dynamic casts: this runs for every nested value. Floating-point types
-        // need no check here: they reach a container's `encode(Double/Float)`, which refuses them.
+        // Metatype comparisons, not dynamic casts: this runs for every nested value.
         if T.self == Data.self {
             node.content = .string((value as! Data).base64EncodedString())
         } else if T.self == Date.self || T.self == URL.self || T.self == Decimal.self {
@@ -54,6 +53,7 @@ private final class Node {
         case unset
         case null
         case bool(Bool)
+        /// A number's literal text (an integer, or a floating-point number as JSONEncoder writes it).
         case integer(String)
         case string(String)
         case array([Node])
@@ -146,6 +146,15 @@ private struct NodeEncoder: Encoder {
 
 private func integer(_ value: some FixedWidthInteger) -> Node { .scalar(.integer(String(value))) }
 
+/// A finite floating-point number as `JSONEncoder` writes it: Swift's shortest round-trip description
+/// without a trailing `.0` (`2`, `0.1`, `1e-07`, `1e+21`, `-0`). Non-finite values are refused (JSONEncoder
+/// throws for them too).
+private func number<F: BinaryFloatingPoint & LosslessStringConvertible>(_ value: F) throws -> String {
+    guard value.isFinite else { throw JSONBytesEncoder.Unsupported() }
+    let text = value.description
+    return text.hasSuffix(".0") ? String(text.dropLast(2)) : text
+}
+
 private struct Single: SingleValueEncodingContainer {
     let node: Node
     let context: Context
@@ -159,8 +168,8 @@ private struct Single: SingleValueEncodingContainer {
     mutating func encodeNil() throws { try set(.null) }
     mutating func encode(_ value: Bool) throws { try set(.bool(value)) }
     mutating func encode(_ value: String) throws { try set(.string(value)) }
-    mutating func encode(_ value: Double) throws { throw JSONBytesEncoder.Unsupported() }
-    mutating func encode(_ value: Float) throws { throw JSONBytesEncoder.Unsupported() }
+    mutating func encode(_ value: Double) throws { try set(.integer(try number(value))) }
+    mutating func encode(_ value: Float) throws { try set(.integer(try number(value))) }
     mutating func encode(_ value: Int) throws { try set(.integer(String(value))) }
     mutating func encode(_ value: Int8) throws { try set(.integer(String(value))) }
     mutating func encode(_ value: Int16) throws { try set(.integer(String(value))) }
@@ -187,8 +196,8 @@ private struct Keyed<Key: CodingKey>: KeyedEncodingContainerProtocol {
     mutating func encodeNil(forKey key: Key) throws { try put(.scalar(.null), key) }
     mutating func encode(_ value: Bool, forKey key: Key) throws { try put(.scalar(.bool(value)), key) }
     mutating func encode(_ value: String, forKey key: Key) throws { try put(.scalar(.string(value)), key) }
-    mutating func encode(_ value: Double, forKey key: Key) throws { throw JSONBytesEncoder.Unsupported() }
-    mutating func encode(_ value: Float, forKey key: Key) throws { throw JSONBytesEncoder.Unsupported() }
+    mutating func encode(_ value: Double, forKey key: Key) throws { try put(.scalar(.integer(number(value))), key) }
+    mutating func encode(_ value: Float, forKey key: Key) throws { try put(.scalar(.integer(number(value))), key) }
     mutating func encode(_ value: Int, forKey key: Key) throws { try put(integer(value), key) }
     mutating func encode(_ value: Int8, forKey key: Key) throws { try put(integer(value), key) }
     mutating func encode(_ value: Int16, forKey key: Key) throws { try put(integer(value), key) }
@@ -244,8 +253,8 @@ private struct Unkeyed: UnkeyedEncodingContainer {
     mutating func encodeNil() throws { node.append(.scalar(.null)) }
     mutating func encode(_ value: Bool) throws { node.append(.scalar(.bool(value))) }
     mutating func encode(_ value: String) throws { node.append(.scalar(.string(value))) }
-    mutating func encode(_ value: Double) throws { throw JSONBytesEncoder.Unsupported() }
-    mutating func encode(_ value: Float) throws { throw JSONBytesEncoder.Unsupported() }
+    mutating func encode(_ value: Double) throws { node.append(.scalar(.integer(try number(value)))) }
+    mutating func encode(_ value: Float) throws { node.append(.scalar(.integer(try number(value)))) }
     mutating func encode(_ value: Int) throws { node.append(integer(value)) }
     mutating func encode(_ value: Int8) throws { node.append(integer(value)) }
     mutating func encode(_ value: Int16) throws { node.append(integer(value)) }

@@ -5,10 +5,11 @@ import Foundation
 /// Decoding a ``JSONValue`` through `Decodable` tries each kind in turn and pays for a thrown error per
 /// miss (a state record with an integer value cost ≈ 47,000 instructions to decode, most of it in those
 /// errors). This parser reads the bytes once. It covers what the protocol's encoders produce — objects,
-/// arrays, strings (with every escape), integers that fit in 64 bits, booleans, null — and gives up
-/// (returns nil) on anything else: fractions and exponents, integers beyond 64 bits, `-0`, repeated keys,
-/// nesting deeper than 64, invalid UTF-8, malformed input. Callers then decode with `JSONDecoder`, so a
-/// payload never means something different depending on the path.
+/// arrays, strings (with every escape), integers that fit in 64 bits, fractional numbers, booleans, null —
+/// and gives up (returns nil) on anything else: whole numbers written with a fraction or exponent (`1.0`,
+/// `1e2`: `JSONDecoder` reads them as integers), integers beyond 64 bits, `-0`, repeated keys, nesting
+/// deeper than 64, invalid UTF-8, malformed input. Callers then decode with `JSONDecoder`, so a payload
+/// never means something different depending on the path.
 extension JSONValue {
     static func parseFast(_ data: Data) -> JSONValue? {
         data.withUnsafeBytes { bytes in
@@ -61,10 +62,45 @@ extension JSONByteReader {
         case UInt8(ascii: "n"):
             return matchLiteral("null") ? .null : nil
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            return readInteger().map(JSONValue.int)
+            let start = i
+            if let integer = readInteger() { return .int(integer) }
+            i = start
+            return readFraction().map(JSONValue.double)
         default:
             return nil
         }
+    }
+
+    /// A number with a fraction or an exponent whose value is not a whole number, as `JSONDecoder` reads it
+    /// into a ``JSONValue`` (`.double`); nil for anything else — whole values such as `1.0` or `1e2`
+    /// (`JSONDecoder` makes them `.int`), values beyond `Double`'s range, malformed numbers.
+    private mutating func readFraction() -> Double? {
+        let start = i
+        _ = take(UInt8(ascii: "-"))
+        guard digits(allowLeadingZero: false) else { return nil }
+        var hasFraction = false
+        if take(UInt8(ascii: ".")) {
+            guard digits(allowLeadingZero: true) else { return nil }
+            hasFraction = true
+        }
+        var hasExponent = false
+        if take(UInt8(ascii: "e")) || take(UInt8(ascii: "E")) {
+            _ = take(UInt8(ascii: "+")) || take(UInt8(ascii: "-"))
+            guard digits(allowLeadingZero: true) else { return nil }
+            hasExponent = true
+        }
+        guard hasFraction || hasExponent,
+              let value = Double(String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<i]), as: UTF8.self)),
+              value.isFinite, value != value.rounded(.towardZero) else { return nil }
+        return value
+    }
+
+    /// One or more digits; a leading zero only alone (`0`, not `01`) unless `allowLeadingZero`.
+    private mutating func digits(allowLeadingZero: Bool) -> Bool {
+        let start = i
+        while let byte = current, byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") { i += 1 }
+        guard i > start else { return false }
+        return allowLeadingZero || i - start == 1 || bytes[start] != UInt8(ascii: "0")
     }
 
     /// A string literal, escapes decoded; nil for invalid UTF-8, raw control characters or bad escapes.
