@@ -45,17 +45,3 @@ public struct MQTTSubscription: AsyncSequence, Sendable {
         stream.makeAsyncIterator()
     }
 }
-
-/// A subscription whose messages go to a handler on the network thread
-/// (``MQTTClient/subscribe(to:handler:onEnd:)``). It lasts until ``unsubscribe()`` or the client's
-/// disconnect.
-package struct MessageHandlerSubscription: Sendable {
-    let id: UInt64
-    let connection: Mosquitto
-
-    /// Ends the subscription (its `onEnd` runs) and unsubscribes the filters no other live subscription
-    /// uses. Idempotent. A message the network thread routed just before may still reach the handler.
-    package func unsubscribe() {
-        MQTTClient.removeSubscription(id: id, from: connection)
-    }
-}
