@@ -1,6 +1,6 @@
 /// A subscription whose messages go to a handler on the network thread
-/// (``MQTTClient/subscribe(to:handler:endOfBurst:connected:onEnd:whenSent:)``). It lasts until ``unsubscribe()`` or the client's
-/// disconnect.
+/// (``MQTTClient/subscribe(to:handler:endOfBurst:connected:onEnd:whenSent:)``). It lasts until
+/// ``unsubscribe()`` or the client's disconnect.
 package struct MessageHandlerSubscription: Sendable {
     let id: UInt64
     let connection: Mosquitto

@@ -1,5 +1,6 @@
 /// Where one subscription's messages go: the `AsyncStream` behind an ``MQTTSubscription``, or a handler
-/// that the network thread calls directly (``MQTTClient/subscribe(to:handler:endOfBurst:connected:onEnd:whenSent:)``).
+/// that the network thread calls directly
+/// (``MQTTClient/subscribe(to:handler:endOfBurst:connected:onEnd:whenSent:)``).
 ///
 /// A sink is called without any lock held, from libmosquitto's network thread, once per message in the
 /// broker's order; `finish` is called once, when the subscription ends.
