@@ -426,19 +426,17 @@ public final class GroupCoordinator: Sendable {
 
     /// Decodes a record received in large numbers (state, member, presence) through its fast path.
     func decoded<T: Decodable & Sendable & Wire.Versioned & FastDecodable>(_ type: T.Type, _ payload: Data) -> T? {
-        guard let value = Wire.decodeFast(type, from: payload) else {
-            state.withLock { $0.countRejected() }
-            return nil
-        }
-        return value
+        countingRejection(Wire.decodeFast(type, from: payload))
     }
 
     /// Decodes a payload of protocol version 1, counting anything else as rejected.
     func decoded<T: Decodable & Sendable & Wire.Versioned>(_ type: T.Type, _ payload: Data) -> T? {
-        guard let value = Wire.decodeVersioned(type, from: payload) else {
-            state.withLock { $0.countRejected() }
-            return nil
-        }
+        countingRejection(Wire.decodeVersioned(type, from: payload))
+    }
+
+    /// `value`, counting it as a rejected message when it is nil (it could not be read).
+    func countingRejection<T>(_ value: T?) -> T? {
+        if value == nil { state.withLock { $0.countRejected() } }
         return value
     }
 

@@ -252,10 +252,7 @@ final class SessionCore: Sendable {
     }
 
     private func inbound(_ payload: Data, from sender: String) -> SessionStateMachine.Effects {
-        guard let envelope = Wire.scanEnvelope(payload) else {
-            coordinator.state.withLock { $0.countRejected() }
-            return .init()
-        }
+        guard let envelope = coordinator.countingRejection(Wire.scanEnvelope(payload)) else { return .init() }
         switch envelope.header.type {
         case "$catchup":
             guard let envelope = Wire.decodeVersionedFast(Wire.Envelope<Wire.CatchUp>.self, from: payload) else {

@@ -503,12 +503,8 @@ final class Mosquitto: @unchecked Sendable {
         guard let first = requests.first else { return .success(nil) }
         var mid: Int32 = 0
         let options = configuration.protocolVersion == .v5 ? first.optionBits : 0
-        var strings = requests.map { strdup($0.filter) }
-        defer { strings.forEach { free($0) } }
-        let rc = strings.withUnsafeMutableBufferPointer { buffer in
-            buffer.withMemoryRebound(to: UnsafeMutablePointer<CChar>?.self) { pointers in
-                mosquitto_subscribe_multiple(handle, &mid, Int32(pointers.count), pointers.baseAddress, first.qos.rawValue, options, nil)
-            }
+        let rc = Mosquitto.withCStrings(requests.map(\.filter)) { count, strings in
+            mosquitto_subscribe_multiple(handle, &mid, count, strings, first.qos.rawValue, options, nil)
         }
         wake.signal()
         switch mosq_err_t(rawValue: rc) {
@@ -551,13 +547,9 @@ final class Mosquitto: @unchecked Sendable {
     private func sendDisconnect() {
         let deadline = ContinuousClock.now + .seconds(1)
         let filters = state.withLock { $0.liveFilters } + [Mosquitto.wakeFilter]
-        var strings = filters.map { strdup($0) }
-        defer { strings.forEach { free($0) } }
         var mid: Int32 = 0
-        let rc = strings.withUnsafeMutableBufferPointer { buffer in
-            buffer.withMemoryRebound(to: UnsafeMutablePointer<CChar>?.self) { pointers in
-                mosquitto_unsubscribe_multiple(handle, &mid, Int32(pointers.count), pointers.baseAddress, nil)
-            }
+        let rc = Mosquitto.withCStrings(filters) { count, strings in
+            mosquitto_unsubscribe_multiple(handle, &mid, count, strings, nil)
         }
         if rc == MOSQ_ERR_SUCCESS.rawValue {
             while mosquitto_socket(handle) != -1, lastUnsubscribeAck.load(ordering: .acquiring) != mid,
@@ -578,6 +570,17 @@ final class Mosquitto: @unchecked Sendable {
             var descriptor = pollfd(fd: socket, events: Int16(POLLOUT), revents: 0)
             _ = poll(&descriptor, 1, 50)
             if mosquitto_loop_write(handle, 1) != MOSQ_ERR_SUCCESS.rawValue { break }
+        }
+    }
+
+    /// Calls `body` with `strings` as the C array libmosquitto's `…_multiple` functions take.
+    private static func withCStrings(
+        _ strings: [String], _ body: (Int32, UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32
+    ) -> Int32 {
+        var copies = strings.map { strdup($0) }
+        defer { copies.forEach { free($0) } }
+        return copies.withUnsafeMutableBufferPointer { buffer in
+            buffer.withMemoryRebound(to: UnsafeMutablePointer<CChar>?.self) { body(Int32($0.count), $0.baseAddress) }
         }
     }
 
