@@ -116,6 +116,7 @@ import Testing
             try await aMessenger.send(Chat(text: "end"))
             try await bChats.waitForCount(22)
             try await cChats.waitForCount(21)
+            try await bStates.waitForCount(1)  // its own consumer task: not necessarily done when bChats is
             #expect(bChats.elements.map(\.message.text) == (0..<20).map { "all \($0)" } + ["secret", "end"])
             #expect(bChats.elements.allSatisfy { $0.context.source.id == "alice" })
             #expect(cChats.elements.map(\.message.text) == (0..<20).map { "all \($0)" } + ["end"], "carol never gets bob's message")
