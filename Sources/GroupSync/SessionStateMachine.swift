@@ -6,7 +6,7 @@ import Foundation
 struct SessionStateMachine {
     typealias StateContinuation = AsyncStream<GroupSessionState>.Continuation
     typealias ParticipantsContinuation = AsyncStream<Set<Participant>>.Continuation
-    typealias MessageContinuation = AsyncStream<InboundMessage>.Continuation
+    typealias MessageContinuation = Inbox<InboundMessage>
     typealias ValueContinuation = AsyncStream<Wire.StateRecord?>.Continuation
 
     /// A message for the app, still encoded: it is decoded in the consumer's task.
