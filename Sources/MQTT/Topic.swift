@@ -2,9 +2,14 @@
 public enum Topic {
     /// Whether `name` can be published to: non-empty, no wildcards, no NUL, at most 65,535 UTF-8 bytes.
     public static func isValidName(_ name: String) -> Bool {
-        let bytes = name.utf8
-        guard !bytes.isEmpty, bytes.count <= 65_535 else { return false }
-        return !bytes.contains(where: { $0 == UInt8(ascii: "+") || $0 == UInt8(ascii: "#") || $0 == 0 })
+        var name = name  // `withUTF8` needs a variable; a native string is not copied
+        return name.withUTF8 { bytes in
+            // A plain loop over the buffer: `utf8.contains(where:)` cost ~1,700 instructions for a
+            // 60-byte topic, and every publish runs this.
+            guard !bytes.isEmpty, bytes.count <= 65_535 else { return false }
+            for byte in bytes where byte == UInt8(ascii: "+") || byte == UInt8(ascii: "#") || byte == 0 { return false }
+            return true
+        }
     }
 
     /// Whether `filter` is a well-formed subscription filter: `+` and `#` occupy whole levels and `#` is last.
