@@ -57,7 +57,10 @@ private final class Node {
         case integer(String)
         case string(String)
         case array([Node])
-        case object([String: Node])
+        /// Members in the order they were set; sorted (and a key set twice keeps its last value) when
+        /// written. An array, not a dictionary: most objects have a handful of keys, and hashing each
+        /// cost more than the rest of the encoding.
+        case object([(key: String, node: Node)])
     }
 
     var content = Content.unset
@@ -78,20 +81,48 @@ private final class Node {
             out.append(UInt8(ascii: "]"))
         case let .object(members):
             out.append(UInt8(ascii: "{"))
-            // Byte-wise, as JSONEncoder's `.sortedKeys` orders ASCII keys (non-ASCII keys are refused).
-            for (index, key) in members.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }).enumerated() {
-                if index > 0 { out.append(UInt8(ascii: ",")) }
-                Wire.appendJSONString(key, to: &out)
-                out.append(UInt8(ascii: ":"))
-                try members[key]!.write(to: &out)
+            if members.count == 1 {
+                try Self.write(members[0], to: &out)
+            } else {
+                for (position, index) in Self.writingOrder(members).enumerated() {
+                    if position > 0 { out.append(UInt8(ascii: ",")) }
+                    try Self.write(members[index], to: &out)
+                }
             }
             out.append(UInt8(ascii: "}"))
         }
     }
 
+    private static func write(_ member: (key: String, node: Node), to out: inout [UInt8]) throws {
+        Wire.appendJSONString(member.key, to: &out)
+        out.append(UInt8(ascii: ":"))
+        try member.node.write(to: &out)
+    }
+
+    /// Indices of `members` sorted byte-wise by key, as JSONEncoder's `.sortedKeys` orders ASCII keys
+    /// (non-ASCII keys are refused), keeping only the last member set under each key (JSONEncoder
+    /// overwrites too).
+    private static func writingOrder(_ members: [(key: String, node: Node)]) -> [Int] {
+        let sorted = members.indices.sorted { a, b in
+            let (left, right) = (members[a].key.utf8, members[b].key.utf8)
+            if left.elementsEqual(right) { return a < b }
+            return left.lexicographicallyPrecedes(right)
+        }
+        var order: [Int] = []
+        order.reserveCapacity(sorted.count)
+        for index in sorted {
+            if let previous = order.last, members[previous].key == members[index].key {
+                order[order.count - 1] = index  // a later set of the same key wins
+            } else {
+                order.append(index)
+            }
+        }
+        return order
+    }
+
     func object() throws -> Node {
         switch content {
-        case .unset: content = .object([:])
+        case .unset: content = .object([])
         case .object: break
         default: throw JSONBytesEncoder.Unsupported()
         }
@@ -109,8 +140,8 @@ private final class Node {
 
     func set(_ key: String, _ child: Node) throws {
         guard key.utf8.allSatisfy({ $0 < 0x80 }), case var .object(members) = content else { throw JSONBytesEncoder.Unsupported() }
-        content = .unset  // drop the reference while mutating, so the dictionary is not copied
-        members[key] = child
+        content = .unset  // drop the reference while mutating, so the array is not copied
+        members.append((key, child))
         content = .object(members)
     }
 
@@ -216,7 +247,7 @@ private struct Keyed<Key: CodingKey>: KeyedEncodingContainerProtocol {
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
         let child = Node()
-        child.content = .object([:])
+        child.content = .object([])
         if (try? put(child, key)) == nil { context.failed = true }
         return KeyedEncodingContainer(Keyed<NestedKey>(node: child, context: context))
     }
@@ -273,7 +304,7 @@ private struct Unkeyed: UnkeyedEncodingContainer {
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type) -> KeyedEncodingContainer<NestedKey> {
         let child = Node()
-        child.content = .object([:])
+        child.content = .object([])
         node.append(child)
         return KeyedEncodingContainer(Keyed<NestedKey>(node: child, context: context))
     }

@@ -249,6 +249,24 @@ extension WireEnvelopeTests {
         #expect(Data(try JSONBytesEncoder.encodeFast(Optional<Int>.none)) == (try Wire.encode(Optional<Int>.none)))
     }
 
+    /// Writes keys out of order and one of them twice: JSONEncoder sorts them and keeps the last value.
+    struct KeysTwice: Encodable {
+        enum CodingKeys: String, CodingKey { case b, a, c }
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(1, forKey: .c)
+            try container.encode("first", forKey: .a)
+            try container.encode(true, forKey: .b)
+            try container.encode("second", forKey: .a)
+        }
+    }
+
+    @Test func keysAreSortedAndTheLastValueOfARepeatedKeyWins() throws {
+        let fast = try JSONBytesEncoder.encodeFast(KeysTwice())
+        #expect(Data(fast) == (try Wire.encode(KeysTwice())), "\(String(decoding: fast, as: UTF8.self))")
+        #expect(String(decoding: fast, as: UTF8.self) == #"{"a":"second","b":true,"c":1}"#)
+    }
+
     struct WithFloat: Codable { var x: Double; var y: Float; var all: [Double] }
 
     /// Numbers as JSONEncoder formats them (`2`, `1e-07`, `-0`…), and read back as JSONDecoder reads them.
