@@ -8,8 +8,9 @@ import MQTT
 /// task (measured with callgrind in the throughput benchmark). This one is compiled with its element type
 /// known, and takes one lock per element on each side.
 ///
-/// Semantics are `AsyncStream`'s with the unbounded buffering policy:
-/// - elements come out in the order they were yielded; nothing is dropped while the inbox is open;
+/// Semantics are `AsyncStream`'s with the unbounded or `.bufferingNewest(n)` policy:
+/// - elements come out in the order they were yielded; nothing is dropped while the inbox is open,
+///   except that an inbox made with `keepingNewest: n` keeps only the newest `n` not yet taken;
 /// - ``finish()`` ends it after the buffered elements; yields after that are ignored;
 /// - cancelling the consuming task ends it at once (its `next()` returns nil, so do later calls once the
 ///   buffer is empty);
@@ -36,6 +37,18 @@ final class Inbox<Element: Sendable>: Sendable {
         mutating func pop() -> Next {
             guard head < buffer.count else { return ended ? .ended : .empty }
             let element = buffer[head].take()!
+            advanceHead()
+            return .element(element)
+        }
+
+        /// Drops the oldest untaken element (to keep within a limit).
+        mutating func dropOldest() {
+            buffer[head] = nil
+            advanceHead()
+        }
+
+        /// Moves past the slot at `head`, reclaiming the taken slots now and then.
+        private mutating func advanceHead() {
             head += 1
             if head == buffer.count {
                 buffer.removeAll(keepingCapacity: true)
@@ -44,13 +57,17 @@ final class Inbox<Element: Sendable>: Sendable {
                 buffer.removeFirst(head)
                 head = 0
             }
-            return .element(element)
         }
     }
 
     private let state = LockedValue(State())
+    /// How many untaken elements are kept (the oldest are dropped); nil: all of them.
+    private let limit: Int?
 
-    init() {}
+    init(keepingNewest limit: Int? = nil) {
+        precondition(limit.map { $0 > 0 } ?? true, "an inbox keeps at least one element")
+        self.limit = limit
+    }
 
     /// Runs `handler` once when the inbox ends (finished, cancelled or dropped by its consumer); at once
     /// if it already has.
@@ -72,6 +89,7 @@ final class Inbox<Element: Sendable>: Sendable {
                 state.waiter = nil
                 return waiter
             }
+            if let limit, state.buffer.count - state.head >= limit { state.dropOldest() }
             state.buffer.append(element)
             return nil
         }

@@ -7,7 +7,7 @@ struct SessionStateMachine {
     typealias StateContinuation = AsyncStream<GroupSessionState>.Continuation
     typealias ParticipantsContinuation = AsyncStream<Set<Participant>>.Continuation
     typealias MessageContinuation = Inbox<InboundMessage>
-    typealias ValueContinuation = AsyncStream<Wire.StateRecord?>.Continuation
+    typealias ValueContinuation = Inbox<Wire.StateRecord?>
 
     /// A message for the app, still encoded: it is decoded in the consumer's task.
     struct InboundMessage: Sendable {

@@ -86,10 +86,10 @@ public final class SharedState<Value: Codable & Sendable & Equatable>: Sendable 
     /// anyone, in the order applied; equal consecutive values are not repeated. Ends when the session is
     /// invalidated or the iterating task is cancelled. A slow consumer skips to the latest value.
     public func values() -> SharedStateValues<Value> {
-        let (records, continuation) = AsyncStream.makeStream(of: Wire.StateRecord?.self, bufferingPolicy: .bufferingNewest(1))
-        let (id, effects) = core.machine.withLock { $0.addValueListener(key: key, continuation) }
-        continuation.onTermination = { [core] _ in core.machine.withLock { $0.removeListener(id) } }
+        let inbox = Inbox<Wire.StateRecord?>(keepingNewest: 1)
+        let (id, effects) = core.machine.withLock { $0.addValueListener(key: key, inbox) }
+        inbox.onTermination { [core] in core.machine.withLock { $0.removeListener(id) } }
         effects.perform()
-        return SharedStateValues(records: records, initialValue: initialValue)
+        return SharedStateValues(records: .init(inbox), initialValue: initialValue)
     }
 }

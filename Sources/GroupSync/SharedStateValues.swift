@@ -5,16 +5,16 @@
 /// iterate it.
 public struct SharedStateValues<Value: Codable & Sendable & Equatable>: AsyncSequence, Sendable {
     public typealias Element = Value
-    let records: AsyncStream<Wire.StateRecord?>
+    let records: Inbox<Wire.StateRecord?>.Consumer
     let initialValue: Value
 
     public struct AsyncIterator: AsyncIteratorProtocol {
-        var records: AsyncStream<Wire.StateRecord?>.AsyncIterator
+        let records: Inbox<Wire.StateRecord?>.Consumer
         let initialValue: Value
         var last: Value?
 
         public mutating func next() async -> Value? {
-            while let record = await records.next() {
+            while let record = await records.inbox.next() {
                 let value = record.flatMap { Wire.value(Value.self, from: $0.value) } ?? initialValue
                 if value != last {
                     last = value
@@ -26,6 +26,6 @@ public struct SharedStateValues<Value: Codable & Sendable & Equatable>: AsyncSeq
     }
 
     public func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(records: records.makeAsyncIterator(), initialValue: initialValue)
+        AsyncIterator(records: records, initialValue: initialValue)
     }
 }

@@ -29,6 +29,20 @@ import Testing
         #expect(received == Array(0..<1000))
     }
 
+    @Test func aLimitedInboxKeepsTheNewest() async throws {
+        let inbox = Inbox<Int>(keepingNewest: 2)
+        for value in 0..<1000 { inbox.yield(value) }
+        #expect(await inbox.next() == 998)
+        inbox.yield(1000)
+        #expect(await inbox.next() == 999)
+        #expect(await inbox.next() == 1000)
+        let latest = Inbox<Int>(keepingNewest: 1)
+        for value in 0..<10 { latest.yield(value) }
+        latest.finish()
+        #expect(await latest.next() == 9)
+        #expect(await latest.next() == nil)
+    }
+
     @Test func finishWakesAWaiterAndRunsTheHandlerOnce() async throws {
         let inbox = Inbox<Int>()
         let ended = Flag()

@@ -21,8 +21,7 @@ import Testing
     }
 
     static func listen(_ machine: inout SessionStateMachine) -> UInt64 {
-        let (_, continuation) = AsyncStream.makeStream(of: Wire.StateRecord?.self)
-        return machine.addValueListener(key: "k", continuation).0
+        machine.addValueListener(key: "k", Inbox(keepingNewest: 1)).0
     }
 
     @Test func recordsOfOneBurstMakeOneVisibleChange() {
