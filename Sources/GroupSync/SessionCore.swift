@@ -66,7 +66,7 @@ final class SessionCore: Sendable {
         _ barrierStream: AsyncStream<Bool>, _ catchUpStream: AsyncStream<Void>, memberPublished: inout Bool
     ) async throws(GroupSyncError) {
         let filters = topics.sessionFilters(id, participant: me)
-        let member = try Wire.encode(Wire.Member(participant: me, epoch: coordinator.epoch))
+        let member = try JSONBytesEncoder.encode(Wire.Member(participant: me, epoch: coordinator.epoch))
         // The session's messages are handled on the connection's network thread, as they are read: one
         // hand-off (to the app's sequences) instead of two. Handling never blocks and never runs app code.
         // Our member record goes out right behind the SUBSCRIBE packets, without waiting for their SUBACK:
@@ -243,7 +243,7 @@ final class SessionCore: Sendable {
             // Handed to the connection now, from the network thread; only the acknowledgement is awaited
             // elsewhere.
             let catchUp = machine.withLock { $0.catchUp }
-            if let body = try? Wire.encode(catchUp), let tickets = try? enqueue(
+            if let body = try? JSONBytesEncoder.encode(catchUp), let tickets = try? enqueue(
                 type: "$catchup", body: body, to: .only(Participant(id: newcomer)), reliable: true,
                 limit: Wire.maximumPayload) {
                 coordinator.spawn { [self] in try? await acknowledgements(of: tickets) }
@@ -255,12 +255,12 @@ final class SessionCore: Sendable {
         guard let envelope = coordinator.countingRejection(Wire.scanEnvelope(payload)) else { return .init() }
         switch envelope.header.type {
         case "$catchup":
-            guard let envelope = Wire.decodeVersionedFast(Wire.Envelope<Wire.CatchUp>.self, from: payload) else {
+            guard var catchUp = envelope.body.flatMap({ Wire.decodeCatchUpBody(payload, body: $0) })
+                    ?? Wire.decodeVersionedFast(Wire.Envelope<Wire.CatchUp>.self, from: payload)?.body else {
                 reject()
                 return .init()
             }
             let now = coordinator.configuration.clock.milliseconds()
-            var catchUp = envelope.body
             catchUp.states.removeAll { !$0.clock.isPlausible(now: now) }
             let retainAvailable = coordinator.client.retainAvailable
             let effects = apply { $0.onCatchUp(catchUp, from: sender, retainAvailable: retainAvailable) }
@@ -383,7 +383,7 @@ final class SessionCore: Sendable {
     }
 
     func publish(_ record: Wire.StateRecord) async throws(GroupSyncError) {
-        try await coordinator.publishRetained(topics.state(id, key: record.key, writer: me), try Wire.encode(record))
+        try await coordinator.publishRetained(topics.state(id, key: record.key, writer: me), try JSONBytesEncoder.encode(record))
     }
 
     func updateActivity(_ activity: Wire.Announcement.Activity) {
@@ -399,7 +399,7 @@ final class SessionCore: Sendable {
         let coordinator = self.coordinator
         let topic = topics.announcement(id)
         coordinator.spawn { [self] in
-            guard !isInvalidated, let payload = try? Wire.encode(updated) else { return }
+            guard !isInvalidated, let payload = try? JSONBytesEncoder.encode(updated) else { return }
             try? await coordinator.publishRetained(topic, payload)
         }
     }

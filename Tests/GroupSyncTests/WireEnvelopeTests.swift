@@ -142,6 +142,17 @@ extension WireEnvelopeTests {
         #expect(JSONValue.parseFast(payload) != nil, "the fast path takes it")
         let fast = try #require(Wire.decodeVersionedFast(Wire.Envelope<Wire.CatchUp>.self, from: payload))
         #expect(fast.body == catchUp && fast.seq == 3 && fast.epoch == 7 && fast.type == "$catchup")
+        // What a receiver does: the scanner locates the body, the hand-written readers decode it.
+        let body = try #require(Wire.scanEnvelope(payload)?.body)
+        #expect(Wire.decodeCatchUpBody(payload, body: body) == catchUp)
+        // The encoder that writes catch-ups and state records writes JSONEncoder's bytes.
+        #expect(Data(try JSONBytesEncoder.encodeFast(catchUp)) == (try Wire.encode(catchUp)))
+        #expect(Data(try JSONBytesEncoder.encodeFast(catchUp.states[3])) == (try Wire.encode(catchUp.states[3])))
+        // A member or state the readers do not take (a floating-point epoch) leaves it to JSONDecoder.
+        let odd = Data(#"{"members":[{"epoch":1.5,"participant":"a","v":1}],"states":[]}"#.utf8)
+        #expect(Wire.decodeCatchUpBody(odd, body: 0..<odd.count) == nil)
+        let missing = Data(#"{"members":[]}"#.utf8)
+        #expect(Wire.decodeCatchUpBody(missing, body: 0..<missing.count) == nil)
     }
 }
 
