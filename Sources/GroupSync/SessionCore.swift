@@ -213,7 +213,7 @@ final class SessionCore: Sendable {
         case let .member(session, participant) where session == id:
             if message.payload.isEmpty {
                 effects = apply { $0.onMember(participant, nil, retained: message.retain) }
-            } else if let record = coordinator.decoded(Wire.Member.self, message.payload), record.participant == participant {
+            } else if let record = coordinator.countingRejection(Wire.decodeMember(message.payload)), record.participant == participant {
                 if participant == me {
                     if record.epoch == coordinator.epoch,
                        let (barrier, value) = machine.withLock({ $0.onBarrierPassed(retainAvailable: coordinator.client.retainAvailable) }) {

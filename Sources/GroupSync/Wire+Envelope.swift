@@ -151,7 +151,7 @@ extension JSONByteReader {
     }
 
     /// The bytes of an ASCII string without escapes; nil (leaving the position undefined) for anything else.
-    private mutating func readPlainStringBytes() -> UnsafeRawBufferPointer? {
+    mutating func readPlainStringBytes() -> UnsafeRawBufferPointer? {
         guard take(UInt8(ascii: "\"")) else { return nil }
         let start = i
         while let byte = current {
@@ -187,7 +187,7 @@ extension JSONByteReader {
 
     /// Skips one JSON value, checking its structure (brackets, keys, strings, literals) but numbers only
     /// loosely: a body is validated when the app's type is decoded from it.
-    private mutating func skipValue() -> Bool {
+    mutating func skipValue() -> Bool {
         var containers: [Bool] = []  // open containers, innermost last; true for an object
         while true {
             skipWhitespace()

@@ -82,6 +82,7 @@ import Testing
             let presence = Wire.decodeVersioned(Wire.Presence.self, from: input)
             let member = Wire.decodeVersioned(Wire.Member.self, from: input)
             let record = Wire.decodeVersioned(Wire.StateRecord.self, from: input)
+            #expect(Wire.decodeMember(input) == member)  // the byte-level reader, then the others
             if let fast = JSONValue.parseFast(input) {  // (JSONValue's Decodable is quadratic in depth: only then)
                 #expect(fast == Wire.decode(JSONValue.self, from: input))
                 #expect(Wire.decodeFast(Wire.Presence.self, from: input) == presence)
@@ -100,6 +101,9 @@ import Testing
                 let catchUp = Wire.decodeVersioned(Wire.Envelope<Wire.CatchUp>.self, from: input)
                 let fastCatchUp = Wire.decodeVersionedFast(Wire.Envelope<Wire.CatchUp>.self, from: input)
                 #expect(fastCatchUp?.body == catchUp?.body && fastCatchUp?.seq == catchUp?.seq && fastCatchUp?.type == catchUp?.type)
+                if let body = scanned?.body, let direct = Wire.decodeCatchUpBody(input, body: body) {
+                    #expect(direct == catchUp?.body)  // what a newcomer reads first
+                }
                 let whole = Wire.decodeVersioned(Wire.Envelope<JSONValue>.self, from: input)
                 if let whole, let body = scanned?.body {
                     #expect(Wire.decode(JSONValue.self, from: input[body]) == whole.body)

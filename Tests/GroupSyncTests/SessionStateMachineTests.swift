@@ -64,3 +64,26 @@ import Testing
         #expect(machine.states["k"]?.value == .int(20))
     }
 }
+
+extension SessionStateMachineTests {
+    /// The responder rule is part of the protocol (PROTOCOL.md): every participant, in any language, must
+    /// pick the same one. Reference values from an independent FNV-1a 64 implementation.
+    @Test func theResponderRankIsFNV1aOfNewcomerSlashCandidate() {
+        #expect(SessionStateMachine.rank("late0", "p17").0 == 11_634_758_946_544_036_672)
+        #expect(SessionStateMachine.rank("alice", "bob").0 == 17_123_353_615_009_346_147)
+        #expect(SessionStateMachine.rank("é", "x").0 == 17_879_697_094_914_859_862)
+    }
+
+    @Test func theResponderIsTheActiveParticipantWithTheLargestRank() {
+        var machine = SessionStateMachineTests.joined()
+        let present = (0..<50).map { "p\($0)" }
+        for (index, name) in present.enumerated() {
+            _ = machine.onPresence(name, epoch: Int64(index + 1))
+            _ = machine.onMember(name, Wire.Member(participant: name, epoch: Int64(index + 1)), retained: true)
+        }
+        let candidates = present + ["alice"]
+        let expected = candidates.max { SessionStateMachine.rank("late0", $0) < SessionStateMachine.rank("late0", $1) }
+        #expect(machine.catchUpResponder(for: "late0") == expected)
+        #expect(machine.catchUpResponder(for: "p3") != "p3", "never the newcomer itself")
+    }
+}

@@ -121,6 +121,16 @@ import Testing
         #expect(Wire.decodeFast(Wire.Presence.self, from: try Wire.encode(presence)) == presence)
         let member = Wire.Member(participant: "a", epoch: 9)
         #expect(Wire.decodeFast(Wire.Member.self, from: try Wire.encode(member)) == member)
+        #expect(Wire.decodeMember(try Wire.encode(member)) == member)
+        // The byte-level member reader agrees with JSONDecoder on usual and unusual shapes alike.
+        for text in [#"{"v":1,"participant":"a","epoch":9}"#, #" { "epoch" : -9 , "participant":"b-c.d" ,"v":1 } "#,
+                     #"{"v":1,"participant":"a","epoch":9,"extra":{"x":[1,"}"]}}"#, #"{"v":1,"participant":"\u0061","epoch":9}"#,
+                     #"{"v":1,"participant":"a","epoch":9.0}"#, #"{"v":1,"participant":"a","epoch":1e3}"#, #"{"v":2,"participant":"a","epoch":9}"#,
+                     #"{"v":1,"participant":"a"}"#, #"{"v":1,"participant":"a","epoch":9,"epoch":10}"#, #"{"v":1,"participant":"a","epoch":9}x"#,
+                     #"{"v":1,"participant":"é","epoch":9}"#, #"{"v":1,"participant":7,"epoch":9}"#, #"{"v":1,"participant":"a","epoch":99999999999999999999}"#] {
+            let data = Data(text.utf8)
+            #expect(Wire.decodeMember(data) == Wire.decodeVersioned(Wire.Member.self, from: data), "\(text)")
+        }
         // Shapes the fast path does not take still decode (or fail) exactly as before.
         for text in [#"{"v":1,"key":"k","value":1.5,"clock":{"t":1,"c":0,"p":"a"}}"#,
                      #"{"v":1,"key":"k","clock":{"t":1,"c":0,"p":"a"}}"#,
