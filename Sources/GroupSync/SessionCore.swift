@@ -243,7 +243,7 @@ final class SessionCore: Sendable {
             // Handed to the connection now, from the network thread; only the acknowledgement is awaited
             // elsewhere.
             let catchUp = machine.withLock { $0.catchUp }
-            if let body = try? JSONBytesEncoder.encode(catchUp), let tickets = try? enqueue(
+            if let body = try? Wire.encodeCatchUp(catchUp), let tickets = try? enqueue(
                 type: "$catchup", body: body, to: .only(Participant(id: newcomer)), reliable: true,
                 limit: Wire.maximumPayload) {
                 coordinator.spawn { [self] in try? await acknowledgements(of: tickets) }

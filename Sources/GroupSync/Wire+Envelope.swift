@@ -34,7 +34,7 @@ extension Wire {
 
     private static let envelopeEnd = Array(#","v":\#(version)}"#.utf8)
 
-    private static func appendInteger(_ value: Int64, to out: inout [UInt8]) {
+    static func appendInteger(_ value: Int64, to out: inout [UInt8]) {
         if value < 0 { out.append(UInt8(ascii: "-")) }
         var magnitude = value.magnitude
         var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,

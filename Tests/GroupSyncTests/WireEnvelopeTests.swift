@@ -157,6 +157,18 @@ extension WireEnvelopeTests {
         #expect(Wire.decodeCatchUpBody(payload, body: body) == catchUp)
         // The encoder that writes catch-ups and state records writes JSONEncoder's bytes.
         #expect(Data(try JSONBytesEncoder.encodeFast(catchUp)) == (try Wire.encode(catchUp)))
+        #expect(try Wire.encodeCatchUp(catchUp) == (try Wire.encode(catchUp)))
+        let awkward = Wire.CatchUp(states: [], members: [Wire.Member(participant: "q\"\u{1}é", epoch: -1)])
+        #expect(try Wire.encodeCatchUp(awkward) == (try Wire.encode(awkward)))
+        let floats = Wire.CatchUp(states: [Wire.StateRecord(key: "f", value: .double(0.1), clock: HLCTimestamp(time: 1, counter: 0, participant: "a"))], members: [])
+        #expect(try Wire.encodeCatchUp(floats) == (try Wire.encode(floats)))
+        // The byte-level catch-up reader: any key order and whitespace; the tree reader takes escapes.
+        for text in [#"{ "states" : [ ] , "members" : [ { "v":1, "epoch":3, "participant":"a" } ], "x": {"y": [1]} }"#,
+                     #"{"members":[{"epoch":3,"participant":"\u0061","v":1}],"states":[]}"#,
+                     #"{"members":[],"states":[{"clock":{"c":0,"p":"a","t":1},"key":"k","v":1,"value":[1,{"z":null}]}]}"#] {
+            let data = Data(text.utf8)
+            #expect(Wire.decodeCatchUpBody(data, body: 0..<data.count) == Wire.decode(Wire.CatchUp.self, from: data), "\(text)")
+        }
         #expect(Data(try JSONBytesEncoder.encodeFast(catchUp.states[3])) == (try Wire.encode(catchUp.states[3])))
         // A member or state the readers do not take (a floating-point epoch) leaves it to JSONDecoder.
         let odd = Data(#"{"members":[{"epoch":1.5,"participant":"a","v":1}],"states":[]}"#.utf8)
