@@ -1,3 +1,5 @@
+import Foundation
+
 /// The topic layout of protocol version 1 for one group (see docs/PROTOCOL.md). Every topic a
 /// participant publishes ends with its own participant ID, so that a broker ACL (`pattern … %u`) can make
 /// identities unforgeable.
@@ -53,8 +55,10 @@ public struct GroupTopics: Sendable, Hashable {
     }
 
     private static func parse(_ bytes: UnsafeBufferPointer<UInt8>, root: UnsafeBufferPointer<UInt8>) -> Kind? {
+        // memcmp rather than `elementsEqual`, whose generic iterators were a tenth of the receiving
+        // thread's instructions in the throughput benchmark.
         guard bytes.count > root.count + 1, bytes[root.count] == UInt8(ascii: "/"),
-              UnsafeBufferPointer(rebasing: bytes[..<root.count]).elementsEqual(root) else { return nil }
+              root.isEmpty || memcmp(bytes.baseAddress!, root.baseAddress!, root.count) == 0 else { return nil }
         // Up to six levels below the root, each a valid identifier (so never empty).
         return withUnsafeTemporaryAllocation(of: Range<Int>.self, capacity: 6) { bounds -> Kind? in
             var count = 0
@@ -68,7 +72,8 @@ public struct GroupTopics: Sendable, Hashable {
             }
             func string(_ i: Int) -> String { String(decoding: bytes[bounds[i]], as: UTF8.self) }
             func level(_ i: Int, is literal: StaticString) -> Bool {
-                bytes[bounds[i]].elementsEqual(UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
+                bounds[i].count == literal.utf8CodeUnitCount
+                    && memcmp(bytes.baseAddress! + bounds[i].lowerBound, literal.utf8Start, literal.utf8CodeUnitCount) == 0
             }
             switch count {
             case 2 where level(0, is: "presence"): return .presence(participant: string(1))
