@@ -113,10 +113,15 @@ final class Inbox<Element: Sendable>: Sendable {
 
     /// The next element, waiting for one; nil once the inbox has ended and its buffer is empty.
     func next() async -> Element? {
-        switch state.withLock({ $0.pop() }) {
-        case let .element(element): return element
-        case .ended: return nil
-        case .empty: break
+        // Without waiting when something is buffered — unless the task is cancelled: then the slow path
+        // ends the inbox first (as AsyncStream does), or a producer that keeps yielding would keep a
+        // cancelled consumer's loop going.
+        if !Task.isCancelled {
+            switch state.withLock({ $0.pop() }) {
+            case let .element(element): return element
+            case .ended: return nil
+            case .empty: break
+            }
         }
         return await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<Element?, Never>) in

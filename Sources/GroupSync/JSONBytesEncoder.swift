@@ -101,7 +101,7 @@ private final class Node {
 
     /// Indices of `members` sorted byte-wise by key, as JSONEncoder's `.sortedKeys` orders ASCII keys
     /// (non-ASCII keys are refused), keeping only the last member set under each key (JSONEncoder
-    /// overwrites too).
+    /// overwrites a plain value too; a nested container requested twice is left to JSONEncoder).
     private static func writingOrder(_ members: [(key: String, node: Node)]) -> [Int] {
         let sorted = members.indices.sorted { a, b in
             let (left, right) = (members[a].key.utf8, members[b].key.utf8)
@@ -224,6 +224,13 @@ private struct Keyed<Key: CodingKey>: KeyedEncodingContainerProtocol {
 
     private func put(_ child: Node, _ key: Key) throws { try node.object().set(key.stringValue, child) }
 
+    /// Whether `key` was set already (only asked for nested containers, which JSONEncoder merges).
+    private func has(_ key: Key) -> Bool {
+        guard case let .object(members) = node.content else { return false }
+        let name = key.stringValue
+        return members.contains { $0.key == name }
+    }
+
     mutating func encodeNil(forKey key: Key) throws { try put(.scalar(.null), key) }
     mutating func encode(_ value: Bool, forKey key: Key) throws { try put(.scalar(.bool(value)), key) }
     mutating func encode(_ value: String, forKey key: Key) throws { try put(.scalar(.string(value)), key) }
@@ -248,14 +255,15 @@ private struct Keyed<Key: CodingKey>: KeyedEncodingContainerProtocol {
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
         let child = Node()
         child.content = .object([])
-        if (try? put(child, key)) == nil { context.failed = true }
+        // JSONEncoder merges into a container requested twice under one key: leave that to it.
+        if has(key) || (try? put(child, key)) == nil { context.failed = true }
         return KeyedEncodingContainer(Keyed<NestedKey>(node: child, context: context))
     }
 
     mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
         let child = Node()
         child.content = .array([])
-        if (try? put(child, key)) == nil { context.failed = true }
+        if has(key) || (try? put(child, key)) == nil { context.failed = true }
         return Unkeyed(node: child, context: context)
     }
 

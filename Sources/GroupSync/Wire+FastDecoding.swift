@@ -183,7 +183,9 @@ extension JSONByteReader {
                     }) else { return nil }
                     states = list
                 } else {
-                    guard skipValue() else { return nil }
+                    // Parsed, not skipped: `skipValue` is loose (numbers, escapes, depth), and what
+                    // JSONDecoder would reject must not be accepted here.
+                    guard parseValue(depth: 1) != nil else { return nil }
                 }
                 skipWhitespace()
             } while take(UInt8(ascii: ","))
@@ -232,7 +234,7 @@ extension JSONByteReader {
                     guard participant == nil, let value = readPlainStringBytes() else { return nil }
                     participant = String(decoding: value, as: UTF8.self)
                 case .other:
-                    guard skipValue() else { return nil }
+                    guard parseValue(depth: 1) != nil else { return nil }  // strict, unlike `skipValue`
                 }
                 skipWhitespace()
             } while take(UInt8(ascii: ","))

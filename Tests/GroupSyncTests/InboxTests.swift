@@ -72,6 +72,26 @@ import Testing
         #expect(await inbox.next() == nil)
     }
 
+    /// Review finding: the no-wait path kept a cancelled consumer going while the producer kept up.
+    @Test func aCancelledConsumerEndsEvenWhileElementsKeepComing() async throws {
+        let inbox = Inbox<Int>(keepingNewest: 1)
+        let ended = Flag()
+        inbox.onTermination { ended.raise() }
+        let received = await Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            var count = 0
+            inbox.yield(0)
+            while await inbox.next() != nil {
+                count += 1
+                if count == 100 { break }
+                inbox.yield(count)
+            }
+            return count
+        }.value
+        #expect(received <= 1, "what was buffered when it was cancelled, then the end")
+        #expect(ended.value == 1)
+    }
+
     @Test func droppingTheConsumerEndsTheInbox() async throws {
         let inbox = Inbox<Int>()
         let ended = Flag()

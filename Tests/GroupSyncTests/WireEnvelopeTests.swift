@@ -127,7 +127,11 @@ import Testing
                      #"{"v":1,"participant":"a","epoch":9,"extra":{"x":[1,"}"]}}"#, #"{"v":1,"participant":"\u0061","epoch":9}"#,
                      #"{"v":1,"participant":"a","epoch":9.0}"#, #"{"v":1,"participant":"a","epoch":1e3}"#, #"{"v":2,"participant":"a","epoch":9}"#,
                      #"{"v":1,"participant":"a"}"#, #"{"v":1,"participant":"a","epoch":9,"epoch":10}"#, #"{"v":1,"participant":"a","epoch":9}x"#,
-                     #"{"v":1,"participant":"é","epoch":9}"#, #"{"v":1,"participant":7,"epoch":9}"#, #"{"v":1,"participant":"a","epoch":99999999999999999999}"#] {
+                     #"{"v":1,"participant":"é","epoch":9}"#, #"{"v":1,"participant":7,"epoch":9}"#, #"{"v":1,"participant":"a","epoch":99999999999999999999}"#,
+                     // Review findings: what JSONDecoder rejects under an unknown key must not pass.
+                     #"{"epoch":1,"participant":"a","v":1,"x":"\u12"}"#,
+                     #"{"epoch":1,"participant":"a","v":1,"x":"# + String(repeating: "[", count: 600) + String(repeating: "]", count: 600) + "}",
+                     #"{"epoch":1,"participant":"a","v":1,"x":01}"#] {
             let data = Data(text.utf8)
             #expect(Wire.decodeMember(data) == Wire.decodeVersioned(Wire.Member.self, from: data), "\(text)")
         }
@@ -292,6 +296,24 @@ extension WireEnvelopeTests {
             try container.encode(true, forKey: .b)
             try container.encode("second", forKey: .a)
         }
+    }
+
+    /// Review finding: JSONEncoder merges a nested container requested twice under one key.
+    struct NestedTwice: Encodable {
+        enum Outer: String, CodingKey { case a }
+        enum Inner: String, CodingKey { case x, y }
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: Outer.self)
+            var first = container.nestedContainer(keyedBy: Inner.self, forKey: .a)
+            try first.encode(1, forKey: .x)
+            var second = container.nestedContainer(keyedBy: Inner.self, forKey: .a)
+            try second.encode(2, forKey: .y)
+        }
+    }
+
+    @Test func aNestedContainerRequestedTwiceIsLeftToJSONEncoder() throws {
+        #expect(throws: (any Error).self) { _ = try JSONBytesEncoder.encodeFast(NestedTwice()) }
+        #expect(try JSONBytesEncoder.encode(NestedTwice()) == (try Wire.encode(NestedTwice())))
     }
 
     @Test func keysAreSortedAndTheLastValueOfARepeatedKeyWins() throws {
