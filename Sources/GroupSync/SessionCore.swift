@@ -227,7 +227,7 @@ final class SessionCore: Sendable {
             }
         case let .state(session, key, writer) where session == id:
             guard !message.payload.isEmpty else { return }
-            guard let record = coordinator.decoded(Wire.StateRecord.self, message.payload), record.key == key,
+            guard let record = coordinator.countingRejection(Wire.decodeStateRecord(message.payload)), record.key == key,
                   record.clock.participant == writer, record.clock.isPlausible(now: now) else { return reject() }
             coordinator.hlc.withLock { $0.observe(record.clock, now: now) }
             // Shown at the end of the burst: records that arrive together make one visible change.

@@ -33,6 +33,19 @@ extension Wire {
         return decodeFast(Member.self, from: data)
     }
 
+    /// A state record straight from its bytes — the clock flat, only the value through the JSON tree —
+    /// when it has the usual shape; otherwise ``decodeFast(_:from:)`` decides. Every participant reads
+    /// every write of every other participant.
+    static func decodeStateRecord(_ data: Data) -> StateRecord? {
+        if data.count <= maximumPayload, let record = data.withUnsafeBytes({ bytes -> StateRecord? in
+            var reader = JSONByteReader(bytes: bytes)
+            return reader.readStateRecord()
+        }) {
+            return record.v == version ? record : nil
+        }
+        return decodeFast(StateRecord.self, from: data)
+    }
+
     /// ``decodeVersioned(_:from:)`` through ``JSONValue/parseFast(_:)`` and ``JSONValueDecoder`` where they
     /// can, for larger payloads without a hand-written reader (a `$catchup` lists every member and state).
     static func decodeVersionedFast<T: Decodable & Versioned>(_ type: T.Type, from data: Data) -> T? {
@@ -242,6 +255,74 @@ extension JSONByteReader {
         }
         guard let v, let epoch, let participant, let version = Int(exactly: v) else { return nil }
         return Wire.Member(v: version, participant: participant, epoch: epoch)
+    }
+
+    /// `{"clock":{"c":<int>,"p":"<plain>","t":<int>},"key":"<plain>","v":<int>,"value":<any>}` in any
+    /// order, other keys parsed strictly and ignored; nil for duplicates, escapes in the strings, or
+    /// trailing bytes.
+    mutating func readStateRecord() -> Wire.StateRecord? {
+        var v: Int64?, key: String?, value: JSONValue?, clock: HLCTimestamp?
+        let parsed: Bool = readObject { reader, name in
+            if name.elementsEqual("value".utf8) {
+                guard value == nil, let parsed = reader.parseValue(depth: 1) else { return false }
+                value = parsed
+            } else if name.elementsEqual("key".utf8) {
+                guard key == nil, let text = reader.readPlainStringBytes() else { return false }
+                key = String(decoding: text, as: UTF8.self)
+            } else if name.elementsEqual("clock".utf8) {
+                guard clock == nil, let parsed = reader.readClock() else { return false }
+                clock = parsed
+            } else if name.elementsEqual("v".utf8) {
+                guard v == nil, let number = reader.readInteger() else { return false }
+                v = number
+            } else {
+                return reader.parseValue(depth: 1) != nil
+            }
+            return true
+        }
+        skipWhitespace()
+        guard parsed, isAtEnd, let v, let key, let value, let clock, let version = Int(exactly: v) else { return nil }
+        return Wire.StateRecord(v: version, key: key, value: value, clock: clock)
+    }
+
+    private mutating func readClock() -> HLCTimestamp? {
+        var time: Int64?, counter: Int64?, participant: String?
+        let parsed: Bool = readObject { reader, name in
+            if name.elementsEqual("t".utf8) {
+                guard time == nil, let number = reader.readInteger() else { return false }
+                time = number
+            } else if name.elementsEqual("c".utf8) {
+                guard counter == nil, let number = reader.readInteger() else { return false }
+                counter = number
+            } else if name.elementsEqual("p".utf8) {
+                guard participant == nil, let text = reader.readPlainStringBytes() else { return false }
+                participant = String(decoding: text, as: UTF8.self)
+            } else {
+                return reader.parseValue(depth: 2) != nil
+            }
+            return true
+        }
+        guard parsed, let time, let counter, let participant else { return nil }
+        return HLCTimestamp(time: time, counter: counter, participant: participant)
+    }
+
+    /// One object: `member` reads each member's value (the reader is after the colon) and says whether
+    /// it was acceptable. Leaves the reader after the closing brace.
+    private mutating func readObject(_ member: (inout JSONByteReader, UnsafeRawBufferPointer) -> Bool) -> Bool {
+        skipWhitespace()
+        guard take(UInt8(ascii: "{")) else { return false }
+        skipWhitespace()
+        if take(UInt8(ascii: "}")) { return true }
+        repeat {
+            skipWhitespace()
+            guard let name = readPlainStringBytes() else { return false }
+            skipWhitespace()
+            guard take(UInt8(ascii: ":")) else { return false }
+            skipWhitespace()
+            guard member(&self, name) else { return false }
+            skipWhitespace()
+        } while take(UInt8(ascii: ","))
+        return take(UInt8(ascii: "}"))
     }
 
     private enum MemberKey {

@@ -82,7 +82,8 @@ import Testing
             let presence = Wire.decodeVersioned(Wire.Presence.self, from: input)
             let member = Wire.decodeVersioned(Wire.Member.self, from: input)
             let record = Wire.decodeVersioned(Wire.StateRecord.self, from: input)
-            #expect(Wire.decodeMember(input) == member)  // the byte-level reader, then the others
+            #expect(Wire.decodeMember(input) == member)  // the byte-level readers, then the others
+            #expect(Wire.decodeStateRecord(input) == record)
             if let fast = JSONValue.parseFast(input) {  // (JSONValue's Decodable is quadratic in depth: only then)
                 #expect(fast == Wire.decode(JSONValue.self, from: input))
                 #expect(Wire.decodeFast(Wire.Presence.self, from: input) == presence)

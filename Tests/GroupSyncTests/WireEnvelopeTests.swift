@@ -117,6 +117,14 @@ import Testing
                                       clock: HLCTimestamp(time: 1_796_214_382_038, counter: 3, participant: "bob"))
         let data = try Wire.encode(record)
         #expect(Wire.decodeFast(Wire.StateRecord.self, from: data) == record)
+        #expect(Wire.decodeStateRecord(data) == record)
+        for text in [#" { "value" : {"a":[1,2]} , "clock" : { "p" : "w" , "t" : 5 , "c" : 0 , "z": null } , "key" : "k" , "v" : 1 } "#,
+                     #"{"v":1,"key":"k","value":1,"clock":{"t":1,"c":0,"p":"a","p":"b"}}"#, #"{"v":1,"key":"k\u0041","value":1,"clock":{"t":1,"c":0,"p":"a"}}"#,
+                     #"{"v":1,"key":"k","value":1,"clock":{"t":1.0,"c":0,"p":"a"}}"#, #"{"v":1,"key":"k","value":"\u12","clock":{"t":1,"c":0,"p":"a"}}"#,
+                     #"{"v":1,"key":"k","value":1,"clock":{"t":1,"c":0,"p":"a"}} x"#, #"{"v":1,"key":"k","clock":{"t":1,"c":0,"p":"a"},"value":null}"#] {
+            let odd = Data(text.utf8)
+            #expect(Wire.decodeStateRecord(odd) == Wire.decodeVersioned(Wire.StateRecord.self, from: odd), "\(text)")
+        }
         let presence = Wire.Presence(participant: "a", status: .lost, epoch: 9, name: "Ann")
         #expect(Wire.decodeFast(Wire.Presence.self, from: try Wire.encode(presence)) == presence)
         let member = Wire.Member(participant: "a", epoch: 9)
@@ -142,6 +150,7 @@ import Testing
                      #"{"v":1,"key":"k","value":null,"clock":{"t":1,"c":0,"p":"a"},"extra":[1]}"#] {
             let data = Data(text.utf8)
             #expect(Wire.decodeFast(Wire.StateRecord.self, from: data) == Wire.decodeVersioned(Wire.StateRecord.self, from: data), "\(text)")
+            #expect(Wire.decodeStateRecord(data) == Wire.decodeVersioned(Wire.StateRecord.self, from: data), "\(text)")
         }
     }
 }
