@@ -106,46 +106,35 @@ extension JSONByteReader {
     /// includes everything malformed): then `JSONDecoder` decides.
     mutating func scanEnvelope() -> (Wire.EnvelopeHeader, body: Range<Int>)? {
         var v: Int64?, epoch: Int64?, seq: Int64?, reliable: Bool?, type: String?, body: Range<Int>?
-        skipWhitespace()
-        guard take(UInt8(ascii: "{")) else { return nil }
-        skipWhitespace()
-        if !take(UInt8(ascii: "}")) {
-            repeat {
-                skipWhitespace()
-                guard let key = readPlainStringBytes() else { return nil }
-                skipWhitespace()
-                guard take(UInt8(ascii: ":")) else { return nil }
-                skipWhitespace()
-                switch EnvelopeKey(key) {
-                case .v:
-                    guard v == nil, let value = readInteger() else { return nil }
-                    v = value
-                case .epoch:
-                    guard epoch == nil, let value = readInteger() else { return nil }
-                    epoch = value
-                case .seq:
-                    guard seq == nil, let value = readInteger() else { return nil }
-                    seq = value
-                case .reliable:
-                    guard reliable == nil, let value = readBool() else { return nil }
-                    reliable = value
-                case .type:
-                    guard type == nil, let value = readPlainStringBytes() else { return nil }
-                    type = String(decoding: value, as: UTF8.self)
-                case .body:
-                    guard body == nil else { return nil }
-                    let start = i
-                    guard skipValue() else { return nil }
-                    body = start..<i
-                case .other:
-                    guard skipValue() else { return nil }
-                }
-                skipWhitespace()
-            } while take(UInt8(ascii: ","))
-            guard take(UInt8(ascii: "}")) else { return nil }
+        let parsed = readObject { reader, key in
+            switch EnvelopeKey(key) {
+            case .v:
+                guard v == nil, let value = reader.readInteger() else { return false }
+                v = value
+            case .epoch:
+                guard epoch == nil, let value = reader.readInteger() else { return false }
+                epoch = value
+            case .seq:
+                guard seq == nil, let value = reader.readInteger() else { return false }
+                seq = value
+            case .reliable:
+                guard reliable == nil, let value = reader.readBool() else { return false }
+                reliable = value
+            case .type:
+                guard type == nil, let value = reader.readPlainStringBytes() else { return false }
+                type = String(decoding: value, as: UTF8.self)
+            case .body:
+                guard body == nil else { return false }
+                let start = reader.i
+                guard reader.skipValue() else { return false }
+                body = start..<reader.i
+            case .other:
+                return reader.skipValue()
+            }
+            return true
         }
         skipWhitespace()
-        guard i == bytes.count else { return nil }
+        guard parsed, i == bytes.count else { return nil }
         guard let v, let epoch, let seq, let reliable, let type, let body, let version = Int(exactly: v) else { return nil }
         return (Wire.EnvelopeHeader(v: version, type: type, epoch: epoch, seq: seq, reliable: reliable), body)
     }
@@ -170,11 +159,7 @@ extension JSONByteReader {
         case v, epoch, seq, reliable, type, body, other
 
         init(_ key: UnsafeRawBufferPointer) {
-            func `is`(_ literal: StaticString) -> Bool {
-                // memcmp: `elementsEqual` walked both buffers through generic iterators (~180
-                // instructions per key, six keys per message).
-                key.count == literal.utf8CodeUnitCount && memcmp(key.baseAddress!, literal.utf8Start, key.count) == 0
-            }
+            func `is`(_ literal: StaticString) -> Bool { JSONByteReader.key(key, is: literal) }
             switch key.count {
             case 1 where `is`("v"): self = .v
             case 3 where `is`("seq"): self = .seq

@@ -176,36 +176,25 @@ extension JSONByteReader {
     /// record through the JSON tree (there are few). Nil for anything unusual.
     mutating func readCatchUp() -> Wire.CatchUp? {
         var members: [Wire.Member]?, states: [Wire.StateRecord]?
-        skipWhitespace()
-        guard take(UInt8(ascii: "{")) else { return nil }
-        skipWhitespace()
-        if !take(UInt8(ascii: "}")) {
-            repeat {
-                skipWhitespace()
-                guard let key = readPlainStringBytes() else { return nil }
-                skipWhitespace()
-                guard take(UInt8(ascii: ":")) else { return nil }
-                skipWhitespace()
-                if key.elementsEqual("members".utf8) {
-                    guard members == nil, let list = readArray({ $0.readMemberObject() }) else { return nil }
-                    members = list
-                } else if key.elementsEqual("states".utf8) {
-                    guard states == nil, let list = readArray({ reader -> Wire.StateRecord? in
-                        guard let value = reader.parseValue(depth: 1) else { return nil }
-                        return Wire.StateRecord(fastJSON: value)
-                    }) else { return nil }
-                    states = list
-                } else {
-                    // Parsed, not skipped: `skipValue` is loose (numbers, escapes, depth), and what
-                    // JSONDecoder would reject must not be accepted here.
-                    guard parseValue(depth: 1) != nil else { return nil }
-                }
-                skipWhitespace()
-            } while take(UInt8(ascii: ","))
-            guard take(UInt8(ascii: "}")) else { return nil }
+        let parsed = readObject { reader, key in
+            if key.elementsEqual("members".utf8) {
+                guard members == nil, let list = reader.readArray({ $0.readMemberObject() }) else { return false }
+                members = list
+            } else if key.elementsEqual("states".utf8) {
+                guard states == nil, let list = reader.readArray({ reader -> Wire.StateRecord? in
+                    guard let value = reader.parseValue(depth: 1) else { return nil }
+                    return Wire.StateRecord(fastJSON: value)
+                }) else { return false }
+                states = list
+            } else {
+                // Parsed, not skipped: `skipValue` is loose (numbers, escapes, depth), and what
+                // JSONDecoder would reject must not be accepted here.
+                return reader.parseValue(depth: 1) != nil
+            }
+            return true
         }
         skipWhitespace()
-        guard isAtEnd, let members, let states else { return nil }
+        guard parsed, isAtEnd, let members, let states else { return nil }
         return Wire.CatchUp(states: states, members: members)
     }
 
@@ -226,34 +215,23 @@ extension JSONByteReader {
     /// One flat member object, leaving the reader after its closing brace.
     private mutating func readMemberObject() -> Wire.Member? {
         var v: Int64?, epoch: Int64?, participant: String?
-        skipWhitespace()
-        guard take(UInt8(ascii: "{")) else { return nil }
-        skipWhitespace()
-        if !take(UInt8(ascii: "}")) {
-            repeat {
-                skipWhitespace()
-                guard let key = readPlainStringBytes() else { return nil }
-                skipWhitespace()
-                guard take(UInt8(ascii: ":")) else { return nil }
-                skipWhitespace()
-                switch MemberKey(key) {
-                case .v:
-                    guard v == nil, let value = readInteger() else { return nil }
-                    v = value
-                case .epoch:
-                    guard epoch == nil, let value = readInteger() else { return nil }
-                    epoch = value
-                case .participant:
-                    guard participant == nil, let value = readPlainStringBytes() else { return nil }
-                    participant = String(decoding: value, as: UTF8.self)
-                case .other:
-                    guard parseValue(depth: 1) != nil else { return nil }  // strict, unlike `skipValue`
-                }
-                skipWhitespace()
-            } while take(UInt8(ascii: ","))
-            guard take(UInt8(ascii: "}")) else { return nil }
+        let parsed = readObject { reader, key in
+            switch MemberKey(key) {
+            case .v:
+                guard v == nil, let value = reader.readInteger() else { return false }
+                v = value
+            case .epoch:
+                guard epoch == nil, let value = reader.readInteger() else { return false }
+                epoch = value
+            case .participant:
+                guard participant == nil, let value = reader.readPlainStringBytes() else { return false }
+                participant = String(decoding: value, as: UTF8.self)
+            case .other:
+                return reader.parseValue(depth: 1) != nil  // strict, unlike `skipValue`
+            }
+            return true
         }
-        guard let v, let epoch, let participant, let version = Int(exactly: v) else { return nil }
+        guard parsed, let v, let epoch, let participant, let version = Int(exactly: v) else { return nil }
         return Wire.Member(v: version, participant: participant, epoch: epoch)
     }
 
@@ -262,7 +240,7 @@ extension JSONByteReader {
     /// trailing bytes.
     mutating func readStateRecord() -> Wire.StateRecord? {
         var v: Int64?, key: String?, value: JSONValue?, clock: HLCTimestamp?
-        let parsed: Bool = readObject { reader, name in
+        let parsed = readObject { reader, name in
             if name.elementsEqual("value".utf8) {
                 guard value == nil, let parsed = reader.parseValue(depth: 1) else { return false }
                 value = parsed
@@ -287,7 +265,7 @@ extension JSONByteReader {
 
     private mutating func readClock() -> HLCTimestamp? {
         var time: Int64?, counter: Int64?, participant: String?
-        let parsed: Bool = readObject { reader, name in
+        let parsed = readObject { reader, name in
             if name.elementsEqual("t".utf8) {
                 guard time == nil, let number = reader.readInteger() else { return false }
                 time = number
@@ -306,32 +284,11 @@ extension JSONByteReader {
         return HLCTimestamp(time: time, counter: counter, participant: participant)
     }
 
-    /// One object: `member` reads each member's value (the reader is after the colon) and says whether
-    /// it was acceptable. Leaves the reader after the closing brace.
-    private mutating func readObject(_ member: (inout JSONByteReader, UnsafeRawBufferPointer) -> Bool) -> Bool {
-        skipWhitespace()
-        guard take(UInt8(ascii: "{")) else { return false }
-        skipWhitespace()
-        if take(UInt8(ascii: "}")) { return true }
-        repeat {
-            skipWhitespace()
-            guard let name = readPlainStringBytes() else { return false }
-            skipWhitespace()
-            guard take(UInt8(ascii: ":")) else { return false }
-            skipWhitespace()
-            guard member(&self, name) else { return false }
-            skipWhitespace()
-        } while take(UInt8(ascii: ","))
-        return take(UInt8(ascii: "}"))
-    }
-
     private enum MemberKey {
         case v, epoch, participant, other
 
         init(_ key: UnsafeRawBufferPointer) {
-            func `is`(_ literal: StaticString) -> Bool {
-                key.count == literal.utf8CodeUnitCount && memcmp(key.baseAddress!, literal.utf8Start, key.count) == 0
-            }
+            func `is`(_ literal: StaticString) -> Bool { JSONByteReader.key(key, is: literal) }
             switch key.count {
             case 1 where `is`("v"): self = .v
             case 5 where `is`("epoch"): self = .epoch
