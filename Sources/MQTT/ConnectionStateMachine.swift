@@ -78,7 +78,7 @@ struct ConnectionStateMachine {
     /// and kind), so most messages skip matching every filter. Emptied whenever a subscription comes or
     /// goes, and when it grows past ``maximumRoutes`` (small: a process holding 1,000 participants of one
     /// session has 1,000 of these tables, and a cap of 4,096 cost it 200 MiB).
-    private var routes: [String: [MessageSink]] = [:]
+    private(set) var routes: [String: [MessageSink]] = [:]
     static let maximumRoutes = 128
     /// How many live subscriptions use each filter, and the options it was last subscribed with.
     private var filters: [String: (count: Int, options: TopicSubscription)] = [:]
@@ -449,8 +449,10 @@ struct ConnectionStateMachine {
         return effects
     }
 
-    /// Which subscription streams receive a message on `topic`.
-    mutating func onMessage(topic: String) -> Effects {
+    /// Which subscription streams receive a message on `topic`. With `remember` false (a retained
+    /// message: each topic of a subscription's replay comes once) the route is not added to the table,
+    /// where a replay of a hundred records would only push out the routes of live traffic.
+    mutating func onMessage(topic: String, remember: Bool = true) -> Effects {
         var effects = Effects()
         if let targets = routes[topic] {
             effects.messageTargets = targets
@@ -462,6 +464,7 @@ struct ConnectionStateMachine {
                 effects.messageTargets.append(entry.sink)
             }
         }
+        guard remember else { return effects }
         if routes.count >= ConnectionStateMachine.maximumRoutes { routes.removeAll(keepingCapacity: true) }
         routes[topic] = effects.messageTargets
         return effects

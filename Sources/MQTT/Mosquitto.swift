@@ -376,7 +376,7 @@ final class Mosquitto: @unchecked Sendable {
         let message = MQTTMessage(
             topic: topic, payload: payload, qos: QoS(rawValue: raw.qos) ?? .atMostOnce, retain: raw.retain,
             properties: properties.map(Mosquitto.readProperties) ?? MQTTProperties())
-        let effects = state.withLock { $0.onMessage(topic: topic) }
+        let effects = state.withLock { $0.onMessage(topic: topic, remember: !raw.retain) }
         for target in effects.messageTargets where !target.deliver(message) {
             droppedMessages.add(1, ordering: .relaxed)
         }

@@ -156,4 +156,17 @@ import Testing
         _ = machine.onSubscriptionRemoved(id: 2)
         #expect(machine.onMessage(topic: "a/b").messageTargets.isEmpty)
     }
+
+    /// A subscription's retained replay (a newcomer's hundred member records) is routed like live
+    /// traffic but not remembered: each of its topics comes once, and it would push live routes out.
+    @Test func retainedMessagesAreRoutedButNotRemembered() {
+        var machine = connected()
+        let (_, a) = AsyncStream.makeStream(of: MQTTMessage.self)
+        _ = try? machine.onSubscriptionAdded(id: 1, [TopicSubscription("a/+")], sink: .stream(a))
+        _ = machine.onMessage(topic: "a/live")
+        for index in 0..<200 {
+            #expect(machine.onMessage(topic: "a/\(index)", remember: false).messageTargets.map(\.id) == [1])
+        }
+        #expect(machine.routes.keys.sorted() == ["a/live"])
+    }
 }
