@@ -264,7 +264,7 @@ final class SessionCore: Sendable {
             catchUp.states.removeAll { !$0.clock.isPlausible(now: now) }
             let retainAvailable = coordinator.client.retainAvailable
             let effects = apply { $0.onCatchUp(catchUp, from: sender, retainAvailable: retainAvailable) }
-            if effects.catchUpArrived != nil {  // accepted: merge its clocks
+            if !effects.catchUpArrived.isEmpty {  // accepted: merge its clocks
                 for record in catchUp.states { coordinator.hlc.withLock { $0.observe(record.clock, now: now) } }
             }
             return effects
