@@ -95,7 +95,14 @@ public struct GroupMessages<Message: Codable & Sendable>: AsyncSequence, Sendabl
         /// Only the body when the receiving connection located it; the whole envelope otherwise.
         private static func decode(_ inbound: SessionStateMachine.InboundMessage) -> Message? {
             if let body = inbound.body { return JSONValueDecoder.decode(Message.self, from: inbound.payload[body]) }
-            return Wire.decodeVersioned(Wire.Envelope<Message>.self, from: inbound.payload)?.body
+            return decodeEnvelope(inbound.payload)
+        }
+
+        /// Apart, so that `Wire.Envelope<Message>`'s metadata is looked up only on this rare path (this
+        /// code is not specialised for the app's type: the look-up cost ~330 instructions per message).
+        @inline(never)
+        private static func decodeEnvelope(_ payload: Data) -> Message? {
+            Wire.decodeVersioned(Wire.Envelope<Message>.self, from: payload)?.body
         }
     }
 
