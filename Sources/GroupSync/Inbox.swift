@@ -12,8 +12,8 @@ import MQTT
 /// - elements come out in the order they were yielded; nothing is dropped while the inbox is open,
 ///   except that an inbox made with `keepingNewest: n` keeps only the newest `n` not yet taken;
 /// - ``finish()`` ends it after the buffered elements; yields after that are ignored;
-/// - cancelling the consuming task ends it at once (its `next()` returns nil, so do later calls once the
-///   buffer is empty);
+/// - cancelling the consuming task ends it at once: nothing more is accepted, and `next()` returns what
+///   was already buffered, then nil (a waiting `next()` returns nil at once);
 /// - when the consumer side is gone (``Consumer`` deinitialised, i.e. the sequence and its iterators
 ///   dropped) it ends too;
 /// - ending runs the termination handler exactly once, outside the lock.
