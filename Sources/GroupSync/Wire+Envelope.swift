@@ -172,8 +172,10 @@ extension JSONByteReader {
         }
     }
 
-    /// Skips one JSON value, checking its structure (brackets, keys, strings, literals) but numbers only
-    /// loosely: a body is validated when the app's type is decoded from it.
+    /// Skips one JSON value, checking its structure (brackets, keys, strings, escapes, literals) but
+    /// numbers only loosely: a body is validated when the app's type is decoded from it. Gives up (false)
+    /// below 64 levels of nesting — JSONDecoder refuses deep nesting, and the caller's fallback is
+    /// JSONDecoder — and on a `\u` escape without four hex digits, which JSONDecoder refuses too.
     mutating func skipValue() -> Bool {
         var containers: [Bool] = []  // open containers, innermost last; true for an object
         while true {
@@ -181,6 +183,7 @@ extension JSONByteReader {
             guard let byte = current else { return false }
             switch byte {
             case UInt8(ascii: "{"), UInt8(ascii: "["):
+                guard containers.count < 64 else { return false }
                 i += 1
                 skipWhitespace()
                 let isObject = byte == UInt8(ascii: "{")
@@ -230,8 +233,15 @@ extension JSONByteReader {
             i += 1
             if byte == UInt8(ascii: "\"") { return true }
             if byte == UInt8(ascii: "\\") {
-                guard current != nil else { return false }
+                guard let escaped = current else { return false }
                 i += 1
+                if escaped == UInt8(ascii: "u") {
+                    for _ in 0..<4 {
+                        guard let hex = current, (hex >= UInt8(ascii: "0") && hex <= UInt8(ascii: "9"))
+                            || (hex | 0x20 >= UInt8(ascii: "a") && hex | 0x20 <= UInt8(ascii: "f")) else { return false }
+                        i += 1
+                    }
+                }
             } else if byte < 0x20 {
                 return false
             }

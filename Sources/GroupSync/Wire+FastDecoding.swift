@@ -177,10 +177,10 @@ extension JSONByteReader {
     mutating func readCatchUp() -> Wire.CatchUp? {
         var members: [Wire.Member]?, states: [Wire.StateRecord]?
         let parsed = readObject { reader, key in
-            if key.elementsEqual("members".utf8) {
+            if JSONByteReader.key(key, is: "members") {
                 guard members == nil, let list = reader.readArray({ $0.readMemberObject() }) else { return false }
                 members = list
-            } else if key.elementsEqual("states".utf8) {
+            } else if JSONByteReader.key(key, is: "states") {
                 guard states == nil, let list = reader.readArray({ reader -> Wire.StateRecord? in
                     guard let value = reader.parseValue(depth: 1) else { return nil }
                     return Wire.StateRecord(fastJSON: value)
@@ -241,16 +241,16 @@ extension JSONByteReader {
     mutating func readStateRecord() -> Wire.StateRecord? {
         var v: Int64?, key: String?, value: JSONValue?, clock: HLCTimestamp?
         let parsed = readObject { reader, name in
-            if name.elementsEqual("value".utf8) {
+            if JSONByteReader.key(name, is: "value") {
                 guard value == nil, let parsed = reader.parseValue(depth: 1) else { return false }
                 value = parsed
-            } else if name.elementsEqual("key".utf8) {
+            } else if JSONByteReader.key(name, is: "key") {
                 guard key == nil, let text = reader.readPlainStringBytes() else { return false }
                 key = String(decoding: text, as: UTF8.self)
-            } else if name.elementsEqual("clock".utf8) {
+            } else if JSONByteReader.key(name, is: "clock") {
                 guard clock == nil, let parsed = reader.readClock() else { return false }
                 clock = parsed
-            } else if name.elementsEqual("v".utf8) {
+            } else if JSONByteReader.key(name, is: "v") {
                 guard v == nil, let number = reader.readInteger() else { return false }
                 v = number
             } else {
@@ -266,13 +266,13 @@ extension JSONByteReader {
     private mutating func readClock() -> HLCTimestamp? {
         var time: Int64?, counter: Int64?, participant: String?
         let parsed = readObject { reader, name in
-            if name.elementsEqual("t".utf8) {
+            if JSONByteReader.key(name, is: "t") {
                 guard time == nil, let number = reader.readInteger() else { return false }
                 time = number
-            } else if name.elementsEqual("c".utf8) {
+            } else if JSONByteReader.key(name, is: "c") {
                 guard counter == nil, let number = reader.readInteger() else { return false }
                 counter = number
-            } else if name.elementsEqual("p".utf8) {
+            } else if JSONByteReader.key(name, is: "p") {
                 guard participant == nil, let text = reader.readPlainStringBytes() else { return false }
                 participant = String(decoding: text, as: UTF8.self)
             } else {

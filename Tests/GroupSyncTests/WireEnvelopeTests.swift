@@ -74,6 +74,24 @@ import Testing
         }
     }
 
+    /// Review finding: the scanner skipped unknown keys loosely and accepted envelopes JSONDecoder rejects
+    /// (a `\u` escape without four hex digits, deep nesting). Whatever it accepts, JSONDecoder accepts
+    /// with the same header; where it gives up, JSONDecoder decides.
+    @Test func anUnknownKeyTheScannerCannotVouchForIsLeftToJSONDecoder() {
+        let head = #"{"body":1,"epoch":1,"reliable":true,"seq":1,"type":"T","v":1,"x":"#
+        let values = [#""\u12""#, #""\u12zz""#, #""\q""#, "01", "-", "1.", #"{"a":1,}"#,
+                      String(repeating: "[", count: 600) + String(repeating: "]", count: 600),
+                      #""\u00e9 \uD83D\uDE00""#, #"{"nested":[1,"two",null,2.5e3]}"#]
+        for value in values {
+            let data = Data((head + value + "}").utf8)
+            let reference = Wire.decodeVersioned(Wire.EnvelopeHeader.self, from: data)
+            #expect(Wire.scanEnvelope(data)?.header == reference, "\(value)")
+        }
+        #expect(Wire.decodeVersioned(Wire.EnvelopeHeader.self, from: Data((head + #""\u12""# + "}").utf8)) == nil)
+        let fine = Data((head + #"{"nested":[1,"two",null,2.5e3,"\u00e9"]}}"#).utf8)
+        #expect(Wire.scanEnvelope(fine)?.body != nil, "the fast path takes unknown keys it can vouch for")
+    }
+
     @Test func nonEnvelopesAreRejected() {
         let rejected = [
             "", "{", "[]", "null", #"{"v":1}"#,
