@@ -10,14 +10,15 @@ final class SessionCore: Sendable {
     let coordinator: GroupCoordinator
     let machine: LockedValue<SessionStateMachine>
     private let subscription = LockedValue<MessageHandlerSubscription?>(nil)
-    /// Where our messages to everyone go (built once: every send used to build it).
-    private let broadcastTopic: String
+    /// Where our messages to everyone go, as the one-element list `enqueue` publishes to (built once:
+    /// every send used to build the topic, then a list of targets).
+    private let broadcastDestinations: [String]
 
     init(coordinator: GroupCoordinator, announcement: Wire.Announcement, presence: [String: Int64]) {
         self.id = announcement.session
         self.activityType = announcement.activity.type
         self.coordinator = coordinator
-        self.broadcastTopic = coordinator.topics.broadcast(announcement.session, from: coordinator.localParticipant.id)
+        self.broadcastDestinations = [coordinator.topics.broadcast(announcement.session, from: coordinator.localParticipant.id)]
         self.machine = LockedValue(SessionStateMachine(
             sessionID: announcement.session, me: coordinator.localParticipant.id, myEpoch: coordinator.epoch,
             announcement: announcement, presence: presence))
@@ -323,14 +324,18 @@ final class SessionCore: Sendable {
         type: String, body: Data, to recipients: Participants, reliable: Bool, limit: Int
     ) throws(GroupSyncError) -> [MQTTClient.PublishTicket] {
         guard isJoined else { throw state.isInvalidated ? .sessionInvalidated : .notJoined }
-        let targets: [String?]
+        let destinations: [String]
         switch recipients.storage {
-        case .all: targets = [nil]
+        case .all: destinations = broadcastDestinations
         case let .only(set):
             guard !set.isEmpty else { throw .noRecipients }
-            targets = set.map(\.id).sorted()
+            var direct: [String] = []
+            for participant in set.map(\.id).sorted() {
+                try Identifier.validate(participant, kind: "participant")  // every one before anything is sent
+                direct.append(topics.direct(id, to: participant, from: me))
+            }
+            destinations = direct
         }
-        for participant in targets.compactMap({ $0 }) { try Identifier.validate(participant, kind: "participant") }
         return try coordinator.sequencer.withLock { counters throws(GroupSyncError) -> [MQTTClient.PublishTicket] in
             let seq: Int64
             if reliable {
@@ -342,8 +347,7 @@ final class SessionCore: Sendable {
             }
             let payload = Wire.encodeEnvelope(type: type, epoch: coordinator.epoch, seq: seq, reliable: reliable, encodedBody: body)
             guard payload.count <= limit else { throw .messageTooLarge(size: payload.count, limit: limit) }
-            return try targets.map { target throws(GroupSyncError) in
-                let topic = target.map { topics.direct(id, to: $0, from: me) } ?? broadcastTopic
+            return try destinations.map { topic throws(GroupSyncError) in
                 do throws(MQTTError) {
                     return try coordinator.client.enqueuePublish(
                         to: topic, payload: payload, qos: reliable ? .atLeastOnce : .atMostOnce)
