@@ -383,7 +383,7 @@ public final class GroupCoordinator: Sendable {
     private func process(_ message: MQTTMessage) {
         switch topics.parse(message.topic) {
         case let .presence(participant):
-            let presence = message.payload.isEmpty ? nil : decoded(Wire.Presence.self, message.payload)
+            let presence = message.payload.isEmpty ? nil : countingRejection(Wire.decodePresence(message.payload))
             if !message.payload.isEmpty && presence == nil { return }
             if participant == localParticipant.id {
                 if message.retain {

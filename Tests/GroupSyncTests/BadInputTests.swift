@@ -84,6 +84,7 @@ import Testing
             let record = Wire.decodeVersioned(Wire.StateRecord.self, from: input)
             #expect(Wire.decodeMember(input) == member)  // the byte-level readers, then the others
             #expect(Wire.decodeStateRecord(input) == record)
+            #expect(Wire.decodePresence(input) == presence)
             if let fast = JSONValue.parseFast(input) {  // (JSONValue's Decodable is quadratic in depth: only then)
                 #expect(fast == Wire.decode(JSONValue.self, from: input))
                 #expect(Wire.decodeFast(Wire.Presence.self, from: input) == presence)

@@ -145,6 +145,16 @@ import Testing
         }
         let presence = Wire.Presence(participant: "a", status: .lost, epoch: 9, name: "Ann")
         #expect(Wire.decodeFast(Wire.Presence.self, from: try Wire.encode(presence)) == presence)
+        #expect(Wire.decodePresence(try Wire.encode(presence)) == presence)
+        for text in [#"{"v":1,"participant":"a","status":"online","epoch":9}"#, #"{"v":1,"participant":"a","status":"lost","epoch":9,"name":null}"#,
+                     #" { "name" : "Ann" , "epoch" : 9 , "status" : "online" , "participant" : "a" , "v" : 1 , "x" : [1, {"y": null}] } "#,
+                     #"{"v":1,"participant":"a","status":"away","epoch":9}"#, #"{"v":1,"participant":"a","status":"online","epoch":9,"name":"Zo\u00eb"}"#,
+                     #"{"v":1,"participant":"a","status":"online","epoch":9,"name":"é"}"#, #"{"v":1,"participant":"a","status":"online","epoch":9,"name":7}"#,
+                     #"{"v":1,"participant":"a","status":"online","epoch":9,"name":null,"name":"b"}"#, #"{"v":1,"participant":"a","status":"online"}"#,
+                     #"{"v":1,"participant":"a","status":"online","epoch":9,"x":"\u12"}"#, #"{"v":1,"participant":"a","status":"online","epoch":9,"name":nul}"#] {
+            let data = Data(text.utf8)
+            #expect(Wire.decodePresence(data) == Wire.decodeVersioned(Wire.Presence.self, from: data), "\(text)")
+        }
         let member = Wire.Member(participant: "a", epoch: 9)
         #expect(Wire.decodeFast(Wire.Member.self, from: try Wire.encode(member)) == member)
         #expect(Wire.decodeMember(try Wire.encode(member)) == member)
