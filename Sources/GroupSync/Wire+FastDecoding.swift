@@ -19,45 +19,34 @@ extension Wire {
     }
 
     /// A member record straight from its bytes — no JSON tree — when it is the usual flat object of
-    /// plain strings and integers (any key order, whitespace, unknown keys with any value); otherwise
-    /// ``decodeFast(_:from:)`` decides. A newcomer reads one per participant present from the retained
-    /// replay, and every participant present reads the newcomer's: through the tree each cost ~10,000
-    /// instructions.
-    static func decodeMember(_ data: Data) -> Member? {
-        if data.count <= maximumPayload, let member = data.withUnsafeBytes({ bytes -> Member? in
-            var reader = JSONByteReader(bytes: bytes)
-            return reader.readFlatMember()
-        }) {
-            return member.v == version ? member : nil
-        }
-        return decodeFast(Member.self, from: data)
-    }
+    /// plain strings and integers (any key order, whitespace, unknown keys with any value). A newcomer reads
+    /// one per participant present from the retained replay, and every participant present reads the
+    /// newcomer's: through the tree each cost ~10,000 instructions.
+    static func decodeMember(_ data: Data) -> Member? { decodeDirect(data) { $0.readMemberObject() } }
 
     /// A presence record straight from its bytes when it has the usual shape (a plain ASCII name or
-    /// none); otherwise ``decodeFast(_:from:)`` decides. Every coordinator reads every other one's
-    /// presence, and with heartbeats that is N² records per interval: through the JSON tree each cost
-    /// ~16,700 instructions.
-    static func decodePresence(_ data: Data) -> Presence? {
-        if data.count <= maximumPayload, let presence = data.withUnsafeBytes({ bytes -> Presence? in
-            var reader = JSONByteReader(bytes: bytes)
-            return reader.readPresence()
-        }) {
-            return presence.v == version ? presence : nil
-        }
-        return decodeFast(Presence.self, from: data)
-    }
+    /// none). Every coordinator reads every other one's presence, and with heartbeats that is N² records
+    /// per interval: through the JSON tree each cost ~16,700 instructions.
+    static func decodePresence(_ data: Data) -> Presence? { decodeDirect(data) { $0.readPresence() } }
 
     /// A state record straight from its bytes — the clock flat, only the value through the JSON tree —
-    /// when it has the usual shape; otherwise ``decodeFast(_:from:)`` decides. Every participant reads
-    /// every write of every other participant.
-    static func decodeStateRecord(_ data: Data) -> StateRecord? {
-        if data.count <= maximumPayload, let record = data.withUnsafeBytes({ bytes -> StateRecord? in
+    /// when it has the usual shape. Every participant reads every write of every other participant.
+    static func decodeStateRecord(_ data: Data) -> StateRecord? { decodeDirect(data) { $0.readStateRecord() } }
+
+    /// `read` takes one object from the whole payload (nothing but whitespace after it); where it gives
+    /// up, ``decodeFast(_:from:)`` decides.
+    private static func decodeDirect<T: Decodable & Versioned & FastDecodable>(
+        _ data: Data, _ read: (inout JSONByteReader) -> T?
+    ) -> T? {
+        if data.count <= maximumPayload, let value = data.withUnsafeBytes({ bytes -> T? in
             var reader = JSONByteReader(bytes: bytes)
-            return reader.readStateRecord()
+            guard let value = read(&reader) else { return nil }
+            reader.skipWhitespace()
+            return reader.isAtEnd ? value : nil
         }) {
-            return record.v == version ? record : nil
+            return value.v == version ? value : nil
         }
-        return decodeFast(StateRecord.self, from: data)
+        return decodeFast(T.self, from: data)
     }
 
     /// ``decodeVersioned(_:from:)`` through ``JSONValue/parseFast(_:)`` and ``JSONValueDecoder`` where they
@@ -178,14 +167,6 @@ extension Wire.CatchUp: FastDecodable {
 }
 
 extension JSONByteReader {
-    /// `{"epoch":<int>,"participant":"<plain>","v":<int>}` in any order, with anything under other keys;
-    /// nil for duplicates, escapes, non-integers or trailing bytes.
-    mutating func readFlatMember() -> Wire.Member? {
-        guard let member = readMemberObject() else { return nil }
-        skipWhitespace()
-        return isAtEnd ? member : nil
-    }
-
     /// `{"members":[<flat member>…],"states":[<record>…]}` in either order, other keys skipped; each state
     /// record through the JSON tree (there are few). Nil for anything unusual.
     mutating func readCatchUp() -> Wire.CatchUp? {
@@ -226,8 +207,9 @@ extension JSONByteReader {
         return take(UInt8(ascii: "]")) ? list : nil
     }
 
-    /// One flat member object, leaving the reader after its closing brace.
-    private mutating func readMemberObject() -> Wire.Member? {
+    /// `{"epoch":<int>,"participant":"<plain>","v":<int>}` in any order, with anything under other keys;
+    /// nil for duplicates, escapes or non-integers. Leaves the reader after its closing brace.
+    mutating func readMemberObject() -> Wire.Member? {
         var v: Int64?, epoch: Int64?, participant: String?
         let parsed = readObject { reader, key in
             switch MemberKey(key) {
@@ -250,8 +232,7 @@ extension JSONByteReader {
     }
 
     /// `{"clock":{"c":<int>,"p":"<plain>","t":<int>},"key":"<plain>","v":<int>,"value":<any>}` in any
-    /// order, other keys parsed strictly and ignored; nil for duplicates, escapes in the strings, or
-    /// trailing bytes.
+    /// order, other keys parsed strictly and ignored; nil for duplicates or escapes in the strings.
     mutating func readStateRecord() -> Wire.StateRecord? {
         var v: Int64?, key: String?, value: JSONValue?, clock: HLCTimestamp?
         let parsed = readObject { reader, name in
@@ -272,8 +253,7 @@ extension JSONByteReader {
             }
             return true
         }
-        skipWhitespace()
-        guard parsed, isAtEnd, let v, let key, let value, let clock, let version = Int(exactly: v) else { return nil }
+        guard parsed, let v, let key, let value, let clock, let version = Int(exactly: v) else { return nil }
         return Wire.StateRecord(v: version, key: key, value: value, clock: clock)
     }
 
@@ -310,8 +290,7 @@ extension JSONByteReader {
             }
             return true
         }
-        skipWhitespace()
-        guard parsed, isAtEnd, let v, let epoch, let participant, let status, let version = Int(exactly: v) else { return nil }
+        guard parsed, let v, let epoch, let participant, let status, let version = Int(exactly: v) else { return nil }
         return Wire.Presence(v: version, participant: participant, status: status, epoch: epoch, name: name)
     }
 
