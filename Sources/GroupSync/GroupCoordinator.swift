@@ -424,11 +424,6 @@ public final class GroupCoordinator: Sendable {
         }
     }
 
-    /// Decodes a record received in large numbers (state, member, presence) through its fast path.
-    func decoded<T: Decodable & Sendable & Wire.Versioned & FastDecodable>(_ type: T.Type, _ payload: Data) -> T? {
-        countingRejection(Wire.decodeFast(type, from: payload))
-    }
-
     /// Decodes a payload of protocol version 1, counting anything else as rejected.
     func decoded<T: Decodable & Sendable & Wire.Versioned>(_ type: T.Type, _ payload: Data) -> T? {
         countingRejection(Wire.decodeVersioned(type, from: payload))
