@@ -613,7 +613,7 @@ extension DashboardTests {
         try await waitUntil(timeout: timeout, "\(name) exits (last output: \(child.output.suffix(2)), errors: \(child.errors.suffix(2)))") {
             !child.process.isRunning
         }
-        return child.process.terminationStatus
+        return try await child.wait(timeout: timeout)  // its status, and why when it is not 0
     }
 
     static func object(_ text: String?) -> [String: Any]? {

@@ -76,7 +76,15 @@ final class CLIProcess: Sendable {
     func wait(timeout: Duration = .seconds(10)) async throws -> Int32 {
         try await waitUntil(timeout: timeout, "groupsync exits") { !self.process.isRunning }
         try? await waitUntil(timeout: .seconds(1), "output read to the end") { self.lines.isClosed && self.errorLines.isClosed }
-        return process.terminationStatus
+        let status = process.terminationStatus
+        if status != 0 || process.terminationReason != .exit {
+            // The expectation on the status says only that it failed: say why (two rare failures under
+            // the ThreadSanitizer suite's load could not be diagnosed without it).
+            let how = process.terminationReason == .exit ? "exit status" : "signal"
+            FileHandle.standardError.write(Data(
+                "groupsync \((process.arguments ?? []).joined(separator: " ")) ended with \(how) \(status); last errors: \(errors.suffix(20))\n".utf8))
+        }
+        return status
     }
 
     func waitForLine(timeout: Duration = .seconds(10), _ predicate: @escaping @Sendable (String) -> Bool) async throws -> String {
