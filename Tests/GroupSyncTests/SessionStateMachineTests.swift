@@ -4,11 +4,11 @@ import Testing
 
 /// Pure logic of one session, without a broker.
 @Suite struct SessionStateMachineTests {
-    static func joined() -> SessionStateMachine {
+    static func joined(as me: String = "alice") -> SessionStateMachine {
         let announcement = Wire.Announcement(
             session: "s1", activity: .init(type: "com.example.test", metadata: .init(title: "Test"), data: .null),
             createdBy: "alice", createdAt: 1, revision: HLCTimestamp(time: 1, counter: 0, participant: "alice"))
-        var machine = SessionStateMachine(sessionID: "s1", me: "alice", myEpoch: 1, announcement: announcement, presence: ["alice": 1])
+        var machine = SessionStateMachine(sessionID: "s1", me: me, myEpoch: 1, announcement: announcement, presence: [me: 1])
         let (_, barrier) = AsyncStream.makeStream(of: Bool.self)
         let (_, catchUp) = AsyncStream.makeStream(of: Void.self)
         _ = machine.onJoinStarted(barrier: barrier, catchUp: catchUp)
@@ -85,5 +85,23 @@ extension SessionStateMachineTests {
         let expected = candidates.max { SessionStateMachine.rank("late0", $0) < SessionStateMachine.rank("late0", $1) }
         #expect(machine.catchUpResponder(for: "late0") == expected)
         #expect(machine.catchUpResponder(for: "p3") != "p3", "never the newcomer itself")
+    }
+
+    /// The early-exit test each present participant runs agrees with the full rule, seen from every seat.
+    @Test func everyParticipantAgreesWhetherItIsTheResponder() {
+        let present = (0..<30).map { "p\($0)" }
+        for newcomer in ["late0", "late1", "zoe", "p7"] {
+            var answered: [String] = []
+            for me in present {
+                var machine = SessionStateMachineTests.joined(as: me)
+                for (index, name) in present.enumerated() where name != me {
+                    _ = machine.onPresence(name, epoch: Int64(index + 1))
+                    _ = machine.onMember(name, Wire.Member(participant: name, epoch: Int64(index + 1)), retained: true)
+                }
+                #expect(machine.isCatchUpResponder(for: newcomer) == (machine.catchUpResponder(for: newcomer) == me))
+                if machine.isCatchUpResponder(for: newcomer) { answered.append(me) }
+            }
+            #expect(answered.count == 1, "exactly one answers \(newcomer): \(answered)")
+        }
     }
 }
