@@ -63,7 +63,7 @@ public final class GroupCoordinator: Sendable {
             self.clock = clock
             self.catchUpTimeout = catchUpTimeout
             self.presenceHeartbeats = presenceHeartbeats
-            if ProcessInfo.processInfo.environment["GROUPSYNC_LOG_REJECTED"] != nil {
+            if getenv("GROUPSYNC_LOG_REJECTED") != nil {  // one variable, not a copy of the environment
                 onRejected = { topic, size in
                     FileHandle.standardError.write(Data("groupsync: rejected \(size) bytes on \(topic)\n".utf8))
                 }

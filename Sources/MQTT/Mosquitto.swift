@@ -117,7 +117,7 @@ final class Mosquitto: @unchecked Sendable {
                 throw .invalidConfiguration("will rejected: \(String(cString: mosquitto_strerror(rc)))")
             }
         }
-        if ProcessInfo.processInfo.environment["GROUPSYNC_MQTT_DEBUG"] != nil {
+        if getenv("GROUPSYNC_MQTT_DEBUG") != nil {  // not ProcessInfo.environment: it copies the whole environment (~350,000 instructions)
             // Diagnostics on standard error; only when asked for, since it runs on the network thread.
             mosquitto_log_callback_set(handle) { _, _, level, text in
                 if let text { FileHandle.standardError.write(Data("[libmosquitto \(level)] \(String(cString: text))\n".utf8)) }
