@@ -6,7 +6,8 @@ import Testing
 @Suite(.timeLimit(.minutes(2))) struct CommandTests {
     @Test func demoConvergesAndSaysSo() async throws {
         let result = try await runCLI(["demo"], timeout: .seconds(60))
-        #expect(result.status == 0, "\(result.errors)")
+        // The whole timeline and verdict when it fails: which of the four checks said no, and when.
+        #expect(result.status == 0, "\(result.errors)\n\(result.output.joined(separator: "\n"))")
         #expect(result.output.contains { $0.contains("converged:") && $0.contains("yes") })
         #expect(result.output.contains { $0.contains("result:") && $0.contains("PASS") })
         #expect(result.output.contains { $0.contains("joined late") })
