@@ -26,6 +26,53 @@ import Testing
         }
     }
 
+    /// A QoS 2 subscriber that falls behind — its network thread descheduled on a busy machine — keeps
+    /// its connection and every message. While it lags, mosquitto 2.0.11 queues what exceeds the
+    /// subscriber's receive maximum; the acknowledgement of the oldest message in flight then releases
+    /// up to a receive maximum of queued messages at once, however many are still in flight. A client
+    /// that announced libmosquitto's default of 20 took the 21st unacknowledged PUBLISH for a protocol
+    /// error, reconnected with a clean session, and the broker dropped the rest (how
+    /// `publishAndReceive(qos: .exactlyOnce)` failed under load, with 4 to 15 of its 50 messages).
+    @Test func laggingQoS2SubscriberKeepsItsConnectionAndEveryMessage() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let publisher = try await connectedClient(broker)
+            let subscriber = try await connectedClient(broker)
+            let events = Collector(subscriber.events())
+            let received = LockedValue<[String]>([])
+            let allPublished = DispatchSemaphore(value: 0)
+            // The handler runs on the subscriber's network thread: holding the gate message there stalls
+            // the subscriber the way a descheduled thread does (bounded, should the test fail early).
+            let subscription = try await subscriber.subscribe(
+                to: [TopicSubscription("lag/#", qos: .exactlyOnce)],
+                handler: { message in
+                    if message.topic == "lag/gate" {
+                        _ = allPublished.wait(timeout: .now() + .seconds(10))
+                    } else {
+                        received.withLock { $0.append(message.string ?? "") }
+                    }
+                })
+            try await publisher.publish(to: "lag/gate", string: "", qos: .exactlyOnce)
+            // Published while the subscriber stalls: the broker sends it what its window allows and queues
+            // the rest, all before the gate's PUBCOMP reaches it.
+            let tickets = try (0..<100).map { i in
+                try publisher.enqueuePublish(to: "lag/\(i % 3)", payload: Data("m\(i)".utf8), qos: .exactlyOnce)
+            }
+            for ticket in tickets { _ = try await publisher.acknowledgement(of: ticket) }
+            allPublished.signal()
+            do {
+                try await waitUntil("all 100 messages arrive") { received.withLock(\.count) >= 100 }
+            } catch {
+                Issue.record("received \(received.withLock(\.count)); the subscriber's events: \(events.elements)")
+                throw error
+            }
+            #expect(received.withLock { $0 } == (0..<100).map { "m\($0)" })
+            #expect(events.elements == [], "the subscriber's connection never dropped")
+            subscription.unsubscribe()
+            await publisher.disconnect()
+            await subscriber.disconnect()
+        }
+    }
+
     @Test func retainedMessageReachesLaterSubscriberAndIsClearedByEmptyPayload() async throws {
         try await MosquittoBroker.withBroker { broker in
             let a = try await connectedClient(broker)
