@@ -9,7 +9,7 @@ import Darwin
 #endif
 
 /// The one `posix_spawn` routine of this target: ``MosquittoBroker`` starts the broker and its watchdog
-/// through it.
+/// through it, ``ChildProcess`` every other child.
 ///
 /// A spawned process inherits only its three standard descriptors (nothing else of this process, whose
 /// other descriptors may be pipes of concurrently spawned children), starts with an empty signal mask
