@@ -393,33 +393,33 @@ public final class MosquittoBroker: Sendable {
         // The watchdog holds one end of a pipe whose other end only this process
         // holds (close-on-exec, so no other child inherits it): when this process
         // dies, however it dies, `read` returns and the watchdog kills the broker.
-        // On Linux a socket pair gets close-on-exec atomically (pipe2 is not exported).
-        var fds: [Int32] = [-1, -1]
-        #if canImport(Glibc)
-        let piped = socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds)
-        #else
-        let piped = pipe(&fds)
-        if piped == 0 {
-            _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
-            _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
-        }
-        #endif
         let watchdog: pid_t
+        let watchdogFD: Int32
         do {
-            guard piped == 0 else { throw Failure("pipe failed: \(String(cString: strerror(errno)))") }
-            defer { _ = close(fds[0]) }
-            watchdog = try spawn(
-                "/bin/sh",
-                ["-c", "read -r _; kill -KILL \(pid) 2>/dev/null", "mosquitto-watchdog"],
-                stdin: fds[0], output: nil)
+            let (readEnd, writeEnd): (Int32, Int32)
+            do {
+                (readEnd, writeEnd) = try Spawn.makePipe()
+            } catch {
+                throw Failure(error.message)
+            }
+            do {
+                defer { _ = close(readEnd) }
+                watchdog = try spawn(
+                    "/bin/sh",
+                    ["-c", "read -r _; kill -KILL \(pid) 2>/dev/null", "mosquitto-watchdog"],
+                    stdin: readEnd, output: nil)
+            } catch {
+                _ = close(writeEnd)
+                throw error
+            }
+            watchdogFD = writeEnd
         } catch {
-            if piped == 0 { _ = close(fds[1]) }
             sendSignal(pid, SIGKILL)
             var status: Int32 = 0
             _ = waitpid(pid, &status, 0)
             throw error
         }
-        state.child = Child(pid: pid, watchdogPID: watchdog, watchdogFD: fds[1])
+        state.child = Child(pid: pid, watchdogPID: watchdog, watchdogFD: watchdogFD)
         state.lastPID = pid
         state.lastExit = nil
         Registry.add(broker: pid, watchdog: watchdog)
@@ -518,81 +518,17 @@ private func sendSignal(_ pid: pid_t, _ signal: Int32) {
     _ = kill(pid, signal)
 }
 
-/// Spawns `path` with `arguments` in its own process group, with an empty
-/// signal mask and default handlers for the usual termination signals (the
-/// thread calling this may block or ignore some). Standard input comes from
-/// `stdin` (or /dev/null); standard output and error are appended to `output`
-/// (or go to /dev/null).
+/// Spawns `path` with `arguments` in its own process group (see ``Spawn``). Standard input comes from
+/// `stdin` (or /dev/null); standard output and error are appended to `output` (or go to /dev/null).
 private func spawn(_ path: String, _ arguments: [String], stdin: Int32?, output: String?) throws -> pid_t {
-    #if canImport(Darwin)
-    var actions: posix_spawn_file_actions_t?
-    var attributes: posix_spawnattr_t?
-    #else
-    var actions = posix_spawn_file_actions_t()
-    var attributes = posix_spawnattr_t()
-    #endif
-    guard posix_spawn_file_actions_init(&actions) == 0 else {
-        throw MosquittoBroker.Failure("posix_spawn_file_actions_init failed")
-    }
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    guard posix_spawnattr_init(&attributes) == 0 else {
-        throw MosquittoBroker.Failure("posix_spawnattr_init failed")
-    }
-    defer { posix_spawnattr_destroy(&attributes) }
-
-    if let stdin {
-        posix_spawn_file_actions_adddup2(&actions, stdin, STDIN_FILENO)
-    } else {
-        posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0)
-    }
-    posix_spawn_file_actions_addopen(
-        &actions, STDOUT_FILENO, output ?? "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0o644)
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO)
-    // Inherit nothing else: Foundation's pipes are not close-on-exec, and a broker holding the write end
-    // of another child's stdin would keep that child from ever seeing end-of-file.
-    closeInheritedDescriptors(&actions)
-
-    let flags = Int32(POSIX_SPAWN_SETPGROUP) | Int32(POSIX_SPAWN_SETSIGMASK) | Int32(POSIX_SPAWN_SETSIGDEF)
-    posix_spawnattr_setflags(&attributes, Int16(flags))
-    posix_spawnattr_setpgroup(&attributes, 0)
-    var noSignals = sigset_t()
-    sigemptyset(&noSignals)
-    posix_spawnattr_setsigmask(&attributes, &noSignals)
-    var defaults = sigset_t()
-    sigemptyset(&defaults)
-    for signal in [SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2, SIGCHLD] {
-        sigaddset(&defaults, signal)
-    }
-    posix_spawnattr_setsigdefault(&attributes, &defaults)
-
-    let argv: [UnsafeMutablePointer<CChar>?] = ([path] + arguments).map { strdup($0) } + [nil]
-    let environment: [UnsafeMutablePointer<CChar>?] =
-        ProcessInfo.processInfo.environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-    defer {
-        argv.forEach { free($0) }
-        environment.forEach { free($0) }
-    }
-
-    var pid: pid_t = 0
-    let result = posix_spawn(&pid, path, &actions, &attributes, argv, environment)
-    guard result == 0 else {
-        throw MosquittoBroker.Failure("cannot launch \(path): \(String(cString: strerror(result)))")
-    }
-    return pid
-}
-
-/// Makes the spawned process close every descriptor above standard error. glibc 2.34+ has
-/// `posix_spawn_file_actions_addclosefrom_np` (looked up at run time: Swift's Glibc module does not
-/// declare it); elsewhere every descriptor open now is marked close-on-exec, which only affects exec.
-private func closeInheritedDescriptors(_ actions: inout posix_spawn_file_actions_t) {
-    typealias AddCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
-    if let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") {
-        let addCloseFrom = unsafeBitCast(symbol, to: AddCloseFrom.self)
-        if addCloseFrom(&actions, 3) == 0 { return }
-    }
-    guard let descriptors = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else { return }
-    for descriptor in descriptors.compactMap({ Int32($0) }) where descriptor > STDERR_FILENO {
-        let flags = fcntl(descriptor, F_GETFD)
-        if flags >= 0 { _ = fcntl(descriptor, F_SETFD, flags | FD_CLOEXEC) }
+    do {
+        return try Spawn.process(
+            path, arguments,
+            stdin: stdin.map { .descriptor($0) } ?? .nullDevice,
+            stdout: output.map { .appending(toFile: $0) } ?? .nullDevice,
+            stderr: .standardOutput,
+            newProcessGroup: true)
+    } catch {
+        throw MosquittoBroker.Failure(error.message)
     }
 }

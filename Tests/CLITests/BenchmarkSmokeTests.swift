@@ -1,4 +1,6 @@
+import BrokerSupport
 import Foundation
+import MQTT
 import Testing
 
 /// `groupsync-bench` runs end to end and prints the JSON its users (and BENCHMARKS.md) rely on. Not a
@@ -62,27 +64,17 @@ import Testing
 
     @Test func quickJSONRunHasEveryKeyAsANumber() async throws {
         let executable = try #require(Self.benchExecutable, "groupsync-bench is not built next to the test bundle")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = ["--quick", "--json"]
-        let output = Pipe()
-        let errorLog = FileManager.default.temporaryDirectory.appendingPathComponent("bench-smoke-\(UUID().uuidString).log")
-        _ = FileManager.default.createFile(atPath: errorLog.path, contents: nil)
-        let errorHandle = try FileHandle(forWritingTo: errorLog)
-        defer { try? FileManager.default.removeItem(at: errorLog) }
-        process.standardOutput = output
-        process.standardError = errorHandle
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        // Read standard output to its end on a thread of its own (the call blocks until the bench exits).
-        let data = await withCheckedContinuation { (continuation: CheckedContinuation<Data, Never>) in
-            Thread { continuation.resume(returning: output.fileHandleForReading.readDataToEndOfFile()) }.start()
-        }
-        process.waitUntilExit()
-        try? errorHandle.close()
-        let errors = (try? String(contentsOf: errorLog, encoding: .utf8)) ?? ""
+        // Standard output and error each read to their end by a thread of ChildProcess's.
+        let output = LockedValue<[UInt8]>([]), errorOutput = LockedValue<[UInt8]>([])
+        let process = try ChildProcess(
+            executable, ["--quick", "--json"],
+            output: .handler { chunk in output.withLock { $0 += chunk } },
+            errors: .handler { chunk in errorOutput.withLock { $0 += chunk } })
+        let termination = await process.wait(until: .after(.seconds(180)))  // the suite's time limit
+        let data = Data(output.withLock { $0 })
+        let errors = String(decoding: errorOutput.withLock { $0 }, as: UTF8.self)
         let text = String(decoding: data, as: UTF8.self)
-        #expect(process.terminationStatus == 0, "groupsync-bench --quick --json exited with \(process.terminationStatus); stderr:\n\(errors)")
+        #expect(termination == .exited(0), "groupsync-bench --quick --json ended with \(termination.map { "\($0)" } ?? "no exit in time"); stderr:\n\(errors)")
 
         let json = try JSONDecoder().decode(JSONTree.self, from: data)
         guard case .object = json else {

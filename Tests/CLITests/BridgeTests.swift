@@ -156,7 +156,7 @@ import Testing
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let script = root.appendingPathComponent("Examples/bridge_host.py").path
         try await MosquittoBroker.withBroker { broker in
-            let host = try ChildProcess("/usr/bin/env", ["python3", script, groupsyncExecutable, broker.url])
+            let host = try CLIProcess(["python3", script, groupsyncExecutable, broker.url], executable: "/usr/bin/env")
             host.closeInput()
             let status = try await host.wait(timeout: .seconds(60))
             #expect(status == 0, "bridge_host.py: \((host.output + host.errors).joined(separator: "\n"))")
@@ -170,11 +170,11 @@ import Testing
 
 /// A `groupsync bridge` child: requests written as JSON lines, its stdout parsed as JSON objects.
 private final class BridgeProcess: Sendable {
-    let cli: ChildProcess
+    let cli: CLIProcess
     private let nextID = LockedValue(100)
 
     init(_ participant: String, broker: String, group: String) throws {
-        cli = try ChildProcess(groupsyncExecutable, ["bridge", "--broker", broker, "--group", group, "--as", participant])
+        cli = try CLIProcess(["bridge", "--broker", broker, "--group", group, "--as", participant])
     }
 
     /// Every line on stdout, parsed.
@@ -223,104 +223,6 @@ private final class BridgeProcess: Sendable {
             self.events.contains(where: predicate)
         }
         return events.first(where: predicate)!
-    }
-}
-
-/// A child process whose stdin, stdout and stderr are pipes (socket pairs) created close-on-exec: no other process
-/// spawned meanwhile by this test process (a broker of a concurrent test, say) inherits them, so closing
-/// stdin really is end of file for the child. (`CLIProcess` uses Foundation's `Pipe`, whose descriptors
-/// leak into brokers that `BrokerSupport` spawns concurrently.)
-private final class ChildProcess: Sendable {
-    let process: Process
-    /// The write end of the child's stdin; -1 once closed.
-    private let input: LockedValue<Int32>
-    private let lines = LineBuffer()
-    private let errorLines = LineBuffer()
-    /// The parent's reading ends, kept alive while their readability handlers run.
-    private let readers: [FileHandle]
-
-    init(_ executable: String, _ arguments: [String]) throws {
-        let stdin = try Self.pipe(), stdout = try Self.pipe(), stderr = try Self.pipe()
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        // The child gets duplicates of these on 0, 1 and 2 (without close-on-exec).
-        process.standardInput = FileHandle(fileDescriptor: stdin.read, closeOnDealloc: false)
-        process.standardOutput = FileHandle(fileDescriptor: stdout.write, closeOnDealloc: false)
-        process.standardError = FileHandle(fileDescriptor: stderr.write, closeOnDealloc: false)
-        self.process = process
-        self.input = LockedValue(stdin.write)
-        defer { for fd in [stdin.read, stdout.write, stderr.write] { close(fd) } }
-        do {
-            try process.run()
-        } catch {
-            for fd in [stdin.write, stdout.read, stderr.read] { close(fd) }
-            throw error
-        }
-        readers = [Self.collect(stdout.read, into: lines), Self.collect(stderr.read, into: errorLines)]
-    }
-
-    /// A connected pair of sockets used as a pipe, both ends close-on-exec from the start (atomically:
-    /// `pipe2` is not available to Swift here, and `pipe` + `fcntl` leaves a window for a concurrent spawn).
-    private static func pipe() throws -> (read: Int32, write: Int32) {
-        var fds: [Int32] = [0, 0]
-        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
-            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
-        }
-        return (fds[0], fds[1])
-    }
-
-    private static func collect(_ fd: Int32, into buffer: LineBuffer) -> FileHandle {
-        let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
-        handle.readabilityHandler = { handle in
-            let chunk = handle.availableData
-            if chunk.isEmpty {
-                handle.readabilityHandler = nil
-                return
-            }
-            buffer.append(chunk)
-        }
-        return handle
-    }
-
-    var output: [String] { lines.lines }
-    var errors: [String] { errorLines.lines }
-
-    /// Writes `line` and a newline to the child's stdin (all of it, or nothing once stdin is closed).
-    func send(_ line: String) {
-        let data = Array((line + "\n").utf8)
-        input.withLock { fd in
-            var offset = 0
-            while fd >= 0 && offset < data.count {
-                let written = data[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-                if written < 0 && errno == EINTR { continue }
-                guard written > 0 else { return }
-                offset += written
-            }
-        }
-    }
-
-    /// Closes the child's stdin: end of file.
-    func closeInput() {
-        input.withLock { fd in
-            if fd >= 0 { close(fd) }
-            fd = -1
-        }
-    }
-
-    func signal(_ number: Int32) {
-        kill(process.processIdentifier, number)
-    }
-
-    /// Waits for the child to exit and returns its status.
-    func wait(timeout: Duration = .seconds(10)) async throws -> Int32 {
-        try await waitUntil(timeout: timeout, "the child exits (stderr: \(errors.suffix(3)))") { !self.process.isRunning }
-        return process.terminationStatus
-    }
-
-    deinit {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        closeInput()
     }
 }
 

@@ -611,7 +611,7 @@ extension DashboardTests {
     /// Waits for `child` to exit and returns its status; the error names it.
     static func exit(_ child: CLIProcess, _ name: String, timeout: Duration = .seconds(10)) async throws -> Int32 {
         try await waitUntil(timeout: timeout, "\(name) exits (last output: \(child.output.suffix(2)), errors: \(child.errors.suffix(2)))") {
-            !child.process.isRunning
+            !child.isRunning
         }
         return try await child.wait(timeout: timeout)  // its status, and why when it is not 0
     }

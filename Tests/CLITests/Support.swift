@@ -16,75 +16,72 @@ let groupsyncExecutable: String = {
     return fallback
 }()
 
-/// A running `groupsync` child process with line-buffered access to its output.
+/// A running `groupsync` child process (or another program's) with line-buffered access to its output.
 final class CLIProcess: Sendable {
-    let process: Process
-    private let stdinPipe = Pipe()
+    let child: ChildProcess
     private let lines = LineBuffer()
     private let errorLines = LineBuffer()
 
-    init(_ arguments: [String], environment: [String: String] = [:]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: groupsyncExecutable)
-        process.arguments = arguments
+    /// Starts `executable` (`groupsync` unless said otherwise) with `arguments`, and this process's
+    /// environment overridden by `environment`. Its standard input is a pipe (see ``send(_:)``).
+    init(_ arguments: [String], environment: [String: String] = [:], executable: String = groupsyncExecutable) throws {
         var env = ProcessInfo.processInfo.environment
         for (key, value) in environment { env[key] = value }
-        process.environment = env
-        let out = Pipe(), err = Pipe()
-        process.standardInput = stdinPipe
-        process.standardOutput = out
-        process.standardError = err
-        self.process = process
-        CLIProcess.collect(out.fileHandleForReading, into: lines)
-        CLIProcess.collect(err.fileHandleForReading, into: errorLines)
-        try process.run()
-    }
-
-    private static func collect(_ handle: FileHandle, into buffer: LineBuffer) {
-        handle.readabilityHandler = { handle in
-            let chunk = handle.availableData
-            if chunk.isEmpty {
-                handle.readabilityHandler = nil
-                buffer.close()
-                return
-            }
-            buffer.append(chunk)
-        }
+        let (lines, errorLines) = (lines, errorLines)
+        child = try ChildProcess(
+            executable, arguments, environment: env, input: .pipe,
+            output: .handler { lines.receive($0) }, errors: .handler { errorLines.receive($0) })
     }
 
     var output: [String] { lines.lines }
     var errors: [String] { errorLines.lines }
-    var pid: Int32 { process.processIdentifier }
+    var pid: Int32 { child.pid }
+    /// Whether the child has not exited yet.
+    var isRunning: Bool { child.termination == nil }
 
     func send(_ line: String) {
-        stdinPipe.fileHandleForWriting.write(Data((line + "\n").utf8))
+        child.write(Array((line + "\n").utf8))
     }
 
     func closeInput() {
-        try? stdinPipe.fileHandleForWriting.close()
+        child.closeInput()
     }
 
     func signal(_ number: Int32) {
-        kill(process.processIdentifier, number)
+        child.signal(number)
     }
 
-    /// Waits for the process to exit and its output to be read; returns its status.
-    ///
-    /// End-of-file on the pipes normally follows the exit at once, but a sibling child started
-    /// concurrently by Foundation's `Process` may have inherited their write ends, so it is awaited
-    /// for a bounded time only.
+    /// Waits for the process to exit and its output to be read to the end; returns its exit status (the
+    /// signal's number if a signal killed it). Throws ``DeadlineExceeded`` if that takes longer than
+    /// `timeout`.
     func wait(timeout: Duration = .seconds(10)) async throws -> Int32 {
-        try await waitUntil(timeout: timeout, "groupsync exits") { !self.process.isRunning }
-        try? await waitUntil(timeout: .seconds(1), "output read to the end") { self.lines.isClosed && self.errorLines.isClosed }
-        let status = process.terminationStatus
-        if status != 0 || process.terminationReason != .exit {
+        guard let termination = await child.wait(until: .after(timeout)) else {
+            let what = child.termination == nil ? "exits" : "output reaches end-of-file after its exit"
+            throw DeadlineExceeded(what: "\(name) \(what) (stderr: \(errors.suffix(3)))", timeout: timeout)
+        }
+        let status: Int32
+        switch termination {
+        case .exited(let code): status = code
+        case .signalled(let signal): status = signal
+        case .unknown: status = -1
+        }
+        if termination != .exited(0) {
             // The expectation on the status says only that it failed: say why (two rare failures under
             // the ThreadSanitizer suite's load could not be diagnosed without it).
-            let how = process.terminationReason == .exit ? "exit status" : "signal"
+            let how = switch termination {
+            case .exited: "exit status"
+            case .signalled: "signal"
+            case .unknown: "unknown status"
+            }
             FileHandle.standardError.write(Data(
-                "groupsync \((process.arguments ?? []).joined(separator: " ")) ended with \(how) \(status); last errors: \(errors.suffix(20))\n".utf8))
+                "\(name) \(child.arguments.joined(separator: " ")) ended with \(how) \(status); last errors: \(errors.suffix(20))\n".utf8))
         }
         return status
+    }
+
+    /// `groupsync` or whichever program runs.
+    private var name: String {
+        URL(fileURLWithPath: child.executable).lastPathComponent
     }
 
     func waitForLine(timeout: Duration = .seconds(10), _ predicate: @escaping @Sendable (String) -> Bool) async throws -> String {
@@ -92,10 +89,6 @@ final class CLIProcess: Sendable {
             self.output.contains(where: predicate)
         }
         return output.first(where: predicate)!
-    }
-
-    deinit {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
     }
 }
 
@@ -110,29 +103,36 @@ func runCLI(_ arguments: [String], input: String? = nil, timeout: Duration = .se
 
 /// Complete lines read from a pipe, safe from the pipe's reader thread and the test.
 final class LineBuffer: Sendable {
-    private let state = LockedValue<(lines: [String], pending: Data, closed: Bool)>(([], Data(), false))
+    private let state = LockedValue<(lines: [String], pending: [UInt8], closed: Bool)>(([], [], false))
 
     var lines: [String] { state.withLock { $0.lines } }
     /// Whether the pipe reached end-of-file (the last line, even without a newline, is in `lines`).
     var isClosed: Bool { state.withLock { $0.closed } }
 
+    /// Takes a chunk from a ``ChildProcess/Output/handler(_:)``: bytes, or an empty chunk at end-of-file.
+    func receive(_ chunk: [UInt8]) {
+        if chunk.isEmpty { close() } else { append(chunk) }
+    }
+
     func close() {
         state.withLock { state in
             if !state.pending.isEmpty {
                 state.lines.append(String(decoding: state.pending, as: UTF8.self))
-                state.pending = Data()
+                state.pending = []
             }
             state.closed = true
         }
     }
 
-    func append(_ chunk: Data) {
+    func append(_ chunk: [UInt8]) {
         state.withLock { state in
-            state.pending.append(chunk)
-            while let newline = state.pending.firstIndex(of: UInt8(ascii: "\n")) {
-                state.lines.append(String(decoding: state.pending[state.pending.startIndex..<newline], as: UTF8.self))
-                state.pending.removeSubrange(state.pending.startIndex...newline)
+            state.pending.append(contentsOf: chunk)
+            var start = state.pending.startIndex
+            while let newline = state.pending[start...].firstIndex(of: UInt8(ascii: "\n")) {
+                state.lines.append(String(decoding: state.pending[start..<newline], as: UTF8.self))
+                start = newline + 1
             }
+            state.pending.removeSubrange(..<start)
         }
     }
 }

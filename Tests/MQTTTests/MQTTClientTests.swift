@@ -96,14 +96,13 @@ import Testing
         try await MosquittoBroker.withBroker { broker in
             let watcher = try await connectedClient(broker)
             let wills = Collector(try await watcher.subscribe(to: [TopicSubscription("wills/#")]))
-            let child = Process()
-            child.executableURL = URL(fileURLWithPath: "/usr/bin/mosquitto_sub")
-            child.arguments = ["-h", "127.0.0.1", "-p", "\(broker.port)", "-t", "unused", "-i", "doomed",
-                               "--will-topic", "wills/doomed", "--will-payload", "gone", "--will-qos", "1"]
-            try child.run()
+            let child = try ChildProcess(
+                "/usr/bin/mosquitto_sub",
+                ["-h", "127.0.0.1", "-p", "\(broker.port)", "-t", "unused", "-i", "doomed",
+                 "--will-topic", "wills/doomed", "--will-payload", "gone", "--will-qos", "1"])
             try await waitUntil("child connected") { broker.logText.contains("doomed") }
-            kill(child.processIdentifier, SIGKILL)
-            child.waitUntilExit()
+            child.signal(SIGKILL)
+            #expect(await child.wait(until: .after(.seconds(5))) == .signalled(SIGKILL))
             try await wills.waitForCount(1, timeout: timeBound(.seconds(2)))
             #expect(wills.elements[0].string == "gone")
             await watcher.disconnect()

@@ -109,23 +109,17 @@ import Testing
     func packetsBufferedInsideOpenSSLAreRead(wake: WakeChannel.Source) async throws {
         try await withTestPKI { pki in
             let port = try FreePort.loopback()
-            let server = Process()
-            server.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            server.arguments = ["openssl", "s_server", "-4", "-accept", "127.0.0.1:\(port)", "-naccept", "1",
-                                "-cert", pki.serverCert, "-key", pki.serverKey]
-            let input = Pipe(), output = Pipe()
-            server.standardInput = input
-            server.standardOutput = output
-            server.standardError = FileHandle.nullDevice
-            try server.run()
-            defer { server.terminate() }
-            let banner = Collector(AsyncStream<String> { continuation in
-                output.fileHandleForReading.readabilityHandler = { handle in
-                    let data = handle.availableData
-                    if data.isEmpty { handle.readabilityHandler = nil; continuation.finish(); return }
-                    continuation.yield(String(decoding: data, as: UTF8.self))
-                }
-            })
+            let (bannerStream, bannerContinuation) = AsyncStream<String>.makeStream()
+            let banner = Collector(bannerStream)
+            let server = try ChildProcess(
+                "/usr/bin/env",
+                ["openssl", "s_server", "-4", "-accept", "127.0.0.1:\(port)", "-naccept", "1",
+                 "-cert", pki.serverCert, "-key", pki.serverKey],
+                input: .pipe,
+                output: .handler { chunk in
+                    if chunk.isEmpty { bannerContinuation.finish() } else { bannerContinuation.yield(String(decoding: chunk, as: UTF8.self)) }
+                })
+            defer { server.signal(SIGTERM) }
             try await waitUntil("s_server listens") { banner.elements.joined().contains("ACCEPT") }
             // Written before the client connects, read by s_server in one go once it has: one TLS record.
             let count = 400
@@ -135,7 +129,7 @@ import Testing
                 let body: [UInt8] = [0x00, 0x01, UInt8(ascii: "t"), UInt8(i >> 8), UInt8(i & 0xFF), 0x00] + payload
                 script += [0x32, UInt8(body.count)] + body  // PUBLISH, QoS 1, topic "t", packet ID i
             }
-            input.fileHandleForWriting.write(Data(script))
+            server.write(script)
             let client = try MQTTClient(
                 configuration: .init(url: "mqtts://127.0.0.1:\(port)", tls: .init(caFile: pki.caCert)), wakeSource: wake)
             // Subscribed before connecting: the filter is live when the PUBLISH right behind CONNACK arrive.
