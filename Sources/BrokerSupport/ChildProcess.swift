@@ -177,9 +177,9 @@ public final class ChildProcess: Sendable {
         state = LockedValue(State(openOutputs: readers.count))
         self.input = LockedValue(inputFD)
         let (state, pid) = (state, pid)
-        Self.startThread("reap \(pid)") { Self.reap(pid, state) }
+        Self.startThread("reap\(pid)") { Self.reap(pid, state) }
         for (index, reader) in readers.enumerated() {
-            Self.startThread("read \(pid) \(index == 0 ? "stdout" : "stderr")") {
+            Self.startThread("\(index == 0 ? "out" : "err")\(pid)") {
                 Self.drain(reader.fd, to: reader.handler, state)
             }
         }
@@ -210,7 +210,8 @@ public final class ChildProcess: Sendable {
     }
 
     /// Closes the child's standard input: it reads end-of-file once it has read what was written.
-    /// Does nothing if already closed.
+    /// Does nothing if already closed. Waits for a ``write(_:)`` in progress on another thread (which
+    /// blocks while the child does not read): call both from the same task.
     public func closeInput() {
         input.withLock { fd in
             if fd >= 0 { _ = close(fd) }
@@ -310,7 +311,7 @@ public final class ChildProcess: Sendable {
 
     private static func startThread(_ name: String, _ body: @escaping @Sendable () -> Void) {
         let thread = Thread(block: body)
-        thread.name = "ChildProcess \(name)"
+        thread.name = "cp-\(name)"  // Linux keeps at most 15 bytes of a thread's name, else none
         thread.start()
     }
 
@@ -323,7 +324,9 @@ public final class ChildProcess: Sendable {
             var status: Int32 = 0
             var result: pid_t
             repeat {
-                result = waitpid(pid, &status, 0)  // a zombie now: returns at once
+                // A zombie now, so this returns at once; WNOHANG in case something else reaped it
+                // meanwhile (never block under the lock).
+                result = waitpid(pid, &status, WNOHANG)
             } while result == -1 && errno == EINTR
             state.termination = result == pid ? Termination(waitStatus: status) : .unknown
             return state.takeWaitersIfFinished()
@@ -364,16 +367,15 @@ public final class ChildProcess: Sendable {
     /// that is a socket option; on Linux each write asks for it).
     private static func disableSIGPIPE(_ fd: Int32) {
         #if canImport(Darwin)
-        var on: Int32 = 1
-        _ = setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &on, socklen_t(MemoryLayout<Int32>.size))
+        _ = fcntl(fd, F_SETNOSIGPIPE, 1)  // a pipe there, not a socket: SO_NOSIGPIPE would not apply
         #endif
     }
 
     private static func writeWithoutSIGPIPE(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int {
-        #if canImport(Glibc)
-        Glibc.send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
-        #else
+        #if canImport(Darwin)
         Darwin.write(fd, bytes.baseAddress, bytes.count)
+        #else
+        send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
         #endif
     }
 }
