@@ -415,10 +415,12 @@ struct SessionStateMachine {
     /// first one above it — about ln N hashes on average instead of N (with 100 present, every join cost
     /// the group ~10,000 hashes, ~2 million instructions, on the newcomer's critical path).
     func isCatchUpResponder(for newcomer: String) -> Bool {
-        guard newcomer != me, active.contains(Participant(id: me)) else { return false }
+        // Our entry as `active` holds it: its bytes are what `catchUpResponder` hashes.
+        guard newcomer != me, let index = active.firstIndex(of: Participant(id: me)) else { return false }
+        let myself = active[index].id
         let prefix = FNV1a().adding(newcomer).adding(UInt8(ascii: "/"))
-        let mine = (prefix.adding(me).value, me)
-        for candidate in active where candidate.id != newcomer && candidate.id != me {
+        let mine = (prefix.adding(myself).value, myself)
+        for candidate in active where candidate.id != newcomer && candidate.id != myself {
             if (prefix.adding(candidate.id).value, candidate.id) > mine { return false }
         }
         return true

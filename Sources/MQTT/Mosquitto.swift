@@ -102,6 +102,9 @@ final class Mosquitto: @unchecked Sendable {
         // queued or in flight. The broker queues nothing before 65,535 messages are in flight, as many
         // as there are packet identifiers. The window of 20 held nothing back from the application
         // anyway: the network thread hands each message to its sinks as soon as libmosquitto has it.
+        // The cost: mosquitto takes a v5 client's Receive Maximum as its in-flight limit, so a stalled
+        // subscriber's backlog (up to 65,535 QoS 1/2 messages) is held in flight by the broker rather
+        // than capped by its `max_queued_messages`. (MQTT 3.1.1 connections do not send the option.)
         try check(mosquitto_int_option(handle, MOSQ_OPT_RECEIVE_MAXIMUM, Int32(UInt16.max)))
         if configuration.username != nil || configuration.password != nil {
             try check(mosquitto_username_pw_set(handle, configuration.username, configuration.password))

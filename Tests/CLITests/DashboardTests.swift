@@ -91,7 +91,7 @@ import Testing
             #expect(Self.object(configs[volumeConfig])?["state_class"] as? String == "measurement")
 
             // A participant leaves: the count follows.
-            bob.signal(SIGINT)  // leaves cleanly (not EOF: a broker another test starts meanwhile may inherit bob's stdin)
+            bob.signal(SIGINT)  // leaves cleanly, as Ctrl-C would
             #expect(try await Self.exit(bob, "bob") == 0)
             try await recorder.wait(for: "\(session)/participants", toBe: "1")
             try await recorder.wait(for: "\(session)/participant_list", toBe: #"["alice"]"#)
