@@ -95,6 +95,8 @@ struct Scenario {
         }
 
         var value: Int? { index.withLock { $0?.value } }
+        /// What the screen shows now: the last value its `values()` loop received (it may lag `value`).
+        var shown: Int? { seen.withLock { $0.last } }
     }
 
     func run() async throws -> Bool {
@@ -137,7 +139,7 @@ struct Scenario {
         for value in 1...3 {
             let started = ContinuousClock.now
             try await alice.index.withLock { $0! }.set(value)
-            try await waitUntil(timeout: .seconds(5), pollEvery: .microseconds(200), "everyone at \(value)") { early.allSatisfy { $0.value == value } }
+            try await waitUntil(timeout: .seconds(5), pollEvery: .microseconds(200), "everyone at \(value)") { early.allSatisfy { $0.shown == value } }
             latencies.append(ContinuousClock.now - started)
             timeline.note(alice.name, "swiped to \(value); all \(early.count) screens showed it after \(format(latencies.last!))")
         }
@@ -149,7 +151,7 @@ struct Scenario {
         async let bobWrite: Void = bob.index.withLock { $0! }.set(20)
         _ = try await (aliceWrite, bobWrite)
         try await waitUntil(timeout: .seconds(5), "conflict converges") {
-            let values = Set(early.map(\.value))
+            let values = Set(early.map(\.shown))
             return values.count == 1 && (values.first == 10 || values.first == 20)
         }
         let winner = early[0].value!
@@ -183,7 +185,7 @@ struct Scenario {
 
         // Life goes on.
         try await late.index.withLock { $0! }.set(42)
-        try await waitUntil(timeout: .seconds(5), "everyone at 42") { others.allSatisfy { $0.value == 42 } }
+        try await waitUntil(timeout: .seconds(5), "everyone at 42") { others.allSatisfy { $0.shown == 42 } }
         timeline.note(late.name, "swiped to 42; every remaining screen shows 42")
 
         let finals = others.map { "\($0.name)=\($0.value.map(String.init) ?? "-")" }.joined(separator: " ")
