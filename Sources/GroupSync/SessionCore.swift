@@ -243,7 +243,8 @@ final class SessionCore: Sendable {
         if let newcomer = effects.catchUpTo {
             // Handed to the connection now, from the network thread; only the acknowledgement is awaited
             // elsewhere.
-            let catchUp = machine.withLock { $0.catchUp }
+            let listingMembers = !coordinator.client.retainAvailable
+            let catchUp = machine.withLock { $0.catchUp(listingMembers: listingMembers) }
             if let body = try? Wire.encodeCatchUp(catchUp), let tickets = try? enqueue(
                 type: "$catchup", body: body, to: .only(Participant(id: newcomer)), reliable: true,
                 limit: Wire.maximumPayload) {

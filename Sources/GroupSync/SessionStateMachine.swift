@@ -450,11 +450,16 @@ struct SessionStateMachine {
         }
     }
 
-    /// What a newcomer needs.
-    var catchUp: Wire.CatchUp {
+    /// What a newcomer needs: every key's winning record, and — only where the broker keeps no retained
+    /// messages — the active members. With retained messages the newcomer has read every member record
+    /// before its barrier, so listing them again only made the catch-up grow with the session (5 KB
+    /// with 100 present, encoded, sent and read on the newcomer's critical path).
+    func catchUp(listingMembers: Bool) -> Wire.CatchUp {
         Wire.CatchUp(
             states: states.values.sorted { $0.key < $1.key },
-            members: active.map { Wire.Member(participant: $0.id, epoch: members[$0.id] ?? 0) }.sorted { $0.participant < $1.participant })
+            members: listingMembers
+                ? active.map { Wire.Member(participant: $0.id, epoch: members[$0.id] ?? 0) }.sorted { $0.participant < $1.participant }
+                : [])
     }
 
     private mutating func applyIfNewer(_ record: Wire.StateRecord, into effects: inout Effects, hold: Bool = false) {
