@@ -53,6 +53,10 @@ public final class GroupCoordinator: Sendable {
                 // reconnect (it must persist them to survive its own restart); close() ends it.
                 mqtt.cleanStart = false
                 mqtt.sessionExpiry = 120
+                // GroupSync never subscribes at QoS 2, the case that needs MQTTClient's wide default
+                // window; with 65,535 a process of 1,000 participants kept mosquitto busy for seconds
+                // (it walks each client's in-flight list per acknowledgement). libmosquitto's own 20.
+                mqtt.receiveMaximum = 20
                 self.mqtt = mqtt
             } catch {
                 throw .connection(error)

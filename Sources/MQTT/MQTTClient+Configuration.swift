@@ -66,6 +66,17 @@ extension MQTTClient {
         public var will: Will?
         /// Delays between reconnect attempts after a connection was established once.
         public var reconnect: Backoff
+        /// MQTT 5 Receive Maximum: how many QoS 1 and 2 messages the broker may have in flight to us.
+        /// The default, 65,535 (MQTT 5's value when none is announced), keeps a lagging QoS 2 subscriber
+        /// connected: mosquitto 2.0.11 overruns smaller windows (an acknowledgement of the oldest message
+        /// in flight releases up to a whole window of queued ones), and libmosquitto treats a QoS 2
+        /// PUBLISH beyond its window as a protocol error and drops the connection — with a clean start,
+        /// every message still queued is lost. The cost: the broker no longer paces a slow subscriber,
+        /// and mosquitto 2.0.11 walks each client's in-flight list on every acknowledgement, so a
+        /// process with hundreds of lagging connections can keep the broker busy for seconds. A client
+        /// that never subscribes at QoS 2 may pick a small window (GroupSync's coordinators use 20).
+        /// (0 is not a valid window; it is taken as 1.)
+        public var receiveMaximum: UInt16 = .max
 
         public init(
             host: String = "127.0.0.1", port: Int = 1883, clientID: String = MQTTClient.Configuration.randomClientID(),

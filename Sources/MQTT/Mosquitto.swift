@@ -93,19 +93,8 @@ final class Mosquitto: @unchecked Sendable {
         // Nagle's algorithm holds small packets back ~40 ms per hop: a QoS 1 round trip on loopback took
         // 88 ms with it and 0.16 ms without.
         try check(mosquitto_int_option(handle, MOSQ_OPT_TCP_NODELAY, 1))
-        // Receive Maximum 65,535 (MQTT 5's value when none is announced), not libmosquitto's 20, which
-        // mosquitto 2.0.11 overruns: once a subscriber lags, the broker queues what exceeds its window,
-        // and an acknowledgement of the oldest message in flight then releases up to a whole window of
-        // queued messages at once (`db__message_delete_outgoing` counts the in-flight messages only up
-        // to the acknowledged one). libmosquitto takes a QoS 2 PUBLISH beyond its window for a protocol
-        // error and closes the connection; with a clean session the broker drops every message still
-        // queued or in flight. The broker queues nothing before 65,535 messages are in flight, as many
-        // as there are packet identifiers. The window of 20 held nothing back from the application
-        // anyway: the network thread hands each message to its sinks as soon as libmosquitto has it.
-        // The cost: mosquitto takes a v5 client's Receive Maximum as its in-flight limit, so a stalled
-        // subscriber's backlog (up to 65,535 QoS 1/2 messages) is held in flight by the broker rather
-        // than capped by its `max_queued_messages`. (MQTT 3.1.1 connections do not send the option.)
-        try check(mosquitto_int_option(handle, MOSQ_OPT_RECEIVE_MAXIMUM, Int32(UInt16.max)))
+        // Receive Maximum: why 65,535 by default, and what it costs, is on `Configuration.receiveMaximum`.
+        try check(mosquitto_int_option(handle, MOSQ_OPT_RECEIVE_MAXIMUM, Int32(max(configuration.receiveMaximum, 1))))
         if configuration.username != nil || configuration.password != nil {
             try check(mosquitto_username_pw_set(handle, configuration.username, configuration.password))
         }
@@ -327,7 +316,8 @@ final class Mosquitto: @unchecked Sendable {
         case MOSQ_ERR_TLS, MOSQ_ERR_TLS_HANDSHAKE:
             return .tls(detail: String(cString: mosquitto_strerror(rc)))
         default:
-            return .unreachable(host: configuration.host, port: configuration.port, detail: String(cString: mosquitto_strerror(rc)))
+            return .unreachable(
+                host: configuration.host, port: configuration.port, detail: "\(String(cString: mosquitto_strerror(rc))) (libmosquitto \(rc))")
         }
     }
 
