@@ -394,28 +394,15 @@ struct SessionStateMachine {
 
     // MARK: - Rules
 
-    /// Who answers `newcomer`: among the active participants other than the newcomer, the one whose
-    /// FNV-1a 64 hash of `"<newcomer>/<candidate>"` is largest (rendezvous hashing). Every participant
-    /// computes the same answer from the same view; when that one is gone, the next largest answers.
-    /// Every present participant evaluates it for every newcomer: one hash per candidate, no allocation.
-    func catchUpResponder(for newcomer: String) -> String? {
-        // The hash of "<newcomer>/" once; then only each candidate's bytes (with 100 present, hashing the
-        // whole string per candidate cost every participant ~40,000 instructions per join).
-        let prefix = FNV1a().adding(newcomer).adding(UInt8(ascii: "/"))
-        var best: (UInt64, String)?
-        for candidate in active where candidate.id != newcomer {
-            let rank = (prefix.adding(candidate.id).value, candidate.id)
-            if best.map({ rank > $0 }) ?? true { best = rank }
-        }
-        return best?.1
-    }
-
-    /// Whether we answer `newcomer` (``catchUpResponder(for:)`` is us), deciding as soon as any candidate
-    /// outranks us. Only the responder itself hashes every candidate; each of the others stops at the
-    /// first one above it — about ln N hashes on average instead of N (with 100 present, every join cost
-    /// the group ~10,000 hashes, ~2 million instructions, on the newcomer's critical path).
+    /// Whether we answer `newcomer`. The responder is, among the active participants other than the
+    /// newcomer, the one with the largest ``rank(_:_:)`` — FNV-1a 64 of `"<newcomer>/<candidate>"`, then
+    /// the ID (rendezvous hashing): every participant computes the same answer from the same view, and
+    /// when that one is gone the next largest answers. Decided as soon as any candidate outranks us: only
+    /// the responder itself hashes every candidate, each of the others stops at the first one above it —
+    /// about ln N hashes instead of N (with 100 present, a full scan by everyone cost each join ~10,000
+    /// hashes, ~2 million instructions, on the newcomer's critical path). `"<newcomer>/"` is hashed once.
     func isCatchUpResponder(for newcomer: String) -> Bool {
-        // Our entry as `active` holds it: its bytes are what `catchUpResponder` hashes.
+        // Our entry as `active` holds it: its bytes are what the other participants hash for us.
         guard newcomer != me, let index = active.firstIndex(of: Participant(id: me)) else { return false }
         let myself = active[index].id
         let prefix = FNV1a().adding(newcomer).adding(UInt8(ascii: "/"))
