@@ -94,7 +94,7 @@ public struct GroupMessages<Message: Codable & Sendable>: AsyncSequence, Sendabl
 
         /// Only the body when the receiving connection located it; the whole envelope otherwise.
         private static func decode(_ inbound: SessionStateMachine.InboundMessage) -> Message? {
-            if let body = inbound.body { return JSONValueDecoder.decode(Message.self, from: inbound.payload[body]) }
+            if let body = inbound.body { return JSONBytesDecoder.decode(Message.self, from: inbound.payload[body]) }
             return decodeEnvelope(inbound.payload)
         }
 

@@ -74,7 +74,7 @@ extension JSONByteReader {
     /// A number with a fraction or an exponent whose value is not a whole number, as `JSONDecoder` reads it
     /// into a ``JSONValue`` (`.double`); nil for anything else — whole values such as `1.0` or `1e2`
     /// (`JSONDecoder` makes them `.int`), values beyond `Double`'s range, malformed numbers.
-    private mutating func readFraction() -> Double? {
+    mutating func readFraction() -> Double? {
         let start = i
         _ = take(UInt8(ascii: "-"))
         guard digits(allowLeadingZero: false) else { return nil }
@@ -104,7 +104,7 @@ extension JSONByteReader {
     }
 
     /// A string literal, escapes decoded; nil for invalid UTF-8, raw control characters or bad escapes.
-    private mutating func parseString() -> String? {
+    mutating func parseString() -> String? {
         guard take(UInt8(ascii: "\"")) else { return nil }
         let start = i
         // Fast case: no escapes.

@@ -4,21 +4,14 @@ import Foundation
 /// from the same JSON — for the common cases only: it throws on anything it does not handle exactly like
 /// `JSONDecoder` (numbers that need conversion, `URL`, `Decimal`, super decoders…), and callers then
 /// decode the bytes with `JSONDecoder`. With ``JSONValue/parseFast(_:)`` it replaces Foundation's
-/// decoder on the hot paths (an app message's body, a shared value), where that decoder cost ≈ 18,000
-/// instructions for a one-field struct.
+/// decoder where a value is held as a tree already (a shared value), where that decoder cost ≈ 18,000
+/// instructions for a one-field struct. Bytes are decoded by ``JSONBytesDecoder``, by the same rules.
 struct JSONValueDecoder: Decoder {
     struct Unsupported: Error {}
 
     let value: JSONValue
     var codingPath: [any CodingKey] = []
     var userInfo: [CodingUserInfoKey: Any] { [:] }
-
-    /// Decodes `type` from `data`: through ``JSONValue/parseFast(_:)`` and this decoder when both can,
-    /// through `JSONDecoder` otherwise. nil when `JSONDecoder` fails too.
-    static func decode<T: Decodable>(_ type: T.Type, from data: Data) -> T? {
-        if let json = JSONValue.parseFast(data), let value = try? decode(type, from: json) { return value }
-        return Wire.decode(type, from: data)
-    }
 
     static func decode<T: Decodable>(_ type: T.Type, from json: JSONValue) throws -> T {
         // JSONDecoder reads these from strings or numbers itself rather than through their own Decodable.

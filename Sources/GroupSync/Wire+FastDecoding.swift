@@ -52,7 +52,7 @@ extension Wire {
     /// ``decodeVersioned(_:from:)`` through ``JSONValue/parseFast(_:)`` and ``JSONValueDecoder`` where they
     /// can, for larger payloads without a hand-written reader (a `$catchup` lists every member and state).
     static func decodeVersionedFast<T: Decodable & Versioned>(_ type: T.Type, from data: Data) -> T? {
-        guard data.count <= maximumPayload, let value = JSONValueDecoder.decode(type, from: data), value.v == version else { return nil }
+        guard data.count <= maximumPayload, let value = JSONBytesDecoder.decode(type, from: data), value.v == version else { return nil }
         return value
     }
 }

@@ -85,6 +85,14 @@ import Testing
             #expect(Wire.decodeMember(input) == member)  // the byte-level readers, then the others
             #expect(Wire.decodeStateRecord(input) == record)
             #expect(Wire.decodePresence(input) == presence)
+            // The byte-level decoder, without its JSONDecoder fallback, agrees wherever it answers (compared
+            // with the versioned readings above, which come from JSONDecoder).
+            func versioned<T: Decodable & Wire.Versioned>(_ type: T.Type) -> T?? {
+                JSONBytesDecoderTests.direct(type, input).map { $0.v == Wire.version ? $0 : nil }
+            }
+            if let fast = versioned(Wire.Presence.self) { #expect(fast == presence) }
+            if let fast = versioned(Wire.Member.self) { #expect(fast == member) }
+            if let fast = versioned(Wire.StateRecord.self) { #expect(fast == record) }
             if let fast = JSONValue.parseFast(input) {  // (JSONValue's Decodable is quadratic in depth: only then)
                 #expect(fast == Wire.decode(JSONValue.self, from: input))
                 #expect(Wire.decodeFast(Wire.Presence.self, from: input) == presence)
@@ -96,7 +104,9 @@ import Testing
             any = member != nil || any
             any = record != nil || any
             let scanned = Wire.scanEnvelope(input)
-            if let header = Wire.decodeVersioned(Wire.EnvelopeHeader.self, from: input) {
+            let header = Wire.decodeVersioned(Wire.EnvelopeHeader.self, from: input)
+            if let fast = versioned(Wire.EnvelopeHeader.self) { #expect(fast == header) }
+            if let header {
                 any = true
                 // The fast header reader agrees with JSONDecoder on everything JSONDecoder accepts.
                 #expect(scanned?.header == header)

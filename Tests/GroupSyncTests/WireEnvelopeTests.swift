@@ -255,8 +255,8 @@ extension WireEnvelopeTests {
     @Test func decodesWhatJSONDecoderDecodes() throws {
         for sample in JSONValueDecoderTests.samples {
             let data = try Wire.encode(sample)
-            #expect(JSONValueDecoder.decode(Everything.self, from: data) == sample)
-            #expect(JSONValueDecoder.decode(Everything.self, from: data) == Wire.decode(Everything.self, from: data))
+            #expect(JSONBytesDecoder.decode(Everything.self, from: data) == sample)
+            #expect(JSONBytesDecoder.decode(Everything.self, from: data) == Wire.decode(Everything.self, from: data))
         }
         // The fast path itself (no fractions in the first sample's numbers… except what JSONDecoder reads).
         let fast = try JSONValueDecoder.decode(Inner.self, from: #require(JSONValue.parseFast(Data(#"{"id":7,"tags":["x"],"scores":{"3":4}}"#.utf8))))
@@ -277,9 +277,68 @@ extension WireEnvelopeTests {
             #expect(throws: (any Error).self, "\(text)") { _ = try JSONValueDecoder.decode(type, from: json) }
         }
         // …and the combined entry point still answers as JSONDecoder does.
-        #expect(JSONValueDecoder.decode(URL.self, from: Data(#""https://example.com/x""#.utf8)) == URL(string: "https://example.com/x"))
-        #expect(JSONValueDecoder.decode(Double.self, from: Data("9007199254740993".utf8)) == Wire.decode(Double.self, from: Data("9007199254740993".utf8)))
-        #expect(JSONValueDecoder.decode(Inner.self, from: Data(#"{"id":256,"tags":[],"scores":{}}"#.utf8)) == nil)
+        #expect(JSONBytesDecoder.decode(URL.self, from: Data(#""https://example.com/x""#.utf8)) == URL(string: "https://example.com/x"))
+        #expect(JSONBytesDecoder.decode(Double.self, from: Data("9007199254740993".utf8)) == Wire.decode(Double.self, from: Data("9007199254740993".utf8)))
+        #expect(JSONBytesDecoder.decode(Inner.self, from: Data(#"{"id":256,"tags":[],"scores":{}}"#.utf8)) == nil)
+    }
+}
+
+/// ``JSONBytesDecoder`` reads what `JSONDecoder` reads from the same bytes, or gives up (and `JSONDecoder`
+/// decides).
+@Suite struct JSONBytesDecoderTests {
+    typealias Inner = JSONValueDecoderTests.Inner
+    typealias Everything = JSONValueDecoderTests.Everything
+
+    /// The decoder itself, without the entry point's fallback: nil where it gives up.
+    static func direct<T: Decodable>(_ type: T.Type, _ text: String) -> T? { direct(type, Data(text.utf8)) }
+
+    static func direct<T: Decodable>(_ type: T.Type, _ data: Data) -> T? {
+        guard let range = JSONBytesDecoder.validate(data) else { return nil }
+        return try? JSONBytesDecoder(document: data, value: range).decode(type)
+    }
+
+    @Test func decodesInPlaceWhatJSONDecoderDecodes() throws {
+        // The first sample has no fraction where a Float is read: all of it is read in place.
+        let first = JSONValueDecoderTests.samples[0]
+        #expect(JSONBytesDecoderTests.direct(Everything.self, try Wire.encode(first)) == first)
+        for sample in JSONValueDecoderTests.samples {
+            let data = try Wire.encode(sample)
+            #expect(JSONBytesDecoder.decode(Everything.self, from: data) == sample)
+        }
+        let spaced = " {\n \"scores\" : { \"3\" : 4 } ,\t\"id\":7 , \"tags\" : [ \"x\" , \"y\" ] } \r\n"
+        #expect(JSONBytesDecoderTests.direct(Inner.self, spaced) == Inner(id: 7, tags: ["x", "y"], scores: [3: 4]))
+        // A Data slice, as a message body is (its indices do not start at 0).
+        let envelope = Data(#"{"body":{"id":1,"tags":[],"scores":{}},"v":1}"#.utf8)
+        #expect(JSONBytesDecoder.decode(Inner.self, from: envelope[8..<38]) == Inner(id: 1, tags: [], scores: [:]))
+    }
+
+    @Test func valuesNotReadAreNotInterpreted() {
+        // JSONDecoder reads neither `x` nor `y`, so neither changes what it returns; nor here.
+        let text = #"{"id":1,"tags":[],"scores":{},"x":1.0,"y":{"a":1,"a":2},"z":-0}"#
+        #expect(JSONBytesDecoderTests.direct(Inner.self, text) == Inner(id: 1, tags: [], scores: [:]))
+        #expect(JSONBytesDecoderTests.direct(Inner.self, text) == Wire.decode(Inner.self, from: Data(text.utf8)))
+    }
+
+    @Test func givesUpWhereItCannotBeSureAndTheEntryPointStillAgrees() throws {
+        let cases: [(String, any Decodable.Type)] = [
+            (#"{"id":1,"id":2,"tags":[],"scores":{}}"#, Inner.self),  // repeated key: JSONDecoder keeps the first
+            (#"{"café":1}"#, [String: Int].self),  // non-ASCII key: Swift compares canonically
+            (#"{"a\u0062":1}"#, [String: Int].self),  // escaped key
+            (#"{"id":1,"tags":[],"scores":{},"x":01}"#, Inner.self),  // JSONDecoder reads past this; the check does not
+            (#"{"id":1,"tags":[],"scores":{},"x":"\ud800"}"#, Inner.self),  // lone surrogate, unread
+            (#"{"id":1.0,"tags":[],"scores":{}}"#, Inner.self),  // a whole number written with a fraction
+            (#"{"id":256,"tags":[],"scores":{}}"#, Inner.self),  // out of range
+            (#"1.5"#, Float.self),  // JSONDecoder rounds a Float its own way
+            (#""not base64!""#, Data.self),
+            (#""https://example.com/x""#, URL.self),
+        ]
+        for (text, type) in cases {
+            #expect(JSONBytesDecoderTests.direct(type, text) == nil, "\(text)")
+            let viaEntry = JSONBytesDecoder.decode(type, from: Data(text.utf8)).map { String(describing: $0) }
+            let reference = Wire.decode(type, from: Data(text.utf8)).map { String(describing: $0) }
+            #expect(viaEntry == reference, "\(text)")
+        }
+        #expect(JSONBytesDecoderTests.direct(Inner.self, String(repeating: "[", count: 65) + String(repeating: "]", count: 65)) == nil)
     }
 }
 
