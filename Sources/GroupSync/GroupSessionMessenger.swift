@@ -48,13 +48,13 @@ public final class GroupSessionMessenger: Sendable {
     /// when the encoded envelope exceeds ``maximumMessageSize``.
     public func send<Message: Codable & Sendable>(_ message: Message, to participants: Participants = .all) async throws(GroupSyncError) {
         try await core.send(
-            type: GroupSessionMessenger.typeName(Message.self), body: try JSONBytesEncoder.encode(message), to: participants,
+            type: GroupSessionMessenger.typeName(Message.self), envelope: try Wire.EnvelopeBytes(body: message), to: participants,
             reliable: deliveryMode == .reliable, limit: maximumMessageSize)
     }
 
     /// Sends raw bytes (base64 in the JSON envelope, type `Data`); receive them with `messages(of: Data.self)`.
     public func send(_ data: Data, to participants: Participants = .all) async throws(GroupSyncError) {
-        try await core.send(type: "Data", body: try JSONBytesEncoder.encode(data), to: participants, reliable: deliveryMode == .reliable, limit: maximumMessageSize)
+        try await core.send(type: "Data", envelope: try Wire.EnvelopeBytes(body: data), to: participants, reliable: deliveryMode == .reliable, limit: maximumMessageSize)
     }
 
     /// Messages of type `Message` from other participants, in arrival order, each with its sender. Ends

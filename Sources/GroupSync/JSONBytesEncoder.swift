@@ -16,16 +16,32 @@ struct JSONBytesEncoder {
     }
 
     static func encodeFast(_ value: some Encodable) throws -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(64)
+        try encodeFast(value, appendingTo: &out)
+        return out
+    }
+
+    /// Appends `value`'s JSON to `out`; when it throws, `out` may hold part of it.
+    static func encodeFast(_ value: some Encodable, appendingTo out: inout [UInt8]) throws {
         let root = Node()
         let context = Context()
         try Self.encode(value, into: root, context)
         // Something could not be represented where no error could be thrown (a super encoder, a nested
         // container under a non-ASCII key): JSONEncoder encodes the whole value instead.
         if context.failed { throw Unsupported() }
-        var out: [UInt8] = []
-        out.reserveCapacity(64)
         try root.write(to: &out)
-        return out
+    }
+
+    /// Appends `value`'s JSON to `out`, through this encoder when it can and `JSONEncoder` otherwise.
+    static func encode(_ value: some Encodable, appendingTo out: inout [UInt8]) throws(GroupSyncError) {
+        let start = out.count
+        do {
+            try encodeFast(value, appendingTo: &out)
+        } catch {
+            out.removeSubrange(start...)
+            out.append(contentsOf: try Wire.encode(value))
+        }
     }
 
     fileprivate static func encode<T: Encodable>(_ value: T, into node: Node, _ context: Context) throws {

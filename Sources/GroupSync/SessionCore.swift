@@ -246,7 +246,7 @@ final class SessionCore: Sendable {
             let listingMembers = !coordinator.client.retainAvailable
             let catchUp = machine.withLock { $0.catchUp(listingMembers: listingMembers) }
             if let body = try? Wire.encodeCatchUp(catchUp), let tickets = try? enqueue(
-                type: "$catchup", body: body, to: .only(Participant(id: newcomer)), reliable: true,
+                type: "$catchup", envelope: Wire.EnvelopeBytes(encodedBody: body), to: .only(Participant(id: newcomer)), reliable: true,
                 limit: Wire.maximumPayload) {
                 coordinator.spawn { [self] in try? await acknowledgements(of: tickets) }
             }
@@ -309,9 +309,9 @@ final class SessionCore: Sendable {
     /// Returns once a reliable message was acknowledged by the broker, and at once for an unreliable one
     /// (handed to the connection: QoS 0 has no acknowledgement worth waiting for).
     func send(
-        type: String, body: Data, to recipients: Participants, reliable: Bool, limit: Int
+        type: String, envelope: Wire.EnvelopeBytes, to recipients: Participants, reliable: Bool, limit: Int
     ) async throws(GroupSyncError) {
-        let tickets = try enqueue(type: type, body: body, to: recipients, reliable: reliable, limit: limit)
+        let tickets = try enqueue(type: type, envelope: envelope, to: recipients, reliable: reliable, limit: limit)
         if reliable {
             try await acknowledgements(of: tickets)
         } else {
@@ -319,10 +319,10 @@ final class SessionCore: Sendable {
         }
     }
 
-    /// The synchronous half of ``send(type:body:to:reliable:limit:)``: numbers the envelope and hands it
-    /// to the connection.
+    /// The synchronous half of ``send(type:envelope:to:reliable:limit:)``: numbers the envelope and hands
+    /// it to the connection.
     private func enqueue(
-        type: String, body: Data, to recipients: Participants, reliable: Bool, limit: Int
+        type: String, envelope: Wire.EnvelopeBytes, to recipients: Participants, reliable: Bool, limit: Int
     ) throws(GroupSyncError) -> [MQTTClient.PublishTicket] {
         guard isJoined else { throw state.isInvalidated ? .sessionInvalidated : .notJoined }
         let destinations: [String]
@@ -346,7 +346,7 @@ final class SessionCore: Sendable {
                 counters.unreliable += 1
                 seq = counters.unreliable
             }
-            let payload = Wire.encodeEnvelope(type: type, epoch: coordinator.epoch, seq: seq, reliable: reliable, encodedBody: body)
+            let payload = envelope.finished(type: type, epoch: coordinator.epoch, seq: seq, reliable: reliable)
             guard payload.count <= limit else { throw .messageTooLarge(size: payload.count, limit: limit) }
             return try destinations.map { topic throws(GroupSyncError) in
                 do throws(MQTTError) {
@@ -374,7 +374,7 @@ final class SessionCore: Sendable {
     }
 
     private func sendControl<Body: Codable & Sendable>(type: String, body: Body, to recipients: Participants) async throws(GroupSyncError) {
-        try await send(type: type, body: try Wire.encode(body), to: recipients, reliable: true, limit: Wire.maximumPayload)
+        try await send(type: type, envelope: try Wire.EnvelopeBytes(body: body), to: recipients, reliable: true, limit: Wire.maximumPayload)
     }
 
     /// Writes `value` under `key`: applied locally at once, then published retained on our writer topic.

@@ -113,16 +113,30 @@ public final class MQTTClient: Sendable {
     package func enqueuePublish(
         to topic: String, payload: Data, qos: QoS, retain: Bool = false, properties: MQTTProperties = .init()
     ) throws(MQTTError) -> PublishTicket {
-        guard Topic.isValidName(topic) else { throw .invalidTopic(topic) }
+        try payload.withUnsafeBytes { bytes in
+            enqueuePublish(to: topic, bytes: bytes, qos: qos, retain: retain, properties: properties)
+        }.get()
+    }
+
+    /// The same from an array, for payloads written byte by byte (no `Data` to build first).
+    package func enqueuePublish(
+        to topic: String, payload: [UInt8], qos: QoS, retain: Bool = false, properties: MQTTProperties = .init()
+    ) throws(MQTTError) -> PublishTicket {
+        try payload.withUnsafeBytes { bytes in
+            enqueuePublish(to: topic, bytes: bytes, qos: qos, retain: retain, properties: properties)
+        }.get()
+    }
+
+    private func enqueuePublish(
+        to topic: String, bytes: UnsafeRawBufferPointer, qos: QoS, retain: Bool, properties: MQTTProperties
+    ) -> Result<PublishTicket, MQTTError> {
+        guard Topic.isValidName(topic) else { return .failure(.invalidTopic(topic)) }
         if configuration.protocolVersion == .v311 && !properties.isEmpty {
-            throw .invalidConfiguration("MQTT 3.1.1 has no message properties")
+            return .failure(.invalidConfiguration("MQTT 3.1.1 has no message properties"))
         }
-        let connection = self.connection
-        let sent = payload.withUnsafeBytes { bytes in
-            connection.publish(topic: topic, payload: bytes, qos: qos, retain: retain, properties: properties)
+        return connection.publish(topic: topic, payload: bytes, qos: qos, retain: retain, properties: properties).map { mid, generation in
+            PublishTicket(mid: mid, qos: qos, generation: generation, topic: topic, size: bytes.count)
         }
-        let (mid, generation) = try sent.get()
-        return PublishTicket(mid: mid, qos: qos, generation: generation, topic: topic, size: payload.count)
     }
 
     /// Gives up on a ticket's acknowledgement without waiting (a fire-and-forget publish): the client
