@@ -149,7 +149,7 @@ public final class MQTTClient: Sendable {
     package func acknowledgement(of ticket: PublishTicket) async throws(MQTTError) -> PublishReceipt {
         let connection = self.connection
         let result = await withTaskCancellationHandler {
-            await withCheckedContinuation { (waiter: ConnectionStateMachine.PublishWaiter) in
+            await withUnsafeContinuation { (waiter: ConnectionStateMachine.PublishWaiter) in
                 let effects = connection.state.withLock {
                     $0.onPublishRegistered(mid: ticket.mid, qos: ticket.qos, generation: ticket.generation, waiter)
                 }
