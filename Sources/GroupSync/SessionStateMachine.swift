@@ -214,6 +214,9 @@ struct SessionStateMachine {
     }
 
     /// The connection's burst ended: the newest held value of each listener is yielded.
+    /// Whether ``releaseHeldValues()`` has anything to show.
+    var hasHeldValues: Bool { !heldValues.isEmpty }
+
     mutating func releaseHeldValues() -> Effects {
         var effects = Effects()
         guard !heldValues.isEmpty else { return effects }
