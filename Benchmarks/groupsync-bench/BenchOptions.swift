@@ -21,7 +21,7 @@ struct BenchOptions: Sendable {
 
           latency      one-way messenger latency (half a ping-pong), QoS 0 and 1, p50/p99, vs raw
           throughput   messages/s from one sender to one receiver, QoS 0 and 1, vs raw (same window)
-          fanout       one shared-state change until the last of 100 participants has it, p50/p99
+          fanout       one shared-state change until the last of 100 participants has it, p50/p99, vs raw
           late-join    join() with 100 present until the current value is held; messages per join
           convergence  10 participants write one key at once: time to agree, changes seen
           crash        a SIGKILLed `groupsync join` process until everyone dropped it

@@ -25,6 +25,12 @@ struct BenchResults: Sendable {
         var max: Double
         var participants: Int
         var samples: Int
+        /// The raw libmosquitto floor, measured in the same run, samples alternating (``RawFanout``).
+        var rawP50: Double
+        var rawP99: Double
+        var rawMax: Double
+        /// The raw payload: a GroupSync state record's size.
+        var payloadBytes: Int
     }
 
     struct LateJoin: Sendable {

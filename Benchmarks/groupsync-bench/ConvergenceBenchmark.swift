@@ -28,7 +28,7 @@ enum ConvergenceBenchmark {
                 try await Task.sleep(for: .milliseconds(5))
 
                 if raw == nil {
-                    payloadSize = try await stateRecordSize(cluster)
+                    payloadSize = try await cluster.stateRecordSize(of: members[0])
                     let made = try await makeRaw(cluster, payloadSize: payloadSize)
                     raw = made
                     _ = try await BlockingThread.run("raw-conv-warmup") { Result { try made.burst() } }.get()
@@ -88,21 +88,6 @@ enum ConvergenceBenchmark {
             remoteChanges = max(remoteChanges, seen.filter { $0 != values[member.index] }.count)
         }
         return (converged > lastWrite ? MonotonicClock.milliseconds(from: lastWrite, to: converged) : 0, changes, remoteChanges)
-    }
-
-    /// The size of the first member's state record, as retained on the broker (read by a plain MQTT
-    /// client that subscribes to that one topic and asks for the retained copy).
-    private static func stateRecordSize(_ cluster: SessionCluster) async throws -> Int {
-        let topic = cluster.topics.state(cluster.sessionID, key: SessionCluster.stateKey, writer: cluster.members[0].name)
-        let sniffer = try await WireSniffer.start(url: cluster.url, filters: [topic], replayRetained: true)
-        let size: Result<Int, any Error>
-        do {
-            size = .success(try await sniffer.next(after: 0).size)
-        } catch {
-            size = .failure(error)
-        }
-        await sniffer.stop()
-        return try size.get()
     }
 
     /// As many raw clients as members, on topics as long as GroupSync's state topics

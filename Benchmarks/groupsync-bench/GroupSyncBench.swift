@@ -23,8 +23,10 @@ enum GroupSyncBench {
         }
 
         // Each coordinator holds a socket and libmosquitto's wake-up socket pair: 3 descriptors, in this
-        // process and in the memory child; mosquitto (a child of this process) inherits the limit.
-        let participants = max(options.memoryParticipants, options.fanoutParticipants + options.lateJoinSamples)
+        // process and in the memory child; mosquitto (a child of this process) inherits the limit. Beside
+        // the fan-out/late-join cluster, as many raw libmosquitto clients (the same 3 each) are connected
+        // at a time: the fan-out's floor, then late join's present clients.
+        let participants = max(options.memoryParticipants, 2 * options.fanoutParticipants + options.lateJoinSamples)
         let fileLimit = FileLimit.raise(to: 4 * participants + 1_024)
 
         var broker: MosquittoBroker?

@@ -87,6 +87,21 @@ final class SessionCluster: Sendable {
         }
     }
 
+    /// The size of `member`'s state record, as retained on the broker (read by a plain MQTT client that
+    /// subscribes to that one topic and asks for the retained copy): what a raw floor pads its payload to.
+    func stateRecordSize(of member: ClusterMember) async throws -> Int {
+        let topic = topics.state(sessionID, key: SessionCluster.stateKey, writer: member.name)
+        let sniffer = try await WireSniffer.start(url: url, filters: [topic], replayRetained: true)
+        let size: Result<Int, any Error>
+        do {
+            size = .success(try await sniffer.next(after: 0).size)
+        } catch {
+            size = .failure(error)
+        }
+        await sniffer.stop()
+        return try size.get()
+    }
+
     /// Polls `condition` every 200 µs (for set-up and tear-down only: nothing timed depends on it).
     static func waitUntil(seconds: Double, _ what: String, _ condition: @escaping @Sendable () -> Bool) async throws {
         let deadline = MonotonicClock.nanoseconds() + UInt64(seconds * 1e9)

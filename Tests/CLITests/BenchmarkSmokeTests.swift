@@ -12,7 +12,7 @@ import Testing
         "latency.qos1.p50_us", "latency.qos1.p99_us", "latency.qos1.raw_p50_us", "latency.qos1.raw_p99_us",
         "throughput.qos0.msgs_per_s", "throughput.qos0.raw_msgs_per_s",
         "throughput.qos1.msgs_per_s", "throughput.qos1.raw_msgs_per_s",
-        "fanout.p50_ms", "fanout.p99_ms",
+        "fanout.p50_ms", "fanout.p99_ms", "fanout.raw_p50_ms", "fanout.raw_p99_ms",
         "late_join.p50_ms", "late_join.messages_per_join", "late_join.raw_p50_ms", "late_join.raw_p99_ms",
         "convergence.ms", "convergence.max_changes", "convergence.raw_ms", "convergence.raw_p99_ms",
         "crash_detection_s",
