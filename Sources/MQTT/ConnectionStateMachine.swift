@@ -104,7 +104,6 @@ struct ConnectionStateMachine {
         var subscribeResults: [(SubscribeWaiter, Result<[Int], MQTTError>)] = []
         var events: [ConnectionEvent] = []
         var listeners: [AsyncStream<ConnectionEvent>.Continuation] = []
-        var messageTargets: [MessageSink] = []
         /// Sinks to tell of a new connection, before the subscriptions are restored.
         var connectedSinks: [MessageSink] = []
         var finishSubscriptions: [MessageSink] = []
@@ -115,15 +114,12 @@ struct ConnectionStateMachine {
         var unsubscribe: [String] = []
 
         /// Resumes continuations and yields to sequences. Never calls libmosquitto.
-        func resumeAll(message: MQTTMessage? = nil) {
+        func resumeAll() {
             if let (waiter, result) = connectResult { waiter.resume(returning: result) }
             for (waiter, result) in publishResults { waiter.resume(returning: result) }
             for (waiter, result) in subscribeResults { waiter.resume(returning: result) }
             for event in events {
                 for listener in listeners { listener.yield(event) }
-            }
-            if let message {
-                for target in messageTargets { _ = target.deliver(message) }
             }
             for sink in finishSubscriptions { sink.finish() }
             if finishListeners {
@@ -456,22 +452,20 @@ struct ConnectionStateMachine {
     /// Which subscription streams receive a message on `topic`. With `remember` false (a retained
     /// message: each topic of a subscription's replay comes once) the route is not added to the table,
     /// where a replay of a hundred records would only push out the routes of live traffic.
-    mutating func onMessage(topic: String, remember: Bool = true) -> Effects {
-        var effects = Effects()
-        if let targets = routes[topic] {
-            effects.messageTargets = targets
-            return effects
-        }
+    ///
+    /// The one input that returns its action alone, not in ``Effects``: it runs for every message, and
+    /// building and destroying that large value cost more than the look-up.
+    mutating func onMessage(topic: String, remember: Bool = true) -> [MessageSink] {
+        if let targets = routes[topic] { return targets }
+        var targets: [MessageSink] = []
         var bytes = topic
         bytes.withUTF8 { bytes in
-            for entry in subscriptions.values where entry.matches(bytes) {
-                effects.messageTargets.append(entry.sink)
-            }
+            for entry in subscriptions.values where entry.matches(bytes) { targets.append(entry.sink) }
         }
-        guard remember else { return effects }
+        guard remember else { return targets }
         if routes.count >= ConnectionStateMachine.maximumRoutes { routes.removeAll(keepingCapacity: true) }
-        routes[topic] = effects.messageTargets
-        return effects
+        routes[topic] = targets
+        return targets
     }
 
     /// The network thread is exiting: everything still open ends.

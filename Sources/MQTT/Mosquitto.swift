@@ -379,11 +379,11 @@ final class Mosquitto: @unchecked Sendable {
         let message = MQTTMessage(
             topic: topic, payload: payload, qos: QoS(rawValue: raw.qos) ?? .atMostOnce, retain: raw.retain,
             properties: properties.map(Mosquitto.readProperties) ?? MQTTProperties())
-        let effects = state.withLock { $0.onMessage(topic: topic, remember: !raw.retain) }
-        for target in effects.messageTargets where !target.deliver(message) {
+        let targets = state.withLock { $0.onMessage(topic: topic, remember: !raw.retain) }
+        for target in targets where !target.deliver(message) {
             droppedMessages.add(1, ordering: .relaxed)
         }
-        for target in effects.messageTargets where target.endOfBurst != nil {
+        for target in targets where target.endOfBurst != nil {
             burst.withLock { burst in
                 burst.messages += 1
                 if !burst.sinks.contains(where: { $0.id == target.id }) { burst.sinks.append(target) }
