@@ -28,8 +28,7 @@ struct JSONByteReader {
 
     mutating func matchLiteral(_ literal: StaticString) -> Bool {
         let count = literal.utf8CodeUnitCount
-        guard bytes.count - i >= count else { return false }
-        for k in 0..<count where bytes[i + k] != literal.utf8Start[k] { return false }
+        guard bytes.count - i >= count, memcmp(bytes.baseAddress! + i, literal.utf8Start, count) == 0 else { return false }
         i += count
         return true
     }

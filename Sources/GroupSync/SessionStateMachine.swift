@@ -268,11 +268,9 @@ struct SessionStateMachine {
             return effects
         }
         if header.reliable {
-            if let last = lastReliableSeq[sender], last.epoch == header.epoch, header.seq <= last.seq {
-                return effects
-            }
-            if let last = lastReliableSeq[sender], header.epoch < last.epoch {
-                return effects  // from an older connection of the sender
+            if let last = lastReliableSeq[sender] {
+                if last.epoch == header.epoch && header.seq <= last.seq { return effects }  // a redelivery
+                if header.epoch < last.epoch { return effects }  // from an older connection of the sender
             }
             lastReliableSeq[sender] = (header.epoch, header.seq)
         }

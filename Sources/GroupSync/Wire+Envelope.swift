@@ -112,6 +112,8 @@ extension Wire {
         guard payload.count <= maximumPayload else { return nil }
         let scanned = payload.withUnsafeBytes { bytes -> (EnvelopeHeader, Range<Int>)? in
             var reader = JSONByteReader(bytes: bytes)
+            if let canonical = reader.scanCanonicalEnvelope() { return canonical }
+            reader.i = 0
             return reader.scanEnvelope()
         }
         if let (header, body) = scanned {
@@ -159,6 +161,26 @@ extension JSONByteReader {
         guard parsed, i == bytes.count else { return nil }
         guard let v, let epoch, let seq, let reliable, let type, let body, let version = Int(exactly: v) else { return nil }
         return (Wire.EnvelopeHeader(v: version, type: type, epoch: epoch, seq: seq, reliable: reliable), body)
+    }
+
+    /// The envelope exactly as ``Wire/EnvelopeBytes`` writes it — compact, keys in sorted order — read by
+    /// comparing its fixed parts and reading only the values, with the same readers as
+    /// ``scanEnvelope()``, which it agrees with on everything it accepts; nil for anything else (the
+    /// position is then undefined). Every envelope a GroupSync participant sends takes this path; the
+    /// general reader's key-by-key loop cost ≈ 2,900 instructions per message.
+    mutating func scanCanonicalEnvelope() -> (Wire.EnvelopeHeader, body: Range<Int>)? {
+        guard matchLiteral(#"{"body":"#) else { return nil }
+        let start = i
+        guard skipValue() else { return nil }
+        let body = start..<i
+        guard matchLiteral(#","epoch":"#), let epoch = readInteger(),
+              matchLiteral(#","reliable":"#), let reliable = readBool(),
+              matchLiteral(#","seq":"#), let seq = readInteger(),
+              matchLiteral(#","type":"#), let type = readPlainStringBytes(),
+              matchLiteral(#","v":"#), let v = readInteger(), let version = Int(exactly: v),
+              take(UInt8(ascii: "}")), isAtEnd else { return nil }
+        let header = Wire.EnvelopeHeader(v: version, type: String(decoding: type, as: UTF8.self), epoch: epoch, seq: seq, reliable: reliable)
+        return (header, body)
     }
 
     /// The bytes of an ASCII string without escapes; nil (leaving the position undefined) for anything else.
