@@ -41,20 +41,12 @@ struct BenchReport {
                 raw: format(throughput.rawRate, digits: 0), ratio: ratio(share), target: "≥ 0.8× raw", verdict: share >= 0.8))
         }
         if let fanout = results.fanout {
-            rows.append(Row(
-                metric: "fan-out to \(fanout.participants): p50 (ms)", groupSync: format(fanout.p50), raw: format(fanout.rawP50),
-                ratio: ratio(fanout.p50 / fanout.rawP50), target: "< 3 ms", verdict: fanout.p50 < 3))
-            rows.append(Row(
-                metric: "fan-out to \(fanout.participants): p99 (ms)", groupSync: format(fanout.p99), raw: format(fanout.rawP99),
-                ratio: ratio(fanout.p99 / fanout.rawP99)))
+            rows += percentileRows(
+                "fan-out to \(fanout.participants)", (fanout.p50, fanout.p99), raw: (fanout.rawP50, fanout.rawP99), below: 3)
         }
         if let late = results.lateJoin {
-            rows.append(Row(
-                metric: "late join, \(late.participants) present: p50 (ms)", groupSync: format(late.p50), raw: format(late.rawP50),
-                ratio: ratio(late.p50 / late.rawP50), target: "< 5 ms", verdict: late.p50 < 5))
-            rows.append(Row(
-                metric: "late join, \(late.participants) present: p99 (ms)", groupSync: format(late.p99), raw: format(late.rawP99),
-                ratio: ratio(late.p99 / late.rawP99)))
+            rows += percentileRows(
+                "late join, \(late.participants) present", (late.p50, late.p99), raw: (late.rawP50, late.rawP99), below: 5)
             rows.append(Row(
                 metric: "late join: catch-ups per join", groupSync: format(late.catchUps), target: "1, whatever N (O(1))",
                 verdict: late.catchUps <= 1.0001 && late.catchUps >= 0.9999))
@@ -317,6 +309,13 @@ struct BenchReport {
         guard value.isFinite else { return "n/a" }
         let places = digits ?? (abs(value) >= 100 ? 0 : abs(value) >= 10 ? 1 : 2)
         return String(format: "%.\(places)f", value)
+    }
+
+    /// A p50 row, judged against `below` milliseconds, and a p99 row, both beside their raw floors.
+    private func percentileRows(_ name: String, _ ms: (p50: Double, p99: Double), raw: (p50: Double, p99: Double), below limit: Double) -> [Row] {
+        [Row(metric: "\(name): p50 (ms)", groupSync: format(ms.p50), raw: format(raw.p50), ratio: ratio(ms.p50 / raw.p50),
+             target: "< \(format(limit, digits: 0)) ms", verdict: ms.p50 < limit),
+         Row(metric: "\(name): p99 (ms)", groupSync: format(ms.p99), raw: format(raw.p99), ratio: ratio(ms.p99 / raw.p99))]
     }
 
     private func ratio(_ value: Double) -> String {

@@ -90,11 +90,10 @@ enum ConvergenceBenchmark {
         return (converged > lastWrite ? MonotonicClock.milliseconds(from: lastWrite, to: converged) : 0, changes, remoteChanges)
     }
 
-    /// As many raw clients as members, on topics as long as GroupSync's state topics
-    /// (groupsync/v1/<group>/s/<session>/state/<key>/<writer>, with the group's first letter changed).
+    /// As many raw clients as members, on topics as long as GroupSync's state topics.
     private static func makeRaw(_ cluster: SessionCluster, payloadSize: Int) async throws -> RawConvergence {
         let address = try BrokerAddress(cluster.url)
-        let root = "\(GroupTopics.protocolRoot)/r\(cluster.group.dropFirst())/s/\(cluster.sessionID)/state/\(SessionCluster.stateKey)"
+        let root = cluster.rawStateRoot
         let count = cluster.members.count
         return try await BlockingThread.run("raw-conv-connect") {
             Result { try RawConvergence(host: address.host, port: address.port, root: root, count: count, payloadSize: payloadSize) }

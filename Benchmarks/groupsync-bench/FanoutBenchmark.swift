@@ -57,12 +57,10 @@ enum FanoutBenchmark {
         return MonotonicClock.milliseconds(from: start, to: last)
     }
 
-    /// As many raw clients as members, on a topic as long as the writer's state topic
-    /// (groupsync/v1/<group>/s/<session>/state/<key>/<writer>, with the group's first letter changed).
+    /// As many raw clients as members, on a topic as long as the writer's state topic.
     private static func makeRaw(_ cluster: SessionCluster, payloadSize: Int) async throws -> RawFanout {
         let address = try BrokerAddress(cluster.url)
-        let writer = cluster.members[0].name
-        let topic = "\(GroupTopics.protocolRoot)/r\(cluster.group.dropFirst())/s/\(cluster.sessionID)/state/\(SessionCluster.stateKey)/\(writer)"
+        let topic = "\(cluster.rawStateRoot)/\(cluster.members[0].name)"
         let count = cluster.members.count
         return try await BlockingThread.run("raw-fanout-connect") {
             Result { try RawFanout(host: address.host, port: address.port, topic: topic, count: count, payloadSize: payloadSize) }
