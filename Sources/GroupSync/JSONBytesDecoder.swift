@@ -2,31 +2,56 @@ import Foundation
 
 /// Decodes a `Decodable` value straight from JSON bytes, as `JSONDecoder` (default strategies) would —
 /// without building a ``JSONValue`` tree first. Every app message's body is decoded here, in the
-/// receiving task: through the tree (a dictionary per object, its keys hashed on insert and on look-up)
-/// a one-field struct cost ≈ 6,500 instructions; read in place, ≈ 1,500.
+/// receiving task.
 ///
-/// The document is checked once, up front, against the subset ``JSONValue/parseFast(_:)`` accepts (see
+/// The document is checked once, up front, for JSON syntax (see
 /// ``JSONByteReader/skipFastValue(depth:)``); each value is then read where it lies, when the type asks
 /// for it, by the readers that ``JSONValue/parseFast(_:)`` uses, and converted by the rules of
-/// ``JSONValueDecoder``. So it answers exactly where the tree path would have, with the same value, and
-/// throws ``JSONValueDecoder/Unsupported`` everywhere else — also on an object with a repeated or a
-/// non-ASCII key (Swift compares keys by canonical equivalence, bytes would not) — and the caller then
-/// decodes the bytes with `JSONDecoder`.
+/// ``JSONValueDecoder``. Two kinds of failure:
+/// - a **definite** one, which `JSONDecoder` meets in the same place: a value of another kind (a string
+///   where a number is asked for), a missing key, reading past the end of an array. It is thrown (as
+///   ``Mismatch``) to the type's `init(from:)`, which may catch it (`try?`, a lossy loop) as it would
+///   `JSONDecoder`'s;
+/// - a **doubtful** one, where this decoder cannot be sure to match `JSONDecoder`: numbers it does not
+///   read (`1.0`, `1e2`, `-0`, beyond 64 bits, a fraction as `Float`), an object with a repeated or
+///   non-ASCII key (Swift compares keys by canonical equivalence, bytes would not), `URL`, `Decimal`,
+///   super decoders. It is thrown too, and recorded in the decoding's ``Doubt``; then
+///   ``decode(_:from:)`` discards whatever the type made of it — even if the type caught the error —
+///   and decodes the bytes with `JSONDecoder`.
+/// So wherever it answers, the answer is `JSONDecoder`'s.
 struct JSONBytesDecoder: Decoder {
     typealias Unsupported = JSONValueDecoder.Unsupported
+
+    /// A failure `JSONDecoder` meets in the same place (see the type's documentation).
+    struct Mismatch: Error {}
+
+    /// Whether any part of one decoding met a doubtful failure; shared by all its containers (one
+    /// decoding runs on one thread, like `JSONDecoder`'s).
+    final class Doubt {
+        var raised = false
+
+        func unsupported() -> Unsupported {
+            raised = true
+            return Unsupported()
+        }
+    }
 
     /// The whole document; `value` indexes the bytes `document.withUnsafeBytes` presents, from 0.
     let document: Data
     /// This decoder's value, without surrounding whitespace.
     let value: Range<Int>
+    let doubt: Doubt
     var codingPath: [any CodingKey] = []
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
-    /// Decodes `type` from `data`: here when the document is in the fast subset and the type's decoding
-    /// stays on the fast path, through `JSONDecoder` otherwise. nil when `JSONDecoder` fails too.
+    /// Decodes `type` from `data`: here when the document is valid JSON and no doubtful failure occurred
+    /// on the way, through `JSONDecoder` otherwise. nil when `JSONDecoder` fails too.
     static func decode<T: Decodable>(_ type: T.Type, from data: Data) -> T? {
-        if let range = validate(data), let value = try? JSONBytesDecoder(document: data, value: range).decode(type) {
-            return value
+        if let range = validate(data) {
+            let doubt = Doubt()
+            if let value = try? JSONBytesDecoder(document: data, value: range, doubt: doubt).decode(type), !doubt.raised {
+                return value
+            }
         }
         return Wire.decode(type, from: data)
     }
@@ -47,21 +72,25 @@ struct JSONBytesDecoder: Decoder {
     func decode<T: Decodable>(_ type: T.Type) throws -> T {
         // As JSONValueDecoder: JSONDecoder reads these itself rather than through their Decodable.
         if type == Data.self {
-            guard let data = Data(base64Encoded: try scalar.string()) else { throw Unsupported() }
+            guard let data = Data(base64Encoded: try scalar.string()) else { throw doubt.unsupported() }
             return data as! T
         }
-        if type == URL.self || type == Decimal.self { throw Unsupported() }
+        if type == URL.self || type == Decimal.self { throw doubt.unsupported() }
         return try T(from: self)
     }
 
-    private var scalar: Scalar { Scalar(document: document, range: value) }
+    private var scalar: Scalar { Scalar(document: document, range: value, doubt: doubt) }
+
+    private func nested(_ range: Range<Int>, _ path: [any CodingKey]) -> JSONBytesDecoder {
+        JSONBytesDecoder(document: document, value: range, doubt: doubt, codingPath: path)
+    }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
-        KeyedDecodingContainer(Keyed<Key>(document: document, members: try scalar.members(), codingPath: codingPath))
+        KeyedDecodingContainer(Keyed<Key>(decoder: self, members: try scalar.members()))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
-        Unkeyed(document: document, elements: try scalar.elements(), codingPath: codingPath)
+        Unkeyed(decoder: self, elements: try scalar.elements())
     }
 
     func singleValueContainer() throws -> any SingleValueDecodingContainer { Single(decoder: self) }
@@ -72,34 +101,48 @@ struct JSONBytesDecoder: Decoder {
     struct Scalar {
         let document: Data
         let range: Range<Int>
+        let doubt: Doubt
 
-        private func read<R>(_ body: (inout JSONByteReader) throws -> R?) throws -> R {
+        /// The value's first byte: its kind (the document is valid JSON).
+        private var first: UInt8 { document.withUnsafeBytes { (all: UnsafeRawBufferPointer) in all[range.lowerBound] } }
+
+        /// Reads the value with `body`, after checking that it is of the kind `body` reads (`kinds`
+        /// holds its possible first bytes): another kind is a ``Mismatch``; `body` giving up is a doubt.
+        private func read<R>(_ kinds: some Sequence<UInt8>, _ body: (inout JSONByteReader) throws -> R?) throws -> R {
+            let first = first
+            guard kinds.contains(first) else { throw Mismatch() }
             let result = try document.withUnsafeBytes { all -> R? in
                 var reader = JSONByteReader(bytes: UnsafeRawBufferPointer(rebasing: all[range]))
                 guard let result = try body(&reader), reader.isAtEnd else { return nil }
                 return result
             }
-            guard let result else { throw Unsupported() }
+            guard let result else { throw doubt.unsupported() }
             return result
         }
 
-        var isNull: Bool { range.count == 4 && (try? read { $0.matchLiteral("null") ? true : nil }) == true }
+        private static let number: [UInt8] = Array("-0123456789".utf8)
 
-        func bool() throws -> Bool { try read { $0.readBool() } }
+        var isNull: Bool { first == UInt8(ascii: "n") }
 
-        func string() throws -> String {
-            try read { reader in reader.current == UInt8(ascii: "\"") ? reader.parseString() : nil }
-        }
+        func bool() throws -> Bool { try read([UInt8(ascii: "t"), UInt8(ascii: "f")]) { $0.readBool() } }
 
-        /// An integer literal that fits `T` (``JSONValueDecoder/integer(_:)``'s rule).
+        func string() throws -> String { try read([UInt8(ascii: "\"")]) { $0.parseString() } }
+
+        /// An integer literal that fits `T` (``JSONValueDecoder/integer(_:)``'s rule). A number with a
+        /// fraction is a mismatch (`JSONDecoder` refuses it too); `1.0`, `1e2`, `-0` and the like are doubts.
         func integer<T: FixedWidthInteger>() throws -> T {
-            try read { reader in reader.readInteger().flatMap { T(exactly: $0) } }
+            try read(Self.number) { reader in
+                if let integer = reader.readInteger() { return T(exactly: integer) }
+                reader.i = 0
+                if reader.readFraction() != nil, reader.isAtEnd { throw Mismatch() }
+                return nil
+            }
         }
 
         /// ``JSONValueDecoder/floatingPoint(_:)``'s rule: an integer that `T` holds exactly, or a
         /// fraction `parseFast` reads as a `Double` when `T` is `Double`.
         func floatingPoint<T: BinaryFloatingPoint>() throws -> T {
-            try read { reader in
+            try read(Self.number) { reader in
                 if let integer = reader.readInteger() { return T(exactly: integer) }
                 guard T.self == Double.self else { return nil }
                 reader.i = 0
@@ -107,9 +150,10 @@ struct JSONBytesDecoder: Decoder {
             }
         }
 
-        /// The members of an object: each key's bytes and its value's range. Throws on a repeated key and
-        /// on a key that is not plain ASCII (``JSONByteReader/readPlainStringBytes()`` reads no other).
+        /// The members of an object: each key's bytes and its value's range. A repeated key, or one that
+        /// is not plain ASCII (``JSONByteReader/readPlainStringBytes()`` reads no other), is a doubt.
         func members() throws -> [Member] {
+            guard first == UInt8(ascii: "{") else { throw Mismatch() }
             let members = document.withUnsafeBytes { all -> [Member]? in
                 var reader = JSONByteReader(bytes: UnsafeRawBufferPointer(rebasing: all[range]))
                 var members: [Member] = []
@@ -136,13 +180,13 @@ struct JSONBytesDecoder: Decoder {
                 guard reader.isAtEnd, !Self.hasRepeatedKey(members, in: all) else { return nil }
                 return members
             }
-            guard let members else { throw Unsupported() }
+            guard let members else { throw doubt.unsupported() }
             return members
         }
 
         private static func hasRepeatedKey(_ members: [Member], in all: UnsafeRawBufferPointer) -> Bool {
             guard members.count > 1 else { return false }
-            if members.count > 16 {
+            if members.count > Keyed<AnyKey>.linearLimit {
                 var seen = Set<String>()
                 return !members.allSatisfy { seen.insert(String(decoding: UnsafeRawBufferPointer(rebasing: all[$0.key]), as: UTF8.self)).inserted }
             }
@@ -158,7 +202,7 @@ struct JSONBytesDecoder: Decoder {
 
         /// The ranges of an array's elements.
         func elements() throws -> [Range<Int>] {
-            try read { reader -> [Range<Int>]? in
+            try read([UInt8(ascii: "[")]) { reader -> [Range<Int>]? in
                 guard reader.take(UInt8(ascii: "[")) else { return nil }
                 var elements: [Range<Int>] = []
                 reader.skipWhitespace()
@@ -179,6 +223,14 @@ struct JSONBytesDecoder: Decoder {
         /// The key's bytes (plain ASCII, between the quotes) and the value's, in the document.
         let key: Range<Int>
         let value: Range<Int>
+    }
+
+    /// A key type for naming ``Keyed``'s static members.
+    struct AnyKey: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
     }
 
     // MARK: - Containers
@@ -207,23 +259,47 @@ struct JSONBytesDecoder: Decoder {
     }
 
     struct Keyed<Key: CodingKey>: KeyedDecodingContainerProtocol {
-        let document: Data
+        /// Up to this many members a key is looked up by comparing bytes; beyond, through an index (a
+        /// linear look-up per key made decoding a large dictionary quadratic).
+        static var linearLimit: Int { 16 }
+
+        let decoder: JSONBytesDecoder
         let members: [Member]
-        let codingPath: [any CodingKey]
+        /// Member index by key, for objects of more than ``linearLimit`` members.
+        private let index: [String: Int]?
+        var codingPath: [any CodingKey] { decoder.codingPath }
+
+        init(decoder: JSONBytesDecoder, members: [Member]) {
+            self.decoder = decoder
+            self.members = members
+            if members.count > Self.linearLimit {
+                var index: [String: Int] = [:]
+                index.reserveCapacity(members.count)
+                decoder.document.withUnsafeBytes { all in
+                    for (position, member) in members.enumerated() {
+                        index[String(decoding: UnsafeRawBufferPointer(rebasing: all[member.key]), as: UTF8.self)] = position
+                    }
+                }
+                self.index = index
+            } else {
+                index = nil
+            }
+        }
 
         var allKeys: [Key] {
-            document.withUnsafeBytes { all in
+            decoder.document.withUnsafeBytes { all in
                 members.compactMap { Key(stringValue: String(decoding: UnsafeRawBufferPointer(rebasing: all[$0.key]), as: UTF8.self)) }
             }
         }
 
-        func contains(_ key: Key) -> Bool { index(of: key) != nil }
+        func contains(_ key: Key) -> Bool { position(of: key) != nil }
 
         /// Keys are plain ASCII (``Scalar/members()``): their bytes equal exactly when the strings do.
-        private func index(of key: Key) -> Int? {
+        private func position(of key: Key) -> Int? {
+            if let index { return index[key.stringValue] }
             var name = key.stringValue
             return name.withUTF8 { name in
-                document.withUnsafeBytes { all in
+                decoder.document.withUnsafeBytes { all in
                     members.firstIndex { member in
                         member.key.count == name.count
                             && (name.isEmpty || memcmp(all.baseAddress! + member.key.lowerBound, name.baseAddress!, name.count) == 0)
@@ -233,8 +309,8 @@ struct JSONBytesDecoder: Decoder {
         }
 
         private func value(_ key: Key) throws -> JSONBytesDecoder {
-            guard let index = index(of: key) else { throw Unsupported() }
-            return JSONBytesDecoder(document: document, value: members[index].value, codingPath: codingPath)
+            guard let position = position(of: key) else { throw Mismatch() }  // JSONDecoder: keyNotFound
+            return decoder.nested(members[position].value, codingPath)
         }
 
         private func scalar(_ key: Key) throws -> Scalar { try value(key).scalar }
@@ -268,65 +344,71 @@ struct JSONBytesDecoder: Decoder {
             return try nested.unkeyedContainer()
         }
 
-        func superDecoder() throws -> any Decoder { throw Unsupported() }
-        func superDecoder(forKey key: Key) throws -> any Decoder { throw Unsupported() }
+        func superDecoder() throws -> any Decoder { throw decoder.doubt.unsupported() }
+        func superDecoder(forKey key: Key) throws -> any Decoder { throw decoder.doubt.unsupported() }
     }
 
+    /// Moves to the next element only when a decode succeeded, as `JSONDecoder` does (a lossy loop
+    /// retries a failed element as another type).
     struct Unkeyed: UnkeyedDecodingContainer {
-        let document: Data
+        let decoder: JSONBytesDecoder
         let elements: [Range<Int>]
-        let codingPath: [any CodingKey]
         var currentIndex = 0
+        var codingPath: [any CodingKey] { decoder.codingPath }
 
-        init(document: Data, elements: [Range<Int>], codingPath: [any CodingKey]) {
-            self.document = document
+        init(decoder: JSONBytesDecoder, elements: [Range<Int>]) {
+            self.decoder = decoder
             self.elements = elements
-            self.codingPath = codingPath
         }
 
         var count: Int? { elements.count }
         var isAtEnd: Bool { currentIndex >= elements.count }
 
-        private mutating func next() throws -> JSONBytesDecoder {
-            guard currentIndex < elements.count else { throw Unsupported() }
-            defer { currentIndex += 1 }
-            return JSONBytesDecoder(document: document, value: elements[currentIndex], codingPath: codingPath)
+        private func current() throws -> JSONBytesDecoder {
+            guard currentIndex < elements.count else { throw Mismatch() }  // JSONDecoder: valueNotFound
+            return decoder.nested(elements[currentIndex], codingPath)
+        }
+
+        /// Decodes the current element with `read` and moves past it if that succeeded.
+        private mutating func next<T>(_ read: (JSONBytesDecoder) throws -> T) throws -> T {
+            let value = try read(current())
+            currentIndex += 1
+            return value
         }
 
         mutating func decodeNil() throws -> Bool {
-            guard currentIndex < elements.count else { throw Unsupported() }
-            if Scalar(document: document, range: elements[currentIndex]).isNull {
+            if try current().scalar.isNull {
                 currentIndex += 1
                 return true
             }
             return false
         }
 
-        mutating func decode(_ type: Bool.Type) throws -> Bool { try next().scalar.bool() }
-        mutating func decode(_ type: String.Type) throws -> String { try next().scalar.string() }
-        mutating func decode(_ type: Double.Type) throws -> Double { try next().scalar.floatingPoint() }
-        mutating func decode(_ type: Float.Type) throws -> Float { try next().scalar.floatingPoint() }
-        mutating func decode(_ type: Int.Type) throws -> Int { try next().scalar.integer() }
-        mutating func decode(_ type: Int8.Type) throws -> Int8 { try next().scalar.integer() }
-        mutating func decode(_ type: Int16.Type) throws -> Int16 { try next().scalar.integer() }
-        mutating func decode(_ type: Int32.Type) throws -> Int32 { try next().scalar.integer() }
-        mutating func decode(_ type: Int64.Type) throws -> Int64 { try next().scalar.integer() }
-        mutating func decode(_ type: UInt.Type) throws -> UInt { try next().scalar.integer() }
-        mutating func decode(_ type: UInt8.Type) throws -> UInt8 { try next().scalar.integer() }
-        mutating func decode(_ type: UInt16.Type) throws -> UInt16 { try next().scalar.integer() }
-        mutating func decode(_ type: UInt32.Type) throws -> UInt32 { try next().scalar.integer() }
-        mutating func decode(_ type: UInt64.Type) throws -> UInt64 { try next().scalar.integer() }
-        mutating func decode<T: Decodable>(_ type: T.Type) throws -> T { try next().decode(type) }
+        mutating func decode(_ type: Bool.Type) throws -> Bool { try next { try $0.scalar.bool() } }
+        mutating func decode(_ type: String.Type) throws -> String { try next { try $0.scalar.string() } }
+        mutating func decode(_ type: Double.Type) throws -> Double { try next { try $0.scalar.floatingPoint() } }
+        mutating func decode(_ type: Float.Type) throws -> Float { try next { try $0.scalar.floatingPoint() } }
+        mutating func decode(_ type: Int.Type) throws -> Int { try next { try $0.scalar.integer() } }
+        mutating func decode(_ type: Int8.Type) throws -> Int8 { try next { try $0.scalar.integer() } }
+        mutating func decode(_ type: Int16.Type) throws -> Int16 { try next { try $0.scalar.integer() } }
+        mutating func decode(_ type: Int32.Type) throws -> Int32 { try next { try $0.scalar.integer() } }
+        mutating func decode(_ type: Int64.Type) throws -> Int64 { try next { try $0.scalar.integer() } }
+        mutating func decode(_ type: UInt.Type) throws -> UInt { try next { try $0.scalar.integer() } }
+        mutating func decode(_ type: UInt8.Type) throws -> UInt8 { try next { try $0.scalar.integer() } }
+        mutating func decode(_ type: UInt16.Type) throws -> UInt16 { try next { try $0.scalar.integer() } }
+        mutating func decode(_ type: UInt32.Type) throws -> UInt32 { try next { try $0.scalar.integer() } }
+        mutating func decode(_ type: UInt64.Type) throws -> UInt64 { try next { try $0.scalar.integer() } }
+        mutating func decode<T: Decodable>(_ type: T.Type) throws -> T { try next { try $0.decode(type) } }
 
         mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> {
-            try next().container(keyedBy: type)
+            try next { try $0.container(keyedBy: type) }
         }
 
         mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer {
-            try next().unkeyedContainer()
+            try next { try $0.unkeyedContainer() }
         }
 
-        mutating func superDecoder() throws -> any Decoder { throw Unsupported() }
+        mutating func superDecoder() throws -> any Decoder { throw decoder.doubt.unsupported() }
     }
 }
 

@@ -213,10 +213,10 @@ struct SessionStateMachine {
         return effects
     }
 
-    /// The connection's burst ended: the newest held value of each listener is yielded.
     /// Whether ``releaseHeldValues()`` has anything to show.
     var hasHeldValues: Bool { !heldValues.isEmpty }
 
+    /// The connection's burst ended: the newest held value of each listener is yielded.
     mutating func releaseHeldValues() -> Effects {
         var effects = Effects()
         guard !heldValues.isEmpty else { return effects }

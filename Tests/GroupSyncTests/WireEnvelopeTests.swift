@@ -92,6 +92,18 @@ import Testing
         #expect(Wire.scanEnvelope(fine)?.body != nil, "the fast path takes unknown keys it can vouch for")
     }
 
+    @Test func bothScannersLocateTheSameBody() throws {
+        let text = #"{"body": {"a":1},"epoch":1,"reliable":true,"seq":1,"type":"T","v":1}"#
+        let data = Data(text.utf8)
+        let scanned = try #require(Wire.scanEnvelope(data))
+        let general = try #require(data.withUnsafeBytes { bytes -> Range<Int>? in
+            var reader = JSONByteReader(bytes: bytes)
+            return reader.scanEnvelope()?.body
+        })
+        #expect(scanned.body == general)
+        #expect(scanned.body.map { String(decoding: data[$0], as: UTF8.self) } == #"{"a":1}"#)
+    }
+
     @Test func nonEnvelopesAreRejected() {
         let rejected = [
             "", "{", "[]", "null", #"{"v":1}"#,
@@ -294,7 +306,9 @@ extension WireEnvelopeTests {
 
     static func direct<T: Decodable>(_ type: T.Type, _ data: Data) -> T? {
         guard let range = JSONBytesDecoder.validate(data) else { return nil }
-        return try? JSONBytesDecoder(document: data, value: range).decode(type)
+        let doubt = JSONBytesDecoder.Doubt()
+        guard let value = try? JSONBytesDecoder(document: data, value: range, doubt: doubt).decode(type), !doubt.raised else { return nil }
+        return value
     }
 
     @Test func decodesInPlaceWhatJSONDecoderDecodes() throws {
@@ -317,6 +331,60 @@ extension WireEnvelopeTests {
         let text = #"{"id":1,"tags":[],"scores":{},"x":1.0,"y":{"a":1,"a":2},"z":-0}"#
         #expect(JSONBytesDecoderTests.direct(Inner.self, text) == Inner(id: 1, tags: [], scores: [:]))
         #expect(JSONBytesDecoderTests.direct(Inner.self, text) == Wire.decode(Inner.self, from: Data(text.utf8)))
+    }
+
+    /// Types that catch their own decoding errors: a doubt must send the whole document to JSONDecoder,
+    /// not reach the type as an ordinary failure it would swallow.
+    struct Lenient: Decodable, Equatable {
+        var n: Int
+        var meta: Meta?
+        enum CodingKeys: String, CodingKey { case n, meta }
+        init(n: Int, meta: Meta?) {
+            self.n = n
+            self.meta = meta
+        }
+        init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            n = (try? c.decode(Int.self, forKey: .n)) ?? -1
+            meta = try? c.decode(Meta.self, forKey: .meta)
+        }
+    }
+    struct Meta: Decodable, Equatable { var tags: [String: Int] }
+    struct Anything: Decodable {}
+    struct Lossy: Decodable, Equatable {
+        var values: [Int]
+        init(from decoder: any Decoder) throws {
+            var c = try decoder.unkeyedContainer()
+            values = []
+            while !c.isAtEnd {
+                if let value = try? c.decode(Int.self) { values.append(value) } else { _ = try c.decode(Anything.self) }
+            }
+        }
+    }
+
+    @Test func failuresATypeCatchesAreJSONDecodersToo() {
+        for text in [#"{"n":1.0}"#, #"{"n":1e2}"#, #"{"n":-0}"#, #"{"n":"x"}"#, #"{"n":1.5}"#, #"{"n":2,"meta":{"tags":{"José":3}}}"#,
+                     #"{"n":2,"meta":{"tags":{"a":3,"a":4}}}"#, #"{"n":2,"meta":{"tags":{"a":"b"}}}"#, #"{"n":2,"meta":{"tags":{"a":3}}}"#] {
+            let reference = Wire.decode(Lenient.self, from: Data(text.utf8))
+            #expect(reference != nil, "\(text)")
+            #expect(JSONBytesDecoder.decode(Lenient.self, from: Data(text.utf8)) == reference, "\(text)")
+        }
+        // Definite failures stay on the fast path: a string where a number is asked for fails there too.
+        #expect(JSONBytesDecoderTests.direct(Lenient.self, #"{"n":"x"}"#) == Lenient(n: -1, meta: nil))
+        // A failed element is retried as another type, as with JSONDecoder (the index does not move on).
+        let lossy = #"[1,"x",2,{"a":1},3]"#
+        #expect(JSONBytesDecoder.decode(Lossy.self, from: Data(lossy.utf8)) == Wire.decode(Lossy.self, from: Data(lossy.utf8)))
+        #expect(JSONBytesDecoderTests.direct(Lossy.self, lossy)?.values == [1, 2, 3])
+        // The tree decoder (shared values) keeps to the same rule.
+        #expect(Wire.value(Lenient.self, from: .object(["n": .double(1.5)])) == Wire.decode(Lenient.self, from: Data(#"{"n":1.5}"#.utf8)))
+    }
+
+    @Test func aLargeObjectIsReadThroughAnIndex() throws {
+        let keys = (0..<5_000).map { "key\($0)" }
+        let text = "{" + keys.enumerated().map { "\"\($1)\":\($0)" }.joined(separator: ",") + "}"
+        let fast = try #require(JSONBytesDecoderTests.direct([String: Int].self, text))
+        #expect(fast == Wire.decode([String: Int].self, from: Data(text.utf8)))
+        #expect(fast["key4999"] == 4_999)
     }
 
     @Test func givesUpWhereItCannotBeSureAndTheEntryPointStillAgrees() throws {
