@@ -359,14 +359,20 @@ final class SessionCore: Sendable {
             }
             let payload = envelope.finished(type: type, epoch: coordinator.epoch, seq: seq, reliable: reliable)
             guard payload.count <= limit else { throw .messageTooLarge(size: payload.count, limit: limit) }
-            return try destinations.map { topic throws(GroupSyncError) in
+            var tickets: [MQTTClient.PublishTicket] = []
+            tickets.reserveCapacity(destinations.count)
+            for topic in destinations {
                 do throws(MQTTError) {
-                    return try coordinator.client.enqueuePublish(
-                        to: topic, payload: payload, qos: reliable ? .atLeastOnce : .atMostOnce)
+                    tickets.append(try coordinator.client.enqueuePublish(
+                        to: topic, payload: payload, qos: reliable ? .atLeastOnce : .atMostOnce))
                 } catch {
+                    // The copies already handed over go out, but nobody will await them: their
+                    // acknowledgements must not linger under IDs that later messages reuse.
+                    for ticket in tickets { coordinator.client.detach(ticket) }
                     throw .connection(error)
                 }
             }
+            return tickets
         }
     }
 

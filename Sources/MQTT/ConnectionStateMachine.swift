@@ -33,9 +33,8 @@ struct ConnectionStateMachine {
     private enum PublishEntry {
         case waiting(qos: QoS, PublishWaiter)
         case completed(Result<PublishReceipt, MQTTError>)
-        /// The caller stopped waiting; the acknowledgement (if any comes) is dropped. `qos` nil: the caller
-        /// gave up before registering.
-        case cancelled(qos: QoS?)
+        /// The caller stopped waiting (or never will wait); the acknowledgement, if any comes, is dropped.
+        case cancelled(qos: QoS)
     }
 
     private enum SubscribeEntry {
@@ -148,19 +147,28 @@ struct ConnectionStateMachine {
         return true
     }
 
-    /// A publish was handed to libmosquitto as message `mid` while the connection was at `generation`.
-    mutating func onPublishRegistered(mid: Int32, qos: QoS, generation sentAt: Int, _ waiter: PublishWaiter) -> Effects {
+    /// A publish was handed to libmosquitto as message `mid` while the connection was at `generation`,
+    /// and its sender now waits for the outcome — unless its task was `cancelled` already.
+    mutating func onPublishRegistered(
+        mid: Int32, qos: QoS, generation sentAt: Int, cancelled: Bool = false, _ waiter: PublishWaiter
+    ) -> Effects {
         var effects = Effects()
         switch publishes.removeValue(forKey: mid) {
         case let .completed(result):
             effects.publishResults.append((waiter, result))
-        case .cancelled(qos: nil):
-            effects.publishResults.append((waiter, .failure(.cancelled)))
-        case .waiting, .cancelled, nil:  // a cancelled entry with a QoS belongs to an older message
+        case let .waiting(_, older):
+            // Only if libmosquitto reused the ID of a message still awaited: that waiter cannot be told
+            // its outcome any more; it fails rather than waiting forever.
+            effects.publishResults.append((older, .failure(.connectionLost)))
+            fallthrough
+        case .cancelled, nil:  // a cancelled entry belongs to an older message
             if phase == .stopped || phase == .stopping {
                 effects.publishResults.append((waiter, .failure(.disconnected)))
             } else if qos == .atMostOnce && sentAt != generation {
                 effects.publishResults.append((waiter, .failure(.connectionLost)))
+            } else if cancelled {
+                publishes[mid] = .cancelled(qos: qos)  // its acknowledgement is still to come: drop it then
+                effects.publishResults.append((waiter, .failure(.cancelled)))
             } else {
                 publishes[mid] = .waiting(qos: qos, waiter)
             }
@@ -186,10 +194,11 @@ struct ConnectionStateMachine {
             // that reuses this ID.
             publishes[mid] = .cancelled(qos: qos)
             effects.publishResults.append((waiter, .failure(.cancelled)))
-        case .completed:
+        case .completed, .cancelled, nil:
+            // Not registered yet (the task sees its cancellation when it registers), or over already:
+            // nothing to record — an entry here would outlive the message and meet a later one that
+            // reuses its ID.
             break
-        case .cancelled, nil:
-            publishes[mid] = .cancelled(qos: nil)
         }
         return effects
     }

@@ -151,7 +151,8 @@ public final class MQTTClient: Sendable {
         let result = await withTaskCancellationHandler {
             await withUnsafeContinuation { (waiter: ConnectionStateMachine.PublishWaiter) in
                 let effects = connection.state.withLock {
-                    $0.onPublishRegistered(mid: ticket.mid, qos: ticket.qos, generation: ticket.generation, waiter)
+                    $0.onPublishRegistered(
+                        mid: ticket.mid, qos: ticket.qos, generation: ticket.generation, cancelled: Task.isCancelled, waiter)
                 }
                 effects.resumeAll()
             }

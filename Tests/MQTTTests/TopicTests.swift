@@ -169,4 +169,40 @@ import Testing
         }
         #expect(machine.routes.keys.sorted() == ["a/live"])
     }
+
+    /// The outcome a registered publish waiter is resumed with.
+    func outcome(
+        _ machine: inout Machine, mid: Int32, qos: QoS, cancelled: Bool = false
+    ) async -> (Result<PublishReceipt, MQTTError>?, Machine) {
+        var copy = machine
+        let result = await withUnsafeContinuation { (waiter: Machine.PublishWaiter) in
+            let effects = copy.onPublishRegistered(mid: mid, qos: qos, generation: copy.generation, cancelled: cancelled, waiter)
+            if effects.publishResults.isEmpty {
+                waiter.resume(returning: .failure(.notConnected))  // still waiting: stands for "no outcome yet"
+            } else {
+                effects.resumeAll()
+            }
+        }
+        if case .failure(.notConnected) = result { return (nil, copy) }
+        return (result, copy)
+    }
+
+    @Test func aSendCancelledBeforeItWaitsLeavesNothingForALaterMessageWithItsID() async {
+        var machine = connected()
+        // The task was cancelled before it registered: it fails at once, and the acknowledgement, when it
+        // comes, is dropped instead of being kept for whoever reuses the ID.
+        var (result, next) = await outcome(&machine, mid: 7, qos: .atLeastOnce, cancelled: true)
+        guard case .failure(.cancelled)? = result else { Issue.record("expected cancelled, got \(String(describing: result))"); return }
+        machine = next
+        #expect(machine.onPublishAcknowledged(mid: 7, reasonCode: 0, topic: "t").publishResults.isEmpty)
+        // A later message with the same ID waits for its own acknowledgement.
+        (result, next) = await outcome(&machine, mid: 7, qos: .atLeastOnce)
+        #expect(result == nil, "a later message must not inherit the earlier acknowledgement")
+        machine = next
+        // A cancellation that finds nothing registered records nothing either.
+        #expect(machine.onPublishCancelled(mid: 9).publishResults.isEmpty)
+        (result, _) = await outcome(&machine, mid: 9, qos: .atLeastOnce)
+        #expect(result == nil, "no stale cancellation for the next message with ID 9")
+    }
+
 }
