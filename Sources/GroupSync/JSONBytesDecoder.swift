@@ -103,15 +103,28 @@ struct JSONBytesDecoder: Decoder {
         let range: Range<Int>
         let doubt: Doubt
 
-        /// The value's first byte: its kind (the document is valid JSON).
+        /// The kinds of value the readers below take, told apart by the first byte (the document is
+        /// valid JSON).
+        private enum Kind {
+            case string, number, bool, array
+
+            func matches(_ first: UInt8) -> Bool {
+                switch self {
+                case .string: first == UInt8(ascii: "\"")
+                case .number: first == UInt8(ascii: "-") || (first >= UInt8(ascii: "0") && first <= UInt8(ascii: "9"))
+                case .bool: first == UInt8(ascii: "t") || first == UInt8(ascii: "f")
+                case .array: first == UInt8(ascii: "[")
+                }
+            }
+        }
+
         private var first: UInt8 { document.withUnsafeBytes { (all: UnsafeRawBufferPointer) in all[range.lowerBound] } }
 
-        /// Reads the value with `body`, after checking that it is of the kind `body` reads (`kinds`
-        /// holds its possible first bytes): another kind is a ``Mismatch``; `body` giving up is a doubt.
-        private func read<R>(_ kinds: some Sequence<UInt8>, _ body: (inout JSONByteReader) throws -> R?) throws -> R {
-            let first = first
-            guard kinds.contains(first) else { throw Mismatch() }
+        /// Reads the value with `body` if it is of `kind`: another kind is a ``Mismatch``; `body` giving
+        /// up is a doubt.
+        private func read<R>(_ kind: Kind, _ body: (inout JSONByteReader) throws -> R?) throws -> R {
             let result = try document.withUnsafeBytes { all -> R? in
+                guard kind.matches(all[range.lowerBound]) else { throw Mismatch() }
                 var reader = JSONByteReader(bytes: UnsafeRawBufferPointer(rebasing: all[range]))
                 guard let result = try body(&reader), reader.isAtEnd else { return nil }
                 return result
@@ -120,18 +133,16 @@ struct JSONBytesDecoder: Decoder {
             return result
         }
 
-        private static let number: [UInt8] = Array("-0123456789".utf8)
-
         var isNull: Bool { first == UInt8(ascii: "n") }
 
-        func bool() throws -> Bool { try read([UInt8(ascii: "t"), UInt8(ascii: "f")]) { $0.readBool() } }
+        func bool() throws -> Bool { try read(.bool) { $0.readBool() } }
 
-        func string() throws -> String { try read([UInt8(ascii: "\"")]) { $0.parseString() } }
+        func string() throws -> String { try read(.string) { $0.parseString() } }
 
         /// An integer literal that fits `T` (``JSONValueDecoder/integer(_:)``'s rule). A number with a
         /// fraction is a mismatch (`JSONDecoder` refuses it too); `1.0`, `1e2`, `-0` and the like are doubts.
         func integer<T: FixedWidthInteger>() throws -> T {
-            try read(Self.number) { reader in
+            try read(.number) { reader in
                 if let integer = reader.readInteger() { return T(exactly: integer) }
                 reader.i = 0
                 if reader.readFraction() != nil, reader.isAtEnd { throw Mismatch() }
@@ -142,7 +153,7 @@ struct JSONBytesDecoder: Decoder {
         /// ``JSONValueDecoder/floatingPoint(_:)``'s rule: an integer that `T` holds exactly, or a
         /// fraction `parseFast` reads as a `Double` when `T` is `Double`.
         func floatingPoint<T: BinaryFloatingPoint>() throws -> T {
-            try read(Self.number) { reader in
+            try read(.number) { reader in
                 if let integer = reader.readInteger() { return T(exactly: integer) }
                 guard T.self == Double.self else { return nil }
                 reader.i = 0
@@ -202,7 +213,7 @@ struct JSONBytesDecoder: Decoder {
 
         /// The ranges of an array's elements.
         func elements() throws -> [Range<Int>] {
-            try read([UInt8(ascii: "[")]) { reader -> [Range<Int>]? in
+            try read(.array) { reader -> [Range<Int>]? in
                 guard reader.take(UInt8(ascii: "[")) else { return nil }
                 var elements: [Range<Int>] = []
                 reader.skipWhitespace()
