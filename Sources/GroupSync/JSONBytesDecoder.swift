@@ -79,6 +79,10 @@ struct JSONBytesDecoder: Decoder {
         return try T(from: self)
     }
 
+    /// Up to this many members an object's keys are compared byte by byte; beyond, they are indexed (a
+    /// linear look-up per key made decoding a large dictionary quadratic).
+    static let linearLookUpLimit = 16
+
     private var scalar: Scalar { Scalar(document: document, range: value, doubt: doubt) }
 
     private func nested(_ range: Range<Int>, _ path: [any CodingKey]) -> JSONBytesDecoder {
@@ -86,7 +90,7 @@ struct JSONBytesDecoder: Decoder {
     }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
-        KeyedDecodingContainer(Keyed<Key>(decoder: self, members: try scalar.members()))
+        KeyedDecodingContainer(try Keyed<Key>(decoder: self, members: try scalar.members()))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
@@ -161,8 +165,9 @@ struct JSONBytesDecoder: Decoder {
             }
         }
 
-        /// The members of an object: each key's bytes and its value's range. A repeated key, or one that
-        /// is not plain ASCII (``JSONByteReader/readPlainStringBytes()`` reads no other), is a doubt.
+        /// The members of an object: each key's bytes and its value's range. A key that is not plain ASCII
+        /// (``JSONByteReader/readPlainStringBytes()`` reads no other) is a doubt; repeated keys are
+        /// looked for by ``Keyed``, which compares or indexes the keys anyway.
         func members() throws -> [Member] {
             guard first == UInt8(ascii: "{") else { throw Mismatch() }
             let members = document.withUnsafeBytes { all -> [Member]? in
@@ -188,27 +193,10 @@ struct JSONBytesDecoder: Decoder {
                     } while reader.take(UInt8(ascii: ","))
                     guard reader.take(UInt8(ascii: "}")) else { return nil }
                 }
-                guard reader.isAtEnd, !Self.hasRepeatedKey(members, in: all) else { return nil }
-                return members
+                return reader.isAtEnd ? members : nil
             }
             guard let members else { throw doubt.unsupported() }
             return members
-        }
-
-        private static func hasRepeatedKey(_ members: [Member], in all: UnsafeRawBufferPointer) -> Bool {
-            guard members.count > 1 else { return false }
-            if members.count > Keyed<AnyKey>.linearLimit {
-                var seen = Set<String>()
-                return !members.allSatisfy { seen.insert(String(decoding: UnsafeRawBufferPointer(rebasing: all[$0.key]), as: UTF8.self)).inserted }
-            }
-            for a in members.indices {
-                for b in members.indices where b > a && members[a].key.count == members[b].key.count {
-                    if memcmp(all.baseAddress! + members[a].key.lowerBound, all.baseAddress! + members[b].key.lowerBound, members[a].key.count) == 0 {
-                        return true
-                    }
-                }
-            }
-            return false
         }
 
         /// The ranges of an array's elements.
@@ -234,14 +222,6 @@ struct JSONBytesDecoder: Decoder {
         /// The key's bytes (plain ASCII, between the quotes) and the value's, in the document.
         let key: Range<Int>
         let value: Range<Int>
-    }
-
-    /// A key type for naming ``Keyed``'s static members.
-    struct AnyKey: CodingKey {
-        var stringValue: String
-        var intValue: Int? { nil }
-        init(stringValue: String) { self.stringValue = stringValue }
-        init?(intValue: Int) { nil }
     }
 
     // MARK: - Containers
@@ -270,31 +250,38 @@ struct JSONBytesDecoder: Decoder {
     }
 
     struct Keyed<Key: CodingKey>: KeyedDecodingContainerProtocol {
-        /// Up to this many members a key is looked up by comparing bytes; beyond, through an index (a
-        /// linear look-up per key made decoding a large dictionary quadratic).
-        static var linearLimit: Int { 16 }
-
         let decoder: JSONBytesDecoder
         let members: [Member]
-        /// Member index by key, for objects of more than ``linearLimit`` members.
+        /// Member index by key, for objects of more than ``JSONBytesDecoder/linearLookUpLimit`` members.
         private let index: [String: Int]?
         var codingPath: [any CodingKey] { decoder.codingPath }
 
-        init(decoder: JSONBytesDecoder, members: [Member]) {
+        /// Throws a doubt on a repeated key (`JSONDecoder` keeps the first; this reader would not know
+        /// which one a look-up finds).
+        init(decoder: JSONBytesDecoder, members: [Member]) throws {
             self.decoder = decoder
             self.members = members
-            if members.count > Self.linearLimit {
-                var index: [String: Int] = [:]
-                index.reserveCapacity(members.count)
-                decoder.document.withUnsafeBytes { all in
+            let (index, repeated) = decoder.document.withUnsafeBytes { all -> ([String: Int]?, Bool) in
+                if members.count > JSONBytesDecoder.linearLookUpLimit {
+                    var index: [String: Int] = [:]
+                    index.reserveCapacity(members.count)
                     for (position, member) in members.enumerated() {
-                        index[String(decoding: UnsafeRawBufferPointer(rebasing: all[member.key]), as: UTF8.self)] = position
+                        let key = String(decoding: UnsafeRawBufferPointer(rebasing: all[member.key]), as: UTF8.self)
+                        guard index.updateValue(position, forKey: key) == nil else { return (nil, true) }
+                    }
+                    return (index, false)
+                }
+                for a in members.indices {
+                    for b in members.indices where b > a && members[a].key.count == members[b].key.count {
+                        if memcmp(all.baseAddress! + members[a].key.lowerBound, all.baseAddress! + members[b].key.lowerBound, members[a].key.count) == 0 {
+                            return (nil, true)
+                        }
                     }
                 }
-                self.index = index
-            } else {
-                index = nil
+                return (nil, false)
             }
+            if repeated { throw decoder.doubt.unsupported() }
+            self.index = index
         }
 
         var allKeys: [Key] {

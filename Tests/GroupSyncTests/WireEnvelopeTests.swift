@@ -385,6 +385,10 @@ extension WireEnvelopeTests {
         let fast = try #require(JSONBytesDecoderTests.direct([String: Int].self, text))
         #expect(fast == Wire.decode([String: Int].self, from: Data(text.utf8)))
         #expect(fast["key4999"] == 4_999)
+        // A repeated key among many is found through the index too, and left to JSONDecoder.
+        let repeated = String(text.dropLast()) + #","key7":-1}"#
+        #expect(JSONBytesDecoderTests.direct([String: Int].self, repeated) == nil)
+        #expect(JSONBytesDecoder.decode([String: Int].self, from: Data(repeated.utf8)) == Wire.decode([String: Int].self, from: Data(repeated.utf8)))
     }
 
     @Test func givesUpWhereItCannotBeSureAndTheEntryPointStillAgrees() throws {
