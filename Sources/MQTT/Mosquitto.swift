@@ -11,17 +11,20 @@ import Synchronization
 /// `mosquitto_loop`, whose `select()` refuses any descriptor ≥ `FD_SETSIZE` (1024): with three
 /// descriptors per connection, that capped a process at about 340 connections.
 ///
-/// Threading: libmosquitto calls back on the network thread this class starts. A callback only updates
-/// ``ConnectionStateMachine`` under `state`'s lock, then — with the lock released — resumes continuations
-/// and yields to `AsyncStream`s. Neither runs user code synchronously (resumed tasks run on their own
-/// executors) and neither blocks, so the network thread never waits on the user.
+/// Threading: libmosquitto calls back on the network thread this class starts — and on a publishing
+/// thread that writes its packet itself (``writeFromCaller()``: the publish callback of a QoS 0 message,
+/// the disconnect callback of a failed write). A callback only updates ``ConnectionStateMachine`` under
+/// `state`'s lock, then — with the lock released — resumes continuations and yields to `AsyncStream`s.
+/// Neither runs user code synchronously (resumed tasks run on their own executors) and neither blocks, so
+/// the network thread never waits on the user.
 ///
 /// `@unchecked Sendable` is sound because: `handle` is set once in `init` and destroyed only in `deinit`,
 /// when no thread can reference `self` any more (the network thread holds a strong reference while it
 /// runs); libmosquitto is thread-safe for publish, subscribe, unsubscribe and disconnect from any thread
-/// once `mosquitto_threaded_set(true)` is set, and only the network thread calls connect, reconnect and
-/// loop; every Swift mutable state lives in `state` (a ``LockedValue``) or in atomics; `wake` is immutable
-/// (its descriptors are read and written with system calls, which are thread-safe).
+/// once `mosquitto_threaded_set(true)` is set; its socket I/O (connect, reconnect, the loop functions)
+/// runs under `io`, by the network thread or by a publisher that could take it; every Swift mutable
+/// state lives in `state` (a ``LockedValue``) or in atomics; `wake` is immutable (its descriptors are
+/// read and written with system calls, which are thread-safe).
 final class Mosquitto: @unchecked Sendable {
     let configuration: MQTTClient.Configuration
     let state: LockedValue<ConnectionStateMachine>
@@ -39,6 +42,15 @@ final class Mosquitto: @unchecked Sendable {
     /// Sinks that received messages of the current burst and want to hear of its end. Only the network
     /// thread touches it (in `didReceive` and `run`).
     private let burst = LockedValue(Burst())
+    /// Held by whichever thread is inside libmosquitto's socket I/O: the network thread around each
+    /// read, write, keepalive, connect and disconnect step, a publishing thread around its direct write
+    /// (see ``writeFromCaller()``). Publishing threads only ever try it, so they never wait on the network.
+    private let io = Mutex(())
+    /// Whether a publishing thread may write its packet itself (see ``writeFromCaller()``): not over TLS,
+    /// and no longer once the network thread has begun to disconnect.
+    private let directWrites: Atomic<Bool>
+    /// How many times a publishing thread found packets queued and wrote them itself (for tests).
+    let callerWrites = Atomic<Int>(0)
 
     private struct Burst {
         var sinks: [MessageSink] = []
@@ -63,6 +75,7 @@ final class Mosquitto: @unchecked Sendable {
         self.configuration = configuration
         self.handle = handle
         self.wake = wake
+        self.directWrites = Atomic(configuration.tls == nil)
         self.state = LockedValue(ConnectionStateMachine(backoff: configuration.reconnect, host: configuration.host, port: configuration.port))
         mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
         do {
@@ -187,7 +200,7 @@ final class Mosquitto: @unchecked Sendable {
                 break loop
             case let .connect(first, notBefore):
                 if let notBefore, !waitUntil(notBefore) { continue }
-                let rc = first && isFirstConnect ? connectFirst() : mosquitto_reconnect(handle)
+                let rc = io.withLock { _ in first && isFirstConnect ? connectFirst() : mosquitto_reconnect(handle) }
                 isFirstConnect = false
                 if rc == MOSQ_ERR_SUCCESS.rawValue {
                     state.withLock { $0.onSocketOpened() }
@@ -259,16 +272,16 @@ final class Mosquitto: @unchecked Sendable {
         // already, and — TLS only — when writable: a handshake that wants to write continues in a read.
         let readable = revents & Int16(POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0
         if readable || buffered || (configuration.tls != nil && revents & Int16(POLLOUT) != 0) {
-            let rc = mosquitto_loop_read(handle, 1)
+            let rc = io.withLock { _ in mosquitto_loop_read(handle, 1) }
             if rc != MOSQ_ERR_SUCCESS.rawValue || mosquitto_socket(handle) == -1 { return rc }
         }
         // Write whatever is queued now, without waiting for POLLOUT: the socket is non-blocking, and a
         // packet queued by another thread (the wake-up above) should leave in this turn.
         if mosquitto_want_write(handle) {
-            let rc = mosquitto_loop_write(handle, 1)
+            let rc = io.withLock { _ in mosquitto_loop_write(handle, 1) }
             if rc != MOSQ_ERR_SUCCESS.rawValue || mosquitto_socket(handle) == -1 { return rc }
         }
-        return mosquitto_loop_misc(handle)
+        return io.withLock { _ in mosquitto_loop_misc(handle) }
     }
 
     /// Polls `socket` — for writing too while libmosquitto has something to send — and the wake-up
@@ -467,6 +480,7 @@ final class Mosquitto: @unchecked Sendable {
         var mid: Int32 = 0
         let rc = mosquitto_publish_v5(
             handle, &mid, topic, Int32(payload.count), payload.baseAddress, qos.rawValue, retain, list)
+        if rc == MOSQ_ERR_SUCCESS.rawValue && phase == .connected { writeFromCaller() }
         wake.signal()
         switch mosq_err_t(rawValue: rc) {
         case MOSQ_ERR_SUCCESS:
@@ -477,6 +491,33 @@ final class Mosquitto: @unchecked Sendable {
         default:
             return .failure(Mosquitto.error(rc, topic: topic))
         }
+    }
+
+    /// Writes the packets libmosquitto has queued from the calling thread, unless the network thread or
+    /// another publisher is inside libmosquitto's I/O right now (or the connection is TLS, or stopping).
+    ///
+    /// In threaded mode `mosquitto_publish_v5` only queues a packet and wakes the network thread through
+    /// libmosquitto's wake-up pair; the network thread then writes it — one thread hand-over more per
+    /// message than raw libmosquitto publishing from its own callback. Here the caller writes it at once,
+    /// while the network thread wakes as before: whichever takes `io` first writes, the other finds
+    /// nothing left (BENCHMARKS.md, finding AJ, measures it). `io` keeps libmosquitto's socket I/O to one
+    /// thread at a time — its write path is serialised by its own mutexes, but its read path and its
+    /// socket close are not — and the caller only *tries* it, so a publishing thread never waits for the
+    /// network. A packet the caller could not write, or wrote only in part, is the network thread's, which
+    /// the wake-up pair has woken already.
+    ///
+    /// `mosquitto_loop_write` calls back on this thread: the publish callback of a QoS 0 message it wrote
+    /// and, if the write fails, the disconnect callback, after which it closes the socket. Both only update
+    /// the state machine under its lock and resume continuations, as on the network thread; the network
+    /// thread, which may be polling the socket just closed, is then woken to see it gone.
+    private func writeFromCaller() {
+        let failed = io.withLockIfAvailable { _ -> Bool in
+            guard directWrites.load(ordering: .relaxed), mosquitto_socket(handle) != -1,
+                  mosquitto_want_write(handle) else { return false }
+            callerWrites.add(1, ordering: .relaxed)
+            return mosquitto_loop_write(handle, 1) != MOSQ_ERR_SUCCESS.rawValue
+        }
+        if failed == true { wake.nudge() }
     }
 
     private static func add(_ properties: MQTTProperties, to list: inout OpaquePointer?) {
@@ -533,11 +574,7 @@ final class Mosquitto: @unchecked Sendable {
     func requestStop(expireSession: Bool = false) {
         if expireSession { expireSessionOnStop.store(true, ordering: .releasing) }
         wakeup.signal()
-        // Wake the network thread out of poll() at once: queuing any packet does that (libmosquitto
-        // signals its wake-up pair), and an UNSUBSCRIBE of a filter never subscribed changes nothing on
-        // the broker.
-        _ = mosquitto_unsubscribe_v5(handle, nil, Mosquitto.wakeFilter, nil)
-        wake.signal()
+        wake.nudge()  // out of poll() at once
     }
 
     /// Network thread, once stopping: quiesce, then DISCONNECT (at most a second in all).
@@ -549,6 +586,9 @@ final class Mosquitto: @unchecked Sendable {
     /// normally. The broker answers in order, so after that UNSUBACK nothing more is on its way.
     private func sendDisconnect() {
         let deadline = ContinuousClock.now + .seconds(1)
+        // From here on the network thread writes alone: a publishing thread must not write the
+        // DISCONNECT (libmosquitto closes the socket right after it). A direct write in progress ends first.
+        io.withLock { _ in directWrites.store(false, ordering: .relaxed) }
         let filters = state.withLock { $0.liveFilters } + [Mosquitto.wakeFilter]
         var mid: Int32 = 0
         let rc = Mosquitto.withCStrings(filters) { count, strings in
@@ -630,3 +670,4 @@ enum MosquittoLibrary {
     private static let libraryName = "libmosquitto.so.1"
     #endif
 }
+

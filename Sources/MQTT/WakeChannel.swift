@@ -42,7 +42,9 @@ import Foundation
 /// layout is private, so it is proven on the loaded library once per process (``layoutIsVerified``)
 /// before any handle is trusted: on a probe handle the first field must equal `mosquitto_socket()` both
 /// before and after connecting, and the second must be a Unix stream socket that holds exactly the one
-/// wake-up byte that connecting (one queued CONNECT packet) writes. Where the proof fails — another
+/// wake-up byte that connecting (one queued CONNECT packet) writes, and the third its other end (a byte
+/// written to it arrives: ``nudge()`` writes it for the one event libmosquitto does not signal, a socket
+/// closed by a publishing thread's failed write). Where the proof fails — another
 /// libmosquitto version with another layout, or no socket pair — the thread is woken through a pipe of
 /// its own instead, which every call that queues a packet signals (``signal()``); libmosquitto's pair then
 /// fills as described above: it costs the kernel memory, and the loop copes with the early stops.
@@ -55,18 +57,17 @@ struct WakeChannel: Sendable {
 
     /// Polled for reading by the network thread, drained after each wake-up.
     let descriptor: Int32
-    /// Our pipe's write end; -1 when `descriptor` is libmosquitto's `sockpairR` (libmosquitto writes the
-    /// other end itself).
-    private let signalDescriptor: Int32
-
-    /// Whether `descriptor` is libmosquitto's own socket pair.
-    var isLibraryPair: Bool { signalDescriptor == -1 }
+    /// The write end: our pipe's, or libmosquitto's `sockpairW`.
+    private let writeEnd: Int32
+    /// Whether the two ends are libmosquitto's own socket pair.
+    let isLibraryPair: Bool
 
     /// The channel for `handle`, just created by `mosquitto_new`. Nil only if no pipe could be created.
     static func make(for handle: OpaquePointer, source: Source) -> WakeChannel? {
         if source == .libraryPairIfVerified, layoutIsVerified,
-           case let pair = field(1, of: handle), isNonBlockingUnixStream(pair) {
-            return WakeChannel(descriptor: pair, signalDescriptor: -1)
+           case let pair = field(1, of: handle), isNonBlockingUnixStream(pair),
+           case let writer = field(2, of: handle), isNonBlockingUnixStream(writer) {
+            return WakeChannel(descriptor: pair, writeEnd: writer, isLibraryPair: true)
         }
         var ends: [Int32] = [-1, -1]
         guard pipe(&ends) == 0 else { return nil }
@@ -74,15 +75,21 @@ struct WakeChannel: Sendable {
             _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
             _ = fcntl(end, F_SETFD, FD_CLOEXEC)
         }
-        return WakeChannel(descriptor: ends[0], signalDescriptor: ends[1])
+        return WakeChannel(descriptor: ends[0], writeEnd: ends[1], isLibraryPair: false)
     }
 
     /// Wakes the network thread after a call that may have queued a packet from another thread. Nothing
     /// to do on libmosquitto's own pair: libmosquitto has written to it already.
     func signal() {
-        guard signalDescriptor != -1 else { return }
+        guard !isLibraryPair else { return }
+        nudge()
+    }
+
+    /// Wakes the network thread whatever the channel, for an event libmosquitto does not signal: a socket
+    /// closed by a publishing thread's failed write (`Mosquitto.writeFromCaller`).
+    func nudge() {
         var byte: UInt8 = 1
-        _ = write(signalDescriptor, &byte, 1)  // EAGAIN: the pipe is full, so a wake-up is pending anyway
+        _ = write(writeEnd, &byte, 1)  // EAGAIN: the channel is full, so a wake-up is pending anyway
     }
 
     /// Network thread: reads every pending wake-up byte (at most a few hundred; both ends are non-blocking).
@@ -94,9 +101,9 @@ struct WakeChannel: Sendable {
 
     /// Closes our pipe. libmosquitto's pair is closed by `mosquitto_destroy`.
     func close() {
-        guard signalDescriptor != -1 else { return }
+        guard !isLibraryPair else { return }
         _ = Foundation.close(descriptor)
-        _ = Foundation.close(signalDescriptor)
+        _ = Foundation.close(writeEnd)
     }
 
     // MARK: - The layout proof
@@ -123,7 +130,11 @@ struct WakeChannel: Sendable {
         // completes from the listener's backlog without an accept.
         guard mosquitto_connect(probe, "127.0.0.1", listener.port, 60) == MOSQ_ERR_SUCCESS.rawValue else { return false }
         let socket = mosquitto_socket(probe)
-        return socket != -1 && field(0, of: probe) == socket && unreadBytes(pair) == 1
+        guard socket != -1 && field(0, of: probe) == socket && unreadBytes(pair) == 1 else { return false }
+        // The third field, `sockpairW`, must be the pair's other end: a byte written to it arrives.
+        let writer = field(2, of: probe)
+        var byte: UInt8 = 1
+        return isNonBlockingUnixStream(writer) && write(writer, &byte, 1) == 1 && unreadBytes(pair) == 2
     }
 
     private static func isNonBlockingUnixStream(_ descriptor: Int32) -> Bool {
