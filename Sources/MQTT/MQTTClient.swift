@@ -315,6 +315,12 @@ public final class MQTTClient: Sendable {
         connection.closeSocketAbruptly()
     }
 
+    /// Test hook: shuts down the sending side of the socket, so that the next write fails with EPIPE
+    /// (the broker sees the connection end and publishes the will); the client reconnects.
+    package func simulateWriteFailure() {
+        connection.closeSocketAbruptly(Int32(SHUT_WR))
+    }
+
     /// Test and demo hook: dies as a crashed process would — the socket closes without DISCONNECT (so
     /// the broker publishes the will) and the client never reconnects.
     package func abort() async {

@@ -43,14 +43,19 @@ final class Mosquitto: @unchecked Sendable {
     /// thread touches it (in `didReceive` and `run`).
     private let burst = LockedValue(Burst())
     /// Held by whichever thread is inside libmosquitto's socket I/O: the network thread around each
-    /// read, write, keepalive, connect and disconnect step, a publishing thread around its direct write
-    /// (see ``writeFromCaller()``). Publishing threads only ever try it, so they never wait on the network.
+    /// connect, read, write and keepalive step, a publishing thread around its direct write (see
+    /// ``writeFromCaller()``). Publishing threads only ever try it, so they never wait on the network.
+    /// The final DISCONNECT is written without it: direct writes are off by then (`directWrites`).
     private let io = Mutex(())
     /// Whether a publishing thread may write its packet itself (see ``writeFromCaller()``): not over TLS,
     /// and no longer once the network thread has begun to disconnect.
     private let directWrites: Atomic<Bool>
-    /// How many times a publishing thread found packets queued and wrote them itself (for tests).
+    /// The network thread's `pthread_self()`, 0 before it starts: a publish it makes from inside a
+    /// callback (a session answering a newcomer) must not try `io`, which it holds already.
+    private let networkThread = Atomic<UInt>(0)
+    /// Direct writes attempted by publishing threads, and those that failed (for tests).
     let callerWrites = Atomic<Int>(0)
+    let callerWriteFailures = Atomic<Int>(0)
 
     private struct Burst {
         var sinks: [MessageSink] = []
@@ -193,6 +198,7 @@ final class Mosquitto: @unchecked Sendable {
     }
 
     private func run() {
+        networkThread.store(UInt(pthread_self()), ordering: .relaxed)
         var isFirstConnect = true
         loop: while true {
             switch state.withLock({ $0.nextStep }) {
@@ -200,11 +206,15 @@ final class Mosquitto: @unchecked Sendable {
                 break loop
             case let .connect(first, notBefore):
                 if let notBefore, !waitUntil(notBefore) { continue }
-                let rc = io.withLock { _ in first && isFirstConnect ? connectFirst() : mosquitto_reconnect(handle) }
+                let rc = io.withLock { _ in
+                    let rc = first && isFirstConnect ? connectFirst() : mosquitto_reconnect(handle)
+                    // Still under `io`: a publisher's failed write cannot report this socket lost before
+                    // the state machine knows it is open.
+                    if rc == MOSQ_ERR_SUCCESS.rawValue { state.withLock { $0.onSocketOpened() } }
+                    return rc
+                }
                 isFirstConnect = false
-                if rc == MOSQ_ERR_SUCCESS.rawValue {
-                    state.withLock { $0.onSocketOpened() }
-                } else {
+                if rc != MOSQ_ERR_SUCCESS.rawValue {
                     let error = connectError(rc)
                     let effects = state.withLock { $0.onConnectFailed(error, now: .now, random: .random(in: 0..<1)) }
                     effects.resumeAll()
@@ -272,16 +282,23 @@ final class Mosquitto: @unchecked Sendable {
         // already, and — TLS only — when writable: a handshake that wants to write continues in a read.
         let readable = revents & Int16(POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0
         if readable || buffered || (configuration.tls != nil && revents & Int16(POLLOUT) != 0) {
-            let rc = io.withLock { _ in mosquitto_loop_read(handle, 1) }
+            let rc = withSocket(socket) { mosquitto_loop_read(handle, 1) }
             if rc != MOSQ_ERR_SUCCESS.rawValue || mosquitto_socket(handle) == -1 { return rc }
         }
         // Write whatever is queued now, without waiting for POLLOUT: the socket is non-blocking, and a
         // packet queued by another thread (the wake-up above) should leave in this turn.
         if mosquitto_want_write(handle) {
-            let rc = io.withLock { _ in mosquitto_loop_write(handle, 1) }
+            let rc = withSocket(socket) { mosquitto_loop_write(handle, 1) }
             if rc != MOSQ_ERR_SUCCESS.rawValue || mosquitto_socket(handle) == -1 { return rc }
         }
-        return io.withLock { _ in mosquitto_loop_misc(handle) }
+        return withSocket(socket) { mosquitto_loop_misc(handle) }
+    }
+
+    /// Runs one libmosquitto step under `io` if the connection still has the socket that was polled.
+    /// A publisher whose write failed may have closed it meanwhile (and reported the loss); libmosquitto
+    /// would report it a second time.
+    private func withSocket(_ socket: Int32, _ step: () -> Int32) -> Int32 {
+        io.withLock { _ in mosquitto_socket(handle) == socket ? step() : MOSQ_ERR_NO_CONN.rawValue }
     }
 
     /// Polls `socket` — for writing too while libmosquitto has something to send — and the wake-up
@@ -334,7 +351,7 @@ final class Mosquitto: @unchecked Sendable {
         }
     }
 
-    // MARK: - Callbacks (network thread)
+    // MARK: - Callbacks (network thread; `didPublish` and `didDisconnect` also on a publisher's, see `writeFromCaller`)
 
     private func didConnect(rc: Int32, flags: Int32, properties: OpaquePointer?) {
         var limits = ConnectionStateMachine.BrokerLimits()
@@ -511,13 +528,18 @@ final class Mosquitto: @unchecked Sendable {
     /// the state machine under its lock and resume continuations, as on the network thread; the network
     /// thread, which may be polling the socket just closed, is then woken to see it gone.
     private func writeFromCaller() {
+        guard directWrites.load(ordering: .relaxed),
+              networkThread.load(ordering: .relaxed) != UInt(pthread_self()) else { return }
         let failed = io.withLockIfAvailable { _ -> Bool in
             guard directWrites.load(ordering: .relaxed), mosquitto_socket(handle) != -1,
                   mosquitto_want_write(handle) else { return false }
             callerWrites.add(1, ordering: .relaxed)
             return mosquitto_loop_write(handle, 1) != MOSQ_ERR_SUCCESS.rawValue
         }
-        if failed == true { wake.nudge() }
+        if failed == true {
+            callerWriteFailures.add(1, ordering: .relaxed)
+            wake.nudge()
+        }
     }
 
     private static func add(_ properties: MQTTProperties, to list: inout OpaquePointer?) {
@@ -637,10 +659,20 @@ final class Mosquitto: @unchecked Sendable {
         wakeup.signal()
     }
 
-    /// Test hook: closes the socket under the client as a crash would (no DISCONNECT is sent).
-    func closeSocketAbruptly() {
-        let socket = mosquitto_socket(handle)
-        if socket != -1 { shutdown(socket, Int32(SHUT_RDWR)) }
+    /// Test hook: shuts the socket down under the client as a crash would (no DISCONNECT is sent) —
+    /// both ways, or with `SHUT_WR` only its sending side, so that the next write fails. Under `io` when
+    /// that can be had within about 50 ms (a blocking connect holds it longer): the descriptor shut down
+    /// is then the connection's, not a number that a close on another thread has freed for reuse.
+    func closeSocketAbruptly(_ how: Int32 = Int32(SHUT_RDWR)) {
+        let shut = { [handle] in
+            let socket = mosquitto_socket(handle)
+            if socket != -1 { shutdown(socket, how) }
+        }
+        for _ in 0..<50 {
+            if io.withLockIfAvailable({ _ in shut() }) != nil { return }
+            usleep(1_000)
+        }
+        shut()
     }
 }
 

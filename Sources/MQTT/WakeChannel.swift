@@ -43,8 +43,8 @@ import Foundation
 /// before any handle is trusted: on a probe handle the first field must equal `mosquitto_socket()` both
 /// before and after connecting, and the second must be a Unix stream socket that holds exactly the one
 /// wake-up byte that connecting (one queued CONNECT packet) writes, and the third its other end (a byte
-/// written to it arrives: ``nudge()`` writes it for the one event libmosquitto does not signal, a socket
-/// closed by a publishing thread's failed write). Where the proof fails — another
+/// written to it arrives: ``nudge()`` writes it for what libmosquitto does not signal, a stop request
+/// or a socket closed by a publishing thread's failed write). Where the proof fails — another
 /// libmosquitto version with another layout, or no socket pair — the thread is woken through a pipe of
 /// its own instead, which every call that queues a packet signals (``signal()``); libmosquitto's pair then
 /// fills as described above: it costs the kernel memory, and the loop copes with the early stops.
@@ -85,8 +85,8 @@ struct WakeChannel: Sendable {
         nudge()
     }
 
-    /// Wakes the network thread whatever the channel, for an event libmosquitto does not signal: a socket
-    /// closed by a publishing thread's failed write (`Mosquitto.writeFromCaller`).
+    /// Wakes the network thread whatever the channel, for an event libmosquitto does not signal: a stop
+    /// request, or a socket closed by a publishing thread's failed write (`Mosquitto.writeFromCaller`).
     func nudge() {
         var byte: UInt8 = 1
         _ = write(writeEnd, &byte, 1)  // EAGAIN: the channel is full, so a wake-up is pending anyway

@@ -74,6 +74,7 @@ import Testing
             // Each of these publishes races the network thread that libmosquitto woke; on a loaded machine
             // the network thread may win many, but not every one of a hundred.
             #expect(a.connection.callerWrites.load(ordering: .relaxed) > 0)
+            #expect(a.connection.callerWriteFailures.load(ordering: .relaxed) == 0)
             await a.disconnect()
             await b.disconnect()
         }
@@ -89,13 +90,47 @@ import Testing
         }
     }
 
-    /// Publishing tasks write while the network thread reads the same connection's incoming messages,
-    /// and the socket is shut down under them twice: a direct write that fails closes the socket from
-    /// the publishing thread, which must wake the network thread to reconnect. No publish hangs, each one
-    /// either succeeds or throws a typed error, and every acknowledged QoS 1 message arrives.
-    @Test func concurrentPublishersSurviveTheSocketClosingUnderThem() async throws {
+    /// A publisher whose own write fails (the socket's sending side shut down: EPIPE) closes the socket on
+    /// its thread, gets a typed error, and wakes the network thread, which reconnects at once rather than
+    /// at `poll()`'s one-second timeout. Whoever notices first — the publisher, or the network thread
+    /// reading the broker's end of the connection — the outcome is the same.
+    @Test(arguments: wakeSources)
+    func aPublisherWhoseWriteFailsGetsATypedErrorAndTheClientReconnects(wake: WakeChannel.Source) async throws {
         try await MosquittoBroker.withBroker { broker in
-            let client = try await connectedClient(broker) { $0.cleanStart = false; $0.sessionExpiry = 60 }
+            var failuresSeenByThePublisher = 0
+            for round in 0..<5 {
+                let client = try await connectedClient(broker, wake: wake)
+                let events = Collector(client.events())
+                client.simulateWriteFailure()
+                let dropped = ContinuousClock.now
+                do {
+                    try await client.publish(to: "gone/\(round)", string: "x", qos: .atMostOnce)
+                    Issue.record("a write on a socket shut down for sending succeeded")
+                } catch let error as MQTTError {
+                    #expect(error == .connectionLost || error == .notConnected, "\(error)")
+                }
+                try await waitUntil("reconnected") {
+                    events.elements.contains { if case .disconnected = $0 { true } else { false } }
+                        && events.elements.last.map { if case .connected = $0 { true } else { false } } == true
+                }
+                #expect(ContinuousClock.now - dropped < timeBound(.milliseconds(900)))
+                try await client.publish(to: "back/\(round)", string: "y", qos: .atLeastOnce)
+                failuresSeenByThePublisher += client.connection.callerWriteFailures.load(ordering: .relaxed)
+                await client.disconnect()
+            }
+            // The publisher writes at once; the broker's reaction to the half-closed socket takes a round
+            // trip. On a loaded machine the network thread may still win a round, but not all five.
+            #expect(failuresSeenByThePublisher > 0)
+        }
+    }
+
+    /// Publishing tasks write while the network thread reads the same connection's incoming messages,
+    /// and the socket is shut down under them twice. No publish hangs, each one either succeeds or
+    /// throws a typed error, and every acknowledged QoS 1 message arrives.
+    @Test(arguments: wakeSources)
+    func concurrentPublishersSurviveTheSocketClosingUnderThem(wake: WakeChannel.Source) async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let client = try await connectedClient(broker, wake: wake) { $0.cleanStart = false; $0.sessionExpiry = 60 }
             let watcher = try await connectedClient(broker)
             let seen = Collector(try await watcher.subscribe(to: [TopicSubscription("busy/#", qos: .atLeastOnce)]))
             let echo = Collector(try await client.subscribe(to: [TopicSubscription("busy/#", qos: .atMostOnce)]))
