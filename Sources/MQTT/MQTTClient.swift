@@ -21,7 +21,7 @@ public final class MQTTClient: Sendable {
 
     /// Creates a client. Nothing touches the network until ``connect()``.
     public convenience init(configuration: Configuration) throws(MQTTError) {
-        try self.init(configuration: configuration, wakeSource: .libraryPairIfVerified)
+        try self.init(configuration: configuration, wakeSource: .silencedLibraryPairIfVerified)
     }
 
     /// Tests: a client whose network thread is woken as `wakeSource` says (see ``WakeChannel``).

@@ -56,6 +56,8 @@ final class Mosquitto: @unchecked Sendable {
     /// Direct writes attempted by publishing threads, and those that failed (for tests).
     let callerWrites = Atomic<Int>(0)
     let callerWriteFailures = Atomic<Int>(0)
+    /// When this connection last published (`DispatchTime` nanoseconds); see ``writeFromCaller()``.
+    private let lastPublish = Atomic<UInt64>(0)
 
     private struct Burst {
         var sinks: [MessageSink] = []
@@ -66,8 +68,8 @@ final class Mosquitto: @unchecked Sendable {
     /// never holds back what the first messages changed.
     static let maximumBurst = 64
 
-    /// - Parameter wakeSource: tests choose ``WakeChannel/Source/ownPipe`` to run the fallback path.
-    init(configuration: MQTTClient.Configuration, wakeSource: WakeChannel.Source = .libraryPairIfVerified) throws(MQTTError) {
+    /// - Parameter wakeSource: tests choose ``WakeChannel/Source/ownPipeOnly`` to run the fallback path.
+    init(configuration: MQTTClient.Configuration, wakeSource: WakeChannel.Source = .silencedLibraryPairIfVerified) throws(MQTTError) {
         try configuration.validate()
         MosquittoLibrary.initializeOnce()
         guard let handle = mosquitto_new(configuration.clientID, configuration.cleanStart, nil) else {
@@ -497,8 +499,11 @@ final class Mosquitto: @unchecked Sendable {
         var mid: Int32 = 0
         let rc = mosquitto_publish_v5(
             handle, &mid, topic, Int32(payload.count), payload.baseAddress, qos.rawValue, retain, list)
-        if rc == MOSQ_ERR_SUCCESS.rawValue && phase == .connected { writeFromCaller() }
-        wake.signal()
+        if rc == MOSQ_ERR_SUCCESS.rawValue && phase == .connected {
+            writeFromCaller()
+        } else {
+            wake.signal()
+        }
         switch mosq_err_t(rawValue: rc) {
         case MOSQ_ERR_SUCCESS:
             return .success((mid, generation))
@@ -511,17 +516,22 @@ final class Mosquitto: @unchecked Sendable {
     }
 
     /// Writes the packets libmosquitto has queued from the calling thread, unless the network thread or
-    /// another publisher is inside libmosquitto's I/O right now (or the connection is TLS, or stopping).
+    /// another publisher is inside libmosquitto's I/O right now (or the connection is TLS, or stopping);
+    /// wakes the network thread for whatever it leaves.
     ///
-    /// In threaded mode `mosquitto_publish_v5` only queues a packet and wakes the network thread through
-    /// libmosquitto's wake-up pair; the network thread then writes it — one thread hand-over more per
-    /// message than raw libmosquitto publishing from its own callback. Here the caller writes it at once,
-    /// while the network thread wakes as before: whichever takes `io` first writes, the other finds
-    /// nothing left (BENCHMARKS.md, finding AJ, measures it). `io` keeps libmosquitto's socket I/O to one
-    /// thread at a time — its write path is serialised by its own mutexes, but its read path and its
-    /// socket close are not — and the caller only *tries* it, so a publishing thread never waits for the
-    /// network. A packet the caller could not write, or wrote only in part, is the network thread's, which
-    /// the wake-up pair has woken already.
+    /// In threaded mode `mosquitto_publish_v5` only queues a packet; the network thread, once woken,
+    /// writes it — one thread hand-over more per message than raw libmosquitto publishing from its own
+    /// callback. Here the caller writes it at once. `io` keeps libmosquitto's socket I/O to one thread at a
+    /// time — its write path is serialised by its own mutexes, but its read path and its socket close are
+    /// not — and the caller only *tries* it, so a publishing thread never waits for the network. A packet
+    /// the caller could not write, or wrote only in part, is left to the network thread, which is woken.
+    ///
+    /// After a quiet spell (``quietSpell``) the network thread is woken *before* the write as well, though
+    /// it will find nothing to do: on the 2-vCPU VM of BENCHMARKS.md (finding AJ) that wake-up brings the
+    /// second CPU out of idle while the packet goes through the loopback stack, and an isolated message's
+    /// one-way latency dropped from 1.25× raw libmosquitto's to 1.05×; without it the direct write gained
+    /// nothing. Within a stream of publishes the CPUs are busy anyway and that wake-up only costs
+    /// (throughput fell from 0.78× to 0.72× raw when every publish made it), so it is skipped.
     ///
     /// `mosquitto_loop_write` calls back on this thread: the publish callback of a QoS 0 message it wrote
     /// and, if the write fails, the disconnect callback, after which it closes the socket. Both only update
@@ -529,18 +539,37 @@ final class Mosquitto: @unchecked Sendable {
     /// thread, which may be polling the socket just closed, is then woken to see it gone.
     private func writeFromCaller() {
         guard directWrites.load(ordering: .relaxed),
-              networkThread.load(ordering: .relaxed) != UInt(pthread_self()) else { return }
-        let failed = io.withLockIfAvailable { _ -> Bool in
-            guard directWrites.load(ordering: .relaxed), mosquitto_socket(handle) != -1,
-                  mosquitto_want_write(handle) else { return false }
-            callerWrites.add(1, ordering: .relaxed)
-            return mosquitto_loop_write(handle, 1) != MOSQ_ERR_SUCCESS.rawValue
+              networkThread.load(ordering: .relaxed) != UInt(pthread_self()) else {
+            wake.signal()
+            return
         }
-        if failed == true {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let previous = lastPublish.exchange(now, ordering: .relaxed)
+        let wokenBefore = now &- previous >= Mosquitto.quietSpell
+        if wokenBefore { wake.signal() }
+        let outcome = io.withLockIfAvailable { _ -> Int32? in
+            guard directWrites.load(ordering: .relaxed), mosquitto_socket(handle) != -1,
+                  mosquitto_want_write(handle) else { return nil }
+            callerWrites.add(1, ordering: .relaxed)
+            return mosquitto_loop_write(handle, 1)
+        }
+        switch outcome {
+        case let rc?? where rc != MOSQ_ERR_SUCCESS.rawValue:
             callerWriteFailures.add(1, ordering: .relaxed)
-            wake.nudge()
+            wake.signal()  // the socket is closed: even a thread woken before must look again
+        case .some(.some), .some(.none):
+            // Written (in whole or in part), or nothing left to write: if part of it is still queued,
+            // poll() must wait for the socket to take it.
+            if !wokenBefore && mosquitto_want_write(handle) { wake.signal() }
+        case .none:
+            if !wokenBefore { wake.signal() }  // `io` was busy: the packet is the network thread's
         }
     }
+
+    /// A connection that has not published for this long (in nanoseconds) is taken to be idle: its next
+    /// publish wakes the network thread before writing (see ``writeFromCaller()``). A ping-pong's
+    /// messages are a round trip apart (≥ 80 µs here); a stream's, 10–20 µs.
+    static let quietSpell: UInt64 = 50_000
 
     private static func add(_ properties: MQTTProperties, to list: inout OpaquePointer?) {
         if let expiry = properties.messageExpiry {
@@ -596,7 +625,7 @@ final class Mosquitto: @unchecked Sendable {
     func requestStop(expireSession: Bool = false) {
         if expireSession { expireSessionOnStop.store(true, ordering: .releasing) }
         wakeup.signal()
-        wake.nudge()  // out of poll() at once
+        wake.signal()  // out of poll() at once
     }
 
     /// Network thread, once stopping: quiesce, then DISCONNECT (at most a second in all).

@@ -26,70 +26,76 @@ import Foundation
 ///   broker sent in one TLS record after the pair had filled waited 5 s, for the next keepalive
 ///   exchange), which is why the loop also asks OpenSSL (`Mosquitto.tlsHasBufferedData`).
 ///
-/// So the network thread polls `sockpairR` itself and drains it after each wake-up: it is exactly the
-/// wake-up `mosquitto_loop` waited on (libmosquitto writes it for every packet any thread queues, so a
-/// publish from another thread wakes `poll()` at once, without a syscall of ours), and it never fills.
+/// Draining the pair on the network thread (what this type did first) cured both, but kept the wake-up
+/// libmosquitto writes for *every* queued packet: since publishing threads write their packets
+/// themselves when they can (`Mosquitto.writeFromCaller`), that woke the network thread once per message
+/// for nothing — a poll, a drain and a keepalive check, on a 2-core machine where the broker and both
+/// peers share the CPU (a stream of messages lost ≈ 0.07× of raw libmosquitto's throughput to it). So
+/// the pair is *silenced* instead: its write end, `sockpairW`, is replaced with `/dev/null` (`dup2` onto
+/// the same descriptor number, so libmosquitto keeps writing to "its" pair and `mosquitto_destroy` closes
+/// it), and the network thread polls a pipe of its own, which is signalled (``signal()``) when a packet
+/// is left for it to write — a publish its caller could not write, every subscribe and unsubscribe —, on
+/// a stop request, and before the first publish after a quiet spell (why: `Mosquitto.writeFromCaller`).
+/// Packets the network thread queues itself (PUBACKs, PINGREQs) need no wake-up: it looks for something
+/// to write before every `poll()`.
 ///
-/// Finding `sockpairR`. libmosquitto has no API for it. Comparing the process's open descriptors just
+/// Finding `sockpairW`. libmosquitto has no API for it. Comparing the process's open descriptors just
 /// before and after `mosquitto_new` under a process-wide lock is not sound: the lock only orders this
 /// library's own calls, while other threads of the process open and close descriptors whenever they like
 /// (other connections' network threads reconnecting, a child process being spawned). A descriptor another
 /// thread opens in that window shows up as new; one it closes can be reused by the pair, which then does
-/// not show up at all. Checking that the two new descriptors are a non-blocking Unix stream pair narrows
-/// it down, but nothing ties them to *this* handle — and a wrong guess would read another component's
-/// socket. Instead the descriptor is read from the handle itself: in 2.0.x client builds,
-/// `struct mosquitto` starts with `int sock, sockpairR, sockpairW` (lib/mosquitto_internal.h). That
-/// layout is private, so it is proven on the loaded library once per process (``layoutIsVerified``)
-/// before any handle is trusted: on a probe handle the first field must equal `mosquitto_socket()` both
-/// before and after connecting, and the second must be a Unix stream socket that holds exactly the one
-/// wake-up byte that connecting (one queued CONNECT packet) writes, and the third its other end (a byte
-/// written to it arrives: ``nudge()`` writes it for what libmosquitto does not signal, a stop request
-/// or a socket closed by a publishing thread's failed write). Where the proof fails — another
-/// libmosquitto version with another layout, or no socket pair — the thread is woken through a pipe of
-/// its own instead, which every call that queues a packet signals (``signal()``); libmosquitto's pair then
-/// fills as described above: it costs the kernel memory, and the loop copes with the early stops.
+/// not show up at all — and a wrong guess would redirect another component's descriptor. Instead the
+/// descriptor is read from the handle itself: in 2.0.x client builds, `struct mosquitto` starts with
+/// `int sock, sockpairR, sockpairW` (lib/mosquitto_internal.h). That layout is private, so it is proven on
+/// the loaded library once per process (``layoutIsVerified``) before any handle is trusted: on a probe
+/// handle the first field must equal `mosquitto_socket()` both before and after connecting, the second
+/// must be a Unix stream socket that holds exactly the one wake-up byte that connecting (one queued
+/// CONNECT packet) writes, and the third its other end (a byte written to it arrives). Where the proof
+/// fails — another libmosquitto version with another layout, or no socket pair — the pair is left alone
+/// and fills as described above: it costs the kernel memory, and the loop copes with the early stops.
 struct WakeChannel: Sendable {
-    /// Where a wake-up comes from: libmosquitto's own `sockpairR` when its layout is proven, or our pipe.
+    /// What happens to libmosquitto's own wake-up pair.
     enum Source: Sendable {
-        case libraryPairIfVerified
-        case ownPipe
+        /// Silenced when the layout is proven (the default).
+        case silencedLibraryPairIfVerified
+        /// Left alone: the fallback for an unproven layout, chosen by tests to run that path.
+        case ownPipeOnly
     }
 
-    /// Polled for reading by the network thread, drained after each wake-up.
+    /// Our pipe's read end: polled by the network thread, drained after each wake-up.
     let descriptor: Int32
-    /// The write end: our pipe's, or libmosquitto's `sockpairW`.
+    /// Our pipe's write end.
     private let writeEnd: Int32
-    /// Whether the two ends are libmosquitto's own socket pair.
-    let isLibraryPair: Bool
+    /// libmosquitto's `sockpairR` when its pair was silenced (it then never holds a byte), else -1.
+    let silencedLibraryPairReadEnd: Int32
+
+    /// Whether libmosquitto's wake-up pair was silenced.
+    var silencesLibraryPair: Bool { silencedLibraryPairReadEnd != -1 }
 
     /// The channel for `handle`, just created by `mosquitto_new`. Nil only if no pipe could be created.
     static func make(for handle: OpaquePointer, source: Source) -> WakeChannel? {
-        if source == .libraryPairIfVerified, layoutIsVerified,
-           case let pair = field(1, of: handle), isNonBlockingUnixStream(pair),
-           case let writer = field(2, of: handle), isNonBlockingUnixStream(writer) {
-            return WakeChannel(descriptor: pair, writeEnd: writer, isLibraryPair: true)
-        }
         var ends: [Int32] = [-1, -1]
         guard pipe(&ends) == 0 else { return nil }
         for end in ends {
             _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
             _ = fcntl(end, F_SETFD, FD_CLOEXEC)
         }
-        return WakeChannel(descriptor: ends[0], writeEnd: ends[1], isLibraryPair: false)
+        var silenced: Int32 = -1
+        if source == .silencedLibraryPairIfVerified, layoutIsVerified, let null = devNull,
+           case let reader = field(1, of: handle), isNonBlockingUnixStream(reader),
+           case let writer = field(2, of: handle), isNonBlockingUnixStream(writer),
+           dup2(null, writer) == writer {  // closes the pair's end and puts /dev/null in its place, atomically
+            _ = fcntl(writer, F_SETFD, FD_CLOEXEC)
+            silenced = reader
+        }
+        return WakeChannel(descriptor: ends[0], writeEnd: ends[1], silencedLibraryPairReadEnd: silenced)
     }
 
-    /// Wakes the network thread after a call that may have queued a packet from another thread. Nothing
-    /// to do on libmosquitto's own pair: libmosquitto has written to it already.
+    /// Wakes the network thread: a packet was queued that it must write, or something else changed
+    /// (a stop request, a socket closed by another thread).
     func signal() {
-        guard !isLibraryPair else { return }
-        nudge()
-    }
-
-    /// Wakes the network thread whatever the channel, for an event libmosquitto does not signal: a stop
-    /// request, or a socket closed by a publishing thread's failed write (`Mosquitto.writeFromCaller`).
-    func nudge() {
         var byte: UInt8 = 1
-        _ = write(writeEnd, &byte, 1)  // EAGAIN: the channel is full, so a wake-up is pending anyway
+        _ = write(writeEnd, &byte, 1)  // EAGAIN: the pipe is full, so a wake-up is pending anyway
     }
 
     /// Network thread: reads every pending wake-up byte (at most a few hundred; both ends are non-blocking).
@@ -99,12 +105,17 @@ struct WakeChannel: Sendable {
         while withUnsafeMutableBytes(of: &buffer, { read(descriptor, $0.baseAddress, size) }) == size {}
     }
 
-    /// Closes our pipe. libmosquitto's pair is closed by `mosquitto_destroy`.
+    /// Closes our pipe. libmosquitto's pair (silenced or not) is closed by `mosquitto_destroy`.
     func close() {
-        guard !isLibraryPair else { return }
         _ = Foundation.close(descriptor)
         _ = Foundation.close(writeEnd)
     }
+
+    /// `/dev/null` opened for writing once per process: what a silenced `sockpairW` becomes.
+    private static let devNull: Int32? = {
+        let descriptor = open("/dev/null", O_WRONLY | O_CLOEXEC)
+        return descriptor >= 0 ? descriptor : nil
+    }()
 
     // MARK: - The layout proof
 

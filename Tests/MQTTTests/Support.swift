@@ -5,7 +5,7 @@ import Synchronization
 
 func makeClient(
     _ broker: MosquittoBroker, id: String = MQTTClient.Configuration.randomClientID(),
-    wake: WakeChannel.Source = .libraryPairIfVerified,
+    wake: WakeChannel.Source = .silencedLibraryPairIfVerified,
     _ adjust: (inout MQTTClient.Configuration) -> Void = { _ in }
 ) throws -> MQTTClient {
     var configuration = try MQTTClient.Configuration(url: broker.url, clientID: id)
@@ -16,7 +16,7 @@ func makeClient(
 
 func connectedClient(
     _ broker: MosquittoBroker, id: String = MQTTClient.Configuration.randomClientID(),
-    wake: WakeChannel.Source = .libraryPairIfVerified,
+    wake: WakeChannel.Source = .silencedLibraryPairIfVerified,
     _ adjust: (inout MQTTClient.Configuration) -> Void = { _ in }
 ) async throws -> MQTTClient {
     let client = try makeClient(broker, id: id, wake: wake, adjust)
