@@ -353,7 +353,7 @@ final class Mosquitto: @unchecked Sendable {
         }
     }
 
-    // MARK: - Callbacks (network thread; `didPublish` and `didDisconnect` also on a publisher's, see `writeFromCaller`)
+    // MARK: - Callbacks (network thread; also a publisher's, see `writeFromCaller`)
 
     private func didConnect(rc: Int32, flags: Int32, properties: OpaquePointer?) {
         var limits = ConnectionStateMachine.BrokerLimits()
@@ -538,8 +538,10 @@ final class Mosquitto: @unchecked Sendable {
     /// the state machine under its lock and resume continuations, as on the network thread; the network
     /// thread, which may be polling the socket just closed, is then woken to see it gone.
     private func writeFromCaller() {
-        guard directWrites.load(ordering: .relaxed),
-              networkThread.load(ordering: .relaxed) != UInt(pthread_self()) else {
+        // On the network thread (a callback publishing) nothing to do: it looks for something to write
+        // before every poll().
+        guard networkThread.load(ordering: .relaxed) != UInt(pthread_self()) else { return }
+        guard directWrites.load(ordering: .relaxed) else {
             wake.signal()
             return
         }
@@ -731,4 +733,3 @@ enum MosquittoLibrary {
     private static let libraryName = "libmosquitto.so.1"
     #endif
 }
-
