@@ -5,6 +5,9 @@ struct BenchResults: Sendable {
         var p99: Double
         var rawP50: Double
         var rawP99: Double
+        /// QoS 1 only: raw libmosquitto with each side awaiting its PUBACK before the next message, as a
+        /// `.reliable` `send` does (a reference beside the target, not the target's baseline).
+        var rawAcknowledged: (p50: Double, p99: Double)?
         var payloadBytes: Int
         var samples: Int
     }

@@ -3,7 +3,8 @@ import GroupSync
 
 /// 1. One-way messenger latency (half a ping-pong round trip), GroupSync vs raw libmosquitto, QoS 0 and
 /// QoS 1. Both run on the same broker with the same payload size (the GroupSync envelope's) and topics of
-/// the same length, alternating in rounds so that a slow phase of the machine hits both alike.
+/// the same length, alternating in rounds so that a slow phase of the machine hits both alike. At QoS 1 a
+/// third side runs in the same rounds: raw libmosquitto awaiting each PUBACK as GroupSync's `send` does.
 enum LatencyBenchmark {
     static func run(url: String, group: String, qos: Int, warmup: Int, samples: Int, rounds: Int) async throws -> BenchResults.Latency {
         let mode: GroupSessionMessenger.DeliveryMode = qos == 0 ? .unreliable : .reliable
@@ -21,21 +22,35 @@ enum LatencyBenchmark {
             host: address.host, port: address.port, pingTopic: "\(rawRoot)/p0", pongTopic: "\(rawRoot)/p1",
             qos: Int32(qos), payloadSize: payloadSize)
         _ = try await BlockingThread.run("raw-warmup") { Result { try raw.run(first: 0, count: warmup) } }.get()
+        let acknowledged = qos == 0 ? nil : try RawPingPong(
+            host: address.host, port: address.port, pingTopic: "\(rawRoot)/a0", pongTopic: "\(rawRoot)/a1",
+            qos: Int32(qos), payloadSize: payloadSize, awaitsAcknowledgement: true)
+        if let acknowledged {
+            _ = try await BlockingThread.run("raw-warmup") { Result { try acknowledged.run(first: 0, count: warmup) } }.get()
+        }
 
         var groupSyncSamples: [Double] = []
         var rawSamples: [Double] = []
+        var acknowledgedSamples: [Double] = []
         let perRound = max(samples / rounds, 1)
         for _ in 0..<rounds {
             let first = next
             rawSamples += try await BlockingThread.run("raw-ping") { Result { try raw.run(first: first, count: perRound) } }.get()
             groupSyncSamples += try await groupSync.run(first: next, count: perRound)
+            if let acknowledged {
+                acknowledgedSamples += try await BlockingThread.run("raw-ping") {
+                    Result { try acknowledged.run(first: first, count: perRound) }
+                }.get()
+            }
             next += perRound
         }
         raw.close()
+        acknowledged?.close()
         await groupSync.close()
         let measured = Percentiles(groupSyncSamples), baseline = Percentiles(rawSamples)
+        let reference = acknowledged.map { _ in Percentiles(acknowledgedSamples) }
         return .init(
             p50: measured.p50, p99: measured.p99, rawP50: baseline.p50, rawP99: baseline.p99,
-            payloadBytes: payloadSize, samples: measured.count)
+            rawAcknowledged: reference.map { ($0.p50, $0.p99) }, payloadBytes: payloadSize, samples: measured.count)
     }
 }

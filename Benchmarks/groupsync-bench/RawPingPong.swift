@@ -7,6 +7,10 @@ import Synchronization
 ///
 /// The hand-over to an application thread on both sides mirrors what GroupSync does (its messages reach
 /// the app's task, not libmosquitto's thread), so the comparison is like for like.
+///
+/// With `awaitsAcknowledgement` (QoS 1 only) each side's thread also waits for its publish's PUBACK
+/// (libmosquitto's publish callback) before it waits for the next message, as a GroupSync `.reliable`
+/// `send` does: a reference that separates the cost of that guarantee from the cost of the wrapper.
 final class RawPingPong: Sendable {
     let pinger: RawMosquittoClient
     let responder: RawMosquittoClient
@@ -14,10 +18,16 @@ final class RawPingPong: Sendable {
     let pongTopic: String
     let qos: Int32
     let payloadSize: Int
+    let awaitsAcknowledgement: Bool
     private let stopping = Atomic<Bool>(false)
     private let responderDone = DispatchSemaphore(value: 0)
 
-    init(host: String, port: Int, pingTopic: String, pongTopic: String, qos: Int32, payloadSize: Int) throws {
+    init(
+        host: String, port: Int, pingTopic: String, pongTopic: String, qos: Int32, payloadSize: Int,
+        awaitsAcknowledgement: Bool = false
+    ) throws {
+        precondition(!awaitsAcknowledgement || qos > 0, "only a QoS ≥ 1 publish is acknowledged")
+        self.awaitsAcknowledgement = awaitsAcknowledgement
         self.pingTopic = pingTopic
         self.pongTopic = pongTopic
         self.qos = qos
@@ -42,7 +52,7 @@ final class RawPingPong: Sendable {
             let sequence = Int64(responder.lastSequence.load(ordering: .relaxed)).littleEndian
             payload.withUnsafeMutableBytes { $0.storeBytes(of: sequence, as: Int64.self) }
             do {
-                try payload.withUnsafeBytes { try responder.publish(pongTopic, $0, qos: qos) }
+                try payload.withUnsafeBytes { try publish(responder, pongTopic, $0) }
             } catch {
                 break
             }
@@ -59,7 +69,7 @@ final class RawPingPong: Sendable {
         for sequence in first..<(first + count) {
             payload.withUnsafeMutableBytes { $0.storeBytes(of: Int64(sequence).littleEndian, as: Int64.self) }
             let start = MonotonicClock.nanoseconds()
-            try payload.withUnsafeBytes { try pinger.publish(pingTopic, $0, qos: qos) }
+            try payload.withUnsafeBytes { try publish(pinger, pingTopic, $0) }
             guard pinger.inbox.wait(timeout: .now() + 5) == .success else {
                 throw RawMosquittoClient.Failure.timeout("pong \(sequence)")
             }
@@ -70,6 +80,24 @@ final class RawPingPong: Sendable {
             samples.append(MonotonicClock.microseconds(from: start, to: end) / 2)
         }
         return samples
+    }
+
+    /// Publishes, and with `awaitsAcknowledgement` returns once the PUBACK came (the client's window of
+    /// one permit is taken before the publish and handed back by its publish callback).
+    private func publish(_ client: RawMosquittoClient, _ topic: String, _ payload: UnsafeRawBufferPointer) throws {
+        guard awaitsAcknowledgement else { return try client.publish(topic, payload, qos: qos) }
+        client.window.wait()
+        do {
+            try client.publish(topic, payload, qos: qos)
+        } catch {
+            client.window.signal()
+            throw error
+        }
+        guard client.window.wait(timeout: .now() + 5) == .success else {
+            client.window.signal()
+            throw RawMosquittoClient.Failure.timeout("PUBACK on \(topic)")
+        }
+        client.window.signal()
     }
 
     func close() {
