@@ -531,7 +531,10 @@ final class Mosquitto: @unchecked Sendable {
     /// second CPU out of idle while the packet goes through the loopback stack, and an isolated message's
     /// one-way latency dropped from 1.25× raw libmosquitto's to 1.05×; without it the direct write gained
     /// nothing. Within a stream of publishes the CPUs are busy anyway and that wake-up only costs
-    /// (throughput fell from 0.78× to 0.72× raw when every publish made it), so it is skipped.
+    /// (throughput fell from 0.78× to 0.72× raw when every publish made it), so it is skipped. The wake-up
+    /// is sent once the caller holds `io` (finding AK): sent before, it let a network thread that was
+    /// still awake — at QoS 1, writing the PUBACK of the message just received — take `io` first and
+    /// write the packet itself, late, for a third of the pings of a QoS 1 ping-pong.
     ///
     /// `mosquitto_loop_write` calls back on this thread: the publish callback of a QoS 0 message it wrote
     /// and, if the write fails, the disconnect callback, after which it closes the socket. Both only update
@@ -547,9 +550,11 @@ final class Mosquitto: @unchecked Sendable {
         }
         let now = DispatchTime.now().uptimeNanoseconds
         let previous = lastPublish.exchange(now, ordering: .relaxed)
-        let wokenBefore = now &- previous >= Mosquitto.quietSpell
-        if wokenBefore { wake.signal() }
+        let quiet = now &- previous >= Mosquitto.quietSpell
         let outcome = io.withLockIfAvailable { _ -> Int32? in
+            // Woken while we hold `io`, the network thread cannot take the write from us: it waits for
+            // `io`, then finds nothing left to write.
+            if quiet { wake.signal() }
             guard directWrites.load(ordering: .relaxed), mosquitto_socket(handle) != -1,
                   mosquitto_want_write(handle) else { return nil }
             callerWrites.add(1, ordering: .relaxed)
@@ -562,9 +567,9 @@ final class Mosquitto: @unchecked Sendable {
         case .some(.some), .some(.none):
             // Written (in whole or in part), or nothing left to write: if part of it is still queued,
             // poll() must wait for the socket to take it.
-            if !wokenBefore && mosquitto_want_write(handle) { wake.signal() }
+            if !quiet && mosquitto_want_write(handle) { wake.signal() }
         case .none:
-            if !wokenBefore { wake.signal() }  // `io` was busy: the packet is the network thread's
+            wake.signal()  // `io` was busy: the packet is the network thread's
         }
     }
 
