@@ -202,6 +202,7 @@ final class Mosquitto: @unchecked Sendable {
     private func run() {
         networkThread.store(UInt(pthread_self()), ordering: .relaxed)
         var isFirstConnect = true
+        var lastKeepaliveCheck: UInt64 = 0
         loop: while true {
             switch state.withLock({ $0.nextStep }) {
             case .exit:
@@ -224,7 +225,7 @@ final class Mosquitto: @unchecked Sendable {
             case .loop:
                 // Wake-ups are events (a packet queued, the socket closed), so the timeout only paces
                 // keepalive: `mosquitto_loop_misc` runs at least once a second.
-                let rc = serviceConnection(timeout: 1000)
+                let rc = serviceConnection(timeout: 1000, lastKeepaliveCheck: &lastKeepaliveCheck)
                 endBurstUnlessMoreIsWaiting()
                 if rc != MOSQ_ERR_SUCCESS.rawValue && mosquitto_socket(handle) == -1 {
                     // The socket closed without the disconnect callback (e.g. a failed TLS read).
@@ -270,10 +271,16 @@ final class Mosquitto: @unchecked Sendable {
         return ContinuousClock.now >= instant
     }
 
+    /// `mosquitto_loop_misc` only checks the keepalive (it sends PINGREQ, or gives up on a missing
+    /// PINGRESP): once per this many nanoseconds is plenty against a keepalive of seconds, and spares
+    /// every other turn of the loop a lock, a clock read and `io`.
+    static let keepaliveCheckInterval: UInt64 = 100_000_000
+
     /// One turn of the open connection, in place of `mosquitto_loop`: waits up to `timeout` milliseconds
-    /// for the socket or a wake-up, then lets libmosquitto read, write and keep the connection alive.
-    /// Returns libmosquitto's result, like `mosquitto_loop`.
-    private func serviceConnection(timeout: Int32) -> Int32 {
+    /// for the socket or a wake-up, then lets libmosquitto read, write and — if ``keepaliveCheckInterval``
+    /// passed since `lastKeepaliveCheck` (`DispatchTime` nanoseconds, updated) — keep the connection
+    /// alive. Returns libmosquitto's result, like `mosquitto_loop`.
+    private func serviceConnection(timeout: Int32, lastKeepaliveCheck: inout UInt64) -> Int32 {
         let socket = mosquitto_socket(handle)
         guard socket != -1 else { return MOSQ_ERR_NO_CONN.rawValue }
         let buffered = tlsHasBufferedData()
@@ -293,6 +300,9 @@ final class Mosquitto: @unchecked Sendable {
             let rc = withSocket(socket) { mosquitto_loop_write(handle, 1) }
             if rc != MOSQ_ERR_SUCCESS.rawValue || mosquitto_socket(handle) == -1 { return rc }
         }
+        let now = DispatchTime.now().uptimeNanoseconds
+        guard now &- lastKeepaliveCheck >= Mosquitto.keepaliveCheckInterval else { return MOSQ_ERR_SUCCESS.rawValue }
+        lastKeepaliveCheck = now
         return withSocket(socket) { mosquitto_loop_misc(handle) }
     }
 
@@ -653,9 +663,10 @@ final class Mosquitto: @unchecked Sendable {
             mosquitto_unsubscribe_multiple(handle, &mid, count, strings, nil)
         }
         if rc == MOSQ_ERR_SUCCESS.rawValue {
+            var lastKeepaliveCheck: UInt64 = 0
             while mosquitto_socket(handle) != -1, lastUnsubscribeAck.load(ordering: .acquiring) != mid,
                   ContinuousClock.now < deadline {
-                if serviceConnection(timeout: 50) != MOSQ_ERR_SUCCESS.rawValue { break }
+                if serviceConnection(timeout: 50, lastKeepaliveCheck: &lastKeepaliveCheck) != MOSQ_ERR_SUCCESS.rawValue { break }
             }
         }
         var properties: OpaquePointer? = nil
