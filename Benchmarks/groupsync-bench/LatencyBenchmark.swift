@@ -10,47 +10,59 @@ enum LatencyBenchmark {
         let mode: GroupSessionMessenger.DeliveryMode = qos == 0 ? .unreliable : .reliable
         let address = try BrokerAddress(url)
         let groupSync = try await MessengerPingPong.make(url: url, group: group, mode: mode)
-        _ = try await groupSync.run(first: 0, count: warmup)
-        // Same number of digits as the measured exchanges' sequence numbers.
-        let payloadSize = try await groupSync.envelopeSize(sequence: warmup + samples / 2)
-        var next = warmup + 1
-
-        // Topics as long as GroupSync's: groupsync/v1/<group>/s/<session>/msg/all/<participant>.
-        let rawGroup = "r" + group.dropFirst()
-        let rawRoot = "\(GroupTopics.protocolRoot)/\(rawGroup)/s/\(groupSync.cluster.sessionID)/msg/all"
-        let raw = try RawPingPong(
-            host: address.host, port: address.port, pingTopic: "\(rawRoot)/p0", pongTopic: "\(rawRoot)/p1",
-            qos: Int32(qos), payloadSize: payloadSize)
-        _ = try await BlockingThread.run("raw-warmup") { Result { try raw.run(first: 0, count: warmup) } }.get()
-        let acknowledged = qos == 0 ? nil : try RawPingPong(
-            host: address.host, port: address.port, pingTopic: "\(rawRoot)/a0", pongTopic: "\(rawRoot)/a1",
-            qos: Int32(qos), payloadSize: payloadSize, awaitsAcknowledgement: true)
-        if let acknowledged {
-            _ = try await BlockingThread.run("raw-warmup") { Result { try acknowledged.run(first: 0, count: warmup) } }.get()
+        var raws: [RawPingPong] = []
+        func closeAll() async {
+            for raw in raws { raw.close() }
+            await groupSync.close()
         }
+        do {
+            _ = try await groupSync.run(first: 0, count: warmup)
+            // Same number of digits as the measured exchanges' sequence numbers.
+            let payloadSize = try await groupSync.envelopeSize(sequence: warmup + samples / 2)
+            var next = warmup + 1
 
-        var groupSyncSamples: [Double] = []
-        var rawSamples: [Double] = []
-        var acknowledgedSamples: [Double] = []
-        let perRound = max(samples / rounds, 1)
-        for _ in 0..<rounds {
-            let first = next
-            rawSamples += try await BlockingThread.run("raw-ping") { Result { try raw.run(first: first, count: perRound) } }.get()
-            groupSyncSamples += try await groupSync.run(first: next, count: perRound)
-            if let acknowledged {
-                acknowledgedSamples += try await BlockingThread.run("raw-ping") {
-                    Result { try acknowledged.run(first: first, count: perRound) }
-                }.get()
+            // Topics as long as GroupSync's: groupsync/v1/<group>/s/<session>/msg/all/<participant>.
+            let rawGroup = "r" + group.dropFirst()
+            let rawRoot = "\(GroupTopics.protocolRoot)/\(rawGroup)/s/\(groupSync.cluster.sessionID)/msg/all"
+            let raw = try RawPingPong(
+                host: address.host, port: address.port, pingTopic: "\(rawRoot)/p0", pongTopic: "\(rawRoot)/p1",
+                qos: Int32(qos), payloadSize: payloadSize)
+            raws.append(raw)
+            _ = try await BlockingThread.run("raw-warmup") { Result { try raw.run(first: 0, count: warmup) } }.get()
+            var acknowledged: RawPingPong?
+            if qos > 0 {
+                let reference = try RawPingPong(
+                    host: address.host, port: address.port, pingTopic: "\(rawRoot)/a0", pongTopic: "\(rawRoot)/a1",
+                    qos: Int32(qos), payloadSize: payloadSize, awaitsAcknowledgement: true)
+                raws.append(reference)
+                acknowledged = reference
+                _ = try await BlockingThread.run("raw-warmup") { Result { try reference.run(first: 0, count: warmup) } }.get()
             }
-            next += perRound
+
+            var groupSyncSamples: [Double] = []
+            var rawSamples: [Double] = []
+            var acknowledgedSamples: [Double] = []
+            let perRound = max(samples / rounds, 1)
+            for _ in 0..<rounds {
+                let first = next
+                rawSamples += try await BlockingThread.run("raw-ping") { Result { try raw.run(first: first, count: perRound) } }.get()
+                groupSyncSamples += try await groupSync.run(first: next, count: perRound)
+                if let acknowledged {
+                    acknowledgedSamples += try await BlockingThread.run("raw-ping") {
+                        Result { try acknowledged.run(first: first, count: perRound) }
+                    }.get()
+                }
+                next += perRound
+            }
+            await closeAll()
+            let measured = Percentiles(groupSyncSamples), baseline = Percentiles(rawSamples)
+            let reference = acknowledged.map { _ in Percentiles(acknowledgedSamples) }
+            return .init(
+                p50: measured.p50, p99: measured.p99, rawP50: baseline.p50, rawP99: baseline.p99,
+                rawAcknowledged: reference.map { ($0.p50, $0.p99) }, payloadBytes: payloadSize, samples: measured.count)
+        } catch {
+            await closeAll()  // later sections must not share the machine with these connections and threads
+            throw error
         }
-        raw.close()
-        acknowledged?.close()
-        await groupSync.close()
-        let measured = Percentiles(groupSyncSamples), baseline = Percentiles(rawSamples)
-        let reference = acknowledged.map { _ in Percentiles(acknowledgedSamples) }
-        return .init(
-            p50: measured.p50, p99: measured.p99, rawP50: baseline.p50, rawP99: baseline.p99,
-            rawAcknowledged: reference.map { ($0.p50, $0.p99) }, payloadBytes: payloadSize, samples: measured.count)
     }
 }

@@ -20,6 +20,8 @@ final class RawPingPong: Sendable {
     let payloadSize: Int
     let awaitsAcknowledgement: Bool
     private let stopping = Atomic<Bool>(false)
+    /// Why the responder thread stopped answering, if it failed (reported with the pong that never came).
+    private let responderFailure = Mutex<String?>(nil)
     private let responderDone = DispatchSemaphore(value: 0)
 
     init(
@@ -54,6 +56,7 @@ final class RawPingPong: Sendable {
             do {
                 try payload.withUnsafeBytes { try publish(responder, pongTopic, $0) }
             } catch {
+                responderFailure.withLock { $0 = "the responder failed: \(error)" }
                 break
             }
         }
@@ -71,7 +74,8 @@ final class RawPingPong: Sendable {
             let start = MonotonicClock.nanoseconds()
             try payload.withUnsafeBytes { try publish(pinger, pingTopic, $0) }
             guard pinger.inbox.wait(timeout: .now() + 5) == .success else {
-                throw RawMosquittoClient.Failure.timeout("pong \(sequence)")
+                let cause = responderFailure.withLock { $0 }.map { " (\($0))" } ?? ""
+                throw RawMosquittoClient.Failure.timeout("pong \(sequence)\(cause)")
             }
             let end = MonotonicClock.nanoseconds()
             guard pinger.lastSequence.load(ordering: .relaxed) == sequence else {
@@ -94,7 +98,7 @@ final class RawPingPong: Sendable {
             throw error
         }
         guard client.window.wait(timeout: .now() + 5) == .success else {
-            client.window.signal()
+            // The permit stays taken: a PUBACK that still comes hands it back. The run fails anyway.
             throw RawMosquittoClient.Failure.timeout("PUBACK on \(topic)")
         }
         client.window.signal()

@@ -224,7 +224,7 @@ final class Mosquitto: @unchecked Sendable {
                 }
             case .loop:
                 // Wake-ups are events (a packet queued, the socket closed), so the timeout only paces
-                // keepalive: `mosquitto_loop_misc` runs at least once a second.
+                // keepalive: `mosquitto_loop_misc` runs about once a second (at most 1.1 s apart) when idle.
                 let rc = serviceConnection(timeout: 1000, lastKeepaliveCheck: &lastKeepaliveCheck)
                 endBurstUnlessMoreIsWaiting()
                 if rc != MOSQ_ERR_SUCCESS.rawValue && mosquitto_socket(handle) == -1 {
@@ -272,8 +272,8 @@ final class Mosquitto: @unchecked Sendable {
     }
 
     /// `mosquitto_loop_misc` only checks the keepalive (it sends PINGREQ, or gives up on a missing
-    /// PINGRESP): once per this many nanoseconds is plenty against a keepalive of seconds, and spares
-    /// every other turn of the loop a lock, a clock read and `io`.
+    /// PINGRESP, in whole seconds): once per this many nanoseconds is plenty against a keepalive of at
+    /// least 5 s, and spares every other turn of the loop `io` and libmosquitto's own lock and clock read.
     static let keepaliveCheckInterval: UInt64 = 100_000_000
 
     /// One turn of the open connection, in place of `mosquitto_loop`: waits up to `timeout` milliseconds

@@ -10,6 +10,7 @@ import Testing
     static let requiredKeys = [
         "latency.qos0.p50_us", "latency.qos0.p99_us", "latency.qos0.raw_p50_us", "latency.qos0.raw_p99_us",
         "latency.qos1.p50_us", "latency.qos1.p99_us", "latency.qos1.raw_p50_us", "latency.qos1.raw_p99_us",
+        "latency.qos1.raw_acked_p50_us", "latency.qos1.raw_acked_p99_us",
         "throughput.qos0.msgs_per_s", "throughput.qos0.raw_msgs_per_s",
         "throughput.qos1.msgs_per_s", "throughput.qos1.raw_msgs_per_s",
         "fanout.p50_ms", "fanout.p99_ms", "fanout.raw_p50_ms", "fanout.raw_p99_ms",

@@ -192,7 +192,7 @@ import Testing
         }
     }
 
-    /// The loop sends the keepalive pings itself (`mosquitto_loop_misc`, at least once a second): an idle
+    /// The loop sends the keepalive pings itself (`mosquitto_loop_misc`, about once a second): an idle
     /// connection pings within its keepalive and stays up past 1.5 × keepalive, when the broker would
     /// drop it.
     @Test func anIdleConnectionPingsAndStaysUp() async throws {
