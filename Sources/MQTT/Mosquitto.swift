@@ -357,6 +357,12 @@ final class Mosquitto: @unchecked Sendable {
             return .unreachable(host: configuration.host, port: configuration.port, detail: "host name lookup failed")
         case MOSQ_ERR_TLS, MOSQ_ERR_TLS_HANDSHAKE:
             return .tls(detail: String(cString: mosquitto_strerror(rc)))
+        case MOSQ_ERR_KEEPALIVE:
+            // libmosquitto waits for the CONNACK as long as the keepalive, then gives up with this code.
+            return .unreachable(
+                host: configuration.host, port: configuration.port,
+                detail: "it took the connection but sent no CONNACK within the keepalive (\(configuration.keepAlive) s): "
+                    + "it may be overloaded; a longer keepAlive waits longer")
         default:
             return .unreachable(
                 host: configuration.host, port: configuration.port, detail: "\(String(cString: mosquitto_strerror(rc))) (libmosquitto \(rc))")

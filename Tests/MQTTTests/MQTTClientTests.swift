@@ -335,4 +335,36 @@ import Testing
         #expect(ContinuousClock.now - start < timeBound(.seconds(3)))
         await #expect(throws: MQTTError.self) { try await attempt.value }
     }
+
+    /// A broker that takes the TCP connection but never answers the CONNECT (here a listener that never
+    /// accepts: the kernel completes the handshake anyway) makes libmosquitto give up after the
+    /// keepalive with a bare error code; connect() must say what happened and what to change.
+    @Test func aBrokerThatNeverSendsConnackIsReportedAsSuch() async throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
+        listen(listener, 8)
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        let client = try MQTTClient(configuration: .init(url: "mqtt://127.0.0.1:\(port)"))  // keepAlive 5 s
+        let start = ContinuousClock.now
+        do {
+            try await client.connect()
+            Issue.record("connected to a listener that never answers")
+        } catch {
+            guard case let .unreachable(_, reportedPort, detail) = error else {
+                Issue.record("unexpected error \(error)")
+                return
+            }
+            #expect(reportedPort == port)
+            #expect(detail.contains("no CONNACK within the keepalive (5 s)"), "\(detail)")
+        }
+        #expect(ContinuousClock.now - start >= .seconds(4))
+        await client.disconnect()
+    }
 }
