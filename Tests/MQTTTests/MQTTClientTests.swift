@@ -307,16 +307,10 @@ import Testing
     /// disconnect() used to wait for it. The "host" is a loopback listener whose backlog is full, so
     /// further SYNs are dropped.
     @Test func disconnectReturnsWhileAConnectAttemptHangs() async throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (listener, listening) = Self.loopbackListener(backlog: 0)
         defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
-        listen(listener, 0)
+        var address = listening
+        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
         var fillers: [Int32] = []
         defer { fillers.forEach { close($0) } }
         for _ in 0..<4 {  // fill the accept queue; nothing is ever accepted
@@ -340,16 +334,8 @@ import Testing
     /// accepts: the kernel completes the handshake anyway) makes libmosquitto give up after the
     /// keepalive with a bare error code; connect() must say what happened and what to change.
     @Test func aBrokerThatNeverSendsConnackIsReportedAsSuch() async throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (listener, address) = Self.loopbackListener(backlog: 8)
         defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
-        listen(listener, 8)
         let port = Int(UInt16(bigEndian: address.sin_port))
         let client = try MQTTClient(configuration: .init(url: "mqtt://127.0.0.1:\(port)"))  // keepAlive 5 s
         let start = ContinuousClock.now
@@ -366,5 +352,19 @@ import Testing
         }
         #expect(ContinuousClock.now - start >= .seconds(4))
         await client.disconnect()
+    }
+
+    /// A listening TCP socket on a free loopback port that never accepts, and its address.
+    static func loopbackListener(backlog: Int32) -> (descriptor: Int32, address: sockaddr_in) {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
+        listen(listener, backlog)
+        return (listener, address)
     }
 }
