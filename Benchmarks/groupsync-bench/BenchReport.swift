@@ -156,7 +156,10 @@ struct BenchReport {
         var lines: [String] = []
         for qos in [0, 1] {
             guard let latency = results.latency[qos] else { continue }
-            lines.append("latency QoS \(qos): \(latency.samples) ping-pongs per side, \(latency.payloadBytes)-byte payloads on both (the GroupSync envelope)")
+            let rounds = latency.roundRatios
+            lines.append(
+                "latency QoS \(qos): \(latency.samples) ping-pongs per side, \(latency.payloadBytes)-byte payloads on both (the GroupSync envelope); "
+                    + "p50 ratio of each of the \(rounds.rounds) rounds alone: median \(ratio(rounds.median)), quartiles \(ratio(rounds.q1))–\(ratio(rounds.q3))")
             if latency.rawAcknowledged != nil {
                 lines.append("latency QoS 1 reference: raw libmosquitto whose every publish also awaits its PUBACK, as GroupSync's send does (the target stays against plain raw)")
             }
@@ -227,6 +230,10 @@ struct BenchReport {
                 "raw_p99_us": number(value.rawP99), "p50_ratio": number(value.p50 / value.rawP50),
                 "p99_ratio": number(value.p99 / value.rawP99), "payload_bytes": value.payloadBytes, "samples": value.samples,
             ]
+            entry["round_p50_ratio_median"] = number(value.roundRatios.median)
+            entry["round_p50_ratio_q1"] = number(value.roundRatios.q1)
+            entry["round_p50_ratio_q3"] = number(value.roundRatios.q3)
+            entry["rounds"] = value.roundRatios.rounds
             if let acknowledged = value.rawAcknowledged {
                 entry["raw_acked_p50_us"] = number(acknowledged.p50)
                 entry["raw_acked_p99_us"] = number(acknowledged.p99)

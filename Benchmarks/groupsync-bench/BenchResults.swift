@@ -8,6 +8,9 @@ struct BenchResults: Sendable {
         /// QoS 1 only: raw libmosquitto with each side awaiting its PUBACK before the next message, as a
         /// `.reliable` `send` does (a reference beside the target, not the target's baseline).
         var rawAcknowledged: (p50: Double, p99: Double)?
+        /// The p50 ratio (GroupSync / raw) of each alternating round on its own, as quartiles: a slow phase
+        /// of the machine that hits some rounds moves these less than the ratio of the pooled p50s.
+        var roundRatios: (q1: Double, median: Double, q3: Double, rounds: Int)
         var payloadBytes: Int
         var samples: Int
     }

@@ -42,11 +42,15 @@ enum LatencyBenchmark {
             var groupSyncSamples: [Double] = []
             var rawSamples: [Double] = []
             var acknowledgedSamples: [Double] = []
+            var roundRatios: [Double] = []
             let perRound = max(samples / rounds, 1)
             for _ in 0..<rounds {
                 let first = next
-                rawSamples += try await BlockingThread.run("raw-ping") { Result { try raw.run(first: first, count: perRound) } }.get()
-                groupSyncSamples += try await groupSync.run(first: next, count: perRound)
+                let rawRound = try await BlockingThread.run("raw-ping") { Result { try raw.run(first: first, count: perRound) } }.get()
+                let groupSyncRound = try await groupSync.run(first: next, count: perRound)
+                rawSamples += rawRound
+                groupSyncSamples += groupSyncRound
+                roundRatios.append(Percentiles(groupSyncRound).p50 / Percentiles(rawRound).p50)
                 if let acknowledged {
                     acknowledgedSamples += try await BlockingThread.run("raw-ping") {
                         Result { try acknowledged.run(first: first, count: perRound) }
@@ -57,9 +61,12 @@ enum LatencyBenchmark {
             await closeAll()
             let measured = Percentiles(groupSyncSamples), baseline = Percentiles(rawSamples)
             let reference = acknowledged.map { _ in Percentiles(acknowledgedSamples) }
+            let perRoundRatio = Percentiles(roundRatios)
             return .init(
                 p50: measured.p50, p99: measured.p99, rawP50: baseline.p50, rawP99: baseline.p99,
-                rawAcknowledged: reference.map { ($0.p50, $0.p99) }, payloadBytes: payloadSize, samples: measured.count)
+                rawAcknowledged: reference.map { ($0.p50, $0.p99) },
+                roundRatios: (perRoundRatio.percentile(25), perRoundRatio.p50, perRoundRatio.percentile(75), roundRatios.count),
+                payloadBytes: payloadSize, samples: measured.count)
         } catch {
             await closeAll()  // later sections must not share the machine with these connections and threads
             throw error
