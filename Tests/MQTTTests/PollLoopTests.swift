@@ -75,8 +75,9 @@ import Testing
             }
             try await messages.waitForCount(100)
             #expect(messages.elements.map { $0.string } == (0..<100).map { "\($0)" })
-            // A publish after a quiet spell races the network thread it wakes first; on a loaded machine
-            // the network thread may win many, but not every one of a hundred.
+            // A publish leaves its packet to the network thread only when that thread holds `io` (in the
+            // middle of a read or write); on a loaded machine that may happen often, but not every one of
+            // a hundred times.
             #expect(a.connection.callerWrites.load(ordering: .relaxed) > 0)
             #expect(a.connection.callerWriteFailures.load(ordering: .relaxed) == 0)
             await a.disconnect()
