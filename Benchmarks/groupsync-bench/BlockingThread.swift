@@ -5,8 +5,10 @@ import Foundation
 enum BlockingThread {
     static func run<T: Sendable>(_ name: String, _ body: @escaping @Sendable () -> T) async -> T {
         await withCheckedContinuation { continuation in
-            let thread = Thread { continuation.resume(returning: body()) }
-            thread.name = name
+            let thread = Thread {
+                ThreadName.set(name)
+                continuation.resume(returning: body())
+            }
             thread.start()
         }
     }

@@ -46,8 +46,10 @@ final class RawConvergence: Sendable {
             try client.subscribe("\(root)/+", qos: 1)
         }
         for index in 0..<count {
-            let thread = Thread { [self] in write(index) }
-            thread.name = "raw-conv-writer\(index)"
+            let thread = Thread { [self] in
+                ThreadName.set("raw-writer\(index)")
+                write(index)
+            }
             thread.start()
         }
     }

@@ -41,8 +41,10 @@ final class RawPingPong: Sendable {
         try responder.connect(host: host, port: port)
         try pinger.subscribe(pongTopic, qos: qos)
         try responder.subscribe(pingTopic, qos: qos)
-        let thread = Thread { [self] in respond() }
-        thread.name = "raw-responder"
+        let thread = Thread { [self] in
+            ThreadName.set("raw-responder")
+            respond()
+        }
         thread.start()
     }
 

@@ -194,12 +194,12 @@ final class Mosquitto: @unchecked Sendable {
     /// Starts the network thread. It runs until `disconnect` (or a failed first connect) stops it.
     func startNetworkThread() {
         let thread = Thread { [self] in self.run() }
-        thread.name = "mqtt-\(configuration.clientID)"
         thread.stackSize = 512 * 1024
         thread.start()
     }
 
     private func run() {
+        Mosquitto.nameCurrentThread("mqtt:" + configuration.clientID)
         networkThread.store(UInt(pthread_self()), ordering: .relaxed)
         var isFirstConnect = true
         var lastKeepaliveCheck: UInt64 = 0
@@ -259,6 +259,18 @@ final class Mosquitto: @unchecked Sendable {
             return burst.sinks
         }
         for sink in ended { sink.endOfBurst?() }
+    }
+
+    /// Names the calling thread for `top -H`, `perf` and debuggers: Foundation's `Thread.name` does not
+    /// reach the kernel on Linux (and Glibc's `pthread_setname_np` is not visible to Swift). The kernel
+    /// keeps 15 bytes; `name` is cut at a character boundary.
+    private static func nameCurrentThread(_ name: String) {
+        var bytes = Array(name.utf8.prefix(15))
+        while String(validating: bytes, as: UTF8.self) == nil { bytes.removeLast() }
+        let file = open("/proc/thread-self/comm", O_WRONLY)
+        guard file >= 0 else { return }
+        _ = write(file, bytes, bytes.count)
+        close(file)
     }
 
     /// Sleeps until `instant`; returns false if woken early (stop requested or spurious signal).
