@@ -12,7 +12,7 @@ import Synchronization
 /// descriptors per connection, that capped a process at about 340 connections.
 ///
 /// Threading: libmosquitto calls back on the network thread this class starts — and on a publishing
-/// thread that writes its packet itself (``writeFromCaller()``: the publish callback of a QoS 0 message,
+/// thread that writes its packet itself (``writeFromCaller(preWake:)``: the publish callback of a QoS 0 message,
 /// the disconnect callback of a failed write). A callback only updates ``ConnectionStateMachine`` under
 /// `state`'s lock, then — with the lock released — resumes continuations and yields to `AsyncStream`s.
 /// Neither runs user code synchronously (resumed tasks run on their own executors) and neither blocks, so
@@ -44,10 +44,10 @@ final class Mosquitto: @unchecked Sendable {
     private let burst = LockedValue(Burst())
     /// Held by whichever thread is inside libmosquitto's socket I/O: the network thread around each
     /// connect, read, write and keepalive step, a publishing thread around its direct write (see
-    /// ``writeFromCaller()``). Publishing threads only ever try it, so they never wait on the network.
+    /// ``writeFromCaller(preWake:)``). Publishing threads only ever try it, so they never wait on the network.
     /// The final DISCONNECT is written without it: direct writes are off by then (`directWrites`).
     private let io = Mutex(())
-    /// Whether a publishing thread may write its packet itself (see ``writeFromCaller()``): not over TLS,
+    /// Whether a publishing thread may write its packet itself (see ``writeFromCaller(preWake:)``): not over TLS,
     /// and no longer once the network thread has begun to disconnect.
     private let directWrites: Atomic<Bool>
     /// The network thread's `pthread_self()`, 0 before it starts: a publish it makes from inside a
@@ -56,7 +56,7 @@ final class Mosquitto: @unchecked Sendable {
     /// Direct writes attempted by publishing threads, and those that failed (for tests).
     let callerWrites = Atomic<Int>(0)
     let callerWriteFailures = Atomic<Int>(0)
-    /// When this connection last published (`DispatchTime` nanoseconds); see ``writeFromCaller()``.
+    /// When this connection last published (`DispatchTime` nanoseconds); see ``writeFromCaller(preWake:)``.
     private let lastPublish = Atomic<UInt64>(0)
 
     private struct Burst {
@@ -528,7 +528,7 @@ final class Mosquitto: @unchecked Sendable {
         let rc = mosquitto_publish_v5(
             handle, &mid, topic, Int32(payload.count), payload.baseAddress, qos.rawValue, retain, list)
         if rc == MOSQ_ERR_SUCCESS.rawValue && phase == .connected {
-            writeFromCaller()
+            writeFromCaller(preWake: qos == .atMostOnce)
         } else {
             wake.signal()
         }
@@ -554,22 +554,23 @@ final class Mosquitto: @unchecked Sendable {
     /// not — and the caller only *tries* it, so a publishing thread never waits for the network. A packet
     /// the caller could not write, or wrote only in part, is left to the network thread, which is woken.
     ///
-    /// After a quiet spell (``quietSpell``) the network thread is woken *before* the write as well, though
-    /// it will find nothing to do: on the 2-vCPU VM of BENCHMARKS.md (finding AJ) that wake-up brings the
-    /// second CPU out of idle while the packet goes through the loopback stack, and an isolated message's
-    /// one-way latency dropped from 1.25× raw libmosquitto's to 1.05×; without it the direct write gained
-    /// nothing. Within a stream of publishes the CPUs are busy anyway and that wake-up only costs
-    /// (throughput fell from 0.78× to 0.72× raw when every publish made it), so it is skipped. The wake-up
-    /// is sent once the caller holds `io` (finding AK): sent before, it let a network thread that was
-    /// still awake — at QoS 1, writing the PUBACK of the message just received — take `io` first and
-    /// write the packet itself, late: 22 % of the pings of a QoS 1 ping-pong (a third with the timeline's
-    /// instrumentation).
+    /// After a quiet spell (``quietSpell``) a QoS 0 publish (`preWake`) wakes the network thread *before*
+    /// the write as well, though it will find nothing to do: on the 2-vCPU VM of BENCHMARKS.md (finding
+    /// AJ) that wake-up brings the second CPU out of idle while the packet goes through the loopback stack,
+    /// and an isolated message's one-way latency dropped from 1.25× raw libmosquitto's to 1.05×; without
+    /// it the direct write gained nothing. Within a stream of publishes the CPUs are busy anyway and that
+    /// wake-up only costs (throughput fell from 0.78× to 0.72× raw when every publish made it), so it is
+    /// skipped. At QoS 1 and 2 the broker's acknowledgement wakes the network thread one trip later
+    /// anyway, and the early turn only competed with the message's delivery for the CPUs (finding AL:
+    /// QoS 1 latency 1.43× → 1.36× raw, lower in six alternating pairs of six). The wake-up is sent once
+    /// the caller holds `io` (finding AK): sent before, it let a network thread that was still awake take
+    /// `io` first and write the packet itself, late.
     ///
     /// `mosquitto_loop_write` calls back on this thread: the publish callback of a QoS 0 message it wrote
     /// and, if the write fails, the disconnect callback, after which it closes the socket. Both only update
     /// the state machine under its lock and resume continuations, as on the network thread; the network
     /// thread, which may be polling the socket just closed, is then woken to see it gone.
-    private func writeFromCaller() {
+    private func writeFromCaller(preWake: Bool) {
         // On the network thread (a callback publishing) nothing to do: it looks for something to write
         // before every poll().
         guard networkThread.load(ordering: .relaxed) != UInt(pthread_self()) else { return }
@@ -579,7 +580,7 @@ final class Mosquitto: @unchecked Sendable {
         }
         let now = DispatchTime.now().uptimeNanoseconds
         let previous = lastPublish.exchange(now, ordering: .relaxed)
-        let quiet = now &- previous >= Mosquitto.quietSpell
+        let quiet = preWake && now &- previous >= Mosquitto.quietSpell
         let outcome = io.withLockIfAvailable { _ -> Int32? in
             // Woken while we hold `io`, the network thread cannot take the write from us: it waits for
             // `io`, then finds nothing left to write.
@@ -603,7 +604,7 @@ final class Mosquitto: @unchecked Sendable {
     }
 
     /// A connection that has not published for this long (in nanoseconds) is taken to be idle: its next
-    /// publish wakes the network thread before writing (see ``writeFromCaller()``). A ping-pong's
+    /// QoS 0 publish wakes the network thread before writing (see ``writeFromCaller(preWake:)``). A ping-pong's
     /// messages are a round trip apart (≥ 80 µs here); a stream's, 10–20 µs.
     static let quietSpell: UInt64 = 50_000
 
