@@ -311,7 +311,7 @@ public final class ChildProcess: Sendable {
 
     private static func startThread(_ name: String, _ body: @escaping @Sendable () -> Void) {
         let thread = Thread(block: body)
-        thread.name = "cp-\(name)"  // Linux keeps at most 15 bytes of a thread's name, else none
+        thread.name = "cp-\(name)"  // `Thread.current.name` only: Foundation does not pass it to the kernel on Linux
         thread.start()
     }
 
