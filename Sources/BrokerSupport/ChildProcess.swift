@@ -311,7 +311,7 @@ public final class ChildProcess: Sendable {
 
     private static func startThread(_ name: String, _ body: @escaping @Sendable () -> Void) {
         let thread = Thread(block: body)
-        thread.name = "cp-\(name)"  // `Thread.current.name` only: Foundation does not pass it to the kernel on Linux
+        thread.name = "cp-\(name)"  // names the thread on Darwin; no effect on Linux (Foundation drops a name set before start())
         thread.start()
     }
 

@@ -200,6 +200,9 @@ final class Mosquitto: @unchecked Sendable {
     /// Starts the network thread. It runs until `disconnect` (or a failed first connect) stops it.
     func startNetworkThread() {
         let thread = Thread { [self] in self.run() }
+        #if canImport(Darwin)
+        thread.name = "mqtt:\(configuration.clientID)"  // Darwin passes it on; Linux: `nameCurrentThread`
+        #endif
         thread.stackSize = 512 * 1024
         thread.start()
     }
@@ -269,11 +272,11 @@ final class Mosquitto: @unchecked Sendable {
 
     /// Names the calling thread for `top -H`, `perf` and debuggers: Foundation's `Thread.name` does not
     /// reach the kernel on Linux (and Glibc's `pthread_setname_np` is not visible to Swift). The kernel
-    /// keeps 15 bytes; `name` is cut at a character boundary.
+    /// keeps 15 bytes; `name` is cut at a Unicode scalar boundary.
     private static func nameCurrentThread(_ name: String) {
         var bytes = Array(name.utf8.prefix(15))
         while String(validating: bytes, as: UTF8.self) == nil { bytes.removeLast() }
-        let file = open("/proc/thread-self/comm", O_WRONLY)
+        let file = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
         guard file >= 0 else { return }
         _ = write(file, bytes, bytes.count)
         close(file)
@@ -610,7 +613,7 @@ final class Mosquitto: @unchecked Sendable {
     }
 
     /// A connection that has not published for this long (in nanoseconds) is taken to be idle: its next
-    /// QoS 0 publish wakes the network thread before writing (see ``writeFromCaller(preWake:)``). A ping-pong's
+    /// publish, if at QoS 0, wakes the network thread before writing (see ``writeFromCaller(preWake:)``). A ping-pong's
     /// messages are a round trip apart (≥ 80 µs here); a stream's, 10–20 µs.
     static let quietSpell: UInt64 = 50_000
 

@@ -35,7 +35,7 @@ import Foundation
 /// the same descriptor number, so libmosquitto keeps writing to "its" pair and `mosquitto_destroy` closes
 /// it), and the network thread polls a pipe of its own, which is signalled (``signal()``) when a packet
 /// is left for it to write — a publish its caller could not write, every subscribe and unsubscribe —, on
-/// a stop request, and before the first QoS 0 publish after a quiet spell (why: `Mosquitto.writeFromCaller`).
+/// a stop request, and before a QoS 0 publish that ends a quiet spell (why: `Mosquitto.writeFromCaller`).
 /// Packets the network thread queues itself (PUBACKs, PINGREQs) need no wake-up: it looks for something
 /// to write before every `poll()`.
 ///
