@@ -47,7 +47,7 @@ final class RawConvergence: Sendable {
         }
         for index in 0..<count {
             let thread = Thread { [self] in
-                ThreadName.set("raw-writer\(index)")
+                ThreadName.setCurrent("raw-writer\(index)")
                 write(index)
             }
             thread.start()

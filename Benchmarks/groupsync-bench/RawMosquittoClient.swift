@@ -1,6 +1,7 @@
 import CMosquitto
 import Dispatch
 import Foundation
+import MQTT
 import Synchronization
 
 /// One MQTT connection driven directly through libmosquitto's C API — the baseline GroupSync is compared
@@ -63,7 +64,7 @@ final class RawMosquittoClient: @unchecked Sendable {
         try check("MOSQ_OPT_PROTOCOL_VERSION", mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, Int32(MQTT_PROTOCOL_V5)))
         try check("MOSQ_OPT_TCP_NODELAY", mosquitto_int_option(handle, MOSQ_OPT_TCP_NODELAY, 1))
         mosquitto_connect_callback_set(handle) { _, context, _ in
-            ThreadName.set("raw-net")  // libmosquitto's own thread
+            ThreadName.setCurrent("raw-net")  // libmosquitto's own thread
             RawMosquittoClient.from(context).connected.signal()
         }
         mosquitto_subscribe_callback_set(handle) { _, context, _, _, _ in

@@ -1,4 +1,5 @@
 import Foundation
+import MQTT
 import Synchronization
 
 /// Ping-pong between two raw libmosquitto clients through the broker: the pinger publishes, the
@@ -42,7 +43,7 @@ final class RawPingPong: Sendable {
         try pinger.subscribe(pongTopic, qos: qos)
         try responder.subscribe(pingTopic, qos: qos)
         let thread = Thread { [self] in
-            ThreadName.set("raw-responder")
+            ThreadName.setCurrent("raw-responder")
             respond()
         }
         thread.start()

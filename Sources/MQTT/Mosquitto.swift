@@ -201,14 +201,14 @@ final class Mosquitto: @unchecked Sendable {
     func startNetworkThread() {
         let thread = Thread { [self] in self.run() }
         #if canImport(Darwin)
-        thread.name = "mqtt:\(configuration.clientID)"  // Darwin passes it on; Linux: `nameCurrentThread`
+        thread.name = "mqtt:\(configuration.clientID)"  // Darwin passes it on; Linux: `ThreadName`
         #endif
         thread.stackSize = 512 * 1024
         thread.start()
     }
 
     private func run() {
-        Mosquitto.nameCurrentThread("mqtt:" + configuration.clientID)
+        ThreadName.setCurrent("mqtt:" + configuration.clientID)
         networkThread.store(UInt(pthread_self()), ordering: .relaxed)
         var isFirstConnect = true
         var lastKeepaliveCheck: UInt64 = 0
@@ -268,18 +268,6 @@ final class Mosquitto: @unchecked Sendable {
             return burst.sinks
         }
         for sink in ended { sink.endOfBurst?() }
-    }
-
-    /// Names the calling thread for `top -H`, `perf` and debuggers: Foundation's `Thread.name` does not
-    /// reach the kernel on Linux (and Glibc's `pthread_setname_np` is not visible to Swift). The kernel
-    /// keeps 15 bytes; `name` is cut at a Unicode scalar boundary.
-    private static func nameCurrentThread(_ name: String) {
-        var bytes = Array(name.utf8.prefix(15))
-        while String(validating: bytes, as: UTF8.self) == nil { bytes.removeLast() }
-        let file = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
-        guard file >= 0 else { return }
-        _ = write(file, bytes, bytes.count)
-        close(file)
     }
 
     /// Sleeps until `instant`; returns false if woken early (stop requested or spurious signal).
