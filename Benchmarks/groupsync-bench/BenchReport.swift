@@ -167,8 +167,9 @@ struct BenchReport {
         for qos in [0, 1] {
             guard let throughput = results.throughput[qos] else { continue }
             lines.append(
-                "throughput QoS \(qos): \(throughput.sent) messages of \(throughput.payloadBytes) bytes, window \(throughput.window) in flight; "
-                    + "received \(throughput.received) (GroupSync), \(throughput.rawReceived) (raw)")
+                "throughput QoS \(qos): \(throughput.roundRatios.rounds) rounds of \(throughput.sent) messages of \(throughput.payloadBytes) bytes per side, window \(throughput.window) in flight; "
+                    + "fewest received in a round \(throughput.received) (GroupSync), \(throughput.rawReceived) (raw); "
+                    + "rate ratio of each round alone: median \(ratio(throughput.roundRatios.median)), quartiles \(ratio(throughput.roundRatios.q1))–\(ratio(throughput.roundRatios.q3))")
         }
         if let fanout = results.fanout {
             lines.append(
@@ -247,6 +248,8 @@ struct BenchReport {
                 "msgs_per_s": number(value.rate, digits: 0), "raw_msgs_per_s": number(value.rawRate, digits: 0),
                 "ratio": number(value.rate / value.rawRate), "window": value.window, "sent": value.sent,
                 "received": value.received, "raw_received": value.rawReceived, "payload_bytes": value.payloadBytes,
+                "round_ratio_median": number(value.roundRatios.median), "round_ratio_q1": number(value.roundRatios.q1),
+                "round_ratio_q3": number(value.roundRatios.q3), "rounds": value.roundRatios.rounds,
             ] as [String: Any]
         }
         if !throughput.isEmpty { root["throughput"] = throughput }

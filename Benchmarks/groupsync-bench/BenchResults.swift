@@ -16,9 +16,13 @@ struct BenchResults: Sendable {
     }
 
     struct Throughput: Sendable {
+        /// The median round's rate of each side, in messages per second.
         var rate: Double
         var rawRate: Double
+        /// The rate ratio (GroupSync / raw) of each alternating round on its own, as quartiles.
+        var roundRatios: (q1: Double, median: Double, q3: Double, rounds: Int)
         var sent: Int
+        /// The fewest messages received in one round, of `sent`.
         var received: Int
         var rawReceived: Int
         var window: Int

@@ -22,19 +22,32 @@ enum ThroughputBenchmark {
             qos: Int32(qos), payloadSize: payloadSize, window: window)
         _ = try await BlockingThread.run("raw-warmup") { Result { try raw.run(count: warmup) } }.get()
 
-        // Alternating rounds; the median round of each side is reported.
-        var rawRuns: [(received: Int, seconds: Double)] = []
-        var groupSyncRuns: [(received: Int, seconds: Double)] = []
-        for _ in 0..<rounds {
-            rawRuns.append(try await BlockingThread.run("raw-stream") { Result { try raw.run(count: count) } }.get())
-            groupSyncRuns.append(try await groupSync.run(count: count, window: window))
+        // Alternating rounds, who goes first swapped every round: the median round of each side is
+        // reported, and beside it the ratio of each round on its own (a slow phase of the machine hits
+        // both sides of one round alike).
+        var rawRates: [Double] = []
+        var rates: [Double] = []
+        var roundRatios: [Double] = []
+        var received = (groupSync: Int.max, raw: Int.max)
+        for round in 0..<rounds {
+            let groupSyncFirst = !round.isMultiple(of: 2)
+            let early = groupSyncFirst ? try await groupSync.run(count: count, window: window) : nil
+            let rawRun = try await BlockingThread.run("raw-stream") { Result { try raw.run(count: count) } }.get()
+            let groupSyncRun: (received: Int, seconds: Double)
+            if let early { groupSyncRun = early } else { groupSyncRun = try await groupSync.run(count: count, window: window) }
+            let rate = Double(groupSyncRun.received) / groupSyncRun.seconds
+            let rawRate = Double(rawRun.received) / rawRun.seconds
+            rates.append(rate)
+            rawRates.append(rawRate)
+            roundRatios.append(rate / rawRate)
+            received = (min(received.groupSync, groupSyncRun.received), min(received.raw, rawRun.received))
         }
         raw.close()
         await groupSync.close()
-        let rawMedian = rawRuns.sorted { Double($0.received) / $0.seconds < Double($1.received) / $1.seconds }[rounds / 2]
-        let median = groupSyncRuns.sorted { Double($0.received) / $0.seconds < Double($1.received) / $1.seconds }[rounds / 2]
+        let perRoundRatio = Percentiles(roundRatios)
         return .init(
-            rate: Double(median.received) / median.seconds, rawRate: Double(rawMedian.received) / rawMedian.seconds,
-            sent: count, received: median.received, rawReceived: rawMedian.received, window: window, payloadBytes: payloadSize)
+            rate: Percentiles(rates).p50, rawRate: Percentiles(rawRates).p50,
+            roundRatios: (perRoundRatio.percentile(25), perRoundRatio.p50, perRoundRatio.percentile(75), roundRatios.count),
+            sent: count, received: received.groupSync, rawReceived: received.raw, window: window, payloadBytes: payloadSize)
     }
 }
