@@ -305,9 +305,10 @@ extension WireEnvelopeTests {
     static func direct<T: Decodable>(_ type: T.Type, _ text: String) -> T? { direct(type, Data(text.utf8)) }
 
     static func direct<T: Decodable>(_ type: T.Type, _ data: Data) -> T? {
-        guard let range = JSONBytesDecoder.validate(data) else { return nil }
+        let document = [UInt8](data)
+        guard let range = JSONBytesDecoder.validate(document) else { return nil }
         let doubt = JSONBytesDecoder.Doubt()
-        guard let value = try? JSONBytesDecoder(document: data, value: range, doubt: doubt).decode(type), !doubt.raised else { return nil }
+        guard let value = try? JSONBytesDecoder(document: document, value: range, doubt: doubt).decode(type), !doubt.raised else { return nil }
         return value
     }
 
