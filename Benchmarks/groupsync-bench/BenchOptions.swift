@@ -114,7 +114,7 @@ struct BenchOptions: Sendable {
     var latencyRounds: Int { pick(20, 6, 1) }
     var throughputWarmup: Int { pick(5_000, 1_000, 50) }
     var throughputMessages: Int { pick(15_000, 5_000, 200) }
-    var throughputRounds: Int { pick(10, 3, 1) }
+    var throughputRounds: Int { pick(11, 3, 1) }
     var fanoutParticipants: Int { participantsOverride ?? pick(100, 20, 5) }
     var fanoutWarmup: Int { pick(20, 5, 1) }
     var fanoutSamples: Int { pick(300, 50, 5) }
