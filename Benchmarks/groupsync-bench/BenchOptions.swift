@@ -9,7 +9,7 @@ struct BenchOptions: Sendable {
     }
 
     enum Section: String, Sendable, CaseIterable {
-        case latency, throughput, fanout, lateJoin = "late-join", convergence, crash, memory
+        case latency, latencyProcesses = "latency-processes", throughput, fanout, lateJoin = "late-join", convergence, crash, memory
     }
 
     static let help = """
@@ -20,6 +20,7 @@ struct BenchOptions: Sendable {
         targets, PASS or MISS:
 
           latency      one-way messenger latency (half a ping-pong), QoS 0 and 1, p50/p99, vs raw
+          latency-processes  the same with the responder in a process of its own (both libraries)
           throughput   messages/s from one sender to one receiver, QoS 0 and 1, vs raw (same window)
           fanout       one shared-state change until the last of 100 participants has it, p50/p99, vs raw
           late-join    join() with 100 present until the current value is held; messages per join
@@ -112,6 +113,9 @@ struct BenchOptions: Sendable {
     var latencyWarmup: Int { pick(2_000, 300, 20) }
     var latencySamples: Int { pick(20_000, 3_000, 40) }
     var latencyRounds: Int { pick(20, 6, 1) }
+    var processLatencyWarmup: Int { pick(1_000, 200, 20) }
+    var processLatencySamples: Int { pick(10_000, 1_500, 40) }
+    var processLatencyRounds: Int { pick(10, 3, 1) }
     var throughputWarmup: Int { pick(5_000, 1_000, 50) }
     var throughputMessages: Int { pick(15_000, 5_000, 200) }
     var throughputRounds: Int { pick(11, 3, 1) }

@@ -42,6 +42,15 @@ struct BenchReport {
             }
         }
         for qos in [0, 1] {
+            guard let latency = results.processLatency[qos] else { continue }
+            rows.append(Row(
+                metric: "  responder in its own process, QoS \(qos) p50", groupSync: format(latency.p50), raw: format(latency.rawP50),
+                ratio: ratio(latency.p50 / latency.rawP50)))
+            rows.append(Row(
+                metric: "  responder in its own process, QoS \(qos) p99", groupSync: format(latency.p99), raw: format(latency.rawP99),
+                ratio: ratio(latency.p99 / latency.rawP99)))
+        }
+        for qos in [0, 1] {
             guard let throughput = results.throughput[qos] else { continue }
             let share = throughput.rate / throughput.rawRate
             rows.append(Row(
@@ -165,6 +174,13 @@ struct BenchReport {
             }
         }
         for qos in [0, 1] {
+            guard let latency = results.processLatency[qos] else { continue }
+            let rounds = latency.roundRatios
+            lines.append(
+                "latency QoS \(qos), responder in its own process (this binary, `--responder`; GroupSync and raw alike): \(latency.samples) ping-pongs per side, "
+                    + "\(latency.payloadBytes)-byte payloads; p50 ratio of each of the \(rounds.rounds) rounds alone: median \(ratio(rounds.median)), quartiles \(ratio(rounds.q1))–\(ratio(rounds.q3))")
+        }
+        for qos in [0, 1] {
             guard let throughput = results.throughput[qos] else { continue }
             lines.append(
                 "throughput QoS \(qos): \(throughput.roundRatios.rounds) rounds of \(throughput.sent) messages of \(throughput.payloadBytes) bytes per side, window \(throughput.window) in flight; "
@@ -242,6 +258,17 @@ struct BenchReport {
             latency["qos\(qos)"] = entry
         }
         if !latency.isEmpty { root["latency"] = latency }
+        var processLatency: [String: Any] = [:]
+        for (qos, value) in results.processLatency {
+            processLatency["qos\(qos)"] = [
+                "p50_us": number(value.p50), "p99_us": number(value.p99), "raw_p50_us": number(value.rawP50),
+                "raw_p99_us": number(value.rawP99), "p50_ratio": number(value.p50 / value.rawP50),
+                "p99_ratio": number(value.p99 / value.rawP99), "payload_bytes": value.payloadBytes, "samples": value.samples,
+                "round_p50_ratio_median": number(value.roundRatios.median), "round_p50_ratio_q1": number(value.roundRatios.q1),
+                "round_p50_ratio_q3": number(value.roundRatios.q3), "rounds": value.roundRatios.rounds,
+            ] as [String: Any]
+        }
+        if !processLatency.isEmpty { root["latency_processes"] = processLatency }
         var throughput: [String: Any] = [:]
         for (qos, value) in results.throughput {
             throughput["qos\(qos)"] = [

@@ -124,6 +124,8 @@ struct BenchResults: Sendable {
 
     var environment: Environment
     var latency: [Int: Latency] = [:]
+    /// The same with the responder in a process of its own (``ProcessPingPong``).
+    var processLatency: [Int: Latency] = [:]
     var throughput: [Int: Throughput] = [:]
     var fanout: Fanout?
     var lateJoin: LateJoin?

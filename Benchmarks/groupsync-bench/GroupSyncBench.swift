@@ -6,6 +6,9 @@ import Foundation
 enum GroupSyncBench {
     static func main(_ arguments: [String]) async -> Int32 {
         RawMosquittoClient.initializeLibrary()
+        if arguments.first == "--responder" {  // internal: the child of the latency-processes section
+            return await ProcessPingPong.respond(Array(arguments.dropFirst()))
+        }
         let options: BenchOptions
         do {
             options = try BenchOptions(arguments)
@@ -84,6 +87,15 @@ enum GroupSyncBench {
                     try await LatencyBenchmark.run(
                         url: url, group: "bl\(qos)-\(run)", qos: qos, warmup: options.latencyWarmup,
                         samples: options.latencySamples, rounds: options.latencyRounds)
+                }
+            }
+        }
+        if sections.contains(.latencyProcesses) {
+            for qos in [0, 1] {
+                results.processLatency[qos] = await section("latency QoS \(qos), responder in its own process", &failures) {
+                    try await ProcessPingPong.run(
+                        url: url, group: "bx\(qos)-\(run)", qos: qos, warmup: options.processLatencyWarmup,
+                        samples: options.processLatencySamples, rounds: options.processLatencyRounds)
                 }
             }
         }
