@@ -33,22 +33,13 @@ struct BenchReport {
                 metric: "latency QoS \(qos) p99, one-way (µs)", groupSync: format(latency.p99), raw: format(latency.rawP99),
                 ratio: ratio(p99), target: "≤ 1.5× raw", verdict: p99 <= 1.5))
             if let acknowledged = latency.rawAcknowledged {
-                rows.append(Row(
-                    metric: "  reference: raw awaiting PUBACK, p50", groupSync: format(latency.p50), raw: format(acknowledged.p50),
-                    ratio: ratio(latency.p50 / acknowledged.p50)))
-                rows.append(Row(
-                    metric: "  reference: raw awaiting PUBACK, p99", groupSync: format(latency.p99), raw: format(acknowledged.p99),
-                    ratio: ratio(latency.p99 / acknowledged.p99)))
+                rows += referenceRows("reference: raw awaiting PUBACK", (latency.p50, latency.p99), acknowledged)
             }
         }
         for qos in [0, 1] {
             guard let latency = results.processLatency[qos] else { continue }
-            rows.append(Row(
-                metric: "  responder in its own process, QoS \(qos) p50", groupSync: format(latency.p50), raw: format(latency.rawP50),
-                ratio: ratio(latency.p50 / latency.rawP50)))
-            rows.append(Row(
-                metric: "  responder in its own process, QoS \(qos) p99", groupSync: format(latency.p99), raw: format(latency.rawP99),
-                ratio: ratio(latency.p99 / latency.rawP99)))
+            rows += referenceRows(
+                "responder in its own process, QoS \(qos)", (latency.p50, latency.p99), (latency.rawP50, latency.rawP99))
         }
         for qos in [0, 1] {
             guard let throughput = results.throughput[qos] else { continue }
@@ -165,27 +156,25 @@ struct BenchReport {
         var lines: [String] = []
         for qos in [0, 1] {
             guard let latency = results.latency[qos] else { continue }
-            let rounds = latency.roundRatios
             lines.append(
                 "latency QoS \(qos): \(latency.samples) ping-pongs per side, \(latency.payloadBytes)-byte payloads on both (the GroupSync envelope); "
-                    + "p50 ratio of each of the \(rounds.rounds) rounds alone: median \(ratio(rounds.median)), quartiles \(ratio(rounds.q1))–\(ratio(rounds.q3))")
+                    + "p50 ratio of each of the \(latency.roundRatios.rounds) rounds alone: \(spread(latency.roundRatios))")
             if latency.rawAcknowledged != nil {
                 lines.append("latency QoS 1 reference: raw libmosquitto whose every publish also awaits its PUBACK, as GroupSync's send does (the target stays against plain raw)")
             }
         }
         for qos in [0, 1] {
             guard let latency = results.processLatency[qos] else { continue }
-            let rounds = latency.roundRatios
             lines.append(
                 "latency QoS \(qos), responder in its own process (this binary, `--responder`; GroupSync and raw alike): \(latency.samples) ping-pongs per side, "
-                    + "\(latency.payloadBytes)-byte payloads; p50 ratio of each of the \(rounds.rounds) rounds alone: median \(ratio(rounds.median)), quartiles \(ratio(rounds.q1))–\(ratio(rounds.q3))")
+                    + "\(latency.payloadBytes)-byte payloads; p50 ratio of each of the \(latency.roundRatios.rounds) rounds alone: \(spread(latency.roundRatios))")
         }
         for qos in [0, 1] {
             guard let throughput = results.throughput[qos] else { continue }
             lines.append(
                 "throughput QoS \(qos): \(throughput.roundRatios.rounds) rounds of \(throughput.sent) messages of \(throughput.payloadBytes) bytes per side, window \(throughput.window) in flight; "
                     + "fewest received in a round \(throughput.received) (GroupSync), \(throughput.rawReceived) (raw); "
-                    + "rate ratio of each round alone: median \(ratio(throughput.roundRatios.median)), quartiles \(ratio(throughput.roundRatios.q1))–\(ratio(throughput.roundRatios.q3))")
+                    + "rate ratio of each round alone: \(spread(throughput.roundRatios))")
         }
         if let fanout = results.fanout {
             lines.append(
@@ -365,6 +354,21 @@ struct BenchReport {
     }
 
     /// A p50 row, judged against `below` milliseconds, and a p99 row, both beside their raw floors.
+    /// `median R, quartiles A–B` of per-round ratios.
+    private func spread(_ ratios: (q1: Double, median: Double, q3: Double, rounds: Int)) -> String {
+        "median \(ratio(ratios.median)), quartiles \(ratio(ratios.q1))–\(ratio(ratios.q3))"
+    }
+
+    /// Two rows beside a target, with no verdict of their own: GroupSync's p50 and p99 (µs) against
+    /// another baseline's.
+    private func referenceRows(
+        _ label: String, _ groupSync: (p50: Double, p99: Double), _ baseline: (p50: Double, p99: Double)
+    ) -> [Row] {
+        [("p50", groupSync.p50, baseline.p50), ("p99", groupSync.p99, baseline.p99)].map { name, value, base in
+            Row(metric: "  \(label), \(name)", groupSync: format(value), raw: format(base), ratio: ratio(value / base))
+        }
+    }
+
     private func percentileRows(_ name: String, _ ms: (p50: Double, p99: Double), raw: (p50: Double, p99: Double), below limit: Double) -> [Row] {
         [Row(metric: "\(name): p50 (ms)", groupSync: format(ms.p50), raw: format(raw.p50), ratio: ratio(ms.p50 / raw.p50),
              target: "< \(format(limit, digits: 0)) ms", verdict: ms.p50 < limit),

@@ -35,21 +35,27 @@ final class MessengerPingPong: Sendable {
     func run(first: Int, count: Int) async throws -> [Double] {
         let pinger = self.pinger
         return try await TimeLimit.run(.seconds(30 + Double(count) / 100), "messenger ping-pong") {
-            var pongs = pinger.messages(of: Ping.self).makeAsyncIterator()
-            var samples: [Double] = []
-            samples.reserveCapacity(count)
-            for sequence in first..<(first + count) {
-                let start = MonotonicClock.nanoseconds()
-                try await pinger.send(Ping(seq: sequence))
-                guard let (pong, _) = await pongs.next() else { throw CancellationError() }
-                let end = MonotonicClock.nanoseconds()
-                guard pong.seq == sequence else {
-                    throw SessionCluster.Failure(description: "pong \(pong.seq) for ping \(sequence)")
-                }
-                samples.append(MonotonicClock.microseconds(from: start, to: end) / 2)
-            }
-            return samples
+            try await MessengerPingPong.exchanges(pinger, first: first, count: count)
         }
+    }
+
+    /// `count` exchanges numbered from `first` between `pinger` and whoever sends its pings back (here,
+    /// or a responder process: ``ProcessPingPong``); each one-way latency (half the round trip) in µs.
+    static func exchanges(_ pinger: GroupSessionMessenger, first: Int, count: Int) async throws -> [Double] {
+        var pongs = pinger.messages(of: Ping.self).makeAsyncIterator()
+        var samples: [Double] = []
+        samples.reserveCapacity(count)
+        for sequence in first..<(first + count) {
+            let start = MonotonicClock.nanoseconds()
+            try await pinger.send(Ping(seq: sequence))
+            guard let (pong, _) = await pongs.next() else { throw CancellationError() }
+            let end = MonotonicClock.nanoseconds()
+            guard pong.seq == sequence else {
+                throw SessionCluster.Failure(description: "pong \(pong.seq) for ping \(sequence)")
+            }
+            samples.append(MonotonicClock.microseconds(from: start, to: end) / 2)
+        }
+        return samples
     }
 
     /// The size of the pinger's messages on the wire (the envelope), seen by a sniffing client.

@@ -39,18 +39,7 @@ enum ProcessPingPong {
             try await SessionCluster.waitUntil(seconds: 20, "the responder process joined") { joined.activeParticipants.count == 2 }
             let pinger = GroupSessionMessenger(session: joined, deliveryMode: mode)
             @Sendable func groupSyncRound(first: Int, count: Int) async throws -> [Double] {
-                var pongs = pinger.messages(of: Ping.self).makeAsyncIterator()
-                var samples: [Double] = []
-                samples.reserveCapacity(count)
-                for sequence in first..<(first + count) {
-                    let start = MonotonicClock.nanoseconds()
-                    try await pinger.send(Ping(seq: sequence))
-                    guard let (pong, _) = await pongs.next() else { throw Failure(description: "the pinger's messages ended") }
-                    let end = MonotonicClock.nanoseconds()
-                    guard pong.seq == sequence else { throw Failure(description: "pong \(pong.seq) for ping \(sequence)") }
-                    samples.append(MonotonicClock.microseconds(from: start, to: end) / 2)
-                }
-                return samples
+                try await MessengerPingPong.exchanges(pinger, first: first, count: count)
             }
             _ = try await TimeLimit.run(.seconds(30 + Double(warmup) / 100), "process ping-pong warm-up") {
                 try await groupSyncRound(first: 0, count: warmup)
