@@ -52,18 +52,23 @@ struct JSONBytesDecoder: Decoder {
     /// Decodes `type` from `data`: here when the document is valid JSON and no doubtful failure occurred
     /// on the way, through `JSONDecoder` otherwise. nil when `JSONDecoder` fails too.
     static func decode<T: Decodable>(_ type: T.Type, from data: Data) -> T? {
+        decodeInPlace(type, from: data) ?? Wire.decode(type, from: data)
+    }
+
+    /// This decoder alone, without `JSONDecoder` behind it: nil where the document is outside the fast
+    /// subset or a doubtful failure occurred (the fuzz tests compare it with `JSONDecoder`).
+    static func decodeInPlace<T: Decodable>(_ type: T.Type, from data: Data) -> T? {
         let document = [UInt8](data)
-        if let range = validate(document) {
-            let doubt = Doubt()
-            if let value = try? JSONBytesDecoder(document: document, value: range, doubt: doubt).decode(type), !doubt.raised {
-                return value
-            }
+        guard let range = validate(document) else { return nil }
+        let doubt = Doubt()
+        guard let value = try? JSONBytesDecoder(document: document, value: range, doubt: doubt).decode(type), !doubt.raised else {
+            return nil
         }
-        return Wire.decode(type, from: data)
+        return value
     }
 
     /// The range of the document's one value, or nil if the document is outside the fast subset.
-    static func validate(_ document: [UInt8]) -> Range<Int>? {
+    private static func validate(_ document: [UInt8]) -> Range<Int>? {
         document.withUnsafeBytes { bytes in
             var reader = JSONByteReader(bytes: bytes)
             reader.skipWhitespace()

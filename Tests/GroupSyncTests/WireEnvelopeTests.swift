@@ -304,13 +304,7 @@ extension WireEnvelopeTests {
     /// The decoder itself, without the entry point's fallback: nil where it gives up.
     static func direct<T: Decodable>(_ type: T.Type, _ text: String) -> T? { direct(type, Data(text.utf8)) }
 
-    static func direct<T: Decodable>(_ type: T.Type, _ data: Data) -> T? {
-        let document = [UInt8](data)
-        guard let range = JSONBytesDecoder.validate(document) else { return nil }
-        let doubt = JSONBytesDecoder.Doubt()
-        guard let value = try? JSONBytesDecoder(document: document, value: range, doubt: doubt).decode(type), !doubt.raised else { return nil }
-        return value
-    }
+    static func direct<T: Decodable>(_ type: T.Type, _ data: Data) -> T? { JSONBytesDecoder.decodeInPlace(type, from: data) }
 
     @Test func decodesInPlaceWhatJSONDecoderDecodes() throws {
         // The first sample has no fraction where a Float is read: all of it is read in place.
