@@ -38,18 +38,15 @@ enum ProcessPingPong {
             children.append(try await startResponder(["gs", url, group, sessionID, String(qos)]))
             try await SessionCluster.waitUntil(seconds: 20, "the responder process joined") { joined.activeParticipants.count == 2 }
             let pinger = GroupSessionMessenger(session: joined, deliveryMode: mode)
-            @Sendable func groupSyncRound(first: Int, count: Int) async throws -> [Double] {
-                try await MessengerPingPong.exchanges(pinger, first: first, count: count)
-            }
             _ = try await TimeLimit.run(.seconds(30 + Double(warmup) / 100), "process ping-pong warm-up") {
-                try await groupSyncRound(first: 0, count: warmup)
+                try await MessengerPingPong.exchanges(pinger, first: 0, count: warmup)
             }
             // The envelope's size with as many digits as the measured pings have, seen on the wire.
             let sniffer = try await WireSniffer.start(url: url, filters: [GroupTopics(group: group).broadcast(sessionID, from: "x0")])
             let sized: Result<Int, any Error>
             do {
                 _ = try await TimeLimit.run(.seconds(10), "process ping-pong probe") {
-                    try await groupSyncRound(first: warmup + samples / 2, count: 1)
+                    try await MessengerPingPong.exchanges(pinger, first: warmup + samples / 2, count: 1)
                 }
                 sized = .success(try await sniffer.next(after: 0).size)
             } catch {
@@ -96,7 +93,7 @@ enum ProcessPingPong {
                 let groupSyncTimes: [Double]
                 do {
                     groupSyncTimes = try await TimeLimit.run(.seconds(30 + Double(perRound) / 100), "process ping-pong") {
-                        try await groupSyncRound(first: first, count: perRound)
+                        try await MessengerPingPong.exchanges(pinger, first: first, count: perRound)
                     }
                 } catch {
                     let ended = children.first?.termination.map { " (the responder process: \($0))" } ?? ""
