@@ -457,8 +457,8 @@ public final class MosquittoBroker: Sendable {
 
     // MARK: - Helpers
 
-    /// Finds `name` in `PATH`, then in `extraDirectories`.
-    static func locate(_ name: String, extraDirectories: [String]) throws -> String {
+    /// Finds the executable `name` in `PATH`, then in `extraDirectories`.
+    public static func locate(_ name: String, extraDirectories: [String]) throws -> String {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
         let directories = path.split(separator: ":").map(String.init) + extraDirectories
         for directory in directories where !directory.isEmpty {
