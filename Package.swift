@@ -23,7 +23,8 @@ let package = Package(
         // shared with the tests and the bench. (It uses the MQTT target's LockedValue: ThreadSanitizer cannot
         // see Synchronization.Mutex on Linux.)
         .target(name: "BrokerSupport", dependencies: ["MQTT"]),
-        // What only the tests and the bench use (TestPKI, Collector, time limits and bounds, file limits).
+        // What only the tests and the bench use (ChildProcess, TestPKI, Collector, time limits and bounds,
+        // file limits).
         // Never a dependency of a shipped product.
         .target(name: "GroupSyncTestSupport", dependencies: ["BrokerSupport", "MQTT"]),
         // SharePlay-style group sessions over MQTT.

@@ -172,10 +172,16 @@ extension MosquittoBroker {
             let tool = try MosquittoBroker.locate(
                 "mosquitto_passwd",
                 extraDirectories: ["/usr/bin", "/usr/local/bin", "/opt/homebrew/bin"])
-            let run = try ChildProcess.run(tool, ["-U", path])
-            guard run.termination == .exited(0) else {
+            let log = "\(directory)/mosquitto_passwd.log"
+            let pid = try Spawn.process(
+                tool, ["-U", path], stdin: .nullDevice, stdout: .appending(toFile: log), stderr: .standardOutput,
+                newProcessGroup: false)
+            var status: Int32 = 0
+            while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+            guard status == 0 else {
                 throw MosquittoBroker.Failure(
-                    "mosquitto_passwd -U \(path) ended with \(run.termination)", log: String(decoding: run.output, as: UTF8.self))
+                    "mosquitto_passwd -U \(path) ended with \(MosquittoBroker.describe(status))",
+                    log: (try? String(contentsOfFile: log, encoding: .utf8)) ?? "")
             }
         }
     }

@@ -450,7 +450,8 @@ public final class MosquittoBroker: Sendable {
         state.lastExit = status.map(describe) ?? "exit status unavailable"
     }
 
-    private static func describe(_ status: Int32) -> String {
+    /// `exit status N` or `killed by signal N`, from a `waitpid` status.
+    static func describe(_ status: Int32) -> String {
         let signal = status & 0x7F
         return signal == 0 ? "exit status \((status >> 8) & 0xFF)" : "killed by signal \(signal)"
     }
