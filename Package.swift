@@ -19,21 +19,27 @@ let package = Package(
         ),
         // A Swift 6 async MQTT client on top of libmosquitto.
         .target(name: "MQTT", dependencies: ["CMosquitto"]),
-        // Starts and stops a real mosquitto broker: used by the tests, the demo and the benchmarks.
-        // (It uses the MQTT target's LockedValue: ThreadSanitizer cannot see Synchronization.Mutex on Linux.)
+        // Starts and stops a real mosquitto broker, and the one deadline helper: what `groupsync demo` needs,
+        // shared with the tests and the bench. (It uses the MQTT target's LockedValue: ThreadSanitizer cannot
+        // see Synchronization.Mutex on Linux.)
         .target(name: "BrokerSupport", dependencies: ["MQTT"]),
+        // What only the tests and the bench use (ChildProcess, TestPKI, Collector, time limits and bounds,
+        // file limits).
+        // Never a dependency of a shipped product.
+        .target(name: "GroupSyncTestSupport", dependencies: ["BrokerSupport", "MQTT"]),
         // SharePlay-style group sessions over MQTT.
         .target(name: "GroupSync", dependencies: ["MQTT"]),
+        // The shipped tool: links BrokerSupport for `groupsync broker` and `demo`, never the test support.
         .executableTarget(name: "groupsync", dependencies: ["GroupSync", "MQTT", "BrokerSupport"]),
         .executableTarget(
             name: "groupsync-bench",
-            dependencies: ["GroupSync", "MQTT", "BrokerSupport", "CMosquitto"],
+            dependencies: ["GroupSync", "MQTT", "BrokerSupport", "GroupSyncTestSupport", "CMosquitto"],
             path: "Benchmarks/groupsync-bench"
         ),
-        .testTarget(name: "MQTTTests", dependencies: ["MQTT", "BrokerSupport", "CMosquitto"]),
-        .testTarget(name: "GroupSyncTests", dependencies: ["GroupSync", "MQTT", "BrokerSupport"]),
+        .testTarget(name: "MQTTTests", dependencies: ["MQTT", "BrokerSupport", "GroupSyncTestSupport", "CMosquitto"]),
+        .testTarget(name: "GroupSyncTests", dependencies: ["GroupSync", "MQTT", "BrokerSupport", "GroupSyncTestSupport"]),
         // Runs the built `groupsync` executable end to end (scripts/test.sh builds it first).
-        .testTarget(name: "CLITests", dependencies: ["GroupSync", "MQTT", "BrokerSupport"]),
+        .testTarget(name: "CLITests", dependencies: ["GroupSync", "MQTT", "BrokerSupport", "GroupSyncTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

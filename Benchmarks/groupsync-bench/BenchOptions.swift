@@ -42,7 +42,7 @@ struct BenchOptions: Sendable {
 
         Build and run: swift build -c release    (also builds groupsync, the crash test's child process)
                        swift run -c release groupsync-bench
-        Results, method and profiler findings: BENCHMARKS.md.
+        Results and what each figure means: BENCHMARKS.md; lasting findings: docs/FINDINGS.md.
         Exit status: 0 measured (whatever PASS/MISS says), 1 a measurement failed, 2 usage error.
         """
 

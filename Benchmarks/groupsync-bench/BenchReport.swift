@@ -15,8 +15,21 @@ struct BenchReport {
 
     // MARK: - Targets
 
-    /// The GroupSync QoS 1 messenger round trip of this run (twice the one-way p50), in ms: the bound for
-    /// convergence ("within one round trip after the last write").
+    /// The bounds the bench judges against (BENCHMARKS.md, "Speed to hold"): ratios to raw libmosquitto
+    /// measured in the same run, floors to hold rather than targets to chase.
+    enum Bound {
+        static let qos0P50 = 1.25, qos0P99 = 1.5
+        /// QoS 1 p50 against raw libmosquitto awaiting each PUBACK, as a reliable `send` does.
+        static let qos1AcknowledgedP50 = 1.3
+        static let throughput = 0.75
+        /// Fan-out, late join and convergence p50, each against its raw floor.
+        static let floorP50 = 1.35
+        static let crashSeconds = 1.0
+        static let memoryPerParticipantKiB = 380.0
+    }
+
+    /// The GroupSync QoS 1 messenger round trip of this run (twice the one-way p50), in ms: the scale to
+    /// read convergence against (JSON `convergence.round_trip_ms`).
     var roundTripMilliseconds: Double? {
         results.latency[1].map { 2 * $0.p50 / 1_000 }
     }
@@ -26,14 +39,20 @@ struct BenchReport {
         for qos in [0, 1] {
             guard let latency = results.latency[qos] else { continue }
             let p50 = latency.p50 / latency.rawP50, p99 = latency.p99 / latency.rawP99
+            // QoS 0 is judged against plain raw; QoS 1 against raw awaiting each PUBACK (the reference rows).
+            let judged = qos == 0
             rows.append(Row(
                 metric: "latency QoS \(qos) p50, one-way (µs)", groupSync: format(latency.p50), raw: format(latency.rawP50),
-                ratio: ratio(p50), target: "≤ 1.2× raw", verdict: p50 <= 1.2))
+                ratio: ratio(p50), target: judged ? "≤ \(Bound.qos0P50)× raw" : "", verdict: judged ? p50 <= Bound.qos0P50 : nil))
             rows.append(Row(
                 metric: "latency QoS \(qos) p99, one-way (µs)", groupSync: format(latency.p99), raw: format(latency.rawP99),
-                ratio: ratio(p99), target: "≤ 1.5× raw", verdict: p99 <= 1.5))
+                ratio: ratio(p99), target: judged ? "≤ \(Bound.qos0P99)× raw" : "", verdict: judged ? p99 <= Bound.qos0P99 : nil))
             if let acknowledged = latency.rawAcknowledged {
-                rows += referenceRows("reference: raw awaiting PUBACK", (latency.p50, latency.p99), acknowledged)
+                var reference = referenceRows("reference: raw awaiting PUBACK", (latency.p50, latency.p99), acknowledged)
+                let acknowledgedP50 = latency.p50 / acknowledged.p50
+                reference[0].target = "≤ \(Bound.qos1AcknowledgedP50)× raw awaiting PUBACK"
+                reference[0].verdict = acknowledgedP50 <= Bound.qos1AcknowledgedP50
+                rows += reference
             }
         }
         for qos in [0, 1] {
@@ -46,15 +65,15 @@ struct BenchReport {
             let share = throughput.rate / throughput.rawRate
             rows.append(Row(
                 metric: "throughput QoS \(qos), 1→1 (msg/s)", groupSync: format(throughput.rate, digits: 0),
-                raw: format(throughput.rawRate, digits: 0), ratio: ratio(share), target: "≥ 0.8× raw", verdict: share >= 0.8))
+                raw: format(throughput.rawRate, digits: 0), ratio: ratio(share), target: "≥ \(Bound.throughput)× raw", verdict: share >= Bound.throughput))
         }
         if let fanout = results.fanout {
             rows += percentileRows(
-                "fan-out to \(fanout.participants)", (fanout.p50, fanout.p99), raw: (fanout.rawP50, fanout.rawP99), below: 3)
+                "fan-out to \(fanout.participants)", (fanout.p50, fanout.p99), raw: (fanout.rawP50, fanout.rawP99))
         }
         if let late = results.lateJoin {
             rows += percentileRows(
-                "late join, \(late.participants) present", (late.p50, late.p99), raw: (late.rawP50, late.rawP99), below: 5)
+                "late join, \(late.participants) present", (late.p50, late.p99), raw: (late.rawP50, late.rawP99))
             rows.append(Row(
                 metric: "late join: catch-ups per join", groupSync: format(late.catchUps), target: "1, whatever N (O(1))",
                 verdict: late.catchUps <= 1.0001 && late.catchUps >= 0.9999))
@@ -65,12 +84,11 @@ struct BenchReport {
             rows.append(Row(metric: "late join: MQTT messages per join, all", groupSync: format(late.total, digits: 1)))
         }
         if let convergence = results.convergence {
-            let bound = roundTripMilliseconds
+            let p50 = convergence.p50 / convergence.rawP50
             rows.append(Row(
                 metric: "convergence, \(convergence.writers) writers: p50 (ms)", groupSync: format(convergence.p50),
-                raw: format(convergence.rawP50), ratio: ratio(convergence.p50 / convergence.rawP50),
-                target: bound.map { "≤ 1 round trip (\(format($0)) ms)" } ?? "≤ 1 round trip (n/a)",
-                verdict: bound.map { convergence.p50 <= $0 }))
+                raw: format(convergence.rawP50), ratio: ratio(p50), target: "≤ \(Bound.floorP50)× raw",
+                verdict: p50 <= Bound.floorP50))
             rows.append(Row(
                 metric: "convergence: p99 (ms)", groupSync: format(convergence.p99), raw: format(convergence.rawP99),
                 ratio: ratio(convergence.p99 / convergence.rawP99)))
@@ -82,7 +100,8 @@ struct BenchReport {
         if let crash = results.crash {
             rows.append(Row(
                 metric: "crash detection, p50 of \(crash.samples) (s)", groupSync: format(crash.p50, digits: 3),
-                target: "≤ 3 s (max \(format(crash.max, digits: 3)) s)", verdict: crash.max <= 3))
+                target: "≤ \(format(Bound.crashSeconds, digits: 0)) s (max \(format(crash.max, digits: 3)) s)",
+                verdict: crash.max <= Bound.crashSeconds))
         }
         if let memory = results.memory {
             if let bytes = memory.participantsBytes, let reached = memory.participantsReached {
@@ -93,14 +112,14 @@ struct BenchReport {
                         target: "all \(memory.participants) connect", verdict: false))
                     rows.append(Row(
                         metric: "memory: \(reached) participants, 1 session (MiB)", groupSync: format(mebibytes(bytes), digits: 1),
-                        target: "\(format(each / 1_024, digits: 0)) KiB each"))
+                        target: memoryTarget(each), verdict: memoryVerdict(each, of: memory.participants)))
                     rows.append(Row(
                         metric: "memory: \(memory.participants) participants, extrapolated (MiB)",
                         groupSync: format(mebibytes(Int(each * Double(memory.participants))), digits: 1)))
                 } else {
                     rows.append(Row(
                         metric: "memory: \(memory.participants) participants, 1 session (MiB)", groupSync: format(mebibytes(bytes), digits: 1),
-                        target: "\(format(each / 1_024, digits: 0)) KiB each"))
+                        target: memoryTarget(each), verdict: memoryVerdict(each, of: memory.participants)))
                 }
             }
             if let bytes = memory.sessionsBytes, let reached = memory.sessionsReached {
@@ -160,7 +179,7 @@ struct BenchReport {
                 "latency QoS \(qos): \(latency.samples) ping-pongs per side, \(latency.payloadBytes)-byte payloads on both (the GroupSync envelope); "
                     + "p50 ratio of each of the \(latency.roundRatios.rounds) rounds alone: \(spread(latency.roundRatios))")
             if latency.rawAcknowledged != nil {
-                lines.append("latency QoS 1 reference: raw libmosquitto whose every publish also awaits its PUBACK, as GroupSync's send does (the target stays against plain raw)")
+                lines.append("latency QoS 1 reference: raw libmosquitto whose every publish also awaits its PUBACK, as GroupSync's send does (the QoS 1 p50 bound is against it)")
             }
         }
         for qos in [0, 1] {
@@ -243,6 +262,8 @@ struct BenchReport {
             if let acknowledged = value.rawAcknowledged {
                 entry["raw_acked_p50_us"] = number(acknowledged.p50)
                 entry["raw_acked_p99_us"] = number(acknowledged.p99)
+                entry["raw_acked_p50_ratio"] = number(value.p50 / acknowledged.p50)
+                entry["raw_acked_p99_ratio"] = number(value.p99 / acknowledged.p99)
             }
             latency["qos\(qos)"] = entry
         }
@@ -275,6 +296,7 @@ struct BenchReport {
                 "participants": fanout.participants, "samples": fanout.samples,
                 "raw_p50_ms": number(fanout.rawP50), "raw_p99_ms": number(fanout.rawP99), "raw_max_ms": number(fanout.rawMax),
                 "p50_ratio": number(fanout.p50 / fanout.rawP50), "p99_ratio": number(fanout.p99 / fanout.rawP99),
+                "max_ratio": number(fanout.max / fanout.rawMax),
                 "payload_bytes": fanout.payloadBytes,
             ] as [String: Any]
         }
@@ -285,6 +307,7 @@ struct BenchReport {
                 "newcomer_live_messages_per_join": number(late.newcomerLive), "others_messages_per_join": number(late.others),
                 "participants": late.participants, "samples": late.samples, "stale_at_return": late.staleAtReturn,
                 "raw_p50_ms": number(late.rawP50), "raw_p99_ms": number(late.rawP99),
+                "p50_ratio": number(late.p50 / late.rawP50), "p99_ratio": number(late.p99 / late.rawP99),
                 "member_record_bytes": late.memberBytes, "catchup_bytes": late.catchUpBytes,
             ] as [String: Any]
         }
@@ -294,7 +317,8 @@ struct BenchReport {
                 "max_changes": convergence.maxChanges, "max_remote_changes": convergence.maxRemoteChanges,
                 "writers": convergence.writers, "bursts": convergence.bursts,
                 "raw_ms": number(convergence.rawP50), "raw_p99_ms": number(convergence.rawP99), "raw_max_ms": number(convergence.rawMax),
-                "ratio": number(convergence.p50 / convergence.rawP50), "payload_bytes": convergence.payloadBytes,
+                "ratio": number(convergence.p50 / convergence.rawP50), "p99_ratio": number(convergence.p99 / convergence.rawP99),
+                "max_ratio": number(convergence.max / convergence.rawMax), "payload_bytes": convergence.payloadBytes,
             ]
             if let bound = roundTripMilliseconds { object["round_trip_ms"] = number(bound) }
             root["convergence"] = object
@@ -353,7 +377,17 @@ struct BenchReport {
         return String(format: "%.\(places)f", value)
     }
 
-    /// A p50 row, judged against `below` milliseconds, and a p99 row, both beside their raw floors.
+    /// A p50 row, judged against its raw floor (``Bound/floorP50``), and a p99 row beside its own.
+    /// The memory bound holds for a full run's 1,000 participants; with fewer, each one's share of the
+    /// process's fixed cost is larger, so a smaller run shows the figure without a verdict.
+    private func memoryVerdict(_ bytesEach: Double, of participants: Int) -> Bool? {
+        participants >= 1_000 ? bytesEach / 1_024 <= Bound.memoryPerParticipantKiB : nil
+    }
+
+    private func memoryTarget(_ bytesEach: Double) -> String {
+        "\(format(bytesEach / 1_024, digits: 0)) KiB each (bound ≈ \(format(Bound.memoryPerParticipantKiB, digits: 0)) at 1,000)"
+    }
+
     /// `median R, quartiles A–B` of per-round ratios.
     private func spread(_ ratios: (q1: Double, median: Double, q3: Double, rounds: Int)) -> String {
         "median \(ratio(ratios.median)), quartiles \(ratio(ratios.q1))–\(ratio(ratios.q3))"
@@ -369,9 +403,9 @@ struct BenchReport {
         }
     }
 
-    private func percentileRows(_ name: String, _ ms: (p50: Double, p99: Double), raw: (p50: Double, p99: Double), below limit: Double) -> [Row] {
+    private func percentileRows(_ name: String, _ ms: (p50: Double, p99: Double), raw: (p50: Double, p99: Double)) -> [Row] {
         [Row(metric: "\(name): p50 (ms)", groupSync: format(ms.p50), raw: format(raw.p50), ratio: ratio(ms.p50 / raw.p50),
-             target: "< \(format(limit, digits: 0)) ms", verdict: ms.p50 < limit),
+             target: "≤ \(Bound.floorP50)× raw", verdict: ms.p50 / raw.p50 <= Bound.floorP50),
          Row(metric: "\(name): p99 (ms)", groupSync: format(ms.p99), raw: format(raw.p99), ratio: ratio(ms.p99 / raw.p99))]
     }
 

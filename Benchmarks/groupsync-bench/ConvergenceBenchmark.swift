@@ -1,5 +1,6 @@
 import Foundation
 import GroupSync
+import GroupSyncTestSupport
 
 /// 5. Convergence: every participant of the cluster writes the same key at once (a different value
 /// each). Measured: from the last write until every participant shows the same value (the arrival of
@@ -71,7 +72,7 @@ enum ConvergenceBenchmark {
         // acknowledged by the broker, so every record is on its way; a later one would only lose).
         var settled = false
         while !settled {
-            try await SessionCluster.waitUntil(seconds: 10, "burst \(burst) converges") {
+            try await waitUntil(timeout: .seconds(10), pollEvery: .microseconds(200), "burst \(burst) converges") {
                 Set(members.map { $0.watcher!.latest }).count == 1
             }
             let counts = members.map { $0.watcher!.count }

@@ -1,5 +1,6 @@
 import Foundation
 import GroupSync
+import GroupSyncTestSupport
 
 /// 6. Crash detection: a participant in another process (`groupsync join`, built next to this binary) is
 /// killed with SIGKILL; timed until every participant of the cluster has dropped it from its
@@ -46,7 +47,7 @@ enum CrashDetectionBenchmark {
                 kill = { await coordinator.simulateCrash() }
             }
             do {
-                try await SessionCluster.waitUntil(seconds: 20, "\(victim.id) active for everyone") {
+                try await waitUntil(timeout: .seconds(20), pollEvery: .microseconds(200), "\(victim.id) active for everyone") {
                     cluster.members.allSatisfy { $0.session.activeParticipants.contains(victim) }
                 }
             } catch {
@@ -56,7 +57,7 @@ enum CrashDetectionBenchmark {
             let updates = cluster.members.map { $0.session.activeParticipantUpdates() }
             let start = MonotonicClock.nanoseconds()
             await kill()
-            let last = try await TimeLimit.run(.seconds(30), "everyone drops \(victim.id)") {
+            let last = try await withTimeLimit(.seconds(30), "everyone drops \(victim.id)") {
                 try await withThrowingTaskGroup(of: UInt64.self) { group in
                     for stream in updates {
                         group.addTask {

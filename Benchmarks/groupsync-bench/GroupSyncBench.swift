@@ -1,4 +1,4 @@
-import BrokerSupport
+import GroupSyncTestSupport
 import Foundation
 
 /// `groupsync-bench`: starts (or uses) a broker, runs the selected measurements in order, prints the

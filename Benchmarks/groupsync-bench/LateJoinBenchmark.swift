@@ -1,5 +1,6 @@
 import Foundation
 import GroupSync
+import GroupSyncTestSupport
 import MQTT
 
 /// 4. Late join with the cluster present: a fresh participant connects (not timed), then `join()` is
@@ -46,7 +47,7 @@ enum LateJoinBenchmark {
                 let state = try SharedState(session, key: SessionCluster.stateKey, initialValue: 0)
                 if state.value != expected {
                     stale += 1
-                    try await TimeLimit.run(.seconds(5), "\(name) gets the current value") {
+                    try await withTimeLimit(.seconds(5), "\(name) gets the current value") {
                         for await value in state.values() where value == expected { return }
                     }
                     end = MonotonicClock.nanoseconds()
@@ -153,7 +154,7 @@ enum LateJoinBenchmark {
         let subscription = try await probe.subscribe(to: (filters.shared + [filters.broadcast, marker]).map { TopicSubscription($0) })
         try await probe.publish(to: marker, payload: Data("m".utf8), qos: .atLeastOnce)
         let sessionPrefix = "\(topics.root)/s/\(sessionID)/"
-        let records = try await TimeLimit.run(.seconds(10), "retained replay counted") {
+        let records = try await withTimeLimit(.seconds(10), "retained replay counted") {
             var records: [RawLateJoin.Retained] = []
             for await message in subscription {
                 if message.topic == marker { return records }

@@ -1,5 +1,6 @@
 import Foundation
 import GroupSync
+import GroupSyncTestSupport
 import Synchronization
 
 /// 7. Memory: the resident size a process gains by holding N participants in one session (N
@@ -75,7 +76,7 @@ enum MemoryBenchmark {
                 let connected = try await Parallel.map(count, width: 8) { index -> GroupCoordinator? in
                     if stop.load(ordering: .acquiring) { return nil }
                     do {
-                        return try await TimeLimit.run(.seconds(15), "participant \(index) connects") {
+                        return try await withTimeLimit(.seconds(15), "participant \(index) connects") {
                             try await GroupCoordinator.connect(.init(
                                 broker: url, group: group, participant: "m\(index)", catchUpTimeout: .milliseconds(200),
                                 presenceHeartbeats: false))  // a thousand-member group relies on wills
@@ -96,10 +97,10 @@ enum MemoryBenchmark {
                     try await SessionCluster.findSession(coordinators[index], id: id)
                 }
                 _ = try await Parallel.map(coordinators.count, width: 16) { index in
-                    try await TimeLimit.run(.seconds(60), "participant \(index) joins") { try await sessions[index].join() }
+                    try await withTimeLimit(.seconds(60), "participant \(index) joins") { try await sessions[index].join() }
                 }
                 let reached = coordinators.count
-                try? await SessionCluster.waitUntil(seconds: 120, "everyone sees \(reached) participants") {
+                try? await waitUntil(timeout: .seconds(120), pollEvery: .microseconds(200), "everyone sees \(reached) participants") {
                     sessions[0].activeParticipants.count == reached && sessions[reached - 1].activeParticipants.count == reached
                 }
                 try await Task.sleep(for: .milliseconds(500))

@@ -1,5 +1,6 @@
 import Foundation
 import GroupSync
+import GroupSyncTestSupport
 
 /// Ping-pong between two participants' `GroupSessionMessenger`s through the broker: the pinger sends a
 /// ``Ping`` to everyone (`.all`: just the responder), the responder's `messages(of:)` loop sends it back,
@@ -34,7 +35,7 @@ final class MessengerPingPong: Sendable {
     /// `count` exchanges numbered from `first`; each one-way latency (half the round trip) in µs.
     func run(first: Int, count: Int) async throws -> [Double] {
         let pinger = self.pinger
-        return try await TimeLimit.run(.seconds(30 + Double(count) / 100), "messenger ping-pong") {
+        return try await withTimeLimit(.seconds(30 + Double(count) / 100), "messenger ping-pong") {
             try await MessengerPingPong.exchanges(pinger, first: first, count: count)
         }
     }

@@ -1,4 +1,4 @@
-import BrokerSupport
+import GroupSyncTestSupport
 import Foundation
 import GroupSync
 import Synchronization
@@ -36,16 +36,16 @@ enum ProcessPingPong {
             session = joined
             try await joined.join()
             children.append(try await startResponder(["gs", url, group, sessionID, String(qos)]))
-            try await SessionCluster.waitUntil(seconds: 20, "the responder process joined") { joined.activeParticipants.count == 2 }
+            try await waitUntil(timeout: .seconds(20), pollEvery: .microseconds(200), "the responder process joined") { joined.activeParticipants.count == 2 }
             let pinger = GroupSessionMessenger(session: joined, deliveryMode: mode)
-            _ = try await TimeLimit.run(.seconds(30 + Double(warmup) / 100), "process ping-pong warm-up") {
+            _ = try await withTimeLimit(.seconds(30 + Double(warmup) / 100), "process ping-pong warm-up") {
                 try await MessengerPingPong.exchanges(pinger, first: 0, count: warmup)
             }
             // The envelope's size with as many digits as the measured pings have, seen on the wire.
             let sniffer = try await WireSniffer.start(url: url, filters: [GroupTopics(group: group).broadcast(sessionID, from: "x0")])
             let sized: Result<Int, any Error>
             do {
-                _ = try await TimeLimit.run(.seconds(10), "process ping-pong probe") {
+                _ = try await withTimeLimit(.seconds(10), "process ping-pong probe") {
                     try await MessengerPingPong.exchanges(pinger, first: warmup + samples / 2, count: 1)
                 }
                 sized = .success(try await sniffer.next(after: 0).size)
@@ -92,7 +92,7 @@ enum ProcessPingPong {
                 let rawTimes = try await BlockingThread.run("raw-ping") { Result { try rawRound(first: first, count: perRound) } }.get()
                 let groupSyncTimes: [Double]
                 do {
-                    groupSyncTimes = try await TimeLimit.run(.seconds(30 + Double(perRound) / 100), "process ping-pong") {
+                    groupSyncTimes = try await withTimeLimit(.seconds(30 + Double(perRound) / 100), "process ping-pong") {
                         try await MessengerPingPong.exchanges(pinger, first: first, count: perRound)
                     }
                 } catch {
@@ -129,7 +129,7 @@ enum ProcessPingPong {
             },
             errors: .handler { bytes in FileHandle.standardError.write(Data(bytes)) })
         do {
-            try await SessionCluster.waitUntil(seconds: 20, "responder process \(arguments[0]) ready") {
+            try await waitUntil(timeout: .seconds(20), pollEvery: .microseconds(200), "responder process \(arguments[0]) ready") {
                 ready.load(ordering: .acquiring) || child.termination != nil
             }
             if let ended = child.termination { throw Failure(description: "responder process \(arguments[0]): \(ended)") }

@@ -1,5 +1,6 @@
 import Foundation
 import GroupSync
+import GroupSyncTestSupport
 
 /// N participants in one process — N coordinators, N broker connections — all joined to one session, as
 /// `groupsync demo` drives them. Optionally each holds a `SharedState<Int>` under ``stateKey`` whose
@@ -67,7 +68,7 @@ final class SessionCluster: Sendable {
         if sharedState {
             let members = members
             // Every watcher got its first value (the caught-up one) before anything is measured.
-            try await waitUntil(seconds: 10, "every participant's values() started") {
+            try await waitUntil(timeout: .seconds(10), pollEvery: .microseconds(200), "every participant's values() started") {
                 members.allSatisfy { ($0.watcher?.count ?? 0) > 0 }
             }
         }
@@ -79,7 +80,7 @@ final class SessionCluster: Sendable {
         if let known = coordinator.currentSessions(activityIdentifier: activity).first(where: { $0.id == id }) {
             return known
         }
-        return try await TimeLimit.run(.seconds(10), "session \(id) announced to \(coordinator.localParticipant.id)") {
+        return try await withTimeLimit(.seconds(10), "session \(id) announced to \(coordinator.localParticipant.id)") {
             for await session in coordinator.sessions(activityIdentifier: activity) where session.id == id {
                 return session
             }
@@ -107,15 +108,6 @@ final class SessionCluster: Sendable {
         }
         await sniffer.stop()
         return try size.get()
-    }
-
-    /// Polls `condition` every 200 µs (for set-up and tear-down only: nothing timed depends on it).
-    static func waitUntil(seconds: Double, _ what: String, _ condition: @escaping @Sendable () -> Bool) async throws {
-        let deadline = MonotonicClock.nanoseconds() + UInt64(seconds * 1e9)
-        while !condition() {
-            if MonotonicClock.nanoseconds() > deadline { throw Failure(description: "timed out waiting for: \(what)") }
-            try await Task.sleep(for: .microseconds(200))
-        }
     }
 
     /// Ends the session (clearing its retained messages from the broker) if `end`, then closes every

@@ -1,4 +1,5 @@
 import Foundation
+import GroupSyncTestSupport
 import MQTT
 
 /// A plain MQTT client (the project's `MQTTClient`) subscribed to some of a group's topics, recording
@@ -47,15 +48,15 @@ final class WireSniffer: Sendable {
 
     /// Waits until a record arrives after index `index`; returns it.
     func next(after index: Int, timeout: Double = 5) async throws -> Record {
-        try await SessionCluster.waitUntil(seconds: timeout, "a message on the sniffed topics") { self.count > index }
+        try await waitUntil(timeout: .seconds(timeout), pollEvery: .microseconds(200), "a message on the sniffed topics") { self.count > index }
         return records.withLock { $0[index] }
     }
 
     /// Waits until nothing new arrived for `quiet` (at most `timeout` seconds in all).
     func waitQuiet(_ quiet: Duration, timeout: Double = 10) async throws {
-        let deadline = MonotonicClock.nanoseconds() + UInt64(timeout * 1e9)
+        let deadline = Deadline.after(.seconds(timeout))
         var seen = count
-        while MonotonicClock.nanoseconds() < deadline {
+        while !deadline.hasPassed {
             try await Task.sleep(for: quiet)
             let now = count
             if now == seen { return }

@@ -1,8 +1,10 @@
-/// A point in time by which something must have happened, on the continuous clock.
+/// A point in time by which something must have happened, on the continuous clock: the repository's one
+/// deadline helper.
 ///
-/// Used to bound every wait in tests: instead of sleeping for a fixed time and
-/// hoping that the other side is ready, poll a condition until it holds or the
-/// deadline passes.
+/// Every wait in the tests, the bench and `groupsync demo` is bounded with it: instead of sleeping for a
+/// fixed time and hoping that the other side is ready, poll a condition until it holds or the deadline
+/// passes (``waitUntil(timeout:pollEvery:_:_:)``). The test support adds `withTimeLimit` (bound a piece of
+/// work that has no condition to poll) and `timeBound` (stretch an asserted bound under a sanitizer).
 public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible {
     /// The instant at which the deadline passes.
     public let instant: ContinuousClock.Instant

@@ -28,16 +28,6 @@ extension MosquittoBroker {
                 self.keyFile = keyFile
                 self.requireClientCertificate = requireClientCertificate
             }
-
-            /// The server side of a ``TestPKI`` set: its CA, server certificate and key.
-            public init(_ files: TestPKI.Files, requireClientCertificate: Bool = false) {
-                self.init(
-                    caFile: files.caCert,
-                    certFile: files.serverCert,
-                    keyFile: files.serverKey,
-                    requireClientCertificate: requireClientCertificate
-                )
-            }
         }
 
         /// Port of the main (MQTT over TCP, or TLS) listener; `nil` picks a free loopback port.
@@ -182,10 +172,16 @@ extension MosquittoBroker {
             let tool = try MosquittoBroker.locate(
                 "mosquitto_passwd",
                 extraDirectories: ["/usr/bin", "/usr/local/bin", "/opt/homebrew/bin"])
-            let run = try ToolRun(tool, ["-U", path])
-            guard run.status == 0 else {
+            let log = "\(directory)/mosquitto_passwd.log"
+            let pid = try Spawn.process(
+                tool, ["-U", path], stdin: .nullDevice, stdout: .appending(toFile: log), stderr: .standardOutput,
+                newProcessGroup: false)
+            var status: Int32 = 0
+            while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+            guard status == 0 else {
                 throw MosquittoBroker.Failure(
-                    "mosquitto_passwd -U \(path) failed with status \(run.status)", log: run.output)
+                    "mosquitto_passwd -U \(path) ended with \(MosquittoBroker.describe(status))",
+                    log: (try? String(contentsOfFile: log, encoding: .utf8)) ?? "")
             }
         }
     }

@@ -450,15 +450,16 @@ public final class MosquittoBroker: Sendable {
         state.lastExit = status.map(describe) ?? "exit status unavailable"
     }
 
-    private static func describe(_ status: Int32) -> String {
+    /// `exit status N` or `killed by signal N`, from a `waitpid` status.
+    static func describe(_ status: Int32) -> String {
         let signal = status & 0x7F
         return signal == 0 ? "exit status \((status >> 8) & 0xFF)" : "killed by signal \(signal)"
     }
 
     // MARK: - Helpers
 
-    /// Finds `name` in `PATH`, then in `extraDirectories`.
-    static func locate(_ name: String, extraDirectories: [String]) throws -> String {
+    /// Finds the executable `name` in `PATH`, then in `extraDirectories`.
+    public static func locate(_ name: String, extraDirectories: [String]) throws -> String {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
         let directories = path.split(separator: ":").map(String.init) + extraDirectories
         for directory in directories where !directory.isEmpty {

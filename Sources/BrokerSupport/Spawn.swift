@@ -8,23 +8,23 @@ import Musl
 import Darwin
 #endif
 
-/// The one `posix_spawn` routine of this target: ``MosquittoBroker`` starts the broker and its watchdog
-/// through it, ``ChildProcess`` every other child.
+/// The one `posix_spawn` routine of the repository: ``MosquittoBroker`` starts the broker and its
+/// watchdog through it, the test support's `ChildProcess` every other child.
 ///
 /// A spawned process inherits only its three standard descriptors (nothing else of this process, whose
 /// other descriptors may be pipes of concurrently spawned children), starts with an empty signal mask
 /// and default handlers for the usual termination signals (the thread calling this may block or ignore
 /// some), and gets the environment it is given.
-enum Spawn {
+public enum Spawn {
     /// Why a process or a pipe could not be made.
-    struct Failure: Error, Sendable, CustomStringConvertible {
-        let message: String
+    public struct Failure: Error, Sendable, CustomStringConvertible {
+        public let message: String
 
-        var description: String { message }
+        public var description: String { message }
     }
 
     /// What one of the spawned process's standard descriptors is connected to.
-    enum Redirect {
+    public enum Redirect: Sendable {
         /// `/dev/null`.
         case nullDevice
         /// A duplicate of this descriptor of the calling process (which stays open here: the caller
@@ -43,7 +43,7 @@ enum Spawn {
     ///   - newProcessGroup: Whether the child leads a process group of its own (then a terminal's ^C,
     ///     sent to the foreground group, does not reach it).
     /// - Throws: ``Failure`` when `posix_spawn` fails (the executable is missing, say).
-    static func process(
+    public static func process(
         _ path: String, _ arguments: [String], environment: [String: String]? = nil,
         stdin: Redirect, stdout: Redirect, stderr: Redirect, newProcessGroup: Bool
     ) throws(Failure) -> pid_t {
@@ -116,7 +116,7 @@ enum Spawn {
     /// A connected pair of descriptors used as a pipe (either end may be read or written), both
     /// close-on-exec from the start, so that no process spawned meanwhile inherits them. On Linux a
     /// socket pair gets that atomically (`pipe2` is not exported to Swift); elsewhere `pipe` and `fcntl`.
-    static func makePipe() throws(Failure) -> (Int32, Int32) {
+    public static func makePipe() throws(Failure) -> (Int32, Int32) {
         var fds: [Int32] = [-1, -1]
         #if canImport(Glibc)
         let piped = socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds)

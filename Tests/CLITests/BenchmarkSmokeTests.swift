@@ -20,19 +20,22 @@ import Testing
         "convergence.ms", "convergence.max_changes", "convergence.raw_ms", "convergence.raw_p99_ms",
         "crash_detection_s",
         "memory.participants_1000_mb", "memory.sessions_1000_mb",
+    ] + ratioKeys
+
+    /// Every figure with a raw libmosquitto reference has its ratio to it (GroupSync / raw).
+    static let ratioKeys = [
+        "latency.qos0.p50_ratio", "latency.qos0.p99_ratio", "latency.qos1.p50_ratio", "latency.qos1.p99_ratio",
+        "latency.qos1.raw_acked_p50_ratio", "latency.qos1.raw_acked_p99_ratio",
+        "latency_processes.qos0.p50_ratio", "latency_processes.qos0.p99_ratio",
+        "latency_processes.qos1.p50_ratio", "latency_processes.qos1.p99_ratio",
+        "throughput.qos0.ratio", "throughput.qos1.ratio",
+        "fanout.p50_ratio", "fanout.p99_ratio", "fanout.max_ratio",
+        "late_join.p50_ratio", "late_join.p99_ratio",
+        "convergence.ratio", "convergence.p99_ratio", "convergence.max_ratio",
     ]
 
-    /// The bench built next to the test bundle (`swift build --build-tests` builds every product).
-    static let benchExecutable: String? = {
-        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        for _ in 0..<4 {
-            let candidate = directory.appendingPathComponent("groupsync-bench").path
-            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-            directory.deleteLastPathComponent()
-        }
-        let fallback = FileManager.default.currentDirectoryPath + "/.build/debug/groupsync-bench"
-        return FileManager.default.isExecutableFile(atPath: fallback) ? fallback : nil
-    }()
+    /// The bench built next to the test bundle.
+    static let benchExecutable = builtProduct("groupsync-bench")
 
     /// Any JSON value; numbers stay apart from booleans (JSONDecoder does not read a number as Bool).
     enum JSONTree: Decodable {

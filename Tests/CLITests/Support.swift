@@ -1,20 +1,26 @@
 import MQTT
 import BrokerSupport
+// Every file of this target sees the test support (Collector, TestPKI, timeBound, …) through this import.
+@_exported import GroupSyncTestSupport
 import Foundation
 import Synchronization
 
-/// The `groupsync` executable built next to the test bundle (`swift build --build-tests` builds it).
-let groupsyncExecutable: String = {
+/// The executable product `name` built next to the test bundle (`swift build --build-tests` builds every
+/// product), or nil when it is not there.
+func builtProduct(_ name: String) -> String? {
     var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
     // swift-testing runs from .../debug/<Package>PackageTests.xctest or a helper binary beside it.
     for _ in 0..<4 {
-        let candidate = directory.appendingPathComponent("groupsync").path
+        let candidate = directory.appendingPathComponent(name).path
         if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
         directory.deleteLastPathComponent()
     }
-    let fallback = FileManager.default.currentDirectoryPath + "/.build/debug/groupsync"
-    return fallback
-}()
+    let fallback = FileManager.default.currentDirectoryPath + "/.build/debug/" + name
+    return FileManager.default.isExecutableFile(atPath: fallback) ? fallback : nil
+}
+
+/// The `groupsync` executable built next to the test bundle.
+let groupsyncExecutable = builtProduct("groupsync") ?? FileManager.default.currentDirectoryPath + "/.build/debug/groupsync"
 
 /// A running `groupsync` child process (or another program's) with line-buffered access to its output.
 final class CLIProcess: Sendable {

@@ -1,4 +1,6 @@
 import BrokerSupport
+// Every file of this target sees the test support (Collector, TestPKI, timeBound, …) through this import.
+@_exported import GroupSyncTestSupport
 import Foundation
 import Synchronization
 @testable import GroupSync

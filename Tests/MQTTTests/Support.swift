@@ -1,4 +1,6 @@
 import BrokerSupport
+// Every file of this target sees the test support (Collector, TestPKI, timeBound, …) through this import.
+@_exported import GroupSyncTestSupport
 import Foundation
 import Synchronization
 @testable import MQTT
@@ -29,14 +31,6 @@ func unreadBytes(_ descriptor: Int32) -> Int32 {
     var count: Int32 = -1
     _ = ioctl(descriptor, UInt(FIONREAD), &count)
     return count
-}
-
-/// A fresh test CA and certificates, in a temporary folder removed afterwards.
-func withTestPKI(_ body: (TestPKI.Files) async throws -> Void) async throws {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("gs-pki-\(UUID())").path
-    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(atPath: directory) }
-    try await body(try TestPKI.generate(in: directory))
 }
 
 /// A mosquitto speaking TLS with a fresh test CA and requiring a client certificate, the TLS settings of

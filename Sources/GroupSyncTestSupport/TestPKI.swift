@@ -1,3 +1,4 @@
+import BrokerSupport
 import Foundation
 
 /// Generates a throw-away X.509 PKI for TLS tests with the `openssl` command
@@ -136,9 +137,10 @@ public enum TestPKI {
     }
 
     private static func run(_ tool: String, _ arguments: [String]) throws {
-        let run = try ToolRun(tool, arguments)
-        guard run.status == 0 else {
-            throw Failure(message: "openssl \(arguments.joined(separator: " ")) failed with status \(run.status):\n\(run.output)")
+        let run = try ChildProcess.run(tool, arguments)
+        guard run.termination == .exited(0) else {
+            let output = String(decoding: run.output, as: UTF8.self)
+            throw Failure(message: "openssl \(arguments.joined(separator: " ")) \(run.termination):\n\(output)")
         }
     }
 
@@ -155,6 +157,13 @@ public enum TestPKI {
             return String(byte, radix: 16).leftPadded(to: 2)
         }.joined()
     }
+}
+
+/// A fresh test CA and certificates in a temporary folder, removed when `body` returns.
+public func withTestPKI<R>(_ body: (TestPKI.Files) async throws -> R) async throws -> R {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("gs-pki-\(UUID())").path
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    return try await body(try TestPKI.generate(in: directory))
 }
 
 extension String {

@@ -1,5 +1,6 @@
-import MQTT
+import BrokerSupport
 import Foundation
+import MQTT
 
 #if canImport(Glibc)
 import Glibc
