@@ -8,31 +8,55 @@ import Foundation
 /// `1e0` are never integers.
 ///
 /// It also reports where the value of the top-level key `body` is, so that an envelope's body is decoded
-/// as the app's type straight from the payload's bytes.
+/// as the app's type straight from the payload's bytes; on request, it checks that value by the same rules
+/// without building it.
 struct JSONParser {
     /// Containers nest at most this deep (the limit of Foundation's `JSONDecoder`).
     static let maximumDepth = 512
 
-    /// `data` parsed whole, and the byte range (indices of `data`) of the top-level `body` value if any.
-    static func parse(_ data: Data) throws(Wire.Rejection) -> (value: JSONValue, body: Range<Int>?) {
+    /// `data` parsed whole.
+    static func parse(_ data: Data) throws(Wire.Rejection) -> JSONValue {
+        try run(data, topLevelFields: false, skippingBody: false).value
+    }
+
+    /// The members of the top-level object (`wrong-shape` for any other value, once the whole payload is
+    /// checked), and the byte range (indices of `data`) of the `body` member's value if there is one.
+    /// With `skippingBody`, that value is checked but stands as `null` among the fields.
+    static func parseObject(_ data: Data, skippingBody: Bool = false) throws(Wire.Rejection) -> (fields: Wire.Fields, body: Range<Int>?) {
+        let (_, fields, body) = try run(data, topLevelFields: true, skippingBody: skippingBody)
+        guard let fields else { throw .wrongShape }
+        return (fields, body)
+    }
+
+    private static func run(
+        _ data: Data, topLevelFields: Bool, skippingBody: Bool
+    ) throws(Wire.Rejection) -> (value: JSONValue, fields: Wire.Fields?, body: Range<Int>?) {
         guard data.count <= Wire.maximumPayload else { throw .tooLarge }
-        let result = data.withUnsafeBytes { bytes -> Result<(JSONValue, Range<Int>?), Wire.Rejection> in
-            var parser = JSONParser(bytes: bytes)
+        let result = data.withUnsafeBytes { bytes -> Result<(JSONValue, Wire.Fields?, Range<Int>?), Wire.Rejection> in
+            var parser = JSONParser(bytes: bytes, topLevelFields: topLevelFields, skippingBody: skippingBody)
             do throws(Wire.Rejection) {
-                return .success((try parser.document(), parser.body))
+                let value = try parser.document()
+                return .success((value, parser.fields, parser.body))
             } catch {
                 return .failure(error)
             }
         }
-        let (value, body) = try result.get()
-        return (value, body.map { (data.startIndex + $0.lowerBound)..<(data.startIndex + $0.upperBound) })
+        let (value, fields, body) = try result.get()
+        return (value, fields, body.map { (data.startIndex + $0.lowerBound)..<(data.startIndex + $0.upperBound) })
     }
 
     private let bytes: UnsafeRawBufferPointer
     private var i = 0
+    private let topLevelFields: Bool
+    private let skippingBody: Bool
+    private var fields: Wire.Fields?
     private var body: Range<Int>?
 
-    private init(bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+    private init(bytes: UnsafeRawBufferPointer, topLevelFields: Bool, skippingBody: Bool) {
+        self.bytes = bytes
+        self.topLevelFields = topLevelFields
+        self.skippingBody = skippingBody
+    }
 
     private var current: UInt8? { i < bytes.count ? bytes[i] : nil }
 
@@ -52,48 +76,66 @@ struct JSONParser {
 
     private mutating func document() throws(Wire.Rejection) -> JSONValue {
         if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { throw .bom }
-        let value = try value(depth: 0)
+        let value = try value(depth: 0, build: true)
         skipWhitespace()
         guard i == bytes.count else { throw .malformed }
         return value
     }
 
-    private mutating func value(depth: Int) throws(Wire.Rejection) -> JSONValue {
+    /// One value; without `build`, checked only (the result is `null`).
+    private mutating func value(depth: Int, build: Bool) throws(Wire.Rejection) -> JSONValue {
         skipWhitespace()
         guard let byte = current else { throw .malformed }
         switch byte {
         case UInt8(ascii: "{"):
             guard depth < Self.maximumDepth else { throw .tooDeep }
             i += 1
-            var object: [String: JSONValue] = [:]
             skipWhitespace()
-            if take(UInt8(ascii: "}")) { return .object(object) }
-            repeat {
-                skipWhitespace()
-                let key = try string()
-                skipWhitespace()
-                try expect(UInt8(ascii: ":"))
-                skipWhitespace()
-                let start = i
-                let member = try value(depth: depth + 1)
-                if depth == 0 && key == "body" { body = start..<i }
-                guard object.updateValue(member, forKey: key) == nil else { throw .duplicateKey }
-                skipWhitespace()
-            } while take(UInt8(ascii: ","))
-            try expect(UInt8(ascii: "}"))
-            return .object(object)
+            // Keys in order, compared one by one while there are few (hashing a `String` costs more).
+            var keys: [String] = [], values: [JSONValue] = [], seen = Set<String>()
+            if !take(UInt8(ascii: "}")) {
+                keys.reserveCapacity(8)
+                if build { values.reserveCapacity(8) }
+                repeat {
+                    skipWhitespace()
+                    let key = try string()
+                    skipWhitespace()
+                    try expect(UInt8(ascii: ":"))
+                    skipWhitespace()
+                    let start = i
+                    let isBody = depth == 0 && key == "body"
+                    let member = try value(depth: depth + 1, build: build && !(isBody && skippingBody))
+                    if isBody { body = start..<i }
+                    if keys.count < 16 {
+                        guard !keys.contains(key) else { throw .duplicateKey }
+                    } else {
+                        if seen.isEmpty { seen = Set(keys) }
+                        guard seen.insert(key).inserted else { throw .duplicateKey }
+                    }
+                    keys.append(key)
+                    if build { values.append(member) }
+                    skipWhitespace()
+                } while take(UInt8(ascii: ","))
+                try expect(UInt8(ascii: "}"))
+            }
+            if depth == 0 && topLevelFields {
+                fields = Wire.Fields(keys: keys, values: values)
+                return .null
+            }
+            return build ? .object(Dictionary(uniqueKeysWithValues: zip(keys, values))) : .null
         case UInt8(ascii: "["):
             guard depth < Self.maximumDepth else { throw .tooDeep }
             i += 1
             var array: [JSONValue] = []
             skipWhitespace()
-            if take(UInt8(ascii: "]")) { return .array(array) }
+            if take(UInt8(ascii: "]")) { return build ? .array(array) : .null }
             repeat {
-                array.append(try value(depth: depth + 1))
+                let element = try value(depth: depth + 1, build: build)
+                if build { array.append(element) }
                 skipWhitespace()
             } while take(UInt8(ascii: ","))
             try expect(UInt8(ascii: "]"))
-            return .array(array)
+            return build ? .array(array) : .null
         case UInt8(ascii: "\""):
             return .string(try string())
         case UInt8(ascii: "t"):
@@ -133,9 +175,8 @@ struct JSONParser {
             try digits()
             integral = false
         }
-        let text = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<i]), as: UTF8.self)
-        if integral, let integer = Int64(text) { return .int(integer) }
-        guard let double = Double(text), double.isFinite else { throw .badNumber }
+        if integral, let integer = Int64(integerText: bytes[start..<i]) { return .int(integer) }
+        guard let double = Double(String(decoding: bytes[start..<i], as: UTF8.self)), double.isFinite else { throw .badNumber }
         return .double(double)
     }
 
@@ -150,14 +191,15 @@ struct JSONParser {
     private mutating func string() throws(Wire.Rejection) -> String {
         try expect(UInt8(ascii: "\""))
         var utf8: [UInt8] = []  // the decoded bytes, once there is an escape
-        var escaped = false
+        var escaped = false, ascii = true
         var start = i
         while true {
             guard let byte = current else { throw .malformed }
             switch byte {
             case UInt8(ascii: "\""):
-                let raw = UnsafeRawBufferPointer(rebasing: bytes[start..<i])
+                let raw = UnsafeBufferPointer(rebasing: bytes.assumingMemoryBound(to: UInt8.self)[start..<i])
                 i += 1
+                if ascii && !escaped { return String(decoding: raw, as: UTF8.self) }  // valid by construction
                 if escaped { utf8.append(contentsOf: raw) }
                 guard let string = escaped ? String(validating: utf8, as: UTF8.self) : String(validating: raw, as: UTF8.self) else {
                     throw .invalidUTF8
@@ -172,6 +214,7 @@ struct JSONParser {
             case 0..<0x20:
                 throw .malformed
             default:
+                ascii = ascii && byte < 0x80
                 i += 1
             }
         }
@@ -211,5 +254,21 @@ struct JSONParser {
             i += 1
         }
         return value
+    }
+}
+
+private extension Int64 {
+    /// `-?[0-9]+` (already checked) that fits in 64 bits.
+    init?(integerText text: Slice<UnsafeRawBufferPointer>) {
+        let negative = text.first == UInt8(ascii: "-")
+        var value: Int64 = 0
+        for byte in text.dropFirst(negative ? 1 : 0) {
+            let digit = Int64(byte - UInt8(ascii: "0"))
+            let (times10, overflow) = value.multipliedReportingOverflow(by: 10)
+            let (next, overflow2) = negative ? times10.subtractingReportingOverflow(digit) : times10.addingReportingOverflow(digit)
+            guard !overflow, !overflow2 else { return nil }
+            value = next
+        }
+        self = value
     }
 }

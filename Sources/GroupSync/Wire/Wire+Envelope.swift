@@ -60,8 +60,8 @@ extension Wire {
     /// Reads an envelope (the whole payload, body included, by the decoding rules), or says why it is
     /// rejected.
     static func readEnvelope(_ payload: Data) throws(Rejection) -> ScannedEnvelope {
-        let (json, body) = try JSONParser.parse(payload)
-        let header = try EnvelopeHeader(json: json)
+        let (fields, body) = try JSONParser.parseObject(payload, skippingBody: true)
+        let header = try EnvelopeHeader(fields: fields)
         guard let body else { throw .wrongShape }  // (never: the header requires a body)
         return ScannedEnvelope(header: header, body: body)
     }

@@ -28,23 +28,32 @@ extension Wire {
         case wrongShape = "wrong-shape"
     }
 
-    /// An object's fields, read by name.
-    struct Fields {
-        let object: [String: JSONValue]
+    /// An object's members, looked up by name (records have a handful: a linear search beats hashing).
+    public struct Fields: Sendable {
+        let keys: [String]
+        let values: [JSONValue]
+
+        init(keys: [String], values: [JSONValue]) {
+            self.keys = keys
+            self.values = values
+        }
 
         init(_ json: JSONValue) throws(Rejection) {
             guard case let .object(object) = json else { throw .wrongShape }
-            self.object = object
+            self.init(keys: Array(object.keys), values: Array(object.values))
         }
 
-        /// A record's fields, once its `v` is checked.
-        init(record json: JSONValue) throws(Rejection) {
-            try self.init(json)
-            guard case .int(Int64(Wire.version))? = object["v"] else { throw .badVersion }
+        /// Checks that `v` is the integer 1 (a record's first check).
+        func checkVersion() throws(Rejection) {
+            guard case .int(Int64(Wire.version))? = self["v"] else { throw .badVersion }
+        }
+
+        subscript(key: String) -> JSONValue? {
+            keys.firstIndex(of: key).map { values[$0] }
         }
 
         func value(_ key: String) throws(Rejection) -> JSONValue {
-            guard let value = object[key] else { throw .wrongShape }
+            guard let value = self[key] else { throw .wrongShape }
             return value
         }
 
@@ -62,7 +71,7 @@ extension Wire {
         }
 
         func optionalString(_ key: String) throws(Rejection) -> String? {
-            object[key] == nil ? nil : try string(key)
+            self[key] == nil ? nil : try string(key)
         }
 
         func bool(_ key: String) throws(Rejection) -> Bool {
@@ -85,29 +94,44 @@ extension Wire {
     }
 }
 
+extension Wire.Readable {
+    public static func read(_ data: Data) throws(Wire.Rejection) -> Self {
+        try Self(json: try JSONParser.parse(data))
+    }
+}
+
+extension Wire.Record {
+    public init(json: JSONValue) throws(Wire.Rejection) {
+        try self.init(fields: try Wire.Fields(json))
+    }
+
+    public static func read(_ data: Data) throws(Wire.Rejection) -> Self {
+        try Self(fields: try JSONParser.parseObject(data).fields)
+    }
+}
+
 extension JSONValue: Wire.Readable {
     public init(json: JSONValue) { self = json }
 }
 
-extension HLCTimestamp: Wire.Readable {
-    public init(json: JSONValue) throws(Wire.Rejection) {
-        let fields = try Wire.Fields(json)
+extension HLCTimestamp: Wire.Record {
+    public init(fields: Wire.Fields) throws(Wire.Rejection) {
         self.init(time: try fields.int("t"), counter: try fields.int("c"), participant: try fields.string("p"))
     }
 }
 
-extension Wire.Presence: Wire.Readable {
-    public init(json: JSONValue) throws(Wire.Rejection) {
-        let fields = try Wire.Fields(record: json)
+extension Wire.Presence: Wire.Record {
+    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
         self.init(
             participant: try fields.string("participant"), status: try fields.enum("status", Status.self),
             epoch: try fields.int("epoch"), name: try fields.optionalString("name"))
     }
 }
 
-extension Wire.Announcement: Wire.Readable {
-    public init(json: JSONValue) throws(Wire.Rejection) {
-        let fields = try Wire.Fields(record: json)
+extension Wire.Announcement: Wire.Record {
+    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
         let activity = try Wire.Fields(try fields.value("activity"))
         let metadata = try Wire.Fields(try activity.value("metadata"))
         self.init(
@@ -123,33 +147,32 @@ extension Wire.Announcement: Wire.Readable {
     }
 }
 
-extension Wire.Member: Wire.Readable {
-    public init(json: JSONValue) throws(Wire.Rejection) {
-        let fields = try Wire.Fields(record: json)
+extension Wire.Member: Wire.Record {
+    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
         self.init(participant: try fields.string("participant"), epoch: try fields.int("epoch"))
     }
 }
 
-extension Wire.StateRecord: Wire.Readable {
-    public init(json: JSONValue) throws(Wire.Rejection) {
-        let fields = try Wire.Fields(record: json)
+extension Wire.StateRecord: Wire.Record {
+    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
         self.init(key: try fields.string("key"), value: try fields.value("value"), clock: try HLCTimestamp(json: try fields.value("clock")))
     }
 }
 
-extension Wire.EnvelopeHeader: Wire.Readable {
+extension Wire.EnvelopeHeader: Wire.Record {
     /// The header of an envelope; its `body` must be there (any JSON value).
-    public init(json: JSONValue) throws(Wire.Rejection) {
-        let fields = try Wire.Fields(record: json)
+    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
         _ = try fields.value("body")
         self.init(type: try fields.string("type"), epoch: try fields.int("epoch"), seq: try fields.int("seq"), reliable: try fields.bool("reliable"))
     }
 }
 
-extension Wire.CatchUp: Wire.Readable {
+extension Wire.CatchUp: Wire.Record {
     /// A `$catchup` body (not a record: no `v` of its own; each listed record has one).
-    public init(json: JSONValue) throws(Wire.Rejection) {
-        let fields = try Wire.Fields(json)
+    public init(fields: Wire.Fields) throws(Wire.Rejection) {
         self.init(states: try fields.array("states", of: Wire.StateRecord.self), members: try fields.array("members", of: Wire.Member.self))
     }
 }

@@ -102,26 +102,33 @@ public enum Wire {
     /// Larger payloads are rejected before parsing (10 MiB).
     public static let maximumPayload = 10 << 20
 
-    /// A protocol payload read with ``JSONParser`` and the rules of docs/PROTOCOL.md.
+    /// A value read from a payload with the rules of docs/PROTOCOL.md ("Decoding rules").
     public protocol Readable {
-        /// Builds the value from a parsed payload, or says why it is not one.
+        /// Builds the value from a parsed JSON value, or says why it is not one.
         init(json: JSONValue) throws(Rejection)
+        /// Reads a whole payload.
+        static func read(_ data: Data) throws(Rejection) -> Self
+    }
+
+    /// A protocol record: a JSON object, read field by field.
+    public protocol Record: Readable {
+        init(fields: Fields) throws(Rejection)
     }
 
     /// Reads `data` as a `T`, or says why it is rejected.
     public static func read<T: Readable>(_ type: T.Type, from data: Data) throws(Rejection) -> T {
-        try T(json: try JSONParser.parse(data).value)
+        try T.read(data)
     }
 
     /// Reads `data` as a `T`; nil when it is rejected (see ``read(_:from:)`` for the reason).
     public static func decode<T: Readable>(_ type: T.Type, from data: Data) -> T? {
-        try? read(type, from: data)
+        try? T.read(data)
     }
 
     /// Encodes any Codable app value as a ``JSONValue``.
     public static func jsonValue(_ value: some Encodable) throws(GroupSyncError) -> JSONValue {
         let data = try encode(value)
-        guard let json = try? JSONParser.parse(data).value else { throw .encodingFailed("not strict JSON") }
+        guard let json = try? JSONParser.parse(data) else { throw .encodingFailed("not strict JSON") }
         return json
     }
 
