@@ -76,82 +76,118 @@ struct JSONParser {
 
     private mutating func document() throws(Wire.Rejection) -> JSONValue {
         if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { throw .bom }
-        let value = try value(depth: 0, build: true)
+        let value = try value()
         skipWhitespace()
         guard i == bytes.count else { throw .malformed }
         return value
     }
 
-    /// One value; without `build`, checked only (the result is `null`).
-    private mutating func value(depth: Int, build: Bool) throws(Wire.Rejection) -> JSONValue {
-        skipWhitespace()
-        guard let byte = current else { throw .malformed }
-        switch byte {
-        case UInt8(ascii: "{"):
-            guard depth < Self.maximumDepth else { throw .tooDeep }
-            i += 1
-            skipWhitespace()
-            // Keys in order, compared one by one while there are few (hashing a `String` costs more).
-            var keys: [String] = [], values: [JSONValue] = [], seen = Set<String>()
-            if !take(UInt8(ascii: "}")) {
-                keys.reserveCapacity(8)
-                if build { values.reserveCapacity(8) }
-                repeat {
-                    skipWhitespace()
-                    let key = try string()
-                    skipWhitespace()
-                    try expect(UInt8(ascii: ":"))
-                    skipWhitespace()
-                    let start = i
-                    let isBody = depth == 0 && key == "body"
-                    let member = try value(depth: depth + 1, build: build && !(isBody && skippingBody))
-                    if isBody { body = start..<i }
-                    if keys.count < 16 {
-                        guard !keys.contains(key) else { throw .duplicateKey }
-                    } else {
-                        if seen.isEmpty { seen = Set(keys) }
-                        guard seen.insert(key).inserted else { throw .duplicateKey }
-                    }
-                    keys.append(key)
-                    if build { values.append(member) }
-                    skipWhitespace()
-                } while take(UInt8(ascii: ","))
-                try expect(UInt8(ascii: "}"))
-            }
-            if depth == 0 && topLevelFields {
-                fields = Wire.Fields(keys: keys, values: values)
-                return .null
-            }
-            return build ? .object(Dictionary(uniqueKeysWithValues: zip(keys, values))) : .null
-        case UInt8(ascii: "["):
-            guard depth < Self.maximumDepth else { throw .tooDeep }
-            i += 1
-            var array: [JSONValue] = []
-            skipWhitespace()
-            if take(UInt8(ascii: "]")) { return build ? .array(array) : .null }
-            repeat {
-                let element = try value(depth: depth + 1, build: build)
-                if build { array.append(element) }
-                skipWhitespace()
-            } while take(UInt8(ascii: ","))
-            try expect(UInt8(ascii: "]"))
-            return build ? .array(array) : .null
-        case UInt8(ascii: "\""):
-            return .string(try string())
-        case UInt8(ascii: "t"):
-            try literal("true")
-            return .bool(true)
-        case UInt8(ascii: "f"):
-            try literal("false")
-            return .bool(false)
-        case UInt8(ascii: "n"):
-            try literal("null")
-            return .null
-        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            return try number()
-        default:
-            throw .malformed
+    /// An object or array being read. Objects keep their keys in order, compared one by one while there
+    /// are few (hashing a `String` costs more than comparing a handful).
+    private struct Container {
+        let isObject: Bool
+        /// Whether its value is built (or only checked).
+        let build: Bool
+        var keys: [String] = []
+        var values: [JSONValue] = []
+        var seen = Set<String>()
+        /// The key whose value is being read, and where that value starts.
+        var key = ""
+        var valueStart = 0
+
+        init(isObject: Bool, build: Bool) {
+            self.isObject = isObject
+            self.build = build
+            keys.reserveCapacity(isObject ? 8 : 0)
+            values.reserveCapacity(build ? 8 : 0)
         }
+    }
+
+    /// One value, read with a stack of open containers rather than recursion: a payload may nest
+    /// ``maximumDepth`` deep, and it is read on threads with small stacks.
+    private mutating func value() throws(Wire.Rejection) -> JSONValue {
+        var open: [Container] = []
+        while true {
+            // Whether the next value is built: not inside a skipped value, nor the top level's `body`
+            // when it is skipped.
+            let build = open.last.map { $0.build && !(skippingBody && open.count == 1 && $0.isObject && $0.key == "body") } ?? true
+            skipWhitespace()
+            guard let byte = current else { throw .malformed }
+            var value: JSONValue
+            switch byte {
+            case UInt8(ascii: "{"), UInt8(ascii: "["):
+                guard open.count < Self.maximumDepth else { throw .tooDeep }
+                i += 1
+                var container = Container(isObject: byte == UInt8(ascii: "{"), build: build)
+                skipWhitespace()
+                if take(container.isObject ? UInt8(ascii: "}") : UInt8(ascii: "]")) {
+                    value = finish(container, depth: open.count)
+                } else {
+                    if container.isObject { try readKey(into: &container) }
+                    open.append(container)
+                    continue
+                }
+            case UInt8(ascii: "\""):
+                value = .string(try string())
+            case UInt8(ascii: "t"):
+                try literal("true")
+                value = .bool(true)
+            case UInt8(ascii: "f"):
+                try literal("false")
+                value = .bool(false)
+            case UInt8(ascii: "n"):
+                try literal("null")
+                value = .null
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                value = try number()
+            default:
+                throw .malformed
+            }
+            // A value is complete: add it to its container, and close the containers it completes.
+            while var container = open.popLast() {
+                if container.isObject {
+                    if open.isEmpty && container.key == "body" { body = container.valueStart..<i }
+                    if container.keys.count < 16 {
+                        guard !container.keys.contains(container.key) else { throw .duplicateKey }
+                    } else {
+                        if container.seen.isEmpty { container.seen = Set(container.keys) }
+                        guard container.seen.insert(container.key).inserted else { throw .duplicateKey }
+                    }
+                    container.keys.append(container.key)
+                }
+                if container.build { container.values.append(value) }
+                skipWhitespace()
+                if take(UInt8(ascii: ",")) {
+                    if container.isObject { try readKey(into: &container) }
+                    open.append(container)
+                    break
+                }
+                try expect(container.isObject ? UInt8(ascii: "}") : UInt8(ascii: "]"))
+                value = finish(container, depth: open.count)
+            }
+            if open.isEmpty { return value }
+        }
+    }
+
+    /// `"key" :` and the start of its value.
+    private mutating func readKey(into container: inout Container) throws(Wire.Rejection) {
+        skipWhitespace()
+        container.key = try string()
+        skipWhitespace()
+        try expect(UInt8(ascii: ":"))
+        skipWhitespace()
+        container.valueStart = i
+    }
+
+    /// A closed container's value (`null` when it was only checked; the top-level object's members go to
+    /// ``fields`` when asked for).
+    private mutating func finish(_ container: Container, depth: Int) -> JSONValue {
+        if container.isObject && depth == 0 && topLevelFields {
+            fields = Wire.Fields(keys: container.keys, values: container.values)
+            return .null
+        }
+        guard container.build else { return .null }
+        return container.isObject ? .object(Dictionary(uniqueKeysWithValues: zip(container.keys, container.values))) : .array(container.values)
     }
 
     private mutating func literal(_ text: StaticString) throws(Wire.Rejection) {
