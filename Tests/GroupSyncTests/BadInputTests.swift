@@ -181,8 +181,8 @@ import Testing
         }
     }
 
-    /// Review findings: a forged clock at Int64.max used to overflow the HLC and crash every participant,
-    /// and an activity change to another type or shape crashed `session.activity`.
+    /// A forged clock at Int64.max must not overflow anyone's HLC, and an activity change to another type
+    /// or shape must not break `session.activity`.
     @Test func extremeClocksAndForeignActivityChangesAreRejected() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)

@@ -48,8 +48,11 @@ extension Wire {
             guard case .int(Int64(Wire.version))? = self["v"] else { throw .badVersion }
         }
 
+        /// The member named exactly `key` (same Unicode scalars; field names are ASCII, so a key of another
+        /// length is another name, and comparing lengths first is cheap).
         subscript(key: String) -> JSONValue? {
-            keys.firstIndex(of: key).map { values[$0] }
+            let length = key.utf8.count
+            return keys.firstIndex { $0.utf8.count == length && $0 == key }.map { values[$0] }
         }
 
         func value(_ key: String) throws(Rejection) -> JSONValue {
