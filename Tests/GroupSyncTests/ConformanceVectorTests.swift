@@ -129,4 +129,19 @@ import Testing
         })
         #expect(codes == Set(Wire.Rejection.allCases.map(\.rawValue) + ["identity-mismatch", "bad-identifier", "bad-topic"]))
     }
+
+    /// The same files pass a reader written in another language (docs/conformance/run.py), when python3
+    /// is installed.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/python3")))
+    func thePythonReaderPassesTheSameVectors() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process.arguments = [ConformanceVectorTests.directory.appendingPathComponent("run.py").path]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(text)")
+    }
 }
