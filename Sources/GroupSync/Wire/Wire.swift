@@ -110,8 +110,10 @@ public enum Wire {
         static func read(_ data: Data) throws(Rejection) -> Self
     }
 
-    /// A protocol record: a JSON object, read field by field.
+    /// A protocol record: a JSON object, read field by field. Reading a whole payload takes the members
+    /// of its top-level object without building that object.
     public protocol Record: Readable {
+        /// Builds the record from an object's members, or says why they are not one.
         init(fields: Fields) throws(Rejection)
     }
 
