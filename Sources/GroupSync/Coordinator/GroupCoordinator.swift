@@ -387,7 +387,7 @@ public final class GroupCoordinator: Sendable {
     private func process(_ message: MQTTMessage) {
         switch topics.parse(message.topic) {
         case let .presence(participant):
-            let presence = message.payload.isEmpty ? nil : countingRejection(Wire.decodePresence(message.payload))
+            let presence = message.payload.isEmpty ? nil : countingRejection(Wire.decode(Wire.Presence.self, from: message.payload))
             if !message.payload.isEmpty && presence == nil { return }
             if participant == localParticipant.id {
                 if message.retain {
@@ -429,8 +429,8 @@ public final class GroupCoordinator: Sendable {
     }
 
     /// Decodes a payload of protocol version 1, counting anything else as rejected.
-    func decoded<T: Decodable & Sendable & Wire.Versioned>(_ type: T.Type, _ payload: Data) -> T? {
-        countingRejection(Wire.decodeVersioned(type, from: payload))
+    func decoded<T: Wire.Readable & Sendable>(_ type: T.Type, _ payload: Data) -> T? {
+        countingRejection(Wire.decode(type, from: payload))
     }
 
     /// `value`, counting it as a rejected message when it is nil (it could not be read).

@@ -38,8 +38,8 @@ public final class GroupSessionMessenger: Sendable {
     /// its module, e.g. `GalleryState` — what `String(describing: T.self)` prints.
     public static func typeName<T>(_ type: T.Type) -> String {
         // The runtime's cached name: the same text as `String(describing:)` (checked for nested, generic,
-        // local and standard-library types in `MessageTypeNameTests`), without the ~6,700 instructions of
-        // reflection it spends on every call — this runs for every message sent.
+        // local and standard-library types in `MessageTypeNameTests`), without reflecting on the type for
+        // every message sent.
         _typeName(type, qualified: false)
     }
 
@@ -92,17 +92,10 @@ public struct GroupMessages<Message: Codable & Sendable>: AsyncSequence, Sendabl
             return nil
         }
 
-        /// Only the body when the receiving connection located it; the whole envelope otherwise.
+        /// The body, located by the receiving connection when it read the envelope.
         private static func decode(_ inbound: SessionStateMachine.InboundMessage) -> Message? {
-            if let body = inbound.body { return JSONBytesDecoder.decode(Message.self, from: inbound.payload[body]) }
-            return decodeEnvelope(inbound.payload)
-        }
-
-        /// Apart, so that `Wire.Envelope<Message>`'s metadata is looked up only on this rare path (this
-        /// code is not specialised for the app's type: the look-up cost ~330 instructions per message).
-        @inline(never)
-        private static func decodeEnvelope(_ payload: Data) -> Message? {
-            Wire.decodeVersioned(Wire.Envelope<Message>.self, from: payload)?.body
+            guard let body = inbound.body else { return nil }
+            return Wire.decodeBody(Message.self, from: inbound.payload[body])
         }
     }
 

@@ -67,7 +67,7 @@ final class SessionCore: Sendable {
         _ barrierStream: AsyncStream<Bool>, _ catchUpStream: AsyncStream<Void>, memberPublished: inout Bool
     ) async throws(GroupSyncError) {
         let filters = topics.sessionFilters(id, participant: me)
-        let member = try JSONBytesEncoder.encode(Wire.Member(participant: me, epoch: coordinator.epoch))
+        let member = try Wire.encode(Wire.Member(participant: me, epoch: coordinator.epoch))
         // The session's messages are handled on the connection's network thread, as they are read: one
         // hand-off (to the app's sequences) instead of two. Handling never blocks and never runs app code.
         // Our member record goes out right behind the SUBSCRIBE packets, without waiting for their SUBACK:
@@ -215,7 +215,7 @@ final class SessionCore: Sendable {
         case let .member(session, participant) where session == id:
             if message.payload.isEmpty {
                 catchUpTo = apply { $0.onMember(participant, nil, retained: message.retain) }.catchUpTo
-            } else if let record = coordinator.countingRejection(Wire.decodeMember(message.payload)), record.participant == participant {
+            } else if let record = coordinator.countingRejection(Wire.decode(Wire.Member.self, from: message.payload)), record.participant == participant {
                 if participant == me {
                     if record.epoch == coordinator.epoch,
                        let (barrier, value) = machine.withLock({ $0.onBarrierPassed(retainAvailable: coordinator.client.retainAvailable) }) {
@@ -230,7 +230,7 @@ final class SessionCore: Sendable {
         case let .state(session, key, writer) where session == id:
             guard !message.payload.isEmpty else { return }
             let now = coordinator.configuration.clock.milliseconds()
-            guard let record = coordinator.countingRejection(Wire.decodeStateRecord(message.payload)), record.key == key,
+            guard let record = coordinator.countingRejection(Wire.decode(Wire.StateRecord.self, from: message.payload)), record.key == key,
                   record.clock.participant == writer, record.clock.isPlausible(now: now) else { return reject() }
             coordinator.hlc.withLock { $0.observe(record.clock, now: now) }
             // Shown at the end of the burst: records that arrive together make one visible change.
@@ -247,7 +247,7 @@ final class SessionCore: Sendable {
             // elsewhere.
             let listingMembers = !coordinator.client.retainAvailable
             let catchUp = machine.withLock { $0.catchUp(listingMembers: listingMembers) }
-            if let body = try? Wire.encodeCatchUp(catchUp), let tickets = try? enqueue(
+            if let body = try? Wire.encode(catchUp), let tickets = try? enqueue(
                 type: "$catchup", envelope: Wire.EnvelopeBytes(encodedBody: body), to: .only(Participant(id: newcomer)), reliable: true,
                 limit: Wire.maximumPayload) {
                 coordinator.spawn { [self] in try? await acknowledgements(of: tickets) }
@@ -257,11 +257,10 @@ final class SessionCore: Sendable {
 
     /// An envelope on a message topic; returns the newcomer to send a catch-up to, if any.
     private func inbound(_ payload: Data, from sender: String) -> String? {
-        guard let envelope = coordinator.countingRejection(Wire.scanEnvelope(payload)) else { return nil }
+        guard let envelope = coordinator.countingRejection(Wire.decodeEnvelope(payload)) else { return nil }
         switch envelope.header.type {
         case "$catchup":
-            guard var catchUp = envelope.body.flatMap({ Wire.decodeCatchUpBody(payload, body: $0) })
-                    ?? Wire.decodeVersionedFast(Wire.Envelope<Wire.CatchUp>.self, from: payload)?.body else {
+            guard var catchUp = Wire.decode(Wire.CatchUp.self, from: payload[envelope.body]) else {
                 reject()
                 return nil
             }
@@ -405,7 +404,7 @@ final class SessionCore: Sendable {
     }
 
     func publish(_ record: Wire.StateRecord) async throws(GroupSyncError) {
-        try await coordinator.publishRetained(topics.state(id, key: record.key, writer: me), try JSONBytesEncoder.encode(record))
+        try await coordinator.publishRetained(topics.state(id, key: record.key, writer: me), try Wire.encode(record))
     }
 
     func updateActivity(_ activity: Wire.Announcement.Activity) {
@@ -421,7 +420,7 @@ final class SessionCore: Sendable {
         let coordinator = self.coordinator
         let topic = topics.announcement(id)
         coordinator.spawn { [self] in
-            guard !isInvalidated, let payload = try? JSONBytesEncoder.encode(updated) else { return }
+            guard !isInvalidated, let payload = try? Wire.encode(updated) else { return }
             try? await coordinator.publishRetained(topic, payload)
         }
     }

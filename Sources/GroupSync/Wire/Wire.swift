@@ -7,7 +7,7 @@ public enum Wire {
 
     /// `…/presence/<participant>`, retained. Online while the connection lives; the connection's will
     /// replaces it with `"status": "lost"` and the same epoch. An empty payload means offline (clean exit).
-    public struct Presence: Codable, Sendable, Hashable, Versioned {
+    public struct Presence: Encodable, Sendable, Hashable {
         public var v = Wire.version
         public var participant: String
         public var status: Status
@@ -17,11 +17,11 @@ public enum Wire {
         public var epoch: Int64
         public var name: String?
 
-        public enum Status: String, Codable, Sendable { case online, lost }
+        public enum Status: String, Encodable, Sendable { case online, lost }
     }
 
     /// `…/session/<session>`, retained: the announcement. An empty payload means the session ended.
-    public struct Announcement: Codable, Sendable, Hashable, Versioned {
+    public struct Announcement: Encodable, Sendable, Hashable {
         public var v = Wire.version
         public var session: String
         public var activity: Activity
@@ -31,7 +31,7 @@ public enum Wire {
         /// Increases with every activity change; the highest wins.
         public var revision: HLCTimestamp
 
-        public struct Activity: Codable, Sendable, Hashable {
+        public struct Activity: Encodable, Sendable, Hashable {
             /// The activity's `activityIdentifier`.
             public var type: String
             public var metadata: GroupActivityMetadata
@@ -42,7 +42,7 @@ public enum Wire {
 
     /// `…/s/<session>/member/<participant>`, retained: this participant joined with the connection
     /// `epoch`. An empty payload means it left.
-    public struct Member: Codable, Sendable, Hashable, Versioned {
+    public struct Member: Encodable, Sendable, Hashable {
         public var v = Wire.version
         public var participant: String
         public var epoch: Int64
@@ -50,18 +50,19 @@ public enum Wire {
 
     /// `…/s/<session>/state/<key>/<writer>`, retained: the writer's latest value for `key`. Readers keep,
     /// per key, the record with the largest clock.
-    public struct StateRecord: Codable, Sendable, Hashable, Versioned {
+    public struct StateRecord: Encodable, Sendable, Hashable {
         public var v = Wire.version
         public var key: String
         public var value: JSONValue
         public var clock: HLCTimestamp
     }
 
-    /// `…/msg/all/<sender>` and `…/msg/to/<recipient>/<sender>`: an application message, or a control
-    /// message whose type starts with `$`.
-    public struct Envelope<Body: Codable & Sendable>: Codable, Sendable, Versioned {
+    /// The header of an envelope, on `…/msg/all/<sender>` and `…/msg/to/<recipient>/<sender>`: an
+    /// application message, or a control message whose type starts with `$`. Its `body` is read apart
+    /// (``Wire/decodeEnvelope(_:)``); ``EnvelopeBytes`` writes the whole envelope.
+    public struct EnvelopeHeader: Sendable, Hashable {
         public var v = Wire.version
-        /// The message type: the Swift type's name for app messages; `$catchup` for catch-up.
+        /// The message type: the Swift type's name for app messages; `$catchup` and `$end` for control.
         public var type: String
         /// The sender's connection epoch.
         public var epoch: Int64
@@ -69,32 +70,27 @@ public enum Wire {
         /// not above the last one seen from that sender and epoch (a redelivery).
         public var seq: Int64
         public var reliable: Bool
-        public var body: Body
-    }
-
-    /// The part of an ``Envelope`` read before its body's type is known.
-    public struct EnvelopeHeader: Codable, Sendable, Hashable, Versioned {
-        public var v: Int
-        public var type: String
-        public var epoch: Int64
-        public var seq: Int64
-        public var reliable: Bool
     }
 
     /// Body of `$catchup`: what a newcomer needs, sent by one existing participant to the newcomer only.
-    public struct CatchUp: Codable, Sendable, Hashable {
+    public struct CatchUp: Encodable, Sendable, Hashable {
         /// The winning record of every key.
         public var states: [StateRecord]
         /// The sender's view of who is active, with their connection epochs.
         public var members: [Member]
     }
 
+    /// The writer of every payload: compact, keys sorted, `/` not escaped (docs/PROTOCOL.md).
     static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return encoder
     }()
 
+    /// The reader of app values (message bodies, activities, shared-state values) as the app's types.
+    static let decoder = JSONDecoder()
+
+    /// `value` as payload bytes.
     public static func encode(_ value: some Encodable) throws(GroupSyncError) -> Data {
         do {
             return try encoder.encode(value)
@@ -103,39 +99,44 @@ public enum Wire {
         }
     }
 
-    /// A payload with a protocol version field.
-    public protocol Versioned { var v: Int { get } }
-
-    /// Decodes a payload of this protocol version; nil for anything else (too large, not JSON, wrong
-    /// shape, other version).
-    public static func decodeVersioned<T: Decodable & Versioned>(_ type: T.Type, from data: Data) -> T? {
-        guard data.count <= maximumPayload, let value = decode(type, from: data), value.v == version else { return nil }
-        return value
-    }
-
     /// Larger payloads are rejected before parsing (10 MiB).
     public static let maximumPayload = 10 << 20
 
-    /// One decoder for every payload (it holds no per-call state; making one per message showed up in
-    /// profiles).
-    static let decoder = JSONDecoder()
+    /// A value read from a payload with the rules of docs/PROTOCOL.md ("Decoding rules").
+    public protocol Readable {
+        /// Builds the value from a parsed JSON value, or says why it is not one.
+        init(json: JSONValue) throws(Rejection)
+        /// Reads a whole payload.
+        static func read(_ data: Data) throws(Rejection) -> Self
+    }
 
-    public static func decode<T: Decodable>(_ type: T.Type, from data: Data) -> T? {
-        try? decoder.decode(type, from: data)
+    /// A protocol record: a JSON object, read field by field. Reading a whole payload takes the members
+    /// of its top-level object without building that object.
+    public protocol Record: Readable {
+        /// Builds the record from an object's members, or says why they are not one.
+        init(fields: Fields) throws(Rejection)
+    }
+
+    /// Reads `data` as a `T`, or says why it is rejected.
+    public static func read<T: Readable>(_ type: T.Type, from data: Data) throws(Rejection) -> T {
+        try T.read(data)
+    }
+
+    /// Reads `data` as a `T`; nil when it is rejected (see ``read(_:from:)`` for the reason).
+    public static func decode<T: Readable>(_ type: T.Type, from data: Data) -> T? {
+        try? T.read(data)
     }
 
     /// Encodes any Codable app value as a ``JSONValue``.
     public static func jsonValue(_ value: some Encodable) throws(GroupSyncError) -> JSONValue {
-        let data = try JSONBytesEncoder.encode(value)
-        guard let json = JSONValue.parseFast(data) ?? decode(JSONValue.self, from: data) else { throw .encodingFailed("not JSON") }
+        let data = try encode(value)
+        guard let json = try? JSONParser.parse(data) else { throw .encodingFailed("not strict JSON") }
         return json
     }
 
-    /// Decodes an app value from a ``JSONValue``: directly when ``JSONValueDecoder`` can, through its
-    /// JSON text and `JSONDecoder` otherwise (the same result either way).
+    /// Decodes an app value from a ``JSONValue`` with `JSONDecoder`, as it would from the payload.
     public static func value<T: Decodable>(_ type: T.Type, from json: JSONValue) -> T? {
-        if let value = try? JSONValueDecoder.decode(type, from: json) { return value }
         guard let data = try? encoder.encode(json) else { return nil }
-        return decode(type, from: data)
+        return try? decoder.decode(type, from: data)
     }
 }

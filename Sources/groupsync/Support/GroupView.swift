@@ -47,7 +47,7 @@ struct GroupView {
                 online[participant] = nil
                 return Event(kind: "offline", participant: participant, text: "\(participant) went offline", fields: [:])
             }
-            guard let presence = Wire.decodeVersioned(Wire.Presence.self, from: payload) else { return invalid(message) }
+            guard let presence = Wire.decode(Wire.Presence.self, from: payload) else { return invalid(message) }
             if presence.status == .online {
                 online[participant] = presence.epoch
                 return Event(kind: "online", participant: participant, text: "\(participant) online (epoch \(presence.epoch))", fields: ["epoch": presence.epoch])
@@ -60,7 +60,7 @@ struct GroupView {
                 early[id] = nil
                 return Event(kind: "ended", session: id, text: "session \(id) ended (announcement cleared)", fields: [:])
             }
-            guard let announcement = Wire.decodeVersioned(Wire.Announcement.self, from: payload) else { return invalid(message) }
+            guard let announcement = Wire.decode(Wire.Announcement.self, from: payload) else { return invalid(message) }
             let changed = sessions[id] != nil
             if changed {
                 sessions[id]?.announcement = announcement
@@ -79,14 +79,14 @@ struct GroupView {
                 setMember(id, participant, nil)
                 return Event(kind: "leave", session: id, participant: participant, text: "\(participant) left \(id)", fields: [:])
             }
-            guard let member = Wire.decodeVersioned(Wire.Member.self, from: payload) else { return invalid(message) }
+            guard let member = Wire.decode(Wire.Member.self, from: payload) else { return invalid(message) }
             setMember(id, participant, member.epoch)
             return Event(kind: "join", session: id, participant: participant, text: "\(participant) joined \(id)", fields: ["epoch": member.epoch])
         case let .state(id, key, writer):
             if payload.isEmpty {
                 return Event(kind: "state-cleared", session: id, participant: writer, text: "\(writer)'s \(key) in \(id) cleared", fields: ["key": key])
             }
-            guard let record = Wire.decodeVersioned(Wire.StateRecord.self, from: payload) else { return invalid(message) }
+            guard let record = Wire.decode(Wire.StateRecord.self, from: payload) else { return invalid(message) }
             let current = sessions[id]?.states[key] ?? early[id]?.states[key]
             if current.map({ $0.clock < record.clock }) ?? true {  // a reader keeps the newer record
                 if sessions[id] != nil {
@@ -115,7 +115,7 @@ struct GroupView {
     }
 
     private func messageEvent(_ message: MQTTMessage, session: String, sender: String, recipient: String?) -> Event? {
-        guard let header = Wire.decodeVersioned(Wire.EnvelopeHeader.self, from: message.payload) else { return invalid(message) }
+        guard let header = Wire.decode(Wire.EnvelopeHeader.self, from: message.payload) else { return invalid(message) }
         let to = recipient ?? "all"
         let fields: [String: Any] = ["to": to, "type": header.type, "size": message.payload.count, "seq": header.seq, "reliable": header.reliable]
         switch header.type {

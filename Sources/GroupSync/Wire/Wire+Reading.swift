@@ -1,0 +1,181 @@
+import Foundation
+
+/// Records built from parsed payloads, by the rules of docs/PROTOCOL.md ("Decoding rules"): a record is
+/// an object whose `v` is the integer 1; every field it needs is there with its type (integers as JSON
+/// integers); optional fields are absent or of their type; other fields are ignored.
+extension Wire {
+    /// Why a payload is rejected: the codes of docs/conformance/README.md.
+    public enum Rejection: String, Error, Sendable, Hashable, CaseIterable {
+        /// Larger than ``Wire/maximumPayload``.
+        case tooLarge = "too-large"
+        /// Starts with a UTF-8 byte order mark.
+        case bom
+        /// Not JSON: a syntax error, or anything after the value.
+        case malformed
+        /// A string that is not valid UTF-8 (raw bytes, or an unpaired surrogate escape).
+        case invalidUTF8 = "invalid-utf8"
+        /// A number beyond `Double`'s range.
+        case badNumber = "bad-number"
+        /// Containers nested deeper than 512.
+        case tooDeep = "too-deep"
+        /// A key twice in one object, anywhere in the payload.
+        case duplicateKey = "duplicate-key"
+        /// `v` is missing or not the integer 1.
+        case badVersion = "bad-version"
+        /// A fraction, an exponent or a value beyond 64 bits where an integer is expected.
+        case notAnInteger = "not-an-integer"
+        /// Not an object, or a field missing or of another type.
+        case wrongShape = "wrong-shape"
+    }
+
+    /// An object's members, looked up by name (records have a handful: a linear search beats hashing).
+    public struct Fields: Sendable {
+        let keys: [String]
+        let values: [JSONValue]
+
+        init(keys: [String], values: [JSONValue]) {
+            self.keys = keys
+            self.values = values
+        }
+
+        init(_ json: JSONValue) throws(Rejection) {
+            guard case let .object(object) = json else { throw .wrongShape }
+            self.init(keys: Array(object.keys), values: Array(object.values))
+        }
+
+        /// Checks that `v` is the integer 1 (a record's first check).
+        func checkVersion() throws(Rejection) {
+            guard case .int(Int64(Wire.version))? = self["v"] else { throw .badVersion }
+        }
+
+        /// The member named exactly `key` (same Unicode scalars; field names are ASCII, so a key of another
+        /// length is another name, and comparing lengths first is cheap).
+        subscript(key: String) -> JSONValue? {
+            let length = key.utf8.count
+            return keys.firstIndex { $0.utf8.count == length && $0 == key }.map { values[$0] }
+        }
+
+        func value(_ key: String) throws(Rejection) -> JSONValue {
+            guard let value = self[key] else { throw .wrongShape }
+            return value
+        }
+
+        func int(_ key: String) throws(Rejection) -> Int64 {
+            switch try value(key) {
+            case let .int(value): value
+            case .double: throw .notAnInteger
+            default: throw .wrongShape
+            }
+        }
+
+        func string(_ key: String) throws(Rejection) -> String {
+            guard case let .string(value) = try value(key) else { throw .wrongShape }
+            return value
+        }
+
+        func optionalString(_ key: String) throws(Rejection) -> String? {
+            self[key] == nil ? nil : try string(key)
+        }
+
+        func bool(_ key: String) throws(Rejection) -> Bool {
+            guard case let .bool(value) = try value(key) else { throw .wrongShape }
+            return value
+        }
+
+        func array<T: Readable>(_ key: String, of type: T.Type) throws(Rejection) -> [T] {
+            guard case let .array(elements) = try value(key) else { throw .wrongShape }
+            var values: [T] = []
+            values.reserveCapacity(elements.count)
+            for element in elements { values.append(try T(json: element)) }
+            return values
+        }
+
+        func `enum`<T: RawRepresentable<String>>(_ key: String, _ type: T.Type) throws(Rejection) -> T {
+            guard let value = T(rawValue: try string(key)) else { throw .wrongShape }
+            return value
+        }
+    }
+}
+
+extension Wire.Readable {
+    public static func read(_ data: Data) throws(Wire.Rejection) -> Self {
+        try Self(json: try JSONParser.parse(data))
+    }
+}
+
+extension Wire.Record {
+    public init(json: JSONValue) throws(Wire.Rejection) {
+        try self.init(fields: try Wire.Fields(json))
+    }
+
+    public static func read(_ data: Data) throws(Wire.Rejection) -> Self {
+        try Self(fields: try JSONParser.parseObject(data).fields)
+    }
+}
+
+extension JSONValue: Wire.Readable {
+    public init(json: JSONValue) { self = json }
+}
+
+extension HLCTimestamp: Wire.Record {
+    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+        self.init(time: try fields.int("t"), counter: try fields.int("c"), participant: try fields.string("p"))
+    }
+}
+
+extension Wire.Presence: Wire.Record {
+    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
+        self.init(
+            participant: try fields.string("participant"), status: try fields.enum("status", Status.self),
+            epoch: try fields.int("epoch"), name: try fields.optionalString("name"))
+    }
+}
+
+extension Wire.Announcement: Wire.Record {
+    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
+        let activity = try Wire.Fields(try fields.value("activity"))
+        let metadata = try Wire.Fields(try activity.value("metadata"))
+        self.init(
+            session: try fields.string("session"),
+            activity: Activity(
+                type: try activity.string("type"),
+                metadata: GroupActivityMetadata(
+                    title: try metadata.string("title"), subtitle: try metadata.optionalString("subtitle"),
+                    type: try metadata.enum("type", GroupActivityMetadata.ActivityType.self)),
+                data: try activity.value("data")),
+            createdBy: try fields.string("createdBy"), createdAt: try fields.int("createdAt"),
+            revision: try HLCTimestamp(json: try fields.value("revision")))
+    }
+}
+
+extension Wire.Member: Wire.Record {
+    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
+        self.init(participant: try fields.string("participant"), epoch: try fields.int("epoch"))
+    }
+}
+
+extension Wire.StateRecord: Wire.Record {
+    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
+        self.init(key: try fields.string("key"), value: try fields.value("value"), clock: try HLCTimestamp(json: try fields.value("clock")))
+    }
+}
+
+extension Wire.EnvelopeHeader: Wire.Record {
+    /// The header of an envelope; its `body` must be there (any JSON value).
+    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
+        _ = try fields.value("body")
+        self.init(type: try fields.string("type"), epoch: try fields.int("epoch"), seq: try fields.int("seq"), reliable: try fields.bool("reliable"))
+    }
+}
+
+extension Wire.CatchUp: Wire.Record {
+    /// A `$catchup` body (not a record: no `v` of its own; each listed record has one).
+    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+        self.init(states: try fields.array("states", of: Wire.StateRecord.self), members: try fields.array("members", of: Wire.Member.self))
+    }
+}

@@ -1,0 +1,147 @@
+import Foundation
+import Testing
+@testable import GroupSync
+
+/// Runs every vector of docs/conformance/ (format: docs/conformance/README.md) through the Swift codec.
+@Suite struct ConformanceVectorTests {
+    static let directory = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("docs/conformance")
+
+    static let files = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [])
+        .filter { $0.hasSuffix(".json") }.sorted()
+
+    enum Outcome: Equatable, CustomStringConvertible {
+        case accept(JSONValue), reject(String), cleared
+
+        var description: String {
+            switch self {
+            case let .accept(json): "accept \(String(decoding: (try? Wire.encode(json)) ?? Data(), as: UTF8.self))"
+            case let .reject(code): "reject \(code)"
+            case .cleared: "cleared"
+            }
+        }
+    }
+
+    struct Vector {
+        var name: String
+        var topic: String
+        var payload: Data
+        var expected: Outcome
+    }
+
+    static func vectors(in file: String) throws -> [Vector] {
+        let json = try Wire.read(JSONValue.self, from: try Data(contentsOf: directory.appendingPathComponent(file)))
+        guard case let .object(root) = json, case let .array(vectors)? = root["vectors"] else { throw Wire.Rejection.wrongShape }
+        return try vectors.map { vector throws -> Vector in
+            guard case let .object(fields) = vector, case let .string(name)? = fields["name"], case let .string(topic)? = fields["topic"] else {
+                throw Wire.Rejection.wrongShape
+            }
+            var payload: Data
+            switch (fields["payload"], fields["payload_base64"]) {
+            case let (.string(text)?, nil): payload = Data(text.utf8)
+            case let (nil, .string(base64)?): payload = try #require(Data(base64Encoded: base64))
+            default: throw Wire.Rejection.wrongShape
+            }
+            if case let .int(size)? = fields["pad_to"] { payload.append(Data(repeating: 0x20, count: Int(size) - payload.count)) }
+            let expected: Outcome
+            switch (fields["accept"], fields["reject"], fields["cleared"]) {
+            case let (record?, nil, nil): expected = .accept(record)
+            case let (nil, .string(code)?, nil): expected = .reject(code)
+            case (nil, nil, .bool(true)?): expected = .cleared
+            default: throw Wire.Rejection.wrongShape
+            }
+            return Vector(name: name, topic: topic, payload: payload, expected: expected)
+        }
+    }
+
+    /// What the codec makes of a message, with the identity checks of docs/PROTOCOL.md#validation-and-rejection.
+    static func outcome(topic: String, payload: Data) -> Outcome {
+        guard let kind = GroupTopics(group: "g").parse(topic) else { return .reject("bad-topic") }
+        func record<T: Wire.Readable & Encodable>(_ type: T.Type, _ check: (T) -> String?) -> Outcome {
+            if payload.isEmpty { return .cleared }
+            do throws(Wire.Rejection) {
+                let value = try Wire.read(type, from: payload)
+                return check(value).map(Outcome.reject) ?? .accept(json(value))
+            } catch {
+                return .reject(error.rawValue)
+            }
+        }
+        switch kind {
+        case let .presence(participant):
+            return record(Wire.Presence.self) { $0.participant == participant ? nil : "identity-mismatch" }
+        case let .announcement(session):
+            return record(Wire.Announcement.self) {
+                $0.session != session ? "identity-mismatch" : Identifier.isValid($0.activity.type) ? nil : "bad-identifier"
+            }
+        case let .member(_, participant):
+            return record(Wire.Member.self) { $0.participant == participant ? nil : "identity-mismatch" }
+        case let .state(_, key, writer):
+            return record(Wire.StateRecord.self) { $0.key == key && $0.clock.participant == writer ? nil : "identity-mismatch" }
+        case .broadcast, .direct:
+            do throws(Wire.Rejection) {
+                let envelope = try Wire.readEnvelope(payload)
+                let body = envelope.header.type == "$catchup"
+                    ? json(try Wire.read(Wire.CatchUp.self, from: payload[envelope.body]))
+                    : try JSONParser.parse(payload[envelope.body])
+                let header = envelope.header
+                return .accept(.object([
+                    "body": body, "epoch": .int(header.epoch), "reliable": .bool(header.reliable), "seq": .int(header.seq),
+                    "type": .string(header.type), "v": .int(Int64(header.v)),
+                ]))
+            } catch {
+                return .reject(error.rawValue)
+            }
+        }
+    }
+
+    /// A record as JSON: what it writes, read back.
+    static func json(_ value: some Encodable) -> JSONValue {
+        (try? Wire.jsonValue(value)) ?? .null
+    }
+
+    /// Numbers compared by value: `JSONEncoder` writes a whole `Double` without a fraction.
+    static func normalized(_ json: JSONValue) -> JSONValue {
+        switch json {
+        case let .double(value) where value == value.rounded() && abs(value) < 0x1p63: .int(Int64(value))
+        case let .array(elements): .array(elements.map(normalized))
+        case let .object(fields): .object(fields.mapValues(normalized))
+        default: json
+        }
+    }
+
+    @Test(arguments: ConformanceVectorTests.files)
+    func everyVectorHoldsForTheSwiftCodec(file: String) throws {
+        for vector in try ConformanceVectorTests.vectors(in: file) {
+            var actual = ConformanceVectorTests.outcome(topic: vector.topic, payload: vector.payload)
+            var expected = vector.expected
+            if case let .accept(json) = actual { actual = .accept(ConformanceVectorTests.normalized(json)) }
+            if case let .accept(json) = expected { expected = .accept(ConformanceVectorTests.normalized(json)) }
+            #expect(actual == expected, "\(file): \(vector.name)")
+        }
+    }
+
+    @Test func theVectorsCoverEveryRecordAndEveryRejection() throws {
+        let files = ConformanceVectorTests.files
+        #expect(Set(files).isSuperset(of: ["announcement.json", "envelope.json", "json.json", "member.json", "presence.json", "state.json", "topics.json"]))
+        let codes = Set(try files.flatMap { try ConformanceVectorTests.vectors(in: $0) }.compactMap { vector -> String? in
+            if case let .reject(code) = vector.expected { code } else { nil }
+        })
+        #expect(codes == Set(Wire.Rejection.allCases.map(\.rawValue) + ["identity-mismatch", "bad-identifier", "bad-topic"]))
+    }
+
+    /// The same files pass a reader written in another language (docs/conformance/run.py), when python3
+    /// is installed.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/python3")))
+    func thePythonReaderPassesTheSameVectors() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process.arguments = [ConformanceVectorTests.directory.appendingPathComponent("run.py").path]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(text)")
+    }
+}

@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""A second reader of the GroupSync wire protocol, written from docs/PROTOCOL.md, checked against every
+conformance vector in this folder (format: README.md). Python 3 standard library only.
+
+    python3 docs/conformance/run.py [FILE.json ...]
+
+Prints each failing vector and exits with status 1 if any fails.
+"""
+import base64
+import json
+import math
+import pathlib
+import re
+import sys
+import unicodedata
+
+MAX_PAYLOAD = 10 << 20
+MAX_DEPTH = 512
+INT64 = range(-(1 << 63), 1 << 63)
+IDENTIFIER = re.compile(r"[A-Za-z0-9._\-:@~]{1,128}\Z")
+ROOT = "groupsync/v1/g"
+ACTIVITY_TYPES = {"generic", "watchTogether", "listenTogether", "workoutTogether", "shopTogether",
+                  "exploreTogether", "createTogether", "learnTogether", "playTogether", "readTogether"}
+
+
+class Rejected(Exception):
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+def pairs(items):
+    """Objects: a key twice (after unescaping, compared in NFC) is rejected."""
+    seen = set()
+    for key, _ in items:
+        normalized = unicodedata.normalize("NFC", key)
+        if normalized in seen:
+            raise Rejected("duplicate-key")
+        seen.add(normalized)
+    return dict(items)
+
+
+def integer(text):
+    value = int(text)
+    return value if value in INT64 else float(value)  # beyond 64 bits: not an integer
+
+
+def number(text):
+    value = float(text)
+    if not math.isfinite(value):
+        raise Rejected("bad-number")
+    return value
+
+
+def constant(name):
+    raise Rejected("malformed")  # NaN, Infinity
+
+
+def check(value, depth=0):
+    """Nesting depth and unpaired surrogates (Python's json accepts both)."""
+    if isinstance(value, (dict, list)):
+        if depth >= MAX_DEPTH:
+            raise Rejected("too-deep")
+        for key in value if isinstance(value, dict) else ():
+            check(key, depth + 1)
+        for item in value.values() if isinstance(value, dict) else value:
+            check(item, depth + 1)
+    elif isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise Rejected("invalid-utf8")
+
+
+def parse(payload):
+    if len(payload) > MAX_PAYLOAD:
+        raise Rejected("too-large")
+    if payload.startswith(b"\xef\xbb\xbf"):
+        raise Rejected("bom")
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Rejected("invalid-utf8")
+    try:
+        value = json.loads(text, object_pairs_hook=pairs, parse_int=integer, parse_float=number,
+                           parse_constant=constant)
+    except (json.JSONDecodeError, RecursionError):
+        raise Rejected("malformed")
+    check(value)
+    return value
+
+
+class Fields:
+    def __init__(self, value, record=True):
+        if not isinstance(value, dict):
+            raise Rejected("wrong-shape")
+        self.object = value
+        if record:
+            v = value.get("v")
+            if type(v) is not int or v != 1:
+                raise Rejected("bad-version")
+
+    def value(self, key):
+        if key not in self.object:
+            raise Rejected("wrong-shape")
+        return self.object[key]
+
+    def int(self, key):
+        value = self.value(key)
+        if type(value) is float:
+            raise Rejected("not-an-integer")
+        if type(value) is not int:
+            raise Rejected("wrong-shape")
+        return value
+
+    def typed(self, key, kind):
+        value = self.value(key)
+        if type(value) is not kind:
+            raise Rejected("wrong-shape")
+        return value
+
+    def str(self, key):
+        return self.typed(key, str)
+
+    def optional_str(self, key):
+        return None if key not in self.object else self.str(key)
+
+
+def clock(value):
+    f = Fields(value, record=False)
+    return {"c": f.int("c"), "p": f.str("p"), "t": f.int("t")}
+
+
+def presence(value):
+    f = Fields(value)
+    record = {"epoch": f.int("epoch"), "participant": f.str("participant"), "status": f.str("status"), "v": 1}
+    if record["status"] not in ("online", "lost"):
+        raise Rejected("wrong-shape")
+    name = f.optional_str("name")
+    if name is not None:
+        record["name"] = name
+    return record
+
+
+def announcement(value):
+    f = Fields(value)
+    activity = Fields(f.value("activity"), record=False)
+    metadata = Fields(activity.value("metadata"), record=False)
+    meta = {"title": metadata.str("title"), "type": metadata.str("type")}
+    if meta["type"] not in ACTIVITY_TYPES:
+        raise Rejected("wrong-shape")
+    subtitle = metadata.optional_str("subtitle")
+    if subtitle is not None:
+        meta["subtitle"] = subtitle
+    return {"activity": {"data": activity.value("data"), "metadata": meta, "type": activity.str("type")},
+            "createdAt": f.int("createdAt"), "createdBy": f.str("createdBy"), "revision": clock(f.value("revision")),
+            "session": f.str("session"), "v": 1}
+
+
+def member(value):
+    f = Fields(value)
+    return {"epoch": f.int("epoch"), "participant": f.str("participant"), "v": 1}
+
+
+def state(value):
+    f = Fields(value)
+    return {"clock": clock(f.value("clock")), "key": f.str("key"), "v": 1, "value": f.value("value")}
+
+
+def envelope(value):
+    f = Fields(value)
+    record = {"body": f.value("body"), "epoch": f.int("epoch"), "reliable": f.typed("reliable", bool),
+              "seq": f.int("seq"), "type": f.str("type"), "v": 1}
+    if record["type"] == "$catchup":
+        body = Fields(record["body"], record=False)
+        states, members = body.typed("states", list), body.typed("members", list)
+        record["body"] = {"members": [member(m) for m in members], "states": [state(s) for s in states]}
+    return record
+
+
+def route(topic):
+    """The reader for a topic and the identity check of its record; None outside the layout."""
+    levels = topic.split("/")
+    if levels[:3] != ROOT.split("/") or not all(IDENTIFIER.match(level) for level in levels[3:]):
+        return None
+    match levels[3:]:
+        case ["presence", participant]:
+            return presence, lambda r: r["participant"] == participant
+        case ["session", session]:
+            return announcement, lambda r: r["session"] == session
+        case ["s", _, "member", participant]:
+            return member, lambda r: r["participant"] == participant
+        case ["s", _, "state", key, writer]:
+            return state, lambda r: r["key"] == key and r["clock"]["p"] == writer
+        case ["s", _, "msg", "all", _] | ["s", _, "msg", "to", _, _]:
+            return envelope, lambda r: True
+    return None
+
+
+def receive(topic, payload):
+    """('accept', record) | ('reject', code) | ('cleared', None)"""
+    routed = route(topic)
+    if routed is None:
+        return "reject", "bad-topic"
+    reader, identity = routed
+    if not payload and reader is not envelope:
+        return "cleared", None
+    try:
+        record = reader(parse(payload))
+    except Rejected as rejection:
+        return "reject", rejection.code
+    if not identity(record):
+        return "reject", "identity-mismatch"
+    if reader is announcement and not IDENTIFIER.match(record["activity"]["type"]):
+        return "reject", "bad-identifier"
+    return "accept", record
+
+
+def expected(vector):
+    if "accept" in vector:
+        return "accept", vector["accept"]
+    if "reject" in vector:
+        return "reject", vector["reject"]
+    return "cleared", None
+
+
+def main(paths):
+    folder = pathlib.Path(__file__).parent
+    files = [pathlib.Path(p) for p in paths] or sorted(folder.glob("*.json"))
+    failures = total = 0
+    for file in files:
+        for vector in parse(file.read_bytes())["vectors"]:
+            total += 1
+            payload = (base64.b64decode(vector["payload_base64"]) if "payload_base64" in vector
+                       else vector["payload"].encode("utf-8"))
+            payload += b" " * (vector.get("pad_to", 0) - len(payload))
+            got, want = receive(vector["topic"], payload), expected(vector)
+            if got != want:
+                failures += 1
+                print(f"FAIL {file.name}: {vector['name']}\n  expected {want}\n  got      {got}")
+    print(f"{total - failures} of {total} vectors pass")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
