@@ -163,7 +163,7 @@ import Testing
             let session = try await bob.firstSession(of: Gallery.self)
             broker.pause()
             let attempt = Task { try await session.join() }
-            try await waitUntil("join is waiting on the frozen broker") { session.core.machine.withLock { $0.isJoining } }
+            try await waitUntil("join is waiting on the frozen broker") { session.core.machine.withLock { if case .joining = $0.phase { true } else { false } } }
             attempt.cancel()
             await #expect(throws: GroupSyncError.cancelled) { try await attempt.value }
             #expect(session.state == .waiting)

@@ -62,11 +62,7 @@ public final class GroupSessionMessenger: Sendable {
     /// as `Message` is skipped and counted in ``GroupCoordinator/rejectedMessageCount``; the sequence goes on.
     public func messages<Message: Codable & Sendable>(of type: Message.Type) -> GroupMessages<Message> {
         let inbox = Inbox<SessionStateMachine.InboundMessage>()
-        let (id, effects) = core.machine.withLock {
-            $0.addMessageListener(type: GroupSessionMessenger.typeName(Message.self), inbox)
-        }
-        inbox.onTermination { [core] in core.machine.withLock { $0.removeListener(id) } }
-        effects.perform()
+        core.listen(inbox, as: .messages(type: GroupSessionMessenger.typeName(Message.self), inbox))
         return GroupMessages(consumer: .init(inbox), core: core)
     }
 }
@@ -87,7 +83,7 @@ public struct GroupMessages<Message: Codable & Sendable>: AsyncSequence, Sendabl
                 if let message = Self.decode(inbound) {
                     return (message, .init(source: inbound.sender))
                 }
-                core.machine.withLock { $0.onRejected() }
+                core.reject()
             }
             return nil
         }
