@@ -28,8 +28,8 @@ import Testing
 
     @discardableResult
     static func listen(_ machine: inout Machine) -> UInt64 {
-        let inbox = Inbox<Wire.StateRecord?>(keepingNewest: 1)
-        return machine.addListener(.values(key: "k", inbox)).0!
+        let inbox = Inbox<Machine.Update>(keepingNewest: 1)
+        return machine.addListener(.init(kind: .values(key: "k"), inbox: inbox)).0!
     }
 
     /// `name` joined with epoch `epoch` and is online with it.
@@ -93,14 +93,14 @@ import Testing
 
     @Test func valueListenersStartWithTheCaughtUpValueWhenJoined() {
         var machine = Self.waiting()
-        let inbox = Inbox<Wire.StateRecord?>(keepingNewest: 1)
-        #expect(machine.addListener(.values(key: "k", inbox)).1.deliveries.isEmpty, "nothing before the join")
+        let inbox = Inbox<Machine.Update>(keepingNewest: 1)
+        #expect(machine.addListener(.init(kind: .values(key: "k"), inbox: inbox)).1.deliveries.isEmpty, "nothing before the join")
         _ = machine.onState(Self.record(3, at: 100, by: "bob"), writer: "bob", topic: "t")
         let started = machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox())
         #expect(started)
         let joined = machine.onJoined()
         #expect(joined.values == [.int(3)])
-        let late = machine.addListener(.values(key: "other", Inbox(keepingNewest: 1)))
+        let late = machine.addListener(.init(kind: .values(key: "other"), inbox: Inbox()))
         #expect(late.1.deliveries.count == 1, "a listener added once joined gets the current value (none here) at once")
     }
 
@@ -108,7 +108,7 @@ import Testing
 
     @Test func theBarrierSaysWhetherToAwaitACatchUp() {
         var alone = Self.waiting()
-        let barrier = Inbox<Bool>()
+        let barrier = Inbox<Machine.Update>()
         let started = alone.onJoinStarted(barrier: barrier, caughtUp: Inbox())
         #expect(started)
         let again = alone.onJoinStarted(barrier: Inbox(), caughtUp: Inbox())
@@ -128,7 +128,7 @@ import Testing
 
     @Test func anAbandonedJoinLeavesTheSessionWaiting() async {
         var machine = Self.waiting()
-        let (barrier, caughtUp) = (Inbox<Bool>(), Inbox<Void>())
+        let (barrier, caughtUp) = (Inbox<Machine.Update>(), Inbox<Machine.Update>())
         _ = machine.onJoinStarted(barrier: barrier, caughtUp: caughtUp)
         machine.onJoinAbandoned().finishAll()
         #expect(machine.state == .waiting)
@@ -170,8 +170,8 @@ import Testing
 
     @Test func activeMeansJoinedWithTheLiveConnection() {
         var machine = Self.joined()
-        let inbox = Inbox<Set<Participant>>()
-        #expect(machine.addListener(.participants(inbox)).1.participants == [["alice"]])
+        let inbox = Inbox<Machine.Update>()
+        #expect(machine.addListener(.init(kind: .participants, inbox: inbox)).1.participants == [["alice"]])
         #expect(machine.onMember("bob", Wire.Member(participant: "bob", epoch: 2), retained: true).participants.isEmpty, "no presence yet")
         #expect(machine.onPresence("bob", epoch: 2).participants == [["alice", "bob"]])
         #expect(machine.onPresence("bob", epoch: 3).participants == [["alice"]], "a newer connection did not join")
@@ -193,10 +193,10 @@ import Testing
 
     @Test func messagesReachTheirTypeOnceFromMembersOnly() {
         var machine = Self.waiting()
-        let chats = Inbox<Machine.InboundMessage>()
-        let other = Inbox<Machine.InboundMessage>()
-        _ = machine.addListener(.messages(type: "Chat", chats))
-        _ = machine.addListener(.messages(type: "Other", other))
+        let chats = Inbox<Machine.Update>()
+        let other = Inbox<Machine.Update>()
+        _ = machine.addListener(.init(kind: .messages(type: "Chat"), inbox: chats))
+        _ = machine.addListener(.init(kind: .messages(type: "Other"), inbox: other))
         Self.present("bob", in: &machine)
         let (first, payload) = Self.envelope(seq: 1)
         #expect(machine.onMessage(first, payload: payload, sender: "bob").messages.isEmpty, "not joined yet")
@@ -216,8 +216,8 @@ import Testing
 
     @Test func aNewerActivityOfTheSameTypeReachesActivityListeners() {
         var machine = Self.joined()
-        let inbox = Inbox<JSONValue>()
-        #expect(machine.addListener(.activity(inbox)).1.activities == [.int(1)])
+        let inbox = Inbox<Machine.Update>()
+        #expect(machine.addListener(.init(kind: .activity, inbox: inbox)).1.activities == [.int(1)])
         var newer = Self.announcement
         newer.revision.time = 2
         newer.activity.data = .int(2)
@@ -233,24 +233,24 @@ import Testing
 
     @Test func invalidationEndsEverySequenceAfterTheNewState() async {
         var machine = Self.waiting()
-        let states = Inbox<GroupSessionState>()
-        let values = Inbox<Wire.StateRecord?>(keepingNewest: 1)
-        _ = machine.addListener(.state(states)).1.deliver()
-        _ = machine.addListener(.values(key: "k", values))
-        let (barrier, caughtUp) = (Inbox<Bool>(), Inbox<Void>())
+        let states = Inbox<Machine.Update>()
+        let values = Inbox<Machine.Update>(keepingNewest: 1)
+        _ = machine.addListener(.init(kind: .state, inbox: states)).1.deliver()
+        _ = machine.addListener(.init(kind: .values(key: "k"), inbox: values))
+        let (barrier, caughtUp) = (Inbox<Machine.Update>(), Inbox<Machine.Update>())
         _ = machine.onJoinStarted(barrier: barrier, caughtUp: caughtUp)
         let action = machine.invalidate(.left)
         #expect(action.states == [.invalidated(reason: .left)])
-        #expect(action.finish.count == 2)
+        #expect(action.finish.count == 4, "both sequences and the join's two waits")
         action.deliver()
         action.finishAll()
-        #expect(await states.next() == .waiting)
-        #expect(await states.next() == .invalidated(reason: .left))
+        #expect(await states.next() == .state(.waiting))
+        #expect(await states.next() == .state(.invalidated(reason: .left)))
         #expect(await states.next() == nil)
         #expect(await values.next() == nil)
         #expect(await barrier.next() == nil, "a join in progress gives up")
         #expect(machine.invalidate(.coordinatorClosed).deliveries.isEmpty, "once")
-        let (id, late) = machine.addListener(.participants(Inbox()))
+        let (id, late) = machine.addListener(.init(kind: .participants, inbox: Inbox()))
         #expect(id == nil && late.participants.count == 1 && late.finish.count == 1, "the current value, then the end")
         let started = machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox())
         #expect(!started)
@@ -287,32 +287,32 @@ extension SessionStateMachineTests {
 
 /// What an action hands to each kind of sequence, for the expectations above.
 extension SessionStateMachine.Action {
+    var updates: [SessionStateMachine.Update] { deliveries.map(\.update) }
+
     var states: [GroupSessionState] {
-        deliveries.compactMap { if case let .state(_, value) = $0 { value } else { nil } }
+        updates.compactMap { if case let .state(value) = $0 { value } else { nil } }
     }
 
     var participants: [Set<String>] {
-        deliveries.compactMap { if case let .participants(_, value) = $0 { Set(value.map(\.id)) } else { nil } }
+        updates.compactMap { if case let .participants(value) = $0 { Set(value.map(\.id)) } else { nil } }
     }
 
     var values: [JSONValue?] {
-        deliveries.compactMap { if case let .value(_, record) = $0 { .some(record?.value) } else { nil } }
+        updates.compactMap { if case let .value(record) = $0 { .some(record?.value) } else { nil } }
     }
 
     var activities: [JSONValue] {
-        deliveries.compactMap { if case let .activity(_, value) = $0 { value } else { nil } }
+        updates.compactMap { if case let .activity(value) = $0 { value } else { nil } }
     }
 
     /// The sender of each message delivered.
     var messages: [String] {
-        deliveries.compactMap { if case let .message(_, message) = $0 { message.sender.id } else { nil } }
+        updates.compactMap { if case let .message(message) = $0 { message.sender.id } else { nil } }
     }
 
     var barrier: Bool? {
-        deliveries.lazy.compactMap { if case let .barrier(_, value) = $0 { value } else { nil } }.first
+        updates.lazy.compactMap { if case let .barrier(value) = $0 { value } else { nil } }.first
     }
 
-    var caughtUp: Bool {
-        deliveries.contains { if case .caughtUp = $0 { true } else { false } }
-    }
+    var caughtUp: Bool { updates.contains(.caughtUp) }
 }

@@ -41,8 +41,8 @@ extension GroupCoordinator {
                 mqtt.cleanStart = false
                 mqtt.sessionExpiry = 120
                 // GroupSync never subscribes at QoS 2, the case that needs MQTTClient's wide default
-                // window; with 65,535 a process of 1,000 participants kept mosquitto busy for seconds
-                // (it walks each client's in-flight list per acknowledgement). libmosquitto's own 20.
+                // window. A wide window makes mosquitto walk long in-flight lists per acknowledgement
+                // when many participants share a process: libmosquitto's own 20.
                 mqtt.receiveMaximum = 20
                 self.mqtt = mqtt
             } catch {

@@ -61,24 +61,23 @@ public final class GroupSessionMessenger: Sendable {
     /// when the session is invalidated or the iterating task is cancelled. A message that fails to decode
     /// as `Message` is skipped and counted in ``GroupCoordinator/rejectedMessageCount``; the sequence goes on.
     public func messages<Message: Codable & Sendable>(of type: Message.Type) -> GroupMessages<Message> {
-        let inbox = Inbox<SessionStateMachine.InboundMessage>()
-        core.listen(inbox, as: .messages(type: GroupSessionMessenger.typeName(Message.self), inbox))
-        return GroupMessages(consumer: .init(inbox), core: core)
+        GroupMessages(consumer: .init(core.listen(.messages(type: GroupSessionMessenger.typeName(Message.self)))), core: core)
     }
 }
 
 /// Received messages of one type. See ``GroupSessionMessenger/messages(of:)``.
 public struct GroupMessages<Message: Codable & Sendable>: AsyncSequence, Sendable {
     public typealias Element = (message: Message, context: GroupSessionMessenger.MessageContext)
-    let consumer: Inbox<SessionStateMachine.InboundMessage>.Consumer
+    let consumer: Inbox<SessionStateMachine.Update>.Consumer
     let core: SessionCore
 
     public struct AsyncIterator: AsyncIteratorProtocol {
-        let consumer: Inbox<SessionStateMachine.InboundMessage>.Consumer
+        let consumer: Inbox<SessionStateMachine.Update>.Consumer
         let core: SessionCore
 
         public mutating func next() async -> Element? {
-            while let inbound = await consumer.inbox.next() {
+            while let update = await consumer.inbox.next() {
+                guard case let .message(inbound) = update else { continue }
                 // Decoded here, in the consumer's task: never on the network thread.
                 if let message = Self.decode(inbound) {
                     return (message, .init(source: inbound.sender))
@@ -94,8 +93,8 @@ public struct GroupMessages<Message: Codable & Sendable>: AsyncSequence, Sendabl
             return decodeEnvelope(inbound.payload)
         }
 
-        /// Apart, so that `Wire.Envelope<Message>`'s metadata is looked up only on this rare path (this
-        /// code is not specialised for the app's type: the look-up cost ~330 instructions per message).
+        /// Apart, so that `Wire.Envelope<Message>`'s metadata is looked up only on this rare path: this
+        /// code is not specialised for the app's type, and the look-up would otherwise run per message.
         @inline(never)
         private static func decodeEnvelope(_ payload: Data) -> Message? {
             Wire.decodeVersioned(Wire.Envelope<Message>.self, from: payload)?.body

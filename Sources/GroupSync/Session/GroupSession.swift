@@ -59,9 +59,7 @@ public final class GroupSession<Activity: GroupActivity>: Sendable, Identifiable
 
     /// The current state first, then every change, in order; ends after `.invalidated`.
     public func stateUpdates() -> GroupUpdates<GroupSessionState> {
-        let inbox = Inbox<GroupSessionState>()
-        core.listen(inbox, as: .state(inbox))
-        return GroupUpdates(inbox)
+        GroupUpdates(core.listen(.state)) { if case let .state(state) = $0 { state } else { nil } }
     }
 
     public var localParticipant: Participant { core.context.me }
@@ -73,18 +71,17 @@ public final class GroupSession<Activity: GroupActivity>: Sendable, Identifiable
     /// within about a second, a frozen one within 1.5 × keepalive). Ends when the session is invalidated.
     /// A slow consumer skips intermediate sets, never the latest.
     public func activeParticipantUpdates() -> GroupUpdates<Set<Participant>> {
-        let inbox = Inbox<Set<Participant>>(keepingNewest: 1)
-        core.listen(inbox, as: .participants(inbox))
-        return GroupUpdates(inbox)
+        GroupUpdates(core.listen(.participants, keepingNewest: 1)) { if case let .participants(active) = $0 { active } else { nil } }
     }
 
     /// The current activity first, then the activity after each change made by any participant, this
     /// one included. Ends when the session is invalidated. A slow consumer skips to the latest activity;
     /// a value that does not decode as `Activity` is skipped.
     public func activityUpdates() -> GroupUpdates<Activity> {
-        let inbox = Inbox<JSONValue>(keepingNewest: 1)
-        core.listen(inbox, as: .activity(inbox))
-        return GroupUpdates(inbox) { Wire.value(Activity.self, from: $0) }
+        GroupUpdates(core.listen(.activity, keepingNewest: 1)) { update in
+            guard case let .activity(value) = update else { return nil }
+            return Wire.value(Activity.self, from: value)
+        }
     }
 
     /// Joins: subscribes to the session, announces this participant, and returns once caught up — every

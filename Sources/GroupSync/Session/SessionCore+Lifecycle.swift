@@ -3,8 +3,8 @@ import MQTT
 
 extension SessionCore {
     func join() async throws(GroupSyncError) {
-        let barrier = Inbox<Bool>()
-        let caughtUp = Inbox<Void>()
+        let barrier = Inbox<SessionStateMachine.Update>()
+        let caughtUp = Inbox<SessionStateMachine.Update>()
         guard machine.withLock({ $0.onJoinStarted(barrier: barrier, caughtUp: caughtUp) }) else {
             // Joined already, over, or another join() is in progress (and then fails or joins).
             if isJoined { return }
@@ -25,7 +25,7 @@ extension SessionCore {
     }
 
     private func joinSteps(
-        _ barrier: Inbox<Bool>, _ caughtUp: Inbox<Void>, memberPublished: inout Bool
+        _ barrier: Inbox<SessionStateMachine.Update>, _ caughtUp: Inbox<SessionStateMachine.Update>, memberPublished: inout Bool
     ) async throws(GroupSyncError) {
         let filters = topics.sessionFilters(id, participant: me)
         let member = try JSONBytesEncoder.encode(Wire.Member(participant: me, epoch: context.epoch))
@@ -63,7 +63,7 @@ extension SessionCore {
         } catch {
             throw .connection(error)
         }
-        guard let awaitCatchUp = await barrier.next() else { throw .sessionInvalidated }
+        guard case let .barrier(awaitCatchUp)? = await barrier.next() else { throw .sessionInvalidated }
         if awaitCatchUp {
             await withTimeout(context.catchUpTimeout) { _ = await caughtUp.next() }
         }

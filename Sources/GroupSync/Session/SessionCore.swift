@@ -50,15 +50,18 @@ final class SessionCore: Sendable {
         return action
     }
 
-    /// A new sequence of the session, removed from the machine when it ends.
-    func listen<Element>(_ inbox: Inbox<Element>, as listener: SessionStateMachine.Listener) {
+    /// The inbox of a new sequence of the session, removed from the machine when it ends. With
+    /// `keepingNewest`, a slow consumer skips to the newest updates.
+    func listen(_ kind: SessionStateMachine.Listener.Kind, keepingNewest limit: Int? = nil) -> Inbox<SessionStateMachine.Update> {
+        let inbox = Inbox<SessionStateMachine.Update>(keepingNewest: limit)
         var id: ListenerRegistry<SessionStateMachine.Listener>.ID?
         apply { machine in
-            let (added, action) = machine.addListener(listener)
+            let (added, action) = machine.addListener(.init(kind: kind, inbox: inbox))
             id = added
             return action
         }
         if let id { inbox.onTermination { [machine] in machine.withLock { $0.removeListener(id) } } }
+        return inbox
     }
 
     func onPresence(_ participant: String, epoch: Int64?) {

@@ -6,30 +6,36 @@ import MQTT
 /// input returns an ``Action`` that ``SessionCore`` performs.
 struct SessionStateMachine {
     /// A message for the app, still encoded: it is decoded in the consumer's task.
-    struct InboundMessage: Sendable {
+    struct InboundMessage: Sendable, Equatable {
         var payload: Data
         /// Where the envelope's body is in `payload` (nil: decode the whole envelope).
         var body: Range<Int>?
         var sender: Participant
     }
 
-    /// A sequence of the session, fed by the machine.
-    enum Listener {
-        case state(Inbox<GroupSessionState>)
-        case participants(Inbox<Set<Participant>>)
-        case activity(Inbox<JSONValue>)
-        case messages(type: String, Inbox<InboundMessage>)
-        case values(key: String, Inbox<Wire.StateRecord?>)
+    /// What the session's inboxes receive: each sequence takes its own kind.
+    enum Update: Sendable, Equatable {
+        case state(GroupSessionState)
+        case participants(Set<Participant>)
+        case activity(JSONValue)
+        case message(InboundMessage)
+        case value(Wire.StateRecord?)
+        /// For `join()`: every retained message delivered on subscribe is in; whether to await a catch-up.
+        case barrier(awaitCatchUp: Bool)
+        /// For `join()`: `$catchup` arrived.
+        case caughtUp
+    }
 
-        func finish() {
-            switch self {
-            case let .state(inbox): inbox.finish()
-            case let .participants(inbox): inbox.finish()
-            case let .activity(inbox): inbox.finish()
-            case let .messages(_, inbox): inbox.finish()
-            case let .values(_, inbox): inbox.finish()
-            }
+    /// A sequence of the session, fed by the machine.
+    struct Listener {
+        enum Kind: Equatable {
+            case state, participants, activity
+            case messages(type: String)
+            case values(key: String)
         }
+
+        let kind: Kind
+        let inbox: Inbox<Update>
     }
 
     /// Where the session stands for the local participant.
@@ -40,18 +46,13 @@ struct SessionStateMachine {
         case invalidated(GroupSessionState.InvalidationReason)
     }
 
-    /// What a `join()` in progress waits on.
+    /// What a `join()` in progress waits on: its barrier (our own member record coming back after every
+    /// retained message of the session; nil once it did), then maybe a catch-up.
     struct Joining {
-        /// Told when our own member record comes back — every retained message delivered on subscribe
-        /// is in by then — with whether a catch-up should be awaited. Nil once that happened.
-        var barrier: Inbox<Bool>?
-        /// Told when `$catchup` arrives.
-        var caughtUp: Inbox<Void>
+        var barrier: Inbox<Update>?
+        var caughtUp: Inbox<Update>
 
-        func end() {
-            barrier?.finish()
-            caughtUp.finish()
-        }
+        var inboxes: [Inbox<Update>] { [barrier, caughtUp].compactMap { $0 } }
     }
 
     struct Joined {
@@ -63,50 +64,24 @@ struct SessionStateMachine {
         var held: [ListenerRegistry<Listener>.ID: Wire.StateRecord] = [:]
     }
 
-    /// A value for a sequence.
-    enum Delivery {
-        case state(Inbox<GroupSessionState>, GroupSessionState)
-        case participants(Inbox<Set<Participant>>, Set<Participant>)
-        case activity(Inbox<JSONValue>, JSONValue)
-        case message(Inbox<InboundMessage>, InboundMessage)
-        case value(Inbox<Wire.StateRecord?>, Wire.StateRecord?)
-        case barrier(Inbox<Bool>, awaitCatchUp: Bool)
-        case caughtUp(Inbox<Void>)
-
-        func perform() {
-            switch self {
-            case let .state(inbox, value): inbox.yield(value)
-            case let .participants(inbox, value): inbox.yield(value)
-            case let .activity(inbox, value): inbox.yield(value)
-            case let .message(inbox, value): inbox.yield(value)
-            case let .value(inbox, value): inbox.yield(value)
-            case let .barrier(inbox, value): inbox.yield(value)
-            case let .caughtUp(inbox): inbox.yield(())
-            }
-        }
-    }
-
     /// What an input asks of the session's runtime.
     struct Action {
-        /// Values for sequences, in the order the machine produced them.
-        var deliveries: [Delivery] = []
-        /// Sequences that end.
-        var finish: [Listener] = []
-        /// A `join()` in progress gives up: its waits end.
-        var abandonedJoin: Joining?
+        /// Updates for inboxes, in the order the machine produced them.
+        var deliveries: [(inbox: Inbox<Update>, update: Update)] = []
+        /// Inboxes that end: sequences, or the waits of a `join()` that gives up.
+        var finish: [Inbox<Update>] = []
         /// Send `$catchup` to this newcomer.
         var catchUpTo: String?
 
-        /// Hands values over. An inbox never runs consumer code, so this may run under the session's
+        /// Hands updates over. An inbox never runs consumer code, so this may run under the session's
         /// lock — which keeps every sequence in the machine's order.
         func deliver() {
-            for delivery in deliveries { delivery.perform() }
+            for (inbox, update) in deliveries { inbox.yield(update) }
         }
 
-        /// Ends sequences: their termination handlers take the session's lock, so never under it.
+        /// Ends inboxes: their termination handlers take the session's lock, so never under it.
         func finishAll() {
-            for listener in finish { listener.finish() }
-            abandonedJoin?.end()
+            for inbox in finish { inbox.finish() }
         }
     }
 
@@ -153,16 +128,16 @@ struct SessionStateMachine {
     /// ``removeListener(_:)``.
     mutating func addListener(_ listener: Listener) -> (ListenerRegistry<Listener>.ID?, Action) {
         var action = Action()
-        switch listener {
-        case let .state(inbox): action.deliveries = [.state(inbox, state)]
-        case let .participants(inbox): action.deliveries = [.participants(inbox, active)]
-        case let .activity(inbox): action.deliveries = [.activity(inbox, announcement.activity.data)]
-        case let .values(key, inbox):
-            if case .joined = phase { action.deliveries = [.value(inbox, states[key])] }
+        switch listener.kind {
+        case .state: action.deliveries = [(listener.inbox, .state(state))]
+        case .participants: action.deliveries = [(listener.inbox, .participants(active))]
+        case .activity: action.deliveries = [(listener.inbox, .activity(announcement.activity.data))]
+        case let .values(key):
+            if case .joined = phase { action.deliveries = [(listener.inbox, .value(states[key]))] }
         case .messages: break
         }
         if case .invalidated = phase {
-            action.finish = [listener]
+            action.finish = [listener.inbox]
             return (nil, action)
         }
         return (listeners.add(listener), action)
@@ -176,7 +151,7 @@ struct SessionStateMachine {
     // MARK: - Joining
 
     /// `join()` was called. Returns false unless the session is waiting (not joined, over or joining).
-    mutating func onJoinStarted(barrier: Inbox<Bool>, caughtUp: Inbox<Void>) -> Bool {
+    mutating func onJoinStarted(barrier: Inbox<Update>, caughtUp: Inbox<Update>) -> Bool {
         guard case .waiting = phase else { return false }
         phase = .joining(Joining(barrier: barrier, caughtUp: caughtUp))
         return true
@@ -186,7 +161,7 @@ struct SessionStateMachine {
     mutating func onJoinAbandoned() -> Action {
         guard case let .joining(joining) = phase else { return Action() }
         phase = .waiting
-        return Action(abandonedJoin: joining)
+        return Action(finish: joining.inboxes)
     }
 
     /// Our own member record came back: every retained message delivered on subscribe is in. A
@@ -197,7 +172,7 @@ struct SessionStateMachine {
         joining.barrier = nil
         phase = .joining(joining)
         let others = members.keys.contains { $0 != me && presence[$0] == members[$0] }
-        return Action(deliveries: [.barrier(barrier, awaitCatchUp: others || !retainAvailable)])
+        return Action(deliveries: [(barrier, .barrier(awaitCatchUp: others || !retainAvailable))])
     }
 
     /// The join completed (caught up, or nobody answered in time). Value listeners get their first
@@ -209,9 +184,9 @@ struct SessionStateMachine {
         members[me] = myEpoch
         presence[me] = myEpoch
         listeners.forEach { _, listener in
-            switch listener {
-            case let .state(inbox): action.deliveries.append(.state(inbox, .joined))
-            case let .values(key, inbox): action.deliveries.append(.value(inbox, states[key]))
+            switch listener.kind {
+            case .state: action.deliveries.append((listener.inbox, .state(.joined)))
+            case let .values(key): action.deliveries.append((listener.inbox, .value(states[key])))
             default: break
             }
         }
@@ -224,13 +199,13 @@ struct SessionStateMachine {
         var action = Action()
         switch phase {
         case .invalidated: return action
-        case let .joining(joining): action.abandonedJoin = joining
+        case let .joining(joining): action.finish = joining.inboxes
         case .waiting, .joined: break
         }
         phase = .invalidated(reason)
-        action.finish = listeners.removeAll()
-        for case let .state(inbox) in action.finish {
-            action.deliveries.append(.state(inbox, state))
+        for listener in listeners.removeAll() {
+            if listener.kind == .state { action.deliveries.append((listener.inbox, .state(state))) }
+            action.finish.append(listener.inbox)
         }
         return action
     }
@@ -288,7 +263,7 @@ struct SessionStateMachine {
         modifyJoined { joined in
             guard !joined.held.isEmpty else { return }
             for (id, record) in joined.held {
-                if case let .values(_, inbox)? = listeners[id] { action.deliveries.append(.value(inbox, record)) }
+                if let listener = listeners[id] { action.deliveries.append((listener.inbox, .value(record))) }
             }
             joined.held = [:]
         }
@@ -323,7 +298,7 @@ struct SessionStateMachine {
             if presence[member.participant] == nil { presence[member.participant] = member.epoch }
         }
         recomputeActive(into: &action)
-        action.deliveries.append(.caughtUp(joining.caughtUp))
+        action.deliveries.append((joining.caughtUp, .caughtUp))
         return action
     }
 
@@ -349,10 +324,9 @@ struct SessionStateMachine {
             guard isNew == true else { return action }
         }
         let message = InboundMessage(payload: payload, body: envelope.body, sender: Participant(id: sender))
+        let kind = Listener.Kind.messages(type: header.type)
         listeners.forEach { _, listener in
-            if case let .messages(type, inbox) = listener, type == header.type {
-                action.deliveries.append(.message(inbox, message))
-            }
+            if listener.kind == kind { action.deliveries.append((listener.inbox, .message(message))) }
         }
         return action
     }
@@ -368,7 +342,7 @@ struct SessionStateMachine {
         }
         announcement = new
         listeners.forEach { _, listener in
-            if case let .activity(inbox) = listener { action.deliveries.append(.activity(inbox, new.activity.data)) }
+            if listener.kind == .activity { action.deliveries.append((listener.inbox, .activity(new.activity.data))) }
         }
         return action
     }
@@ -432,14 +406,15 @@ struct SessionStateMachine {
         states[record.key] = record
         let listeners = self.listeners
         modifyJoined { joined in
+            let kind = Listener.Kind.values(key: record.key)
             listeners.forEach { id, listener in
-                guard case let .values(key, inbox) = listener, key == record.key else { return }
+                guard listener.kind == kind else { return }
                 if hold {
                     joined.held[id] = record
                 } else {
                     // Newer than anything held for this listener, which would only make it go back.
                     joined.held[id] = nil
-                    action.deliveries.append(.value(inbox, record))
+                    action.deliveries.append((listener.inbox, .value(record)))
                 }
             }
         }
@@ -465,7 +440,7 @@ struct SessionStateMachine {
 
     private func notifyParticipants(into action: inout Action) {
         listeners.forEach { _, listener in
-            if case let .participants(inbox) = listener { action.deliveries.append(.participants(inbox, active)) }
+            if listener.kind == .participants { action.deliveries.append((listener.inbox, .participants(active))) }
         }
     }
 

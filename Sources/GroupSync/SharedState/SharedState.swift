@@ -86,8 +86,6 @@ public final class SharedState<Value: Codable & Sendable & Equatable>: Sendable 
     /// anyone, in the order applied; equal consecutive values are not repeated. Ends when the session is
     /// invalidated or the iterating task is cancelled. A slow consumer skips to the latest value.
     public func values() -> SharedStateValues<Value> {
-        let inbox = Inbox<Wire.StateRecord?>(keepingNewest: 1)
-        core.listen(inbox, as: .values(key: key, inbox))
-        return SharedStateValues(records: .init(inbox), initialValue: initialValue)
+        SharedStateValues(updates: .init(core.listen(.values(key: key), keepingNewest: 1)), initialValue: initialValue)
     }
 }
