@@ -7,9 +7,17 @@ struct SharingGate {
     typealias Work = @Sendable () async -> Void
 
     enum State {
-        /// `joined`: the sessions joined now; `deferred`: work waiting for none to be.
-        case open(joined: Set<String>, deferred: [Work], listeners: ListenerRegistry<Inbox<Bool>>)
+        case open(Open)
+        /// The coordinator closed: nothing is shared, work runs at once.
         case closed
+    }
+
+    struct Open {
+        /// The sessions joined now.
+        var joined: Set<String> = []
+        /// Work waiting for no session to be joined, in the order deferred.
+        var deferred: [Work] = []
+        var listeners = ListenerRegistry<Inbox<Bool>>()
     }
 
     struct Action {
@@ -30,58 +38,62 @@ struct SharingGate {
         }
     }
 
-    private(set) var state = State.open(joined: [], deferred: [], listeners: ListenerRegistry())
+    private(set) var state = State.open(Open())
 
     var isSharing: Bool {
-        if case let .open(joined, _, _) = state { return !joined.isEmpty }
+        if case let .open(open) = state { return !open.joined.isEmpty }
         return false
     }
 
     mutating func onJoined(_ session: String) -> Action {
-        guard case .open(var joined, let deferred, let listeners) = state else { return Action() }
-        let inserted = joined.insert(session).inserted
-        state = .open(joined: joined, deferred: deferred, listeners: listeners)
-        return Action(yield: inserted && joined.count == 1 ? listeners.all.map { ($0, true) } : [])
+        modifyOpen { open in
+            guard open.joined.insert(session).inserted, open.joined.count == 1 else { return Action() }
+            return Action(yield: open.listeners.all.map { ($0, true) })
+        } ?? Action()
     }
 
     mutating func onLeft(_ session: String) -> Action {
-        guard case .open(var joined, let deferred, let listeners) = state, joined.remove(session) != nil else { return Action() }
-        guard joined.isEmpty else {
-            state = .open(joined: joined, deferred: deferred, listeners: listeners)
-            return Action()
-        }
-        state = .open(joined: [], deferred: [], listeners: listeners)
-        return Action(yield: listeners.all.map { ($0, false) }, run: deferred)
+        modifyOpen { open in
+            guard open.joined.remove(session) != nil, open.joined.isEmpty else { return Action() }
+            defer { open.deferred = [] }
+            return Action(yield: open.listeners.all.map { ($0, false) }, run: open.deferred)
+        } ?? Action()
     }
 
     /// A `sharingUpdates()` listener: it gets the current value at once. Returns nil as its ID once
     /// closed: then it ends after that value.
     mutating func addListener(_ inbox: Inbox<Bool>) -> (ListenerRegistry<Inbox<Bool>>.ID?, Action) {
-        guard case .open(let joined, let deferred, var listeners) = state else {
-            return (nil, Action(yield: [(inbox, false)], finish: [inbox]))
-        }
-        let id = listeners.add(inbox)
-        state = .open(joined: joined, deferred: deferred, listeners: listeners)
-        return (id, Action(yield: [(inbox, !joined.isEmpty)]))
+        modifyOpen { open in
+            (open.listeners.add(inbox), Action(yield: [(inbox, !open.joined.isEmpty)]))
+        } ?? (nil, Action(yield: [(inbox, false)], finish: [inbox]))
     }
 
     mutating func removeListener(_ id: ListenerRegistry<Inbox<Bool>>.ID) {
-        guard case .open(let joined, let deferred, var listeners) = state else { return }
-        listeners.remove(id)
-        state = .open(joined: joined, deferred: deferred, listeners: listeners)
+        modifyOpen { $0.listeners.remove(id) }
     }
 
     /// Work to run once no session is joined: now, if none is.
     mutating func onDefer(_ work: @escaping Work) -> Action {
-        guard case let .open(joined, deferred, listeners) = state, !joined.isEmpty else { return Action(run: [work]) }
-        state = .open(joined: joined, deferred: deferred + [work], listeners: listeners)
-        return Action()
+        modifyOpen { open in
+            guard !open.joined.isEmpty else { return Action(run: [work]) }
+            open.deferred.append(work)
+            return Action()
+        } ?? Action(run: [work])
     }
 
     /// The coordinator closed: listeners end, deferred work runs.
     mutating func close() -> Action {
-        guard case .open(_, let deferred, var listeners) = state else { return Action() }
+        guard case var .open(open) = state else { return Action() }
         state = .closed
-        return Action(finish: listeners.removeAll(), run: deferred)
+        return Action(finish: open.listeners.removeAll(), run: open.deferred)
+    }
+
+    /// Changes the open state in place; nil once closed.
+    @discardableResult
+    private mutating func modifyOpen<Result>(_ body: (inout Open) -> Result) -> Result? {
+        guard case .open(var open) = state else { return nil }
+        state = .closed
+        defer { state = .open(open) }
+        return body(&open)
     }
 }

@@ -19,9 +19,7 @@ final class SessionCore: Sendable {
         self.activityType = announcement.activity.type
         self.context = context
         self.broadcastDestinations = [context.topics.broadcast(announcement.session, from: context.me.id)]
-        self.machine = LockedValue(SessionStateMachine(
-            sessionID: announcement.session, me: context.me.id, myEpoch: context.epoch,
-            announcement: announcement, presence: presence))
+        self.machine = LockedValue(SessionStateMachine(me: context.me.id, myEpoch: context.epoch, announcement: announcement, presence: presence))
     }
 
     var me: String { context.me.id }

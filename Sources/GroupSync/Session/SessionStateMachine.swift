@@ -85,7 +85,6 @@ struct SessionStateMachine {
         }
     }
 
-    let sessionID: String
     let me: String
     let myEpoch: Int64
     private(set) var phase: Phase = .waiting
@@ -104,8 +103,7 @@ struct SessionStateMachine {
     private(set) var rejected = 0
     private var listeners = ListenerRegistry<Listener>()
 
-    init(sessionID: String, me: String, myEpoch: Int64, announcement: Wire.Announcement, presence: [String: Int64]) {
-        self.sessionID = sessionID
+    init(me: String, myEpoch: Int64, announcement: Wire.Announcement, presence: [String: Int64]) {
         self.me = me
         self.myEpoch = myEpoch
         self.announcement = announcement
@@ -355,20 +353,15 @@ struct SessionStateMachine {
     // MARK: - Rules
 
     /// Whether we answer `newcomer`. The responder is, among the active participants other than the
-    /// newcomer, the one with the largest ``rank(_:_:)`` — FNV-1a 64 of `"<newcomer>/<candidate>"`, then
-    /// the ID (rendezvous hashing): every participant computes the same answer from the same view, and
-    /// when that one is gone the next largest answers. The scan stops at the first candidate that
-    /// outranks us, so only the responder hashes every candidate.
+    /// newcomer, the one with the largest ``rank(_:_:)`` (rendezvous hashing): every participant computes
+    /// the same answer from the same view, and when that one is gone the next largest answers.
     func isCatchUpResponder(for newcomer: String) -> Bool {
         guard newcomer != me, active.contains(Participant(id: me)) else { return false }
-        let prefix = FNV1a().adding(newcomer).adding(UInt8(ascii: "/"))
-        let mine = (prefix.adding(me).value, me)
-        for candidate in active where candidate.id != newcomer && candidate.id != me {
-            if (prefix.adding(candidate.id).value, candidate.id) > mine { return false }
-        }
-        return true
+        let mine = SessionStateMachine.rank(newcomer, me)
+        return !active.contains { $0.id != newcomer && $0.id != me && SessionStateMachine.rank(newcomer, $0.id) > mine }
     }
 
+    /// FNV-1a 64 of `"<newcomer>/<candidate>"`, then the candidate's ID: part of the protocol (PROTOCOL.md).
     static func rank(_ newcomer: String, _ candidate: String) -> (UInt64, String) {
         (FNV1a().adding(newcomer).adding(UInt8(ascii: "/")).adding(candidate).value, candidate)
     }

@@ -35,10 +35,6 @@ package struct ListenerRegistry<Listener> {
         listeners[id]
     }
 
-    package var isEmpty: Bool { listeners.isEmpty }
-
-    package var count: Int { listeners.count }
-
     /// Every listener, to resume them all with the same value.
     package var all: [Listener] { Array(listeners.values) }
 
