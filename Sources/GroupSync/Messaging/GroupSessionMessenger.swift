@@ -38,8 +38,8 @@ public final class GroupSessionMessenger: Sendable {
     /// its module, e.g. `GalleryState` — what `String(describing: T.self)` prints.
     public static func typeName<T>(_ type: T.Type) -> String {
         // The runtime's cached name: the same text as `String(describing:)` (checked for nested, generic,
-        // local and standard-library types in `MessageTypeNameTests`), without the ~6,700 instructions of
-        // reflection it spends on every call — this runs for every message sent.
+        // local and standard-library types in `MessageTypeNameTests`), without the reflection it runs on
+        // every call — and this runs for every message sent.
         _typeName(type, qualified: false)
     }
 
