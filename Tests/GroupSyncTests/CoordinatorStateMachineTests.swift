@@ -75,13 +75,13 @@ import Testing
         let (b, _) = Self.listener("com.example.b")
         for listener in [all, a, b] { #expect(machine.addListener(listener).sessions.isEmpty) }
         _ = machine.onPresence("bob", Self.presence("bob", epoch: 3), now: Self.t0)
-        guard case let .new(listeners, presence) = machine.onAnnouncement("s1", Self.announcement("s1")) else {
+        guard case let .new(listeners, presence) = machine.onAnnouncement("s1", Self.announcement("s1"), now: 1_000) else {
             Issue.record("not new")
             return
         }
         #expect(Set(listeners.map(ObjectIdentifier.init)) == [ObjectIdentifier(allInbox), ObjectIdentifier(aInbox)], "the wrong type is filtered out")
         #expect(presence == ["alice": 10, "bob": 3], "the new session starts from the group's presence")
-        guard case .changed = machine.onAnnouncement("s1", Self.announcement("s1", revision: 2)) else {
+        guard case .changed = machine.onAnnouncement("s1", Self.announcement("s1", revision: 2), now: 1_000) else {
             Issue.record("a known session changed; nobody gets it again")
             return
         }
@@ -89,32 +89,40 @@ import Testing
 
     @Test func aLateListenerGetsTheAnnouncedSessionsItWants() {
         var machine = Machine(me: "alice", myEpoch: 10)
-        _ = machine.onAnnouncement("s2", Self.announcement("s2", type: "com.example.b"))
-        _ = machine.onAnnouncement("s1", Self.announcement("s1"))
-        _ = machine.onAnnouncement("s3", Self.announcement("s3"))
+        _ = machine.onAnnouncement("s2", Self.announcement("s2", type: "com.example.b"), now: 1_000)
+        _ = machine.onAnnouncement("s1", Self.announcement("s1"), now: 1_000)
+        _ = machine.onAnnouncement("s3", Self.announcement("s3"), now: 1_000)
         #expect(machine.addListener(Self.listener("com.example.a").0).sessions == ["s1", "s3"])
         #expect(machine.addListener(Self.listener().0).sessions == ["s1", "s2", "s3"])
     }
 
     @Test func anEndedSessionIsForgottenAndItsIDCanComeBack() {
         var machine = Machine(me: "alice", myEpoch: 10)
-        _ = machine.onAnnouncement("s1", Self.announcement("s1"))
-        guard case .ended = machine.onAnnouncement("s1", nil) else {
+        _ = machine.onAnnouncement("s1", Self.announcement("s1"), now: 1_000)
+        guard case .ended = machine.onAnnouncement("s1", nil, now: 1_000) else {
             Issue.record("cleared: ended")
             return
         }
-        guard case .none = machine.onAnnouncement("s1", nil) else {
+        guard case .none = machine.onAnnouncement("s1", nil, now: 1_000) else {
             Issue.record("ends once")
             return
         }
-        guard case .new = machine.onAnnouncement("s1", Self.announcement("s1")) else {
+        guard case .new = machine.onAnnouncement("s1", Self.announcement("s1"), now: 1_000) else {
             Issue.record("announced again: a new session")
             return
         }
         machine.forget("s1")
         #expect(machine.addListener(Self.listener().0).sessions.isEmpty, "ended here: forgotten")
-        guard case .rejected = machine.onAnnouncement("s9", Self.announcement("s1")) else {
+        guard case .rejected = machine.onAnnouncement("s9", Self.announcement("s1"), now: 1_000) else {
             Issue.record("an announcement names its own session")
+            return
+        }
+        guard case .rejected = machine.onAnnouncement("s9", Self.announcement("s9", type: "bad/type"), now: 1_000) else {
+            Issue.record("an activity type is an identifier")
+            return
+        }
+        guard case .rejected = machine.onAnnouncement("s9", Self.announcement("s9", revision: 1_000 + HLCTimestamp.maximumSkew + 1), now: 1_000) else {
+            Issue.record("a revision from too far ahead")
             return
         }
     }
@@ -126,7 +134,7 @@ import Testing
         let id = machine.addListener(first).id!
         _ = machine.addListener(second)
         machine.removeListener(id)
-        guard case let .new(listeners, _) = machine.onAnnouncement("s1", Self.announcement("s1")) else {
+        guard case let .new(listeners, _) = machine.onAnnouncement("s1", Self.announcement("s1"), now: 1_000) else {
             Issue.record("not new")
             return
         }
@@ -136,7 +144,7 @@ import Testing
         #expect(closed.sessions == ["s1"], "the sessions to leave")
         #expect(machine.isClosed && machine.online.isEmpty)
         #expect(machine.addListener(Machine.Listener(activityType: "*", inbox: firstInbox)).id == nil, "ends at once")
-        guard case .none = machine.onAnnouncement("s2", Self.announcement("s2")) else {
+        guard case .none = machine.onAnnouncement("s2", Self.announcement("s2"), now: 1_000) else {
             Issue.record("no sessions after close()")
             return
         }

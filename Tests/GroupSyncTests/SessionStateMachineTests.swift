@@ -49,7 +49,7 @@ import Testing
         var machine = Self.joined()
         Self.listen(&machine)
         for (value, time) in [(10, 100), (20, 102), (15, 101)] as [(Int64, Int64)] {
-            let action = machine.onState(Self.record(value, at: time, by: "w\(value)"), writer: "w\(value)", topic: "t\(value)", holdingValues: true)
+            let action = machine.onState(Self.record(value, at: time, by: "w\(value)"), key: "k", writer: "w\(value)", topic: "t\(value)", now: 1_000, holdingValues: true)
             #expect(action.values.isEmpty, "held until the burst ends")
         }
         #expect(machine.releaseHeldValues().values == [.int(20)], "one change, to the newest record")
@@ -60,7 +60,7 @@ import Testing
     @Test func aLocalWriteSupersedesWhatIsHeld() {
         var machine = Self.joined()
         Self.listen(&machine)
-        _ = machine.onState(Self.record(10, at: 100, by: "bob"), writer: "bob", topic: "t", holdingValues: true)
+        _ = machine.onState(Self.record(10, at: 100, by: "bob"), key: "k", writer: "bob", topic: "t", now: 1_000, holdingValues: true)
         #expect(machine.onLocalWrite(Self.record(11, at: 105, by: "alice"), topic: "mine").values == [.int(11)])
         #expect(machine.releaseHeldValues().values.isEmpty, "the held older value would make the screen go back")
     }
@@ -68,7 +68,7 @@ import Testing
     @Test func aRemovedListenerGetsNothingHeld() {
         var machine = Self.joined()
         let id = Self.listen(&machine)
-        _ = machine.onState(Self.record(10, at: 100, by: "bob"), writer: "bob", topic: "t", holdingValues: true)
+        _ = machine.onState(Self.record(10, at: 100, by: "bob"), key: "k", writer: "bob", topic: "t", now: 1_000, holdingValues: true)
         machine.removeListener(id)
         #expect(machine.releaseHeldValues().values.isEmpty)
     }
@@ -76,8 +76,8 @@ import Testing
     @Test func anOlderRecordChangesNothing() {
         var machine = Self.joined()
         Self.listen(&machine)
-        _ = machine.onState(Self.record(20, at: 200, by: "bob"), writer: "bob", topic: "t1")
-        #expect(machine.onState(Self.record(10, at: 100, by: "carol"), writer: "carol", topic: "t2", holdingValues: true).values.isEmpty)
+        _ = machine.onState(Self.record(20, at: 200, by: "bob"), key: "k", writer: "bob", topic: "t1", now: 1_000)
+        #expect(machine.onState(Self.record(10, at: 100, by: "carol"), key: "k", writer: "carol", topic: "t2", now: 1_000, holdingValues: true).values.isEmpty)
         #expect(machine.releaseHeldValues().values.isEmpty)
         #expect(machine.states["k"]?.value == .int(20))
     }
@@ -85,17 +85,37 @@ import Testing
     @Test func aRecordWithSomeoneElsesClockIsForged() {
         var machine = Self.joined()
         Self.listen(&machine)
-        #expect(machine.onState(Self.record(5, at: 100, by: "alice"), writer: "mallory", topic: "t").values.isEmpty)
+        #expect(machine.onState(Self.record(5, at: 100, by: "alice"), key: "k", writer: "mallory", topic: "t", now: 1_000).values.isEmpty)
         #expect(machine.rejected == 1)
         #expect(machine.states["k"] == nil)
+    }
+
+    @Test func aRecordMustBeWhatItsTopicSaysWithAPlausibleClock() {
+        var machine = Self.joined()
+        let record = Self.record(5, at: 100, by: "bob")
+        #expect(machine.onState(record, key: "other", writer: "bob", topic: "t", now: 1_000).clocks.isEmpty)
+        #expect(machine.onState(record, key: "k", writer: "bob", topic: "t", now: 100 - HLCTimestamp.maximumSkew - 1).clocks.isEmpty)
+        #expect(machine.rejected == 2)
+        #expect(machine.stateTopics.isEmpty && machine.states.isEmpty)
+        #expect(machine.onState(record, key: "k", writer: "bob", topic: "t", now: 1_000).clocks == [record.clock], "merged into our clock")
         #expect(machine.stateTopics == ["t"], "remembered, to clear it when the session ends")
+    }
+
+    @Test func aCatchUpLeavesOutImplausibleRecords() {
+        var machine = Self.waiting()
+        Self.present("bob", in: &machine)
+        _ = machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox())
+        let future = Wire.StateRecord(key: "f", value: .int(1), clock: HLCTimestamp(time: .max, counter: 0, participant: "bob"))
+        let action = machine.onCatchUp(.init(states: [future, Self.record(2, at: 50, by: "bob")], members: []), from: "bob", retainAvailable: true, now: 1_000)
+        #expect(action.clocks.map(\.time) == [50])
+        #expect(machine.states.keys.sorted() == ["k"])
     }
 
     @Test func valueListenersStartWithTheCaughtUpValueWhenJoined() {
         var machine = Self.waiting()
         let inbox = Inbox<Machine.Update>(keepingNewest: 1)
         #expect(machine.addListener(.init(kind: .values(key: "k"), inbox: inbox)).1.deliveries.isEmpty, "nothing before the join")
-        _ = machine.onState(Self.record(3, at: 100, by: "bob"), writer: "bob", topic: "t")
+        _ = machine.onState(Self.record(3, at: 100, by: "bob"), key: "k", writer: "bob", topic: "t", now: 1_000)
         let started = machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox())
         #expect(started)
         let joined = machine.onJoined()
@@ -142,14 +162,15 @@ import Testing
         let catchUp = Wire.CatchUp(states: [Self.record(9, at: 50, by: "bob")], members: [])
         var machine = Self.waiting()
         Self.present("bob", in: &machine)
-        #expect(machine.onCatchUp(catchUp, from: "bob", retainAvailable: true) == nil, "not joining")
+        #expect(machine.onCatchUp(catchUp, from: "bob", retainAvailable: true, now: 1_000).caughtUp == false, "not joining")
         _ = machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox())
-        #expect(machine.onCatchUp(catchUp, from: "mallory", retainAvailable: true) == nil, "not a member")
-        let accepted = machine.onCatchUp(catchUp, from: "bob", retainAvailable: true)
-        #expect(accepted?.caughtUp == true)
+        #expect(machine.onCatchUp(catchUp, from: "mallory", retainAvailable: true, now: 1_000).caughtUp == false, "not a member")
+        let accepted = machine.onCatchUp(catchUp, from: "bob", retainAvailable: true, now: 1_000)
+        #expect(accepted.caughtUp)
+        #expect(accepted.clocks == catchUp.states.map(\.clock), "merged into our clock")
         #expect(machine.states["k"]?.value == .int(9))
         _ = machine.onJoined()
-        #expect(machine.onCatchUp(catchUp, from: "bob", retainAvailable: true) == nil, "too late")
+        #expect(machine.onCatchUp(catchUp, from: "bob", retainAvailable: true, now: 1_000).caughtUp == false, "too late")
         #expect(machine.rejected == 3)
     }
 
@@ -157,7 +178,7 @@ import Testing
         var machine = Self.waiting()
         _ = machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox())
         let catchUp = Wire.CatchUp(states: [], members: [Wire.Member(participant: "bob", epoch: 4), Wire.Member(participant: "alice", epoch: 9)])
-        #expect(machine.onCatchUp(catchUp, from: "bob", retainAvailable: false) != nil)
+        #expect(machine.onCatchUp(catchUp, from: "bob", retainAvailable: false, now: 1_000).caughtUp)
         #expect(machine.members == ["bob": 4], "our own entry is ours to make")
         #expect(ids(machine.active) == ["bob"])
         _ = machine.onJoined()

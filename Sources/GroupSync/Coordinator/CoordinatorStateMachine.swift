@@ -56,7 +56,7 @@ struct CoordinatorStateMachine {
         case changed
         /// The announcement was cleared: the session ended.
         case ended
-        /// It names another session than its topic.
+        /// It names another session than its topic, an invalid activity type, or an implausible revision.
         case rejected
     }
 
@@ -142,13 +142,15 @@ struct CoordinatorStateMachine {
 
     // MARK: - Sessions
 
-    /// An announcement on `sessionID`'s topic (`nil`: cleared, the session ended). A known session's
-    /// activity type is the one it was first announced with.
-    mutating func onAnnouncement(_ sessionID: String, _ announcement: Wire.Announcement?) -> AnnouncementAction {
+    /// An announcement on `sessionID`'s topic (`nil`: cleared, the session ended), read at local
+    /// wall-clock time `now` (ms). For `.new` and `.changed` the caller merges its revision into the
+    /// participant's clock. A known session's activity type is the one it was first announced with.
+    mutating func onAnnouncement(_ sessionID: String, _ announcement: Wire.Announcement?, now: Int64) -> AnnouncementAction {
         guard let announcement else {
             return modifyGroup { $0.sessions.removeValue(forKey: sessionID) == nil ? .none : .ended } ?? .none
         }
-        guard announcement.session == sessionID else { return .rejected }
+        guard announcement.session == sessionID, announcement.revision.isPlausible(now: now),
+              Identifier.isValid(announcement.activity.type) else { return .rejected }
         return modifyGroup { group in
             if group.sessions[sessionID] != nil { return .changed }
             let type = announcement.activity.type

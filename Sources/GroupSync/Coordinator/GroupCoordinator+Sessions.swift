@@ -88,14 +88,11 @@ extension GroupCoordinator {
         var announcement: Wire.Announcement?
         if !message.payload.isEmpty {
             guard let decoded = Wire.decodeVersioned(Wire.Announcement.self, from: message.payload) else { return countRejection() }
-            let now = configuration.clock.milliseconds()
-            guard decoded.revision.isPlausible(now: now), Identifier.isValid(decoded.activity.type) else { return countRejection() }
-            hlc.withLock { $0.observe(decoded.revision, now: now) }
             announcement = decoded
         }
-        let context = sessionContext
+        let (context, now) = (sessionContext, configuration.clock.milliseconds())
         let (action, core) = state.withLock { state -> (CoordinatorStateMachine.AnnouncementAction, SessionCore?) in
-            let action = state.machine.onAnnouncement(sessionID, announcement)
+            let action = state.machine.onAnnouncement(sessionID, announcement, now: now)
             switch action {
             case let .new(_, presence):
                 guard let announcement else { return (.none, nil) }
@@ -107,12 +104,16 @@ extension GroupCoordinator {
             case .none, .rejected: return (action, nil)
             }
         }
-        switch action {
-        case let .new(listeners, _): if let core { for inbox in listeners { inbox.yield(core) } }
-        case .changed: if let announcement { core?.onAnnouncement(announcement) }
-        case .ended: core?.onEnded(by: nil)
-        case .rejected: countRejection()
-        case .none: break
+        switch (action, announcement) {
+        case let (.new(listeners, _), announcement?):
+            hlc.withLock { $0.observe(announcement.revision, now: now) }
+            if let core { for inbox in listeners { inbox.yield(core) } }
+        case let (.changed, announcement?):
+            hlc.withLock { $0.observe(announcement.revision, now: now) }
+            core?.onAnnouncement(announcement)
+        case (.ended, _): core?.onEnded(by: nil)
+        case (.rejected, _): countRejection()
+        default: break
         }
     }
 

@@ -36,11 +36,18 @@ final class SessionCore: Sendable {
     /// Feeds one input to the state machine. Its values are handed over while the lock is held, so every
     /// sequence receives updates in the order the machine applied them (a consumer of `values()` never
     /// ends on an older value than the machine holds); handing over never runs consumer code. Sequences
-    /// are finished after the lock is released, since their termination handlers take it.
+    /// are finished after the lock is released, since their termination handlers take it. Received
+    /// clocks are merged before anything is handed over.
     @discardableResult
     func apply(_ input: (inout SessionStateMachine) -> SessionStateMachine.Action) -> SessionStateMachine.Action {
         let action = machine.withLock { machine in
             let action = input(&machine)
+            if !action.clocks.isEmpty {
+                let now = context.clock.milliseconds()
+                context.hlc.withLock { clock in
+                    for received in action.clocks { clock.observe(received, now: now) }
+                }
+            }
             action.deliver()
             return action
         }
@@ -103,12 +110,12 @@ final class SessionCore: Sendable {
             }
         case let .state(session, key, writer) where session == id:
             guard !message.payload.isEmpty else { return }
+            guard let record = Wire.decodeStateRecord(message.payload) else { return reject() }
             let now = context.clock.milliseconds()
-            guard let record = Wire.decodeStateRecord(message.payload), record.key == key,
-                  record.clock.participant == writer, record.clock.isPlausible(now: now) else { return reject() }
-            context.hlc.withLock { $0.observe(record.clock, now: now) }
             // Shown at the end of the burst: records that arrive together make one visible change.
-            catchUpTo = apply { $0.onState(record, writer: writer, topic: message.topic, holdingValues: true) }.catchUpTo
+            catchUpTo = apply {
+                $0.onState(record, key: key, writer: writer, topic: message.topic, now: now, holdingValues: true)
+            }.catchUpTo
         case let .broadcast(session, sender) where session == id:
             catchUpTo = inbound(message.payload, from: sender)
         case let .direct(session, recipient, sender) where session == id && recipient == me:
@@ -127,27 +134,13 @@ final class SessionCore: Sendable {
         }
         switch envelope.header.type {
         case "$catchup":
-            guard var catchUp = envelope.body.flatMap({ Wire.decodeCatchUpBody(payload, body: $0) })
+            guard let catchUp = envelope.body.flatMap({ Wire.decodeCatchUpBody(payload, body: $0) })
                     ?? Wire.decodeVersionedFast(Wire.Envelope<Wire.CatchUp>.self, from: payload)?.body else {
                 reject()
                 return nil
             }
-            let now = context.clock.milliseconds()
-            catchUp.states.removeAll { !$0.clock.isPlausible(now: now) }
-            let retainAvailable = context.client.retainAvailable
-            var accepted = false
-            apply { machine in
-                guard let action = machine.onCatchUp(catchUp, from: sender, retainAvailable: retainAvailable) else {
-                    return SessionStateMachine.Action()
-                }
-                accepted = true
-                return action
-            }
-            if accepted {
-                context.hlc.withLock { clock in
-                    for record in catchUp.states { clock.observe(record.clock, now: now) }
-                }
-            }
+            let (now, retainAvailable) = (context.clock.milliseconds(), context.client.retainAvailable)
+            apply { $0.onCatchUp(catchUp, from: sender, retainAvailable: retainAvailable, now: now) }
             return nil
         case "$end":
             guard machine.withLock({ $0.isMember(sender) }) else {

@@ -72,6 +72,8 @@ struct SessionStateMachine {
         var finish: [Inbox<Update>] = []
         /// Send `$catchup` to this newcomer.
         var catchUpTo: String?
+        /// Received clocks to merge into the participant's clock.
+        var clocks: [HLCTimestamp] = []
 
         /// Hands updates over. An inbox never runs consumer code, so this may run under the session's
         /// lock — which keeps every sequence in the machine's order.
@@ -241,15 +243,20 @@ struct SessionStateMachine {
         return action
     }
 
-    /// A state record from `writer` on `topic`; applied if its clock beats the current winner. With
-    /// `holdingValues`, value listeners hear of it only at ``releaseHeldValues()``.
-    mutating func onState(_ record: Wire.StateRecord, writer: String, topic: String, holdingValues: Bool = false) -> Action {
+    /// A state record read on `topic`, the record of `key` by `writer`, at local wall-clock time `now`
+    /// (ms). Accepted when it is what its topic says — a writer may only publish its own clock — and its
+    /// clock is plausible; applied if its clock beats the current winner. With `holdingValues`, value
+    /// listeners hear of it only at ``releaseHeldValues()``.
+    mutating func onState(
+        _ record: Wire.StateRecord, key: String, writer: String, topic: String, now: Int64, holdingValues: Bool = false
+    ) -> Action {
         var action = Action()
-        stateTopics.insert(topic)
-        guard record.clock.participant == writer else {
-            rejected += 1  // a writer may only publish its own clock: forged
+        guard record.key == key, record.clock.participant == writer, record.clock.isPlausible(now: now) else {
+            rejected += 1
             return action
         }
+        stateTopics.insert(topic)
+        action.clocks = [record.clock]
         applyIfNewer(record, into: &action, hold: holdingValues)
         return action
     }
@@ -283,14 +290,17 @@ struct SessionStateMachine {
 
     /// `$catchup` addressed to us by `sender`: accepted only while joining, and only from a member —
     /// unless the broker keeps no retained messages, when members cannot be known before the catch-up.
-    /// Returns nil when it is rejected.
-    mutating func onCatchUp(_ catchUp: Wire.CatchUp, from sender: String, retainAvailable: Bool) -> Action? {
+    /// Records whose clock is implausible at `now` are left out.
+    mutating func onCatchUp(_ catchUp: Wire.CatchUp, from sender: String, retainAvailable: Bool, now: Int64) -> Action {
         guard case let .joining(joining) = phase, members[sender] != nil || !retainAvailable else {
             rejected += 1
-            return nil
+            return Action()
         }
         var action = Action()
-        for record in catchUp.states { applyIfNewer(record, into: &action) }
+        for record in catchUp.states where record.clock.isPlausible(now: now) {
+            action.clocks.append(record.clock)
+            applyIfNewer(record, into: &action)
+        }
         for member in catchUp.members where member.participant != me {
             members[member.participant] = member.epoch
             if presence[member.participant] == nil { presence[member.participant] = member.epoch }
