@@ -258,8 +258,8 @@ import Testing
         #expect(throws: Never.self) { try Identifier.validate("alice.example-1_x:y@z~", kind: "participant") }
     }
 
-    /// Review finding: sequence numbers restarted with a rejoined session, and receivers dropped the new
-    /// messages as redeliveries.
+    /// Sequence numbers go on across a leave and rejoin, so receivers never drop the new messages as
+    /// redeliveries.
     @Test func messagesAfterALeaveAndRejoinArrive() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)

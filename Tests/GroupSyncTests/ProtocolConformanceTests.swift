@@ -167,9 +167,9 @@ import Testing
             // Leave: an empty member record. Crash: the will marks zoe lost.
             try await zoe.publish(to: "\(base)/member/zoe", payload: Data(), retain: true)
             try await waitUntil("zoe left") { ids(a.activeParticipants) == ["alice", "bob"] && ids(b.activeParticipants) == ["alice", "bob"] }
-            #expect(alice.state.withLock { $0.online["zoe"] } == epoch)
+            #expect(alice.state.withLock { $0.machine.online["zoe"] } == epoch)
             zoe.simulateConnectionDrop()
-            try await waitUntil("zoe's will arrives") { alice.state.withLock { $0.online["zoe"] } == nil }
+            try await waitUntil("zoe's will arrives") { alice.state.withLock { $0.machine.online["zoe"] } == nil }
             await zoe.disconnect()
             await group.closeAll()
         }
@@ -239,7 +239,7 @@ import Testing
                 retain: true)
             // Alice has read the stale will once she has read this later presence of someone else.
             try await raw.publish(to: "\(root)/presence/zed", string: #"{"epoch":1,"participant":"zed","status":"online","v":1}"#)
-            try await waitUntil("alice read both") { alice.state.withLock { $0.online["zed"] } == 1 }
+            try await waitUntil("alice read both") { alice.state.withLock { $0.machine.online["zed"] } == 1 }
             try await waitUntil(timeout: timeBound(.seconds(1)), "alice republishes her online presence") {
                 seen.elements.last { $0.topic == "\(root)/presence/alice" }?.string?.contains(#""status":"online""#) == true
             }

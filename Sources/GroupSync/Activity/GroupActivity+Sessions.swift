@@ -2,16 +2,12 @@ extension GroupActivity {
     /// Every session of this activity in the shared coordinator's group — the same sequence for the
     /// participant that activated a session and for everyone else. Start it at launch and keep it for
     /// the app's lifetime: it waits for ``GroupCoordinator/setShared(_:)`` if needed, survives
-    /// reconnects, and delivers sessions announced before it started, once each.
-    public static func sessions() -> AsyncStream<GroupSession<Self>> {
-        AsyncStream { continuation in
-            let task = Task {
-                let coordinator = await GroupCoordinator.awaitShared()
-                for await session in coordinator.sessions(of: Self.self) { continuation.yield(session) }
-                continuation.finish()
-            }
-            continuation.onTermination = { _ in task.cancel() }
-        }
+    /// reconnects, and delivers sessions announced before it started, once each. Ends as
+    /// ``GroupCoordinator/sessions(of:)`` does.
+    public static func sessions() -> GroupSessions<Self> {
+        let inbox = Inbox<SessionCore>()
+        Task { await GroupCoordinator.awaitShared().listen(for: activityIdentifier, inbox) }
+        return GroupUpdates(inbox) { GroupSession<Self>(core: $0) }
     }
 
     /// `.activationPreferred` when the shared coordinator is connected, else `.activationDisabled`.

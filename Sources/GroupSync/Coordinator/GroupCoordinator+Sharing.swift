@@ -2,14 +2,15 @@ extension GroupCoordinator {
     /// Whether any session is joined right now.
     public var isSharing: Bool { sharing.withLock { $0.isSharing } }
 
-    /// `true` while at least one session is joined: the current value first, then each change. Ends when
-    /// the coordinator closes or the iterating task is cancelled.
-    public func sharingUpdates() -> AsyncStream<Bool> {
-        let (stream, continuation) = AsyncStream.makeStream(of: Bool.self, bufferingPolicy: .bufferingNewest(1))
-        let (id, effects) = sharing.withLock { $0.addListener(continuation) }
-        continuation.onTermination = { [weak self] _ in self?.sharing.withLock { $0.removeListener(id) } }
-        effects.perform()
-        return stream
+    /// `true` while at least one session is joined: the current value first, then each change. A slow
+    /// consumer skips to the latest value. Ends when the coordinator closes, when the iterating task is
+    /// cancelled, or when the sequence is dropped.
+    public func sharingUpdates() -> GroupUpdates<Bool> {
+        let inbox = Inbox<Bool>(keepingNewest: 1)
+        let (id, action) = sharing.withLock { $0.addListener(inbox) }
+        action.perform()
+        if let id { inbox.onTermination { [weak self] in self?.sharing.withLock { $0.removeListener(id) } } }
+        return GroupUpdates(inbox)
     }
 
     /// Runs `work` now if no session is joined, or else as soon as none is (in the order deferred), e.g.

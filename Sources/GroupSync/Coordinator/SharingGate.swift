@@ -1,25 +1,36 @@
+import MQTT
+
 /// Tracks whether any session is joined, and holds back work (an interstitial ad, a modal) until none is:
-/// the article's "don't interrupt two people looking at the same screen".
+/// "don't interrupt two people looking at the same screen". A value type without side effects: every
+/// input returns an ``Action``.
 struct SharingGate {
     typealias Work = @Sendable () async -> Void
 
-    private(set) var joinedSessions: Set<String> = []
-    private var listeners: [UInt64: AsyncStream<Bool>.Continuation] = [:]
-    private var deferred: [Work] = []
-    private var nextID: UInt64 = 0
-    private var closed = false
+    enum State {
+        case open(Open)
+        /// The coordinator closed: nothing is shared, work runs at once.
+        case closed
+    }
 
-    var isSharing: Bool { !joinedSessions.isEmpty }
+    struct Open {
+        /// The sessions joined now.
+        var joined: Set<String> = []
+        /// Work waiting for no session to be joined, in the order deferred.
+        var deferred: [Work] = []
+        var listeners = ListenerRegistry<Inbox<Bool>>()
+    }
 
-    struct Effects {
-        var yield: [(AsyncStream<Bool>.Continuation, Bool)] = []
-        var finish: [AsyncStream<Bool>.Continuation] = []
+    struct Action {
+        /// Listeners to tell whether we are sharing now.
+        var yield: [(Inbox<Bool>, Bool)] = []
+        var finish: [Inbox<Bool>] = []
         /// Work to run now, in the order it was deferred.
         var run: [Work] = []
 
+        /// Yields and finishes, then runs the work in a task of its own (app code, never under a lock).
         func perform() {
-            for (continuation, value) in yield { continuation.yield(value) }
-            for continuation in finish { continuation.finish() }
+            for (inbox, value) in yield { inbox.yield(value) }
+            for inbox in finish { inbox.finish() }
             if !run.isEmpty {
                 let work = run
                 Task { for item in work { await item() } }
@@ -27,56 +38,62 @@ struct SharingGate {
         }
     }
 
-    mutating func onJoined(_ session: String) -> Effects {
-        let was = isSharing
-        joinedSessions.insert(session)
-        return changed(from: was)
+    private(set) var state = State.open(Open())
+
+    var isSharing: Bool {
+        if case let .open(open) = state { return !open.joined.isEmpty }
+        return false
     }
 
-    mutating func onLeft(_ session: String) -> Effects {
-        let was = isSharing
-        joinedSessions.remove(session)
-        return changed(from: was)
+    mutating func onJoined(_ session: String) -> Action {
+        modifyOpen { open in
+            guard open.joined.insert(session).inserted, open.joined.count == 1 else { return Action() }
+            return Action(yield: open.listeners.all.map { ($0, true) })
+        } ?? Action()
     }
 
-    mutating func addListener(_ continuation: AsyncStream<Bool>.Continuation) -> (UInt64, Effects) {
-        nextID += 1
-        var effects = Effects()
-        effects.yield = [(continuation, isSharing)]
-        if closed { effects.finish = [continuation] } else { listeners[nextID] = continuation }
-        return (nextID, effects)
+    mutating func onLeft(_ session: String) -> Action {
+        modifyOpen { open in
+            guard open.joined.remove(session) != nil, open.joined.isEmpty else { return Action() }
+            defer { open.deferred = [] }
+            return Action(yield: open.listeners.all.map { ($0, false) }, run: open.deferred)
+        } ?? Action()
     }
 
-    mutating func removeListener(_ id: UInt64) {
-        listeners[id] = nil
+    /// A `sharingUpdates()` listener: it gets the current value at once. Returns nil as its ID once
+    /// closed: then it ends after that value.
+    mutating func addListener(_ inbox: Inbox<Bool>) -> (ListenerRegistry<Inbox<Bool>>.ID?, Action) {
+        modifyOpen { open in
+            (open.listeners.add(inbox), Action(yield: [(inbox, !open.joined.isEmpty)]))
+        } ?? (nil, Action(yield: [(inbox, false)], finish: [inbox]))
     }
 
-    mutating func onDefer(_ work: @escaping Work) -> Effects {
-        var effects = Effects()
-        if isSharing { deferred.append(work) } else { effects.run = [work] }
-        return effects
+    mutating func removeListener(_ id: ListenerRegistry<Inbox<Bool>>.ID) {
+        modifyOpen { $0.listeners.remove(id) }
     }
 
-    mutating func close() -> Effects {
-        closed = true
-        var effects = Effects()
-        effects.finish = Array(listeners.values)
-        listeners = [:]
-        if !deferred.isEmpty {
-            effects.run = deferred
-            deferred = []
-        }
-        return effects
+    /// Work to run once no session is joined: now, if none is.
+    mutating func onDefer(_ work: @escaping Work) -> Action {
+        modifyOpen { open in
+            guard !open.joined.isEmpty else { return Action(run: [work]) }
+            open.deferred.append(work)
+            return Action()
+        } ?? Action(run: [work])
     }
 
-    private mutating func changed(from was: Bool) -> Effects {
-        var effects = Effects()
-        guard was != isSharing else { return effects }
-        effects.yield = listeners.values.map { ($0, isSharing) }
-        if !isSharing {
-            effects.run = deferred
-            deferred = []
-        }
-        return effects
+    /// The coordinator closed: listeners end, deferred work runs.
+    mutating func close() -> Action {
+        guard case var .open(open) = state else { return Action() }
+        state = .closed
+        return Action(finish: open.listeners.removeAll(), run: open.deferred)
+    }
+
+    /// Changes the open state in place; nil once closed.
+    @discardableResult
+    private mutating func modifyOpen<Result>(_ body: (inout Open) -> Result) -> Result? {
+        guard case .open(var open) = state else { return nil }
+        state = .closed
+        defer { state = .open(open) }
+        return body(&open)
     }
 }

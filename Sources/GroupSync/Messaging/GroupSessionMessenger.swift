@@ -61,41 +61,35 @@ public final class GroupSessionMessenger: Sendable {
     /// when the session is invalidated or the iterating task is cancelled. A message that fails to decode
     /// as `Message` is skipped and counted in ``GroupCoordinator/rejectedMessageCount``; the sequence goes on.
     public func messages<Message: Codable & Sendable>(of type: Message.Type) -> GroupMessages<Message> {
-        let inbox = Inbox<SessionStateMachine.InboundMessage>()
-        let (id, effects) = core.machine.withLock {
-            $0.addMessageListener(type: GroupSessionMessenger.typeName(Message.self), inbox)
-        }
-        inbox.onTermination { [core] in core.machine.withLock { $0.removeListener(id) } }
-        effects.perform()
-        return GroupMessages(consumer: .init(inbox), core: core)
+        GroupMessages(consumer: .init(core.listen(.messages(type: GroupSessionMessenger.typeName(Message.self)))), core: core)
     }
 }
 
 /// Received messages of one type. See ``GroupSessionMessenger/messages(of:)``.
 public struct GroupMessages<Message: Codable & Sendable>: AsyncSequence, Sendable {
     public typealias Element = (message: Message, context: GroupSessionMessenger.MessageContext)
-    let consumer: Inbox<SessionStateMachine.InboundMessage>.Consumer
+    let consumer: Inbox<SessionStateMachine.Update>.Consumer
     let core: SessionCore
 
     public struct AsyncIterator: AsyncIteratorProtocol {
-        let consumer: Inbox<SessionStateMachine.InboundMessage>.Consumer
+        let consumer: Inbox<SessionStateMachine.Update>.Consumer
         let core: SessionCore
 
         public mutating func next() async -> Element? {
-            while let inbound = await consumer.inbox.next() {
+            while let update = await consumer.inbox.next() {
+                guard case let .message(inbound) = update else { continue }
                 // Decoded here, in the consumer's task: never on the network thread.
                 if let message = Self.decode(inbound) {
                     return (message, .init(source: inbound.sender))
                 }
-                core.machine.withLock { $0.onRejected() }
+                core.reject()
             }
             return nil
         }
 
         /// The body, located by the receiving connection when it read the envelope.
         private static func decode(_ inbound: SessionStateMachine.InboundMessage) -> Message? {
-            guard let body = inbound.body else { return nil }
-            return Wire.decodeBody(Message.self, from: inbound.payload[body])
+            Wire.decodeBody(Message.self, from: inbound.payload[inbound.body])
         }
     }
 

@@ -1,12 +1,11 @@
 import MQTT
 
-/// A queue from the connection's network thread to the one task that consumes it: what a session's
-/// message sequences are built on, in place of `AsyncStream`.
+/// A queue from a producer (often the connection's network thread) to the one task that consumes it:
+/// what every GroupSync sequence is built on, in place of `AsyncStream`.
 ///
 /// Why not `AsyncStream`: its generic code lives in the concurrency runtime, unspecialised, and looks up
-/// type metadata on every `yield` and `next()` — about a third of what receiving a message cost the app's
-/// task (measured with callgrind in the throughput benchmark). This one is compiled with its element type
-/// known, and takes one lock per element on each side.
+/// type metadata on every `yield` and `next()`, on the path of every received message. This one is
+/// compiled with its element type known, and takes one lock per element on each side.
 ///
 /// Semantics are `AsyncStream`'s with the unbounded or `.bufferingNewest(n)` policy:
 /// - elements come out in the order they were yielded; nothing is dropped while the inbox is open,
@@ -143,9 +142,6 @@ final class Inbox<Element: Sendable>: Sendable {
             finish()
         }
     }
-
-    /// Whether a task waits in `next()` (for tests).
-    var hasWaiter: Bool { state.withLock { $0.waiter != nil } }
 
     /// The consumer's end: ends the inbox when the last sequence or iterator holding it goes away, so
     /// that the producer stops buffering for nobody (as `AsyncStream` does).

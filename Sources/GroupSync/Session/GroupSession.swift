@@ -57,16 +57,12 @@ public final class GroupSession<Activity: GroupActivity>: Sendable, Identifiable
 
     public var state: GroupSessionState { core.state }
 
-    /// The current state first, then every change; ends after `.invalidated`.
-    public func stateUpdates() -> AsyncStream<GroupSessionState> {
-        let (stream, continuation) = AsyncStream.makeStream(of: GroupSessionState.self)
-        let (id, effects) = core.machine.withLock { $0.addStateListener(continuation) }
-        continuation.onTermination = { [core] _ in core.machine.withLock { $0.removeListener(id) } }
-        effects.perform()
-        return stream
+    /// The current state first, then every change, in order; ends after `.invalidated`.
+    public func stateUpdates() -> GroupUpdates<GroupSessionState> {
+        GroupUpdates(core.listen(.state)) { if case let .state(state) = $0 { state } else { nil } }
     }
 
-    public var localParticipant: Participant { core.coordinator.localParticipant }
+    public var localParticipant: Participant { core.context.me }
 
     /// Participants that joined and whose connection is alive, the local one included once joined.
     public var activeParticipants: Set<Participant> { core.activeParticipants }
@@ -74,22 +70,18 @@ public final class GroupSession<Activity: GroupActivity>: Sendable, Identifiable
     /// The current set of active participants first, then every change (a crashed participant leaves it
     /// within about a second, a frozen one within 1.5 × keepalive). Ends when the session is invalidated.
     /// A slow consumer skips intermediate sets, never the latest.
-    public func activeParticipantUpdates() -> AsyncStream<Set<Participant>> {
-        let (stream, continuation) = AsyncStream.makeStream(of: Set<Participant>.self, bufferingPolicy: .bufferingNewest(1))
-        let (id, effects) = core.machine.withLock { $0.addParticipantsListener(continuation) }
-        continuation.onTermination = { [core] _ in core.machine.withLock { $0.removeListener(id) } }
-        effects.perform()
-        return stream
+    public func activeParticipantUpdates() -> GroupUpdates<Set<Participant>> {
+        GroupUpdates(core.listen(.participants, keepingNewest: 1)) { if case let .participants(active) = $0 { active } else { nil } }
     }
 
-    /// The current activity first, then the activity after each change made by any participant. Ends
-    /// when the session is invalidated. A value that does not decode as `Activity` is skipped.
-    public func activityUpdates() -> AsyncCompactMapSequence<AsyncStream<JSONValue>, Activity> {
-        let (stream, continuation) = AsyncStream.makeStream(of: JSONValue.self, bufferingPolicy: .bufferingNewest(1))
-        let (id, effects) = core.machine.withLock { $0.addActivityListener(continuation) }
-        continuation.onTermination = { [core] _ in core.machine.withLock { $0.removeListener(id) } }
-        effects.perform()
-        return stream.compactMap { Wire.value(Activity.self, from: $0) }
+    /// The current activity first, then the activity after each change made by any participant, this
+    /// one included. Ends when the session is invalidated. A slow consumer skips to the latest activity;
+    /// a value that does not decode as `Activity` is skipped.
+    public func activityUpdates() -> GroupUpdates<Activity> {
+        GroupUpdates(core.listen(.activity, keepingNewest: 1)) { update in
+            guard case let .activity(value) = update else { return nil }
+            return Wire.value(Activity.self, from: value)
+        }
     }
 
     /// Joins: subscribes to the session, announces this participant, and returns once caught up — every
@@ -114,26 +106,4 @@ public final class GroupSession<Activity: GroupActivity>: Sendable, Identifiable
 
     public static func == (lhs: GroupSession, rhs: GroupSession) -> Bool { lhs.id == rhs.id }
     public func hash(into hasher: inout Hasher) { hasher.combine(id) }
-}
-
-/// The sessions of one activity type, as they are announced. See ``GroupCoordinator/sessions(of:)``.
-public struct GroupSessions<Activity: GroupActivity>: AsyncSequence, Sendable {
-    public typealias Element = GroupSession<Activity>
-    let cores: AsyncStream<SessionCore>
-
-    public struct AsyncIterator: AsyncIteratorProtocol {
-        var base: AsyncStream<SessionCore>.AsyncIterator
-
-        public mutating func next() async -> GroupSession<Activity>? {
-            while let core = await base.next() {
-                // A session whose activity does not decode as `Activity` (another app version) is skipped.
-                if let session = GroupSession<Activity>(core: core) { return session }
-            }
-            return nil
-        }
-    }
-
-    public func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(base: cores.makeAsyncIterator())
-    }
 }

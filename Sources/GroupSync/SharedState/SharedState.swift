@@ -68,7 +68,7 @@ public final class SharedState<Value: Codable & Sendable & Equatable>: Sendable 
         if decision.publishNow {
             try await core.publish(record)
         } else if let delay = decision.scheduleAfter {
-            core.coordinator.spawn { [self] in
+            core.context.tasks.spawn { [self] in
                 try? await Task.sleep(for: delay)
                 let pending = throttle.withLock { throttle -> Wire.StateRecord? in
                     throttle.flushScheduled = false
@@ -86,10 +86,6 @@ public final class SharedState<Value: Codable & Sendable & Equatable>: Sendable 
     /// anyone, in the order applied; equal consecutive values are not repeated. Ends when the session is
     /// invalidated or the iterating task is cancelled. A slow consumer skips to the latest value.
     public func values() -> SharedStateValues<Value> {
-        let inbox = Inbox<Wire.StateRecord?>(keepingNewest: 1)
-        let (id, effects) = core.machine.withLock { $0.addValueListener(key: key, inbox) }
-        inbox.onTermination { [core] in core.machine.withLock { $0.removeListener(id) } }
-        effects.perform()
-        return SharedStateValues(records: .init(inbox), initialValue: initialValue)
+        SharedStateValues(updates: .init(core.listen(.values(key: key), keepingNewest: 1)), initialValue: initialValue)
     }
 }

@@ -5,16 +5,17 @@
 /// iterate it.
 public struct SharedStateValues<Value: Codable & Sendable & Equatable>: AsyncSequence, Sendable {
     public typealias Element = Value
-    let records: Inbox<Wire.StateRecord?>.Consumer
+    let updates: Inbox<SessionStateMachine.Update>.Consumer
     let initialValue: Value
 
     public struct AsyncIterator: AsyncIteratorProtocol {
-        let records: Inbox<Wire.StateRecord?>.Consumer
+        let updates: Inbox<SessionStateMachine.Update>.Consumer
         let initialValue: Value
         var last: Value?
 
         public mutating func next() async -> Value? {
-            while let record = await records.inbox.next() {
+            while let update = await updates.inbox.next() {
+                guard case let .value(record) = update else { continue }
                 let value = record.flatMap { Wire.value(Value.self, from: $0.value) } ?? initialValue
                 if value != last {
                     last = value
@@ -26,6 +27,6 @@ public struct SharedStateValues<Value: Codable & Sendable & Equatable>: AsyncSeq
     }
 
     public func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(records: records, initialValue: initialValue)
+        AsyncIterator(updates: updates, initialValue: initialValue)
     }
 }

@@ -1,0 +1,64 @@
+import Foundation
+import MQTT
+
+extension GroupCoordinator {
+    /// How to reach the broker and who we are.
+    public struct Configuration: Sendable {
+        /// The broker connection. Its client ID is derived from the participant unless set explicitly.
+        public var mqtt: MQTTClient.Configuration
+        public var group: String
+        public var participant: String
+        public var displayName: String?
+        /// Where wall-clock time comes from (inject a skewed one in tests).
+        public var clock: any WallClock
+        /// How long `join()` waits for a catch-up from an existing participant.
+        public var catchUpTimeout: Duration
+        /// Called for every message rejected as malformed, forged or stale (they are also counted in
+        /// ``GroupCoordinator/rejectedMessageCount``), from a task of its own (never from the network
+        /// thread, so in no guaranteed order). By default rejections
+        /// are logged to standard error when the environment variable `GROUPSYNC_LOG_REJECTED` is set.
+        public var onRejected: (@Sendable (_ topic: String, _ payloadSize: Int) -> Void)?
+        /// Publish our presence every keepalive / 2 (not retained) and drop a participant not heard of
+        /// for 1.5 × keepalive. This is what makes a frozen or cut-off participant disappear within
+        /// 1.5 × keepalive: brokers check keepalives coarsely (mosquitto 2.0.11 every ~5 s, so ~11 s for
+        /// a keepalive of 5). It costs one small message per participant and interval, delivered to
+        /// everyone in the group: turn it off for very large groups and rely on the broker's wills.
+        public var presenceHeartbeats: Bool
+
+        /// - Parameters:
+        ///   - broker: `mqtt://[user[:password]@]host[:port]` (or `mqtts://` with `tls`).
+        ///   - keepAlive: seconds; a frozen participant disappears after 1.5 × this (minimum 5).
+        public init(
+            broker: String = "mqtt://127.0.0.1:1883", group: String, participant: String, displayName: String? = nil,
+            tls: MQTTClient.TLS? = nil, keepAlive: Int = 5, clock: any WallClock = SystemWallClock(),
+            catchUpTimeout: Duration = .seconds(1), presenceHeartbeats: Bool = true
+        ) throws(GroupSyncError) {
+            do {
+                var mqtt = try MQTTClient.Configuration(url: broker, clientID: "", tls: tls)
+                mqtt.keepAlive = keepAlive
+                // The broker keeps our subscriptions and queues reliable messages for us while we
+                // reconnect (it must persist them to survive its own restart); close() ends it.
+                mqtt.cleanStart = false
+                mqtt.sessionExpiry = 120
+                // GroupSync never subscribes at QoS 2, the case that needs MQTTClient's wide default
+                // window. A wide window makes mosquitto walk long in-flight lists per acknowledgement
+                // when many participants share a process: libmosquitto's own 20.
+                mqtt.receiveMaximum = 20
+                self.mqtt = mqtt
+            } catch {
+                throw .connection(error)
+            }
+            self.group = group
+            self.participant = participant
+            self.displayName = displayName
+            self.clock = clock
+            self.catchUpTimeout = catchUpTimeout
+            self.presenceHeartbeats = presenceHeartbeats
+            if getenv("GROUPSYNC_LOG_REJECTED") != nil {  // one variable, not a copy of the environment
+                onRejected = { topic, size in
+                    FileHandle.standardError.write(Data("groupsync: rejected \(size) bytes on \(topic)\n".utf8))
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,166 @@
+import Foundation
+import MQTT
+
+/// Sessions: announcing them, following the group's announcements, handing sessions to `sessions()`
+/// sequences, and what sessions report back.
+extension GroupCoordinator {
+    /// Every session of activity type `A` in the group, starting with those already announced (once each),
+    /// then each new one as it is announced — by anyone, including this participant's own `activate`.
+    /// Survives reconnects; ends when the coordinator closes, when the iterating task is cancelled, or
+    /// when the sequence is dropped. A session whose activity does not decode as `A` is skipped.
+    public func sessions<A: GroupActivity>(of activity: A.Type = A.self) -> GroupSessions<A> {
+        let inbox = Inbox<SessionCore>()
+        listen(for: A.activityIdentifier, inbox)
+        return GroupUpdates(inbox) { GroupSession<A>(core: $0) }
+    }
+
+    /// Every session of the activity `activityIdentifier` (nil: of every activity), with the activity
+    /// as JSON. Same delivery rules as ``sessions(of:)``.
+    public func sessions(activityIdentifier: String?) -> GroupSessions<AnyGroupActivity> {
+        let inbox = Inbox<SessionCore>()
+        listen(for: activityIdentifier ?? CoordinatorStateMachine.anyActivity, inbox)
+        return GroupUpdates(inbox) { GroupSession<AnyGroupActivity>(core: $0) }
+    }
+
+    /// Feeds `inbox` the live sessions of `activityType`, now and as they are announced, until it ends.
+    func listen(for activityType: String, _ inbox: Inbox<SessionCore>) {
+        let (id, cores) = state.withLock { state in
+            let (id, sessions) = state.machine.addListener(.init(activityType: activityType, inbox: inbox))
+            return (id, sessions.compactMap { state.cores[$0] }.filter { !$0.isInvalidated })
+        }
+        for core in cores { inbox.yield(core) }
+        guard let id else { return inbox.finish() }
+        inbox.onTermination { [weak self] in self?.state.withLock { $0.machine.removeListener(id) } }
+    }
+
+    /// The live sessions known now, of one activity (nil: of all). Right after ``connect(_:)`` this is
+    /// every session the broker had announced.
+    public func currentSessions(activityIdentifier: String?) -> [GroupSession<AnyGroupActivity>] {
+        state.withLock { Array($0.cores.values) }
+            .filter { !$0.isInvalidated && (activityIdentifier == nil || $0.activityType == activityIdentifier) }
+            .sorted { $0.announcement.createdAt < $1.announcement.createdAt }
+            .compactMap { GroupSession<AnyGroupActivity>(core: $0) }
+    }
+
+    /// Whether activating makes sense now: a live broker connection.
+    public func prepareForActivation<A: GroupActivity>(_ activity: A) async -> GroupActivityActivationResult {
+        if Task.isCancelled { return .cancelled }
+        let closed = state.withLock { $0.machine.isClosed }
+        return client.isConnected && !closed ? .activationPreferred : .activationDisabled
+    }
+
+    /// Announces a new session of `activity` to the group (a retained announcement). Every participant,
+    /// this one included, then receives it from ``sessions(of:)``. Returns the session ID.
+    @discardableResult
+    public func activate<A: GroupActivity>(_ activity: A) async throws(GroupSyncError) -> String {
+        try Identifier.validate(A.activityIdentifier, kind: "activity identifier")
+        return try await announce(.init(type: A.activityIdentifier, metadata: activity.metadata, data: try Wire.jsonValue(activity)))
+    }
+
+    /// Announces a session of an activity known only at run time. Returns the session ID.
+    @discardableResult
+    public func activate(
+        activityIdentifier: String, value: JSONValue, metadata: GroupActivityMetadata? = nil
+    ) async throws(GroupSyncError) -> String {
+        try Identifier.validate(activityIdentifier, kind: "activity identifier")
+        return try await announce(.init(
+            type: activityIdentifier, metadata: metadata ?? GroupActivityMetadata(title: activityIdentifier), data: value))
+    }
+
+    private func announce(_ activity: Wire.Announcement.Activity) async throws(GroupSyncError) -> String {
+        let sessionID = GroupCoordinator.makeSessionID()
+        let now = configuration.clock.milliseconds()
+        let announcement = Wire.Announcement(
+            session: sessionID, activity: activity, createdBy: localParticipant.id, createdAt: now,
+            revision: hlc.withLock { $0.tick(now: now) })
+        try await retained.publish(topics.announcement(sessionID), try Wire.encode(announcement))
+        return sessionID
+    }
+
+    static func makeSessionID() -> String {
+        let alphabet = Array("abcdefghijklmnopqrstuvwxyz0123456789")
+        return String((0..<16).map { _ in alphabet.randomElement()! })
+    }
+
+    /// Network thread: an announcement (an empty payload: cleared, the session ended).
+    func onAnnouncementMessage(_ sessionID: String, _ message: MQTTMessage) {
+        if message.retain && !message.payload.isEmpty { _ = replay.withLock { $0?.announcements.insert(sessionID) } }
+        var announcement: Wire.Announcement?
+        if !message.payload.isEmpty {
+            guard let decoded = Wire.decode(Wire.Announcement.self, from: message.payload) else { return countRejection() }
+            announcement = decoded
+        }
+        let (context, now) = (sessionContext, configuration.clock.milliseconds())
+        let (action, core) = state.withLock { state -> (CoordinatorStateMachine.AnnouncementAction, SessionCore?) in
+            let action = state.machine.onAnnouncement(sessionID, announcement, now: now)
+            switch action {
+            case let .new(_, presence):
+                guard let announcement else { return (.none, nil) }
+                let core = SessionCore(context: context, announcement: announcement, presence: presence)
+                state.cores[sessionID] = core
+                return (action, core)
+            case .changed: return (action, state.cores[sessionID])
+            case .ended: return (action, state.cores.removeValue(forKey: sessionID))
+            case .none, .rejected: return (action, nil)
+            }
+        }
+        switch (action, announcement) {
+        case let (.new(listeners, _), announcement?):
+            hlc.withLock { $0.observe(announcement.revision, now: now) }
+            if let core { for inbox in listeners { inbox.yield(core) } }
+        case let (.changed, announcement?):
+            hlc.withLock { $0.observe(announcement.revision, now: now) }
+            core?.onAnnouncement(announcement)
+        case (.ended, _): core?.onEnded(by: nil)
+        case (.rejected, _): countRejection()
+        default: break
+        }
+    }
+
+    /// What a session object reports (outside its lock).
+    func onSessionEvent(_ core: SessionCore, _ event: SessionContext.Event) {
+        switch event {
+        case .joined:
+            sharing.withLock { $0.onJoined(core.id) }.perform()
+        case let .invalidated(wasJoined):
+            if wasJoined { sharing.withLock { $0.onLeft(core.id) }.perform() }
+        case .left:
+            // A fresh, waiting session object replaces the left one, for `sessions()` listeners that
+            // start from now on and for `currentSessions` — listeners that already got the session do
+            // not get it again, so an app that joins every session it receives does not rejoin what the
+            // user left.
+            let context = sessionContext
+            state.withLock { state in
+                guard state.cores[core.id] === core, !state.machine.isClosed else { return }
+                state.cores[core.id] = SessionCore(context: context, announcement: core.announcement, presence: state.machine.online)
+            }
+        case .ended:
+            state.withLock { state in
+                state.machine.forget(core.id)
+                state.cores[core.id] = nil
+            }
+        }
+    }
+
+    /// After a reconnect in which the broker had lost our MQTT session (we were away longer than its
+    /// expiry, or it restarted), the clears of sessions ended meanwhile never reached us. If the
+    /// broker's retained store survived — our own presence record is in the replay — an announcement
+    /// we own that is missing from the replay was ended: drop it instead of republishing it.
+    func forgetSessionsEndedWhileAway() async {
+        // The replay is being recorded since the CONNACK (on the network thread, before any message).
+        try? await publishPresenceAndAwaitEcho()
+        guard let seen = replay.withLock({ replay in defer { replay = nil }; return replay }), seen.ownPresence else { return }
+        let prefix = "\(topics.root)/session/"
+        let ended = retained.topics(under: prefix)
+            .map { String($0.dropFirst(prefix.count)) }
+            .filter { !seen.announcements.contains($0) }
+        for sessionID in ended {
+            // Stop owning its records before the republish that follows, then clear what we had of it.
+            let sessionTopics = retained.topics(under: "\(topics.root)/s/\(sessionID)/")
+            retained.disown(topics.announcement(sessionID))
+            for topic in sessionTopics { retained.disown(topic) }
+            state.withLock { $0.cores[sessionID] }?.onEnded(by: nil)
+            for topic in sessionTopics { await retained.clear(topic) }
+        }
+    }
+}

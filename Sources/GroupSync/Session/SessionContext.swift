@@ -1,0 +1,54 @@
+import Foundation
+import MQTT
+
+/// What a session needs from the coordinator that found it: the connection, the group's topics, who we
+/// are, the clocks, the participant's retained records and background tasks, and where to report its
+/// lifecycle. Sessions never see the coordinator itself.
+struct SessionContext: Sendable {
+    /// What a session reports to its coordinator.
+    enum Event: Sendable {
+        /// The session was joined: it counts as shared.
+        case joined
+        /// The session is over for us (left, ended or closed). `wasJoined`: it no longer counts as
+        /// shared.
+        case invalidated(wasJoined: Bool)
+        /// The local participant left a session that is still announced; its member record is cleared.
+        case left
+        /// The session ended (here or elsewhere): forget it.
+        case ended
+    }
+
+    let client: MQTTClient
+    let topics: GroupTopics
+    let me: Participant
+    /// The connection's epoch, in every member record and message envelope.
+    let epoch: Int64
+    let clock: any WallClock
+    /// The participant's hybrid logical clock, shared by all its sessions.
+    let hlc: LockedValue<HybridLogicalClock>
+    /// Message numbering shared by all sessions: see ``MessageSequencer``.
+    let sequencer: LockedValue<MessageSequencer>
+    let catchUpTimeout: Duration
+    let onRejected: (@Sendable (_ topic: String, _ payloadSize: Int) -> Void)?
+    let retained: RetainedRecords
+    let tasks: BackgroundTasks
+    let report: @Sendable (SessionCore, Event) -> Void
+}
+
+/// This participant's message sequence numbers, for all sessions: they never restart while the
+/// coordinator lives, so a receiver's duplicate filter never drops a message sent after a leave and
+/// rejoin. Held while a message is numbered *and* handed to the connection, so that numbering order is
+/// wire order. Never taken by the network thread.
+struct MessageSequencer {
+    private var reliable: Int64 = 0
+    private var unreliable: Int64 = 0
+
+    mutating func next(reliable isReliable: Bool) -> Int64 {
+        if isReliable {
+            reliable += 1
+            return reliable
+        }
+        unreliable += 1
+        return unreliable
+    }
+}

@@ -1,0 +1,50 @@
+/// The listeners of a state machine (continuations, inboxes, waiters), each under the ID it was added
+/// with, so that its sequence can remove it when it ends.
+///
+/// A value type without side effects: the machine that owns it decides what each listener receives and
+/// returns the listeners to resume or finish; its runtime does that outside its lock. Iteration order is
+/// unspecified.
+package struct ListenerRegistry<Listener> {
+    package typealias ID = UInt64
+
+    private var listeners: [ID: Listener] = [:]
+    private var lastID: ID = 0
+
+    package init() {}
+
+    /// Adds `listener` under a new ID, never used before in this registry.
+    package mutating func add(_ listener: Listener) -> ID {
+        lastID += 1
+        listeners[lastID] = listener
+        return lastID
+    }
+
+    /// Removes the listener added under `id`, if it is still there.
+    @discardableResult
+    package mutating func remove(_ id: ID) -> Listener? {
+        listeners.removeValue(forKey: id)
+    }
+
+    /// Removes every listener and returns them, e.g. to finish them all.
+    package mutating func removeAll() -> [Listener] {
+        defer { listeners = [:] }
+        return Array(listeners.values)
+    }
+
+    package subscript(id: ID) -> Listener? {
+        listeners[id]
+    }
+
+    /// Every listener, to resume them all with the same value.
+    package var all: [Listener] { Array(listeners.values) }
+
+    /// The listeners that `isIncluded` selects, e.g. those of one message type.
+    package func filter(_ isIncluded: (Listener) -> Bool) -> [Listener] {
+        listeners.values.filter(isIncluded)
+    }
+
+    /// Calls `body` with each listener and its ID.
+    package func forEach(_ body: (_ id: ID, _ listener: Listener) throws -> Void) rethrows {
+        for (id, listener) in listeners { try body(id, listener) }
+    }
+}
