@@ -195,8 +195,8 @@ public final class MQTTClient: Sendable {
     /// with no lock held — the shortest path from the socket to its consumer, for library code only.
     /// `handler` must return quickly: it must never block, await or run user code (hand that to a task).
     /// `onEnd` runs once when the subscription ends (``MessageHandlerSubscription/unsubscribe()`` or
-    /// ``disconnect()``). `endOfBurst` runs on the network thread after each turn of its loop that read
-    /// messages for this subscription, so that the effects of messages read together show at once. Returns, like
+    /// ``disconnect()``). `endOfBurst` runs on the network thread after messages that arrived together
+    /// (nothing more waiting on the socket), so that their effects can be shown at once. Returns, like
     /// ``subscribe(to:bufferingPolicy:)``, once the broker acknowledged.
     ///
     /// `connected` runs on the network thread when the client has reconnected, before the subscriptions

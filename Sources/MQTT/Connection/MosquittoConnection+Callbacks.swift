@@ -89,8 +89,9 @@ extension MosquittoConnection {
             droppedMessages.add(1, ordering: .relaxed)
         }
         for target in targets where target.endOfBurst != nil {
-            burst.withLock { sinks in
-                if !sinks.contains(where: { $0.id == target.id }) { sinks.append(target) }
+            burst.withLock { burst in
+                burst.messages += 1
+                if !burst.sinks.contains(where: { $0.id == target.id }) { burst.sinks.append(target) }
             }
         }
     }

@@ -9,7 +9,7 @@ import Foundation
 /// wakes its `select()` through libmosquitto's internal socket pair, so the thread needs no wake-up
 /// channel of its own. What this thread adds to libmosquitto's loop: the state machine's connect
 /// policy (a first connect that fails is reported, not retried; reconnects back off with jitter), the
-/// subscriptions restored before `.connected` is announced, the end of a burst reported after each turn,
+/// subscriptions restored before `.connected` is announced, the end of a burst of messages reported,
 /// and a stop that quiesces the connection before DISCONNECT (see ``sendDisconnect()``).
 ///
 /// `mosquitto_loop` waits with `select()`, which cannot watch a descriptor at or above `FD_SETSIZE`
@@ -65,8 +65,8 @@ extension MosquittoConnection {
     }
 
     /// One turn of the open connection: `mosquitto_loop` waits up to `timeout` milliseconds, reads,
-    /// writes and keeps the connection alive; then the sinks that received messages hear that the burst
-    /// ended. Returns libmosquitto's result.
+    /// writes and keeps the connection alive; then ``endBurstUnlessMoreIsWaiting()``. Returns
+    /// libmosquitto's result.
     ///
     /// Over TLS the turn reads once more. `mosquitto_loop` reads only when `select()` sees the socket
     /// readable, and `mosquitto_loop_read` stops after a packet whenever `errno` is EAGAIN — which
@@ -80,13 +80,28 @@ extension MosquittoConnection {
         if rc == MOSQ_ERR_SUCCESS.rawValue && configuration.tls != nil && mosquitto_socket(handle) != -1 {
             rc = mosquitto_loop_read(handle, 1)
         }
-        let ended = burst.withLock { sinks in
-            defer { sinks.removeAll(keepingCapacity: true) }
-            return sinks
-        }
-        for sink in ended { sink.endOfBurst?() }
+        endBurstUnlessMoreIsWaiting()
         return rc
     }
+
+    /// Tells the sinks of the messages read in this turn that their burst is over — unless more bytes
+    /// already wait on the socket: they came with these (records a broker sent together), and the next
+    /// turn reads them at once. A burst ends after ``maximumBurst`` messages even so, so that a
+    /// continuous stream never holds back what its first messages changed.
+    private func endBurstUnlessMoreIsWaiting() {
+        let ended = burst.withLock { burst -> [MessageSink] in
+            guard !burst.sinks.isEmpty else { return [] }
+            if burst.messages < MosquittoConnection.maximumBurst, case let socket = mosquitto_socket(handle), socket != -1 {
+                var waiting: Int32 = 0
+                if ioctl(socket, UInt(FIONREAD), &waiting) == 0, waiting > 0 { return [] }
+            }
+            defer { burst = Burst() }
+            return burst.sinks
+        }
+        for sink in ended { sink.endOfBurst?() }
+    }
+
+    static let maximumBurst = 64
 
     /// `mosquitto_loop` refuses descriptors `select()` cannot watch (every argument we pass it is
     /// valid, so `MOSQ_ERR_INVAL` means that): the connection is given up as lost — a first `connect()`

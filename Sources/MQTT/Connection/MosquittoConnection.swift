@@ -31,8 +31,14 @@ final class MosquittoConnection: @unchecked Sendable {
     let aborting = Atomic<Bool>(false)
     /// Message ID of the last UNSUBACK received (read by the network thread while stopping).
     let lastUnsubscribeAck = Atomic<Int32>(0)
-    /// Sinks that received messages in the network thread's current turn and want to hear of its end.
-    let burst = LockedValue<[MessageSink]>([])
+    /// The messages of the current burst, and their sinks that want to hear of its end (see
+    /// `endBurstUnlessMoreIsWaiting`).
+    let burst = LockedValue(Burst())
+
+    struct Burst {
+        var sinks: [MessageSink] = []
+        var messages = 0
+    }
 
     init(configuration: MQTTClient.Configuration) throws(MQTTError) {
         try configuration.validate()
