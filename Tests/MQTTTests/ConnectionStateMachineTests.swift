@@ -166,6 +166,7 @@ import Testing
         // While reconnecting, QoS ≥ 1 is queued for the next connection; QoS 0 is refused.
         #expect(machine.checkPublish(qos: .atMostOnce, retain: false, size: 10) == .failure(.notConnected))
         #expect(machine.checkPublish(qos: .atLeastOnce, retain: false, size: 10) == .success(1))
+        #expect(machine.checkPublish(qos: .atLeastOnce, retain: true, size: 10) == .failure(.retainUnavailable), "the last CONNACK's limits hold")
         _ = await withCheckedContinuation { (waiter: Machine.StopWaiter) in
             _ = machine.onDisconnectRequested(id: 1, waiter)
             machine.onStopped().resumeAll()

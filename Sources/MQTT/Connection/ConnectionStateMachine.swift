@@ -18,7 +18,7 @@ struct ConnectionStateMachine {
         case idle
         /// `connect()` waits for the first CONNACK; `socketOpen` once the socket is open.
         case firstConnect(ConnectWaiter, socketOpen: Bool)
-        case connected(BrokerLimits)
+        case connected
         /// Reconnect attempt `attempt` (1-based) starts at `until`.
         case backingOff(attempt: Int, until: ContinuousClock.Instant)
         /// Reconnect attempt `attempt` opened its socket and awaits CONNACK.
@@ -62,6 +62,9 @@ struct ConnectionStateMachine {
     }
 
     private(set) var state = State.idle
+    /// What the broker announced in its last CONNACK; kept while reconnecting, for the messages queued
+    /// meanwhile.
+    private(set) var limits = BrokerLimits()
     /// Incremented every time a connection ends; lets a late publish registration know it was cut off.
     private(set) var generation = 0
     private var publishes: [Int32: PublishEntry] = [:]
@@ -134,12 +137,6 @@ struct ConnectionStateMachine {
         return false
     }
 
-    /// The limits of the current connection (the defaults while there is none).
-    var limits: BrokerLimits {
-        if case let .connected(limits) = state { return limits }
-        return BrokerLimits()
-    }
-
     /// Every filter some live subscription uses, each with the options it was last subscribed with.
     var liveFilters: [TopicSubscription] {
         var newest: [String: TopicSubscription] = [:]
@@ -169,12 +166,13 @@ struct ConnectionStateMachine {
         case .stopping, .stopped: return .failure(.disconnected)
         case .idle: return .failure(.notConnected)
         case .firstConnect, .backingOff, .reconnecting:
-            return qos == .atMostOnce ? .failure(.notConnected) : .success(generation)
-        case let .connected(limits):
-            if retain && !limits.retainAvailable { return .failure(.retainUnavailable) }
-            if let limit = limits.maximumPacketSize, size > limit { return .failure(.payloadTooLarge(size: size, limit: limit)) }
-            return .success(generation)
+            if qos == .atMostOnce { return .failure(.notConnected) }
+        case .connected:
+            break
         }
+        if retain && !limits.retainAvailable { return .failure(.retainUnavailable) }
+        if let limit = limits.maximumPacketSize, size > limit { return .failure(.payloadTooLarge(size: size, limit: limit)) }
+        return .success(generation)
     }
 
     /// A publish was handed to libmosquitto as message `mid` while the connection was at `generation`,
@@ -384,7 +382,8 @@ struct ConnectionStateMachine {
             // A refused CONNACK (bad credentials, banned) will not fix itself quickly: wait the longest.
             guard reasonCode == 0 else { return scheduleReconnect(attempt: attempt + 1, now: now, random: random, delay: backoff.maximum) }
         }
-        state = .connected(limits)
+        state = .connected
+        self.limits = limits
         effects.restore = liveFilters
         effects.connectedSinks = subscriptions.values.map(\.sink).filter { $0.connected != nil }
         effects.events = [.connected(sessionPresent: sessionPresent)]
