@@ -330,7 +330,7 @@ import Testing
                 _ = machine.withLock { $0.onConnectRequested(waiter) }
             }
         }
-        try await waitUntil("connect() waits") { machine.withLock { $0.isConnectingForTheFirstTime } }
+        try await waitUntil("connect() waits") { machine.withLock { if case .firstConnect = $0.state { true } else { false } } }
         await withCheckedContinuation { (waiter: Machine.StopWaiter) in
             let (effects, running) = machine.withLock { $0.onDisconnectRequested(id: 7, waiter) }
             #expect(running && effects.stopWaiters.isEmpty, "waits for the network thread")

@@ -321,7 +321,7 @@ import Testing
         let client = try MQTTClient(configuration: .init(url: "mqtt://127.0.0.1:\(port)"))
         let attempt = Task { try await client.connect() }
         try await waitUntil(timeout: .seconds(1), "the network thread is connecting") {
-            client.connection.state.withLock { $0.isConnectingForTheFirstTime }
+            client.connection.state.withLock { if case .firstConnect = $0.state { true } else { false } }
         }
         let start = ContinuousClock.now
         await client.disconnect()

@@ -131,12 +131,6 @@ struct ConnectionStateMachine {
         return false
     }
 
-    /// `connect()` is waiting for its first CONNACK.
-    var isConnectingForTheFirstTime: Bool {
-        if case .firstConnect = state { return true }
-        return false
-    }
-
     /// Every filter some live subscription uses, each with the options it was last subscribed with.
     var liveFilters: [TopicSubscription] {
         var newest: [String: TopicSubscription] = [:]

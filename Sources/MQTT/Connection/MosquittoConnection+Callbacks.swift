@@ -18,10 +18,10 @@ extension MosquittoConnection {
             MosquittoConnection.from(context).didDisconnect(rc: rc)
         }
         mosquitto_publish_v5_callback_set(handle) { _, context, mid, reasonCode, _ in
-            let outcome = MosquittoConnection.from(context).state.withLock {
-                $0.onPublishAcknowledged(mid: mid, reasonCode: Int(reasonCode))
+            let connection = MosquittoConnection.from(context)
+            if let (waiter, result) = connection.state.withLock({ $0.onPublishAcknowledged(mid: mid, reasonCode: Int(reasonCode)) }) {
+                waiter.resume(returning: result)
             }
-            outcome?.waiter.resume(returning: outcome!.result)
         }
         mosquitto_subscribe_v5_callback_set(handle) { _, context, mid, count, granted, _ in
             let codes = (0..<Int(count)).map { Int(granted![$0]) }
