@@ -17,17 +17,12 @@ import Foundation
 /// step. ``disconnect()`` ends it for good. Dropping the last reference also disconnects.
 public final class MQTTClient: Sendable {
     public let configuration: Configuration
-    let connection: Mosquitto
+    let connection: MosquittoConnection
 
     /// Creates a client. Nothing touches the network until ``connect()``.
-    public convenience init(configuration: Configuration) throws(MQTTError) {
-        try self.init(configuration: configuration, wakeSource: .silencedLibraryPairIfVerified)
-    }
-
-    /// Tests: a client whose network thread is woken as `wakeSource` says (see ``WakeChannel``).
-    init(configuration: Configuration, wakeSource: WakeChannel.Source) throws(MQTTError) {
+    public init(configuration: Configuration) throws(MQTTError) {
         self.configuration = configuration
-        self.connection = try Mosquitto(configuration: configuration, wakeSource: wakeSource)
+        self.connection = try MosquittoConnection(configuration: configuration)
     }
 
     deinit {
@@ -35,7 +30,7 @@ public final class MQTTClient: Sendable {
     }
 
     /// Whether CONNACK was received and the connection is up now.
-    public var isConnected: Bool { connection.state.withLock { $0.phase == .connected } }
+    public var isConnected: Bool { connection.state.withLock { $0.isConnected } }
 
     /// Whether the broker stores retained messages (false when its CONNACK said `retain_available 0`).
     public var retainAvailable: Bool { connection.state.withLock { $0.limits.retainAvailable } }
@@ -150,14 +145,16 @@ public final class MQTTClient: Sendable {
         let connection = self.connection
         let result = await withTaskCancellationHandler {
             await withUnsafeContinuation { (waiter: ConnectionStateMachine.PublishWaiter) in
-                let effects = connection.state.withLock {
+                let outcomes = connection.state.withLock {
                     $0.onPublishRegistered(
                         mid: ticket.mid, qos: ticket.qos, generation: ticket.generation, cancelled: Task.isCancelled, waiter)
                 }
-                effects.resumeAll()
+                for (waiter, result) in outcomes { waiter.resume(returning: result) }
             }
         } onCancel: {
-            connection.state.withLock { $0.onPublishCancelled(mid: ticket.mid) }.resumeAll()
+            if let (waiter, result) = connection.state.withLock({ $0.onPublishCancelled(mid: ticket.mid) }) {
+                waiter.resume(returning: result)
+            }
         }
         switch result {
         case .success(let receipt): return receipt
@@ -262,7 +259,9 @@ public final class MQTTClient: Sendable {
         var failure: MQTTError?
         for (mid, filters) in sent {  // every SUBACK is claimed, even after a refusal
             let codes = await withCheckedContinuation { (waiter: ConnectionStateMachine.SubscribeWaiter) in
-                connection.state.withLock { $0.onSubscribeRegistered(mid: mid, waiter) }.resumeAll()
+                if let (waiter, result) = connection.state.withLock({ $0.onSubscribeRegistered(mid: mid, waiter) }) {
+                    waiter.resume(returning: result)
+                }
             }
             switch codes {
             case .success(let codes):
@@ -292,33 +291,26 @@ public final class MQTTClient: Sendable {
 
     /// Connection events from now on, in order, until ``disconnect()``. Each call returns a new sequence;
     /// a consumer that falls 1,000 events behind loses the oldest.
-    public func events() -> AsyncStream<ConnectionEvent> {
+    public func events() -> ConnectionEvents {
         let connection = self.connection
-        let id = connection.makeID()
         let (stream, continuation) = AsyncStream.makeStream(of: ConnectionEvent.self, bufferingPolicy: .bufferingNewest(1_000))
-        if connection.state.withLock({ $0.onListenerAdded(id: id, continuation) }) {
+        if let id = connection.state.withLock({ $0.onListenerAdded(continuation) }) {
             continuation.onTermination = { _ in connection.state.withLock { $0.onListenerRemoved(id: id) } }
         } else {
             continuation.finish()
         }
-        return stream
+        return ConnectionEvents(stream: stream)
     }
 
-    static func removeSubscription(id: UInt64, from connection: Mosquitto) {
-        let effects = connection.state.withLock { $0.onSubscriptionRemoved(id: id) }
-        connection.unsubscribe(effects.unsubscribe)
-        effects.resumeAll()
+    static func removeSubscription(id: UInt64, from connection: MosquittoConnection) {
+        guard let (sink, filters) = connection.state.withLock({ $0.onSubscriptionRemoved(id: id) }) else { return }
+        connection.unsubscribe(filters)
+        sink.finish()
     }
 
     /// Test hook: closes the socket without DISCONNECT, as a network cut would; the client reconnects.
     package func simulateConnectionDrop() {
         connection.closeSocketAbruptly()
-    }
-
-    /// Test hook: shuts down the sending side of the socket, so that the next write fails with EPIPE
-    /// (the broker sees the connection end and publishes the will); the client reconnects.
-    package func simulateWriteFailure() {
-        connection.closeSocketAbruptly(Int32(SHUT_WR))
     }
 
     /// Test and demo hook: dies as a crashed process would — the socket closes without DISCONNECT (so

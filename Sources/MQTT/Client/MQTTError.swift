@@ -31,6 +31,10 @@ public enum MQTTError: Error, Sendable, Hashable, CustomStringConvertible {
     case cancelled
     /// The configuration is invalid (URL, client ID, will, TLS files). The message says which part.
     case invalidConfiguration(String)
+    /// The process holds too many open descriptors for another connection: libmosquitto's network loop
+    /// waits with `select()`, which cannot watch a descriptor at or above `FD_SETSIZE` (1024). That
+    /// allows about 340 connections per process (each uses three descriptors).
+    case tooManyOpenDescriptors
     /// libmosquitto returned an unexpected error code.
     case library(code: Int, message: String)
 
@@ -66,6 +70,10 @@ public enum MQTTError: Error, Sendable, Hashable, CustomStringConvertible {
             return "the operation was cancelled"
         case let .invalidConfiguration(message):
             return "invalid MQTT configuration: \(message)"
+        case .tooManyOpenDescriptors:
+            return "too many open descriptors for another MQTT connection: libmosquitto's network loop uses select(), "
+                + "which cannot watch a descriptor at or above FD_SETSIZE (1024), about 340 connections per process; "
+                + "use fewer connections per process"
         case let .library(code, message):
             return "libmosquitto error \(code): \(message)"
         }

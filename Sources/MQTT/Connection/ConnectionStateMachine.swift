@@ -1,25 +1,31 @@
-/// The connection's logic, as a value: every input is a `mutating func on…` that returns the side effects
-/// to perform. It never calls libmosquitto and never resumes anything itself; ``MQTTClient`` runs the
-/// returned ``Effects`` after releasing the lock that guards this value.
+/// The connection's logic, as a value: a ``State`` whose cases carry their own data, and one
+/// `mutating func on…` per input that returns what to do. It never calls libmosquitto and never resumes
+/// anything itself; ``MosquittoConnection`` and ``MQTTClient`` do that after releasing the lock that
+/// guards this value.
 struct ConnectionStateMachine {
     typealias ConnectWaiter = CheckedContinuation<Result<Void, MQTTError>, Never>
-    /// Unchecked, unlike the others: one is made for every reliable message sent, and the checked kind
-    /// allocates and frees a canary each time (≈ 400 instructions). It is resumed exactly once because
-    /// this machine holds it in one place — a `waiting` entry, taken out when it goes into an effect
-    /// (acknowledged, failed, cancelled, or the connection closed) — and effects are run once.
+    /// Unchecked, unlike the others: one is made for every reliable message sent. It is resumed exactly
+    /// once because this machine holds it in one place — a `waiting` entry, taken out when it goes into
+    /// an outcome (acknowledged, failed, cancelled, or the connection closed) — and outcomes are run once.
     typealias PublishWaiter = UnsafeContinuation<Result<PublishReceipt, MQTTError>, Never>
     typealias SubscribeWaiter = CheckedContinuation<Result<[Int], MQTTError>, Never>
+    typealias StopWaiter = CheckedContinuation<Void, Never>
+    typealias PublishOutcome = (waiter: PublishWaiter, result: Result<PublishReceipt, MQTTError>)
+    typealias SubscribeOutcome = (waiter: SubscribeWaiter, result: Result<[Int], MQTTError>)
 
-    enum Phase: Equatable, Sendable {
-        /// No socket yet: `connect()` not called, or called and the first attempt not made.
+    enum State {
+        /// `connect()` not called yet: no network thread.
         case idle
-        /// A socket is being opened or CONNACK is awaited.
-        case connecting
+        /// `connect()` waits for the first CONNACK; `socketOpen` once the socket is open.
+        case firstConnect(ConnectWaiter, socketOpen: Bool)
         case connected
-        /// Waiting before the next reconnect attempt.
-        case backingOff
-        /// `disconnect()` was called; the network thread is finishing.
-        case stopping
+        /// Reconnect attempt `attempt` (1-based) starts at `until`.
+        case backingOff(attempt: Int, until: ContinuousClock.Instant)
+        /// Reconnect attempt `attempt` opened its socket and awaits CONNACK.
+        case reconnecting(attempt: Int)
+        /// `disconnect()` was called, the client was dropped, or the first connect failed: the network
+        /// thread is finishing. `connectWaiter`: a first `connect()` still waiting for it.
+        case stopping(connectWaiter: ConnectWaiter?, stopWaiters: [UInt64: StopWaiter])
         /// The network thread is gone; nothing works any more.
         case stopped
     }
@@ -50,28 +56,17 @@ struct ConnectionStateMachine {
         /// The filters' UTF-8 bytes, matched against every received topic.
         var filterBytes: [[UInt8]]
 
-        init(filters: [TopicSubscription], sink: MessageSink) {
-            self.filters = filters
-            self.sink = sink
-            self.filterBytes = filters.map { Array($0.filter.utf8) }
-        }
-
         func matches(_ topic: UnsafeBufferPointer<UInt8>) -> Bool {
             filterBytes.contains { filter in filter.withUnsafeBufferPointer { Topic.matches(topic, $0) } }
         }
     }
 
-    private(set) var phase: Phase = .idle
+    private(set) var state = State.idle
+    /// What the broker announced in its last CONNACK; kept while reconnecting, for the messages queued
+    /// meanwhile.
     private(set) var limits = BrokerLimits()
     /// Incremented every time a connection ends; lets a late publish registration know it was cut off.
     private(set) var generation = 0
-    private var hasConnected = false
-    /// `connect()` was called: the network thread runs (phase `.idle` until it opens the socket).
-    private var started = false
-    private var attempt = 0
-    private var reconnectAt: ContinuousClock.Instant?
-    private var connectWaiter: ConnectWaiter?
-    private var stopWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     private var publishes: [Int32: PublishEntry] = [:]
     private var subacks: [Int32: SubscribeEntry] = [:]
     private var subscriptions: [UInt64: SubscriptionEntry] = [:] {
@@ -79,13 +74,11 @@ struct ConnectionStateMachine {
     }
     /// Which sinks each recently received topic goes to: an application's topics repeat (one per sender
     /// and kind), so most messages skip matching every filter. Emptied whenever a subscription comes or
-    /// goes, and when it grows past ``maximumRoutes`` (small: a process holding 1,000 participants of one
-    /// session has 1,000 of these tables, and a cap of 4,096 cost it 200 MiB).
+    /// goes, and when it grows past ``maximumRoutes`` (small, since a process may hold a thousand
+    /// connections, each with its own table).
     private(set) var routes: [String: [MessageSink]] = [:]
     static let maximumRoutes = 128
-    /// How many live subscriptions use each filter, and the options it was last subscribed with.
-    private var filters: [String: (count: Int, options: TopicSubscription)] = [:]
-    private var listeners: [UInt64: AsyncStream<ConnectionEvent>.Continuation] = [:]
+    private var listeners = ListenerRegistry<AsyncStream<ConnectionEvent>.Continuation>()
     private let backoff: Backoff
     private let host: String
     private let port: Int
@@ -96,21 +89,21 @@ struct ConnectionStateMachine {
         self.port = port
     }
 
-    /// Side effects to perform outside the lock, in this order.
+    /// What a change of the connection's state asks for, run outside the lock in this order by
+    /// ``resumeAll()``; `restore` is the network thread's to send first (see `didConnect`).
     struct Effects {
         var connectResult: (ConnectWaiter, Result<Void, MQTTError>)?
-        var publishResults: [(PublishWaiter, Result<PublishReceipt, MQTTError>)] = []
-        var subscribeResults: [(SubscribeWaiter, Result<[Int], MQTTError>)] = []
+        var publishResults: [PublishOutcome] = []
+        var subscribeResults: [SubscribeOutcome] = []
         var events: [ConnectionEvent] = []
         var listeners: [AsyncStream<ConnectionEvent>.Continuation] = []
         /// Sinks to tell of a new connection, before the subscriptions are restored.
         var connectedSinks: [MessageSink] = []
+        /// Filters to subscribe again on a new connection.
+        var restore: [TopicSubscription] = []
         var finishSubscriptions: [MessageSink] = []
         var finishListeners = false
-        var stopWaiters: [CheckedContinuation<Void, Never>] = []
-        /// libmosquitto work for the network thread or the caller.
-        var subscribe: [TopicSubscription] = []
-        var unsubscribe: [String] = []
+        var stopWaiters: [StopWaiter] = []
 
         /// Resumes continuations and yields to sequences. Never calls libmosquitto.
         func resumeAll() {
@@ -128,11 +121,24 @@ struct ConnectionStateMachine {
         }
     }
 
-    /// `connect()` is waiting for its first CONNACK.
-    var isConnectingForTheFirstTime: Bool { connectWaiter != nil && started }
+    var isConnected: Bool {
+        if case .connected = state { return true }
+        return false
+    }
 
-    /// Every filter some live subscription uses.
-    var liveFilters: [String] { filters.keys.sorted() }
+    var isStopped: Bool {
+        if case .stopped = state { return true }
+        return false
+    }
+
+    /// Every filter some live subscription uses, each with the options it was last subscribed with.
+    var liveFilters: [TopicSubscription] {
+        var newest: [String: TopicSubscription] = [:]
+        for id in subscriptions.keys.sorted() {
+            for request in subscriptions[id]!.filters { newest[request.filter] = request }
+        }
+        return newest.values.sorted { $0.filter < $1.filter }
+    }
 
     /// Subscription sequences still open.
     var liveSubscriptionCount: Int { subscriptions.count }
@@ -141,39 +147,57 @@ struct ConnectionStateMachine {
 
     /// `connect()` was called. Returns false when the client was already started (or stopped).
     mutating func onConnectRequested(_ waiter: ConnectWaiter) -> Bool {
-        guard phase == .idle, !started else { return false }
-        started = true
-        connectWaiter = waiter
+        guard case .idle = state else { return false }
+        state = .firstConnect(waiter, socketOpen: false)
         return true
     }
 
+    /// Whether a PUBLISH of `size` bytes at `qos` may be handed to libmosquitto now; on success, the
+    /// connection generation it is sent on. QoS ≥ 1 may be queued while reconnecting (libmosquitto
+    /// sends it once connected); QoS 0 only goes out on a live connection.
+    func checkPublish(qos: QoS, retain: Bool, size: Int) -> Result<Int, MQTTError> {
+        switch state {
+        case .stopping, .stopped: return .failure(.disconnected)
+        case .idle: return .failure(.notConnected)
+        case .firstConnect, .backingOff, .reconnecting:
+            if qos == .atMostOnce { return .failure(.notConnected) }
+        case .connected:
+            break
+        }
+        if retain && !limits.retainAvailable { return .failure(.retainUnavailable) }
+        if let limit = limits.maximumPacketSize, size > limit { return .failure(.payloadTooLarge(size: size, limit: limit)) }
+        return .success(generation)
+    }
+
     /// A publish was handed to libmosquitto as message `mid` while the connection was at `generation`,
-    /// and its sender now waits for the outcome — unless its task was `cancelled` already.
+    /// and its sender now waits for the outcome — unless its task was `cancelled` already. Returns the
+    /// outcomes known now (none: the sender waits).
     mutating func onPublishRegistered(
         mid: Int32, qos: QoS, generation sentAt: Int, cancelled: Bool = false, _ waiter: PublishWaiter
-    ) -> Effects {
-        var effects = Effects()
+    ) -> [PublishOutcome] {
+        var outcomes: [PublishOutcome] = []
         switch publishes.removeValue(forKey: mid) {
         case let .completed(result):
-            effects.publishResults.append((waiter, result))
+            return [(waiter, result)]
         case let .waiting(_, older):
             // Only if libmosquitto reused the ID of a message still awaited: that waiter cannot be told
             // its outcome any more; it fails rather than waiting forever.
-            effects.publishResults.append((older, .failure(.connectionLost)))
-            fallthrough
+            outcomes.append((older, .failure(.connectionLost)))
         case .cancelled, nil:  // a cancelled entry belongs to an older message
-            if phase == .stopped || phase == .stopping {
-                effects.publishResults.append((waiter, .failure(.disconnected)))
-            } else if qos == .atMostOnce && sentAt != generation {
-                effects.publishResults.append((waiter, .failure(.connectionLost)))
-            } else if cancelled {
-                publishes[mid] = .cancelled(qos: qos)  // its acknowledgement is still to come: drop it then
-                effects.publishResults.append((waiter, .failure(.cancelled)))
-            } else {
-                publishes[mid] = .waiting(qos: qos, waiter)
-            }
+            break
         }
-        return effects
+        switch state {
+        case .stopping, .stopped:
+            outcomes.append((waiter, .failure(.disconnected)))
+        case _ where qos == .atMostOnce && sentAt != generation:
+            outcomes.append((waiter, .failure(.connectionLost)))
+        case _ where cancelled:
+            publishes[mid] = .cancelled(qos: qos)  // its acknowledgement is still to come: drop it then
+            outcomes.append((waiter, .failure(.cancelled)))
+        default:
+            publishes[mid] = .waiting(qos: qos, waiter)
+        }
+        return outcomes
     }
 
     /// Nobody will await publish `mid` (sent at `qos`): its acknowledgement, if any comes, is dropped.
@@ -186,50 +210,40 @@ struct ConnectionStateMachine {
     }
 
     /// The task awaiting publish `mid` was cancelled.
-    mutating func onPublishCancelled(mid: Int32) -> Effects {
-        var effects = Effects()
-        switch publishes[mid] {
-        case let .waiting(qos, waiter):
-            // Keep the entry: the acknowledgement still comes and must not be left for a later message
-            // that reuses this ID.
-            publishes[mid] = .cancelled(qos: qos)
-            effects.publishResults.append((waiter, .failure(.cancelled)))
-        case .completed, .cancelled, nil:
-            // Not registered yet (the task sees its cancellation when it registers), or over already:
-            // nothing to record — an entry here would outlive the message and meet a later one that
-            // reuses its ID.
-            break
-        }
-        return effects
+    mutating func onPublishCancelled(mid: Int32) -> PublishOutcome? {
+        // Not registered yet (the task sees its cancellation when it registers), or over already: nothing
+        // to record — an entry would outlive the message and meet a later one that reuses its ID.
+        guard case let .waiting(qos, waiter) = publishes[mid] else { return nil }
+        // The entry stays: the acknowledgement still comes and must not be left for a later message
+        // that reuses this ID.
+        publishes[mid] = .cancelled(qos: qos)
+        return (waiter, .failure(.cancelled))
     }
 
-    /// A new subscription. Returns the filters to send now (empty while disconnected: the next
+    /// A new subscription. Returns the filters to send now (none while disconnected: the next
     /// connection subscribes them), or throws when the client is stopped.
     mutating func onSubscriptionAdded(
         id: UInt64, _ requested: [TopicSubscription], sink: MessageSink
     ) throws(MQTTError) -> [TopicSubscription] {
-        guard phase != .stopped && phase != .stopping else { throw .disconnected }
+        switch state {
+        case .stopping, .stopped: throw .disconnected
+        default: break
+        }
         var sink = sink
         sink.id = id
-        subscriptions[id] = SubscriptionEntry(filters: requested, sink: sink)
-        for request in requested {
-            filters[request.filter, default: (0, request)].count += 1
-            filters[request.filter]?.options = request
-        }
-        return phase == .connected ? requested : []
+        subscriptions[id] = SubscriptionEntry(filters: requested, sink: sink, filterBytes: requested.map { Array($0.filter.utf8) })
+        return isConnected ? requested : []
     }
 
     /// SUBSCRIBE `mid` was sent for a caller now awaiting its SUBACK.
-    mutating func onSubscribeRegistered(mid: Int32, _ waiter: SubscribeWaiter) -> Effects {
-        var effects = Effects()
-        if case let .completed(codes) = subacks.removeValue(forKey: mid) {
-            effects.subscribeResults.append((waiter, .success(codes)))
-        } else if phase == .stopped || phase == .stopping {
-            effects.subscribeResults.append((waiter, .failure(.disconnected)))
-        } else {
+    mutating func onSubscribeRegistered(mid: Int32, _ waiter: SubscribeWaiter) -> SubscribeOutcome? {
+        if case let .completed(codes) = subacks.removeValue(forKey: mid) { return (waiter, .success(codes)) }
+        switch state {
+        case .stopping, .stopped: return (waiter, .failure(.disconnected))
+        default:
             subacks[mid] = .waiting(waiter)
+            return nil
         }
-        return effects
     }
 
     /// The network thread resubscribed `filter` after a reconnect as `mid`.
@@ -237,150 +251,142 @@ struct ConnectionStateMachine {
         subacks[mid] = .restore(filter)
     }
 
-    /// A subscription stream ended (consumer cancelled, unsubscribe, or deallocation). Returns the
-    /// filters no other subscription uses, to unsubscribe.
-    mutating func onSubscriptionRemoved(id: UInt64) -> Effects {
-        var effects = Effects()
-        guard let entry = subscriptions.removeValue(forKey: id) else { return effects }
-        effects.finishSubscriptions.append(entry.sink)
-        for request in entry.filters {
-            guard let current = filters[request.filter] else { continue }
-            if current.count <= 1 {
-                filters[request.filter] = nil
-                if phase == .connected { effects.unsubscribe.append(request.filter) }
-            } else {
-                filters[request.filter]?.count = current.count - 1
-            }
-        }
-        return effects
+    /// A subscription ended (consumer cancelled, unsubscribe, or deallocation). Returns its sink, to
+    /// finish, and the filters no other subscription uses, to unsubscribe while connected.
+    mutating func onSubscriptionRemoved(id: UInt64) -> (sink: MessageSink, unsubscribe: [String])? {
+        guard let entry = subscriptions.removeValue(forKey: id) else { return nil }
+        let stillUsed = Set(subscriptions.values.flatMap { $0.filters.map(\.filter) })
+        let unused = Set(entry.filters.map(\.filter)).subtracting(stillUsed)
+        return (entry.sink, isConnected ? unused.sorted() : [])
     }
 
-    mutating func onListenerAdded(id: UInt64, _ continuation: AsyncStream<ConnectionEvent>.Continuation) -> Bool {
-        guard phase != .stopped else { return false }
-        listeners[id] = continuation
-        return true
+    /// A listener of connection events; nil once stopped (its sequence is to be finished at once).
+    mutating func onListenerAdded(_ continuation: AsyncStream<ConnectionEvent>.Continuation) -> ListenerRegistry<AsyncStream<ConnectionEvent>.Continuation>.ID? {
+        isStopped ? nil : listeners.add(continuation)
     }
 
-    mutating func onListenerRemoved(id: UInt64) {
-        listeners[id] = nil
-    }
-
-    /// `disconnect()` gave up waiting for the network thread (stuck in a blocking TCP connect to an
-    /// unresponsive host): its waiter is resumed now; the thread finishes on its own later.
-    mutating func onDisconnectTimedOut(id: UInt64) -> Effects {
-        var effects = Effects()
-        guard let waiter = stopWaiters.removeValue(forKey: id) else { return effects }
-        effects.stopWaiters = [waiter]
-        if let connecting = connectWaiter {
-            // connect() is stuck in the same blocking call: it fails now rather than minutes later.
-            connectWaiter = nil
-            effects.connectResult = (connecting, .failure(.disconnected))
-        }
-        return effects
-    }
-
-    /// The client was dropped without `disconnect()`: stop the network thread (nobody waits for it).
-    mutating func onDropped() -> Bool {
-        switch phase {
-        case .idle where !started, .stopped, .stopping:
-            return false
-        case .idle, .connecting, .connected, .backingOff:
-            phase = .stopping
-            return true
-        }
+    mutating func onListenerRemoved(id: ListenerRegistry<AsyncStream<ConnectionEvent>.Continuation>.ID) {
+        listeners.remove(id)
     }
 
     /// `disconnect()` was called. `wasRunning` is false when there is no network thread to wait for.
-    mutating func onDisconnectRequested(id: UInt64, _ waiter: CheckedContinuation<Void, Never>) -> (Effects, wasRunning: Bool) {
-        switch phase {
+    mutating func onDisconnectRequested(id: UInt64, _ waiter: StopWaiter) -> (Effects, wasRunning: Bool) {
+        switch state {
         case .stopped:
-            var effects = Effects()
+            return (Effects(stopWaiters: [waiter]), false)
+        case .idle:
+            var effects = stop()
             effects.stopWaiters = [waiter]
             return (effects, false)
-        case .idle where !started:
-            phase = .stopped
-            var effects = finishEverything(with: .disconnected)
-            effects.stopWaiters = [waiter]
-            return (effects, false)
-        case .idle, .connecting, .connected, .backingOff, .stopping:
-            phase = .stopping
-            stopWaiters[id] = waiter
-            return (Effects(), true)
+        case let .firstConnect(connecting, _):
+            state = .stopping(connectWaiter: connecting, stopWaiters: [id: waiter])
+        case .connected, .backingOff, .reconnecting:
+            state = .stopping(connectWaiter: nil, stopWaiters: [id: waiter])
+        case .stopping(let connecting, var waiters):
+            waiters[id] = waiter
+            state = .stopping(connectWaiter: connecting, stopWaiters: waiters)
         }
+        return (Effects(), true)
+    }
+
+    /// `disconnect()` gave up waiting for the network thread (stuck in a blocking TCP connect to an
+    /// unresponsive host): its waiter is resumed now, and so is a `connect()` stuck in the same call;
+    /// the thread finishes on its own later.
+    mutating func onDisconnectTimedOut(id: UInt64) -> Effects {
+        guard case .stopping(let connecting, var waiters) = state, let waiter = waiters.removeValue(forKey: id) else {
+            return Effects()
+        }
+        state = .stopping(connectWaiter: nil, stopWaiters: waiters)
+        return Effects(connectResult: connecting.map { ($0, .failure(.disconnected)) }, stopWaiters: [waiter])
+    }
+
+    /// The client was dropped without `disconnect()`. Returns whether a network thread must be stopped
+    /// (nobody waits for it).
+    mutating func onDropped() -> Bool {
+        switch state {
+        case .idle, .stopping, .stopped:
+            return false
+        case let .firstConnect(connecting, _):
+            state = .stopping(connectWaiter: connecting, stopWaiters: [:])
+        case .connected, .backingOff, .reconnecting:
+            state = .stopping(connectWaiter: nil, stopWaiters: [:])
+        }
+        return true
     }
 
     // MARK: - Network thread side
 
-    /// The network thread asks what to do next.
+    /// What the network thread does next.
     enum NextStep: Equatable {
-        /// Open a socket, not before `notBefore` (nil: now).
+        /// Open a socket — with `mosquitto_connect` the first time, else `mosquitto_reconnect` — not
+        /// before `notBefore` (nil: now).
         case connect(first: Bool, notBefore: ContinuousClock.Instant?)
+        /// Run the open connection.
         case loop
         case exit
     }
 
     var nextStep: NextStep {
-        switch phase {
-        case .idle, .backingOff: return .connect(first: !hasConnected && attempt == 0, notBefore: reconnectAt)
-        case .connecting, .connected: return .loop
-        case .stopping, .stopped: return .exit
+        switch state {
+        case .firstConnect(_, socketOpen: false): return .connect(first: true, notBefore: nil)
+        case let .backingOff(_, until): return .connect(first: false, notBefore: until)
+        case .firstConnect, .connected, .reconnecting: return .loop
+        case .idle, .stopping, .stopped: return .exit
         }
     }
 
     /// Opening the socket failed before any CONNACK.
     mutating func onConnectFailed(_ error: MQTTError, now: ContinuousClock.Instant, random: Double) -> Effects {
-        if phase == .stopping { return Effects() }
-        if !hasConnected, let waiter = connectWaiter {
+        switch state {
+        case let .firstConnect(waiter, _):
             // The first connect fails fast and for good: the caller learns why at once.
-            connectWaiter = nil
-            phase = .stopping
-            var effects = Effects()
-            effects.connectResult = (waiter, .failure(error))
-            return effects
+            return failFirstConnect(waiter, error)
+        case let .backingOff(attempt, _), let .reconnecting(attempt):
+            return scheduleReconnect(attempt: attempt + 1, now: now, random: random)
+        case .idle, .connected, .stopping, .stopped:
+            return Effects()
         }
-        return scheduleReconnect(reason: error.description, now: now, random: random, refused: false)
     }
 
     /// The socket is open; CONNACK is awaited.
     mutating func onSocketOpened() {
-        if phase == .backingOff || phase == .idle { phase = .connecting }
+        switch state {
+        case let .firstConnect(waiter, _): state = .firstConnect(waiter, socketOpen: true)
+        case let .backingOff(attempt, _): state = .reconnecting(attempt: attempt)
+        default: break
+        }
     }
 
     /// CONNACK arrived. `reasonCode` 0 is success.
     mutating func onConnack(
-        reasonCode: Int, reason: String, sessionPresent: Bool, limits newLimits: BrokerLimits,
+        reasonCode: Int, reason: String, sessionPresent: Bool, limits: BrokerLimits,
         now: ContinuousClock.Instant, random: Double
     ) -> Effects {
         var effects = Effects()
-        guard reasonCode == 0 else {
-            let error = MQTTError.connectionRefused(reasonCode: reasonCode, reason: reason)
-            if !hasConnected, let waiter = connectWaiter {
-                connectWaiter = nil
-                phase = .stopping
-                effects.connectResult = (waiter, .failure(error))
-                return effects
+        switch state {
+        case .idle, .connected, .stopping, .stopped:
+            return effects
+        case let .firstConnect(waiter, _):
+            guard reasonCode == 0 else {
+                return failFirstConnect(waiter, .connectionRefused(reasonCode: reasonCode, reason: reason))
             }
-            return scheduleReconnect(reason: error.description, now: now, random: random, refused: true)
-        }
-        guard phase != .stopping else { return effects }
-        phase = .connected
-        hasConnected = true
-        attempt = 0
-        limits = newLimits
-        if let waiter = connectWaiter {
-            connectWaiter = nil
             effects.connectResult = (waiter, .success(()))
+        case let .backingOff(attempt, _), let .reconnecting(attempt):
+            // A refused CONNACK (bad credentials, banned) will not fix itself quickly: wait the longest.
+            guard reasonCode == 0 else { return scheduleReconnect(attempt: attempt + 1, now: now, random: random, delay: backoff.maximum) }
         }
-        effects.subscribe = filters.values.map(\.options).sorted { $0.filter < $1.filter }
+        state = .connected
+        self.limits = limits
+        effects.restore = liveFilters
         effects.connectedSinks = subscriptions.values.map(\.sink).filter { $0.connected != nil }
         effects.events = [.connected(sessionPresent: sessionPresent)]
-        effects.listeners = Array(listeners.values)
+        effects.listeners = listeners.all
         return effects
     }
 
     /// The connection ended after its socket was opened (broker gone, keepalive, CONNACK refused, or the
-    /// DISCONNECT written after `disconnect()`).
-    /// `cause` is what a first `connect()` fails with if the connection ends before CONNACK.
+    /// DISCONNECT written after `disconnect()`). `cause` is what a first `connect()` fails with if the
+    /// connection ends before CONNACK.
     mutating func onConnectionLost(
         reason: String, cause: MQTTError? = nil, now: ContinuousClock.Instant, random: Double
     ) -> Effects {
@@ -390,7 +396,7 @@ struct ConnectionStateMachine {
         // sent again on the next connection, so their callers keep waiting.
         for (mid, entry) in publishes {
             switch entry {
-            case let .waiting(qos, waiter) where qos == .atMostOnce:
+            case let .waiting(.atMostOnce, waiter):
                 publishes[mid] = nil
                 effects.publishResults.append((waiter, .failure(.connectionLost)))
             case .cancelled(qos: .atMostOnce):
@@ -400,70 +406,61 @@ struct ConnectionStateMachine {
             }
         }
         // SUBACKs that will never come: the next connection subscribes every live filter anyway.
-        for (mid, entry) in subacks {
-            subacks[mid] = nil
-            if case let .waiting(waiter) = entry { effects.subscribeResults.append((waiter, .success([]))) }
-        }
-        switch phase {
-        case .idle, .backingOff, .stopped:
+        for case let .waiting(waiter) in subacks.values { effects.subscribeResults.append((waiter, .success([]))) }
+        subacks = [:]
+        let next: Effects
+        switch state {
+        case .idle, .backingOff, .stopping, .stopped:
             return effects
-        case .stopping:
-            return effects
-        case .connecting:
-            if !hasConnected, let waiter = connectWaiter {
-                connectWaiter = nil
-                phase = .stopping
-                effects.connectResult = (waiter, .failure(cause ?? .unreachable(host: host, port: port, detail: reason)))
-                return effects
-            }
+        case let .firstConnect(waiter, _):
+            next = failFirstConnect(waiter, cause ?? .unreachable(host: host, port: port, detail: reason))
         case .connected:
-            effects.events.append(.disconnected(reason: reason))
+            effects.events = [.disconnected(reason: reason)]
+            next = scheduleReconnect(attempt: 1, now: now, random: random)
+        case let .reconnecting(attempt):
+            next = scheduleReconnect(attempt: attempt + 1, now: now, random: random)
         }
-        let next = scheduleReconnect(reason: reason, now: now, random: random, refused: false)
+        effects.connectResult = next.connectResult
         effects.events += next.events
         effects.listeners = next.listeners
         return effects
     }
 
-    mutating func onPublishAcknowledged(mid: Int32, reasonCode: Int, topic: String?) -> Effects {
-        var effects = Effects()
+    mutating func onPublishAcknowledged(mid: Int32, reasonCode: Int) -> PublishOutcome? {
         let result: Result<PublishReceipt, MQTTError>
         switch reasonCode {
         case 0..<128: result = .success(PublishReceipt(reasonCode: reasonCode))
-        case 135: result = .failure(.notAuthorized(topic: topic ?? ""))
+        case 135: result = .failure(.notAuthorized(topic: ""))
         case 149: result = .failure(.payloadTooLarge(size: -1, limit: limits.maximumPacketSize ?? -1))
-        default: result = .failure(.publishRefused(topic: topic ?? "", reasonCode: reasonCode))
+        default: result = .failure(.publishRefused(topic: "", reasonCode: reasonCode))
         }
         switch publishes.removeValue(forKey: mid) {
-        case let .waiting(_, waiter): effects.publishResults.append((waiter, result))
-        case .cancelled, .completed: break
-        case nil: publishes[mid] = .completed(result)
+        case let .waiting(_, waiter): return (waiter, result)
+        case .cancelled, .completed: return nil
+        case nil:
+            publishes[mid] = .completed(result)
+            return nil
         }
-        return effects
     }
 
+    /// SUBACK `mid` arrived. Returns the waiter to resume, or — for a restored subscription the broker
+    /// refused — the event to announce, with its listeners.
     mutating func onSubscribeAcknowledged(mid: Int32, codes: [Int]) -> Effects {
-        var effects = Effects()
         switch subacks.removeValue(forKey: mid) {
         case let .waiting(waiter):
-            effects.subscribeResults.append((waiter, .success(codes)))
+            return Effects(subscribeResults: [(waiter, .success(codes))])
         case let .restore(filter):
-            if let code = codes.first, code >= 128 {
-                effects.events = [.subscriptionRestoreFailed(filter: filter, reasonCode: code)]
-                effects.listeners = Array(listeners.values)
-            }
+            guard let code = codes.first, code >= 128 else { return Effects() }
+            return Effects(events: [.subscriptionRestoreFailed(filter: filter, reasonCode: code)], listeners: listeners.all)
         case .completed, nil:
             subacks[mid] = .completed(codes)
+            return Effects()
         }
-        return effects
     }
 
-    /// Which subscription streams receive a message on `topic`. With `remember` false (a retained
-    /// message: each topic of a subscription's replay comes once) the route is not added to the table,
-    /// where a replay of a hundred records would only push out the routes of live traffic.
-    ///
-    /// The one input that returns its action alone, not in ``Effects``: it runs for every message, and
-    /// building and destroying that large value cost more than the look-up.
+    /// Which subscriptions receive a message on `topic`. With `remember` false (a retained message: each
+    /// topic of a subscription's replay comes once) the route is not added to the table, where a replay
+    /// of a hundred records would only push out the routes of live traffic.
     mutating func onMessage(topic: String, remember: Bool = true) -> [MessageSink] {
         if let targets = routes[topic] { return targets }
         var targets: [MessageSink] = []
@@ -479,47 +476,46 @@ struct ConnectionStateMachine {
 
     /// The network thread is exiting: everything still open ends.
     mutating func onStopped() -> Effects {
-        phase = .stopped
-        var effects = finishEverything(with: .disconnected)
-        effects.stopWaiters = Array(stopWaiters.values)
-        stopWaiters = [:]
+        var waiters: [StopWaiter] = []
+        if case let .stopping(_, stopWaiters) = state { waiters = Array(stopWaiters.values) }
+        var effects = stop()
+        effects.stopWaiters = waiters
         return effects
     }
 
     // MARK: - Helpers
 
-    private mutating func scheduleReconnect(reason: String, now: ContinuousClock.Instant, random: Double, refused: Bool) -> Effects {
-        attempt += 1
-        phase = .backingOff
-        // A refused CONNACK (bad credentials, banned) will not fix itself quickly: wait the longest delay.
-        let delay = refused ? backoff.maximum : backoff.delay(attempt: attempt, random: random)
-        var effects = Effects()
-        effects.events = [.reconnecting(attempt: attempt, delay: delay)]
-        effects.listeners = Array(listeners.values)
-        reconnectAt = now + delay
-        return effects
+    private mutating func failFirstConnect(_ waiter: ConnectWaiter, _ error: MQTTError) -> Effects {
+        state = .stopping(connectWaiter: nil, stopWaiters: [:])
+        return Effects(connectResult: (waiter, .failure(error)))
     }
 
-    private mutating func finishEverything(with error: MQTTError) -> Effects {
+    private mutating func scheduleReconnect(
+        attempt: Int, now: ContinuousClock.Instant, random: Double, delay: Duration? = nil
+    ) -> Effects {
+        let delay = delay ?? backoff.delay(attempt: attempt, random: random)
+        state = .backingOff(attempt: attempt, until: now + delay)
+        return Effects(events: [.reconnecting(attempt: attempt, delay: delay)], listeners: listeners.all)
+    }
+
+    /// Ends everything still open with ``MQTTError/disconnected`` (the stop waiters are the caller's).
+    private mutating func stop() -> Effects {
         var effects = Effects()
-        if let waiter = connectWaiter {
-            connectWaiter = nil
-            effects.connectResult = (waiter, .failure(error))
+        switch state {
+        case let .firstConnect(waiter, _), let .stopping(waiter?, _):
+            effects.connectResult = (waiter, .failure(.disconnected))
+        default:
+            break
         }
-        for (_, entry) in publishes {
-            if case let .waiting(_, waiter) = entry { effects.publishResults.append((waiter, .failure(error))) }
-        }
+        state = .stopped
+        for case let .waiting(_, waiter) in publishes.values { effects.publishResults.append((waiter, .failure(.disconnected))) }
         publishes = [:]
-        for (_, entry) in subacks {
-            if case let .waiting(waiter) = entry { effects.subscribeResults.append((waiter, .failure(error))) }
-        }
+        for case let .waiting(waiter) in subacks.values { effects.subscribeResults.append((waiter, .failure(.disconnected))) }
         subacks = [:]
         effects.finishSubscriptions = subscriptions.values.map(\.sink)
         subscriptions = [:]
-        filters = [:]
-        effects.listeners = Array(listeners.values)
+        effects.listeners = listeners.removeAll()
         effects.finishListeners = true
-        listeners = [:]
         return effects
     }
 }

@@ -10,6 +10,7 @@
 /// may iterate it.
 public struct MQTTSubscription: AsyncSequence, Sendable {
     public typealias Element = MQTTMessage
+    public typealias Failure = Never
 
     /// What happens when more than `capacity` messages wait for the consumer.
     public enum BufferingPolicy: Sendable, Hashable {
@@ -31,7 +32,7 @@ public struct MQTTSubscription: AsyncSequence, Sendable {
 
     let stream: AsyncStream<MQTTMessage>
     let id: UInt64
-    let connection: Mosquitto
+    let connection: MosquittoConnection
 
     /// The filters this subscription receives.
     public let filters: [TopicSubscription]
@@ -41,7 +42,20 @@ public struct MQTTSubscription: AsyncSequence, Sendable {
         MQTTClient.removeSubscription(id: id, from: connection)
     }
 
-    public func makeAsyncIterator() -> AsyncStream<MQTTMessage>.AsyncIterator {
-        stream.makeAsyncIterator()
+    public func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(base: stream.makeAsyncIterator())
+    }
+
+    /// Waits for the next message; nil once the subscription has ended.
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        var base: AsyncStream<MQTTMessage>.AsyncIterator
+
+        public mutating func next() async -> MQTTMessage? {
+            await base.next()
+        }
+
+        public mutating func next(isolation actor: isolated (any Actor)?) async -> MQTTMessage? {
+            await base.next(isolation: actor)
+        }
     }
 }

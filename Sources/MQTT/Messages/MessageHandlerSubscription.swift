@@ -3,7 +3,7 @@
 /// ``unsubscribe()`` or the client's disconnect.
 package struct MessageHandlerSubscription: Sendable {
     let id: UInt64
-    let connection: Mosquitto
+    let connection: MosquittoConnection
 
     /// Ends the subscription (its `onEnd` runs) and unsubscribes the filters no other live subscription
     /// uses. Idempotent. A message the network thread routed just before may still reach the handler.

@@ -8,8 +8,9 @@ struct MessageSink: Sendable {
     /// Takes one message; false when it was dropped (a full stream buffer).
     let deliver: @Sendable (MQTTMessage) -> Bool
     let finish: @Sendable () -> Void
-    /// Called on the network thread after a burst of messages, once nothing more is waiting on the
-    /// socket (or after ``Mosquitto/maximumBurst`` messages), if this sink received any of them.
+    /// Called on the network thread after a burst of messages — once nothing more waits on the socket,
+    /// or after `MosquittoConnection.maximumBurst` messages — if this sink received any of them, so that
+    /// messages read together (records a broker sent at once) can be shown as one change.
     var endOfBurst: (@Sendable () -> Void)? = nil
     /// Called on the network thread when a new connection was accepted (with CONNACK's session-present
     /// flag), before the subscriptions are restored: before any message of the new connection.

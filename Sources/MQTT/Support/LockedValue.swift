@@ -9,8 +9,8 @@ import Foundation
 /// understands. Used only inside this package.
 ///
 /// The value lives behind a pointer rather than in a stored `var`: an `inout` access to a class's
-/// stored property is checked for exclusivity at run time (`swift_beginAccess`, ≈ 80 instructions per
-/// lock, six locks per message), and the mutex already guarantees what that check would.
+/// stored property is checked for exclusivity at run time on every lock, and the mutex already
+/// guarantees what that check would.
 ///
 /// `@unchecked Sendable` is sound: `value` is only read or written inside `withLock`, between
 /// `pthread_mutex_lock` and `pthread_mutex_unlock` on `mutex`; both are initialised in `init` and

@@ -3,45 +3,17 @@ import Foundation
 import Testing
 @testable import MQTT
 
-/// The network thread's `poll()` loop: its wake-ups, libmosquitto's wake-up pair, TLS, and descriptors
-/// above `select()`'s limit of 1024.
-@Suite(.timeLimit(.minutes(1))) struct PollLoopTests {
-    static let wakeSources: [WakeChannel.Source] = [.silencedLibraryPairIfVerified, .ownPipeOnly]
-
-    /// libmosquitto's wake-up pair is found, proven and silenced: it never holds a byte, however many
-    /// packets are queued, and neither does our own wake-up pipe once the network thread has drained it.
-    @Test func libmosquittosWakeUpPairIsProvenAndSilenced() async throws {
-        #expect(WakeChannel.layoutIsVerified,
-                "this libmosquitto's layout is not the proven one: clients fall back to a pipe and its pair fills")
+/// The network thread's loop: wake-ups, a connection cut under publishers, TLS records holding many
+/// packets, keepalive, and `select()`'s descriptor limit.
+@Suite(.timeLimit(.minutes(1))) struct NetworkLoopTests {
+    /// A packet queued by another thread wakes the loop at once (through libmosquitto's socket pair),
+    /// and so does a stop request.
+    @Test func publishSubscribeAndStopWakeTheLoopAtOnce() async throws {
         try await MosquittoBroker.withBroker { broker in
             let a = try await connectedClient(broker)
             let b = try await connectedClient(broker)
-            #expect(a.connection.wake.silencesLibraryPair && b.connection.wake.silencesLibraryPair)
-            let messages = Collector(try await b.subscribe(to: [TopicSubscription("d/#", qos: .atLeastOnce)]))
-            // Far more packets than the ≈ 278 one-byte wake-ups that fill a pair nobody drains: a's come
-            // from this task's publishes, b's from its network thread's own PUBACKs.
-            for i in 0..<600 {
-                try await a.publish(to: "d/\(i)", string: "m", qos: .atLeastOnce)
-            }
-            try await messages.waitForCount(600)
-            #expect(unreadBytes(a.connection.wake.silencedLibraryPairReadEnd) == 0)
-            #expect(unreadBytes(b.connection.wake.silencedLibraryPairReadEnd) == 0)
-            try await waitUntil("both wake-up pipes are drained") {
-                unreadBytes(a.connection.wake.descriptor) == 0 && unreadBytes(b.connection.wake.descriptor) == 0
-            }
-            await a.disconnect()
-            await b.disconnect()
-        }
-    }
-
-    @Test(arguments: wakeSources)
-    func publishSubscribeAndStopWakeThePollAtOnce(wake: WakeChannel.Source) async throws {
-        try await MosquittoBroker.withBroker { broker in
-            let a = try await connectedClient(broker, wake: wake)
-            let b = try await connectedClient(broker, wake: wake)
-            #expect(a.connection.wake.silencesLibraryPair == (wake == .silencedLibraryPairIfVerified))
             let messages = Collector(try await b.subscribe(to: [TopicSubscription("w")]))
-            // One after the other: a packet left for poll()'s one-second timeout instead of a wake-up
+            // One after the other: a packet left for the loop's one-second timeout instead of a wake-up
             // takes about a second per round trip (measured with the wake-up removed); woken at once,
             // a round trip takes well under a millisecond, plus this loop's 5 ms polling and the load of
             // the tests running in parallel. The median ignores a round trip that a busy machine stalls.
@@ -62,10 +34,8 @@ import Testing
         }
     }
 
-    /// A publish is written by the task that makes it when the network thread is not inside libmosquitto
-    /// (one thread hand-over less per message); over TLS it never is (OpenSSL's state is the network
-    /// thread's). Either way every message arrives, in order.
-    @Test func publishersWriteTheirOwnPacketsExceptOverTLS() async throws {
+    /// Messages of mixed QoS arrive in the order they were published, over TCP and over TLS.
+    @Test func mixedQoSPublishesArriveInOrderOverTCPAndTLS() async throws {
         try await MosquittoBroker.withBroker { broker in
             let a = try await connectedClient(broker)
             let b = try await connectedClient(broker)
@@ -75,11 +45,6 @@ import Testing
             }
             try await messages.waitForCount(100)
             #expect(messages.elements.map { $0.string } == (0..<100).map { "\($0)" })
-            // A publish leaves its packet to the network thread only when that thread holds `io` (in the
-            // middle of a read or write); on a loaded machine that may happen often, but not every one of
-            // a hundred times.
-            #expect(a.connection.callerWrites.load(ordering: .relaxed) > 0)
-            #expect(a.connection.callerWriteFailures.load(ordering: .relaxed) == 0)
             await a.disconnect()
             await b.disconnect()
         }
@@ -90,52 +55,16 @@ import Testing
             for i in 0..<20 { try await client.publish(to: "tls/\(i)", string: "\(i)", qos: i % 2 == 0 ? .atMostOnce : .atLeastOnce) }
             try await echo.waitForCount(20)
             #expect(echo.elements.map { $0.string } == (0..<20).map { "\($0)" })
-            #expect(client.connection.callerWrites.load(ordering: .relaxed) == 0)
             await client.disconnect()
-        }
-    }
-
-    /// A publisher whose own write fails (the socket's sending side shut down: EPIPE) closes the socket on
-    /// its thread, gets a typed error, and wakes the network thread, which reconnects at once rather than
-    /// at `poll()`'s one-second timeout. Whoever notices first — the publisher, or the network thread
-    /// reading the broker's end of the connection — the outcome is the same.
-    @Test(arguments: wakeSources)
-    func aPublisherWhoseWriteFailsGetsATypedErrorAndTheClientReconnects(wake: WakeChannel.Source) async throws {
-        try await MosquittoBroker.withBroker { broker in
-            var failuresSeenByThePublisher = 0
-            for round in 0..<5 {
-                let client = try await connectedClient(broker, wake: wake)
-                let events = Collector(client.events())
-                client.simulateWriteFailure()
-                let dropped = ContinuousClock.now
-                do {
-                    try await client.publish(to: "gone/\(round)", string: "x", qos: .atMostOnce)
-                    Issue.record("a write on a socket shut down for sending succeeded")
-                } catch let error as MQTTError {
-                    #expect(error == .connectionLost || error == .notConnected, "\(error)")
-                }
-                try await waitUntil("reconnected") {
-                    events.elements.contains { if case .disconnected = $0 { true } else { false } }
-                        && events.elements.last.map { if case .connected = $0 { true } else { false } } == true
-                }
-                #expect(ContinuousClock.now - dropped < timeBound(.milliseconds(900)))
-                try await client.publish(to: "back/\(round)", string: "y", qos: .atLeastOnce)
-                failuresSeenByThePublisher += client.connection.callerWriteFailures.load(ordering: .relaxed)
-                await client.disconnect()
-            }
-            // The publisher writes at once; the broker's reaction to the half-closed socket takes a round
-            // trip. On a loaded machine the network thread may still win a round, but not all five.
-            #expect(failuresSeenByThePublisher > 0)
         }
     }
 
     /// Publishing tasks write while the network thread reads the same connection's incoming messages,
     /// and the socket is shut down under them twice. No publish hangs, each one either succeeds or
     /// throws a typed error, and every acknowledged QoS 1 message arrives.
-    @Test(arguments: wakeSources)
-    func concurrentPublishersSurviveTheSocketClosingUnderThem(wake: WakeChannel.Source) async throws {
+    @Test func concurrentPublishersSurviveTheSocketClosingUnderThem() async throws {
         try await MosquittoBroker.withBroker { broker in
-            let client = try await connectedClient(broker, wake: wake) { $0.cleanStart = false; $0.sessionExpiry = 60 }
+            let client = try await connectedClient(broker) { $0.cleanStart = false; $0.sessionExpiry = 60 }
             let watcher = try await connectedClient(broker)
             let seen = Collector(try await watcher.subscribe(to: [TopicSubscription("busy/#", qos: .atLeastOnce)]))
             let echo = Collector(try await client.subscribe(to: [TopicSubscription("busy/#", qos: .atMostOnce)]))
@@ -171,14 +100,12 @@ import Testing
         }
     }
 
-    /// With TLS, bytes OpenSSL decrypted already are invisible to poll(); a burst of 300 QoS 1 messages
-    /// (300 PUBLISH and 300 PUBACK coming back, more wake-ups than a pair nobody drains holds) must all
-    /// arrive, without a stall until the next keepalive exchange (5 s).
-    @Test(arguments: wakeSources)
-    func tlsBurstArrivesWhole(wake: WakeChannel.Source) async throws {
+    /// With TLS, bytes OpenSSL decrypted already are invisible to select(); a burst of 300 QoS 1 messages
+    /// (300 PUBLISH and 300 PUBACK coming back, more wake-ups than libmosquitto's socket pair holds) must
+    /// all arrive, without a stall until the next keepalive exchange (5 s).
+    @Test func tlsBurstArrivesWhole() async throws {
         try await withTLSBroker { broker, tls, _ in
-            let client = try MQTTClient(
-                configuration: .init(url: "mqtts://127.0.0.1:\(broker.port)", tls: tls), wakeSource: wake)
+            let client = try MQTTClient(configuration: .init(url: "mqtts://127.0.0.1:\(broker.port)", tls: tls))
             try await client.connect()
             let echo = Collector(try await client.subscribe(to: [TopicSubscription("burst/#", qos: .atLeastOnce)]))
             let start = ContinuousClock.now
@@ -193,7 +120,7 @@ import Testing
         }
     }
 
-    /// The loop sends the keepalive pings itself (`mosquitto_loop_misc`, about once a second): an idle
+    /// Every turn of the loop ends with libmosquitto's keepalive check (at least once a second): an idle
     /// connection pings within its keepalive and stays up past 1.5 × keepalive, when the broker would
     /// drop it.
     @Test func anIdleConnectionPingsAndStaysUp() async throws {
@@ -216,10 +143,9 @@ import Testing
     /// plays the broker: whatever it reads from its standard input in one go it sends as one record).
     /// Here CONNACK and 400 QoS 1 PUBLISH come in one record: replying with 400 PUBACKs fills
     /// libmosquitto's wake-up pair within one `mosquitto_loop_read`, whose early stop on EAGAIN then
-    /// leaves the rest decrypted inside OpenSSL, where poll() cannot see it. The server never sends
-    /// anything else, so without the loop's `SSL_pending` check those messages would never arrive.
-    @Test(arguments: wakeSources)
-    func packetsBufferedInsideOpenSSLAreRead(wake: WakeChannel.Source) async throws {
+    /// leaves the rest decrypted inside OpenSSL, where select() cannot see it. The server never sends
+    /// anything else, so without the loop's extra read over TLS those messages would never arrive.
+    @Test func packetsBufferedInsideOpenSSLAreRead() async throws {
         try await withTestPKI { pki in
             let port = try FreePort.loopback()
             let (bannerStream, bannerContinuation) = AsyncStream<String>.makeStream()
@@ -244,7 +170,7 @@ import Testing
             }
             server.write(script)
             let client = try MQTTClient(
-                configuration: .init(url: "mqtts://127.0.0.1:\(port)", tls: .init(caFile: pki.caCert)), wakeSource: wake)
+                configuration: .init(url: "mqtts://127.0.0.1:\(port)", tls: .init(caFile: pki.caCert)))
             // Subscribed before connecting: the filter is live when the PUBLISH right behind CONNACK arrive.
             let messages = Collector(try await client.subscribe(to: [TopicSubscription("t", qos: .atLeastOnce)]))
             try await client.connect()
@@ -254,45 +180,44 @@ import Testing
         }
     }
 
-    /// `mosquitto_loop`'s select() failed at once for a descriptor ≥ 1024 (FD_SETSIZE), which capped a
-    /// process at about 340 connections.
-    @Test func aConnectionWhoseDescriptorsAreAbove1024ConnectsPublishesAndReceives() async throws {
-        try await MosquittoBroker.withBroker { broker in
-            let (client, fillers) = try await connectedClientAboveDescriptor(1024, broker)
-            defer { fillers.forEach { close($0) } }
-            #expect(client.connection.socketDescriptor >= 1024 && client.connection.wake.descriptor >= 1024)
-            let peer = try await connectedClient(broker)
-            let received = Collector(try await client.subscribe(to: [TopicSubscription("high/#", qos: .atLeastOnce)]))
-            try await client.publish(to: "high/own", string: "0", qos: .atMostOnce)
-            try await peer.publish(to: "high/peer", string: "1", qos: .atLeastOnce)
-            try await client.publish(to: "high/own", string: "2", qos: .exactlyOnce)
-            try await received.waitForCount(3)
-            #expect(received.elements.map { $0.string } == ["0", "1", "2"])
-            await client.disconnect()
-            await peer.disconnect()
-        }
+    /// `mosquitto_loop` waits with select(), which cannot watch a descriptor ≥ 1024 (FD_SETSIZE): a
+    /// client whose descriptors are above it fails to connect with a typed error that says so. Run in a
+    /// child process of this test binary: filling the descriptors below 1024 here would push the
+    /// clients of the tests running in parallel above the limit too.
+    @Test func aConnectionAboveSelectsLimitFailsWithATypedError() async throws {
+        let output = LockedValue<[UInt8]>([])
+        var environment = ProcessInfo.processInfo.environment
+        environment[Self.childVariable] = "1"
+        let child = try ChildProcess(
+            try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"),
+            ["--testing-library", "swift-testing", "--filter", "NetworkLoopTests/connectingAboveSelectsLimit"],
+            environment: environment, output: .handler { chunk in output.withLock { $0 += chunk } },
+            errors: .handler { chunk in output.withLock { $0 += chunk } })
+        let termination = await child.wait(until: .after(.seconds(30)))
+        let text = output.withLock { String(decoding: $0, as: UTF8.self) }
+        #expect(termination == .exited(0), "\(text)")
+        #expect(text.contains("connectingAboveSelectsLimit() passed"), "\(text)")
     }
-}
 
-/// A connected client whose socket and wake-up descriptors are all ≥ `floor`, and the filler descriptors
-/// that pushed them there (close them when done). Raises `RLIMIT_NOFILE` if needed; other tests running
-/// in parallel may free a low descriptor in between, so it tries again until the socket lands above.
-private func connectedClientAboveDescriptor(
-    _ floor: Int32, _ broker: MosquittoBroker
-) async throws -> (MQTTClient, [Int32]) {
-    FileLimit.raise(to: Int(floor) + 1024)
-    var fillers: [Int32] = []
-    for _ in 0..<10 {
-        fillers += try occupyFreeDescriptors(below: floor + 16)
-        let client = try makeClient(broker)
-        try await client.connect()
-        if client.connection.socketDescriptor >= floor && client.connection.wake.descriptor >= floor {
-            return (client, fillers)
+    static let childVariable = "MQTT_TESTS_DESCRIPTOR_LIMIT_CHILD"
+
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[childVariable] != nil))
+    func connectingAboveSelectsLimit() async throws {
+        FileLimit.raise(to: 2048)
+        let fillers = try occupyFreeDescriptors(below: 1024)
+        defer { fillers.forEach { close($0) } }
+        let (listener, address) = MQTTClientTests.loopbackListener(backlog: 8)  // takes the connection, never answers
+        defer { close(listener) }
+        let client = try MQTTClient(configuration: .init(url: "mqtt://127.0.0.1:\(UInt16(bigEndian: address.sin_port))"))
+        do throws(MQTTError) {
+            try await client.connect()
+            Issue.record("connected above the select() limit")
+        } catch {
+            #expect(error == .tooManyOpenDescriptors)
+            #expect(error.description.contains("FD_SETSIZE (1024)"))
         }
         await client.disconnect()
     }
-    fillers.forEach { close($0) }
-    throw MQTTError.library(code: -1, message: "could not get a connection above descriptor \(floor)")
 }
 
 /// Opens `/dev/null` copies (close-on-exec, so no child inherits them) on every free descriptor below
@@ -311,4 +236,3 @@ private func occupyFreeDescriptors(below floor: Int32) throws -> [Int32] {
     fillers.forEach { close($0) }
     throw MQTTError.library(code: Int(errno), message: "out of descriptors below \(floor)")
 }
-

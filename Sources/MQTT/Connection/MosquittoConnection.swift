@@ -1,0 +1,195 @@
+import CMosquitto
+import Dispatch
+import Foundation
+import Synchronization
+
+/// One broker connection through libmosquitto's public API (`mosquitto.h`): the only type that holds a
+/// libmosquitto handle. Facets: `+Options` (configuration), `+Loop` (the network thread), `+Callbacks`
+/// (libmosquitto's callbacks turned into ``ConnectionStateMachine`` inputs), `+Properties`.
+///
+/// Threading: the handle is in threaded mode (`mosquitto_threaded_set(true)`), so publish, subscribe,
+/// unsubscribe and disconnect may be called from any thread; they only queue a packet, and libmosquitto
+/// wakes the network thread's `mosquitto_loop` through its own socket pair to write it. Only the network
+/// thread this type starts does socket I/O, and libmosquitto calls back on it alone. A callback updates
+/// the state machine under `state`'s lock, then — with the lock released — resumes continuations and
+/// yields to sequences; neither runs user code synchronously nor blocks, so the network thread never
+/// waits on the user.
+///
+/// `@unchecked Sendable` is sound because: `handle` is set once in `init` and destroyed only in `deinit`,
+/// when no thread can reference `self` any more (the network thread holds a strong reference while it
+/// runs); libmosquitto serialises its own state for the calls made from other threads (threaded mode);
+/// every Swift mutable state lives in `state` or `burst` (``LockedValue``s) or in atomics.
+final class MosquittoConnection: @unchecked Sendable {
+    let configuration: MQTTClient.Configuration
+    let state: LockedValue<ConnectionStateMachine>
+    let handle: OpaquePointer
+    /// Wakes the network thread while it waits to reconnect.
+    let wakeup = DispatchSemaphore(value: 0)
+    private let nextID = Atomic<UInt64>(1)
+    let droppedMessages = Atomic<Int>(0)
+    let expireSessionOnStop = Atomic<Bool>(false)
+    let aborting = Atomic<Bool>(false)
+    /// Message ID of the last UNSUBACK received (read by the network thread while stopping).
+    let lastUnsubscribeAck = Atomic<Int32>(0)
+    /// The messages of the current burst, and their sinks that want to hear of its end (see
+    /// `endBurstUnlessMoreIsWaiting`).
+    let burst = LockedValue(Burst())
+
+    struct Burst {
+        var sinks: [MessageSink] = []
+        var messages = 0
+    }
+
+    init(configuration: MQTTClient.Configuration) throws(MQTTError) {
+        try configuration.validate()
+        MosquittoLibrary.initializeOnce()
+        guard let handle = mosquitto_new(configuration.clientID, configuration.cleanStart, nil) else {
+            throw .invalidConfiguration("libmosquitto could not create a client (clean start off needs a client ID)")
+        }
+        self.configuration = configuration
+        self.handle = handle
+        self.state = LockedValue(ConnectionStateMachine(backoff: configuration.reconnect, host: configuration.host, port: configuration.port))
+        mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
+        do {
+            try configure()
+        } catch {
+            mosquitto_destroy(handle)
+            throw error
+        }
+        setCallbacks()
+    }
+
+    deinit {
+        mosquitto_destroy(handle)
+    }
+
+    func makeID() -> UInt64 { nextID.add(1, ordering: .relaxed).newValue }
+
+    static func error(_ rc: Int32, topic: String?) -> MQTTError {
+        let message = String(cString: mosquitto_strerror(rc))
+        switch mosq_err_t(rawValue: rc) {
+        case MOSQ_ERR_NO_CONN: return .notConnected
+        case MOSQ_ERR_CONN_LOST: return .connectionLost
+        case MOSQ_ERR_OVERSIZE_PACKET, MOSQ_ERR_PAYLOAD_SIZE: return .payloadTooLarge(size: -1, limit: -1)
+        case MOSQ_ERR_ACL_DENIED: return .notAuthorized(topic: topic ?? "")
+        case MOSQ_ERR_RETAIN_NOT_SUPPORTED: return .retainUnavailable
+        case MOSQ_ERR_TLS, MOSQ_ERR_TLS_HANDSHAKE: return .tls(detail: message)
+        case MOSQ_ERR_MALFORMED_UTF8: return .invalidTopic(topic ?? "")
+        default: return .library(code: Int(rc), message: message)
+        }
+    }
+
+    // MARK: - Calls from any thread
+
+    /// Hands a PUBLISH to libmosquitto. Returns its message ID and the connection generation it was sent on.
+    func publish(
+        topic: String, payload: UnsafeRawBufferPointer, qos: QoS, retain: Bool, properties: MQTTProperties
+    ) -> Result<(mid: Int32, generation: Int), MQTTError> {
+        // Fixed header (≤ 5) + topic length prefix + topic + packet ID + properties (upper bound).
+        let size = 5 + 2 + topic.utf8.count + 2 + payload.count + (properties.isEmpty ? 1 : 64)
+        let generation: Int
+        switch state.withLock({ $0.checkPublish(qos: qos, retain: retain, size: size) }) {
+        case let .success(current): generation = current
+        case let .failure(error): return .failure(error)
+        }
+        var list: OpaquePointer? = nil
+        defer { mosquitto_property_free_all(&list) }
+        if configuration.protocolVersion == .v5 {
+            MosquittoConnection.add(properties, to: &list)
+        }
+        var mid: Int32 = 0
+        let rc = mosquitto_publish_v5(
+            handle, &mid, topic, Int32(payload.count), payload.baseAddress, qos.rawValue, retain, list)
+        switch mosq_err_t(rawValue: rc) {
+        case MOSQ_ERR_SUCCESS:
+            return .success((mid, generation))
+        case MOSQ_ERR_NO_CONN where qos != .atMostOnce:
+            // libmosquitto keeps QoS ≥ 1 messages queued and sends them once reconnected.
+            return .success((mid, generation))
+        default:
+            return .failure(MosquittoConnection.error(rc, topic: topic))
+        }
+    }
+
+    /// Sends one SUBSCRIBE for filters that share their QoS and options. Returns the message ID, or nil
+    /// when not connected (the next connection subscribes them).
+    func subscribe(_ requests: [TopicSubscription]) -> Result<Int32?, MQTTError> {
+        guard let first = requests.first else { return .success(nil) }
+        var mid: Int32 = 0
+        let options = configuration.protocolVersion == .v5 ? first.optionBits : 0
+        let rc = MosquittoConnection.withCStrings(requests.map(\.filter)) { count, strings in
+            mosquitto_subscribe_multiple(handle, &mid, count, strings, first.qos.rawValue, options, nil)
+        }
+        switch mosq_err_t(rawValue: rc) {
+        case MOSQ_ERR_SUCCESS: return .success(mid)
+        case MOSQ_ERR_NO_CONN: return .success(nil)
+        default: return .failure(MosquittoConnection.error(rc, topic: first.filter))
+        }
+    }
+
+    /// Sends UNSUBSCRIBE without waiting for UNSUBACK. Nothing to do when disconnected: the next
+    /// connection only restores live filters.
+    func unsubscribe(_ filters: [String]) {
+        for filter in filters {
+            _ = mosquitto_unsubscribe_v5(handle, nil, filter, nil)
+        }
+    }
+
+    /// Asks the network thread to stop (the state machine is `stopping` already). The thread sends
+    /// DISCONNECT itself, so that the broker does not publish the will: calling `mosquitto_disconnect`
+    /// from here would let the network thread read a packet in the disconnected state, which libmosquitto
+    /// treats as a protocol error and answers by closing the socket without DISCONNECT.
+    func requestStop(expireSession: Bool = false) {
+        if expireSession { expireSessionOnStop.store(true, ordering: .releasing) }
+        wakeup.signal()
+        wakeLoop()
+    }
+
+    /// Wakes the network thread out of `mosquitto_loop`'s `select()`: queuing any packet does that, and
+    /// an UNSUBSCRIBE of a filter nobody subscribes to changes nothing on the broker. Without a socket
+    /// there is nothing to wake (the thread waits on `wakeup`, or is connecting).
+    func wakeLoop() {
+        _ = mosquitto_unsubscribe_v5(handle, nil, MosquittoConnection.wakeFilter, nil)
+    }
+
+    /// A filter nobody subscribes to: unsubscribing it changes nothing on the broker.
+    static let wakeFilter = "groupsync-client/wake"
+
+    /// Stops the network thread without DISCONNECT: the broker sees the connection die.
+    func abort() {
+        aborting.store(true, ordering: .releasing)
+        closeSocketAbruptly()  // select() wakes on the shut-down socket
+        wakeup.signal()
+    }
+
+    /// Shuts the socket down under the client as a crash would (no DISCONNECT is sent): libmosquitto
+    /// then reads the end of the connection and reports it lost. For ``abort()``, and for tests that
+    /// cut a connection (``MQTTClient/simulateConnectionDrop()``).
+    func closeSocketAbruptly() {
+        let socket = mosquitto_socket(handle)
+        if socket != -1 { shutdown(socket, Int32(SHUT_RDWR)) }
+    }
+
+    /// Calls `body` with `strings` as the C array libmosquitto's `…_multiple` functions take.
+    static func withCStrings(
+        _ strings: [String], _ body: (Int32, UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32
+    ) -> Int32 {
+        var copies = strings.map { strdup($0) }
+        defer { copies.forEach { free($0) } }
+        return copies.withUnsafeMutableBufferPointer { buffer in
+            buffer.withMemoryRebound(to: UnsafeMutablePointer<CChar>?.self) { body(Int32($0.count), $0.baseAddress) }
+        }
+    }
+}
+
+/// `mosquitto_lib_init` must run once per process before any client exists.
+enum MosquittoLibrary {
+    private static let initialized: Bool = {
+        mosquitto_lib_init()
+        return true
+    }()
+
+    static func initializeOnce() {
+        _ = initialized
+    }
+}
