@@ -34,7 +34,8 @@ final class ArrivalHub: Sendable {
     func arrived(index: Int, value: Int, at time: UInt64) {
         let resume = state.withLock { state -> (CheckedContinuation<UInt64, any Error>, UInt64)? in
             guard var expectation = state.current, expectation.value == value,
-                  expectation.pending.remove(index) != nil else { return nil }
+                expectation.pending.remove(index) != nil
+            else { return nil }
             expectation.last = max(expectation.last, time)
             var resume: (CheckedContinuation<UInt64, any Error>, UInt64)?
             if expectation.pending.isEmpty {

@@ -77,22 +77,31 @@ struct BenchOptions: Sendable {
                 var chosen = Set<Section>()
                 for name in try value(argument).split(separator: ",") {
                     guard let section = Section(rawValue: String(name)) else {
-                        throw UsageError(description: "unknown section '\(name)'; one of \(Section.allCases.map(\.rawValue).joined(separator: ", "))")
+                        throw UsageError(
+                            description: "unknown section '\(name)'; one of \(Section.allCases.map(\.rawValue).joined(separator: ", "))")
                     }
                     chosen.insert(section)
                 }
                 sections = chosen
             case "--window":
-                guard let number = Int(try value(argument)), number >= 1 else { throw UsageError(description: "--window needs a positive number") }
+                guard let number = Int(try value(argument)), number >= 1 else {
+                    throw UsageError(description: "--window needs a positive number")
+                }
                 window = number
             case "--participants":
-                guard let number = Int(try value(argument)), number >= 2 else { throw UsageError(description: "--participants needs a number ≥ 2") }
+                guard let number = Int(try value(argument)), number >= 2 else {
+                    throw UsageError(description: "--participants needs a number ≥ 2")
+                }
                 participantsOverride = number
             case "--memory-child":
-                guard let kind = MemoryBenchmark.Kind(rawValue: try value(argument)) else { throw UsageError(description: "bad --memory-child") }
+                guard let kind = MemoryBenchmark.Kind(rawValue: try value(argument)) else {
+                    throw UsageError(description: "bad --memory-child")
+                }
                 memoryChild = kind
             case "--count":
-                guard let number = Int(try value(argument)), number >= 1 else { throw UsageError(description: "--count needs a positive number") }
+                guard let number = Int(try value(argument)), number >= 1 else {
+                    throw UsageError(description: "--count needs a positive number")
+                }
                 memoryChildCount = number
             case "--clean-exit": cleanExit = true
             default:

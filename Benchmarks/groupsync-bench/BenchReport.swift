@@ -41,12 +41,14 @@ struct BenchReport {
             let p50 = latency.p50 / latency.rawP50, p99 = latency.p99 / latency.rawP99
             // QoS 0 is judged against plain raw; QoS 1 against raw awaiting each PUBACK (the reference rows).
             let judged = qos == 0
-            rows.append(Row(
-                metric: "latency QoS \(qos) p50, one-way (µs)", groupSync: format(latency.p50), raw: format(latency.rawP50),
-                ratio: ratio(p50), target: judged ? "≤ \(Bound.qos0P50)× raw" : "", verdict: judged ? p50 <= Bound.qos0P50 : nil))
-            rows.append(Row(
-                metric: "latency QoS \(qos) p99, one-way (µs)", groupSync: format(latency.p99), raw: format(latency.rawP99),
-                ratio: ratio(p99), target: judged ? "≤ \(Bound.qos0P99)× raw" : "", verdict: judged ? p99 <= Bound.qos0P99 : nil))
+            rows.append(
+                Row(
+                    metric: "latency QoS \(qos) p50, one-way (µs)", groupSync: format(latency.p50), raw: format(latency.rawP50),
+                    ratio: ratio(p50), target: judged ? "≤ \(Bound.qos0P50)× raw" : "", verdict: judged ? p50 <= Bound.qos0P50 : nil))
+            rows.append(
+                Row(
+                    metric: "latency QoS \(qos) p99, one-way (µs)", groupSync: format(latency.p99), raw: format(latency.rawP99),
+                    ratio: ratio(p99), target: judged ? "≤ \(Bound.qos0P99)× raw" : "", verdict: judged ? p99 <= Bound.qos0P99 : nil))
             if let acknowledged = latency.rawAcknowledged {
                 var reference = referenceRows("reference: raw awaiting PUBACK", (latency.p50, latency.p99), acknowledged)
                 let acknowledgedP50 = latency.p50 / acknowledged.p50
@@ -63,9 +65,11 @@ struct BenchReport {
         for qos in [0, 1] {
             guard let throughput = results.throughput[qos] else { continue }
             let share = throughput.rate / throughput.rawRate
-            rows.append(Row(
-                metric: "throughput QoS \(qos), 1→1 (msg/s)", groupSync: format(throughput.rate, digits: 0),
-                raw: format(throughput.rawRate, digits: 0), ratio: ratio(share), target: "≥ \(Bound.throughput)× raw", verdict: share >= Bound.throughput))
+            rows.append(
+                Row(
+                    metric: "throughput QoS \(qos), 1→1 (msg/s)", groupSync: format(throughput.rate, digits: 0),
+                    raw: format(throughput.rawRate, digits: 0), ratio: ratio(share), target: "≥ \(Bound.throughput)× raw",
+                    verdict: share >= Bound.throughput))
         }
         if let fanout = results.fanout {
             rows += percentileRows(
@@ -74,58 +78,70 @@ struct BenchReport {
         if let late = results.lateJoin {
             rows += percentileRows(
                 "late join, \(late.participants) present", (late.p50, late.p99), raw: (late.rawP50, late.rawP99))
-            rows.append(Row(
-                metric: "late join: catch-ups per join", groupSync: format(late.catchUps), target: "1, whatever N (O(1))",
-                verdict: late.catchUps <= 1.0001 && late.catchUps >= 0.9999))
+            rows.append(
+                Row(
+                    metric: "late join: catch-ups per join", groupSync: format(late.catchUps), target: "1, whatever N (O(1))",
+                    verdict: late.catchUps <= 1.0001 && late.catchUps >= 0.9999))
             let perOther = late.others / Double(late.participants)
-            rows.append(Row(
-                metric: "late join: msgs to each present participant", groupSync: format(perOther), target: "≤ 1 (O(1))",
-                verdict: perOther <= 1.0001))
+            rows.append(
+                Row(
+                    metric: "late join: msgs to each present participant", groupSync: format(perOther), target: "≤ 1 (O(1))",
+                    verdict: perOther <= 1.0001))
             rows.append(Row(metric: "late join: MQTT messages per join, all", groupSync: format(late.total, digits: 1)))
         }
         if let convergence = results.convergence {
             let p50 = convergence.p50 / convergence.rawP50
-            rows.append(Row(
-                metric: "convergence, \(convergence.writers) writers: p50 (ms)", groupSync: format(convergence.p50),
-                raw: format(convergence.rawP50), ratio: ratio(p50), target: "≤ \(Bound.floorP50)× raw",
-                verdict: p50 <= Bound.floorP50))
-            rows.append(Row(
-                metric: "convergence: p99 (ms)", groupSync: format(convergence.p99), raw: format(convergence.rawP99),
-                ratio: ratio(convergence.p99 / convergence.rawP99)))
-            rows.append(Row(
-                metric: "convergence: max visible changes", groupSync: String(convergence.maxChanges), target: "≤ 1",
-                verdict: convergence.maxChanges <= 1))
+            rows.append(
+                Row(
+                    metric: "convergence, \(convergence.writers) writers: p50 (ms)", groupSync: format(convergence.p50),
+                    raw: format(convergence.rawP50), ratio: ratio(p50), target: "≤ \(Bound.floorP50)× raw",
+                    verdict: p50 <= Bound.floorP50))
+            rows.append(
+                Row(
+                    metric: "convergence: p99 (ms)", groupSync: format(convergence.p99), raw: format(convergence.rawP99),
+                    ratio: ratio(convergence.p99 / convergence.rawP99)))
+            rows.append(
+                Row(
+                    metric: "convergence: max visible changes", groupSync: String(convergence.maxChanges), target: "≤ 1",
+                    verdict: convergence.maxChanges <= 1))
             rows.append(Row(metric: "convergence: max changes besides own write", groupSync: String(convergence.maxRemoteChanges)))
         }
         if let crash = results.crash {
-            rows.append(Row(
-                metric: "crash detection, p50 of \(crash.samples) (s)", groupSync: format(crash.p50, digits: 3),
-                target: "≤ \(format(Bound.crashSeconds, digits: 0)) s (max \(format(crash.max, digits: 3)) s)",
-                verdict: crash.max <= Bound.crashSeconds))
+            rows.append(
+                Row(
+                    metric: "crash detection, p50 of \(crash.samples) (s)", groupSync: format(crash.p50, digits: 3),
+                    target: "≤ \(format(Bound.crashSeconds, digits: 0)) s (max \(format(crash.max, digits: 3)) s)",
+                    verdict: crash.max <= Bound.crashSeconds))
         }
         if let memory = results.memory {
             if let bytes = memory.participantsBytes, let reached = memory.participantsReached {
                 let each = Double(bytes) / Double(reached)
                 if reached < memory.participants {
-                    rows.append(Row(
-                        metric: "memory: \(memory.participants) participants in one process", groupSync: "\(reached) ok",
-                        target: "all \(memory.participants) connect", verdict: false))
-                    rows.append(Row(
-                        metric: "memory: \(reached) participants, 1 session (MiB)", groupSync: format(mebibytes(bytes), digits: 1),
-                        target: memoryTarget(each), verdict: memoryVerdict(each, of: memory.participants)))
-                    rows.append(Row(
-                        metric: "memory: \(memory.participants) participants, extrapolated (MiB)",
-                        groupSync: format(mebibytes(Int(each * Double(memory.participants))), digits: 1)))
+                    rows.append(
+                        Row(
+                            metric: "memory: \(memory.participants) participants in one process", groupSync: "\(reached) ok",
+                            target: "all \(memory.participants) connect", verdict: false))
+                    rows.append(
+                        Row(
+                            metric: "memory: \(reached) participants, 1 session (MiB)", groupSync: format(mebibytes(bytes), digits: 1),
+                            target: memoryTarget(each), verdict: memoryVerdict(each, of: memory.participants)))
+                    rows.append(
+                        Row(
+                            metric: "memory: \(memory.participants) participants, extrapolated (MiB)",
+                            groupSync: format(mebibytes(Int(each * Double(memory.participants))), digits: 1)))
                 } else {
-                    rows.append(Row(
-                        metric: "memory: \(memory.participants) participants, 1 session (MiB)", groupSync: format(mebibytes(bytes), digits: 1),
-                        target: memoryTarget(each), verdict: memoryVerdict(each, of: memory.participants)))
+                    rows.append(
+                        Row(
+                            metric: "memory: \(memory.participants) participants, 1 session (MiB)",
+                            groupSync: format(mebibytes(bytes), digits: 1),
+                            target: memoryTarget(each), verdict: memoryVerdict(each, of: memory.participants)))
                 }
             }
             if let bytes = memory.sessionsBytes, let reached = memory.sessionsReached {
-                rows.append(Row(
-                    metric: "memory: 1 participant, \(reached) sessions (MiB)", groupSync: format(mebibytes(bytes), digits: 1),
-                    target: "\(format(Double(bytes) / 1_024 / Double(reached), digits: 0)) KiB each"))
+                rows.append(
+                    Row(
+                        metric: "memory: 1 participant, \(reached) sessions (MiB)", groupSync: format(mebibytes(bytes), digits: 1),
+                        target: "\(format(Double(bytes) / 1_024 / Double(reached), digits: 0)) KiB each"))
             }
         }
         return rows
@@ -137,8 +153,12 @@ struct BenchReport {
         let environment = results.environment
         var lines: [String] = []
         lines.append("GroupSync benchmark (\(environment.mode)) — \(environment.date)")
-        lines.append("\(environment.cpu), \(environment.cores) cores · mosquitto \(environment.mosquitto) · libmosquitto \(environment.libmosquitto) · Swift \(environment.swift)")
-        lines.append("broker: \(environment.broker) · RLIMIT_NOFILE \(environment.fileLimit) · load average \(environment.loadBefore) before, \(environment.loadAfter) after")
+        lines.append(
+            "\(environment.cpu), \(environment.cores) cores · mosquitto \(environment.mosquitto) · libmosquitto \(environment.libmosquitto) · Swift \(environment.swift)"
+        )
+        lines.append(
+            "broker: \(environment.broker) · RLIMIT_NOFILE \(environment.fileLimit) · load average \(environment.loadBefore) before, \(environment.loadAfter) after"
+        )
         lines.append("")
         let header = Row(metric: "metric", groupSync: "GroupSync", raw: "raw libmosq", ratio: "ratio", target: "target", verdict: nil)
         let all = [header] + rows
@@ -179,14 +199,17 @@ struct BenchReport {
                 "latency QoS \(qos): \(latency.samples) ping-pongs per side, \(latency.payloadBytes)-byte payloads on both (the GroupSync envelope); "
                     + "p50 ratio of each of the \(latency.roundRatios.rounds) rounds alone: \(spread(latency.roundRatios))")
             if latency.rawAcknowledged != nil {
-                lines.append("latency QoS 1 reference: raw libmosquitto whose every publish also awaits its PUBACK, as GroupSync's send does (the QoS 1 p50 bound is against it)")
+                lines.append(
+                    "latency QoS 1 reference: raw libmosquitto whose every publish also awaits its PUBACK, as GroupSync's send does (the QoS 1 p50 bound is against it)"
+                )
             }
         }
         for qos in [0, 1] {
             guard let latency = results.processLatency[qos] else { continue }
             lines.append(
                 "latency QoS \(qos), responder in its own process (this binary, `--responder`; GroupSync and raw alike): \(latency.samples) ping-pongs per side, "
-                    + "\(latency.payloadBytes)-byte payloads; p50 ratio of each of the \(latency.roundRatios.rounds) rounds alone: \(spread(latency.roundRatios))")
+                    + "\(latency.payloadBytes)-byte payloads; p50 ratio of each of the \(latency.roundRatios.rounds) rounds alone: \(spread(latency.roundRatios))"
+            )
         }
         for qos in [0, 1] {
             guard let throughput = results.throughput[qos] else { continue }
@@ -243,11 +266,12 @@ struct BenchReport {
         var root: [String: Any] = [:]
         let environment = results.environment
         root["mode"] = environment.mode
-        root["environment"] = [
-            "date": environment.date, "cpu": environment.cpu, "cores": environment.cores, "mosquitto": environment.mosquitto,
-            "libmosquitto": environment.libmosquitto, "swift": environment.swift, "broker": environment.broker,
-            "file_limit": environment.fileLimit, "load_before": environment.loadBefore, "load_after": environment.loadAfter,
-        ] as [String: Any]
+        root["environment"] =
+            [
+                "date": environment.date, "cpu": environment.cpu, "cores": environment.cores, "mosquitto": environment.mosquitto,
+                "libmosquitto": environment.libmosquitto, "swift": environment.swift, "broker": environment.broker,
+                "file_limit": environment.fileLimit, "load_before": environment.loadBefore, "load_after": environment.loadAfter,
+            ] as [String: Any]
         var latency: [String: Any] = [:]
         for (qos, value) in results.latency {
             var entry: [String: Any] = [
@@ -270,46 +294,50 @@ struct BenchReport {
         if !latency.isEmpty { root["latency"] = latency }
         var processLatency: [String: Any] = [:]
         for (qos, value) in results.processLatency {
-            processLatency["qos\(qos)"] = [
-                "p50_us": number(value.p50), "p99_us": number(value.p99), "raw_p50_us": number(value.rawP50),
-                "raw_p99_us": number(value.rawP99), "p50_ratio": number(value.p50 / value.rawP50),
-                "p99_ratio": number(value.p99 / value.rawP99), "payload_bytes": value.payloadBytes, "samples": value.samples,
-                "round_p50_ratio_median": number(value.roundRatios.median), "round_p50_ratio_q1": number(value.roundRatios.q1),
-                "round_p50_ratio_q3": number(value.roundRatios.q3), "rounds": value.roundRatios.rounds,
-            ] as [String: Any]
+            processLatency["qos\(qos)"] =
+                [
+                    "p50_us": number(value.p50), "p99_us": number(value.p99), "raw_p50_us": number(value.rawP50),
+                    "raw_p99_us": number(value.rawP99), "p50_ratio": number(value.p50 / value.rawP50),
+                    "p99_ratio": number(value.p99 / value.rawP99), "payload_bytes": value.payloadBytes, "samples": value.samples,
+                    "round_p50_ratio_median": number(value.roundRatios.median), "round_p50_ratio_q1": number(value.roundRatios.q1),
+                    "round_p50_ratio_q3": number(value.roundRatios.q3), "rounds": value.roundRatios.rounds,
+                ] as [String: Any]
         }
         if !processLatency.isEmpty { root["latency_processes"] = processLatency }
         var throughput: [String: Any] = [:]
         for (qos, value) in results.throughput {
-            throughput["qos\(qos)"] = [
-                "msgs_per_s": number(value.rate, digits: 0), "raw_msgs_per_s": number(value.rawRate, digits: 0),
-                "ratio": number(value.rate / value.rawRate), "window": value.window, "sent": value.sent,
-                "received": value.received, "raw_received": value.rawReceived, "payload_bytes": value.payloadBytes,
-                "round_ratio_median": number(value.roundRatios.median), "round_ratio_q1": number(value.roundRatios.q1),
-                "round_ratio_q3": number(value.roundRatios.q3), "rounds": value.roundRatios.rounds,
-            ] as [String: Any]
+            throughput["qos\(qos)"] =
+                [
+                    "msgs_per_s": number(value.rate, digits: 0), "raw_msgs_per_s": number(value.rawRate, digits: 0),
+                    "ratio": number(value.rate / value.rawRate), "window": value.window, "sent": value.sent,
+                    "received": value.received, "raw_received": value.rawReceived, "payload_bytes": value.payloadBytes,
+                    "round_ratio_median": number(value.roundRatios.median), "round_ratio_q1": number(value.roundRatios.q1),
+                    "round_ratio_q3": number(value.roundRatios.q3), "rounds": value.roundRatios.rounds,
+                ] as [String: Any]
         }
         if !throughput.isEmpty { root["throughput"] = throughput }
         if let fanout = results.fanout {
-            root["fanout"] = [
-                "p50_ms": number(fanout.p50), "p99_ms": number(fanout.p99), "max_ms": number(fanout.max),
-                "participants": fanout.participants, "samples": fanout.samples,
-                "raw_p50_ms": number(fanout.rawP50), "raw_p99_ms": number(fanout.rawP99), "raw_max_ms": number(fanout.rawMax),
-                "p50_ratio": number(fanout.p50 / fanout.rawP50), "p99_ratio": number(fanout.p99 / fanout.rawP99),
-                "max_ratio": number(fanout.max / fanout.rawMax),
-                "payload_bytes": fanout.payloadBytes,
-            ] as [String: Any]
+            root["fanout"] =
+                [
+                    "p50_ms": number(fanout.p50), "p99_ms": number(fanout.p99), "max_ms": number(fanout.max),
+                    "participants": fanout.participants, "samples": fanout.samples,
+                    "raw_p50_ms": number(fanout.rawP50), "raw_p99_ms": number(fanout.rawP99), "raw_max_ms": number(fanout.rawMax),
+                    "p50_ratio": number(fanout.p50 / fanout.rawP50), "p99_ratio": number(fanout.p99 / fanout.rawP99),
+                    "max_ratio": number(fanout.max / fanout.rawMax),
+                    "payload_bytes": fanout.payloadBytes,
+                ] as [String: Any]
         }
         if let late = results.lateJoin {
-            root["late_join"] = [
-                "p50_ms": number(late.p50), "p99_ms": number(late.p99), "messages_per_join": number(late.total),
-                "catchups_per_join": number(late.catchUps), "retained_replay_per_join": number(late.retainedReplay),
-                "newcomer_live_messages_per_join": number(late.newcomerLive), "others_messages_per_join": number(late.others),
-                "participants": late.participants, "samples": late.samples, "stale_at_return": late.staleAtReturn,
-                "raw_p50_ms": number(late.rawP50), "raw_p99_ms": number(late.rawP99),
-                "p50_ratio": number(late.p50 / late.rawP50), "p99_ratio": number(late.p99 / late.rawP99),
-                "member_record_bytes": late.memberBytes, "catchup_bytes": late.catchUpBytes,
-            ] as [String: Any]
+            root["late_join"] =
+                [
+                    "p50_ms": number(late.p50), "p99_ms": number(late.p99), "messages_per_join": number(late.total),
+                    "catchups_per_join": number(late.catchUps), "retained_replay_per_join": number(late.retainedReplay),
+                    "newcomer_live_messages_per_join": number(late.newcomerLive), "others_messages_per_join": number(late.others),
+                    "participants": late.participants, "samples": late.samples, "stale_at_return": late.staleAtReturn,
+                    "raw_p50_ms": number(late.rawP50), "raw_p99_ms": number(late.rawP99),
+                    "p50_ratio": number(late.p50 / late.rawP50), "p99_ratio": number(late.p99 / late.rawP99),
+                    "member_record_bytes": late.memberBytes, "catchup_bytes": late.catchUpBytes,
+                ] as [String: Any]
         }
         if let convergence = results.convergence {
             var object: [String: Any] = [
@@ -325,10 +353,11 @@ struct BenchReport {
         }
         if let crash = results.crash {
             root["crash_detection_s"] = number(crash.p50, digits: 4)
-            root["crash_detection"] = [
-                "p50_s": number(crash.p50, digits: 4), "max_s": number(crash.max, digits: 4), "samples": crash.samples,
-                "observers": crash.observers, "method": crash.method,
-            ] as [String: Any]
+            root["crash_detection"] =
+                [
+                    "p50_s": number(crash.p50, digits: 4), "max_s": number(crash.max, digits: 4), "samples": crash.samples,
+                    "observers": crash.observers, "method": crash.method,
+                ] as [String: Any]
         }
         if let memory = results.memory {
             // `participants_1000_mb` is for `participants` (300; 100 with --quick). When fewer could be
@@ -404,9 +433,12 @@ struct BenchReport {
     }
 
     private func percentileRows(_ name: String, _ ms: (p50: Double, p99: Double), raw: (p50: Double, p99: Double)) -> [Row] {
-        [Row(metric: "\(name): p50 (ms)", groupSync: format(ms.p50), raw: format(raw.p50), ratio: ratio(ms.p50 / raw.p50),
-             target: "≤ \(Bound.floorP50)× raw", verdict: ms.p50 / raw.p50 <= Bound.floorP50),
-         Row(metric: "\(name): p99 (ms)", groupSync: format(ms.p99), raw: format(raw.p99), ratio: ratio(ms.p99 / raw.p99))]
+        [
+            Row(
+                metric: "\(name): p50 (ms)", groupSync: format(ms.p50), raw: format(raw.p50), ratio: ratio(ms.p50 / raw.p50),
+                target: "≤ \(Bound.floorP50)× raw", verdict: ms.p50 / raw.p50 <= Bound.floorP50),
+            Row(metric: "\(name): p99 (ms)", groupSync: format(ms.p99), raw: format(raw.p99), ratio: ratio(ms.p99 / raw.p99)),
+        ]
     }
 
     private func ratio(_ value: Double) -> String {

@@ -10,8 +10,10 @@ final class ClusterMember: Sendable {
     let state: SharedState<Int>?
     let watcher: ValueWatcher?
 
-    init(index: Int, name: String, coordinator: GroupCoordinator, session: GroupSession<AnyGroupActivity>,
-         state: SharedState<Int>?, watcher: ValueWatcher?) {
+    init(
+        index: Int, name: String, coordinator: GroupCoordinator, session: GroupSession<AnyGroupActivity>,
+        state: SharedState<Int>?, watcher: ValueWatcher?
+    ) {
         self.index = index
         self.name = name
         self.coordinator = coordinator

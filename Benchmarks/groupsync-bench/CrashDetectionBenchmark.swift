@@ -39,9 +39,13 @@ enum CrashDetectionBenchmark {
                 try child.run()
                 process = child
                 let pid = child.processIdentifier
-                kill = { _ = Foundation.kill(pid, SIGKILL); _ = input }
+                kill = {
+                    _ = Foundation.kill(pid, SIGKILL)
+                    _ = input
+                }
             } else {
-                let coordinator = try await GroupCoordinator.connect(.init(broker: cluster.url, group: cluster.group, participant: victim.id))
+                let coordinator = try await GroupCoordinator.connect(
+                    .init(broker: cluster.url, group: cluster.group, participant: victim.id))
                 let session = try await SessionCluster.findSession(coordinator, id: cluster.sessionID)
                 try await session.join()
                 kill = { await coordinator.simulateCrash() }

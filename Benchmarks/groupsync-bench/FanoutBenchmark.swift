@@ -12,7 +12,9 @@ import GroupSync
 /// without adding a reader to any measured change. They are closed before this returns (the late-join
 /// section uses the same cluster, and needs its descriptors and a session with nothing extra retained).
 enum FanoutBenchmark {
-    static func run(cluster: SessionCluster, warmup: Int, samples: Int, firstValue: Int) async throws -> (BenchResults.Fanout, lastValue: Int) {
+    static func run(cluster: SessionCluster, warmup: Int, samples: Int, firstValue: Int) async throws -> (
+        BenchResults.Fanout, lastValue: Int
+    ) {
         var times: [Double] = []
         var rawTimes: [Double] = []
         var value = firstValue
@@ -41,9 +43,11 @@ enum FanoutBenchmark {
         }
         await close(raw)
         let stats = Percentiles(times), rawStats = Percentiles(rawTimes)
-        return (.init(
-            p50: stats.p50, p99: stats.p99, max: stats.max, participants: cluster.members.count, samples: stats.count,
-            rawP50: rawStats.p50, rawP99: rawStats.p99, rawMax: rawStats.max, payloadBytes: payloadSize), value)
+        return (
+            .init(
+                p50: stats.p50, p99: stats.p99, max: stats.max, participants: cluster.members.count, samples: stats.count,
+                rawP50: rawStats.p50, rawP99: rawStats.p99, rawMax: rawStats.max, payloadBytes: payloadSize), value
+        )
     }
 
     /// One GroupSync change: the first member `set`s `value`; the milliseconds until the last of the others'

@@ -1,5 +1,5 @@
-import GroupSyncTestSupport
 import Foundation
+import GroupSyncTestSupport
 
 /// `groupsync-bench`: starts (or uses) a broker, runs the selected measurements in order, prints the
 /// table or the JSON.
@@ -50,11 +50,12 @@ enum GroupSyncBench {
         }
         Log.progress("broker \(url)\(broker == nil ? " (given)" : " (private mosquitto, set_tcp_nodelay true)")")
 
-        var results = BenchResults(environment: .init(
-            mode: options.mode.rawValue, date: SystemInfo.date, cpu: SystemInfo.cpuModel, cores: SystemInfo.cores,
-            mosquitto: SystemInfo.brokerVersion(executable: broker?.executable), libmosquitto: SystemInfo.libmosquittoVersion,
-            swift: SystemInfo.swiftVersion, broker: broker == nil ? url : "private mosquitto on \(url)", fileLimit: fileLimit,
-            loadBefore: SystemInfo.loadAverage))
+        var results = BenchResults(
+            environment: .init(
+                mode: options.mode.rawValue, date: SystemInfo.date, cpu: SystemInfo.cpuModel, cores: SystemInfo.cores,
+                mosquitto: SystemInfo.brokerVersion(executable: broker?.executable), libmosquitto: SystemInfo.libmosquittoVersion,
+                swift: SystemInfo.swiftVersion, broker: broker == nil ? url : "private mosquitto on \(url)", fileLimit: fileLimit,
+                loadBefore: SystemInfo.loadAverage))
         let run = String(UInt32.random(in: 0...UInt32.max), radix: 36)
         await measure(options, url: url, run: run, into: &results)
         results.environment.loadAfter = SystemInfo.loadAverage

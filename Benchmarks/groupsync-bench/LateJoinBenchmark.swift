@@ -93,11 +93,16 @@ enum LateJoinBenchmark {
                         let responderIndex = responder.flatMap { rawJoin.names.firstIndex(of: $0) } ?? 0
                         if sample == 0 {
                             _ = try await BlockingThread.run("raw-late-warmup") {
-                                Result { try rawJoin.join(name: "warm0", memberSize: memberSize, catchUpSize: catchUpSize, responder: responderIndex) }
+                                Result {
+                                    try rawJoin.join(
+                                        name: "warm0", memberSize: memberSize, catchUpSize: catchUpSize, responder: responderIndex)
+                                }
                             }.get()
                         }
                         let outcome = try await BlockingThread.run("raw-late") {
-                            Result { try rawJoin.join(name: name, memberSize: memberSize, catchUpSize: catchUpSize, responder: responderIndex) }
+                            Result {
+                                try rawJoin.join(name: name, memberSize: memberSize, catchUpSize: catchUpSize, responder: responderIndex)
+                            }
                         }.get()
                         rawTimes.append(outcome.milliseconds)
                         rawEchoTimes.append(outcome.echoMilliseconds)

@@ -37,7 +37,8 @@ enum MemoryBenchmark {
         let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         let child = Process()
         child.executableURL = URL(fileURLWithPath: executable)
-        child.arguments = ["--memory-child", kind.rawValue, "--count", String(count), "--broker", url] + (cleanExit ? ["--clean-exit"] : [])
+        child.arguments =
+            ["--memory-child", kind.rawValue, "--count", String(count), "--broker", url] + (cleanExit ? ["--clean-exit"] : [])
         let output = Pipe()
         child.standardOutput = output
         child.standardError = FileHandle.standardError
@@ -58,7 +59,8 @@ enum MemoryBenchmark {
             text.split(separator: "\n").first(where: { $0.hasPrefix(name + " ") }).flatMap { Int($0.split(separator: " ")[1]) }
         }
         guard child.terminationStatus == 0, let bytes = field("rss_increase_bytes"), let reached = field("reached") else {
-            throw SessionCluster.Failure(description: "memory child (\(kind.rawValue), \(count)) failed with status \(child.terminationStatus): \(text)")
+            throw SessionCluster.Failure(
+                description: "memory child (\(kind.rawValue), \(count)) failed with status \(child.terminationStatus): \(text)")
         }
         return (bytes, reached)
     }
@@ -77,15 +79,18 @@ enum MemoryBenchmark {
                     if stop.load(ordering: .acquiring) { return nil }
                     do {
                         return try await withTimeLimit(.seconds(15), "participant \(index) connects") {
-                            try await GroupCoordinator.connect(.init(
-                                broker: url, group: group, participant: "m\(index)", catchUpTimeout: .milliseconds(200),
-                                presenceHeartbeats: false))  // a thousand-member group relies on wills
+                            try await GroupCoordinator.connect(
+                                .init(
+                                    broker: url, group: group, participant: "m\(index)", catchUpTimeout: .milliseconds(200),
+                                    presenceHeartbeats: false))  // a thousand-member group relies on wills
                         }
                     } catch {
                         if !stop.exchange(true, ordering: .acquiringAndReleasing) {
                             let descriptors = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
-                            FileHandle.standardError.write(Data(
-                                "memory child: participant \(index) did not connect (\(error)); \(descriptors) file descriptors open; measuring the participants connected so far\n".utf8))
+                            FileHandle.standardError.write(
+                                Data(
+                                    "memory child: participant \(index) did not connect (\(error)); \(descriptors) file descriptors open; measuring the participants connected so far\n"
+                                        .utf8))
                         }
                         return nil
                     }
@@ -150,6 +155,7 @@ enum MemoryBenchmark {
 
     private static func report(baseline: Int, reached: Int) {
         let now = SystemInfo.residentBytes()
-        FileHandle.standardOutput.write(Data("rss_increase_bytes \(now - baseline)\nrss_baseline_bytes \(baseline)\nreached \(reached)\n".utf8))
+        FileHandle.standardOutput.write(
+            Data("rss_increase_bytes \(now - baseline)\nrss_baseline_bytes \(baseline)\nreached \(reached)\n".utf8))
     }
 }

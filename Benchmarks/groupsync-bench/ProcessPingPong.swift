@@ -1,6 +1,6 @@
-import GroupSyncTestSupport
 import Foundation
 import GroupSync
+import GroupSyncTestSupport
 import Synchronization
 
 /// 1b. The latency ping-pong with the responder in a process of its own, GroupSync and raw libmosquitto
@@ -36,7 +36,9 @@ enum ProcessPingPong {
             session = joined
             try await joined.join()
             children.append(try await startResponder(["gs", url, group, sessionID, String(qos)]))
-            try await waitUntil(timeout: .seconds(20), pollEvery: .microseconds(200), "the responder process joined") { joined.activeParticipants.count == 2 }
+            try await waitUntil(timeout: .seconds(20), pollEvery: .microseconds(200), "the responder process joined") {
+                joined.activeParticipants.count == 2
+            }
             let pinger = GroupSessionMessenger(session: joined, deliveryMode: mode)
             _ = try await withTimeLimit(.seconds(30 + Double(warmup) / 100), "process ping-pong warm-up") {
                 try await MessengerPingPong.exchanges(pinger, first: 0, count: warmup)
@@ -58,8 +60,9 @@ enum ProcessPingPong {
             // Topics as long as GroupSync's, as in section 1.
             let rawRoot = "\(GroupTopics.protocolRoot)/r\(group.dropFirst())/s/\(sessionID)/msg/all"
             let (rawPing, rawPong) = ("\(rawRoot)/x0", "\(rawRoot)/x1")
-            children.append(try await startResponder(
-                ["raw", address.host, String(address.port), rawPing, rawPong, String(qos), String(payloadSize)]))
+            children.append(
+                try await startResponder(
+                    ["raw", address.host, String(address.port), rawPing, rawPong, String(qos), String(payloadSize)]))
             let raw = try RawMosquittoClient(clientID: "raw-xping-\(group)", handsOver: true)
             rawPinger = raw
             try raw.connect(host: address.host, port: address.port)
@@ -72,7 +75,9 @@ enum ProcessPingPong {
                     payload.withUnsafeMutableBytes { $0.storeBytes(of: Int64(sequence).littleEndian, as: Int64.self) }
                     let start = MonotonicClock.nanoseconds()
                     try payload.withUnsafeBytes { try raw.publish(rawPing, $0, qos: Int32(qos)) }
-                    guard raw.inbox.wait(timeout: .now() + 5) == .success else { throw RawMosquittoClient.Failure.timeout("pong \(sequence)") }
+                    guard raw.inbox.wait(timeout: .now() + 5) == .success else {
+                        throw RawMosquittoClient.Failure.timeout("pong \(sequence)")
+                    }
                     let end = MonotonicClock.nanoseconds()
                     let got = raw.lastSequence.load(ordering: .relaxed)
                     guard got == sequence else { throw Failure(description: "raw pong \(got) for ping \(sequence)") }
@@ -152,8 +157,9 @@ enum ProcessPingPong {
         do {
             switch arguments.first {
             case "gs" where arguments.count == 5:
-                let coordinator = try await GroupCoordinator.connect(.init(
-                    broker: arguments[1], group: arguments[2], participant: "x1", presenceHeartbeats: false))
+                let coordinator = try await GroupCoordinator.connect(
+                    .init(
+                        broker: arguments[1], group: arguments[2], participant: "x1", presenceHeartbeats: false))
                 let session = try await SessionCluster.findSession(coordinator, id: arguments[3])
                 try await session.join()
                 let messenger = GroupSessionMessenger(session: session, deliveryMode: arguments[4] == "0" ? .unreliable : .reliable)

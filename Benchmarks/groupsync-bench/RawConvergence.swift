@@ -92,7 +92,9 @@ final class RawConvergence: Sendable {
         burstNumber.add(1, ordering: .releasing)
         for writer in writers { writer.go.signal() }
         for _ in 0..<count {
-            guard done.wait(timeout: .now() + timeout) == .success else { throw Failure(description: "raw convergence: a writer did not publish") }
+            guard done.wait(timeout: .now() + timeout) == .success else {
+                throw Failure(description: "raw convergence: a writer did not publish")
+            }
         }
         for (index, writer) in writers.enumerated() {
             if let failure = writer.failure.withLock({ $0 }) { throw Failure(description: "raw convergence: writer \(index): \(failure)") }
@@ -100,7 +102,8 @@ final class RawConvergence: Sendable {
         for (index, client) in clients.enumerated() {
             guard client.allReceived.wait(timeout: .now() + timeout) == .success else {
                 let base = client.expectedCount.load(ordering: .relaxed) - count
-                throw Failure(description: "raw convergence: client \(index) got \(client.receivedCount.load(ordering: .relaxed) - base) of \(count)")
+                throw Failure(
+                    description: "raw convergence: client \(index) got \(client.receivedCount.load(ordering: .relaxed) - base) of \(count)")
             }
         }
         for client in clients { try client.drainWindow(timeout: timeout) }

@@ -117,7 +117,8 @@ final class RawLateJoin: Sendable {
             try RawMosquittoClient(clientID: "raw-late-\(name)-\(tag)", handsOver: false) { client, message, _ in
                 // A newcomer's member record, live (not the replay, not a clear), and this client's turn.
                 guard !message.pointee.retain, message.pointee.payloadlen > 0,
-                      responder.index.load(ordering: .acquiring) == index else { return }
+                    responder.index.load(ordering: .acquiring) == index
+                else { return }
                 let topic = String(cString: message.pointee.topic)
                 guard topic.hasPrefix(memberPrefix) else { return }
                 let newcomer = topic.dropFirst(memberPrefix.count)
@@ -180,7 +181,9 @@ final class RawLateJoin: Sendable {
         let member = [UInt8](repeating: UInt8(ascii: "x"), count: max(memberSize, 1))
         // Quiet before timing, as the GroupSync side waits for 20 ms without a message on the session.
         Thread.sleep(forTimeInterval: 0.02)
-        guard newcomer.window.wait(timeout: .now() + timeout) == .success else { throw RawMosquittoClient.Failure.timeout("publish window") }
+        guard newcomer.window.wait(timeout: .now() + timeout) == .success else {
+            throw RawMosquittoClient.Failure.timeout("publish window")
+        }
 
         let start = MonotonicClock.nanoseconds()
         try newcomer.subscribeWithoutWaiting(shared, qos: 1)
@@ -188,8 +191,10 @@ final class RawLateJoin: Sendable {
         try member.withUnsafeBytes { try newcomer.publish(memberTopic, $0, qos: 1, retain: true) }
         guard arrivals.both.wait(timeout: .now() + timeout) == .success else {
             if let failure = responder.failure.withLock({ $0 }) { throw Failure(description: "raw late join: responder: \(failure)") }
-            throw Failure(description: "raw late join \(name): echo \(arrivals.echoAt.load(ordering: .relaxed) != 0 ? "in" : "missing"), "
-                + "catch-up \(arrivals.catchUpAt.load(ordering: .relaxed) != 0 ? "in" : "missing"), \(arrivals.retained.load(ordering: .relaxed)) retained")
+            throw Failure(
+                description: "raw late join \(name): echo \(arrivals.echoAt.load(ordering: .relaxed) != 0 ? "in" : "missing"), "
+                    + "catch-up \(arrivals.catchUpAt.load(ordering: .relaxed) != 0 ? "in" : "missing"), \(arrivals.retained.load(ordering: .relaxed)) retained"
+            )
         }
         let end = max(arrivals.echoAt.load(ordering: .relaxed), arrivals.catchUpAt.load(ordering: .relaxed))
         let sample = Sample(
@@ -200,7 +205,9 @@ final class RawLateJoin: Sendable {
         // The catch-up's PUBACK gave the responder a window permit it never took: take it back.
         _ = present[index].window.wait(timeout: .now() + timeout)
         // Leave: clear the member record (once the record's own PUBACK is in), then disconnect (defer).
-        guard newcomer.window.wait(timeout: .now() + timeout) == .success else { throw RawMosquittoClient.Failure.timeout("member record PUBACK") }
+        guard newcomer.window.wait(timeout: .now() + timeout) == .success else {
+            throw RawMosquittoClient.Failure.timeout("member record PUBACK")
+        }
         try newcomer.publish(memberTopic, UnsafeRawBufferPointer(start: nil, count: 0), qos: 1, retain: true)
         try newcomer.drainWindow(timeout: timeout)
         return sample

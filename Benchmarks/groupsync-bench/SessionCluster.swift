@@ -37,11 +37,12 @@ final class SessionCluster: Sendable {
         connectWidth: Int = 16, joinWidth: Int = 1, catchUpTimeout: Duration = .seconds(1)
     ) async throws -> SessionCluster {
         let coordinators = try await Parallel.map(count, width: connectWidth) { index in
-            try await GroupCoordinator.connect(.init(
-                broker: url, group: group, participant: "\(prefix)\(index)", catchUpTimeout: catchUpTimeout,
-                // 100 coordinators in one process: their heartbeats (4,000 deliveries a second) would be
-                // measured along with the messages.
-                presenceHeartbeats: false))
+            try await GroupCoordinator.connect(
+                .init(
+                    broker: url, group: group, participant: "\(prefix)\(index)", catchUpTimeout: catchUpTimeout,
+                    // 100 coordinators in one process: their heartbeats (4,000 deliveries a second) would be
+                    // measured along with the messages.
+                    presenceHeartbeats: false))
         }
         let sessionID = try await coordinators[0].activate(activityIdentifier: activity, value: .object([:]))
         let sessions = try await Parallel.map(count, width: connectWidth) { index in
@@ -60,9 +61,10 @@ final class SessionCluster: Sendable {
                 state = shared
                 watcher = ValueWatcher(index: index, values: shared.values(), hub: hub)
             }
-            members.append(ClusterMember(
-                index: index, name: "\(prefix)\(index)", coordinator: coordinators[index], session: sessions[index],
-                state: state, watcher: watcher))
+            members.append(
+                ClusterMember(
+                    index: index, name: "\(prefix)\(index)", coordinator: coordinators[index], session: sessions[index],
+                    state: state, watcher: watcher))
         }
         let cluster = SessionCluster(url: url, group: group, sessionID: sessionID, members: members, hub: hub)
         if sharedState {

@@ -4,7 +4,9 @@ import GroupSync
 /// 2. Throughput from one sender to one receiver, messages per second received, GroupSync messenger vs
 /// raw libmosquitto, with the same window of publishes in flight on both sides.
 enum ThroughputBenchmark {
-    static func run(url: String, group: String, qos: Int, warmup: Int, count: Int, window: Int, rounds: Int) async throws -> BenchResults.Throughput {
+    static func run(url: String, group: String, qos: Int, warmup: Int, count: Int, window: Int, rounds: Int) async throws
+        -> BenchResults.Throughput
+    {
         let mode: GroupSessionMessenger.DeliveryMode = qos == 0 ? .unreliable : .reliable
         let address = try BrokerAddress(url)
         let groupSync = try await MessengerStream.make(url: url, group: group, mode: mode)

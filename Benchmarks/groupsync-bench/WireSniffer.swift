@@ -32,7 +32,8 @@ final class WireSniffer: Sendable {
         let sniffer = WireSniffer(client: client, subscription: subscription)
         let task = Task {
             for await message in subscription {
-                let record = Record(topic: message.topic, size: message.payload.count, retained: message.retain, at: MonotonicClock.nanoseconds())
+                let record = Record(
+                    topic: message.topic, size: message.payload.count, retained: message.retain, at: MonotonicClock.nanoseconds())
                 sniffer.records.withLock { $0.append(record) }
             }
         }
@@ -48,7 +49,9 @@ final class WireSniffer: Sendable {
 
     /// Waits until a record arrives after index `index`; returns it.
     func next(after index: Int, timeout: Double = 5) async throws -> Record {
-        try await waitUntil(timeout: .seconds(timeout), pollEvery: .microseconds(200), "a message on the sniffed topics") { self.count > index }
+        try await waitUntil(timeout: .seconds(timeout), pollEvery: .microseconds(200), "a message on the sniffed topics") {
+            self.count > index
+        }
         return records.withLock { $0[index] }
     }
 

@@ -157,7 +157,7 @@ extension MosquittoBroker {
             var plain = ""
             for (user, password) in users.sorted(by: { $0.key < $1.key }) {
                 guard !user.isEmpty, !user.contains(":"), !user.contains(where: \.isNewline),
-                      !password.contains(where: \.isNewline)
+                    !password.contains(where: \.isNewline)
                 else {
                     throw MosquittoBroker.Failure(
                         "invalid user \(user.debugDescription): names must be non-empty without ':' or "

@@ -1,5 +1,5 @@
-import MQTT
 import Foundation
+import MQTT
 import Synchronization
 
 #if canImport(Glibc)
@@ -349,9 +349,9 @@ public final class MosquittoBroker: Sendable {
             // listening on the port for our broker. Brokers that do not log it are
             // accepted on the TCP probe alone after a second.
             if log(since: logOffset).contains(" running") || launched.duration(to: .now) > .seconds(1),
-               FreePort.acceptsConnections(on: port),
-               configuration.websocketsPort.map(FreePort.acceptsConnections(on:)) ?? true,
-               !state.withLock({ Self.reap(&$0, pid: pid, blocking: false) })
+                FreePort.acceptsConnections(on: port),
+                configuration.websocketsPort.map(FreePort.acceptsConnections(on:)) ?? true,
+                !state.withLock({ Self.reap(&$0, pid: pid, blocking: false) })
             {
                 return .ready
             }

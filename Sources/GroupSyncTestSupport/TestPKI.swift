@@ -100,22 +100,28 @@ public enum TestPKI {
             try run(openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", file])
         }
         func selfSignedCA(key: String, cert: String, name: String) throws {
-            try run(openssl, [
-                "req", "-new", "-x509", "-config", configFile, "-extensions", "ca", "-key", key,
-                "-subj", "/O=GroupSync tests/CN=\(name)", "-days", "3650", "-sha256", "-out", cert,
-            ])
+            try run(
+                openssl,
+                [
+                    "req", "-new", "-x509", "-config", configFile, "-extensions", "ca", "-key", key,
+                    "-subj", "/O=GroupSync tests/CN=\(name)", "-days", "3650", "-sha256", "-out", cert,
+                ])
         }
         func signed(key: String, cert: String, name: String, extensions: String) throws {
             let request = cert + ".csr"
-            try run(openssl, [
-                "req", "-new", "-config", configFile, "-key", key,
-                "-subj", "/O=GroupSync tests/CN=\(name)", "-out", request,
-            ])
-            try run(openssl, [
-                "x509", "-req", "-in", request, "-CA", files.caCert, "-CAkey", files.caKey,
-                "-set_serial", "0x" + randomHex(bytes: 16), "-days", "825", "-sha256",
-                "-extfile", configFile, "-extensions", extensions, "-out", cert,
-            ])
+            try run(
+                openssl,
+                [
+                    "req", "-new", "-config", configFile, "-key", key,
+                    "-subj", "/O=GroupSync tests/CN=\(name)", "-out", request,
+                ])
+            try run(
+                openssl,
+                [
+                    "x509", "-req", "-in", request, "-CA", files.caCert, "-CAkey", files.caKey,
+                    "-set_serial", "0x" + randomHex(bytes: 16), "-days", "825", "-sha256",
+                    "-extfile", configFile, "-extensions", extensions, "-out", cert,
+                ])
             try? FileManager.default.removeItem(atPath: request)
         }
 

@@ -7,20 +7,21 @@ import Testing
 /// timed test: it asserts nothing about speed, only that every documented key is there and a number.
 @Suite(.timeLimit(.minutes(3))) struct BenchmarkSmokeTests {
     /// Every key BENCHMARKS.md documents, as paths into the JSON object.
-    static let requiredKeys = [
-        "latency.qos0.p50_us", "latency.qos0.p99_us", "latency.qos0.raw_p50_us", "latency.qos0.raw_p99_us",
-        "latency.qos1.p50_us", "latency.qos1.p99_us", "latency.qos1.raw_p50_us", "latency.qos1.raw_p99_us",
-        "latency.qos1.raw_acked_p50_us", "latency.qos1.raw_acked_p99_us",
-        "latency_processes.qos0.p50_us", "latency_processes.qos0.raw_p50_us",
-        "latency_processes.qos1.p50_us", "latency_processes.qos1.raw_p50_us",
-        "throughput.qos0.msgs_per_s", "throughput.qos0.raw_msgs_per_s", "throughput.qos0.round_ratio_median",
-        "throughput.qos1.msgs_per_s", "throughput.qos1.raw_msgs_per_s", "throughput.qos1.round_ratio_median",
-        "fanout.p50_ms", "fanout.p99_ms", "fanout.raw_p50_ms", "fanout.raw_p99_ms",
-        "late_join.p50_ms", "late_join.messages_per_join", "late_join.raw_p50_ms", "late_join.raw_p99_ms",
-        "convergence.ms", "convergence.max_changes", "convergence.raw_ms", "convergence.raw_p99_ms",
-        "crash_detection_s",
-        "memory.participants_1000_mb", "memory.sessions_1000_mb",
-    ] + ratioKeys
+    static let requiredKeys =
+        [
+            "latency.qos0.p50_us", "latency.qos0.p99_us", "latency.qos0.raw_p50_us", "latency.qos0.raw_p99_us",
+            "latency.qos1.p50_us", "latency.qos1.p99_us", "latency.qos1.raw_p50_us", "latency.qos1.raw_p99_us",
+            "latency.qos1.raw_acked_p50_us", "latency.qos1.raw_acked_p99_us",
+            "latency_processes.qos0.p50_us", "latency_processes.qos0.raw_p50_us",
+            "latency_processes.qos1.p50_us", "latency_processes.qos1.raw_p50_us",
+            "throughput.qos0.msgs_per_s", "throughput.qos0.raw_msgs_per_s", "throughput.qos0.round_ratio_median",
+            "throughput.qos1.msgs_per_s", "throughput.qos1.raw_msgs_per_s", "throughput.qos1.round_ratio_median",
+            "fanout.p50_ms", "fanout.p99_ms", "fanout.raw_p50_ms", "fanout.raw_p99_ms",
+            "late_join.p50_ms", "late_join.messages_per_join", "late_join.raw_p50_ms", "late_join.raw_p99_ms",
+            "convergence.ms", "convergence.max_changes", "convergence.raw_ms", "convergence.raw_p99_ms",
+            "crash_detection_s",
+            "memory.participants_1000_mb", "memory.sessions_1000_mb",
+        ] + ratioKeys
 
     /// Every figure with a raw libmosquitto reference has its ratio to it (GroupSync / raw).
     static let ratioKeys = [
@@ -80,7 +81,9 @@ import Testing
         let data = Data(output.withLock { $0 })
         let errors = String(decoding: errorOutput.withLock { $0 }, as: UTF8.self)
         let text = String(decoding: data, as: UTF8.self)
-        #expect(termination == .exited(0), "groupsync-bench --quick --json ended with \(termination.map { "\($0)" } ?? "no exit in time"); stderr:\n\(errors)")
+        #expect(
+            termination == .exited(0),
+            "groupsync-bench --quick --json ended with \(termination.map { "\($0)" } ?? "no exit in time"); stderr:\n\(errors)")
 
         let json = try JSONDecoder().decode(JSONTree.self, from: data)
         guard case .object = json else {

@@ -1,7 +1,7 @@
-import MQTT
 import BrokerSupport
 import Foundation
 import GroupSync
+import MQTT
 import Synchronization
 import Testing
 

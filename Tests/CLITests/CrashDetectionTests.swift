@@ -10,7 +10,9 @@ import Testing
         try await MosquittoBroker.withBroker { broker in
             let alice = try await GroupCoordinator.connect(.init(broker: broker.url, group: "crash", participant: "alice"))
             let id = try await alice.activate(activityIdentifier: "com.example.gallery", value: .object([:]))
-            try await waitUntil("own announcement arrives") { alice.currentSessions(activityIdentifier: "com.example.gallery").contains { $0.id == id } }
+            try await waitUntil("own announcement arrives") {
+                alice.currentSessions(activityIdentifier: "com.example.gallery").contains { $0.id == id }
+            }
             let session = alice.currentSessions(activityIdentifier: "com.example.gallery").first { $0.id == id }!
             try await session.join()
             let victim = try CLIProcess([

@@ -125,8 +125,9 @@ import Testing
             try await recorder.wait(for: "\(flat)/session_list", toBe: "[]")
             _ = try await dashboard.waitForLine { $0 == "session \(id) removed" }
             await carol.close()
-            #expect(configs.keys.allSatisfy { afterRestart.count($0) == recorder.snapshot.count($0) || sessionConfigs.contains($0) },
-                    "`offline` on homeassistant/status republishes nothing")
+            #expect(
+                configs.keys.allSatisfy { afterRestart.count($0) == recorder.snapshot.count($0) || sessionConfigs.contains($0) },
+                "`offline` on homeassistant/status republishes nothing")
 
             // A fresh subscriber finds nothing of the session; the group's sensor stays.
             let retained = try await Self.retained(broker, filters: ["homeassistant/#", "groupsync/dashboard/#"])
@@ -215,7 +216,9 @@ import Testing
                 "\(flat)/availability": "online", "\(flat)/sessions": "1", "\(flat)/session/\(id)/participants": "1",
                 "\(flat)/session/\(id)/state/page": "7",
             ]
-            let configs = ["sessions", "\(id)_participants", "\(id)_state_page"].map { "homeassistant/sensor/groupsync_\(group)/\($0)/config" }
+            let configs = ["sessions", "\(id)_participants", "\(id)_state_page"].map {
+                "homeassistant/sensor/groupsync_\(group)/\($0)/config"
+            }
             try await waitUntil(timeout: .seconds(10), "the projection retained") {
                 let now = try await Self.retained(broker, filters: ["homeassistant/#", "groupsync/dashboard/#"])
                 return expected.allSatisfy { now[$0.key] == $0.value } && configs.allSatisfy { now[$0] != nil }
@@ -262,7 +265,8 @@ import Testing
 
     @Test func projectionOfARetainedSnapshot() async throws {
         let out = try await Self.replay([
-            WireLine.presence("alice", epoch: 10), WireLine.presence("bob", epoch: 20), WireLine.presence("carol", epoch: 30, status: "lost"),
+            WireLine.presence("alice", epoch: 10), WireLine.presence("bob", epoch: 20),
+            WireLine.presence("carol", epoch: 30, status: "lost"),
             WireLine.announcement("s1", title: "Movie night", createdAt: 1_000),
             WireLine.member("s1", "alice", epoch: 10), WireLine.member("s1", "bob", epoch: 20),
             WireLine.member("s1", "carol", epoch: 30),  // lost: not active
@@ -274,14 +278,15 @@ import Testing
         ])
         let c = "homeassistant/sensor/groupsync_g"
         let f = "groupsync/dashboard/g"
-        #expect(out.map(\.topic) == [
-            "\(f)/availability",
-            "\(c)/sessions/config", "\(c)/s1_participants/config", "\(c)/s1_state_mood/config", "\(c)/s1_state_page/config",
-            "\(f)/sessions", "\(f)/session_list",
-            "\(f)/session/s1/title", "\(f)/session/s1/activity", "\(f)/session/s1/participants", "\(f)/session/s1/participant_list",
-            "\(f)/session/s1/state/mood", "\(f)/session/s1/state/page",
-            "\(f)/availability",
-        ])
+        #expect(
+            out.map(\.topic) == [
+                "\(f)/availability",
+                "\(c)/sessions/config", "\(c)/s1_participants/config", "\(c)/s1_state_mood/config", "\(c)/s1_state_page/config",
+                "\(f)/sessions", "\(f)/session_list",
+                "\(f)/session/s1/title", "\(f)/session/s1/activity", "\(f)/session/s1/participants", "\(f)/session/s1/participant_list",
+                "\(f)/session/s1/state/mood", "\(f)/session/s1/state/page",
+                "\(f)/availability",
+            ])
         let values = Dictionary(out.dropLast().map { ($0.topic, $0.payload) }, uniquingKeysWith: { $1 })
         #expect(values["\(f)/availability"] == "online")
         #expect(out.last?.payload == "offline", "a clean exit ends with offline")
@@ -296,14 +301,15 @@ import Testing
         Self.checkDiscovery(values.filter { $0.key.hasPrefix("homeassistant/") }, values: values)
 
         // The exact payload documented in docs/DASHBOARDS.md.
-        #expect(values["\(c)/s1_participants/config"] == """
-            {"availability_topic":"groupsync/dashboard/g/availability","device":{"identifiers":["groupsync_g_s1"],\
-            "manufacturer":"GroupSync","model":"com.example.board","name":"Movie night (s1)","via_device":"groupsync_g"},\
-            "icon":"mdi:account-multiple","name":"Participants","origin":{"name":"groupsync dashboard"},\
-            "payload_available":"online","payload_not_available":"offline","state_class":"measurement",\
-            "state_topic":"groupsync/dashboard/g/session/s1/participants","unique_id":"groupsync_g_s1_participants",\
-            "unit_of_measurement":"participants"}
-            """)
+        #expect(
+            values["\(c)/s1_participants/config"] == """
+                {"availability_topic":"groupsync/dashboard/g/availability","device":{"identifiers":["groupsync_g_s1"],\
+                "manufacturer":"GroupSync","model":"com.example.board","name":"Movie night (s1)","via_device":"groupsync_g"},\
+                "icon":"mdi:account-multiple","name":"Participants","origin":{"name":"groupsync dashboard"},\
+                "payload_available":"online","payload_not_available":"offline","state_class":"measurement",\
+                "state_topic":"groupsync/dashboard/g/session/s1/participants","unique_id":"groupsync_g_s1_participants",\
+                "unit_of_measurement":"participants"}
+                """)
         let mood = try #require(Self.object(values["\(c)/s1_state_mood/config"]))
         #expect(mood["state_class"] == nil && mood["unit_of_measurement"] == nil)
         #expect(mood["value_template"] as? String == "{{ (value_json if value_json is string else value_json | tojson)[:255] }}")
@@ -331,36 +337,39 @@ import Testing
             WireLine.presence("alice", epoch: 10, status: "lost"),  // alice's connection dies
             "groupsync/v1/g/session/s1 (null)",  // the session ends
         ])
-        let steps = out.map { "\($0.topic) \($0.payload.isEmpty ? "(null)" : $0.payload.hasPrefix("{\"availability_topic") ? "{config}" : $0.payload)" }
-        #expect(steps == [
-            // synchronize: the group, no sessions
-            "\(f)/availability online", "\(c)/sessions/config {config}", "\(f)/sessions 0", "\(f)/session_list []",
-            // announcement: the session, no one in it yet
-            "\(c)/s1_participants/config {config}", "\(f)/sessions 1", #"\#(f)/session_list ["s1"]"#,
-            "\(f)/session/s1/title Board", "\(f)/session/s1/activity com.example.board",
-            "\(f)/session/s1/participants 0", "\(f)/session/s1/participant_list []",
-            // alice joins
-            "\(f)/session/s1/participants 1", #"\#(f)/session/s1/participant_list ["alice"]"#,
-            // bob comes online (nothing changes), joins
-            "\(f)/session/s1/participants 2", #"\#(f)/session/s1/participant_list ["alice","bob"]"#,
-            // a state key appears: its sensor, then its value
-            "\(c)/s1_state_page/config {config}", "\(f)/session/s1/state/page 3",
-            // the newer object value: the config changes kind
-            "\(c)/s1_state_page/config {config}", #"\#(f)/session/s1/state/page {"n":4}"#,
-            // bob leaves
-            "\(f)/session/s1/participants 1", #"\#(f)/session/s1/participant_list ["alice"]"#,
-            // Home Assistant restarted: every config again
-            "\(c)/sessions/config {config}", "\(c)/s1_participants/config {config}", "\(c)/s1_state_page/config {config}",
-            // alice lost
-            "\(f)/session/s1/participants 0", "\(f)/session/s1/participant_list []",
-            // the session ends: configs first, then the counts, then the flat topics
-            "\(c)/s1_participants/config (null)", "\(c)/s1_state_page/config (null)",
-            "\(f)/sessions 0", "\(f)/session_list []",
-            "\(f)/session/s1/activity (null)", "\(f)/session/s1/participant_list (null)", "\(f)/session/s1/participants (null)",
-            "\(f)/session/s1/state/page (null)", "\(f)/session/s1/title (null)",
-            // exit
-            "\(f)/availability offline",
-        ])
+        let steps = out.map {
+            "\($0.topic) \($0.payload.isEmpty ? "(null)" : $0.payload.hasPrefix("{\"availability_topic") ? "{config}" : $0.payload)"
+        }
+        #expect(
+            steps == [
+                // synchronize: the group, no sessions
+                "\(f)/availability online", "\(c)/sessions/config {config}", "\(f)/sessions 0", "\(f)/session_list []",
+                // announcement: the session, no one in it yet
+                "\(c)/s1_participants/config {config}", "\(f)/sessions 1", #"\#(f)/session_list ["s1"]"#,
+                "\(f)/session/s1/title Board", "\(f)/session/s1/activity com.example.board",
+                "\(f)/session/s1/participants 0", "\(f)/session/s1/participant_list []",
+                // alice joins
+                "\(f)/session/s1/participants 1", #"\#(f)/session/s1/participant_list ["alice"]"#,
+                // bob comes online (nothing changes), joins
+                "\(f)/session/s1/participants 2", #"\#(f)/session/s1/participant_list ["alice","bob"]"#,
+                // a state key appears: its sensor, then its value
+                "\(c)/s1_state_page/config {config}", "\(f)/session/s1/state/page 3",
+                // the newer object value: the config changes kind
+                "\(c)/s1_state_page/config {config}", #"\#(f)/session/s1/state/page {"n":4}"#,
+                // bob leaves
+                "\(f)/session/s1/participants 1", #"\#(f)/session/s1/participant_list ["alice"]"#,
+                // Home Assistant restarted: every config again
+                "\(c)/sessions/config {config}", "\(c)/s1_participants/config {config}", "\(c)/s1_state_page/config {config}",
+                // alice lost
+                "\(f)/session/s1/participants 0", "\(f)/session/s1/participant_list []",
+                // the session ends: configs first, then the counts, then the flat topics
+                "\(c)/s1_participants/config (null)", "\(c)/s1_state_page/config (null)",
+                "\(f)/sessions 0", "\(f)/session_list []",
+                "\(f)/session/s1/activity (null)", "\(f)/session/s1/participant_list (null)", "\(f)/session/s1/participants (null)",
+                "\(f)/session/s1/state/page (null)", "\(f)/session/s1/title (null)",
+                // exit
+                "\(f)/availability offline",
+            ])
         let configs = out.filter { $0.topic == "\(c)/s1_state_page/config" && !$0.payload.isEmpty }.compactMap { Self.object($0.payload) }
         #expect(configs.first?["state_class"] as? String == "measurement")
         #expect(configs.last?["state_class"] == nil)
@@ -371,32 +380,40 @@ import Testing
         let c = "homeassistant/sensor/groupsync_g"
         let f = "groupsync/dashboard/g"
         // What a run wrote, captured as `mosquitto_sub -v` shows it…
-        let first = try await Self.replay([WireLine.presence("alice", epoch: 10), WireLine.announcement("s1", title: "Board", createdAt: 1), WireLine.member("s1", "alice", epoch: 10)])
+        let first = try await Self.replay([
+            WireLine.presence("alice", epoch: 10), WireLine.announcement("s1", title: "Board", createdAt: 1),
+            WireLine.member("s1", "alice", epoch: 10),
+        ])
         let capture = first.dropLast().map { "\($0.topic) \($0.payload)" }
         // …found again at start-up, with the will's offline, a session that ended meanwhile, and someone else's topic.
         let out = try await Self.replay(
-            [WireLine.presence("alice", epoch: 10), WireLine.announcement("s1", title: "Board", createdAt: 1), WireLine.member("s1", "alice", epoch: 10)]
+            [
+                WireLine.presence("alice", epoch: 10), WireLine.announcement("s1", title: "Board", createdAt: 1),
+                WireLine.member("s1", "alice", epoch: 10),
+            ]
                 + capture + [
                     "\(f)/availability offline",
                     "\(c)/s0_participants/config {}", "\(f)/session/s0/title Old", "\(f)/session/s0/state/x 1",
                     "homeassistant/sensor/other/x/config {}",
                 ])
-        #expect(out.map(\.description) == [
-            "\(c)/s0_participants/config (null)",
-            "\(f)/availability online",
-            "\(f)/session/s0/state/x (null)", "\(f)/session/s0/title (null)",
-            "\(f)/availability offline",
-        ])
+        #expect(
+            out.map(\.description) == [
+                "\(c)/s0_participants/config (null)",
+                "\(f)/availability online",
+                "\(f)/session/s0/state/x (null)", "\(f)/session/s0/title (null)",
+                "\(f)/availability offline",
+            ])
     }
 
     @Test func identifiersBecomeDistinctHomeAssistantIDs() async throws {
-        let out = try await Self.replay([
-            WireLine.presence("a", epoch: 1),
-            WireLine.announcement("s.1", title: "x", createdAt: 1, group: "my.group"),
-            WireLine.state("s.1", key: "a_b", writer: "a", value: "1", time: 1, group: "my.group"),
-            WireLine.state("s.1", key: "a-b", writer: "a", value: "2", time: 1, group: "my.group"),
-            WireLine.state("s.1", key: "a:b", writer: "a", value: "3", time: 1, group: "my.group"),
-        ], group: "my.group")
+        let out = try await Self.replay(
+            [
+                WireLine.presence("a", epoch: 1),
+                WireLine.announcement("s.1", title: "x", createdAt: 1, group: "my.group"),
+                WireLine.state("s.1", key: "a_b", writer: "a", value: "1", time: 1, group: "my.group"),
+                WireLine.state("s.1", key: "a-b", writer: "a", value: "2", time: 1, group: "my.group"),
+                WireLine.state("s.1", key: "a:b", writer: "a", value: "3", time: 1, group: "my.group"),
+            ], group: "my.group")
         let configs = out.filter { $0.topic.hasPrefix("homeassistant/") && $0.topic.hasSuffix("/config") }
         #expect(configs.count == 5)
         let levels = configs.map { $0.topic.split(separator: "/").map(String.init) }
@@ -439,8 +456,9 @@ import Testing
         let indented = try #require(Self.object(try block("participants-config-indented")))
         #expect(NSDictionary(dictionary: compact).isEqual(to: indented))
         // The flat topics as mosquitto_sub -v shows them.
-        #expect(try block("flat-topics").split(separator: "\n").map(String.init)
-            == output.dropLast().filter { $0.hasPrefix("groupsync/dashboard/family/") })
+        #expect(
+            try block("flat-topics").split(separator: "\n").map(String.init)
+                == output.dropLast().filter { $0.hasPrefix("groupsync/dashboard/family/") })
 
         // The Node-RED flow: valid JSON, mqtt in → json → debug, and a broker config node speaking 3.1.1.
         let flow = try #require(try JSONSerialization.jsonObject(with: Data(block("node-red-flow").utf8)) as? [[String: Any]])
@@ -451,7 +469,8 @@ import Testing
             #expect(matches.count == 1, "one \(type) node")
             return try #require(matches.first)
         }
-        let tab = try node("tab"), input = try node("mqtt in"), parse = try node("json"), debug = try node("debug"), broker = try node("mqtt-broker")
+        let tab = try node("tab"), input = try node("mqtt in"), parse = try node("json"), debug = try node("debug"),
+            broker = try node("mqtt-broker")
         #expect(input["topic"] as? String == "groupsync/dashboard/family/#")
         #expect(input["broker"] as? String == broker["id"] as? String)
         #expect(input["wires"] as? [[String]] == [[parse["id"] as? String ?? "?"]])
@@ -531,7 +550,9 @@ extension DashboardTests {
         }
 
         func wait(for topic: String, toBe payload: String, timeout: Duration = .seconds(10)) async throws {
-            try await waitUntil("\(topic) = '\(payload)' (is '\(latest[topic] ?? "<nothing>")')", timeout: timeout) { $0.latest[topic] == payload }
+            try await waitUntil("\(topic) = '\(payload)' (is '\(latest[topic] ?? "<nothing>")')", timeout: timeout) {
+                $0.latest[topic] == payload
+            }
         }
 
         func stop() {
@@ -591,7 +612,9 @@ extension DashboardTests {
             child.output.last?.contains(#""payload":"offline""#) == true
         }
         return child.output.compactMap { line in
-            guard let object = object(line), let topic = object["topic"] as? String, let payload = object["payload"] as? String else { return nil }
+            guard let object = object(line), let topic = object["topic"] as? String, let payload = object["payload"] as? String else {
+                return nil
+            }
             return Received(topic: topic, payload: payload)
         }
     }
@@ -670,8 +693,9 @@ extension DashboardTests {
             // A template reads JSON: the state must be JSON then. A measurement without one must be a number.
             if let template = config["value_template"] {
                 #expect((template as? String)?.contains("value_json") == true, "\(topic): value_template")
-                #expect(state.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8), options: .fragmentsAllowed) } != nil,
-                        "\(topic): \(stateTopic) holds JSON (\(state ?? "nothing"))")
+                #expect(
+                    state.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8), options: .fragmentsAllowed) } != nil,
+                    "\(topic): \(stateTopic) holds JSON (\(state ?? "nothing"))")
             }
             if let stateClass = config["state_class"] {
                 #expect(["measurement", "total", "total_increasing"].contains(stateClass as? String ?? ""), "\(topic): state_class")

@@ -1,8 +1,8 @@
-import MQTT
 import BrokerSupport
+import Foundation
 // Every file of this target sees the test support (Collector, TestPKI, timeBound, …) through this import.
 @_exported import GroupSyncTestSupport
-import Foundation
+import MQTT
 import Synchronization
 
 /// The executable product `name` built next to the test bundle (`swift build --build-tests` builds every
@@ -74,13 +74,16 @@ final class CLIProcess: Sendable {
         if termination != .exited(0) {
             // The expectation on the status says only that it failed: say why (two rare failures under
             // the ThreadSanitizer suite's load could not be diagnosed without it).
-            let how = switch termination {
-            case .exited: "exit status"
-            case .signalled: "signal"
-            case .unknown: "unknown status"
-            }
-            FileHandle.standardError.write(Data(
-                "\(name) \(child.arguments.joined(separator: " ")) ended with \(how) \(status); last errors: \(errors.suffix(20))\n".utf8))
+            let how =
+                switch termination {
+                case .exited: "exit status"
+                case .signalled: "signal"
+                case .unknown: "unknown status"
+                }
+            FileHandle.standardError.write(
+                Data(
+                    "\(name) \(child.arguments.joined(separator: " ")) ended with \(how) \(status); last errors: \(errors.suffix(20))\n"
+                        .utf8))
         }
         return status
     }
@@ -99,7 +102,9 @@ final class CLIProcess: Sendable {
 }
 
 /// Runs `groupsync` to completion.
-func runCLI(_ arguments: [String], input: String? = nil, timeout: Duration = .seconds(30)) async throws -> (status: Int32, output: [String], errors: [String]) {
+func runCLI(_ arguments: [String], input: String? = nil, timeout: Duration = .seconds(30)) async throws -> (
+    status: Int32, output: [String], errors: [String]
+) {
     let child = try CLIProcess(arguments)
     if let input { child.send(input) }
     child.closeInput()

@@ -1,6 +1,7 @@
 import BrokerSupport
 import Foundation
 import Testing
+
 @testable import GroupSync
 @testable import MQTT
 
@@ -53,7 +54,8 @@ import Testing
             return Data(text.utf8)
         case 5:
             let text = String(decoding: valid, as: UTF8.self)
-                .replacingOccurrences(of: "1", with: ["\"1\"", "1e400", "-9223372036854775809", "null", "[]"].randomElement(using: &generator)!)
+                .replacingOccurrences(
+                    of: "1", with: ["\"1\"", "1e400", "-9223372036854775809", "null", "[]"].randomElement(using: &generator)!)
             return Data(text.utf8)
         case 6:
             var bytes = valid
@@ -88,7 +90,10 @@ import Testing
             if let envelope = Wire.decodeEnvelope(input) {
                 any = true
                 #expect(envelope.header == Wire.decode(Wire.EnvelopeHeader.self, from: input))
-                guard case let .object(fields) = json else { Issue.record("not an object"); continue }
+                guard case let .object(fields) = json else {
+                    Issue.record("not an object")
+                    continue
+                }
                 #expect(envelope.body == (try JSONParser.parseObject(input).body))
                 #expect(try JSONParser.parse(input[envelope.body]) == fields["body"])
                 _ = try stable(Wire.CatchUp.self, input[envelope.body])
@@ -101,13 +106,17 @@ import Testing
 
     @Test func topicsWithInvalidLevelsAreNotParsed() {
         let topics = GroupTopics(group: "g")
-        for bad in ["groupsync/v1/g/presence/a b", "groupsync/v1/g/presence/", "groupsync/v1/g/s/x/state/k", "groupsync/v1/g/s/x/state/k/w/extra",
-                    "groupsync/v1/g/s/x/msg/to/a", "groupsync/v1/g/session/$x", "groupsync/v1/other/presence/a", "groupsync/v2/g/presence/a"] {
+        for bad in [
+            "groupsync/v1/g/presence/a b", "groupsync/v1/g/presence/", "groupsync/v1/g/s/x/state/k", "groupsync/v1/g/s/x/state/k/w/extra",
+            "groupsync/v1/g/s/x/msg/to/a", "groupsync/v1/g/session/$x", "groupsync/v1/other/presence/a", "groupsync/v2/g/presence/a",
+        ] {
             #expect(topics.parse(bad) == nil, "\(bad)")
         }
         #expect(topics.parse("groupsync/v1/g/s/x/msg/to/bob/alice") == .direct(session: "x", recipient: "bob", sender: "alice"))
-        for bad in ["groupsync/v1/g", "groupsync/v1/g/", "groupsync/v1/gg/presence/a", "groupsync/v1/g/presence/a/", "groupsync/v1/g//presence/a",
-                    "groupsync/v1/g/s/x/msg/to/a/b/c", "groupsync/v1/g/s/x/member/" + String(repeating: "a", count: 129)] {
+        for bad in [
+            "groupsync/v1/g", "groupsync/v1/g/", "groupsync/v1/gg/presence/a", "groupsync/v1/g/presence/a/", "groupsync/v1/g//presence/a",
+            "groupsync/v1/g/s/x/msg/to/a/b/c", "groupsync/v1/g/s/x/member/" + String(repeating: "a", count: 129),
+        ] {
             #expect(topics.parse(bad) == nil, "\(bad)")
         }
     }
@@ -121,7 +130,10 @@ import Testing
             (topics.state("s1", key: "k~", writer: "w"), .state(session: "s1", key: "k~", writer: "w")),
             (topics.broadcast("s1", from: "a"), .broadcast(session: "s1", sender: "a")),
             (topics.direct("s1", to: "b", from: "a"), .direct(session: "s1", recipient: "b", sender: "a")),
-            (topics.member("s1", String(repeating: "m", count: 128)), .member(session: "s1", participant: String(repeating: "m", count: 128))),
+            (
+                topics.member("s1", String(repeating: "m", count: 128)),
+                .member(session: "s1", participant: String(repeating: "m", count: 128))
+            ),
         ]
         for (topic, kind) in cases { #expect(topics.parse(topic) == kind, "\(topic)") }
     }
@@ -149,8 +161,10 @@ import Testing
             let root = "groupsync/v1/\(group.name)"
             let session = "\(root)/s/\(a.id)"
             var generator = SeededGenerator(state: 42)
-            let targets = ["\(session)/state/index/mallory", "\(session)/msg/all/mallory", "\(session)/msg/to/bob/mallory",
-                           "\(session)/member/mallory", "\(root)/presence/mallory", "\(root)/session/\(a.id)", "\(session)/state/index/alice"]
+            let targets = [
+                "\(session)/state/index/mallory", "\(session)/msg/all/mallory", "\(session)/msg/to/bob/mallory",
+                "\(session)/member/mallory", "\(root)/presence/mallory", "\(root)/session/\(a.id)", "\(session)/state/index/alice",
+            ]
             for i in 0..<300 {
                 try await attacker.publish(to: targets[i % targets.count], payload: BadInputTests.generate(&generator))
             }
@@ -158,10 +172,13 @@ import Testing
             let forged = #"{"clock":{"c":0,"p":"alice","t":99999999999999},"key":"index","v":1,"value":666}"#
             try await attacker.publish(to: "\(session)/state/index/mallory", string: forged)
             // A replayed old record of alice's: older than the current value.
-            try await attacker.publish(to: "\(session)/state/index/alice", string: #"{"clock":{"c":0,"p":"alice","t":1},"key":"index","v":1,"value":1}"#)
+            try await attacker.publish(
+                to: "\(session)/state/index/alice", string: #"{"clock":{"c":0,"p":"alice","t":1},"key":"index","v":1,"value":1}"#)
             // Unknown version, wrong types, a huge payload.
-            try await attacker.publish(to: "\(session)/msg/all/mallory", string: #"{"body":{"text":"x"},"epoch":1,"reliable":true,"seq":1,"type":"Chat","v":2}"#)
-            try await attacker.publish(to: "\(session)/msg/all/mallory", string: #"{"body":{"text":5},"epoch":1,"reliable":true,"seq":2,"type":"Chat","v":1}"#)
+            try await attacker.publish(
+                to: "\(session)/msg/all/mallory", string: #"{"body":{"text":"x"},"epoch":1,"reliable":true,"seq":1,"type":"Chat","v":2}"#)
+            try await attacker.publish(
+                to: "\(session)/msg/all/mallory", string: #"{"body":{"text":5},"epoch":1,"reliable":true,"seq":2,"type":"Chat","v":1}"#)
             try await attacker.publish(to: "\(session)/msg/all/mallory", payload: Data(repeating: UInt8(ascii: "["), count: 10_000_000))
 
             // A legitimate message after all that still arrives, and state still works.
@@ -190,10 +207,16 @@ import Testing
             let attacker = try MQTTClient(configuration: .init(url: broker.url))
             try await attacker.connect()
             let huge = #"{"c":9223372036854775807,"p":"evil","t":9223372036854775807}"#
-            try await attacker.publish(to: "\(root)/session/evil", string: #"{"activity":{"data":{"galleryID":"x"},"metadata":{"title":"t","type":"generic"},"type":"com.example.gallery"},"createdAt":1,"createdBy":"evil","revision":\#(huge),"session":"evil","v":1}"#, retain: true)
+            try await attacker.publish(
+                to: "\(root)/session/evil",
+                string:
+                    #"{"activity":{"data":{"galleryID":"x"},"metadata":{"title":"t","type":"generic"},"type":"com.example.gallery"},"createdAt":1,"createdBy":"evil","revision":\#(huge),"session":"evil","v":1}"#,
+                retain: true)
             let (alice, _, a, b) = try await group.pair(Gallery(galleryID: "clock"))
             #expect(alice.currentSessions(activityIdentifier: nil).map(\.id) == [a.id], "the forged announcement was rejected")
-            try await attacker.publish(to: "\(root)/s/\(a.id)/state/index/alice", string: #"{"clock":\#(huge.replacingOccurrences(of: "evil", with: "alice")),"key":"index","v":1,"value":9}"#)
+            try await attacker.publish(
+                to: "\(root)/s/\(a.id)/state/index/alice",
+                string: #"{"clock":\#(huge.replacingOccurrences(of: "evil", with: "alice")),"key":"index","v":1,"value":9}"#)
             // Someone changes the activity to another type, then to a value of another shape.
             var announcement = a.core.announcement
             announcement.revision = HLCTimestamp(time: announcement.revision.time + 1, counter: 0, participant: "alice")

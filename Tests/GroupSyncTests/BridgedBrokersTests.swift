@@ -1,6 +1,7 @@
 import BrokerSupport
 import Foundation
 import Testing
+
 @testable import GroupSync
 @testable import MQTT
 

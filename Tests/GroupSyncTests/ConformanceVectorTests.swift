@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import GroupSync
 
 /// Runs every vector of docs/conformance/ (format: docs/conformance/README.md) through the Swift codec.
@@ -34,7 +35,8 @@ import Testing
         let json = try Wire.read(JSONValue.self, from: try Data(contentsOf: directory.appendingPathComponent(file)))
         guard case let .object(root) = json, case let .array(vectors)? = root["vectors"] else { throw Wire.Rejection.wrongShape }
         return try vectors.map { vector throws -> Vector in
-            guard case let .object(fields) = vector, case let .string(name)? = fields["name"], case let .string(topic)? = fields["topic"] else {
+            guard case let .object(fields) = vector, case let .string(name)? = fields["name"], case let .string(topic)? = fields["topic"]
+            else {
                 throw Wire.Rejection.wrongShape
             }
             var payload: Data
@@ -81,14 +83,16 @@ import Testing
         case .broadcast, .direct:
             do throws(Wire.Rejection) {
                 let envelope = try Wire.readEnvelope(payload)
-                let body = envelope.header.type == "$catchup"
+                let body =
+                    envelope.header.type == "$catchup"
                     ? json(try Wire.read(Wire.CatchUp.self, from: payload[envelope.body]))
                     : try JSONParser.parse(payload[envelope.body])
                 let header = envelope.header
-                return .accept(.object([
-                    "body": body, "epoch": .int(header.epoch), "reliable": .bool(header.reliable), "seq": .int(header.seq),
-                    "type": .string(header.type), "v": .int(Int64(header.v)),
-                ]))
+                return .accept(
+                    .object([
+                        "body": body, "epoch": .int(header.epoch), "reliable": .bool(header.reliable), "seq": .int(header.seq),
+                        "type": .string(header.type), "v": .int(Int64(header.v)),
+                    ]))
             } catch {
                 return .reject(error.rawValue)
             }
@@ -123,10 +127,14 @@ import Testing
 
     @Test func theVectorsCoverEveryRecordAndEveryRejection() throws {
         let files = ConformanceVectorTests.files
-        #expect(Set(files).isSuperset(of: ["announcement.json", "envelope.json", "json.json", "member.json", "presence.json", "state.json", "topics.json"]))
-        let codes = Set(try files.flatMap { try ConformanceVectorTests.vectors(in: $0) }.compactMap { vector -> String? in
-            if case let .reject(code) = vector.expected { code } else { nil }
-        })
+        #expect(
+            Set(files).isSuperset(of: [
+                "announcement.json", "envelope.json", "json.json", "member.json", "presence.json", "state.json", "topics.json",
+            ]))
+        let codes = Set(
+            try files.flatMap { try ConformanceVectorTests.vectors(in: $0) }.compactMap { vector -> String? in
+                if case let .reject(code) = vector.expected { code } else { nil }
+            })
         #expect(codes == Set(Wire.Rejection.allCases.map(\.rawValue) + ["identity-mismatch", "bad-identifier", "bad-topic"]))
     }
 

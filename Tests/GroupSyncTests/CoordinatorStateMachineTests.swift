@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import GroupSync
 
 /// Pure logic of one coordinator, driven without a broker: presence by epoch, announced sessions and
@@ -31,8 +32,12 @@ import Testing
         #expect(machine.online == ["alice": 10])
         #expect(machine.onPresence("bob", Self.presence("bob", epoch: 5), now: Self.t0) == .changed(participant: "bob", epoch: 5))
         #expect(machine.onPresence("bob", Self.presence("bob", epoch: 5), now: Self.t0) == .none, "a heartbeat changes nothing")
-        #expect(machine.onPresence("bob", Self.presence("bob", epoch: 6), now: Self.t0) == .changed(participant: "bob", epoch: 6), "a newer connection")
-        #expect(machine.onPresence("bob", Self.presence("bob", .lost, epoch: 5), now: Self.t0) == .none, "the stale will of the older connection")
+        #expect(
+            machine.onPresence("bob", Self.presence("bob", epoch: 6), now: Self.t0) == .changed(participant: "bob", epoch: 6),
+            "a newer connection")
+        #expect(
+            machine.onPresence("bob", Self.presence("bob", .lost, epoch: 5), now: Self.t0) == .none,
+            "the stale will of the older connection")
         #expect(machine.online["bob"] == 6)
         #expect(machine.onPresence("bob", Self.presence("bob", .lost, epoch: 6), now: Self.t0) == .changed(participant: "bob", epoch: nil))
         #expect(machine.onPresence("bob", Self.presence("bob", epoch: 5), now: Self.t0) == .none, "older than the lost connection")
@@ -46,10 +51,15 @@ import Testing
     @Test func ourOwnPresenceIsRepublishedWhenOverwritten() {
         var machine = Machine(me: "alice", myEpoch: 10)
         #expect(machine.onPresence("alice", Self.presence("alice", epoch: 10), now: Self.t0) == .none, "our own echo")
-        #expect(machine.onPresence("alice", Self.presence("alice", .lost, epoch: 10), now: Self.t0) == .republishOwn, "a late will of this connection")
-        #expect(machine.onPresence("alice", Self.presence("alice", epoch: 9), now: Self.t0) == .republishOwn, "an older connection's record")
+        #expect(
+            machine.onPresence("alice", Self.presence("alice", .lost, epoch: 10), now: Self.t0) == .republishOwn,
+            "a late will of this connection")
+        #expect(
+            machine.onPresence("alice", Self.presence("alice", epoch: 9), now: Self.t0) == .republishOwn, "an older connection's record")
         #expect(machine.onPresence("alice", nil, now: Self.t0) == .republishOwn, "cleared")
-        #expect(machine.onPresence("alice", Self.presence("alice", .lost, epoch: 11), now: Self.t0) == .none, "a newer process of the same participant")
+        #expect(
+            machine.onPresence("alice", Self.presence("alice", .lost, epoch: 11), now: Self.t0) == .none,
+            "a newer process of the same participant")
         _ = machine.close()
         #expect(machine.onPresence("alice", nil, now: Self.t0) == .none, "not after close()")
     }
@@ -63,7 +73,9 @@ import Testing
         machine.onReconnected(now: Self.t0 + .seconds(10))
         #expect(machine.expireSilent(now: Self.t0 + .seconds(12), timeout: .seconds(3)).isEmpty)
         #expect(machine.expireSilent(now: Self.t0 + .seconds(14), timeout: .seconds(3)) == ["carol"])
-        #expect(machine.onPresence("carol", Self.presence("carol", epoch: 1), now: Self.t0 + .seconds(15)) == .changed(participant: "carol", epoch: 1), "back with its next heartbeat")
+        #expect(
+            machine.onPresence("carol", Self.presence("carol", epoch: 1), now: Self.t0 + .seconds(15))
+                == .changed(participant: "carol", epoch: 1), "back with its next heartbeat")
     }
 
     // MARK: - Sessions
@@ -79,7 +91,9 @@ import Testing
             Issue.record("not new")
             return
         }
-        #expect(Set(listeners.map(ObjectIdentifier.init)) == [ObjectIdentifier(allInbox), ObjectIdentifier(aInbox)], "the wrong type is filtered out")
+        #expect(
+            Set(listeners.map(ObjectIdentifier.init)) == [ObjectIdentifier(allInbox), ObjectIdentifier(aInbox)],
+            "the wrong type is filtered out")
         #expect(presence == ["alice": 10, "bob": 3], "the new session starts from the group's presence")
         guard case .changed = machine.onAnnouncement("s1", Self.announcement("s1", revision: 2), now: 1_000) else {
             Issue.record("a known session changed; nobody gets it again")
@@ -121,7 +135,10 @@ import Testing
             Issue.record("an activity type is an identifier")
             return
         }
-        guard case .rejected = machine.onAnnouncement("s9", Self.announcement("s9", revision: 1_000 + HLCTimestamp.maximumSkew + 1), now: 1_000) else {
+        guard
+            case .rejected = machine.onAnnouncement(
+                "s9", Self.announcement("s9", revision: 1_000 + HLCTimestamp.maximumSkew + 1), now: 1_000)
+        else {
             Issue.record("a revision from too far ahead")
             return
         }
@@ -188,12 +205,15 @@ import Testing
         for topic in ["\(root)/s/s1/state/k/alice", "\(root)/s/s1/member/alice", "\(root)/session/s1", "\(root)/presence/alice"] {
             owned.own(topic, Data("x".utf8))
         }
-        #expect(owned.inRepublishOrder().map(\.topic) == [
-            "\(root)/presence/alice", "\(root)/session/s1", "\(root)/s/s1/member/alice", "\(root)/s/s1/state/k/alice",
-        ])
+        #expect(
+            owned.inRepublishOrder().map(\.topic) == [
+                "\(root)/presence/alice", "\(root)/session/s1", "\(root)/s/s1/member/alice", "\(root)/s/s1/state/k/alice",
+            ])
         #expect(owned.topics(under: "\(root)/s/s1/") == ["\(root)/s/s1/member/alice", "\(root)/s/s1/state/k/alice"])
         owned.own("\(root)/s/s1/member/alice", Data())
         owned.disown("\(root)/session/s1")
-        #expect(owned.inRepublishOrder().map(\.topic) == ["\(root)/presence/alice", "\(root)/s/s1/state/k/alice"], "cleared and disowned records stay gone")
+        #expect(
+            owned.inRepublishOrder().map(\.topic) == ["\(root)/presence/alice", "\(root)/s/s1/state/k/alice"],
+            "cleared and disowned records stay gone")
     }
 }

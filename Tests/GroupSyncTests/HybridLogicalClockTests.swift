@@ -1,4 +1,5 @@
 import Testing
+
 @testable import GroupSync
 
 /// The clock that orders shared-state writes, without a broker.

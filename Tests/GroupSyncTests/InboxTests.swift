@@ -2,6 +2,7 @@ import BrokerSupport
 import Foundation
 import Synchronization
 import Testing
+
 @testable import GroupSync
 
 /// The queue under every `messages(of:)` sequence: AsyncStream's semantics, without a broker.
@@ -104,7 +105,10 @@ import Testing
     @Test func manyElementsAcrossThreadsArriveOnceInOrder() async throws {
         let inbox = Inbox<Int>()
         let count = 50_000
-        let producer = Thread { for value in 0..<count { inbox.yield(value) }; inbox.finish() }
+        let producer = Thread {
+            for value in 0..<count { inbox.yield(value) }
+            inbox.finish()
+        }
         producer.start()
         var expected = 0
         while let value = await inbox.next() {

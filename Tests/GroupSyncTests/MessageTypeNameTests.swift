@@ -6,7 +6,10 @@ import Testing
 /// languages) match on it, so it must stay what `String(describing: T.self)` prints.
 @Suite struct MessageTypeNameTests {
     struct Plain: Codable {}
-    enum Outer { struct Inner: Codable {}; enum Deeper { struct Leaf: Codable {} } }
+    enum Outer {
+        struct Inner: Codable {}
+        enum Deeper { struct Leaf: Codable {} }
+    }
     struct Box<Content>: Codable where Content: Codable { var content: Content }
     final class Reference: Codable, CustomStringConvertible { var description: String { "not the type name" } }
 

@@ -1,6 +1,7 @@
 import BrokerSupport
 import Foundation
 import Testing
+
 @testable import GroupSync
 @testable import MQTT
 
@@ -26,7 +27,8 @@ import Testing
             let aliceChats = Collector(GroupSessionMessenger(session: a).messages(of: Chat.self))
             let bobChats = Collector(GroupSessionMessenger(session: b).messages(of: Chat.self))
             try await GroupSessionMessenger(session: a).send(Chat(text: "hello"))
-            try await GroupSessionMessenger(session: b, deliveryMode: .unreliable).send(Chat(text: "psst"), to: .only(Participant(id: "alice")))
+            try await GroupSessionMessenger(session: b, deliveryMode: .unreliable).send(
+                Chat(text: "psst"), to: .only(Participant(id: "alice")))
             try await bobChats.waitForCount(1)
             try await aliceChats.waitForCount(1)
 
@@ -38,10 +40,11 @@ import Testing
             let beforeMarker = replay.elements.prefix { $0.topic != marker }
             let stored = beforeMarker.filter(\.retain)
             #expect(beforeMarker.allSatisfy { $0.retain || $0.topic.hasPrefix("\(root)/presence/") })
-            #expect(Set(stored.map(\.topic)) == [
-                "\(root)/presence/alice", "\(root)/presence/bob", "\(root)/session/\(a.id)",
-                "\(session)/member/alice", "\(session)/member/bob", "\(session)/state/index/alice",
-            ])
+            #expect(
+                Set(stored.map(\.topic)) == [
+                    "\(root)/presence/alice", "\(root)/presence/bob", "\(root)/session/\(a.id)",
+                    "\(session)/member/alice", "\(session)/member/bob", "\(session)/state/index/alice",
+                ])
             await late.disconnect()
 
             // End: `$end`, then empty payloads for the announcement, members and state; close: empty presence.
@@ -99,20 +102,22 @@ import Testing
                 qos: .atLeastOnce, retain: true)
 
             // Listen: the session is found through its retained announcement.
-            let group0 = Collector(try await zoe.subscribe(to: [
-                TopicSubscription("\(root)/presence/+", qos: .atLeastOnce), TopicSubscription("\(root)/session/+", qos: .atLeastOnce),
-            ]))
+            let group0 = Collector(
+                try await zoe.subscribe(to: [
+                    TopicSubscription("\(root)/presence/+", qos: .atLeastOnce), TopicSubscription("\(root)/session/+", qos: .atLeastOnce),
+                ]))
             try await waitUntil("the announcement") { group0.elements.contains { $0.topic == "\(root)/session/\(a.id)" } }
             let announcement = try DocumentedReader.object(group0.elements.first { $0.topic == "\(root)/session/\(a.id)" }!.payload)
             #expect((announcement["activity"] as? [String: Any])?["type"] as? String == Gallery.activityIdentifier)
 
             // Join: subscribe, publish the member record, wait for it to come back (the barrier) and for `$catchup`.
             let base = "\(root)/s/\(a.id)"
-            let inbox = Collector(try await zoe.subscribe(to: [
-                TopicSubscription("\(base)/member/+", qos: .atLeastOnce), TopicSubscription("\(base)/state/+/+", qos: .atLeastOnce),
-                TopicSubscription("\(base)/msg/to/zoe/+", qos: .atLeastOnce),
-                TopicSubscription("\(base)/msg/all/+", qos: .atLeastOnce, noLocal: true),
-            ]))
+            let inbox = Collector(
+                try await zoe.subscribe(to: [
+                    TopicSubscription("\(base)/member/+", qos: .atLeastOnce), TopicSubscription("\(base)/state/+/+", qos: .atLeastOnce),
+                    TopicSubscription("\(base)/msg/to/zoe/+", qos: .atLeastOnce),
+                    TopicSubscription("\(base)/msg/all/+", qos: .atLeastOnce, noLocal: true),
+                ]))
             try await zoe.publish(to: "\(base)/member/zoe", string: #"{"epoch":\#(epoch),"participant":"zoe","v":1}"#, retain: true)
             try await waitUntil("own member record echoed") { inbox.elements.contains { $0.topic == "\(base)/member/zoe" } }
             try await waitUntil("$catchup") { inbox.elements.contains { $0.topic.hasPrefix("\(base)/msg/to/zoe/") } }
@@ -135,9 +140,11 @@ import Testing
             let (t, c) = now > seenTime ? (now, Int64(0)) : (seenTime, seenCounter + 1)
             let rejectedBefore = alice.rejectedMessageCount
             try await zoe.publish(
-                to: "\(base)/state/index/zoe", string: #"{"clock":{"c":\#(c),"p":"zoe","t":\#(t)},"key":"index","v":1,"value":9}"#, retain: true)
+                to: "\(base)/state/index/zoe", string: #"{"clock":{"c":\#(c),"p":"zoe","t":\#(t)},"key":"index","v":1,"value":9}"#,
+                retain: true)
             try await zoe.publish(
-                to: "\(base)/state/other/zoe", string: #"{"clock":{"c":0,"p":"alice","t":\#(t + 1)},"key":"other","v":1,"value":1}"#, retain: true)
+                to: "\(base)/state/other/zoe", string: #"{"clock":{"c":0,"p":"alice","t":\#(t + 1)},"key":"other","v":1,"value":1}"#,
+                retain: true)
             try await waitUntil("zoe's write wins") { try SharedState(a, key: "index", initialValue: 0).value == 9 }
             try await waitUntil("the forged clock is counted") { alice.rejectedMessageCount > rejectedBefore }
             #expect(try SharedState(a, key: "other", initialValue: 0).value == 0)
@@ -161,12 +168,15 @@ import Testing
             // her messages, and the broker's queue to zoe is FIFO, so all are in before this marker.
             try await zoe.publish(to: "\(base)/msg/to/zoe/zoe", string: "marker")
             try await waitUntil("the marker") { inbox.elements.contains { $0.topic == "\(base)/msg/to/zoe/zoe" } }
-            #expect(inbox.elements.filter { $0.topic.hasPrefix("\(base)/msg/to/zoe/") && $0.topic != "\(base)/msg/to/zoe/zoe" }.map(\.topic)
-                == ["\(base)/msg/to/zoe/\(expectedResponder)"])
+            #expect(
+                inbox.elements.filter { $0.topic.hasPrefix("\(base)/msg/to/zoe/") && $0.topic != "\(base)/msg/to/zoe/zoe" }.map(\.topic)
+                    == ["\(base)/msg/to/zoe/\(expectedResponder)"])
 
             // Leave: an empty member record. Crash: the will marks zoe lost.
             try await zoe.publish(to: "\(base)/member/zoe", payload: Data(), retain: true)
-            try await waitUntil("zoe left") { ids(a.activeParticipants) == ["alice", "bob"] && ids(b.activeParticipants) == ["alice", "bob"] }
+            try await waitUntil("zoe left") {
+                ids(a.activeParticipants) == ["alice", "bob"] && ids(b.activeParticipants) == ["alice", "bob"]
+            }
             #expect(alice.state.withLock { $0.machine.online["zoe"] } == epoch)
             zoe.simulateConnectionDrop()
             try await waitUntil("zoe's will arrives") { alice.state.withLock { $0.machine.online["zoe"] } == nil }
@@ -176,13 +186,17 @@ import Testing
     }
 
     @Test func theExampleACLMakesIdentitiesUnforgeableAndSessionsStillWork() async throws {
-        let acl = try String(contentsOf: DocumentedReader.repository.appendingPathComponent("deploy/mosquitto/acl.example"), encoding: .utf8)
+        let acl = try String(
+            contentsOf: DocumentedReader.repository.appendingPathComponent("deploy/mosquitto/acl.example"), encoding: .utf8)
         let users = ["alice": "alice-pw", "bob": "bob-pw"]
         try await MosquittoBroker.withBroker(.init(users: users, acl: acl)) { broker in
             let group = Group(broker)
             let root = "groupsync/v1/\(group.name)"
             func login(_ name: String) -> (inout GroupCoordinator.Configuration) -> Void {
-                { $0.mqtt.username = name; $0.mqtt.password = users[name] }
+                {
+                    $0.mqtt.username = name
+                    $0.mqtt.password = users[name]
+                }
             }
             let alice = try await group.join("alice", login("alice"))
             let bob = try await group.join("bob", login("bob"))
@@ -264,7 +278,9 @@ import Testing
             let (raw, seen) = try await rawSubscriber(broker, "\(root)/#")
             alice.dropConnection()
             // Republishing goes presence, announcements, members, state: the live state record comes last.
-            try await waitUntil("alice republished") { seen.elements.contains { $0.topic.hasSuffix("/s/\(live.id)/state/last/alice") && !$0.retain } }
+            try await waitUntil("alice republished") {
+                seen.elements.contains { $0.topic.hasSuffix("/s/\(live.id)/state/last/alice") && !$0.retain }
+            }
             #expect(!seen.elements.contains { $0.topic == "\(root)/session/\(ended.id)" && !$0.retain })
             await raw.disconnect()
             await group.closeAll()
@@ -285,7 +301,8 @@ struct DocumentedReader {
 
     init(group: String) { self.group = group }
 
-    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
 
     // MARK: Rules of the document
 
@@ -371,7 +388,7 @@ struct DocumentedReader {
             kinds.insert("state")
             try expectState(json, key: levels[6], writer: last, message)
         case (8, "s") where levels[5] == "msg" && levels[6] == "all",
-             (9, "s") where levels[5] == "msg" && levels[6] == "to":
+            (9, "s") where levels[5] == "msg" && levels[6] == "to":
             try readEnvelope(json, sender: last, message)
         default:
             rejected.append(message.topic)

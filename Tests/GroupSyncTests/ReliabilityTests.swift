@@ -2,6 +2,7 @@ import BrokerSupport
 import Foundation
 import Synchronization
 import Testing
+
 @testable import GroupSync
 @testable import MQTT
 
@@ -120,7 +121,9 @@ import Testing
             }
             await victim.simulateCrash()
             try await writers.value
-            try await waitUntil(timeout: timeBound(.seconds(2)), "victim gone") { ids(a.activeParticipants) == ["alice", "bob"] && ids(b.activeParticipants) == ["alice", "bob"] }
+            try await waitUntil(timeout: timeBound(.seconds(2)), "victim gone") {
+                ids(a.activeParticipants) == ["alice", "bob"] && ids(b.activeParticipants) == ["alice", "bob"]
+            }
             // The last two writes (199 by bob, 200 by alice) may be concurrent in clock terms — neither had
             // seen the other's when writing — so either may win, but both must end on the same one.
             try await waitUntil("alice and bob agree on one of the last writes") { sa.value == sb.value && [199, 200].contains(sa.value) }
@@ -163,7 +166,9 @@ import Testing
             let session = try await bob.firstSession(of: Gallery.self)
             broker.pause()
             let attempt = Task { try await session.join() }
-            try await waitUntil("join is waiting on the frozen broker") { session.core.machine.withLock { if case .joining = $0.phase { true } else { false } } }
+            try await waitUntil("join is waiting on the frozen broker") {
+                session.core.machine.withLock { if case .joining = $0.phase { true } else { false } }
+            }
             attempt.cancel()
             await #expect(throws: GroupSyncError.cancelled) { try await attempt.value }
             #expect(session.state == .waiting)
@@ -218,7 +223,8 @@ import Testing
 
     func residentMemory() -> Int {
         guard let status = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8),
-              let pages = status.split(separator: " ").dropFirst().first.flatMap({ Int($0) }) else { return 0 }
+            let pages = status.split(separator: " ").dropFirst().first.flatMap({ Int($0) })
+        else { return 0 }
         return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
     }
 }

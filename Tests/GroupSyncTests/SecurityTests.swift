@@ -1,12 +1,14 @@
 import BrokerSupport
 import Foundation
 import Testing
+
 @testable import GroupSync
 @testable import MQTT
 
 /// The secure configuration: passwords, the example ACL and TLS, as in deploy/mosquitto/mosquitto.secure.conf.
 @Suite(.timeLimit(.minutes(1))) struct SecurityTests {
-    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
     static let users = ["alice": "alice-pw", "bob": "bob-pw", "mallory": "mallory-pw"]
 
     func withSecureBroker(_ body: (MosquittoBroker, TestPKI.Files) async throws -> Void) async throws {
@@ -19,7 +21,9 @@ import Testing
         try await MosquittoBroker.withBroker(configuration) { broker in try await body(broker, pki) }
     }
 
-    func login(_ broker: MosquittoBroker, _ pki: TestPKI.Files, _ name: String, password: String? = nil, ca: String? = nil) throws -> GroupCoordinator.Configuration {
+    func login(_ broker: MosquittoBroker, _ pki: TestPKI.Files, _ name: String, password: String? = nil, ca: String? = nil) throws
+        -> GroupCoordinator.Configuration
+    {
         var configuration = try GroupCoordinator.Configuration(
             broker: "mqtts://127.0.0.1:\(broker.port)", group: "secure", participant: name,
             tls: .init(caFile: ca ?? pki.caCert))
@@ -48,9 +52,15 @@ import Testing
             let root = "groupsync/v1/secure"
             let forgeries: [(String, String)] = [
                 ("\(root)/presence/alice", #"{"epoch":1,"participant":"alice","status":"lost","v":1}"#),
-                ("\(root)/s/\(a.id)/state/index/alice", #"{"clock":{"c":0,"p":"alice","t":99999999999999},"key":"index","v":1,"value":666}"#),
+                (
+                    "\(root)/s/\(a.id)/state/index/alice",
+                    #"{"clock":{"c":0,"p":"alice","t":99999999999999},"key":"index","v":1,"value":666}"#
+                ),
                 ("\(root)/s/\(a.id)/msg/all/alice", #"{"body":{"text":"forged"},"epoch":1,"reliable":true,"seq":999,"type":"Chat","v":1}"#),
-                ("\(root)/s/\(a.id)/msg/to/bob/alice", #"{"body":{"text":"forged"},"epoch":1,"reliable":true,"seq":1000,"type":"Chat","v":1}"#),
+                (
+                    "\(root)/s/\(a.id)/msg/to/bob/alice",
+                    #"{"body":{"text":"forged"},"epoch":1,"reliable":true,"seq":1000,"type":"Chat","v":1}"#
+                ),
                 ("\(root)/s/\(a.id)/member/alice", ""),
             ]
             for (topic, payload) in forgeries {
@@ -81,7 +91,9 @@ import Testing
             await #expect {
                 _ = try await GroupCoordinator.connect(login(broker, pki, "alice", password: "wrong"))
             } throws: { error in
-                guard case let .connection(mqtt) = error as? GroupSyncError, case let .connectionRefused(code, _) = mqtt else { return false }
+                guard case let .connection(mqtt) = error as? GroupSyncError, case let .connectionRefused(code, _) = mqtt else {
+                    return false
+                }
                 return code == 134 || code == 135
             }
             // And the right ones work, over TLS end to end.

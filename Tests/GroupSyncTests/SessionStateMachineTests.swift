@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import GroupSync
 
 /// Pure logic of one session, driven without a broker.
@@ -49,7 +50,9 @@ import Testing
         var machine = Self.joined()
         Self.listen(&machine)
         for (value, time) in [(10, 100), (20, 102), (15, 101)] as [(Int64, Int64)] {
-            let action = machine.onState(Self.record(value, at: time, by: "w\(value)"), key: "k", writer: "w\(value)", topic: "t\(value)", now: 1_000, holdingValues: true)
+            let action = machine.onState(
+                Self.record(value, at: time, by: "w\(value)"), key: "k", writer: "w\(value)", topic: "t\(value)", now: 1_000,
+                holdingValues: true)
             #expect(action.values.isEmpty, "held until the burst ends")
         }
         #expect(machine.releaseHeldValues().values == [.int(20)], "one change, to the newest record")
@@ -77,7 +80,9 @@ import Testing
         var machine = Self.joined()
         Self.listen(&machine)
         _ = machine.onState(Self.record(20, at: 200, by: "bob"), key: "k", writer: "bob", topic: "t1", now: 1_000)
-        #expect(machine.onState(Self.record(10, at: 100, by: "carol"), key: "k", writer: "carol", topic: "t2", now: 1_000, holdingValues: true).values.isEmpty)
+        #expect(
+            machine.onState(Self.record(10, at: 100, by: "carol"), key: "k", writer: "carol", topic: "t2", now: 1_000, holdingValues: true)
+                .values.isEmpty)
         #expect(machine.releaseHeldValues().values.isEmpty)
         #expect(machine.states["k"]?.value == .int(20))
     }
@@ -106,7 +111,8 @@ import Testing
         Self.present("bob", in: &machine)
         _ = machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox())
         let future = Wire.StateRecord(key: "f", value: .int(1), clock: HLCTimestamp(time: .max, counter: 0, participant: "bob"))
-        let action = machine.onCatchUp(.init(states: [future, Self.record(2, at: 50, by: "bob")], members: []), from: "bob", retainAvailable: true, now: 1_000)
+        let action = machine.onCatchUp(
+            .init(states: [future, Self.record(2, at: 50, by: "bob")], members: []), from: "bob", retainAvailable: true, now: 1_000)
         #expect(action.clocks.map(\.time) == [50])
         #expect(machine.states.keys.sorted() == ["k"])
     }
@@ -177,7 +183,8 @@ import Testing
     @Test func withoutRetainedMessagesTheCatchUpListsTheMembers() {
         var machine = Self.waiting()
         _ = machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox())
-        let catchUp = Wire.CatchUp(states: [], members: [Wire.Member(participant: "bob", epoch: 4), Wire.Member(participant: "alice", epoch: 9)])
+        let catchUp = Wire.CatchUp(
+            states: [], members: [Wire.Member(participant: "bob", epoch: 4), Wire.Member(participant: "alice", epoch: 9)])
         #expect(machine.onCatchUp(catchUp, from: "bob", retainAvailable: false, now: 1_000).caughtUp)
         #expect(machine.members == ["bob": 4], "our own entry is ours to make")
         #expect(ids(machine.active) == ["bob"])
@@ -207,7 +214,9 @@ import Testing
         #expect(live.catchUpTo == "bob", "we are the only one who can answer")
         #expect(ids(machine.active) == ["alice", "bob"], "a live join counts without retained presence")
         var other = Self.joined()
-        #expect(other.onMember("carol", Wire.Member(participant: "carol", epoch: 2), retained: true).catchUpTo == nil, "a replayed record is no join")
+        #expect(
+            other.onMember("carol", Wire.Member(participant: "carol", epoch: 2), retained: true).catchUpTo == nil,
+            "a replayed record is no join")
     }
 
     // MARK: - Messages

@@ -2,6 +2,7 @@ import BrokerSupport
 import Foundation
 import Synchronization
 import Testing
+
 @testable import GroupSync
 @testable import MQTT
 
@@ -103,7 +104,9 @@ import Testing
             for coordinator in coordinators.dropFirst() { joined.append(try await coordinator.joinSession(first.id, of: Gallery.self)) }
             let sessions = joined
             try await SharedState(first, key: "index", initialValue: 0).set(42)
-            try await waitUntil("everyone has it") { try sessions.allSatisfy { try SharedState($0, key: "index", initialValue: 0).value == 42 } }
+            try await waitUntil("everyone has it") {
+                try sessions.allSatisfy { try SharedState($0, key: "index", initialValue: 0).value == 42 }
+            }
             let (raw, wire) = try await rawSubscriber(broker, "groupsync/v1/\(group.name)/s/\(first.id)/msg/#")
             let newcomer = try await group.join("newcomer")
             let n = try await newcomer.joinSession(first.id, of: Gallery.self)

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import GroupSync
 
 /// The codec without a broker: envelopes written around their body are `JSONEncoder`'s bytes, the parser
@@ -24,7 +25,9 @@ import Testing
 
     static let notes = [
         Note(text: "plain", tags: [:], nested: [], flag: nil),
-        Note(text: "quote \" backslash \\ slash / tab \t newline \n bell \u{7} é 🎉", tags: ["b": 2, "a": 1], nested: [[1.5, -2e10], []], flag: true),
+        Note(
+            text: "quote \" backslash \\ slash / tab \t newline \n bell \u{7} é 🎉", tags: ["b": 2, "a": 1], nested: [[1.5, -2e10], []],
+            flag: true),
     ]
 
     @Test(arguments: ["Ping", "Array<Int>", "we\"ird\\type\u{1}\u{1f}\u{8}\u{c}\r/ü", ""])
@@ -57,7 +60,7 @@ import Testing
             """
         let payload = Data(text.utf8)
         let envelope = try Wire.readEnvelope(payload)
-        #expect(envelope.header == Wire.EnvelopeHeader(type: "Note", epoch: 1796214382038, seq: 7, reliable: false))
+        #expect(envelope.header == Wire.EnvelopeHeader(type: "Note", epoch: 1_796_214_382_038, seq: 7, reliable: false))
         #expect(Wire.decodeBody(Note.self, from: payload[envelope.body]) == Note(text: "hi", tags: [:], nested: [[1]], flag: nil))
         // In a slice of a larger buffer, the body's range is in the slice's indices.
         let slice = (Data("xx".utf8) + payload)[2...]
@@ -86,7 +89,8 @@ import Testing
     @Test func integersAreIntegersOnly() throws {
         let cases: [(String, JSONValue)] = [
             ("1", .int(1)), ("-0", .int(0)), ("1.0", .double(1)), ("1e0", .double(1)), ("1001e0", .double(1001)),
-            ("9223372036854775807", .int(.max)), ("-9223372036854775808", .int(.min)), ("9223372036854775808", .double(9223372036854775808)),
+            ("9223372036854775807", .int(.max)), ("-9223372036854775808", .int(.min)),
+            ("9223372036854775808", .double(9_223_372_036_854_775_808)),
         ]
         for (text, value) in cases { #expect(try JSONParser.parse(Data(text.utf8)) == value, "\(text)") }
         for seq in ["1.0", "1e0", "1001e0", "9223372036854775808"] {
@@ -94,13 +98,18 @@ import Testing
             #expect(Result { () throws(Wire.Rejection) in try Wire.readEnvelope(Data(text.utf8)) }.failure == .notAnInteger, "\(seq)")
         }
         for v in ["1.0", "2", "\"1\"", "null"] {
-            #expect(Result { () throws(Wire.Rejection) in try Wire.read(Wire.Member.self, from: Data(#"{"epoch":1,"participant":"a","v":\#(v)}"#.utf8)) }.failure == .badVersion)
+            #expect(
+                Result { () throws(Wire.Rejection) in
+                    try Wire.read(Wire.Member.self, from: Data(#"{"epoch":1,"participant":"a","v":\#(v)}"#.utf8))
+                }.failure == .badVersion)
         }
     }
 
     static let announcement = Wire.Announcement(
         session: "s1",
-        activity: .init(type: "com.example.gallery", metadata: .init(title: "T/1", subtitle: "é", type: .watchTogether), data: .object(["a": .array([.int(1), .double(2.5), .null])])),
+        activity: .init(
+            type: "com.example.gallery", metadata: .init(title: "T/1", subtitle: "é", type: .watchTogether),
+            data: .object(["a": .array([.int(1), .double(2.5), .null])])),
         createdBy: "alice", createdAt: 17, revision: HLCTimestamp(time: 17, counter: 2, participant: "alice"))
     static let record = Wire.StateRecord(key: "k", value: .string("v"), clock: HLCTimestamp(time: 5, counter: 0, participant: "bob"))
 
@@ -115,8 +124,9 @@ import Testing
         try roundTrip(WireEnvelopeTests.announcement)
         try roundTrip(Wire.CatchUp(states: [WireEnvelopeTests.record], members: [Wire.Member(participant: "a", epoch: 1)]))
         // The documented bytes (docs/PROTOCOL.md).
-        #expect(String(decoding: try Wire.encode(Wire.Member(participant: "alice", epoch: 1796212095667)), as: UTF8.self)
-            == #"{"epoch":1796212095667,"participant":"alice","v":1}"#)
+        #expect(
+            String(decoding: try Wire.encode(Wire.Member(participant: "alice", epoch: 1_796_212_095_667)), as: UTF8.self)
+                == #"{"epoch":1796212095667,"participant":"alice","v":1}"#)
     }
 
     @Test func appValuesGoThroughFoundation() throws {

@@ -1,6 +1,7 @@
 import BrokerSupport
 import Foundation
 import Testing
+
 @testable import MQTT
 
 /// The connection's logic without a broker: every input is driven by hand, and continuations are
@@ -76,7 +77,8 @@ import Testing
 
     @Test func theFirstConnackRestoresSubscriptionsMadeBeforeIt() async throws {
         var machine = makeMachine()
-        #expect(try machine.onSubscriptionAdded(id: 1, [TopicSubscription("a"), TopicSubscription("b", qos: .exactlyOnce)], sink: sink()) == [])
+        #expect(
+            try machine.onSubscriptionAdded(id: 1, [TopicSubscription("a"), TopicSubscription("b", qos: .exactlyOnce)], sink: sink()) == [])
         var restored: [TopicSubscription] = []
         var events: [ConnectionEvent] = []
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
@@ -126,15 +128,17 @@ import Testing
         #expect(machine.nextStep == .loop)
         let back = machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: now, random: 0)
         #expect(back.events == [.connected(sessionPresent: false)] && machine.isConnected)
-        #expect(machine.onConnectionLost(reason: "again", now: now, random: 0).events
-            == [.disconnected(reason: "again"), .reconnecting(attempt: 1, delay: .milliseconds(50))])
+        #expect(
+            machine.onConnectionLost(reason: "again", now: now, random: 0).events
+                == [.disconnected(reason: "again"), .reconnecting(attempt: 1, delay: .milliseconds(50))])
     }
 
     @Test func aRefusedReconnectWaitsTheLongestDelay() async {
         var machine = await connected()
         _ = machine.onConnectionLost(reason: "gone", now: .now, random: 0)
         machine.onSocketOpened()
-        let effects = machine.onConnack(reasonCode: 135, reason: "Not authorized", sessionPresent: false, limits: .init(), now: .now, random: 0)
+        let effects = machine.onConnack(
+            reasonCode: 135, reason: "Not authorized", sessionPresent: false, limits: .init(), now: .now, random: 0)
         #expect(effects.events == [.reconnecting(attempt: 2, delay: Self.backoff.maximum)])
         // The disconnect that follows a refused CONNACK does not schedule a second attempt.
         #expect(machine.onConnectionLost(reason: "closed", now: .now, random: 0).events.isEmpty)
@@ -166,7 +170,9 @@ import Testing
         // While reconnecting, QoS ≥ 1 is queued for the next connection; QoS 0 is refused.
         #expect(machine.checkPublish(qos: .atMostOnce, retain: false, size: 10) == .failure(.notConnected))
         #expect(machine.checkPublish(qos: .atLeastOnce, retain: false, size: 10) == .success(1))
-        #expect(machine.checkPublish(qos: .atLeastOnce, retain: true, size: 10) == .failure(.retainUnavailable), "the last CONNACK's limits hold")
+        #expect(
+            machine.checkPublish(qos: .atLeastOnce, retain: true, size: 10) == .failure(.retainUnavailable),
+            "the last CONNACK's limits hold")
         _ = await withCheckedContinuation { (waiter: Machine.StopWaiter) in
             _ = machine.onDisconnectRequested(id: 1, waiter)
             machine.onStopped().resumeAll()

@@ -1,6 +1,7 @@
 import BrokerSupport
 import Foundation
 import Testing
+
 @testable import MQTT
 
 /// The client against a real mosquitto started for each test.
@@ -12,8 +13,9 @@ import Testing
             let b = try await connectedClient(broker)
             let messages = Collector(try await b.subscribe(to: [TopicSubscription("t/#", qos: qos)]))
             for i in 0..<50 {
-                try await a.publish(to: "t/\(i % 3)", string: "m\(i)", qos: qos,
-                                    properties: .init(contentType: "text/plain", userProperties: [.init("k", "v\(i)")]))
+                try await a.publish(
+                    to: "t/\(i % 3)", string: "m\(i)", qos: qos,
+                    properties: .init(contentType: "text/plain", userProperties: [.init("k", "v\(i)")]))
             }
             try await messages.waitForCount(50)
             #expect(messages.elements.map { $0.string } == (0..<50).map { "m\($0)" })
@@ -98,8 +100,10 @@ import Testing
             let wills = Collector(try await watcher.subscribe(to: [TopicSubscription("wills/#")]))
             let child = try ChildProcess(
                 "/usr/bin/mosquitto_sub",
-                ["-h", "127.0.0.1", "-p", "\(broker.port)", "-t", "unused", "-i", "doomed",
-                 "--will-topic", "wills/doomed", "--will-payload", "gone", "--will-qos", "1"])
+                [
+                    "-h", "127.0.0.1", "-p", "\(broker.port)", "-t", "unused", "-i", "doomed",
+                    "--will-topic", "wills/doomed", "--will-payload", "gone", "--will-qos", "1",
+                ])
             try await waitUntil("child connected") { broker.logText.contains("doomed") }
             child.signal(SIGKILL)
             #expect(await child.wait(until: .after(.seconds(5))) == .signalled(SIGKILL))
@@ -193,7 +197,10 @@ import Testing
         var config = MosquittoBroker.Configuration()
         config.users = ["alice": "right"]
         try await MosquittoBroker.withBroker(config) { broker in
-            let client = try makeClient(broker) { $0.username = "alice"; $0.password = "wrong" }
+            let client = try makeClient(broker) {
+                $0.username = "alice"
+                $0.password = "wrong"
+            }
             await #expect {
                 try await client.connect()
             } throws: { error in
@@ -201,7 +208,10 @@ import Testing
                 return code == 134 || code == 135
             }
             try await waitUntil("network thread stopped") { client.connection.state.withLock { $0.isStopped } }
-            let good = try makeClient(broker) { $0.username = "alice"; $0.password = "right" }
+            let good = try makeClient(broker) {
+                $0.username = "alice"
+                $0.password = "right"
+            }
             try await good.connect()
             await good.disconnect()
         }
@@ -314,7 +324,9 @@ import Testing
         defer { fillers.forEach { close($0) } }
         for _ in 0..<4 {  // fill the accept queue; nothing is ever accepted
             let filler = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-            _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(filler, $0, length) } }
+            _ = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(filler, $0, length) }
+            }
             fillers.append(filler)
         }
         let port = Int(UInt16(bigEndian: address.sin_port))
@@ -362,7 +374,9 @@ import Testing
         address.sin_port = 0
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
+        }
         listen(listener, backlog)
         return (listener, address)
     }

@@ -1,6 +1,7 @@
 import BrokerSupport
 import Foundation
 import Testing
+
 @testable import MQTT
 
 /// The network thread's loop: wake-ups, a connection cut under publishers, TLS records holding many
@@ -64,7 +65,10 @@ import Testing
     /// throws a typed error, and every acknowledged QoS 1 message arrives.
     @Test func concurrentPublishersSurviveTheSocketClosingUnderThem() async throws {
         try await MosquittoBroker.withBroker { broker in
-            let client = try await connectedClient(broker) { $0.cleanStart = false; $0.sessionExpiry = 60 }
+            let client = try await connectedClient(broker) {
+                $0.cleanStart = false
+                $0.sessionExpiry = 60
+            }
             let watcher = try await connectedClient(broker)
             let seen = Collector(try await watcher.subscribe(to: [TopicSubscription("busy/#", qos: .atLeastOnce)]))
             let echo = Collector(try await client.subscribe(to: [TopicSubscription("busy/#", qos: .atMostOnce)]))
@@ -76,7 +80,8 @@ import Testing
                             if publisher == 0 && (i == 40 || i == 100) { client.simulateConnectionDrop() }
                             let text = "\(publisher)-\(i)"
                             do {
-                                try await client.publish(to: "busy/\(publisher)", string: text, qos: i % 3 == 0 ? .atMostOnce : .atLeastOnce)
+                                try await client.publish(
+                                    to: "busy/\(publisher)", string: text, qos: i % 3 == 0 ? .atMostOnce : .atLeastOnce)
                                 if i % 3 != 0 { sent.append(text) }
                             } catch let error as MQTTError {
                                 switch error {
@@ -152,11 +157,17 @@ import Testing
             let banner = Collector(bannerStream)
             let server = try ChildProcess(
                 "/usr/bin/env",
-                ["openssl", "s_server", "-4", "-accept", "127.0.0.1:\(port)", "-naccept", "1",
-                 "-cert", pki.serverCert, "-key", pki.serverKey],
+                [
+                    "openssl", "s_server", "-4", "-accept", "127.0.0.1:\(port)", "-naccept", "1",
+                    "-cert", pki.serverCert, "-key", pki.serverKey,
+                ],
                 input: .pipe,
                 output: .handler { chunk in
-                    if chunk.isEmpty { bannerContinuation.finish() } else { bannerContinuation.yield(String(decoding: chunk, as: UTF8.self)) }
+                    if chunk.isEmpty {
+                        bannerContinuation.finish()
+                    } else {
+                        bannerContinuation.yield(String(decoding: chunk, as: UTF8.self))
+                    }
                 })
             defer { server.signal(SIGTERM) }
             try await waitUntil("s_server listens") { banner.elements.joined().contains("ACCEPT") }

@@ -1,8 +1,9 @@
 import BrokerSupport
+import Foundation
 // Every file of this target sees the test support (Collector, TestPKI, timeBound, …) through this import.
 @_exported import GroupSyncTestSupport
-import Foundation
 import Synchronization
+
 @testable import MQTT
 
 func makeClient(

@@ -1,4 +1,5 @@
 import Testing
+
 @testable import MQTT
 
 @Suite struct TopicTests {
@@ -31,8 +32,11 @@ import Testing
         var generator = SystemRandomNumberGenerator()
         let levels = ["a", "b", "", "ab", "$x"]
         for _ in 0..<20_000 {
-            let name = (0..<Int.random(in: 1...4, using: &generator)).map { _ in levels.randomElement(using: &generator)! }.joined(separator: "/")
-            var filterLevels = (0..<Int.random(in: 1...4, using: &generator)).map { _ in (levels + ["+", "+"]).randomElement(using: &generator)! }
+            let name = (0..<Int.random(in: 1...4, using: &generator)).map { _ in levels.randomElement(using: &generator)! }.joined(
+                separator: "/")
+            var filterLevels = (0..<Int.random(in: 1...4, using: &generator)).map { _ in
+                (levels + ["+", "+"]).randomElement(using: &generator)!
+            }
             if Bool.random(using: &generator) { filterLevels.append("#") }
             let filter = filterLevels.joined(separator: "/")
             guard Topic.isValidFilter(filter), Topic.isValidName(name) else { continue }

@@ -25,7 +25,8 @@ extension GroupActivity {
 /// How an activity presents itself.
 public struct GroupActivityMetadata: Sendable, Hashable, Codable {
     public enum ActivityType: String, Sendable, Hashable, Codable {
-        case generic, watchTogether, listenTogether, workoutTogether, shopTogether, exploreTogether, createTogether, learnTogether, playTogether, readTogether
+        case generic, watchTogether, listenTogether, workoutTogether, shopTogether, exploreTogether, createTogether, learnTogether,
+            playTogether, readTogether
     }
 
     public var title: String

@@ -150,7 +150,8 @@ struct CoordinatorStateMachine {
             return modifyGroup { $0.sessions.removeValue(forKey: sessionID) == nil ? .none : .ended } ?? .none
         }
         guard announcement.session == sessionID, announcement.revision.isPlausible(now: now),
-              Identifier.isValid(announcement.activity.type) else { return .rejected }
+            Identifier.isValid(announcement.activity.type)
+        else { return .rejected }
         return modifyGroup { group in
             if group.sessions[sessionID] != nil { return .changed }
             let type = announcement.activity.type

@@ -38,23 +38,26 @@ extension GroupCoordinator {
     /// keepalive, while connected.
     func startHeartbeats() {
         let keepAlive = Duration.seconds(configuration.mqtt.keepAlive)
-        tasks.add(Task { [self] in
-            while !Task.isCancelled {
-                try? await Task.sleep(for: keepAlive / 2)
-                // Not once close() began: a heartbeat after the goodbye would bring us back for a while.
-                guard client.isConnected, !state.withLock({ $0.machine.isClosed }), let payload = try? Wire.encode(onlinePresence) else { continue }
-                _ = try? await client.publish(to: topics.presence(localParticipant.id), payload: payload, qos: .atMostOnce)
-            }
-        })
-        tasks.add(Task { [self] in
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(250))
-                guard client.isConnected else { continue }
-                // Silent for 1.5 × keepalive less two checks: gone within 1.5 × keepalive of its last heartbeat.
-                let gone = state.withLock { $0.machine.expireSilent(now: .now, timeout: keepAlive * 3 / 2 - .milliseconds(500)) }
-                forwardPresence(gone.map { ($0, nil) })
-            }
-        })
+        tasks.add(
+            Task { [self] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: keepAlive / 2)
+                    // Not once close() began: a heartbeat after the goodbye would bring us back for a while.
+                    guard client.isConnected, !state.withLock({ $0.machine.isClosed }), let payload = try? Wire.encode(onlinePresence)
+                    else { continue }
+                    _ = try? await client.publish(to: topics.presence(localParticipant.id), payload: payload, qos: .atMostOnce)
+                }
+            })
+        tasks.add(
+            Task { [self] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .milliseconds(250))
+                    guard client.isConnected else { continue }
+                    // Silent for 1.5 × keepalive less two checks: gone within 1.5 × keepalive of its last heartbeat.
+                    let gone = state.withLock { $0.machine.expireSilent(now: .now, timeout: keepAlive * 3 / 2 - .milliseconds(500)) }
+                    forwardPresence(gone.map { ($0, nil) })
+                }
+            })
     }
 
     private var onlinePresence: Wire.Presence {

@@ -63,8 +63,9 @@ extension GroupCoordinator {
         activityIdentifier: String, value: JSONValue, metadata: GroupActivityMetadata? = nil
     ) async throws(GroupSyncError) -> String {
         try Identifier.validate(activityIdentifier, kind: "activity identifier")
-        return try await announce(.init(
-            type: activityIdentifier, metadata: metadata ?? GroupActivityMetadata(title: activityIdentifier), data: value))
+        return try await announce(
+            .init(
+                type: activityIdentifier, metadata: metadata ?? GroupActivityMetadata(title: activityIdentifier), data: value))
     }
 
     private func announce(_ activity: Wire.Announcement.Activity) async throws(GroupSyncError) -> String {
@@ -149,7 +150,12 @@ extension GroupCoordinator {
     func forgetSessionsEndedWhileAway() async {
         // The replay is being recorded since the CONNACK (on the network thread, before any message).
         try? await publishPresenceAndAwaitEcho()
-        guard let seen = replay.withLock({ replay in defer { replay = nil }; return replay }), seen.ownPresence else { return }
+        guard
+            let seen = replay.withLock({ replay in
+                defer { replay = nil }
+                return replay
+            }), seen.ownPresence
+        else { return }
         let prefix = "\(topics.root)/session/"
         let ended = retained.topics(under: prefix)
             .map { String($0.dropFirst(prefix.count)) }

@@ -125,14 +125,15 @@ public final class GroupCoordinator: Sendable {
             throw .connection(error)
         }
         groupSubscription.withLock { $0 = subscription }
-        tasks.add(Task { [self] in
-            for await event in events {
-                guard case let .connected(sessionPresent) = event else { continue }
-                state.withLock { $0.machine.onReconnected(now: .now) }
-                if !sessionPresent { await forgetSessionsEndedWhileAway() }
-                await retained.republishAll()
-            }
-        })
+        tasks.add(
+            Task { [self] in
+                for await event in events {
+                    guard case let .connected(sessionPresent) = event else { continue }
+                    state.withLock { $0.machine.onReconnected(now: .now) }
+                    if !sessionPresent { await forgetSessionsEndedWhileAway() }
+                    await retained.republishAll()
+                }
+            })
         // After connect() returns, the coordinator knows the group as the broker does.
         try await publishPresenceAndAwaitEcho()
         if configuration.presenceHeartbeats { startHeartbeats() }

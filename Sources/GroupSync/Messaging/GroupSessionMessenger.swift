@@ -54,7 +54,9 @@ public final class GroupSessionMessenger: Sendable {
 
     /// Sends raw bytes (base64 in the JSON envelope, type `Data`); receive them with `messages(of: Data.self)`.
     public func send(_ data: Data, to participants: Participants = .all) async throws(GroupSyncError) {
-        try await core.send(type: "Data", envelope: try Wire.EnvelopeBytes(body: data), to: participants, reliable: deliveryMode == .reliable, limit: maximumMessageSize)
+        try await core.send(
+            type: "Data", envelope: try Wire.EnvelopeBytes(body: data), to: participants, reliable: deliveryMode == .reliable,
+            limit: maximumMessageSize)
     }
 
     /// Messages of type `Message` from other participants, in arrival order, each with its sender. Ends

@@ -127,7 +127,8 @@ final class Inbox<Element: Sendable>: Sendable {
                 let now = state.withLock { state -> State.Next in
                     let next = state.pop()
                     if case .empty = next {
-                        precondition(state.waiter == nil, "Two tasks iterate one GroupSync sequence at once; each sequence has one consumer")
+                        precondition(
+                            state.waiter == nil, "Two tasks iterate one GroupSync sequence at once; each sequence has one consumer")
                         state.waiter = continuation
                     }
                     return next

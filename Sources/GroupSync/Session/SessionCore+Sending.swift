@@ -80,9 +80,11 @@ extension SessionCore {
     func sendCatchUp(to newcomer: String) {
         let listingMembers = !context.client.retainAvailable
         let catchUp = machine.withLock { $0.catchUp(listingMembers: listingMembers) }
-        if let body = try? Wire.encode(catchUp), let tickets = try? enqueue(
-            type: "$catchup", envelope: Wire.EnvelopeBytes(encodedBody: body), to: .only(Participant(id: newcomer)), reliable: true,
-            limit: Wire.maximumPayload) {
+        if let body = try? Wire.encode(catchUp),
+            let tickets = try? enqueue(
+                type: "$catchup", envelope: Wire.EnvelopeBytes(encodedBody: body), to: .only(Participant(id: newcomer)), reliable: true,
+                limit: Wire.maximumPayload)
+        {
             context.tasks.spawn { [self] in try? await acknowledgements(of: tickets) }
         }
     }

@@ -19,7 +19,8 @@ final class SessionCore: Sendable {
         self.activityType = announcement.activity.type
         self.context = context
         self.broadcastDestinations = [context.topics.broadcast(announcement.session, from: context.me.id)]
-        self.machine = LockedValue(SessionStateMachine(me: context.me.id, myEpoch: context.epoch, announcement: announcement, presence: presence))
+        self.machine = LockedValue(
+            SessionStateMachine(me: context.me.id, myEpoch: context.epoch, announcement: announcement, presence: presence))
     }
 
     var me: String { context.me.id }
@@ -113,9 +114,10 @@ final class SessionCore: Sendable {
             guard let record = Wire.decode(Wire.StateRecord.self, from: message.payload) else { return reject() }
             let now = context.clock.milliseconds()
             // Shown at the end of the burst: records that arrive together make one visible change.
-            catchUpTo = apply {
-                $0.onState(record, key: key, writer: writer, topic: message.topic, now: now, holdingValues: true)
-            }.catchUpTo
+            catchUpTo =
+                apply {
+                    $0.onState(record, key: key, writer: writer, topic: message.topic, now: now, holdingValues: true)
+                }.catchUpTo
         case let .broadcast(session, sender) where session == id:
             catchUpTo = inbound(message.payload, from: sender)
         case let .direct(session, recipient, sender) where session == id && recipient == me:

@@ -30,7 +30,7 @@ public struct GroupTopics: Sendable, Hashable {
     /// direct messages addressed to `participant` only.
     public func sessionFilters(_ session: String, participant: String) -> (shared: [String], broadcast: String) {
         let base = "\(root)/s/\(session)"
-        return ([ "\(base)/member/+", "\(base)/state/+/+", "\(base)/msg/to/\(participant)/+"], "\(base)/msg/all/+")
+        return (["\(base)/member/+", "\(base)/state/+/+", "\(base)/msg/to/\(participant)/+"], "\(base)/msg/all/+")
     }
 
     /// What a topic of this group is.
@@ -57,7 +57,8 @@ public struct GroupTopics: Sendable, Hashable {
     private static func parse(_ bytes: UnsafeBufferPointer<UInt8>, root: UnsafeBufferPointer<UInt8>) -> Kind? {
         // memcmp: this runs for every received message, and `elementsEqual` walks generic iterators.
         guard bytes.count > root.count + 1, bytes[root.count] == UInt8(ascii: "/"),
-              root.isEmpty || memcmp(bytes.baseAddress!, root.baseAddress!, root.count) == 0 else { return nil }
+            root.isEmpty || memcmp(bytes.baseAddress!, root.baseAddress!, root.count) == 0
+        else { return nil }
         // Up to six levels below the root, each a valid identifier (so never empty).
         return withUnsafeTemporaryAllocation(of: Range<Int>.self, capacity: 6) { bounds -> Kind? in
             var count = 0

@@ -187,7 +187,8 @@ struct JSONParser {
             return .null
         }
         guard container.build else { return .null }
-        return container.isObject ? .object(Dictionary(uniqueKeysWithValues: zip(container.keys, container.values))) : .array(container.values)
+        return container.isObject
+            ? .object(Dictionary(uniqueKeysWithValues: zip(container.keys, container.values))) : .array(container.values)
     }
 
     private mutating func literal(_ text: StaticString) throws(Wire.Rejection) {
@@ -293,9 +294,9 @@ struct JSONParser {
     }
 }
 
-private extension Int64 {
+extension Int64 {
     /// `-?[0-9]+` (already checked) that fits in 64 bits.
-    init?(integerText text: Slice<UnsafeRawBufferPointer>) {
+    fileprivate init?(integerText text: Slice<UnsafeRawBufferPointer>) {
         let negative = text.first == UInt8(ascii: "-")
         var value: Int64 = 0
         for byte in text.dropFirst(negative ? 1 : 0) {

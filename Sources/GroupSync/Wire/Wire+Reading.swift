@@ -169,7 +169,9 @@ extension Wire.EnvelopeHeader: Wire.Record {
     public init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()
         _ = try fields.value("body")
-        self.init(type: try fields.string("type"), epoch: try fields.int("epoch"), seq: try fields.int("seq"), reliable: try fields.bool("reliable"))
+        self.init(
+            type: try fields.string("type"), epoch: try fields.int("epoch"), seq: try fields.int("seq"),
+            reliable: try fields.bool("reliable"))
     }
 }
 

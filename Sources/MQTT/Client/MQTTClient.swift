@@ -215,7 +215,10 @@ public final class MQTTClient: Sendable {
         whenSent: () -> Void = {}
     ) async throws(MQTTError) -> MessageHandlerSubscription {
         let sink = MessageSink(
-            deliver: { handler($0); return true }, finish: onEnd, endOfBurst: endOfBurst, connected: connected)
+            deliver: {
+                handler($0)
+                return true
+            }, finish: onEnd, endOfBurst: endOfBurst, connected: connected)
         let id = try await register(subscriptions, sink: sink, registered: { _ in }, whenSent: whenSent)
         return MessageHandlerSubscription(id: id, connection: connection)
     }
@@ -266,7 +269,8 @@ public final class MQTTClient: Sendable {
             switch codes {
             case .success(let codes):
                 for (request, code) in zip(filters, codes) where code >= 128 && failure == nil {
-                    failure = code == 135 ? .notAuthorized(topic: request.filter) : .subscriptionRefused(filter: request.filter, reasonCode: code)
+                    failure =
+                        code == 135 ? .notAuthorized(topic: request.filter) : .subscriptionRefused(filter: request.filter, reasonCode: code)
                 }
             case .failure(let error):
                 failure = failure ?? error

@@ -41,7 +41,8 @@ public enum MQTTError: Error, Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         switch self {
         case let .unreachable(host, port, detail):
-            return "MQTT broker at \(host):\(port) is unreachable (\(detail)); start one (e.g. `groupsync broker` or `docker compose up`) or check the URL"
+            return
+                "MQTT broker at \(host):\(port) is unreachable (\(detail)); start one (e.g. `groupsync broker` or `docker compose up`) or check the URL"
         case let .connectionRefused(code, reason):
             return "the broker refused the connection: \(reason) (reason code \(code)); check credentials and the broker's ACL"
         case let .tls(detail):

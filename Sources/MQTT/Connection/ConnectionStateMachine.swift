@@ -261,7 +261,9 @@ struct ConnectionStateMachine {
     }
 
     /// A listener of connection events; nil once stopped (its sequence is to be finished at once).
-    mutating func onListenerAdded(_ continuation: AsyncStream<ConnectionEvent>.Continuation) -> ListenerRegistry<AsyncStream<ConnectionEvent>.Continuation>.ID? {
+    mutating func onListenerAdded(_ continuation: AsyncStream<ConnectionEvent>.Continuation) -> ListenerRegistry<
+        AsyncStream<ConnectionEvent>.Continuation
+    >.ID? {
         isStopped ? nil : listeners.add(continuation)
     }
 

@@ -50,7 +50,8 @@ extension MosquittoConnection {
         if mosquitto_property_read_int32(properties, Int32(MQTT_PROP_MAXIMUM_PACKET_SIZE.rawValue), &size, false) != nil {
             limits.maximumPacketSize = Int(size)
         }
-        let reason = configuration.protocolVersion == .v5
+        let reason =
+            configuration.protocolVersion == .v5
             ? String(cString: mosquitto_reason_string(rc)) : String(cString: mosquitto_connack_string(rc))
         let effects = state.withLock {
             $0.onConnack(

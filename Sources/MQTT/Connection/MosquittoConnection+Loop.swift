@@ -150,18 +150,21 @@ extension MosquittoConnection {
         }
         if rc == MOSQ_ERR_SUCCESS.rawValue {
             while mosquitto_socket(handle) != -1, lastUnsubscribeAck.load(ordering: .acquiring) != mid,
-                  ContinuousClock.now < deadline {
+                ContinuousClock.now < deadline
+            {
                 if turn(timeout: 50) != MOSQ_ERR_SUCCESS.rawValue { break }
             }
         }
         var properties: OpaquePointer? = nil
         defer { mosquitto_property_free_all(&properties) }
         if expireSessionOnStop.load(ordering: .acquiring) && configuration.protocolVersion == .v5
-            && (configuration.sessionExpiry ?? 0) > 0 {
+            && (configuration.sessionExpiry ?? 0) > 0
+        {
             mosquitto_property_add_int32(&properties, Int32(MQTT_PROP_SESSION_EXPIRY_INTERVAL.rawValue), 0)
         }
         guard mosquitto_socket(handle) != -1,
-              mosquitto_disconnect_v5(handle, 0, properties) == MOSQ_ERR_SUCCESS.rawValue else { return }
+            mosquitto_disconnect_v5(handle, 0, properties) == MOSQ_ERR_SUCCESS.rawValue
+        else { return }
         // From here on only writes: reading in the disconnected state is a protocol error to libmosquitto.
         while case let socket = mosquitto_socket(handle), socket != -1, ContinuousClock.now < deadline {
             var descriptor = pollfd(fd: socket, events: Int16(POLLOUT), revents: 0)

@@ -21,7 +21,8 @@ extension MosquittoConnection {
             if rc != MOSQ_ERR_SUCCESS.rawValue {
                 throw .invalidConfiguration("TLS files unusable (\(String(cString: mosquitto_strerror(rc)))): CA \(tls.caFile)")
             }
-            try check(mosquitto_tls_opts_set(handle, 1 /* SSL_VERIFY_PEER */, nil, nil))
+            let verifyPeer: Int32 = 1  // OpenSSL's SSL_VERIFY_PEER
+            try check(mosquitto_tls_opts_set(handle, verifyPeer, nil, nil))
             try check(mosquitto_tls_insecure_set(handle, !tls.verifyHostname))
         }
         if let will = configuration.will {

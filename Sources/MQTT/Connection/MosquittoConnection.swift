@@ -48,7 +48,8 @@ final class MosquittoConnection: @unchecked Sendable {
         }
         self.configuration = configuration
         self.handle = handle
-        self.state = LockedValue(ConnectionStateMachine(backoff: configuration.reconnect, host: configuration.host, port: configuration.port))
+        self.state = LockedValue(
+            ConnectionStateMachine(backoff: configuration.reconnect, host: configuration.host, port: configuration.port))
         mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
         do {
             try configure()

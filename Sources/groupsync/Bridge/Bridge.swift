@@ -88,7 +88,8 @@ actor Bridge {
             guard let session = await find(coordinator, activity: activity, session: sessionID, within: timeout) else {
                 if Task.isCancelled { throw Failure("interrupted: the bridge is shutting down") }
                 if let sessionID {
-                    throw Failure("no live session \(sessionID)\(activity.map { " of \($0)" } ?? "") was announced within \(Bridge.seconds(timeout))")
+                    throw Failure(
+                        "no live session \(sessionID)\(activity.map { " of \($0)" } ?? "") was announced within \(Bridge.seconds(timeout))")
                 }
                 throw Failure("no live session of \(activity ?? "-") within \(Bridge.seconds(timeout)): start one")
             }
@@ -132,7 +133,9 @@ actor Bridge {
 
     private func configure(broker: String?, group: String?, participant: String?, keepAlive: Int?) throws(Failure) -> [String: JSONValue] {
         guard coordinator == nil else {
-            throw Failure("configure must come before the first start, join or watch: already connected as \(options.participant) in group \(options.group)")
+            throw Failure(
+                "configure must come before the first start, join or watch: already connected as \(options.participant) in group \(options.group)"
+            )
         }
         var updated = options
         if let broker { updated.broker = broker }
@@ -200,13 +203,15 @@ actor Bridge {
         events.open(session)
         events.state(of: session)
         var joined = Joined(session: session, messenger: messenger)
-        joined.tasks.append(Task.detached { [weak self] in
-            for await _ in stateUpdates { events.state(of: session) }
-            await self?.sessionOver(id)
-        })
-        joined.tasks.append(Task.detached {
-            for await (message, context) in messages { events.message(message.value, from: context.source.id, in: session) }
-        })
+        joined.tasks.append(
+            Task.detached { [weak self] in
+                for await _ in stateUpdates { events.state(of: session) }
+                await self?.sessionOver(id)
+            })
+        joined.tasks.append(
+            Task.detached {
+                for await (message, context) in messages { events.message(message.value, from: context.source.id, in: session) }
+            })
         current = joined
         do {
             try await session.join()
@@ -221,9 +226,10 @@ actor Bridge {
             throw Failure("session \(id) ended while joining")
         }
         let participants = session.activeParticipantUpdates()
-        current?.tasks.append(Task.detached {
-            for await _ in participants { events.participants(of: session) }
-        })
+        current?.tasks.append(
+            Task.detached {
+                for await _ in participants { events.participants(of: session) }
+            })
         for key in keys { _ = track(key, in: id) }
         await discoverKeys(of: session)
         events.state(of: session)
@@ -244,9 +250,10 @@ actor Bridge {
         let session = joined.session
         let events = self.events
         current?.states[key] = state
-        current?.tasks.append(Task.detached {
-            for await _ in values { events.value(of: state, in: session) }
-        })
+        current?.tasks.append(
+            Task.detached {
+                for await _ in values { events.value(of: state, in: session) }
+            })
         return state
     }
 
@@ -279,12 +286,13 @@ actor Bridge {
         }
         guard current?.session.id == id else { return subscription.unsubscribe() }
         current?.discovery = subscription
-        current?.tasks.append(Task.detached { [weak self] in
-            for await message in subscription where !message.payload.isEmpty {
-                guard case let .state(session, key, _) = topics.parse(message.topic), session == id else { continue }
-                await self?.discovered(key, in: id)
-            }
-        })
+        current?.tasks.append(
+            Task.detached { [weak self] in
+                for await message in subscription where !message.payload.isEmpty {
+                    guard case let .state(session, key, _) = topics.parse(message.topic), session == id else { continue }
+                    await self?.discovered(key, in: id)
+                }
+            })
     }
 
     private func discovered(_ key: String, in id: String) {

@@ -47,7 +47,8 @@ enum BrokerCommand: Command {
         }
         let config = FileManager.default.temporaryDirectory.appendingPathComponent("groupsync-broker-\(getpid()).conf").path
         try lines.joined(separator: "\n").appending("\n").write(toFile: config, atomically: true, encoding: .utf8)
-        Output.line("groupsync broker: mosquitto on mqtt://\(bind == "0.0.0.0" ? "127.0.0.1" : bind):\(port) (config \(config)); Ctrl-C to stop")
+        Output.line(
+            "groupsync broker: mosquitto on mqtt://\(bind == "0.0.0.0" ? "127.0.0.1" : bind):\(port) (config \(config)); Ctrl-C to stop")
         // Replace this process with mosquitto: signals, exit code and output are its own.
         var argv: [UnsafeMutablePointer<CChar>?] = [executable, "-c", config].map { (text: String) in strdup(text) }
         argv.append(nil)

@@ -121,7 +121,8 @@ enum DashboardCommand: Command {
                     if message.topic == marker {
                         guard message.payload == Data("sync-\(generation)".utf8) else { continue }
                         await publish(projection.synchronize(), client: client, verbose: verbose)
-                        Output.line("synchronized: \(projection.view.sessions.count) live sessions, \(projection.retained.count) retained topics")
+                        Output.line(
+                            "synchronized: \(projection.view.sessions.count) live sessions, \(projection.retained.count) retained topics")
                         continue
                     }
                     let before = Set(projection.view.sessions.keys)

@@ -100,8 +100,10 @@ struct Scenario {
     }
 
     func run() async throws -> Bool {
-        let names = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy",
-                     "mallory", "niaj", "olivia", "peggy", "rupert", "sybil", "trent", "victor", "walter", "zoe"]
+        let names = [
+            "alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy",
+            "mallory", "niaj", "olivia", "peggy", "rupert", "sybil", "trent", "victor", "walter", "zoe",
+        ]
         var participants: [Participant] = []
         for name in names.prefix(count) {
             let configuration = try GroupCoordinator.Configuration(broker: url, group: group, participant: name)
@@ -139,7 +141,9 @@ struct Scenario {
         for value in 1...3 {
             let started = ContinuousClock.now
             try await alice.index.withLock { $0! }.set(value)
-            try await waitUntil(timeout: .seconds(5), pollEvery: .microseconds(200), "everyone at \(value)") { early.allSatisfy { $0.shown == value } }
+            try await waitUntil(timeout: .seconds(5), pollEvery: .microseconds(200), "everyone at \(value)") {
+                early.allSatisfy { $0.shown == value }
+            }
             latencies.append(ContinuousClock.now - started)
             timeline.note(alice.name, "swiped to \(value); all \(early.count) screens showed it after \(format(latencies.last!))")
         }
@@ -167,7 +171,9 @@ struct Scenario {
         let catchUpStart = ContinuousClock.now
         try await join(late)
         let catchUp = ContinuousClock.now - catchUpStart
-        timeline.note(late.name, "joined late and had \(late.value.map(String.init) ?? "nothing") after \(format(catchUp)) (the first value its screen showed)")
+        timeline.note(
+            late.name,
+            "joined late and had \(late.value.map(String.init) ?? "nothing") after \(format(catchUp)) (the first value its screen showed)")
         let lateFirst = late.seen.withLock { $0.first }
 
         // bob is killed without leaving.
@@ -196,9 +202,13 @@ struct Scenario {
         Output.line("")
         Output.line("Verdict")
         Output.line("  converged:        \(converged ? "yes" : "NO") (\(finals))")
-        Output.line("  conflict:         alice 10 vs bob 20 → everyone settled on \(winner), \(jitterFree ? "no screen jumped back" : "SOME SCREEN JUMPED BACK")")
+        Output.line(
+            "  conflict:         alice 10 vs bob 20 → everyone settled on \(winner), \(jitterFree ? "no screen jumped back" : "SOME SCREEN JUMPED BACK")"
+        )
         Output.line("  swipe latency:    p50 \(format(p50)) until every screen showed it")
-        Output.line("  late joiner:      caught up in \(format(catchUp)), first value shown \(lateFirst.map(String.init) ?? "-") (expected \(winner))")
+        Output.line(
+            "  late joiner:      caught up in \(format(catchUp)), first value shown \(lateFirst.map(String.init) ?? "-") (expected \(winner))"
+        )
         Output.line("  crash detection:  \(format(crashDetection))")
         let ok = converged && jitterFree && lateFirst == winner && crashDetection < .seconds(3)
         Output.line("  result:           \(ok ? "PASS" : "FAIL")")

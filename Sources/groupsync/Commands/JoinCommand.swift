@@ -43,7 +43,8 @@ enum JoinCommand: Command {
         let key = args.value("key") ?? "value"
         guard Identifier.isValid(key) else { throw UsageError("invalid --key '\(key)'") }
         let coordinator = try await common.connect()
-        let session = try await findOrStart(coordinator, activityID: activityID, sessionID: args.value("session"), title: args.value("title"))
+        let session = try await findOrStart(
+            coordinator, activityID: activityID, sessionID: args.value("session"), title: args.value("title"))
         do {
             try await session.join()
         } catch {

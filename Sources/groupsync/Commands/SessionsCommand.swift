@@ -53,11 +53,15 @@ enum SessionsCommand: Command {
         let now = Int64(Date().timeIntervalSince1970 * 1_000)
         let rows = view.sessions.values.sorted { $0.announcement.createdAt < $1.announcement.createdAt }
         if json {
-            Output.json(["sessions": rows.map { session -> [String: Any] in
-                ["id": session.announcement.session, "activity": session.announcement.activity.type,
-                 "title": session.announcement.activity.metadata.title, "participants": view.active(session),
-                 "age_s": max(0, now - session.announcement.createdAt) / 1_000]
-            }])
+            Output.json([
+                "sessions": rows.map { session -> [String: Any] in
+                    [
+                        "id": session.announcement.session, "activity": session.announcement.activity.type,
+                        "title": session.announcement.activity.metadata.title, "participants": view.active(session),
+                        "age_s": max(0, now - session.announcement.createdAt) / 1_000,
+                    ]
+                }
+            ])
             return
         }
         if rows.isEmpty {
@@ -67,13 +71,14 @@ enum SessionsCommand: Command {
         Output.line("SESSION           ACTIVITY                  TITLE                 PARTICIPANTS          AGE")
         for session in rows {
             let age = max(0, now - session.announcement.createdAt) / 1_000
-            Output.line([
-                session.announcement.session.padding(toLength: 17, withPad: " ", startingAt: 0),
-                session.announcement.activity.type.padding(toLength: 25, withPad: " ", startingAt: 0),
-                session.announcement.activity.metadata.title.padding(toLength: 21, withPad: " ", startingAt: 0),
-                view.active(session).joined(separator: ",").padding(toLength: 21, withPad: " ", startingAt: 0),
-                "\(age)s",
-            ].joined(separator: " "))
+            Output.line(
+                [
+                    session.announcement.session.padding(toLength: 17, withPad: " ", startingAt: 0),
+                    session.announcement.activity.type.padding(toLength: 25, withPad: " ", startingAt: 0),
+                    session.announcement.activity.metadata.title.padding(toLength: 21, withPad: " ", startingAt: 0),
+                    view.active(session).joined(separator: ",").padding(toLength: 21, withPad: " ", startingAt: 0),
+                    "\(age)s",
+                ].joined(separator: " "))
         }
     }
 }

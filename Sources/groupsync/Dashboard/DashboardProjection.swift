@@ -45,7 +45,10 @@ struct DashboardProjection {
     /// The GroupSync filters to subscribe to, in this order (announcements before the members and state
     /// records of their sessions, which ``GroupView`` ignores for unknown sessions).
     var groupFilters: [String] {
-        [view.topics.presenceFilter, view.topics.announcementFilter, "\(view.topics.root)/s/+/member/+", "\(view.topics.root)/s/+/state/+/+"]
+        [
+            view.topics.presenceFilter, view.topics.announcementFilter, "\(view.topics.root)/s/+/member/+",
+            "\(view.topics.root)/s/+/state/+/+",
+        ]
     }
 
     /// Everything the dashboard subscribes to: the group, its own topics (to find leftovers) and Home
@@ -112,11 +115,14 @@ struct DashboardProjection {
         result.append(Publication(topics.discoveryConfig(objectID: topics.sessionCountObjectID), sessionCountConfig().json))
         for session in sessions {
             let id = session.announcement.session
-            result.append(Publication(topics.discoveryConfig(objectID: topics.participantCountObjectID(id)), participantCountConfig(session).json))
+            result.append(
+                Publication(topics.discoveryConfig(objectID: topics.participantCountObjectID(id)), participantCountConfig(session).json))
             for key in session.states.keys.sorted() {
                 guard let record = session.states[key] else { continue }
-                result.append(Publication(
-                    topics.discoveryConfig(objectID: topics.stateObjectID(id, key: key)), stateConfig(session, key: key, value: record.value).json))
+                result.append(
+                    Publication(
+                        topics.discoveryConfig(objectID: topics.stateObjectID(id, key: key)),
+                        stateConfig(session, key: key, value: record.value).json))
             }
         }
         result.append(Publication(topics.sessionCount, String(sessions.count)))

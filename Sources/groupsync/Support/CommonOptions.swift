@@ -17,7 +17,9 @@ struct CommonOptions {
     var participant: String
     var keepAlive: Int
 
-    init(_ arguments: Arguments, defaultParticipant: String = "cli-\(String(UInt32.random(in: 0...UInt32.max), radix: 36))") throws(UsageError) {
+    init(_ arguments: Arguments, defaultParticipant: String = "cli-\(String(UInt32.random(in: 0...UInt32.max), radix: 36))")
+        throws(UsageError)
+    {
         broker = arguments.value("broker") ?? ProcessInfo.processInfo.environment["GROUPSYNC_BROKER"] ?? "mqtt://127.0.0.1:1883"
         group = arguments.value("group") ?? "default"
         participant = arguments.value("as") ?? defaultParticipant

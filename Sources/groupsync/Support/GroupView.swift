@@ -50,10 +50,14 @@ struct GroupView {
             guard let presence = Wire.decode(Wire.Presence.self, from: payload) else { return invalid(message) }
             if presence.status == .online {
                 online[participant] = presence.epoch
-                return Event(kind: "online", participant: participant, text: "\(participant) online (epoch \(presence.epoch))", fields: ["epoch": presence.epoch])
+                return Event(
+                    kind: "online", participant: participant, text: "\(participant) online (epoch \(presence.epoch))",
+                    fields: ["epoch": presence.epoch])
             }
             if online[participant] == presence.epoch { online[participant] = nil }
-            return Event(kind: "lost", participant: participant, text: "\(participant) LOST — connection died without leaving (epoch \(presence.epoch))", fields: ["epoch": presence.epoch])
+            return Event(
+                kind: "lost", participant: participant,
+                text: "\(participant) LOST — connection died without leaving (epoch \(presence.epoch))", fields: ["epoch": presence.epoch])
         case let .announcement(id):
             if payload.isEmpty {
                 sessions[id] = nil
@@ -71,7 +75,8 @@ struct GroupView {
             let title = announcement.activity.metadata.title
             return Event(
                 kind: changed ? "activity" : "announce", session: id, participant: announcement.createdBy,
-                text: changed ? "session \(id) activity changed: \(json(announcement.activity.data))"
+                text: changed
+                    ? "session \(id) activity changed: \(json(announcement.activity.data))"
                     : "session \(id) announced by \(announcement.createdBy): \(announcement.activity.type) \"\(title)\"",
                 fields: ["activity": announcement.activity.type, "title": title, "revision": announcement.revision.description])
         case let .member(id, participant):
@@ -81,10 +86,13 @@ struct GroupView {
             }
             guard let member = Wire.decode(Wire.Member.self, from: payload) else { return invalid(message) }
             setMember(id, participant, member.epoch)
-            return Event(kind: "join", session: id, participant: participant, text: "\(participant) joined \(id)", fields: ["epoch": member.epoch])
+            return Event(
+                kind: "join", session: id, participant: participant, text: "\(participant) joined \(id)", fields: ["epoch": member.epoch])
         case let .state(id, key, writer):
             if payload.isEmpty {
-                return Event(kind: "state-cleared", session: id, participant: writer, text: "\(writer)'s \(key) in \(id) cleared", fields: ["key": key])
+                return Event(
+                    kind: "state-cleared", session: id, participant: writer, text: "\(writer)'s \(key) in \(id) cleared",
+                    fields: ["key": key])
             }
             guard let record = Wire.decode(Wire.StateRecord.self, from: payload) else { return invalid(message) }
             let current = sessions[id]?.states[key] ?? early[id]?.states[key]
@@ -117,22 +125,29 @@ struct GroupView {
     private func messageEvent(_ message: MQTTMessage, session: String, sender: String, recipient: String?) -> Event? {
         guard let header = Wire.decode(Wire.EnvelopeHeader.self, from: message.payload) else { return invalid(message) }
         let to = recipient ?? "all"
-        let fields: [String: Any] = ["to": to, "type": header.type, "size": message.payload.count, "seq": header.seq, "reliable": header.reliable]
+        let fields: [String: Any] = [
+            "to": to, "type": header.type, "size": message.payload.count, "seq": header.seq, "reliable": header.reliable,
+        ]
         switch header.type {
         case "$catchup":
-            return Event(kind: "catch-up", session: session, participant: sender, text: "\(sender) → \(to): catch-up for the newcomer (\(message.payload.count) bytes)", fields: fields)
+            return Event(
+                kind: "catch-up", session: session, participant: sender,
+                text: "\(sender) → \(to): catch-up for the newcomer (\(message.payload.count) bytes)", fields: fields)
         case "$end":
             return Event(kind: "end", session: session, participant: sender, text: "\(sender) ends session \(session)", fields: fields)
         default:
             return Event(
                 kind: "message", session: session, participant: sender,
-                text: "\(sender) → \(to): \(header.type), \(message.payload.count) bytes, seq \(header.seq)\(header.reliable ? "" : " (unreliable)")",
+                text:
+                    "\(sender) → \(to): \(header.type), \(message.payload.count) bytes, seq \(header.seq)\(header.reliable ? "" : " (unreliable)")",
                 fields: fields)
         }
     }
 
     private func invalid(_ message: MQTTMessage) -> Event {
-        Event(kind: "invalid", text: "rejected payload on \(message.topic) (\(message.payload.count) bytes)", fields: ["topic": message.topic])
+        Event(
+            kind: "invalid", text: "rejected payload on \(message.topic) (\(message.payload.count) bytes)", fields: ["topic": message.topic]
+        )
     }
 
     func json(_ value: JSONValue) -> String {

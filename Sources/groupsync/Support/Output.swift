@@ -15,7 +15,9 @@ enum Output {
 
     /// One JSON object per line, keys sorted.
     static func json(_ object: [String: Any]) {
-        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else { return }
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else {
+            return
+        }
         line(String(decoding: data, as: UTF8.self))
     }
 }
