@@ -136,6 +136,19 @@ import Testing
         #expect(Wire.value(Int.self, from: .double(3)) == 3, "app values follow JSONDecoder's rules")
         #expect(Wire.value(Int.self, from: .string("3")) == nil)
     }
+
+    /// The writer's text reads back as the same value, and is `JSONEncoder`'s text where both apply.
+    @Test(arguments: [
+        JSONValue.null, .bool(true), .int(-42), .double(2.5), .double(3), .double(1e300), .string("a/\"\\\n\u{1}ü"),
+        .array([.int(1), .null, .array([])]),
+        .object(["b": .int(1), "a": .object(["z": .string("x"), "c": .array([.bool(false)])]), "": .null]),
+    ])
+    func theWriterWritesWhatJSONEncoderWrites(value: JSONValue) throws {
+        var text: [UInt8] = []
+        JSONWriter.append(value, to: &text)
+        #expect(try JSONParser.parse(Data(text)) == value || value == .double(3))
+        #expect(String(decoding: text, as: UTF8.self) == String(decoding: try Wire.encode(value), as: UTF8.self))
+    }
 }
 
 extension Result {

@@ -27,27 +27,9 @@ extension Wire {
         func finished(type: String, epoch: Int64, seq: Int64, reliable: Bool) -> [UInt8] {
             var out = bytes
             out.append(contentsOf: #","epoch":\#(epoch),"reliable":\#(reliable),"seq":\#(seq),"type":"#.utf8)
-            appendJSONString(type, to: &out)
+            JSONWriter.append(string: type, to: &out)
             out.append(contentsOf: #","v":\#(version)}"#.utf8)
             return out
-        }
-
-        /// `string` as a JSON string literal, escaped as `JSONEncoder` escapes it.
-        private func appendJSONString(_ string: String, to out: inout [UInt8]) {
-            out.append(UInt8(ascii: "\""))
-            for byte in string.utf8 {
-                switch byte {
-                case UInt8(ascii: "\""), UInt8(ascii: "\\"): out.append(contentsOf: [UInt8(ascii: "\\"), byte])
-                case 0x08: out.append(contentsOf: #"\b"#.utf8)
-                case 0x0C: out.append(contentsOf: #"\f"#.utf8)
-                case 0x0A: out.append(contentsOf: #"\n"#.utf8)
-                case 0x0D: out.append(contentsOf: #"\r"#.utf8)
-                case 0x09: out.append(contentsOf: #"\t"#.utf8)
-                case 0..<0x20: out.append(contentsOf: "\\u00\(byte < 0x10 ? "0" : "")\(String(byte, radix: 16))".utf8)
-                default: out.append(byte)
-                }
-            }
-            out.append(UInt8(ascii: "\""))
         }
     }
 

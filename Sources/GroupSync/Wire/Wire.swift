@@ -136,7 +136,8 @@ public enum Wire {
 
     /// Decodes an app value from a ``JSONValue`` with `JSONDecoder`, as it would from the payload.
     public static func value<T: Decodable>(_ type: T.Type, from json: JSONValue) -> T? {
-        guard let data = try? encoder.encode(json) else { return nil }
-        return try? decoder.decode(type, from: data)
+        var text: [UInt8] = []
+        JSONWriter.append(json, to: &text)
+        return try? decoder.decode(type, from: Data(text))
     }
 }
