@@ -265,7 +265,7 @@ import Testing
         var machine = Self.waiting()
         let states = Inbox<Machine.Update>()
         let values = Inbox<Machine.Update>(keepingNewest: 1)
-        _ = machine.addListener(.init(kind: .state, inbox: states)).1.deliver()
+        machine.addListener(.init(kind: .state, inbox: states)).1.deliver()
         _ = machine.addListener(.init(kind: .values(key: "k"), inbox: values))
         let (barrier, caughtUp) = (Inbox<Machine.Update>(), Inbox<Machine.Update>())
         _ = machine.onJoinStarted(barrier: barrier, caughtUp: caughtUp)
