@@ -546,7 +546,9 @@ extension DashboardTests {
         var latest: [String: String] { snapshot.latest }
 
         /// Waits (with ``waitUntil(timeout:pollEvery:_:_:)``) until what was received satisfies `condition`.
-        func waitForMessages(_ what: String, timeout: Duration = .seconds(10), _ condition: @escaping @Sendable (Seen) -> Bool) async throws {
+        func waitForMessages(
+            _ what: String, timeout: Duration = .seconds(10), _ condition: @escaping @Sendable (Seen) -> Bool
+        ) async throws {
             try await waitUntil(timeout: timeout, what) { condition(self.snapshot) }
         }
 

@@ -152,7 +152,9 @@ import Testing
             #expect(bob.currentSessions(activityIdentifier: nil).map(\.state) == [.waiting])
             // What bob holds at the broker (and would subscribe to again after a reconnect): the group's filters only.
             let groupFilters = [bob.topics.presenceFilter, bob.topics.announcementFilter].sorted()
-            #expect(bob.client.connection.state.withLock { $0.liveFilters.map(\.filter) }.sorted() == groupFilters, "only the group subscription is left")
+            #expect(
+                bob.client.connection.state.withLock { $0.liveFilters.map(\.filter) }.sorted() == groupFilters,
+                "only the group subscription is left")
             await group.closeAll()
         }
     }
