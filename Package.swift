@@ -17,14 +17,14 @@ let package = Package(
             pkgConfig: "libmosquitto",
             providers: [.apt(["libmosquitto-dev"]), .brew(["mosquitto"])]
         ),
-        // A Swift 6 async MQTT client on top of libmosquitto.
+        // A Swift 6 async MQTT client on top of libmosquitto, and (with `package` access) the repository's
+        // one deadline helper, which every other target reaches through it.
         .target(name: "MQTT", dependencies: ["CMosquitto"]),
-        // Starts and stops a real mosquitto broker, and the one deadline helper: what `groupsync demo` needs,
-        // shared with the tests and the bench. (It uses the MQTT target's LockedValue: ThreadSanitizer cannot
+        // Starts and stops a real mosquitto broker: what `groupsync demo` needs, shared with the tests and
+        // the bench. (It uses the MQTT target's LockedValue: ThreadSanitizer cannot
         // see Synchronization.Mutex on Linux.)
         .target(name: "BrokerSupport", dependencies: ["MQTT"]),
-        // What only the tests and the bench use (ChildProcess, TestPKI, Collector, time limits and bounds,
-        // file limits).
+        // What only the tests and the bench use (ChildProcess, TestPKI, Collector, time bounds, file limits).
         // Never a dependency of a shipped product.
         .target(name: "GroupSyncTestSupport", dependencies: ["BrokerSupport", "MQTT"]),
         // SharePlay-style group sessions over MQTT.

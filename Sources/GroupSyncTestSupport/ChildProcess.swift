@@ -243,7 +243,7 @@ public final class ChildProcess: Sendable {
     /// child as it is: it may still be running (``termination`` is nil), or have exited while a
     /// descendant still holds its output open. Signal it and wait again, or let `deinit` kill it.
     /// Does not poll: the reaping and reading threads resume it.
-    public func wait(until deadline: Deadline) async -> Termination? {
+    package func wait(until deadline: Deadline) async -> Termination? {
         if let finished = finishedTermination { return finished }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.finished() }

@@ -1,2 +1,4 @@
-// A test or the bench imports this one module and gets the broker and the deadline helper with it.
+// A test or the bench imports this one module and gets the broker and the deadline helpers (in MQTT) with
+// it.
 @_exported import BrokerSupport
+@_exported import MQTT

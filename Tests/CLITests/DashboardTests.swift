@@ -24,7 +24,7 @@ import Testing
             try await recorder.wait(for: "\(flat)/sessions", toBe: "0")
             try await recorder.wait(for: "\(flat)/session_list", toBe: "[]")
             let groupConfig = "homeassistant/sensor/groupsync_\(group)/sessions/config"
-            try await recorder.waitUntil("the group's sensor config") { $0.latest[groupConfig]?.isEmpty == false }
+            try await recorder.waitForMessages("the group's sensor config") { $0.latest[groupConfig]?.isEmpty == false }
 
             // A session starts: alice opens it, bob joins.
             let alice = try CLIProcess(["join", "com.example.board", "--as", "alice", "--title", "Movie night", "--key", "page"] + common)
@@ -49,19 +49,19 @@ import Testing
             let volumeConfig = "homeassistant/sensor/groupsync_\(group)/\(id)_state_volume/config"
             alice.send(#""intro""#)
             try await recorder.wait(for: "\(session)/state/page", toBe: #""intro""#)
-            try await recorder.waitUntil("page's config as text") { Self.object($0.latest[pageConfig])?["value_template"] != nil }
+            try await recorder.waitForMessages("page's config as text") { Self.object($0.latest[pageConfig])?["value_template"] != nil }
             #expect(Self.object(recorder.latest[pageConfig])?["state_class"] == nil)
             alice.send("3")
             try await recorder.wait(for: "\(session)/state/page", toBe: "3")
-            try await recorder.waitUntil("page's config as a measurement") {
+            try await recorder.waitForMessages("page's config as a measurement") {
                 Self.object($0.latest[pageConfig])?["state_class"] as? String == "measurement"
             }
             bob.send("0.5")
             try await recorder.wait(for: "\(session)/state/volume", toBe: "0.5")
-            try await recorder.waitUntil("volume's config") { $0.latest[volumeConfig]?.isEmpty == false }
+            try await recorder.waitForMessages("volume's config") { $0.latest[volumeConfig]?.isEmpty == false }
             alice.send(#"{"chapter":2,"page":4}"#)
             try await recorder.wait(for: "\(session)/state/page", toBe: #"{"chapter":2,"page":4}"#)
-            try await recorder.waitUntil("page's config as an object") {
+            try await recorder.waitForMessages("page's config as an object") {
                 Self.object($0.latest[pageConfig])?["json_attributes_topic"] as? String == "\(session)/state/page"
             }
 
@@ -101,7 +101,7 @@ import Testing
             let before = recorder.snapshot
             let observer = try await Self.connectedClient(broker)
             try await observer.publish(to: "homeassistant/status", string: "online")
-            try await recorder.waitUntil("every config published again") { now in
+            try await recorder.waitForMessages("every config published again") { now in
                 configs.keys.allSatisfy { now.count($0) > before.count($0) }
             }
             for (topic, payload) in configs { #expect(recorder.latest[topic] == payload, "\(topic) republished unchanged") }
@@ -248,12 +248,12 @@ import Testing
             let dashboard = try CLIProcess(["dashboard", "--broker", broker.url, "--group", "g", "--discovery-prefix", "ha", "--verbose"])
             _ = try await dashboard.waitForLine { $0.hasPrefix("synchronized:") }
             let config = "ha/sensor/groupsync_g/sessions/config"
-            try await recorder.waitUntil("config under ha/") { $0.latest[config]?.isEmpty == false }
+            try await recorder.waitForMessages("config under ha/") { $0.latest[config]?.isEmpty == false }
             #expect(dashboard.output.contains { $0.hasPrefix("\(config) {") }, "--verbose prints each publish")
             #expect(dashboard.output.contains("groupsync/dashboard/g/availability online"))
             let observer = try await Self.connectedClient(broker)
             try await observer.publish(to: "ha/status", string: "online")
-            try await recorder.waitUntil("config again") { $0.count(config) == 2 }
+            try await recorder.waitForMessages("config again") { $0.count(config) == 2 }
             #expect(recorder.latest.keys.allSatisfy { !$0.hasPrefix("homeassistant/") })
             dashboard.signal(SIGINT)
             #expect(try await Self.exit(dashboard, "dashboard") == 0)
@@ -545,12 +545,15 @@ extension DashboardTests {
         var snapshot: Seen { seen.withLock { $0 } }
         var latest: [String: String] { snapshot.latest }
 
-        func waitUntil(_ what: String, timeout: Duration = .seconds(10), _ condition: @escaping @Sendable (Seen) -> Bool) async throws {
-            try await BrokerSupport.waitUntil(timeout: timeout, what) { condition(self.snapshot) }
+        /// Waits (with ``waitUntil(timeout:pollEvery:_:_:)``) until what was received satisfies `condition`.
+        func waitForMessages(
+            _ what: String, timeout: Duration = .seconds(10), _ condition: @escaping @Sendable (Seen) -> Bool
+        ) async throws {
+            try await waitUntil(timeout: timeout, what) { condition(self.snapshot) }
         }
 
         func wait(for topic: String, toBe payload: String, timeout: Duration = .seconds(10)) async throws {
-            try await waitUntil("\(topic) = '\(payload)' (is '\(latest[topic] ?? "<nothing>")')", timeout: timeout) {
+            try await waitForMessages("\(topic) = '\(payload)' (is '\(latest[topic] ?? "<nothing>")')", timeout: timeout) {
                 $0.latest[topic] == payload
             }
         }

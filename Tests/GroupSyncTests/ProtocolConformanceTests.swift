@@ -178,7 +178,7 @@ import Testing
                 ids(a.activeParticipants) == ["alice", "bob"] && ids(b.activeParticipants) == ["alice", "bob"]
             }
             #expect(alice.state.withLock { $0.machine.online["zoe"] } == epoch)
-            zoe.simulateConnectionDrop()
+            zoe.connection.closeSocketAbruptly()
             try await waitUntil("zoe's will arrives") { alice.state.withLock { $0.machine.online["zoe"] } == nil }
             await zoe.disconnect()
             await group.closeAll()

@@ -150,7 +150,11 @@ import Testing
             #expect(after - before < 8 << 20, "resident memory grew by \(after - before) bytes over 1,000 cycles")
             #expect(bob.state.withLock { $0.cores.count } == 1, "each left session object is dropped; one fresh waiting one remains")
             #expect(bob.currentSessions(activityIdentifier: nil).map(\.state) == [.waiting])
-            #expect(bob.client.connection.state.withLock { $0.liveSubscriptionCount } == 1, "only the group subscription is left")
+            // What bob holds at the broker (and would subscribe to again after a reconnect): the group's filters only.
+            let groupFilters = [bob.topics.presenceFilter, bob.topics.announcementFilter].sorted()
+            #expect(
+                bob.client.connection.state.withLock { $0.liveFilters.map(\.filter) }.sorted() == groupFilters,
+                "only the group subscription is left")
             await group.closeAll()
         }
     }

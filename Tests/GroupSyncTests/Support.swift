@@ -94,7 +94,7 @@ extension GroupCoordinator {
         return session
     }
 
-    func dropConnection() { client.simulateConnectionDrop() }
+    func dropConnection() { client.connection.closeSocketAbruptly() }
 }
 
 func ids(_ participants: Set<Participant>) -> Set<String> { Set(participants.map(\.id)) }

@@ -121,7 +121,7 @@ import Testing
             let crashing = try await connectedClient(broker) { $0.will = will }
             let polite = try await connectedClient(broker) { $0.will = MQTTClient.Will(topic: "wills/polite", payload: [1]) }
             await polite.disconnect()
-            crashing.simulateConnectionDrop()
+            crashing.connection.closeSocketAbruptly()
             try await wills.waitForCount(1)
             try await watcher.publish(to: "wills/marker", string: "end")
             try await wills.waitForCount(2)

@@ -77,7 +77,7 @@ import Testing
                     group.addTask {
                         var sent: [String] = []
                         for i in 0..<150 {
-                            if publisher == 0 && (i == 40 || i == 100) { client.simulateConnectionDrop() }
+                            if publisher == 0 && (i == 40 || i == 100) { client.connection.closeSocketAbruptly() }
                             let text = "\(publisher)-\(i)"
                             do {
                                 try await client.publish(

@@ -24,13 +24,3 @@ final class BackgroundTasks: Sendable {
         for task in running { task.cancel() }
     }
 }
-
-/// Runs `work`, giving up on it (cancelling it) after `timeout`.
-func withTimeout(_ timeout: Duration, _ work: @escaping @Sendable () async -> Void) async {
-    await withTaskGroup(of: Void.self) { group in
-        group.addTask { await work() }
-        group.addTask { try? await Task.sleep(for: timeout) }
-        await group.next()
-        group.cancelAll()
-    }
-}

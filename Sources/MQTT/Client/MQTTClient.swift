@@ -312,11 +312,6 @@ public final class MQTTClient: Sendable {
         sink.finish()
     }
 
-    /// Test hook: closes the socket without DISCONNECT, as a network cut would; the client reconnects.
-    package func simulateConnectionDrop() {
-        connection.closeSocketAbruptly()
-    }
-
     /// Test and demo hook: dies as a crashed process would — the socket closes without DISCONNECT (so
     /// the broker publishes the will) and the client never reconnects.
     package func abort() async {

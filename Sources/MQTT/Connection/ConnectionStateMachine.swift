@@ -140,9 +140,6 @@ struct ConnectionStateMachine {
         return newest.values.sorted { $0.filter < $1.filter }
     }
 
-    /// Subscription sequences still open.
-    var liveSubscriptionCount: Int { subscriptions.count }
-
     // MARK: - Caller side
 
     /// `connect()` was called. Returns false when the client was already started (or stopped).

@@ -34,7 +34,7 @@ extension MosquittoConnection {
             case .exit:
                 break loop
             case let .connect(first, notBefore):
-                if let notBefore, !waitUntil(notBefore) { continue }
+                if let notBefore, !sleepOnWakeup(until: notBefore) { continue }
                 let rc = first ? connectFirst() : mosquitto_reconnect(handle)
                 if rc == MOSQ_ERR_SUCCESS.rawValue {
                     state.withLock { $0.onSocketOpened() }
@@ -114,8 +114,9 @@ extension MosquittoConnection {
         _ = mosquitto_loop_read(handle, 1)  // libmosquitto reads the end of the connection and closes the socket
     }
 
-    /// Sleeps until `instant`; returns false if woken early (stop requested).
-    private func waitUntil(_ instant: ContinuousClock.Instant) -> Bool {
+    /// Blocks the network thread on its wake-up semaphore until `instant` (a reconnect back-off); returns
+    /// false if woken early (stop requested).
+    private func sleepOnWakeup(until instant: ContinuousClock.Instant) -> Bool {
         let remaining = instant - .now
         guard remaining > .zero else { return true }
         let (seconds, attoseconds) = remaining.components

@@ -164,8 +164,8 @@ final class MosquittoConnection: @unchecked Sendable {
     }
 
     /// Shuts the socket down under the client as a crash would (no DISCONNECT is sent): libmosquitto
-    /// then reads the end of the connection and reports it lost. For ``abort()``, and for tests that
-    /// cut a connection (``MQTTClient/simulateConnectionDrop()``).
+    /// then reads the end of the connection and reports it lost. For ``abort()``, for too many
+    /// descriptors, and for tests that cut a connection (the client then reconnects).
     func closeSocketAbruptly() {
         let socket = mosquitto_socket(handle)
         if socket != -1 { shutdown(socket, Int32(SHUT_RDWR)) }

@@ -183,7 +183,7 @@ actor Bridge {
         }
         if let known = coordinator.currentSessions(activityIdentifier: activity).first(where: wanted) { return known }
         let announced = coordinator.sessions(activityIdentifier: activity)
-        return await Bridge.first(within: timeout) {
+        return await withTimeout(timeout) {
             for await session in announced where wanted(session) { return session }
             return nil
         }
@@ -341,7 +341,7 @@ actor Bridge {
         if let joined = current {
             if !joined.session.state.isInvalidated {
                 let session = joined.session
-                await Bridge.first(within: .seconds(2)) { () async -> Void? in await session.leave() }
+                await withTimeout(.seconds(2)) { await session.leave() }
                 events.state(of: joined.session)
             }
             stopFollowing(joined.session.id)
@@ -355,21 +355,6 @@ actor Bridge {
     }
 
     // MARK: - Helpers
-
-    /// The result of `work`, or nil when it takes longer than `timeout` (it is then cancelled).
-    @discardableResult
-    static func first<T: Sendable>(within timeout: Duration, _ work: @escaping @Sendable () async -> T?) async -> T? {
-        await withTaskGroup(of: Optional<T>.self) { group in
-            group.addTask { await work() }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return nil
-            }
-            let result = await group.next() ?? nil
-            group.cancelAll()
-            return result
-        }
-    }
 
     static func seconds(_ duration: Duration) -> String {
         let (seconds, attoseconds) = duration.components

@@ -1,5 +1,6 @@
 import Foundation
 import GroupSync
+import MQTT
 
 /// `groupsync bridge`: a session for a host program, over JSON lines on stdin/stdout (docs/BRIDGE.md).
 enum BridgeCommand: Command {
@@ -70,7 +71,7 @@ enum BridgeCommand: Command {
         for await _ in stop { break }
         // After a signal, a request still running gets 2 s to finish (its waits end when cancelled).
         worker.cancel()
-        await Bridge.first(within: .seconds(2)) { () async -> Void? in await worker.value }
+        await withTimeout(.seconds(2)) { await worker.value }
         await bridge.shutdown()
         return 0
     }

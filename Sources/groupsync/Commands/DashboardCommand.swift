@@ -185,16 +185,6 @@ enum DashboardCommand: Command {
         }
     }
 
-    /// Runs `body`, cancelling it after `timeout`.
-    private static func withTimeout(_ timeout: Duration, _ body: @escaping @Sendable () async -> Void) async {
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await body() }
-            group.addTask { try? await Task.sleep(for: timeout) }
-            await group.next()
-            group.cancelAll()
-        }
-    }
-
     // MARK: - Replay
 
     /// Feeds recorded messages to the projection and prints what it publishes: the dashboard without a
