@@ -4,9 +4,9 @@
 /// bench (`package` access: nothing here is public API). Every wait is bounded with it: instead of
 /// sleeping for a fixed time and hoping that the other side is ready, poll a condition until it holds or
 /// the deadline passes (``waitUntil(timeout:pollEvery:_:_:)``). Work that has no condition to poll is
-/// bounded with ``withTimeout(_:_:)`` (cancel it and go on without its result) or
-/// ``withTimeLimit(_:_:_:)`` (throw ``DeadlineExceeded`` and abandon it). The test support adds
-/// `timeBound` (stretch an asserted bound under a sanitizer).
+/// bounded with ``withTimeout(_:_:)`` (cancel it and go on without its result). The test support adds
+/// `withTimeLimit` (throw ``DeadlineExceeded`` and abandon the work) and `timeBound` (stretch an asserted
+/// bound under a sanitizer), which only the tests and the bench use.
 package struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible {
     /// The instant at which the deadline passes.
     package let instant: ContinuousClock.Instant
@@ -42,7 +42,7 @@ package struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible
 }
 
 /// Thrown by ``waitUntil(timeout:pollEvery:_:_:)`` when the condition did not become true in time, and
-/// by ``withTimeLimit(_:_:_:)`` when the work did not finish in time.
+/// by the test support's `withTimeLimit` when the work did not finish in time.
 package struct DeadlineExceeded: Error, Sendable, CustomStringConvertible {
     /// What was being waited for (the description given to `waitUntil` or `withTimeLimit`).
     package let what: String
@@ -116,89 +116,4 @@ package func withTimeout<T: Sendable>(_ timeout: Duration, _ work: @escaping @Se
 /// ``withTimeout(_:_:)``).
 package func withTimeout(_ timeout: Duration, _ work: @escaping @Sendable () async -> Void) async {
     let _: Void? = await withTimeout(timeout) { () async -> Void? in await work() }
-}
-
-/// Returns `body`'s result, or throws ``DeadlineExceeded`` once `limit` has passed: for work that has no
-/// condition to poll (a ping-pong loop, a join) but must not hang a test or the bench forever (a lost
-/// QoS 0 message, a broker that died, a connection that never gets its CONNACK).
-///
-/// The body runs in a task of its own, cancelled on timeout but not awaited: a body that ignores
-/// cancellation (an `await` on a continuation that is never resumed) is abandoned instead of hanging the
-/// caller. Cancelling the calling task throws `CancellationError` at once.
-package func withTimeLimit<T: Sendable>(
-    _ limit: Duration, _ what: String, _ body: @escaping @Sendable () async throws -> T
-) async throws -> T {
-    let once = ResumeOnce<T>()
-    return try await withTaskCancellationHandler {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-            guard once.install(continuation) else { return }
-            let work = Task {
-                do {
-                    once.resume(.success(try await body()))
-                } catch {
-                    once.resume(.failure(error))
-                }
-            }
-            let timer = Task {
-                do { try await Task.sleep(for: limit) } catch { return }
-                once.resume(.failure(DeadlineExceeded(what: what, timeout: limit)))
-                work.cancel()
-            }
-            once.onFinish { timer.cancel() }
-        }
-    } onCancel: {
-        once.resume(.failure(CancellationError()))
-    }
-}
-
-/// A continuation resumed exactly once, by whichever comes first.
-private final class ResumeOnce<T: Sendable>: Sendable {
-    private struct State {
-        var continuation: CheckedContinuation<T, any Error>?
-        var early: Result<T, any Error>?
-        var finished = false
-        var onFinish: (@Sendable () -> Void)?
-    }
-
-    private let state = LockedValue(State())
-
-    /// Returns false if a result came first (it was delivered to `continuation` already).
-    func install(_ continuation: CheckedContinuation<T, any Error>) -> Bool {
-        let early = state.withLock { state -> Result<T, any Error>? in
-            if let early = state.early {
-                state.finished = true
-                return early
-            }
-            state.continuation = continuation
-            return nil
-        }
-        guard let early else { return true }
-        continuation.resume(with: early)
-        return false
-    }
-
-    func resume(_ result: Result<T, any Error>) {
-        let (continuation, cleanup) = state.withLock { state -> (CheckedContinuation<T, any Error>?, (@Sendable () -> Void)?) in
-            guard !state.finished else { return (nil, nil) }
-            guard let continuation = state.continuation else {
-                if state.early == nil { state.early = result }
-                return (nil, nil)
-            }
-            state.finished = true
-            state.continuation = nil
-            defer { state.onFinish = nil }
-            return (continuation, state.onFinish)
-        }
-        continuation?.resume(with: result)
-        cleanup?()
-    }
-
-    func onFinish(_ action: @escaping @Sendable () -> Void) {
-        let now = state.withLock { state -> Bool in
-            if state.finished { return true }
-            state.onFinish = action
-            return false
-        }
-        if now { action() }
-    }
 }
