@@ -36,7 +36,7 @@ public final class MosquittoBroker: Sendable {
         /// The last lines of the broker's log (or of a tool's output), if any.
         public let log: String
 
-        init(_ message: String, log: String = "") {
+        package init(_ message: String, log: String = "") {
             self.message = message
             self.log = log
         }
@@ -53,25 +53,26 @@ public final class MosquittoBroker: Sendable {
     /// Path of the `mosquitto` executable that is run.
     public let executable: String
 
-    private let state: LockedValue<State>
+    /// The broker process and its watchdog (`package`: the test support pauses, kills and restarts it).
+    package let state: LockedValue<State>
 
     /// A launched broker process and its watchdog.
-    private struct Child: Sendable {
-        let pid: pid_t
+    package struct Child: Sendable {
+        package let pid: pid_t
         let watchdogPID: pid_t
         /// Write end of the watchdog's stdin pipe; the watchdog kills the broker on EOF.
         let watchdogFD: Int32
-        var paused = false
+        package var paused = false
     }
 
-    private struct State: Sendable {
+    package struct State: Sendable {
         var port: UInt16
-        var child: Child?
+        package var child: Child?
         var lastPID: pid_t = 0
         var lastExit: String?
     }
 
-    private enum LaunchOutcome {
+    package enum LaunchOutcome {
         case ready
         case exited(String)
     }
@@ -127,11 +128,6 @@ public final class MosquittoBroker: Sendable {
             guard let pid = state.child?.pid else { return false }
             return !Self.reap(&state, pid: pid, blocking: false)
         }
-    }
-
-    /// Whether the broker is frozen by ``pause()``.
-    public var isPaused: Bool {
-        state.withLock { $0.child?.paused ?? false }
     }
 
     /// How the last broker process ended (`exit status N` or `killed by signal N`), if it has.
@@ -260,55 +256,6 @@ public final class MosquittoBroker: Sendable {
         }
     }
 
-    /// Stops the broker (see ``stop()``) and starts it again on the same port
-    /// with the same configuration file and persistence directory. Returns
-    /// once it accepts connections; relaunches while the port is not free yet,
-    /// for up to 10 s.
-    public func restart() async throws {
-        await stop()
-        let deadline = Deadline.after(.seconds(10))
-        while true {
-            switch try await launchAndWait(until: deadline) {
-            case .ready:
-                return
-            case .exited(let how):
-                if deadline.hasPassed {
-                    throw Failure("mosquitto could not restart on port \(port) (\(how))", log: logTail())
-                }
-                try await Task.sleep(for: .milliseconds(20))
-            }
-        }
-    }
-
-    /// Freezes the broker with SIGSTOP and returns once it is stopped: it
-    /// still completes TCP handshakes from its listen backlog but handles no
-    /// traffic, like a hung server. Does nothing if not running or already paused.
-    public func pause() {
-        state.withLock { state in
-            guard let child = state.child, !child.paused else { return }
-            sendSignal(child.pid, SIGSTOP)
-            var status: Int32 = 0
-            var result: pid_t
-            repeat {
-                result = waitpid(child.pid, &status, WUNTRACED)
-            } while result == -1 && errno == EINTR
-            if result == child.pid && status & 0xFF == 0x7F {
-                state.child?.paused = true
-            } else {
-                Self.record(&state, child: child, status: result == child.pid ? status : nil)
-            }
-        }
-    }
-
-    /// Lets a broker frozen by ``pause()`` run again (SIGCONT).
-    public func resume() {
-        state.withLock { state in
-            guard let child = state.child, child.paused else { return }
-            sendSignal(child.pid, SIGCONT)
-            state.child?.paused = false
-        }
-    }
-
     /// Kills the broker with SIGKILL, like a crash, and returns once it has
     /// exited. Mosquitto gets no chance to save its persistence database.
     public func kill() {
@@ -333,7 +280,7 @@ public final class MosquittoBroker: Sendable {
 
     /// Launches mosquitto with the current config file and polls until it is
     /// ready or has exited. Throws when `deadline` passes first (after killing it).
-    private func launchAndWait(until deadline: Deadline) async throws -> LaunchOutcome {
+    package func launchAndWait(until deadline: Deadline) async throws -> LaunchOutcome {
         let logOffset = logSize()
         let (pid, port) = try state.withLock { state in
             try launch(&state)
@@ -427,7 +374,7 @@ public final class MosquittoBroker: Sendable {
 
     /// Reaps the broker `pid` if it has exited (waiting for it if `blocking`).
     /// Returns `true` when that process is gone (or is no longer the current one).
-    private static func reap(_ state: inout State, pid: pid_t, blocking: Bool) -> Bool {
+    package static func reap(_ state: inout State, pid: pid_t, blocking: Bool) -> Bool {
         guard let child = state.child, child.pid == pid else { return true }
         var status: Int32 = 0
         var result: pid_t
@@ -440,7 +387,7 @@ public final class MosquittoBroker: Sendable {
     }
 
     /// Records that `child` has exited and disposes of its watchdog.
-    private static func record(_ state: inout State, child: Child, status: Int32?) {
+    package static func record(_ state: inout State, child: Child, status: Int32?) {
         Registry.remove(broker: child.pid)
         sendSignal(child.watchdogPID, SIGKILL)
         var watchdogStatus: Int32 = 0
@@ -514,7 +461,7 @@ public final class MosquittoBroker: Sendable {
 }
 
 /// `kill(2)`; a free function because `MosquittoBroker.kill()` shadows it inside the class.
-private func sendSignal(_ pid: pid_t, _ signal: Int32) {
+package func sendSignal(_ pid: pid_t, _ signal: Int32) {
     guard pid > 0 else { return }
     _ = kill(pid, signal)
 }

@@ -1,0 +1,61 @@
+import BrokerSupport
+import Foundation
+import MQTT
+
+/// Faults for the tests and the bench: freeze and restart a broker (``MosquittoBroker/kill()`` crashes it). Not part of what `groupsync`
+/// ships: `groupsync broker` and `demo` only start and stop one.
+extension MosquittoBroker {
+    /// Whether the broker is frozen by ``pause()``.
+    public var isPaused: Bool {
+        state.withLock { $0.child?.paused ?? false }
+    }
+
+    /// Stops the broker (see ``stop()``) and starts it again on the same port
+    /// with the same configuration file and persistence directory. Returns
+    /// once it accepts connections; relaunches while the port is not free yet,
+    /// for up to 10 s.
+    public func restart() async throws {
+        await stop()
+        let deadline = Deadline.after(.seconds(10))
+        while true {
+            switch try await launchAndWait(until: deadline) {
+            case .ready:
+                return
+            case .exited(let how):
+                if deadline.hasPassed {
+                    throw Failure("mosquitto could not restart on port \(port) (\(how))", log: logTail())
+                }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
+    }
+
+    /// Freezes the broker with SIGSTOP and returns once it is stopped: it
+    /// still completes TCP handshakes from its listen backlog but handles no
+    /// traffic, like a hung server. Does nothing if not running or already paused.
+    public func pause() {
+        state.withLock { state in
+            guard let child = state.child, !child.paused else { return }
+            sendSignal(child.pid, SIGSTOP)
+            var status: Int32 = 0
+            var result: pid_t
+            repeat {
+                result = waitpid(child.pid, &status, WUNTRACED)
+            } while result == -1 && errno == EINTR
+            if result == child.pid && status & 0xFF == 0x7F {
+                state.child?.paused = true
+            } else {
+                Self.record(&state, child: child, status: result == child.pid ? status : nil)
+            }
+        }
+    }
+
+    /// Lets a broker frozen by ``pause()`` run again (SIGCONT).
+    public func resume() {
+        state.withLock { state in
+            guard let child = state.child, child.paused else { return }
+            sendSignal(child.pid, SIGCONT)
+            state.child?.paused = false
+        }
+    }
+}
