@@ -57,7 +57,7 @@ import Testing
         }
     }
 
-    /// What the codec makes of a message, with the identity checks of docs/PROTOCOL.md#validation-and-rejection.
+    /// What the codec makes of a message, with the library's own identity checks (`Wire+Identity.swift`).
     static func outcome(topic: String, payload: Data) -> Outcome {
         guard let kind = GroupTopics(group: "g").parse(topic) else { return .reject("bad-topic") }
         func record<T: Wire.Readable & Encodable>(_ type: T.Type, _ check: (T) -> String?) -> Outcome {
@@ -71,15 +71,15 @@ import Testing
         }
         switch kind {
         case let .presence(participant):
-            return record(Wire.Presence.self) { $0.participant == participant ? nil : "identity-mismatch" }
+            return record(Wire.Presence.self) { $0.matches(participant: participant) ? nil : "identity-mismatch" }
         case let .announcement(session):
             return record(Wire.Announcement.self) {
-                $0.session != session ? "identity-mismatch" : Identifier.isValid($0.activity.type) ? nil : "bad-identifier"
+                !$0.matches(session: session) ? "identity-mismatch" : Identifier.isValid($0.activity.type) ? nil : "bad-identifier"
             }
         case let .member(_, participant):
-            return record(Wire.Member.self) { $0.participant == participant ? nil : "identity-mismatch" }
+            return record(Wire.Member.self) { $0.matches(participant: participant) ? nil : "identity-mismatch" }
         case let .state(_, key, writer):
-            return record(Wire.StateRecord.self) { $0.key == key && $0.clock.participant == writer ? nil : "identity-mismatch" }
+            return record(Wire.StateRecord.self) { $0.matches(key: key, writer: writer) ? nil : "identity-mismatch" }
         case .broadcast, .direct:
             do throws(Wire.Rejection) {
                 let envelope = try Wire.readEnvelope(payload)

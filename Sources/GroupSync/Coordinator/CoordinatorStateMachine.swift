@@ -85,7 +85,7 @@ struct CoordinatorStateMachine {
 
     /// A presence record on `participant`'s topic (`nil`: cleared, the participant went offline cleanly).
     mutating func onPresence(_ participant: String, _ presence: Wire.Presence?, now: ContinuousClock.Instant) -> PresenceAction {
-        if let presence, presence.participant != participant { return .rejected }
+        if let presence, !presence.matches(participant: participant) { return .rejected }
         if participant == me {
             // We read our own topic, so this connection is alive: it must say so. A cleared record, a
             // late will (of this or an older connection) or an older retained record is overwritten; a
@@ -149,7 +149,7 @@ struct CoordinatorStateMachine {
         guard let announcement else {
             return modifyGroup { $0.sessions.removeValue(forKey: sessionID) == nil ? .none : .ended } ?? .none
         }
-        guard announcement.session == sessionID, announcement.revision.isPlausible(now: now),
+        guard announcement.matches(session: sessionID), announcement.revision.isPlausible(now: now),
             Identifier.isValid(announcement.activity.type)
         else { return .rejected }
         return modifyGroup { group in

@@ -97,7 +97,7 @@ final class SessionCore: Sendable {
         case let .member(session, participant) where session == id:
             if message.payload.isEmpty {
                 catchUpTo = apply { $0.onMember(participant, nil, retained: message.retain) }.catchUpTo
-            } else if let record = Wire.decode(Wire.Member.self, from: message.payload), record.participant == participant {
+            } else if let record = Wire.decode(Wire.Member.self, from: message.payload), record.matches(participant: participant) {
                 if participant == me {
                     if record.epoch == context.epoch {
                         let retainAvailable = context.client.retainAvailable

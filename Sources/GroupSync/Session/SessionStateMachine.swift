@@ -251,7 +251,7 @@ struct SessionStateMachine {
         _ record: Wire.StateRecord, key: String, writer: String, topic: String, now: Int64, holdingValues: Bool = false
     ) -> Action {
         var action = Action()
-        guard record.key == key, record.clock.participant == writer, record.clock.isPlausible(now: now) else {
+        guard record.matches(key: key, writer: writer), record.clock.isPlausible(now: now) else {
             rejected += 1
             return action
         }
