@@ -237,7 +237,7 @@ struct BenchReport {
                 lines.append(
                     "late join, raw: \(late.participants) libmosquitto clients subscribed (QoS 1) to member/+, holding copies of the "
                         + "\(format(late.retainedReplay, digits: 0)) retained records; per join a fresh client subscribes (member/+, state/+/+, "
-                        + "msg/to/<me>/+; msg/all/+ no-local) and publishes its \(late.memberBytes)-byte member record without awaiting the "
+                        + "to/<me>/+; all/+ no-local) and publishes its \(late.memberBytes)-byte member record without awaiting the "
                         + "SUBACK, the responder GroupSync picked answers from its callback with \(late.catchUpBytes) bytes (a $catchup's "
                         + "size); timed until the newcomer's callback has its record back and the catch-up (no hand-over to an app "
                         + "thread); own record back at p50 \(format(late.rawEchoP50)) ms; it got \(format(late.rawRetainedReplay, digits: 1)) "

@@ -48,7 +48,7 @@ struct BenchResults: Sendable {
         var p99: Double
         var participants: Int
         var samples: Int
-        /// `$catchup` messages on `…/msg/to/<newcomer>/…` per join.
+        /// `$catchup` messages on `…/to/<newcomer>/…` per join.
         var catchUps: Double
         /// Retained messages the broker replays to the newcomer's subscriptions (member records, state).
         var retainedReplay: Double

@@ -132,7 +132,7 @@ enum LateJoinBenchmark {
             memberBytes: memberBytes, catchUpBytes: catchUpBytes, rawFailure: rawFailure)
     }
 
-    /// As many raw clients as members, on topics as long as GroupSync's (groupsync/v1/<group>/s/<session>/…,
+    /// As many raw clients as members, on topics as long as GroupSync's (groupsync/v2/<group>/s/<session>/…,
     /// with the group's first letter changed), holding copies of the session's retained records.
     private static func makeRaw(_ cluster: SessionCluster, replay: [RawLateJoin.Retained]) async throws -> RawLateJoin {
         let address = try BrokerAddress(cluster.url)

@@ -21,9 +21,9 @@ enum LatencyBenchmark {
             let payloadSize = try await groupSync.envelopeSize(sequence: warmup + samples / 2)
             var next = warmup + 1
 
-            // Topics as long as GroupSync's: groupsync/v1/<group>/s/<session>/msg/all/<participant>.
+            // Topics as long as GroupSync's: groupsync/v2/<group>/s/<session>/all/<participant>.
             let rawGroup = "r" + group.dropFirst()
-            let rawRoot = "\(GroupTopics.protocolRoot)/\(rawGroup)/s/\(groupSync.cluster.sessionID)/msg/all"
+            let rawRoot = "\(GroupTopics.protocolRoot)/\(rawGroup)/s/\(groupSync.cluster.sessionID)/all"
             let raw = try RawPingPong(
                 host: address.host, port: address.port, pingTopic: "\(rawRoot)/p0", pongTopic: "\(rawRoot)/p1",
                 qos: Int32(qos), payloadSize: payloadSize)

@@ -58,7 +58,7 @@ enum ProcessPingPong {
             let payloadSize = try sized.get()
 
             // Topics as long as GroupSync's, as in section 1.
-            let rawRoot = "\(GroupTopics.protocolRoot)/r\(group.dropFirst())/s/\(sessionID)/msg/all"
+            let rawRoot = "\(GroupTopics.protocolRoot)/r\(group.dropFirst())/s/\(sessionID)/all"
             let (rawPing, rawPong) = ("\(rawRoot)/x0", "\(rawRoot)/x1")
             children.append(
                 try await startResponder(

@@ -11,11 +11,11 @@ import Synchronization
 /// session (the state record) are copied too, each at its GroupSync size. Per join, one present client —
 /// the one GroupSync picked as responder for the newcomer of the same name — answers the newcomer's
 /// member record from its message callback (on libmosquitto's network thread) with one QoS 1 message,
-/// of a GroupSync `$catchup`'s size, to `<prefix>/msg/to/<newcomer>/<responder>`.
+/// of a GroupSync `$catchup`'s size, to `<prefix>/to/<newcomer>/<responder>`.
 ///
 /// The newcomer connects (not timed); timed from its first SUBSCRIBE until its message callback has
 /// both its own member record back and the catch-up: one SUBSCRIBE for `member/+`, `state/+/+` and
-/// `msg/to/<newcomer>/+`, one for `msg/all/+` (no-local), then its retained member record (QoS 1), all
+/// `to/<newcomer>/+`, one for `all/+` (no-local), then its retained member record (QoS 1), all
 /// handed to libmosquitto without waiting for any acknowledgement — GroupSync's packets, in its order.
 /// No hand-over to an application thread: the transport's floor. Then it clears its record and
 /// disconnects.
@@ -41,7 +41,7 @@ final class RawLateJoin: Sendable {
 
     let host: String
     let port: Int
-    /// `groupsync/v1/r<group…>/s/<session>`: as long as GroupSync's session prefix.
+    /// `groupsync/v2/r<group…>/s/<session>`: as long as GroupSync's session prefix.
     let prefix: String
     let names: [String]
     let present: [RawMosquittoClient]
@@ -107,7 +107,7 @@ final class RawLateJoin: Sendable {
         let responder = Responder()
         self.responder = responder
         let memberPrefix = "\(prefix)/member/"
-        let directPrefix = "\(prefix)/msg/to/"
+        let directPrefix = "\(prefix)/to/"
         let names = retained.compactMap { $0.topic.hasPrefix("member/") ? String($0.topic.dropFirst("member/".count)) : nil }
         guard !names.isEmpty else { throw Failure(description: "raw late join: no member record to copy") }
         self.names = names
@@ -167,7 +167,7 @@ final class RawLateJoin: Sendable {
     /// `present[responder]` with `catchUpSize` bytes. Blocking: call it from a thread of its own.
     func join(name: String, memberSize: Int, catchUpSize: Int, responder index: Int, timeout: Double = 5) throws -> Sample {
         let memberTopic = "\(prefix)/member/\(name)"
-        let arrivals = Arrivals(memberTopic: memberTopic, catchUpPrefix: "\(prefix)/msg/to/\(name)/")
+        let arrivals = Arrivals(memberTopic: memberTopic, catchUpPrefix: "\(prefix)/to/\(name)/")
         let newcomer = try RawMosquittoClient(clientID: "raw-late-\(name)-\(tag)", handsOver: false) { _, message, time in
             arrivals.handle(message, at: time)
         }
@@ -176,8 +176,8 @@ final class RawLateJoin: Sendable {
         responder.size.store(catchUpSize, ordering: .releasing)
         responder.index.store(index, ordering: .releasing)
         defer { responder.index.store(-1, ordering: .releasing) }
-        let shared = ["\(prefix)/member/+", "\(prefix)/state/+/+", "\(prefix)/msg/to/\(name)/+"]
-        let broadcast = "\(prefix)/msg/all/+"
+        let shared = ["\(prefix)/member/+", "\(prefix)/state/+/+", "\(prefix)/to/\(name)/+"]
+        let broadcast = "\(prefix)/all/+"
         let member = [UInt8](repeating: UInt8(ascii: "x"), count: max(memberSize, 1))
         // Quiet before timing, as the GroupSync side waits for 20 ms without a message on the session.
         Thread.sleep(forTimeInterval: 0.02)

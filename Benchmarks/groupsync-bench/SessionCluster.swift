@@ -93,7 +93,7 @@ final class SessionCluster: Sendable {
     /// The size of `member`'s state record, as retained on the broker (read by a plain MQTT client that
     /// subscribes to that one topic and asks for the retained copy): what a raw floor pads its payload to.
     /// The root of the raw floors' topics: as long as this session's state topics up to the key
-    /// (groupsync/v1/<group>/s/<session>/state/<key>), with the group's first letter changed so that no
+    /// (groupsync/v2/<group>/s/<session>/state/<key>), with the group's first letter changed so that no
     /// GroupSync participant receives them. Append `/<writer>` or `/<anything as long>`.
     var rawStateRoot: String {
         "\(GroupTopics.protocolRoot)/r\(group.dropFirst())/s/\(sessionID)/state/\(SessionCluster.stateKey)"

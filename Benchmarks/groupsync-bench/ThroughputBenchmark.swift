@@ -20,7 +20,7 @@ enum ThroughputBenchmark {
         let rawGroup = "r" + group.dropFirst()
         let raw = try RawStream(
             host: address.host, port: address.port,
-            topic: "\(GroupTopics.protocolRoot)/\(rawGroup)/s/\(groupSync.cluster.sessionID)/msg/all/t0",
+            topic: "\(GroupTopics.protocolRoot)/\(rawGroup)/s/\(groupSync.cluster.sessionID)/all/t0",
             qos: Int32(qos), payloadSize: payloadSize, window: window)
         _ = try await BlockingThread.run("raw-warmup") { Result { try raw.run(count: warmup) } }.get()
 

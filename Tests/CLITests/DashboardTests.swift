@@ -274,7 +274,7 @@ import Testing
             WireLine.state("s1", key: "page", writer: "bob", value: "3", time: 5),
             WireLine.state("s1", key: "page", writer: "alice", value: "2", time: 4),  // older: loses
             WireLine.state("s1", key: "mood", writer: "alice", value: #""calm""#, time: 4),
-            "groupsync/v1/g/s/unknown/member/alice " + #"{"v":1,"participant":"alice","epoch":10}"#,  // no announcement: ignored
+            "groupsync/v2/g/s/unknown/member/alice " + #"{"v":2,"participant":"alice","epoch":10}"#,  // no announcement: ignored
         ])
         let c = "homeassistant/sensor/groupsync_g"
         let f = "groupsync/dashboard/g"
@@ -331,11 +331,11 @@ import Testing
             WireLine.state("s1", key: "page", writer: "bob", value: "3", time: 5),
             WireLine.state("s1", key: "page", writer: "alice", value: "2", time: 4),  // older: nothing changes
             WireLine.state("s1", key: "page", writer: "alice", value: #"{"n":4}"#, time: 6),  // object: config changes
-            "groupsync/v1/g/s/s1/member/bob (null)",  // bob leaves
+            "groupsync/v2/g/s/s1/member/bob (null)",  // bob leaves
             "homeassistant/status online",  // Home Assistant restarted
             "homeassistant/status offline",  // not a restart
             WireLine.presence("alice", epoch: 10, status: "lost"),  // alice's connection dies
-            "groupsync/v1/g/session/s1 (null)",  // the session ends
+            "groupsync/v2/g/session/s1/alice (null)",  // the session ends: its only copy is cleared
         ])
         let steps = out.map {
             "\($0.topic) \($0.payload.isEmpty ? "(null)" : $0.payload.hasPrefix("{\"availability_topic") ? "{config}" : $0.payload)"
@@ -731,21 +731,21 @@ extension DashboardTests {
     }
 }
 
-/// GroupSync protocol v1 payloads as `mosquitto_sub -v` lines, for the replays.
+/// GroupSync protocol v2 payloads as `mosquitto_sub -v` lines, for the replays.
 private enum WireLine {
     static func presence(_ participant: String, epoch: Int64, status: String = "online", group: String = "g") -> String {
-        #"groupsync/v1/\#(group)/presence/\#(participant) {"epoch":\#(epoch),"participant":"\#(participant)","status":"\#(status)","v":1}"#
+        #"groupsync/v2/\#(group)/presence/\#(participant) {"epoch":\#(epoch),"participant":"\#(participant)","status":"\#(status)","v":2}"#
     }
 
     static func announcement(_ session: String, title: String, createdAt: Int64, group: String = "g") -> String {
-        #"groupsync/v1/\#(group)/session/\#(session) {"activity":{"data":{},"metadata":{"title":"\#(title)","type":"generic"},"type":"com.example.board"},"createdAt":\#(createdAt),"createdBy":"alice","revision":{"c":0,"p":"alice","t":\#(createdAt)},"session":"\#(session)","v":1}"#
+        #"groupsync/v2/\#(group)/session/\#(session)/alice {"activity":{"data":{},"metadata":{"title":"\#(title)","type":"generic"},"type":"com.example.board"},"createdAt":\#(createdAt),"createdBy":"alice","revision":{"c":0,"p":"alice","t":\#(createdAt)},"session":"\#(session)","ttl":3600,"v":2}"#
     }
 
     static func member(_ session: String, _ participant: String, epoch: Int64, group: String = "g") -> String {
-        #"groupsync/v1/\#(group)/s/\#(session)/member/\#(participant) {"epoch":\#(epoch),"participant":"\#(participant)","v":1}"#
+        #"groupsync/v2/\#(group)/s/\#(session)/member/\#(participant) {"epoch":\#(epoch),"participant":"\#(participant)","v":2}"#
     }
 
     static func state(_ session: String, key: String, writer: String, value: String, time: Int64, group: String = "g") -> String {
-        #"groupsync/v1/\#(group)/s/\#(session)/state/\#(key)/\#(writer) {"clock":{"c":0,"p":"\#(writer)","t":\#(time)},"key":"\#(key)","v":1,"value":\#(value)}"#
+        #"groupsync/v2/\#(group)/s/\#(session)/state/\#(key)/\#(writer) {"clock":{"c":0,"p":"\#(writer)","t":\#(time)},"key":"\#(key)","v":2,"value":\#(value)}"#
     }
 }

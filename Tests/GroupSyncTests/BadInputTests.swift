@@ -20,12 +20,13 @@ import Testing
     }
 
     static let validPayloads: [String] = [
-        #"{"epoch":1,"name":"A","participant":"alice","status":"online","v":1}"#,
-        #"{"activity":{"data":{"galleryID":"x"},"metadata":{"title":"t","type":"generic"},"type":"com.example.gallery"},"createdAt":1,"createdBy":"alice","revision":{"c":0,"p":"alice","t":1},"session":"s1","v":1}"#,
-        #"{"epoch":1,"participant":"alice","v":1}"#,
-        #"{"clock":{"c":0,"p":"alice","t":5},"key":"index","v":1,"value":{"a":[1,2.5,"x",null,true]}}"#,
-        #"{"body":{"text":"hi"},"epoch":1,"reliable":true,"seq":1,"type":"Chat","v":1}"#,
-        #"{"body":{"members":[{"epoch":1,"participant":"a","v":1}],"states":[]},"epoch":1,"reliable":true,"seq":2,"type":"$catchup","v":1}"#,
+        #"{"epoch":1,"name":"A","participant":"alice","status":"online","v":2}"#,
+        #"{"epoch":1,"interval":2500,"v":2}"#,
+        #"{"activity":{"data":{"galleryID":"x"},"metadata":{"title":"t","type":"generic"},"type":"com.example.gallery"},"createdAt":1,"createdBy":"alice","revision":{"c":0,"p":"alice","t":1},"session":"s1","ttl":60,"v":2}"#,
+        #"{"epoch":1,"participant":"alice","v":2}"#,
+        #"{"clock":{"c":0,"p":"alice","t":5},"key":"index","v":2,"value":{"a":[1,2.5,"x",null,true]}}"#,
+        #"{"body":{"text":"hi"},"epoch":1,"reliable":true,"seq":1,"type":"Chat","v":2}"#,
+        #"{"body":{"members":[{"epoch":1,"participant":"a","v":2}],"states":[]},"epoch":1,"reliable":true,"seq":2,"type":"$catchup","v":2}"#,
     ]
 
     /// One generated input: random bytes, a truncated or mutated valid payload, deep nesting, wrong types,
@@ -50,7 +51,7 @@ import Testing
             return Data((String(repeating: open, count: depth) + "1" + String(repeating: close, count: depth)).utf8)
         case 4:
             let text = String(decoding: valid, as: UTF8.self)
-                .replacingOccurrences(of: #""v":1"#, with: #""v":\#(Int.random(in: 2...99, using: &generator))"#)
+                .replacingOccurrences(of: #""v":2"#, with: #""v":\#([1, 3, 99].randomElement(using: &generator)!)"#)
             return Data(text.utf8)
         case 5:
             let text = String(decoding: valid, as: UTF8.self)
@@ -107,15 +108,16 @@ import Testing
     @Test func topicsWithInvalidLevelsAreNotParsed() {
         let topics = GroupTopics(group: "g")
         for bad in [
-            "groupsync/v1/g/presence/a b", "groupsync/v1/g/presence/", "groupsync/v1/g/s/x/state/k", "groupsync/v1/g/s/x/state/k/w/extra",
-            "groupsync/v1/g/s/x/msg/to/a", "groupsync/v1/g/session/$x", "groupsync/v1/other/presence/a", "groupsync/v2/g/presence/a",
+            "groupsync/v2/g/presence/a b", "groupsync/v2/g/presence/", "groupsync/v2/g/s/x/state/k", "groupsync/v2/g/s/x/state/k/w/extra",
+            "groupsync/v2/g/s/x/to/a", "groupsync/v2/g/session/$x/a", "groupsync/v2/g/session/x", "groupsync/v2/other/presence/a",
+            "groupsync/v1/g/presence/a", "groupsync/v2/g/alive/a/b",
         ] {
             #expect(topics.parse(bad) == nil, "\(bad)")
         }
-        #expect(topics.parse("groupsync/v1/g/s/x/msg/to/bob/alice") == .direct(session: "x", recipient: "bob", sender: "alice"))
+        #expect(topics.parse("groupsync/v2/g/s/x/to/bob/alice") == .direct(session: "x", recipient: "bob", sender: "alice"))
         for bad in [
-            "groupsync/v1/g", "groupsync/v1/g/", "groupsync/v1/gg/presence/a", "groupsync/v1/g/presence/a/", "groupsync/v1/g//presence/a",
-            "groupsync/v1/g/s/x/msg/to/a/b/c", "groupsync/v1/g/s/x/member/" + String(repeating: "a", count: 129),
+            "groupsync/v2/g", "groupsync/v2/g/", "groupsync/v2/gg/presence/a", "groupsync/v2/g/presence/a/", "groupsync/v2/g//presence/a",
+            "groupsync/v2/g/s/x/to/a/b/c", "groupsync/v2/g/s/x/member/" + String(repeating: "a", count: 129),
         ] {
             #expect(topics.parse(bad) == nil, "\(bad)")
         }
@@ -125,7 +127,8 @@ import Testing
         let topics = GroupTopics(group: "g-1")
         let cases: [(String, GroupTopics.Kind)] = [
             (topics.presence("a.b"), .presence(participant: "a.b")),
-            (topics.announcement("s1"), .announcement(session: "s1")),
+            (topics.heartbeat("a.b"), .heartbeat(participant: "a.b")),
+            (topics.announcement("s1", by: "a"), .announcement(session: "s1", publisher: "a")),
             (topics.member("s1", "p@x"), .member(session: "s1", participant: "p@x")),
             (topics.state("s1", key: "k~", writer: "w"), .state(session: "s1", key: "k~", writer: "w")),
             (topics.broadcast("s1", from: "a"), .broadcast(session: "s1", sender: "a")),
@@ -158,28 +161,29 @@ import Testing
 
             let attacker = try MQTTClient(configuration: .init(url: broker.url))
             try await attacker.connect()
-            let root = "groupsync/v1/\(group.name)"
+            let root = "\(GroupTopics.protocolRoot)/\(group.name)"
             let session = "\(root)/s/\(a.id)"
             var generator = SeededGenerator(state: 42)
             let targets = [
-                "\(session)/state/index/mallory", "\(session)/msg/all/mallory", "\(session)/msg/to/bob/mallory",
-                "\(session)/member/mallory", "\(root)/presence/mallory", "\(root)/session/\(a.id)", "\(session)/state/index/alice",
+                "\(session)/state/index/mallory", "\(session)/all/mallory", "\(session)/to/bob/mallory",
+                "\(session)/member/mallory", "\(root)/presence/mallory", "\(root)/session/\(a.id)/mallory", "\(root)/alive/mallory",
+                "\(session)/state/index/alice",
             ]
             for i in 0..<300 {
                 try await attacker.publish(to: targets[i % targets.count], payload: BadInputTests.generate(&generator))
             }
             // Forged identity: a state record whose clock claims to be alice's, on mallory's topic.
-            let forged = #"{"clock":{"c":0,"p":"alice","t":99999999999999},"key":"index","v":1,"value":666}"#
+            let forged = #"{"clock":{"c":0,"p":"alice","t":99999999999999},"key":"index","v":2,"value":666}"#
             try await attacker.publish(to: "\(session)/state/index/mallory", string: forged)
             // A replayed old record of alice's: older than the current value.
             try await attacker.publish(
-                to: "\(session)/state/index/alice", string: #"{"clock":{"c":0,"p":"alice","t":1},"key":"index","v":1,"value":1}"#)
+                to: "\(session)/state/index/alice", string: #"{"clock":{"c":0,"p":"alice","t":1},"key":"index","v":2,"value":1}"#)
             // Unknown version, wrong types, a huge payload.
             try await attacker.publish(
-                to: "\(session)/msg/all/mallory", string: #"{"body":{"text":"x"},"epoch":1,"reliable":true,"seq":1,"type":"Chat","v":2}"#)
+                to: "\(session)/all/mallory", string: #"{"body":{"text":"x"},"epoch":1,"reliable":true,"seq":1,"type":"Chat","v":1}"#)
             try await attacker.publish(
-                to: "\(session)/msg/all/mallory", string: #"{"body":{"text":5},"epoch":1,"reliable":true,"seq":2,"type":"Chat","v":1}"#)
-            try await attacker.publish(to: "\(session)/msg/all/mallory", payload: Data(repeating: UInt8(ascii: "["), count: 10_000_000))
+                to: "\(session)/all/mallory", string: #"{"body":{"text":5},"epoch":1,"reliable":true,"seq":2,"type":"Chat","v":2}"#)
+            try await attacker.publish(to: "\(session)/all/mallory", payload: Data(repeating: UInt8(ascii: "["), count: 10_000_000))
 
             // A legitimate message after all that still arrives, and state still works.
             try await GroupSessionMessenger(session: a).send(Chat(text: "still here"))
@@ -203,29 +207,29 @@ import Testing
     @Test func extremeClocksAndForeignActivityChangesAreRejected() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            let root = "groupsync/v1/\(group.name)"
+            let root = "\(GroupTopics.protocolRoot)/\(group.name)"
             let attacker = try MQTTClient(configuration: .init(url: broker.url))
             try await attacker.connect()
             let huge = #"{"c":9223372036854775807,"p":"evil","t":9223372036854775807}"#
             try await attacker.publish(
-                to: "\(root)/session/evil",
+                to: "\(root)/session/evil/evil",
                 string:
-                    #"{"activity":{"data":{"galleryID":"x"},"metadata":{"title":"t","type":"generic"},"type":"com.example.gallery"},"createdAt":1,"createdBy":"evil","revision":\#(huge),"session":"evil","v":1}"#,
+                    #"{"activity":{"data":{"galleryID":"x"},"metadata":{"title":"t","type":"generic"},"type":"com.example.gallery"},"createdAt":1,"createdBy":"evil","revision":\#(huge),"session":"evil","ttl":60,"v":2}"#,
                 retain: true)
             let (alice, _, a, b) = try await group.pair(Gallery(galleryID: "clock"))
             #expect(alice.currentSessions(activityIdentifier: nil).map(\.id) == [a.id], "the forged announcement was rejected")
             try await attacker.publish(
                 to: "\(root)/s/\(a.id)/state/index/alice",
-                string: #"{"clock":\#(huge.replacingOccurrences(of: "evil", with: "alice")),"key":"index","v":1,"value":9}"#)
+                string: #"{"clock":\#(huge.replacingOccurrences(of: "evil", with: "alice")),"key":"index","v":2,"value":9}"#)
             // Someone changes the activity to another type, then to a value of another shape.
             var announcement = a.core.announcement
             announcement.revision = HLCTimestamp(time: announcement.revision.time + 1, counter: 0, participant: "alice")
             announcement.activity.type = "com.example.other"
-            try await attacker.publish(to: "\(root)/session/\(a.id)", payload: try Wire.encode(announcement), retain: true)
+            try await attacker.publish(to: "\(root)/session/\(a.id)/mallory", payload: try Wire.encode(announcement), retain: true)
             announcement.activity.type = Gallery.activityIdentifier
             announcement.activity.data = .int(42)
             announcement.revision.counter += 1
-            try await attacker.publish(to: "\(root)/session/\(a.id)", payload: try Wire.encode(announcement), retain: true)
+            try await attacker.publish(to: "\(root)/session/\(a.id)/mallory", payload: try Wire.encode(announcement), retain: true)
             try await SharedState(a, key: "index", initialValue: 0).set(1)
             try await waitUntil("state still flows") { try SharedState(b, key: "index", initialValue: 0).value == 1 }
             #expect(b.activity.galleryID == "clock", "the last activity that decodes stays in place")

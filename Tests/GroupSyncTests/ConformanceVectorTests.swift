@@ -72,7 +72,10 @@ import Testing
         switch kind {
         case let .presence(participant):
             return record(Wire.Presence.self) { $0.matches(participant: participant) ? nil : "identity-mismatch" }
-        case let .announcement(session):
+        case .heartbeat:
+            // Not a retained topic: nothing to clear, so an empty payload is just not JSON.
+            return payload.isEmpty ? .reject("malformed") : record(Wire.Heartbeat.self) { _ in nil }
+        case let .announcement(session, _):
             return record(Wire.Announcement.self) {
                 !$0.matches(session: session) ? "identity-mismatch" : Identifier.isValid($0.activity.type) ? nil : "bad-identifier"
             }

@@ -10,14 +10,21 @@ import Testing
 
     static let t0 = ContinuousClock.now
 
-    static func presence(_ participant: String, _ status: Wire.Presence.Status = .online, epoch: Int64) -> Wire.Presence {
-        Wire.Presence(participant: participant, status: status, epoch: epoch, name: nil)
+    /// Wall-clock "now" of the tests (ms): epochs are plausible up to a day ahead of it.
+    static let wall: Int64 = 1_000_000
+
+    static func presence(
+        _ participant: String, _ status: Wire.Presence.Status = .online, epoch: Int64, interval: Int64? = 2_500
+    ) -> Wire.Presence {
+        Wire.Presence(participant: participant, status: status, epoch: epoch, name: nil, interval: interval)
     }
 
-    static func announcement(_ session: String, type: String = "com.example.a", revision: Int64 = 1) -> Wire.Announcement {
+    static func announcement(_ session: String, type: String = "com.example.a", revision: Int64 = 1, ended: Bool? = nil)
+        -> Wire.Announcement
+    {
         Wire.Announcement(
             session: session, activity: .init(type: type, metadata: .init(title: "T"), data: .null),
-            createdBy: "bob", createdAt: 1, revision: HLCTimestamp(time: revision, counter: 0, participant: "bob"))
+            createdBy: "bob", createdAt: 1, revision: HLCTimestamp(time: revision, counter: 0, participant: "bob"), ttl: 60, ended: ended)
     }
 
     static func listener(_ type: String = Machine.anyActivity) -> (Machine.Listener, Inbox<SessionCore>) {
@@ -27,55 +34,81 @@ import Testing
 
     // MARK: - Presence
 
-    @Test func presenceFollowsTheNewestEpoch() {
+    @Test func presenceFollowsTheLiveConnection() {
         var machine = Machine(me: "alice", myEpoch: 10)
+        func on(_ participant: String, _ presence: Wire.Presence?, at time: Duration = .zero) -> Machine.PresenceAction {
+            machine.onPresence(participant, presence, wallNow: Self.wall, now: Self.t0 + time)
+        }
         #expect(machine.online == ["alice": 10])
-        #expect(machine.onPresence("bob", Self.presence("bob", epoch: 5), now: Self.t0) == .changed(participant: "bob", epoch: 5))
-        #expect(machine.onPresence("bob", Self.presence("bob", epoch: 5), now: Self.t0) == .none, "a heartbeat changes nothing")
-        #expect(
-            machine.onPresence("bob", Self.presence("bob", epoch: 6), now: Self.t0) == .changed(participant: "bob", epoch: 6),
-            "a newer connection")
-        #expect(
-            machine.onPresence("bob", Self.presence("bob", .lost, epoch: 5), now: Self.t0) == .none,
-            "the stale will of the older connection")
+        #expect(on("bob", Self.presence("bob", epoch: 5)) == .changed(participant: "bob", epoch: 5))
+        #expect(on("bob", Self.presence("bob", epoch: 5)) == .none, "a repeat changes nothing")
+        #expect(on("bob", Self.presence("bob", epoch: 6)) == .changed(participant: "bob", epoch: 6), "a newer connection")
+        #expect(on("bob", Self.presence("bob", .lost, epoch: 5)) == .none, "the late will of the older connection")
+        #expect(on("bob", Self.presence("bob", epoch: 5)) == .none, "an older connection while the newer one is alive")
         #expect(machine.online["bob"] == 6)
-        #expect(machine.onPresence("bob", Self.presence("bob", .lost, epoch: 6), now: Self.t0) == .changed(participant: "bob", epoch: nil))
-        #expect(machine.onPresence("bob", Self.presence("bob", epoch: 5), now: Self.t0) == .none, "older than the lost connection")
-        #expect(machine.onPresence("carol", Self.presence("carol", epoch: 1), now: Self.t0) == .changed(participant: "carol", epoch: 1))
-        #expect(machine.onPresence("carol", nil, now: Self.t0) == .changed(participant: "carol", epoch: nil), "cleared: a clean exit")
-        #expect(machine.onPresence("carol", nil, now: Self.t0) == .none)
-        #expect(machine.onPresence("dave", Self.presence("mallory", epoch: 1), now: Self.t0) == .rejected, "another participant's record")
-        #expect(machine.online == ["alice": 10])
+        #expect(on("bob", Self.presence("bob", .lost, epoch: 7)) == .none, "a will names its own connection only")
+        #expect(on("bob", Self.presence("bob", .lost, epoch: 6)) == .changed(participant: "bob", epoch: nil))
+        #expect(on("bob", Self.presence("bob", epoch: 5)) == .changed(participant: "bob", epoch: 5), "nobody newer is alive")
+        #expect(on("carol", Self.presence("carol", epoch: 1)) == .changed(participant: "carol", epoch: 1))
+        #expect(on("carol", nil) == .changed(participant: "carol", epoch: nil), "cleared: a clean exit")
+        #expect(on("carol", nil) == .none)
+        #expect(on("dave", Self.presence("mallory", epoch: 1)) == .rejected, "another participant's record")
+        #expect(on("dave", Self.presence("dave", epoch: Self.wall + HLCTimestamp.maximumSkew + 1)) == .rejected, "from too far ahead")
+        #expect(on("dave", Self.presence("dave", epoch: -1)) == .rejected)
+        #expect(machine.online == ["alice": 10, "bob": 5])
+    }
+
+    @Test func aForgedEpochNeitherEvictsNorSilencesAParticipant() {
+        var machine = Machine(me: "alice", myEpoch: 10)
+        _ = machine.onPresence("bob", Self.presence("bob", epoch: 5), wallNow: Self.wall, now: Self.t0)
+        #expect(machine.onPresence("bob", Self.presence("bob", .lost, epoch: 6), wallNow: Self.wall, now: Self.t0) == .none)
+        #expect(
+            machine.onPresence("bob", Self.presence("bob", .lost, epoch: .max), wallNow: Self.wall, now: Self.t0) == .rejected)
+        #expect(
+            machine.onHeartbeat("bob", .init(epoch: .max, interval: 2_500), wallNow: Self.wall, now: Self.t0) == .rejected)
+        // A forged online record of a newer epoch takes over, but it sends no heartbeats: the real
+        // connection's heartbeats win again once it falls silent.
+        #expect(
+            machine.onPresence("bob", Self.presence("bob", epoch: 6), wallNow: Self.wall, now: Self.t0)
+                == .changed(participant: "bob", epoch: 6))
+        #expect(machine.onHeartbeat("bob", .init(epoch: 5, interval: 2_500), wallNow: Self.wall, now: Self.t0 + .seconds(2)) == .none)
+        #expect(
+            machine.onHeartbeat("bob", .init(epoch: 5, interval: 2_500), wallNow: Self.wall, now: Self.t0 + .seconds(8))
+                == .changed(participant: "bob", epoch: 5))
+        #expect(machine.online["bob"] == 5)
     }
 
     @Test func ourOwnPresenceIsRepublishedWhenOverwritten() {
         var machine = Machine(me: "alice", myEpoch: 10)
-        #expect(machine.onPresence("alice", Self.presence("alice", epoch: 10), now: Self.t0) == .none, "our own echo")
-        #expect(
-            machine.onPresence("alice", Self.presence("alice", .lost, epoch: 10), now: Self.t0) == .republishOwn,
-            "a late will of this connection")
-        #expect(
-            machine.onPresence("alice", Self.presence("alice", epoch: 9), now: Self.t0) == .republishOwn, "an older connection's record")
-        #expect(machine.onPresence("alice", nil, now: Self.t0) == .republishOwn, "cleared")
-        #expect(
-            machine.onPresence("alice", Self.presence("alice", .lost, epoch: 11), now: Self.t0) == .none,
-            "a newer process of the same participant")
+        func on(_ presence: Wire.Presence?) -> Machine.PresenceAction {
+            machine.onPresence("alice", presence, wallNow: Self.wall, now: Self.t0)
+        }
+        #expect(on(Self.presence("alice", epoch: 10)) == .none, "our own echo")
+        #expect(on(Self.presence("alice", .lost, epoch: 10)) == .republishOwn, "a late will of this connection")
+        #expect(on(Self.presence("alice", epoch: 9)) == .republishOwn, "an older connection's record")
+        #expect(on(nil) == .republishOwn, "cleared")
+        #expect(on(Self.presence("alice", .lost, epoch: 11)) == .none, "a newer process of the same participant")
         _ = machine.close()
-        #expect(machine.onPresence("alice", nil, now: Self.t0) == .none, "not after close()")
+        #expect(on(nil) == .none, "not after close()")
     }
 
-    @Test func silentParticipantsExpireAndAReconnectGivesEveryoneAGracePeriod() {
+    @Test func eachParticipantIsJudgedByItsOwnHeartbeatInterval() {
         var machine = Machine(me: "alice", myEpoch: 10)
-        _ = machine.onPresence("bob", Self.presence("bob", epoch: 1), now: Self.t0)
-        _ = machine.onPresence("carol", Self.presence("carol", epoch: 1), now: Self.t0 + .seconds(4))
-        #expect(machine.expireSilent(now: Self.t0 + .seconds(5), timeout: .seconds(3)) == ["bob"])
-        #expect(machine.online == ["alice": 10, "carol": 1])
-        machine.onReconnected(now: Self.t0 + .seconds(10))
-        #expect(machine.expireSilent(now: Self.t0 + .seconds(12), timeout: .seconds(3)).isEmpty)
-        #expect(machine.expireSilent(now: Self.t0 + .seconds(14), timeout: .seconds(3)) == ["carol"])
+        _ = machine.onPresence("bob", Self.presence("bob", epoch: 1, interval: 1_000), wallNow: Self.wall, now: Self.t0)
+        _ = machine.onPresence("carol", Self.presence("carol", epoch: 1, interval: 15_000), wallNow: Self.wall, now: Self.t0)
+        _ = machine.onPresence("dave", Self.presence("dave", epoch: 1, interval: nil), wallNow: Self.wall, now: Self.t0)
+        #expect(machine.expireSilent(now: Self.t0 + .milliseconds(2_400)).isEmpty)
+        #expect(machine.expireSilent(now: Self.t0 + .milliseconds(2_600)) == ["bob"], "three of its 1 s intervals less 0.5 s")
+        #expect(machine.expireSilent(now: Self.t0 + .seconds(44)).isEmpty, "a 15 s interval: 44.5 s of silence")
+        _ = machine.onHeartbeat("carol", .init(epoch: 1, interval: 15_000), wallNow: Self.wall, now: Self.t0 + .seconds(40))
+        #expect(machine.expireSilent(now: Self.t0 + .seconds(80)).isEmpty, "heard at 40 s")
+        #expect(machine.expireSilent(now: Self.t0 + .seconds(85)) == ["carol"])
+        #expect(machine.online == ["alice": 10, "dave": 1], "without heartbeats only its will removes it")
+        machine.onReconnected(now: Self.t0 + .seconds(100))
         #expect(
-            machine.onPresence("carol", Self.presence("carol", epoch: 1), now: Self.t0 + .seconds(15))
-                == .changed(participant: "carol", epoch: 1), "back with its next heartbeat")
+            machine.onHeartbeat("bob", .init(epoch: 1, interval: 1_000), wallNow: Self.wall, now: Self.t0 + .seconds(101))
+                == .changed(participant: "bob", epoch: 1), "back with its next heartbeat")
+        #expect(machine.expireSilent(now: Self.t0 + .milliseconds(103_400)).isEmpty)
     }
 
     // MARK: - Sessions
@@ -86,8 +119,8 @@ import Testing
         let (a, aInbox) = Self.listener("com.example.a")
         let (b, _) = Self.listener("com.example.b")
         for listener in [all, a, b] { #expect(machine.addListener(listener).sessions.isEmpty) }
-        _ = machine.onPresence("bob", Self.presence("bob", epoch: 3), now: Self.t0)
-        guard case let .new(listeners, presence) = machine.onAnnouncement("s1", Self.announcement("s1"), now: 1_000) else {
+        _ = machine.onPresence("bob", Self.presence("bob", epoch: 3), wallNow: Self.wall, now: Self.t0)
+        guard case let .new(listeners, presence) = machine.announce("s1", Self.announcement("s1")) else {
             Issue.record("not new")
             return
         }
@@ -95,7 +128,7 @@ import Testing
             Set(listeners.map(ObjectIdentifier.init)) == [ObjectIdentifier(allInbox), ObjectIdentifier(aInbox)],
             "the wrong type is filtered out")
         #expect(presence == ["alice": 10, "bob": 3], "the new session starts from the group's presence")
-        guard case .changed = machine.onAnnouncement("s1", Self.announcement("s1", revision: 2), now: 1_000) else {
+        guard case .changed = machine.announce("s1", Self.announcement("s1", revision: 2), by: "carol") else {
             Issue.record("a known session changed; nobody gets it again")
             return
         }
@@ -103,45 +136,91 @@ import Testing
 
     @Test func aLateListenerGetsTheAnnouncedSessionsItWants() {
         var machine = Machine(me: "alice", myEpoch: 10)
-        _ = machine.onAnnouncement("s2", Self.announcement("s2", type: "com.example.b"), now: 1_000)
-        _ = machine.onAnnouncement("s1", Self.announcement("s1"), now: 1_000)
-        _ = machine.onAnnouncement("s3", Self.announcement("s3"), now: 1_000)
+        _ = machine.announce("s2", Self.announcement("s2", type: "com.example.b"))
+        _ = machine.announce("s1", Self.announcement("s1"))
+        _ = machine.announce("s3", Self.announcement("s3"))
         #expect(machine.addListener(Self.listener("com.example.a").0).sessions == ["s1", "s3"])
         #expect(machine.addListener(Self.listener().0).sessions == ["s1", "s2", "s3"])
     }
 
-    @Test func anEndedSessionIsForgottenAndItsIDCanComeBack() {
+    @Test func aSessionEndsWithAnEndedCopyOrItsLastCopyCleared() {
         var machine = Machine(me: "alice", myEpoch: 10)
-        _ = machine.onAnnouncement("s1", Self.announcement("s1"), now: 1_000)
-        guard case .ended = machine.onAnnouncement("s1", nil, now: 1_000) else {
-            Issue.record("cleared: ended")
+        _ = machine.announce("s1", Self.announcement("s1"))
+        _ = machine.announce("s1", Self.announcement("s1"), by: "carol")
+        guard case .none = machine.announce("s1", nil) else {
+            Issue.record("carol's copy is left")
             return
         }
-        guard case .none = machine.onAnnouncement("s1", nil, now: 1_000) else {
-            Issue.record("ends once")
+        guard case .ended(by: nil) = machine.announce("s1", nil, by: "carol") else {
+            Issue.record("every copy cleared: ended")
             return
         }
-        guard case .new = machine.onAnnouncement("s1", Self.announcement("s1"), now: 1_000) else {
+        guard case .new = machine.announce("s1", Self.announcement("s1")) else {
             Issue.record("announced again: a new session")
             return
         }
-        machine.forget("s1")
-        #expect(machine.addListener(Self.listener().0).sessions.isEmpty, "ended here: forgotten")
-        guard case .rejected = machine.onAnnouncement("s9", Self.announcement("s1"), now: 1_000) else {
+        guard case .ended(by: "carol") = machine.announce("s1", Self.announcement("s1", revision: 5, ended: true), by: "carol") else {
+            Issue.record("an ended copy ends it")
+            return
+        }
+        guard case .none = machine.announce("s1", Self.announcement("s1")) else {
+            Issue.record("an older copy read after the ended one does not bring it back")
+            return
+        }
+        #expect(machine.addListener(Self.listener().0).sessions.isEmpty, "ended: forgotten")
+        guard case .none = machine.announce("s1", nil, by: "carol"), case .none = machine.announce("s1", nil, by: "dave") else {
+            Issue.record("bob's copy from before the end is still there")
+            return
+        }
+        guard case .settled = machine.announce("s1", nil) else {
+            Issue.record("the last copy from before the end is gone: the ended copy may go too")
+            return
+        }
+        guard case .rejected = machine.announce("s9", Self.announcement("s1")) else {
             Issue.record("an announcement names its own session")
             return
         }
-        guard case .rejected = machine.onAnnouncement("s9", Self.announcement("s9", type: "bad/type"), now: 1_000) else {
+        guard case .rejected = machine.announce("s9", Self.announcement("s9", type: "bad/type")) else {
             Issue.record("an activity type is an identifier")
             return
         }
-        guard
-            case .rejected = machine.onAnnouncement(
-                "s9", Self.announcement("s9", revision: 1_000 + HLCTimestamp.maximumSkew + 1), now: 1_000)
-        else {
+        guard case .rejected = machine.announce("s9", Self.announcement("s9", revision: 1_000 + HLCTimestamp.maximumSkew + 1)) else {
             Issue.record("a revision from too far ahead")
             return
         }
+    }
+
+    @Test func theCreatorsOwnCopyDecidesTheActivityType() {
+        var machine = Machine(me: "alice", myEpoch: 10)
+        _ = machine.addListener(Self.listener("com.example.a").0)
+        guard case .new = machine.announce("s1", Self.announcement("s1", type: "com.example.forged", revision: 9), by: "mallory") else {
+            Issue.record("a copy of a session not seen yet")
+            return
+        }
+        guard case let .retyped(listeners, _) = machine.announce("s1", Self.announcement("s1")) else {
+            Issue.record("bob created it: his copy says what it is")
+            return
+        }
+        #expect(listeners.count == 1)
+        guard case .changed = machine.announce("s1", Self.announcement("s1", type: "com.example.forged", revision: 10), by: "mallory")
+        else {
+            Issue.record("from now on a copy of another type is the session object's to reject, as foreign")
+            return
+        }
+        #expect(machine.addListener(Self.listener("com.example.a").0).sessions == ["s1"])
+    }
+
+    @Test func aSessionExpiresWhenNobodyRefreshesAnyCopy() {
+        var machine = Machine(me: "alice", myEpoch: 10)
+        _ = machine.announce("s1", Self.announcement("s1"), expiresAt: 5_000)
+        _ = machine.announce("s1", Self.announcement("s1"), by: "carol", expiresAt: 8_000)
+        _ = machine.announce("s2", Self.announcement("s2"), expiresAt: 6_000)
+        #expect(machine.expireSessions(now: 4_000).isEmpty)
+        #expect(machine.expireSessions(now: 6_000) == ["s2"])
+        _ = machine.announce("s1", Self.announcement("s1"), by: "carol", expiresAt: 12_000)  // refreshed
+        #expect(machine.expireSessions(now: 9_000).isEmpty)
+        #expect(machine.expireSessions(now: 12_000) == ["s1"])
+        #expect(machine.addListener(Self.listener().0).sessions.isEmpty)
     }
 
     @Test func removedListenersGetNothingAndCloseEndsTheRest() {
@@ -151,7 +230,7 @@ import Testing
         let id = machine.addListener(first).id!
         _ = machine.addListener(second)
         machine.removeListener(id)
-        guard case let .new(listeners, _) = machine.onAnnouncement("s1", Self.announcement("s1"), now: 1_000) else {
+        guard case let .new(listeners, _) = machine.announce("s1", Self.announcement("s1")) else {
             Issue.record("not new")
             return
         }
@@ -161,7 +240,7 @@ import Testing
         #expect(closed.sessions == ["s1"], "the sessions to leave")
         #expect(machine.isClosed && machine.online.isEmpty)
         #expect(machine.addListener(Machine.Listener(activityType: "*", inbox: firstInbox)).id == nil, "ends at once")
-        guard case .none = machine.onAnnouncement("s2", Self.announcement("s2"), now: 1_000) else {
+        guard case .none = machine.announce("s2", Self.announcement("s2")) else {
             Issue.record("no sessions after close()")
             return
         }
@@ -201,19 +280,48 @@ import Testing
 
     @Test func ownedRecordsAreRepublishedInTheOrderANewcomerNeedsThem() {
         var owned = OwnedRetained()
-        let root = "groupsync/v1/g"
-        for topic in ["\(root)/s/s1/state/k/alice", "\(root)/s/s1/member/alice", "\(root)/session/s1", "\(root)/presence/alice"] {
-            owned.own(topic, Data("x".utf8))
+        let root = "groupsync/v2/g"
+        let record = OwnedRetained.Record(payload: Data("x".utf8), lifetime: .seconds(60), refreshing: true, published: Self.t0)
+        for topic in ["\(root)/s/s1/state/k/alice", "\(root)/s/s1/member/alice", "\(root)/session/s1/alice", "\(root)/presence/alice"] {
+            owned.own(topic, record)
         }
         #expect(
-            owned.inRepublishOrder().map(\.topic) == [
-                "\(root)/presence/alice", "\(root)/session/s1", "\(root)/s/s1/member/alice", "\(root)/s/s1/state/k/alice",
+            owned.inRepublishOrder(now: Self.t0).map(\.topic) == [
+                "\(root)/presence/alice", "\(root)/session/s1/alice", "\(root)/s/s1/member/alice", "\(root)/s/s1/state/k/alice",
             ])
         #expect(owned.topics(under: "\(root)/s/s1/") == ["\(root)/s/s1/member/alice", "\(root)/s/s1/state/k/alice"])
-        owned.own("\(root)/s/s1/member/alice", Data())
-        owned.disown("\(root)/session/s1")
+        owned.own(
+            "\(root)/s/s1/member/alice", OwnedRetained.Record(payload: Data(), lifetime: .seconds(60), refreshing: true, published: Self.t0)
+        )
+        owned.disown("\(root)/session/s1/alice")
         #expect(
-            owned.inRepublishOrder().map(\.topic) == ["\(root)/presence/alice", "\(root)/s/s1/state/k/alice"],
+            owned.inRepublishOrder(now: Self.t0).map(\.topic) == ["\(root)/presence/alice", "\(root)/s/s1/state/k/alice"],
             "cleared and disowned records stay gone")
+    }
+
+    @Test func keptRecordsAreRefreshedAtHalfTheirLifetimeAndReleasedOnesExpire() {
+        var owned = OwnedRetained()
+        owned.own("a", .init(payload: Data("a".utf8), lifetime: .seconds(10), refreshing: true, published: Self.t0))
+        owned.own("b", .init(payload: Data("b".utf8), lifetime: .seconds(4), refreshing: true, published: Self.t0))
+        #expect(owned.shortestLifetime == .seconds(4))
+        #expect(owned.due(now: Self.t0 + .seconds(1)).isEmpty)
+        #expect(owned.due(now: Self.t0 + .seconds(2)).map(\.topic) == ["b"])
+        #expect(owned.due(now: Self.t0 + .seconds(3)).isEmpty, "refreshed at 2 s")
+        owned.release("b")
+        #expect(owned.due(now: Self.t0 + .seconds(5)).map(\.topic) == ["a"], "b is no longer refreshed")
+        let left = owned.inRepublishOrder(now: Self.t0 + .seconds(5))
+        #expect(left.map(\.topic) == ["a", "b"])
+        #expect(left[1].record.properties(at: Self.t0 + .seconds(5)).messageExpiry == 1, "what is left of b's lifetime")
+        #expect(left[0].record.properties(at: Self.t0 + .seconds(5)).messageExpiry == 10)
+        #expect(owned.inRepublishOrder(now: Self.t0 + .seconds(6)).map(\.topic) == ["a"], "b's lifetime is over")
+    }
+}
+
+extension CoordinatorStateMachine {
+    /// A copy by `publisher` of a session's announcement, as the tests read it (`nil`: cleared).
+    fileprivate mutating func announce(
+        _ sessionID: String, _ announcement: Wire.Announcement?, by publisher: String = "bob", expiresAt: Int64 = 60_000
+    ) -> AnnouncementAction {
+        onAnnouncement(sessionID, publisher: publisher, announcement, expiresAt: expiresAt, now: 1_000)
     }
 }

@@ -99,7 +99,7 @@ import Testing
     @Test func messagesAreTypedOrderedNotEchoedAndTargetedByTopic() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            let (raw, wire) = try await rawSubscriber(broker, "groupsync/v1/\(group.name)/s/+/msg/#")
+            let (raw, wire) = try await rawSubscriber(broker, "\(GroupTopics.protocolRoot)/\(group.name)/s/+/+/#")
             let alice = try await group.join("alice")
             let bob = try await group.join("bob")
             let carol = try await group.join("carol")
@@ -126,7 +126,7 @@ import Testing
             // On the wire: the targeted message travelled on bob's topic only.
             try await waitUntil("raw subscriber saw all") { wire.count >= 23 }
             let secret = wire.elements.filter { $0.string?.contains("secret") == true }
-            #expect(secret.map(\.topic) == ["groupsync/v1/\(group.name)/s/\(a.id)/msg/to/bob/alice"])
+            #expect(secret.map(\.topic) == ["\(GroupTopics.protocolRoot)/\(group.name)/s/\(a.id)/to/bob/alice"])
             await group.closeAll()
             await raw.disconnect()
         }
@@ -212,7 +212,7 @@ import Testing
             #expect(a.state == .invalidated(reason: .ended(by: Participant(id: "alice"))))
             // A fresh subscriber receives nothing of the session.
             try await waitUntil("retained messages cleared") {
-                try await !retainedTopics(broker, under: "groupsync/v1/\(group.name)").contains { $0.contains(a.id) }
+                try await !retainedTopics(broker, under: "\(GroupTopics.protocolRoot)/\(group.name)").contains { $0.contains(a.id) }
             }
             await group.closeAll()
         }

@@ -151,7 +151,7 @@ import Testing
             #expect(bob.state.withLock { $0.cores.count } == 1, "each left session object is dropped; one fresh waiting one remains")
             #expect(bob.currentSessions(activityIdentifier: nil).map(\.state) == [.waiting])
             // What bob holds at the broker (and would subscribe to again after a reconnect): the group's filters only.
-            let groupFilters = [bob.topics.presenceFilter, bob.topics.announcementFilter].sorted()
+            let groupFilters = [bob.topics.presenceFilter, bob.topics.heartbeatFilter, bob.topics.announcementFilter].sorted()
             #expect(
                 bob.client.connection.state.withLock { $0.liveFilters.map(\.filter) }.sorted() == groupFilters,
                 "only the group subscription is left")
@@ -212,7 +212,7 @@ import Testing
             try await waitUntil("alice learns the session is over") { a.state.isInvalidated }
             // Nothing of the session is stored again.
             try await waitUntil("no record of the session is retained") {
-                try await !retainedTopics(broker, under: "groupsync/v1/\(group.name)").contains { $0.contains(a.id) }
+                try await !retainedTopics(broker, under: "\(GroupTopics.protocolRoot)/\(group.name)").contains { $0.contains(a.id) }
             }
             #expect(alice.currentSessions(activityIdentifier: nil).isEmpty)
             await group.closeAll()

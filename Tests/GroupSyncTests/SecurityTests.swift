@@ -49,17 +49,17 @@ import Testing
             raw.password = SecurityTests.users["mallory"]
             let mallory = try MQTTClient(configuration: raw)
             try await mallory.connect()
-            let root = "groupsync/v1/secure"
+            let root = "groupsync/v2/secure"
             let forgeries: [(String, String)] = [
-                ("\(root)/presence/alice", #"{"epoch":1,"participant":"alice","status":"lost","v":1}"#),
+                ("\(root)/presence/alice", #"{"epoch":1,"participant":"alice","status":"lost","v":2}"#),
                 (
                     "\(root)/s/\(a.id)/state/index/alice",
-                    #"{"clock":{"c":0,"p":"alice","t":99999999999999},"key":"index","v":1,"value":666}"#
+                    #"{"clock":{"c":0,"p":"alice","t":99999999999999},"key":"index","v":2,"value":666}"#
                 ),
-                ("\(root)/s/\(a.id)/msg/all/alice", #"{"body":{"text":"forged"},"epoch":1,"reliable":true,"seq":999,"type":"Chat","v":1}"#),
+                ("\(root)/s/\(a.id)/all/alice", #"{"body":{"text":"forged"},"epoch":1,"reliable":true,"seq":999,"type":"Chat","v":2}"#),
                 (
-                    "\(root)/s/\(a.id)/msg/to/bob/alice",
-                    #"{"body":{"text":"forged"},"epoch":1,"reliable":true,"seq":1000,"type":"Chat","v":1}"#
+                    "\(root)/s/\(a.id)/to/bob/alice",
+                    #"{"body":{"text":"forged"},"epoch":1,"reliable":true,"seq":1000,"type":"Chat","v":2}"#
                 ),
                 ("\(root)/s/\(a.id)/member/alice", ""),
             ]

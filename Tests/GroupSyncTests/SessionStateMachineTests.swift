@@ -9,10 +9,10 @@ import Testing
 
     static let announcement = Wire.Announcement(
         session: "s1", activity: .init(type: "com.example.test", metadata: .init(title: "Test"), data: .int(1)),
-        createdBy: "alice", createdAt: 1, revision: HLCTimestamp(time: 1, counter: 0, participant: "alice"))
+        createdBy: "alice", createdAt: 1, revision: HLCTimestamp(time: 1, counter: 0, participant: "alice"), ttl: 60)
 
     static func waiting(as me: String = "alice") -> Machine {
-        Machine(me: me, myEpoch: 1, announcement: announcement, presence: [me: 1])
+        Machine(me: me, myEpoch: 1, announcement: announcement, announcer: "alice", presence: [me: 1])
     }
 
     static func joined(as me: String = "alice") -> Machine {
@@ -40,7 +40,7 @@ import Testing
     }
 
     static func envelope(type: String = "Chat", epoch: Int64 = 7, seq: Int64, reliable: Bool = true) -> (Wire.ScannedEnvelope, Data) {
-        let payload = Data(#"{"body":{},"epoch":\#(epoch),"reliable":\#(reliable),"seq":\#(seq),"type":"\#(type)","v":1}"#.utf8)
+        let payload = Data(#"{"body":{},"epoch":\#(epoch),"reliable":\#(reliable),"seq":\#(seq),"type":"\#(type)","v":2}"#.utf8)
         return (Wire.decodeEnvelope(payload)!, payload)
     }
 
@@ -234,12 +234,19 @@ import Testing
         _ = machine.onJoined()
         #expect(machine.onMessage(first, payload: payload, sender: "bob").messages == ["bob"])
         #expect(machine.onMessage(first, payload: payload, sender: "bob").messages.isEmpty, "a redelivery")
-        let (older, olderPayload) = Self.envelope(epoch: 6, seq: 9)
-        #expect(machine.onMessage(older, payload: olderPayload, sender: "bob").messages.isEmpty, "from an older connection")
         let (unreliable, unreliablePayload) = Self.envelope(seq: 1, reliable: false)
         #expect(machine.onMessage(unreliable, payload: unreliablePayload, sender: "bob").messages == ["bob"], "not deduplicated")
         #expect(machine.onMessage(first, payload: payload, sender: "mallory").messages.isEmpty)
         #expect(machine.rejected == 1, "only members may message the session")
+        for epoch: Int64 in [6, 8, .max] {
+            let (other, otherPayload) = Self.envelope(epoch: epoch, seq: 9)
+            #expect(machine.onMessage(other, payload: otherPayload, sender: "bob").messages.isEmpty, "not the epoch bob joined with")
+        }
+        let (absurd, absurdPayload) = Self.envelope(seq: 1 << 62)
+        #expect(machine.onMessage(absurd, payload: absurdPayload, sender: "bob").messages.isEmpty, "a forged jump")
+        #expect(machine.rejected == 5)
+        let (second, secondPayload) = Self.envelope(seq: 2)
+        #expect(machine.onMessage(second, payload: secondPayload, sender: "bob").messages == ["bob"], "bob is not silenced")
     }
 
     // MARK: - Activity and invalidation
@@ -251,12 +258,12 @@ import Testing
         var newer = Self.announcement
         newer.revision.time = 2
         newer.activity.data = .int(2)
-        #expect(machine.onAnnouncement(newer).activities == [.int(2)])
-        #expect(machine.onAnnouncement(Self.announcement).activities.isEmpty, "older")
+        #expect(machine.onAnnouncement(newer, from: "bob").activities == [.int(2)])
+        #expect(machine.onAnnouncement(Self.announcement, from: "bob").activities.isEmpty, "older")
         var foreign = newer
         foreign.revision.time = 3
         foreign.activity.type = "com.example.other"
-        #expect(machine.onAnnouncement(foreign).activities.isEmpty)
+        #expect(machine.onAnnouncement(foreign, from: "bob").activities.isEmpty)
         #expect(machine.rejected == 1, "a session's kind of activity never changes")
         #expect(machine.announcement.activity.data == .int(2))
     }

@@ -107,15 +107,15 @@ import Testing
             try await waitUntil("everyone has it") {
                 try sessions.allSatisfy { try SharedState($0, key: "index", initialValue: 0).value == 42 }
             }
-            let (raw, wire) = try await rawSubscriber(broker, "groupsync/v1/\(group.name)/s/\(first.id)/msg/#")
+            let (raw, wire) = try await rawSubscriber(broker, "\(GroupTopics.protocolRoot)/\(group.name)/s/\(first.id)/#")
             let newcomer = try await group.join("newcomer")
             let n = try await newcomer.joinSession(first.id, of: Gallery.self)
             #expect(try SharedState(n, key: "index", initialValue: 0).value == 42)
             // Give every participant time to see the join and (wrongly) answer, then count answers.
             try await waitUntil("everyone saw the newcomer") { sessions.allSatisfy { ids($0.activeParticipants).contains("newcomer") } }
-            _ = try await raw.publish(to: "groupsync/v1/\(group.name)/s/\(first.id)/msg/all/marker", string: "{}")
+            _ = try await raw.publish(to: "\(GroupTopics.protocolRoot)/\(group.name)/s/\(first.id)/all/marker", string: "{}")
             try await waitUntil("marker seen") { wire.elements.contains { $0.topic.hasSuffix("/marker") } }
-            let catchUps = wire.elements.filter { $0.topic.contains("/msg/to/newcomer/") }
+            let catchUps = wire.elements.filter { $0.topic.contains("/to/newcomer/") }
             #expect(catchUps.count == 1, "exactly one participant answers the newcomer")
             await raw.disconnect()
             await group.closeAll()
@@ -159,7 +159,7 @@ import Testing
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
             let (_, _, a, b) = try await group.pair(Gallery(galleryID: "drag"))
-            let (raw, wire) = try await rawSubscriber(broker, "groupsync/v1/\(group.name)/s/\(a.id)/state/#")
+            let (raw, wire) = try await rawSubscriber(broker, "\(GroupTopics.protocolRoot)/\(group.name)/s/\(a.id)/state/#")
             let dragging = try SharedState(a, key: "x", initialValue: 0, minimumInterval: .milliseconds(50))
             for x in 1...200 { try await dragging.set(x) }
             #expect(dragging.value == 200, "local writes apply at once")

@@ -15,7 +15,7 @@ import Testing
 
     /// The whole envelope as one `Encodable`: the reference for ``Wire/EnvelopeBytes``.
     struct Envelope<Body: Encodable>: Encodable {
-        var v = 1
+        var v = Wire.version
         var type: String
         var epoch: Int64
         var seq: Int64
@@ -52,7 +52,7 @@ import Testing
     @Test func anyFormattingAndUnknownKeysAreRead() throws {
         let text = """
             {
-              "v" : 1, "seq": 7, "extra": {"a": [1, 2.5e3, "x\\"y", {"b": null}], "c": []},
+              "v" : 2, "seq": 7, "extra": {"a": [1, 2.5e3, "x\\"y", {"b": null}], "c": []},
               "type" : "Note", "reliable" : false,
               "body" : { "text" : "hi", "tags": {}, "nested": [[1]] },
               "epoch": 1796214382038
@@ -94,10 +94,10 @@ import Testing
         ]
         for (text, value) in cases { #expect(try JSONParser.parse(Data(text.utf8)) == value, "\(text)") }
         for seq in ["1.0", "1e0", "1001e0", "9223372036854775808"] {
-            let text = #"{"body":null,"epoch":1,"reliable":true,"seq":\#(seq),"type":"T","v":1}"#
+            let text = #"{"body":null,"epoch":1,"reliable":true,"seq":\#(seq),"type":"T","v":2}"#
             #expect(Result { () throws(Wire.Rejection) in try Wire.readEnvelope(Data(text.utf8)) }.failure == .notAnInteger, "\(seq)")
         }
-        for v in ["1.0", "2", "\"1\"", "null"] {
+        for v in ["2.0", "1", "3", "\"2\"", "null"] {
             #expect(
                 Result { () throws(Wire.Rejection) in
                     try Wire.read(Wire.Member.self, from: Data(#"{"epoch":1,"participant":"a","v":\#(v)}"#.utf8))
@@ -110,7 +110,7 @@ import Testing
         activity: .init(
             type: "com.example.gallery", metadata: .init(title: "T/1", subtitle: "é", type: .watchTogether),
             data: .object(["a": .array([.int(1), .double(2.5), .null])])),
-        createdBy: "alice", createdAt: 17, revision: HLCTimestamp(time: 17, counter: 2, participant: "alice"))
+        createdBy: "alice", createdAt: 17, revision: HLCTimestamp(time: 17, counter: 2, participant: "alice"), ttl: 3600)
     static let record = Wire.StateRecord(key: "k", value: .string("v"), clock: HLCTimestamp(time: 5, counter: 0, participant: "bob"))
 
     @Test func everyRecordReadsBackWhatWasWritten() throws {
@@ -126,7 +126,7 @@ import Testing
         // The documented bytes (docs/PROTOCOL.md).
         #expect(
             String(decoding: try Wire.encode(Wire.Member(participant: "alice", epoch: 1_796_212_095_667)), as: UTF8.self)
-                == #"{"epoch":1796212095667,"participant":"alice","v":1}"#)
+                == #"{"epoch":1796212095667,"participant":"alice","v":2}"#)
     }
 
     @Test func appValuesGoThroughFoundation() throws {

@@ -7,7 +7,7 @@ import Testing
         ("a/b/c", "a/b/c", true), ("a/b/c", "a/+/c", true), ("a/b/c", "a/#", true), ("a", "a/#", true),
         ("a/b", "#", true), ("a/b/c", "a/+", false), ("a/b", "a/b/c", false), ("$SYS/x", "#", false),
         ("$SYS/x", "+/x", false), ("$SYS/x", "$SYS/#", true), ("a//b", "a/+/b", true), ("/a", "+/a", true),
-        ("groupsync/v1/g/s/1/msg/all/p", "groupsync/v1/g/s/1/msg/all/+", true),
+        ("groupsync/v2/g/s/1/all/p", "groupsync/v2/g/s/1/all/+", true),
     ])
     func matching(name: String, filter: String, expected: Bool) {
         #expect(Topic.matches(name, filter: filter) == expected, "\(name) ~ \(filter)")

@@ -18,7 +18,8 @@ MAX_PAYLOAD = 10 << 20
 MAX_DEPTH = 512
 INT64 = range(-(1 << 63), 1 << 63)
 IDENTIFIER = re.compile(r"[A-Za-z0-9._\-:@~]{1,128}\Z")
-ROOT = "groupsync/v1/g"
+VERSION = 2
+ROOT = "groupsync/v2/g"
 ACTIVITY_TYPES = {"generic", "watchTogether", "listenTogether", "workoutTogether", "shopTogether",
                   "exploreTogether", "createTogether", "learnTogether", "playTogether", "readTogether"}
 
@@ -97,7 +98,7 @@ class Fields:
         self.object = value
         if record:
             v = value.get("v")
-            if type(v) is not int or v != 1:
+            if type(v) is not int or v != VERSION:
                 raise Rejected("bad-version")
 
     def value(self, key):
@@ -125,6 +126,12 @@ class Fields:
     def optional_str(self, key):
         return None if key not in self.object else self.str(key)
 
+    def optional_int(self, key):
+        return None if key not in self.object else self.int(key)
+
+    def optional_bool(self, key):
+        return None if key not in self.object else self.typed(key, bool)
+
 
 def clock(value):
     f = Fields(value, record=False)
@@ -133,13 +140,21 @@ def clock(value):
 
 def presence(value):
     f = Fields(value)
-    record = {"epoch": f.int("epoch"), "participant": f.str("participant"), "status": f.str("status"), "v": 1}
+    record = {"epoch": f.int("epoch"), "participant": f.str("participant"), "status": f.str("status"), "v": VERSION}
     if record["status"] not in ("online", "lost"):
         raise Rejected("wrong-shape")
     name = f.optional_str("name")
     if name is not None:
         record["name"] = name
+    interval = f.optional_int("interval")
+    if interval is not None:
+        record["interval"] = interval
     return record
+
+
+def heartbeat(value):
+    f = Fields(value)
+    return {"epoch": f.int("epoch"), "interval": f.int("interval"), "v": VERSION}
 
 
 def announcement(value):
@@ -148,29 +163,33 @@ def announcement(value):
     metadata = Fields(activity.value("metadata"), record=False)
     meta = {"title": metadata.str("title"), "type": metadata.str("type")}
     if meta["type"] not in ACTIVITY_TYPES:
-        raise Rejected("wrong-shape")
+        meta["type"] = "generic"  # a type from a newer writer: shown as generic, never hidden
     subtitle = metadata.optional_str("subtitle")
     if subtitle is not None:
         meta["subtitle"] = subtitle
-    return {"activity": {"data": activity.value("data"), "metadata": meta, "type": activity.str("type")},
+    record = {"activity": {"data": activity.value("data"), "metadata": meta, "type": activity.str("type")},
             "createdAt": f.int("createdAt"), "createdBy": f.str("createdBy"), "revision": clock(f.value("revision")),
-            "session": f.str("session"), "v": 1}
+            "session": f.str("session"), "ttl": f.int("ttl"), "v": VERSION}
+    ended = f.optional_bool("ended")
+    if ended is not None:
+        record["ended"] = ended
+    return record
 
 
 def member(value):
     f = Fields(value)
-    return {"epoch": f.int("epoch"), "participant": f.str("participant"), "v": 1}
+    return {"epoch": f.int("epoch"), "participant": f.str("participant"), "v": VERSION}
 
 
 def state(value):
     f = Fields(value)
-    return {"clock": clock(f.value("clock")), "key": f.str("key"), "v": 1, "value": f.value("value")}
+    return {"clock": clock(f.value("clock")), "key": f.str("key"), "v": VERSION, "value": f.value("value")}
 
 
 def envelope(value):
     f = Fields(value)
     record = {"body": f.value("body"), "epoch": f.int("epoch"), "reliable": f.typed("reliable", bool),
-              "seq": f.int("seq"), "type": f.str("type"), "v": 1}
+              "seq": f.int("seq"), "type": f.str("type"), "v": VERSION}
     if record["type"] == "$catchup":
         body = Fields(record["body"], record=False)
         states, members = body.typed("states", list), body.typed("members", list)
@@ -186,13 +205,15 @@ def route(topic):
     match levels[3:]:
         case ["presence", participant]:
             return presence, lambda r: r["participant"] == participant
-        case ["session", session]:
+        case ["alive", _]:
+            return heartbeat, lambda r: True
+        case ["session", session, _]:
             return announcement, lambda r: r["session"] == session
         case ["s", _, "member", participant]:
             return member, lambda r: r["participant"] == participant
         case ["s", _, "state", key, writer]:
             return state, lambda r: r["key"] == key and r["clock"]["p"] == writer
-        case ["s", _, "msg", "all", _] | ["s", _, "msg", "to", _, _]:
+        case ["s", _, "all", _] | ["s", _, "to", _, _]:
             return envelope, lambda r: True
     return None
 
@@ -203,7 +224,7 @@ def receive(topic, payload):
     if routed is None:
         return "reject", "bad-topic"
     reader, identity = routed
-    if not payload and reader is not envelope:
+    if not payload and reader not in (envelope, heartbeat):
         return "cleared", None
     try:
         record = reader(parse(payload))

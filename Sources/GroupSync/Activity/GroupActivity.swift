@@ -14,12 +14,21 @@ public protocol GroupActivity: Codable, Sendable {
     static var activityIdentifier: String { get }
     /// Shown by participants and dashboards.
     var metadata: GroupActivityMetadata { get }
+    /// How long a session of this activity outlives its participants: every retained record of it
+    /// (announcement, member and state records) lives this long on the broker after its owner last
+    /// refreshed it. Participants refresh what they own while they are in the session, so a session that
+    /// everyone left, crashed out of or never returned to — and that nobody ended — disappears from
+    /// `sessions()` and from the broker this long after the last of them. One hour by default; whole
+    /// seconds, at least one.
+    static var sessionTimeToLive: Duration { get }
 }
 
 extension GroupActivity {
     public var metadata: GroupActivityMetadata {
         GroupActivityMetadata(title: Self.activityIdentifier, type: .generic)
     }
+
+    public static var sessionTimeToLive: Duration { GroupActivityMetadata.defaultTimeToLive }
 }
 
 /// How an activity presents itself.
@@ -32,6 +41,9 @@ public struct GroupActivityMetadata: Sendable, Hashable, Codable {
     public var title: String
     public var subtitle: String?
     public var type: ActivityType
+
+    /// The default ``GroupActivity/sessionTimeToLive``: one hour.
+    public static let defaultTimeToLive = Duration.seconds(3600)
 
     public init(title: String, subtitle: String? = nil, type: ActivityType = .generic) {
         self.title = title

@@ -26,15 +26,48 @@ struct CoordinatorStateMachine {
     }
 
     struct Group {
-        /// The online epoch of every participant with a live connection, us included.
-        var online: [String: Int64]
-        /// The newest presence epoch seen per participant (online or lost), to reject stale ones.
-        var newestEpoch: [String: Int64]
-        /// When each online participant was last heard of (retained, live or heartbeat presence).
-        var lastHeard: [String: ContinuousClock.Instant] = [:]
-        /// Announced sessions: ID → activity type.
-        var sessions: [String: String] = [:]
+        /// Every participant with a live connection (us too), and how it is judged alive.
+        var connections: [String: Connection]
+        /// Announced sessions by ID.
+        var sessions: [String: Announced] = [:]
+        /// Sessions whose end we saw, until their ended copy expires: older copies that arrive later (a
+        /// retained replay is in no particular order) do not bring them back.
+        var ended: [String: Ended] = [:]
         var listeners = ListenerRegistry<Listener>()
+
+        var online: [String: Int64] { connections.mapValues(\.epoch) }
+    }
+
+    /// One participant's live connection.
+    struct Connection {
+        var epoch: Int64
+        /// When it was last heard of: its presence (retained or live) or a heartbeat.
+        var lastHeard: ContinuousClock.Instant
+        /// Its heartbeat interval (ms) as it states it; nil when it sends none (never judged by silence).
+        var interval: Int64?
+
+        /// Silent for three intervals less half a second (1.5 × keepalive − 0.5 s for the usual
+        /// interval of keepalive / 2), but never less than a second: gone.
+        func isSilent(at now: ContinuousClock.Instant) -> Bool {
+            guard let interval else { return false }
+            return now - lastHeard > max(.milliseconds(interval * 3 - 500), .seconds(1))
+        }
+    }
+
+    /// An announced session: its kind of activity and when each publisher's copy expires (wall-clock ms).
+    struct Announced {
+        var activityType: String
+        var copies: [String: Int64]
+        /// The type was read from its creator's own copy (its publisher is its `createdBy`), not from a
+        /// copy of someone else's that could be foreign.
+        var typeFromCreator: Bool
+    }
+
+    /// An ended session: when its ended copy expires (wall-clock ms), and who still has a copy from
+    /// before the end on the broker.
+    struct Ended {
+        var expiresAt: Int64
+        var copies: Set<String>
     }
 
     enum PresenceAction: Equatable {
@@ -43,7 +76,8 @@ struct CoordinatorStateMachine {
         case changed(participant: String, epoch: Int64?)
         /// Our own presence was overwritten (a late will of this very connection): publish it again.
         case republishOwn
-        /// Forged: the record names another participant than its topic.
+        /// Forged or implausible: the record names another participant than its topic, or an epoch
+        /// further ahead of our clock than a day.
         case rejected
     }
 
@@ -54,8 +88,14 @@ struct CoordinatorStateMachine {
         case new(listeners: [Inbox<SessionCore>], presence: [String: Int64])
         /// A known session's announcement changed: tell its session object.
         case changed
-        /// The announcement was cleared: the session ended.
-        case ended
+        /// The session's creator says its activity type is another than the copy it was first read from:
+        /// the session object made from that copy is replaced by a new one, for `listeners`.
+        case retyped(listeners: [Inbox<SessionCore>], presence: [String: Int64])
+        /// The session ended: `by` published the ended copy (nil: every copy was cleared).
+        case ended(by: String?)
+        /// The last copy from before the end of an ended session was cleared: its ended copy is no longer
+        /// needed to hide one.
+        case settled
         /// It names another session than its topic, an invalid activity type, or an implausible revision.
         case rejected
     }
@@ -67,13 +107,19 @@ struct CoordinatorStateMachine {
     init(me: String, myEpoch: Int64) {
         self.me = me
         self.myEpoch = myEpoch
-        state = .open(Group(online: [me: myEpoch], newestEpoch: [me: myEpoch]))
+        state = .open(Group(connections: [me: Connection(epoch: myEpoch, lastHeard: .now, interval: nil)]))
     }
 
     /// Participant → epoch of its live connection (empty once closed).
     var online: [String: Int64] {
         if case let .open(group) = state { return group.online }
         return [:]
+    }
+
+    /// An epoch, like a clock, is wall-clock time of its participant: one more than a day ahead of ours
+    /// is forged or broken, and accepting it would hide the real connection.
+    static func isPlausible(epoch: Int64, now: Int64) -> Bool {
+        epoch >= 0 && epoch <= now &+ HLCTimestamp.maximumSkew
     }
 
     var isClosed: Bool {
@@ -83,9 +129,17 @@ struct CoordinatorStateMachine {
 
     // MARK: - Presence
 
-    /// A presence record on `participant`'s topic (`nil`: cleared, the participant went offline cleanly).
-    mutating func onPresence(_ participant: String, _ presence: Wire.Presence?, now: ContinuousClock.Instant) -> PresenceAction {
-        if let presence, !presence.matches(participant: participant) { return .rejected }
+    /// A presence record on `participant`'s topic (`nil`: cleared, the participant went offline cleanly),
+    /// read at wall-clock time `wallNow` (ms). A `lost` record (a will) ends only the connection it names:
+    /// a will of an older connection, or one of a connection never seen online, changes nothing.
+    mutating func onPresence(
+        _ participant: String, _ presence: Wire.Presence?, wallNow: Int64, now: ContinuousClock.Instant
+    ) -> PresenceAction {
+        if let presence {
+            guard presence.matches(participant: participant), Self.isPlausible(epoch: presence.epoch, now: wallNow) else {
+                return .rejected
+            }
+        }
         if participant == me {
             // We read our own topic, so this connection is alive: it must say so. A cleared record, a
             // late will (of this or an older connection) or an older retained record is overwritten; a
@@ -95,69 +149,125 @@ struct CoordinatorStateMachine {
             }
             return isClosed ? .none : .republishOwn
         }
-        return modifyGroup { group in
-            guard let presence else {
-                return group.online.removeValue(forKey: participant) == nil ? .none : .changed(participant: participant, epoch: nil)
-            }
-            if let newest = group.newestEpoch[participant], presence.epoch < newest {
-                return .none  // from an older connection: never overrides a newer one
-            }
-            group.newestEpoch[participant] = presence.epoch
-            switch presence.status {
-            case .online:
-                group.lastHeard[participant] = now
-                guard group.online[participant] != presence.epoch else { return .none }
-                group.online[participant] = presence.epoch
-                return .changed(participant: participant, epoch: presence.epoch)
-            case .lost:
-                return group.online.removeValue(forKey: participant) == nil ? .none : .changed(participant: participant, epoch: nil)
-            }
+        guard let presence else { return remove(participant) }
+        switch presence.status {
+        case .online: return heard(participant, epoch: presence.epoch, interval: presence.interval, now: now)
+        case .lost: return online[participant] == presence.epoch ? remove(participant) : .none
+        }
+    }
+
+    /// A heartbeat of `participant`: its connection `epoch` is alive, and sends one every `interval` ms.
+    mutating func onHeartbeat(
+        _ participant: String, _ heartbeat: Wire.Heartbeat, wallNow: Int64, now: ContinuousClock.Instant
+    ) -> PresenceAction {
+        guard Self.isPlausible(epoch: heartbeat.epoch, now: wallNow), heartbeat.interval > 0 else { return .rejected }
+        guard participant != me else { return .none }
+        return heard(participant, epoch: heartbeat.epoch, interval: heartbeat.interval, now: now)
+    }
+
+    /// `participant`'s connection `epoch` is alive. An older epoch than the current one is a stale
+    /// process (or the current one is forged): it takes over only once the current one falls silent.
+    private mutating func heard(_ participant: String, epoch: Int64, interval: Int64?, now: ContinuousClock.Instant) -> PresenceAction {
+        modifyGroup { group in
+            let current = group.connections[participant]
+            if let current, epoch < current.epoch, !current.isSilent(at: now) { return .none }
+            group.connections[participant] = Connection(epoch: epoch, lastHeard: now, interval: interval)
+            return current?.epoch == epoch ? .none : .changed(participant: participant, epoch: epoch)
         } ?? .none
     }
 
-    /// Presence heartbeats: a participant not heard of for `timeout` is gone (frozen, or cut off) even
-    /// before the broker's keepalive check publishes its will; it comes back with its next heartbeat.
-    /// Returns the participants that are gone, sorted.
-    mutating func expireSilent(now: ContinuousClock.Instant, timeout: Duration) -> [String] {
+    private mutating func remove(_ participant: String) -> PresenceAction {
+        modifyGroup { group in
+            group.connections.removeValue(forKey: participant) == nil ? .none : .changed(participant: participant, epoch: nil)
+        } ?? .none
+    }
+
+    /// A participant not heard of for three of its own heartbeat intervals is gone (frozen, or cut off)
+    /// even before the broker's keepalive check publishes its will; it comes back with its next
+    /// heartbeat. Returns the participants that are gone, sorted.
+    mutating func expireSilent(now: ContinuousClock.Instant) -> [String] {
         let me = self.me
         return modifyGroup { group in
-            let silent = group.online.keys.filter { participant in
-                guard participant != me, let heard = group.lastHeard[participant] else { return false }
-                return now - heard > timeout
-            }
-            for participant in silent {
-                group.online[participant] = nil
-                group.lastHeard[participant] = nil
-            }
-            return silent.sorted()
+            let silent = group.connections.filter { $0.key != me && $0.value.isSilent(at: now) }.keys.sorted()
+            for participant in silent { group.connections[participant] = nil }
+            return silent
         } ?? []
     }
 
     /// While we were disconnected we could hear nobody: everyone gets a fresh grace period.
     mutating func onReconnected(now: ContinuousClock.Instant) {
         modifyGroup { group in
-            for participant in group.online.keys { group.lastHeard[participant] = now }
+            for participant in group.connections.keys { group.connections[participant]?.lastHeard = now }
         }
     }
 
     // MARK: - Sessions
 
-    /// An announcement on `sessionID`'s topic (`nil`: cleared, the session ended), read at local
-    /// wall-clock time `now` (ms). For `.new` and `.changed` the caller merges its revision into the
-    /// participant's clock. A known session's activity type is the one it was first announced with.
-    mutating func onAnnouncement(_ sessionID: String, _ announcement: Wire.Announcement?, now: Int64) -> AnnouncementAction {
+    /// `publisher`'s copy of `sessionID`'s announcement (`nil`: cleared), read at wall-clock time `now`
+    /// (ms), which the broker keeps until `expiresAt` unless its publisher refreshes it. For `.new` and
+    /// `.changed` the caller merges its revision into the participant's clock; the session machine keeps
+    /// the copy with the largest revision. A known session's activity type is the one it was first
+    /// announced with. The session ends with a copy that says so, or when its last copy is cleared.
+    mutating func onAnnouncement(
+        _ sessionID: String, publisher: String, _ announcement: Wire.Announcement?, expiresAt: Int64, now: Int64
+    ) -> AnnouncementAction {
         guard let announcement else {
-            return modifyGroup { $0.sessions.removeValue(forKey: sessionID) == nil ? .none : .ended } ?? .none
+            return modifyGroup { group in
+                if group.ended[sessionID]?.copies.remove(publisher) != nil {
+                    return group.ended[sessionID]?.copies.isEmpty == true ? .settled : .none
+                }
+                guard group.sessions[sessionID]?.copies.removeValue(forKey: publisher) != nil,
+                    group.sessions[sessionID]?.copies.isEmpty == true
+                else { return .none }
+                group.sessions[sessionID] = nil
+                return .ended(by: nil)
+            } ?? .none
         }
         guard announcement.matches(session: sessionID), announcement.revision.isPlausible(now: now),
             Identifier.isValid(announcement.activity.type)
         else { return .rejected }
         return modifyGroup { group in
-            if group.sessions[sessionID] != nil { return .changed }
+            if announcement.ended == true {
+                let live = group.sessions.removeValue(forKey: sessionID)
+                var ended = group.ended[sessionID] ?? Ended(expiresAt: expiresAt, copies: [])
+                ended.expiresAt = max(ended.expiresAt, expiresAt)
+                if let live { ended.copies.formUnion(live.copies.keys) }
+                ended.copies.remove(publisher)
+                group.ended[sessionID] = ended
+                return live == nil ? .none : .ended(by: publisher)
+            }
+            if group.ended[sessionID] != nil {  // a copy from before the end
+                group.ended[sessionID]?.copies.insert(publisher)
+                return .none
+            }
             let type = announcement.activity.type
-            group.sessions[sessionID] = type
-            return .new(listeners: group.listeners.filter { $0.wants(type) }.map(\.inbox), presence: group.online)
+            let fromCreator = publisher == announcement.createdBy
+            let listeners = group.listeners.filter { $0.wants(type) }.map(\.inbox)
+            guard var session = group.sessions[sessionID] else {
+                group.sessions[sessionID] = Announced(activityType: type, copies: [publisher: expiresAt], typeFromCreator: fromCreator)
+                return .new(listeners: listeners, presence: group.online)
+            }
+            if type != session.activityType && fromCreator && !session.typeFromCreator {
+                // A foreign copy was read first: the creator's own copy decides what the session is.
+                group.sessions[sessionID] = Announced(activityType: type, copies: [publisher: expiresAt], typeFromCreator: true)
+                return .retyped(listeners: listeners, presence: group.online)
+            }
+            session.copies[publisher] = expiresAt
+            session.typeFromCreator = session.typeFromCreator || (fromCreator && type == session.activityType)
+            group.sessions[sessionID] = session
+            return .changed
         } ?? .none
+    }
+
+    /// Sessions whose every copy expired on the broker by wall-clock time `now` (ms): nobody refreshed
+    /// them, so everyone who kept one has gone. Returns them, sorted, forgotten.
+    mutating func expireSessions(now: Int64) -> [String] {
+        modifyGroup { group in
+            group.ended = group.ended.filter { $0.value.expiresAt > now }
+            let expired = group.sessions.filter { $0.value.copies.values.allSatisfy { $0 <= now } }.keys.sorted()
+            for sessionID in expired { group.sessions[sessionID] = nil }
+            return expired
+        } ?? []
     }
 
     /// A session ended (here or elsewhere): forget it, so a new announcement with its ID is a new session.
@@ -169,7 +279,7 @@ struct CoordinatorStateMachine {
     /// by ID), then each new one. Returns nil as its ID once closed: then it ends at once.
     mutating func addListener(_ listener: Listener) -> (id: ListenerRegistry<Listener>.ID?, sessions: [String]) {
         modifyGroup { group in
-            let sessions = group.sessions.filter { listener.wants($0.value) }.keys.sorted()
+            let sessions = group.sessions.filter { listener.wants($0.value.activityType) }.keys.sorted()
             return (group.listeners.add(listener), sessions)
         } ?? (nil, [])
     }

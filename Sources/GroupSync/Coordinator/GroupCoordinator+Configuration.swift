@@ -24,6 +24,10 @@ extension GroupCoordinator {
         /// a keepalive of 5). It costs one small message per participant and interval, delivered to
         /// everyone in the group: turn it off for very large groups and rely on the broker's wills.
         public var presenceHeartbeats: Bool
+        /// How long the broker keeps this participant's presence (online while it is connected and
+        /// refreshes it, or the `lost` left by its will) after its last publish. A participant that
+        /// crashes and never returns disappears from the broker after this. At least a second.
+        public var presenceTimeToLive: Duration
 
         /// - Parameters:
         ///   - broker: `mqtt://[user[:password]@]host[:port]` (or `mqtts://` with `tls`).
@@ -31,7 +35,7 @@ extension GroupCoordinator {
         public init(
             broker: String = "mqtt://127.0.0.1:1883", group: String, participant: String, displayName: String? = nil,
             tls: MQTTClient.TLS? = nil, keepAlive: Int = 5, clock: any WallClock = SystemWallClock(),
-            catchUpTimeout: Duration = .seconds(1), presenceHeartbeats: Bool = true
+            catchUpTimeout: Duration = .seconds(1), presenceHeartbeats: Bool = true, presenceTimeToLive: Duration = .seconds(3600)
         ) throws(GroupSyncError) {
             do {
                 var mqtt = try MQTTClient.Configuration(url: broker, clientID: "", tls: tls)
@@ -54,6 +58,7 @@ extension GroupCoordinator {
             self.clock = clock
             self.catchUpTimeout = catchUpTimeout
             self.presenceHeartbeats = presenceHeartbeats
+            self.presenceTimeToLive = presenceTimeToLive
             if getenv("GROUPSYNC_LOG_REJECTED") != nil {  // one variable, not a copy of the environment
                 onRejected = { topic, size in
                     FileHandle.standardError.write(Data("groupsync: rejected \(size) bytes on \(topic)\n".utf8))

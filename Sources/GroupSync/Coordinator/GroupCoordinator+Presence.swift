@@ -17,7 +17,19 @@ extension GroupCoordinator {
                 presenceEcho.withLock { $0 }?.yield(())  // our own publish coming back live
             }
         }
-        switch state.withLock({ $0.machine.onPresence(participant, presence, now: .now) }) {
+        let wallNow = configuration.clock.milliseconds()
+        perform(state.withLock { $0.machine.onPresence(participant, presence, wallNow: wallNow, now: .now) })
+    }
+
+    /// Network thread: a heartbeat.
+    func onHeartbeatMessage(_ participant: String, _ message: MQTTMessage) {
+        guard let heartbeat = Wire.decode(Wire.Heartbeat.self, from: message.payload) else { return countRejection() }
+        let wallNow = configuration.clock.milliseconds()
+        perform(state.withLock { $0.machine.onHeartbeat(participant, heartbeat, wallNow: wallNow, now: .now) })
+    }
+
+    private func perform(_ action: CoordinatorStateMachine.PresenceAction) {
+        switch action {
         case .none: break
         case .rejected: countRejection()
         case let .changed(participant, epoch): forwardPresence([(participant, epoch)])
@@ -34,18 +46,24 @@ extension GroupCoordinator {
         }
     }
 
-    /// Publishes our presence every keepalive / 2 and expires participants not heard of for 1.5 ×
-    /// keepalive, while connected.
-    func startHeartbeats() {
-        let keepAlive = Duration.seconds(configuration.mqtt.keepAlive)
+    /// Our heartbeat interval (ms): keepalive / 2, so that a frozen participant is dropped within 1.5 ×
+    /// keepalive of its last heartbeat; nil without heartbeats.
+    var heartbeatInterval: Int64? {
+        configuration.presenceHeartbeats ? Int64(configuration.mqtt.keepAlive) * 500 : nil
+    }
+
+    /// Sends a heartbeat every interval and drops participants silent for three of their own intervals,
+    /// while connected.
+    func startHeartbeats(every interval: Int64) {
+        let heartbeat = Wire.Heartbeat(epoch: epoch, interval: interval)
         tasks.add(
             Task { [self] in
                 while !Task.isCancelled {
-                    try? await Task.sleep(for: keepAlive / 2)
+                    try? await Task.sleep(for: .milliseconds(interval))
                     // Not once close() began: a heartbeat after the goodbye would bring us back for a while.
-                    guard client.isConnected, !state.withLock({ $0.machine.isClosed }), let payload = try? Wire.encode(onlinePresence)
+                    guard client.isConnected, !state.withLock({ $0.machine.isClosed }), let payload = try? Wire.encode(heartbeat)
                     else { continue }
-                    _ = try? await client.publish(to: topics.presence(localParticipant.id), payload: payload, qos: .atMostOnce)
+                    _ = try? await client.publish(to: topics.heartbeat(localParticipant.id), payload: payload, qos: .atMostOnce)
                 }
             })
         tasks.add(
@@ -53,19 +71,19 @@ extension GroupCoordinator {
                 while !Task.isCancelled {
                     try? await Task.sleep(for: .milliseconds(250))
                     guard client.isConnected else { continue }
-                    // Silent for 1.5 × keepalive less two checks: gone within 1.5 × keepalive of its last heartbeat.
-                    let gone = state.withLock { $0.machine.expireSilent(now: .now, timeout: keepAlive * 3 / 2 - .milliseconds(500)) }
-                    forwardPresence(gone.map { ($0, nil) })
+                    forwardPresence(state.withLock { $0.machine.expireSilent(now: .now) }.map { ($0, nil) })
                 }
             })
     }
 
-    private var onlinePresence: Wire.Presence {
-        Wire.Presence(participant: localParticipant.id, status: .online, epoch: epoch, name: configuration.displayName)
+    var onlinePresence: Wire.Presence {
+        Wire.Presence(
+            participant: localParticipant.id, status: .online, epoch: epoch, name: configuration.displayName, interval: heartbeatInterval)
     }
 
     private func publishPresence() async throws(GroupSyncError) {
-        try await retained.publish(topics.presence(localParticipant.id), try Wire.encode(onlinePresence))
+        try await retained.publish(
+            topics.presence(localParticipant.id), try Wire.encode(onlinePresence), lifetime: configuration.presenceTimeToLive)
     }
 
     /// Publishes our presence and waits (at most 5 s) until it comes back: every retained presence and

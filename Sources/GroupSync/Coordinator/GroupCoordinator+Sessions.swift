@@ -49,32 +49,37 @@ extension GroupCoordinator {
         return client.isConnected && !closed ? .activationPreferred : .activationDisabled
     }
 
-    /// Announces a new session of `activity` to the group (a retained announcement). Every participant,
-    /// this one included, then receives it from ``sessions(of:)``. Returns the session ID.
+    /// Announces a new session of `activity` to the group (a retained announcement that lives
+    /// `A.sessionTimeToLive` after its participants are gone). Every participant, this one included,
+    /// then receives it from ``sessions(of:)``. Returns the session ID.
     @discardableResult
     public func activate<A: GroupActivity>(_ activity: A) async throws(GroupSyncError) -> String {
         try Identifier.validate(A.activityIdentifier, kind: "activity identifier")
-        return try await announce(.init(type: A.activityIdentifier, metadata: activity.metadata, data: try Wire.jsonValue(activity)))
+        return try await announce(
+            .init(type: A.activityIdentifier, metadata: activity.metadata, data: try Wire.jsonValue(activity)),
+            timeToLive: A.sessionTimeToLive)
     }
 
     /// Announces a session of an activity known only at run time. Returns the session ID.
     @discardableResult
     public func activate(
-        activityIdentifier: String, value: JSONValue, metadata: GroupActivityMetadata? = nil
+        activityIdentifier: String, value: JSONValue, metadata: GroupActivityMetadata? = nil,
+        timeToLive: Duration = GroupActivityMetadata.defaultTimeToLive
     ) async throws(GroupSyncError) -> String {
         try Identifier.validate(activityIdentifier, kind: "activity identifier")
         return try await announce(
-            .init(
-                type: activityIdentifier, metadata: metadata ?? GroupActivityMetadata(title: activityIdentifier), data: value))
+            .init(type: activityIdentifier, metadata: metadata ?? GroupActivityMetadata(title: activityIdentifier), data: value),
+            timeToLive: timeToLive)
     }
 
-    private func announce(_ activity: Wire.Announcement.Activity) async throws(GroupSyncError) -> String {
+    private func announce(_ activity: Wire.Announcement.Activity, timeToLive: Duration) async throws(GroupSyncError) -> String {
         let sessionID = GroupCoordinator.makeSessionID()
         let now = configuration.clock.milliseconds()
         let announcement = Wire.Announcement(
             session: sessionID, activity: activity, createdBy: localParticipant.id, createdAt: now,
-            revision: hlc.withLock { $0.tick(now: now) })
-        try await retained.publish(topics.announcement(sessionID), try Wire.encode(announcement))
+            revision: hlc.withLock { $0.tick(now: now) }, ttl: max(timeToLive.components.seconds, 1))
+        try await retained.publish(
+            topics.announcement(sessionID, by: localParticipant.id), try Wire.encode(announcement), lifetime: announcement.lifetime)
         return sessionID
     }
 
@@ -83,39 +88,65 @@ extension GroupCoordinator {
         return String((0..<16).map { _ in alphabet.randomElement()! })
     }
 
-    /// Network thread: an announcement (an empty payload: cleared, the session ended).
-    func onAnnouncementMessage(_ sessionID: String, _ message: MQTTMessage) {
-        if message.retain && !message.payload.isEmpty { _ = replay.withLock { $0?.announcements.insert(sessionID) } }
+    /// Network thread: `publisher`'s copy of an announcement (an empty payload: cleared).
+    func onAnnouncementMessage(_ sessionID: String, publisher: String, _ message: MQTTMessage) {
+        if message.retain && !message.payload.isEmpty && publisher == localParticipant.id {
+            _ = replay.withLock { $0?.announcements.insert(sessionID) }
+        }
         var announcement: Wire.Announcement?
         if !message.payload.isEmpty {
             guard let decoded = Wire.decode(Wire.Announcement.self, from: message.payload) else { return countRejection() }
             announcement = decoded
         }
         let (context, now) = (sessionContext, configuration.clock.milliseconds())
-        let (action, core) = state.withLock { state -> (CoordinatorStateMachine.AnnouncementAction, SessionCore?) in
-            let action = state.machine.onAnnouncement(sessionID, announcement, now: now)
+        // A stored copy comes with what is left of its lifetime; a live one has all of it.
+        let lifetime = message.properties.messageExpiry.map { Int64($0) } ?? announcement?.ttl ?? 0
+        let (action, core, replaced) = state.withLock { state -> (CoordinatorStateMachine.AnnouncementAction, SessionCore?, SessionCore?) in
+            let action = state.machine.onAnnouncement(
+                sessionID, publisher: publisher, announcement, expiresAt: now + lifetime * 1000, now: now)
             switch action {
-            case let .new(_, presence):
-                guard let announcement else { return (.none, nil) }
-                let core = SessionCore(context: context, announcement: announcement, presence: presence)
-                state.cores[sessionID] = core
-                return (action, core)
-            case .changed: return (action, state.cores[sessionID])
-            case .ended: return (action, state.cores.removeValue(forKey: sessionID))
-            case .none, .rejected: return (action, nil)
+            case let .new(_, presence), let .retyped(_, presence):
+                guard let announcement else { return (.none, nil, nil) }
+                let core = SessionCore(context: context, announcement: announcement, publisher: publisher, presence: presence)
+                let replaced = state.cores.updateValue(core, forKey: sessionID)
+                return (action, core, replaced)
+            case .changed: return (action, state.cores[sessionID], nil)
+            case .ended: return (action, state.cores.removeValue(forKey: sessionID), nil)
+            case .none, .rejected, .settled: return (action, nil, nil)
             }
         }
         switch (action, announcement) {
-        case let (.new(listeners, _), announcement?):
+        case let (.new(listeners, _), announcement?), let (.retyped(listeners, _), announcement?):
             hlc.withLock { $0.observe(announcement.revision, now: now) }
+            // A session object made from a foreign copy was never this session: it ends.
+            replaced?.invalidate(.ended(by: nil))
             if let core { for inbox in listeners { inbox.yield(core) } }
         case let (.changed, announcement?):
             hlc.withLock { $0.observe(announcement.revision, now: now) }
-            core?.onAnnouncement(announcement)
-        case (.ended, _): core?.onEnded(by: nil)
+            core?.onAnnouncement(announcement, from: publisher)
+        case let (.ended(by), _): core?.onEnded(by: by.map(Participant.init(id:)))
+        case (.settled, _):
+            // Nothing of the session is left but the ended copies: ours goes too.
+            let ours = topics.announcement(sessionID, by: localParticipant.id)
+            if retained.owns(ours) { tasks.spawn { [retained] in await retained.clear(ours) } }
         case (.rejected, _): countRejection()
         default: break
         }
+    }
+
+    /// Forgets, every second, the sessions whose every announcement copy expired: nobody kept them.
+    func startSessionExpiry() {
+        tasks.add(
+            Task { [self] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .seconds(1))
+                    let now = configuration.clock.milliseconds()
+                    let cores = state.withLock { state in
+                        state.machine.expireSessions(now: now).compactMap { state.cores.removeValue(forKey: $0) }
+                    }
+                    for core in cores { core.onExpired() }
+                }
+            })
     }
 
     /// What a session object reports (outside its lock).
@@ -133,7 +164,9 @@ extension GroupCoordinator {
             let context = sessionContext
             state.withLock { state in
                 guard state.cores[core.id] === core, !state.machine.isClosed else { return }
-                state.cores[core.id] = SessionCore(context: context, announcement: core.announcement, presence: state.machine.online)
+                state.cores[core.id] = SessionCore(
+                    context: context, announcement: core.announcement, publisher: core.announcement.createdBy,
+                    presence: state.machine.online)
             }
         case .ended:
             state.withLock { state in
@@ -146,7 +179,8 @@ extension GroupCoordinator {
     /// After a reconnect in which the broker had lost our MQTT session (we were away longer than its
     /// expiry, or it restarted), the clears of sessions ended meanwhile never reached us. If the
     /// broker's retained store survived — our own presence record is in the replay — an announcement
-    /// we own that is missing from the replay was ended: drop it instead of republishing it.
+    /// copy we own that is missing from the replay was cleared by whoever ended the session: drop it
+    /// instead of republishing it.
     func forgetSessionsEndedWhileAway() async {
         // The replay is being recorded since the CONNACK (on the network thread, before any message).
         try? await publishPresenceAndAwaitEcho()
@@ -156,14 +190,14 @@ extension GroupCoordinator {
                 return replay
             }), seen.ownPresence
         else { return }
-        let prefix = "\(topics.root)/session/"
+        let (prefix, suffix) = ("\(topics.root)/session/", "/\(localParticipant.id)")
         let ended = retained.topics(under: prefix)
-            .map { String($0.dropFirst(prefix.count)) }
+            .map { String($0.dropFirst(prefix.count).dropLast(suffix.count)) }
             .filter { !seen.announcements.contains($0) }
         for sessionID in ended {
             // Stop owning its records before the republish that follows, then clear what we had of it.
             let sessionTopics = retained.topics(under: "\(topics.root)/s/\(sessionID)/")
-            retained.disown(topics.announcement(sessionID))
+            retained.disown(topics.announcement(sessionID, by: localParticipant.id))
             for topic in sessionTopics { retained.disown(topic) }
             state.withLock { $0.cores[sessionID] }?.onEnded(by: nil)
             for topic in sessionTopics { await retained.clear(topic) }

@@ -72,7 +72,8 @@ public final class GroupCoordinator: Sendable {
         }
         let lost = Wire.Presence(participant: configuration.participant, status: .lost, epoch: epoch, name: configuration.displayName)
         mqtt.will = MQTTClient.Will(
-            topic: topics.presence(configuration.participant), payload: Array(try Wire.encode(lost)), qos: .atLeastOnce, retain: true)
+            topic: topics.presence(configuration.participant), payload: Array(try Wire.encode(lost)), qos: .atLeastOnce, retain: true,
+            messageExpiry: UInt32(clamping: max(configuration.presenceTimeToLive.components.seconds, 1)))
         let client: MQTTClient
         do {
             client = try await connectClient(mqtt)
@@ -113,6 +114,7 @@ public final class GroupCoordinator: Sendable {
             subscription = try await client.subscribe(
                 to: [
                     TopicSubscription(topics.presenceFilter, qos: .atLeastOnce),
+                    TopicSubscription(topics.heartbeatFilter, qos: .atLeastOnce),
                     TopicSubscription(topics.announcementFilter, qos: .atLeastOnce),
                 ],
                 handler: { [weak self] message in self?.handleGroupMessage(message) },
@@ -136,7 +138,9 @@ public final class GroupCoordinator: Sendable {
             })
         // After connect() returns, the coordinator knows the group as the broker does.
         try await publishPresenceAndAwaitEcho()
-        if configuration.presenceHeartbeats { startHeartbeats() }
+        if let interval = heartbeatInterval { startHeartbeats(every: interval) }
+        tasks.add(Task { [retained] in await retained.refreshUntilCancelled() })
+        startSessionExpiry()
     }
 
     /// Leaves every joined session, removes this participant's presence (a clean exit, not a crash), ends
@@ -152,7 +156,7 @@ public final class GroupCoordinator: Sendable {
         // down gets two seconds, after which the will reports us lost instead.
         await withTimeout(.seconds(2)) { [self] in
             for core in open where core.isJoined { await core.leave() }
-            try? await retained.publish(topics.presence(localParticipant.id), Data())
+            await retained.clear(topics.presence(localParticipant.id))
         }
         for core in open { core.invalidate(.coordinatorClosed) }
         groupSubscription.withLock { $0?.unsubscribe() }
@@ -187,7 +191,8 @@ public final class GroupCoordinator: Sendable {
     private func process(_ message: MQTTMessage) {
         switch topics.parse(message.topic) {
         case let .presence(participant): onPresenceMessage(participant, message)
-        case let .announcement(sessionID): onAnnouncementMessage(sessionID, message)
+        case let .heartbeat(participant): onHeartbeatMessage(participant, message)
+        case let .announcement(sessionID, publisher): onAnnouncementMessage(sessionID, publisher: publisher, message)
         default: countRejection()  // not a group topic of this protocol
         }
     }

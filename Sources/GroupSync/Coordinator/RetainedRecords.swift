@@ -1,9 +1,11 @@
 import Foundation
 import MQTT
 
-/// The retained messages this participant publishes and keeps alive (presence, announcements, member
-/// and state records): republished after every reconnect — a broker restarted without persistence
-/// forgets them — and no longer once cleared. Shared by the coordinator and its sessions.
+/// The retained messages this participant publishes (presence, announcement copies, member and state
+/// records). Each carries an MQTT 5 message expiry, so that the broker removes it once nobody keeps it;
+/// while this participant keeps a record it refreshes it before it expires, and republishes it after
+/// every reconnect (a broker restarted without persistence forgets it). Shared by the coordinator and
+/// its sessions.
 final class RetainedRecords: Sendable {
     private let client: MQTTClient
     private let owned = LockedValue(OwnedRetained())
@@ -12,10 +14,12 @@ final class RetainedRecords: Sendable {
         self.client = client
     }
 
-    /// Publishes a record this participant owns (QoS 1) and returns once the broker acknowledged it; an
-    /// empty payload clears it. On a broker without retained messages it is sent as a plain message.
-    func publish(_ topic: String, _ payload: Data) async throws(GroupSyncError) {
-        let ticket = try enqueue(topic, payload)
+    /// Publishes a record this participant owns (QoS 1), which the broker drops `lifetime` after its last
+    /// publish, and returns once the broker acknowledged it. With `refreshing`, it is published again
+    /// every half `lifetime` until it is cleared, released or disowned. On a broker without retained
+    /// messages it is sent as a plain message.
+    func publish(_ topic: String, _ payload: Data, lifetime: Duration, refreshing: Bool = true) async throws(GroupSyncError) {
+        let ticket = try enqueue(topic, payload, lifetime: lifetime, refreshing: refreshing)
         do {
             _ = try await client.acknowledgement(of: ticket)
         } catch {
@@ -23,26 +27,53 @@ final class RetainedRecords: Sendable {
         }
     }
 
-    /// The synchronous half of ``publish(_:_:)``: the record is ours and handed to the connection.
-    func enqueue(_ topic: String, _ payload: Data) throws(GroupSyncError) -> MQTTClient.PublishTicket {
-        owned.withLock { $0.own(topic, payload) }
+    /// The synchronous half of ``publish(_:_:lifetime:refreshing:)``: the record is ours and handed to the
+    /// connection.
+    func enqueue(_ topic: String, _ payload: Data, lifetime: Duration, refreshing: Bool = true) throws(GroupSyncError)
+        -> MQTTClient.PublishTicket
+    {
+        let record = OwnedRetained.Record(payload: payload, lifetime: lifetime, refreshing: refreshing, published: .now)
+        owned.withLock { $0.own(topic, record) }
         do {
-            return try client.enqueuePublish(to: topic, payload: payload, qos: .atLeastOnce, retain: client.retainAvailable)
+            return try client.enqueuePublish(
+                to: topic, payload: payload, qos: .atLeastOnce, retain: client.retainAvailable, properties: record.properties(at: .now))
         } catch {
             throw .connection(error)
         }
     }
 
-    /// Clears a record, ours or someone else's (that only works where the broker's ACL lets us).
-    /// Without retained messages the empty payload still tells live subscribers.
-    func clear(_ topic: String) async {
-        owned.withLock { $0.own(topic, Data()) }
-        _ = try? await client.publish(to: topic, payload: Data(), qos: .atLeastOnce, retain: client.retainAvailable)
+    /// Clears a record, ours or someone else's (that only works where the broker's ACL lets us), and
+    /// returns whether the broker accepted it. Without retained messages the empty payload still tells
+    /// live subscribers.
+    @discardableResult
+    func clear(_ topic: String) async -> Bool {
+        owned.withLock { $0.disown(topic) }
+        do {
+            try await client.publish(to: topic, payload: Data(), qos: .atLeastOnce, retain: client.retainAvailable)
+            return true
+        } catch {
+            return false
+        }
     }
 
-    /// Stops republishing `topic` after reconnects (someone else cleared it), without publishing.
+    /// Stops refreshing `topic`: the broker drops it when its lifetime is over.
+    func release(_ topic: String) {
+        owned.withLock { $0.release(topic) }
+    }
+
+    /// Forgets `topic` without publishing (someone else cleared it).
     func disown(_ topic: String) {
         owned.withLock { $0.disown(topic) }
+    }
+
+    /// Whether we own the record on `topic`.
+    func owns(_ topic: String) -> Bool {
+        owned.withLock { $0.records[topic] != nil }
+    }
+
+    /// Whether we own the record on `topic` and keep refreshing it.
+    func keeps(_ topic: String) -> Bool {
+        owned.withLock { $0.records[topic]?.refreshing == true }
     }
 
     /// The owned topics that start with `prefix`, sorted.
@@ -52,19 +83,56 @@ final class RetainedRecords: Sendable {
 
     /// After a reconnect: every owned record again, in the order a newcomer needs them.
     func republishAll() async {
-        for (topic, payload) in owned.withLock({ $0.inRepublishOrder() }) {
-            _ = try? await client.publish(to: topic, payload: payload, qos: .atLeastOnce, retain: client.retainAvailable)
+        await publish(owned.withLock { $0.inRepublishOrder(now: .now) })
+    }
+
+    /// Refreshes the records due, until cancelled: each kept record half its lifetime after it was last
+    /// published. Checks four times per shortest lifetime (at most every second).
+    func refreshUntilCancelled() async {
+        while !Task.isCancelled {
+            let pause = owned.withLock { $0.shortestLifetime.map { min($0 / 4, .seconds(1)) } } ?? .seconds(1)
+            try? await Task.sleep(for: pause)
+            guard client.isConnected else { continue }
+            await publish(owned.withLock { $0.due(now: .now) })
+        }
+    }
+
+    private func publish(_ records: [(topic: String, record: OwnedRetained.Record)]) async {
+        for (topic, record) in records {
+            _ = try? await client.publish(
+                to: topic, payload: record.payload, qos: .atLeastOnce, retain: client.retainAvailable,
+                properties: record.properties(at: .now))
         }
     }
 }
 
-/// The bookkeeping of ``RetainedRecords``: topic → payload of every record this participant owns.
+/// The bookkeeping of ``RetainedRecords``: every record this participant owns, by topic.
 struct OwnedRetained {
-    private(set) var records: [String: Data] = [:]
+    struct Record: Sendable {
+        var payload: Data
+        var lifetime: Duration
+        /// Published again every half lifetime while owned.
+        var refreshing: Bool
+        var published: ContinuousClock.Instant
 
-    /// Owns `payload` on `topic`; an empty payload clears the record, so it is no longer owned.
-    mutating func own(_ topic: String, _ payload: Data) {
-        records[topic] = payload.isEmpty ? nil : payload
+        /// The message expiry it goes out with at `now`: what is left of its lifetime (at least a second).
+        func properties(at now: ContinuousClock.Instant) -> MQTTProperties {
+            let left = refreshing ? lifetime : lifetime - (now - published)
+            return MQTTProperties(messageExpiry: UInt32(clamping: max(left.components.seconds, 1)))
+        }
+
+        func isOver(at now: ContinuousClock.Instant) -> Bool { !refreshing && now - published >= lifetime }
+    }
+
+    private(set) var records: [String: Record] = [:]
+
+    /// Owns `record` on `topic`; an empty payload clears it, so it is no longer owned.
+    mutating func own(_ topic: String, _ record: Record) {
+        records[topic] = record.payload.isEmpty ? nil : record
+    }
+
+    mutating func release(_ topic: String) {
+        records[topic]?.refreshing = false
     }
 
     mutating func disown(_ topic: String) {
@@ -75,9 +143,28 @@ struct OwnedRetained {
         records.keys.filter { $0.hasPrefix(prefix) }.sorted()
     }
 
-    /// Presence first, then announcements, member records and state records.
-    func inRepublishOrder() -> [(topic: String, payload: Data)] {
-        records.map { ($0.key, $0.value) }.sorted { (OwnedRetained.rank($0.topic), $0.topic) < (OwnedRetained.rank($1.topic), $1.topic) }
+    var shortestLifetime: Duration? {
+        records.values.lazy.filter(\.refreshing).map(\.lifetime).min()
+    }
+
+    /// The kept records whose refresh is due at `now` (marked as published now); records whose lifetime
+    /// is over are forgotten.
+    mutating func due(now: ContinuousClock.Instant) -> [(topic: String, record: Record)] {
+        records = records.filter { !$0.value.isOver(at: now) }
+        var due: [(topic: String, record: Record)] = []
+        for (topic, record) in records where record.refreshing && now - record.published >= record.lifetime / 2 {
+            records[topic]?.published = now
+            due.append((topic, record))
+        }
+        return due.sorted { $0.topic < $1.topic }
+    }
+
+    /// Every live record, presence first, then announcement copies, member records and state records.
+    mutating func inRepublishOrder(now: ContinuousClock.Instant) -> [(topic: String, record: Record)] {
+        records = records.filter { !$0.value.isOver(at: now) }
+        return records.map { ($0.key, $0.value) }.sorted {
+            (OwnedRetained.rank($0.topic), $0.topic) < (OwnedRetained.rank($1.topic), $1.topic)
+        }
     }
 
     private static func rank(_ topic: String) -> Int {

@@ -15,6 +15,9 @@ public enum GroupSessionState: Sendable, Hashable {
         case left
         /// The coordinator was closed (`GroupCoordinator.close()`).
         case coordinatorClosed
+        /// Nobody kept the session for its activity's ``GroupActivity/sessionTimeToLive``: everyone had
+        /// left, crashed or gone away, and its records expired on the broker.
+        case expired
     }
 
     public var isInvalidated: Bool {

@@ -22,6 +22,11 @@ extension SessionCore {
             throw Task.isCancelled && !state.isInvalidated ? .cancelled : error
         }
         context.report(self, .joined)
+        // Our copy of the announcement keeps the session alive while we are in it (the creator has one).
+        let current = announcement
+        if !context.retained.keeps(ownCopyTopic), let payload = try? Wire.encode(current) {
+            try? await context.retained.publish(ownCopyTopic, payload, lifetime: current.lifetime)
+        }
     }
 
     private func joinSteps(
@@ -29,7 +34,7 @@ extension SessionCore {
     ) async throws(GroupSyncError) {
         let filters = topics.sessionFilters(id, participant: me)
         let member = try Wire.encode(Wire.Member(participant: me, epoch: context.epoch))
-        let (retained, memberTopic) = (context.retained, topics.member(id, me))
+        let (retained, memberTopic, lifetime) = (context.retained, topics.member(id, me), lifetime)
         // The session's messages are handled on the connection's network thread, as they are read: one
         // hand-off (to the app's sequences) instead of two. Handling never blocks and never runs app code.
         // Our member record goes out right behind the SUBSCRIBE packets, without waiting for their SUBACK:
@@ -45,7 +50,7 @@ extension SessionCore {
                 endOfBurst: { [weak self] in self?.releaseHeldValues() },
                 whenSent: {
                     memberPublished = true
-                    memberTicket = Result { () throws(GroupSyncError) in try retained.enqueue(memberTopic, member) }
+                    memberTicket = Result { () throws(GroupSyncError) in try retained.enqueue(memberTopic, member, lifetime: lifetime) }
                 })
         } catch {
             if case let .success(ticket)? = memberTicket { context.client.detach(ticket) }
@@ -71,45 +76,73 @@ extension SessionCore {
         guard isJoined else { throw .sessionInvalidated }
     }
 
-    /// Leaves: others see us go at once; our last state stays visible to them.
+    /// Leaves: others see us go at once. Our last state stays visible to them, and our copy of the
+    /// announcement keeps the session announced, for the session's time to live.
     func leave() async {
         guard invalidate(.left) else { return }
         await context.retained.clear(topics.member(id, me))
+        releaseOwnRecords()
         context.report(self, .left)
     }
 
-    /// Ends the session for everyone and removes every retained message of it from the broker.
+    /// Ends the session for everyone and removes every retained message of it from the broker: what
+    /// the broker's ACL lets us clear now, the rest when its owners see the end (or when it expires).
     func end() async {
-        let (members, stateTopics) = machine.withLock { (Array($0.members.keys), $0.stateTopics) }
+        let (members, stateTopics, announcers) = machine.withLock { (Array($0.members.keys), $0.stateTopics, $0.announcers) }
         if isJoined {
             // Tell joined participants who ended it, before the announcement disappears.
             _ = try? await sendControl(type: "$end", body: JSONValue.null, to: .all)
         }
         guard invalidate(.ended(by: context.me)) else { return }
+        // Our copy says it ended: it outranks every other copy, for followers who never joined too.
+        var ended = announcement
+        ended.ended = true
+        ended.revision = context.hlc.withLock { $0.tick(now: context.clock.milliseconds()) }
+        if let payload = try? Wire.encode(ended) {
+            try? await context.retained.publish(ownCopyTopic, payload, lifetime: ended.lifetime, refreshing: false)
+        }
         // Every record of the session we know of, and those we own (also from before an earlier leave).
         let records = Set((members + [me]).map { topics.member(id, $0) })
             .union(stateTopics)
+            .union(announcers.filter { $0 != me }.map { topics.announcement(id, by: $0) })
             .union(context.retained.topics(under: sessionPrefix))
-        await context.retained.clear(topics.announcement(id))
-        for topic in records.sorted() { await context.retained.clear(topic) }
+        var clearedAll = true
+        for topic in records.sorted() where await !context.retained.clear(topic) { clearedAll = false }
+        // Nothing else is left on the broker: the ended copy is not needed either.
+        if clearedAll { await context.retained.clear(ownCopyTopic) }
         context.report(self, .ended)
     }
 
     /// The session ended elsewhere: clear what we own of it (under a strict ACL only we can).
     func onEnded(by participant: Participant?) {
-        let stateTopics = machine.withLock { $0.stateTopics }
         guard invalidate(.ended(by: participant)) else { return }
-        // If we created the session or last changed its activity, it must not come back after a reconnect.
-        context.retained.disown(topics.announcement(id))
+        clearOwnRecords()
+    }
+
+    /// Nobody kept the session alive: its records expired on the broker, ours with them.
+    func onExpired() {
+        guard invalidate(.expired) else { return }
+        clearOwnRecords()
+    }
+
+    /// Clears our copy of the announcement, member record and state records, also those written before
+    /// an earlier leave() of this session; none of them comes back after a reconnect.
+    private func clearOwnRecords() {
+        let stateTopics = machine.withLock { $0.stateTopics }
         context.report(self, .ended)
-        // Everything we own of the session: member record and state records, also those written before
-        // an earlier leave() of this session.
-        let owned = Set(context.retained.topics(under: sessionPrefix) + [topics.member(id, me)])
+        let owned = Set(context.retained.topics(under: sessionPrefix) + [topics.member(id, me), ownCopyTopic])
             .union(stateTopics.filter { $0.hasSuffix("/\(me)") })
         let retained = context.retained
+        for topic in owned { retained.disown(topic) }
         context.tasks.spawn {
             for topic in owned.sorted() { await retained.clear(topic) }
         }
+    }
+
+    /// Stops refreshing our copy of the announcement and our state records: they expire with the session
+    /// unless others keep it.
+    private func releaseOwnRecords() {
+        for topic in context.retained.topics(under: sessionPrefix) + [ownCopyTopic] { context.retained.release(topic) }
     }
 
     /// Marks the session over locally: its sequences end, its topics are no longer read, and it no

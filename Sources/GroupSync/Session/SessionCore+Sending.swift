@@ -101,10 +101,10 @@ extension SessionCore {
 
     /// Publishes a record written here, retained on our writer topic.
     func publish(_ record: Wire.StateRecord) async throws(GroupSyncError) {
-        try await context.retained.publish(topics.state(id, key: record.key, writer: me), try Wire.encode(record))
+        try await context.retained.publish(topics.state(id, key: record.key, writer: me), try Wire.encode(record), lifetime: lifetime)
     }
 
-    /// Changes the activity: applied locally at once, then announced (retained) in the background.
+    /// Changes the activity: applied locally at once, then announced (our retained copy) in the background.
     func updateActivity(_ activity: Wire.Announcement.Activity) {
         let now = context.clock.milliseconds()
         let revision = context.hlc.withLock { $0.tick(now: now) }
@@ -113,12 +113,12 @@ extension SessionCore {
             updated = machine.announcement
             updated.activity = activity
             updated.revision = revision
-            return machine.onAnnouncement(updated)
+            return machine.onAnnouncement(updated, from: me)
         }
-        let (retained, topic) = (context.retained, topics.announcement(id))
+        let (retained, topic) = (context.retained, ownCopyTopic)
         context.tasks.spawn { [self, updated] in
             guard !isInvalidated, let payload = try? Wire.encode(updated) else { return }
-            try? await retained.publish(topic, payload)
+            try? await retained.publish(topic, payload, lifetime: updated.lifetime)
         }
     }
 }

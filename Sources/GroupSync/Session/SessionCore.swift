@@ -14,23 +14,28 @@ final class SessionCore: Sendable {
     /// Where our messages to everyone go, as the one-element list `enqueue` publishes to.
     let broadcastDestinations: [String]
 
-    init(context: SessionContext, announcement: Wire.Announcement, presence: [String: Int64]) {
+    init(context: SessionContext, announcement: Wire.Announcement, publisher: String, presence: [String: Int64]) {
         self.id = announcement.session
         self.activityType = announcement.activity.type
         self.context = context
         self.broadcastDestinations = [context.topics.broadcast(announcement.session, from: context.me.id)]
         self.machine = LockedValue(
-            SessionStateMachine(me: context.me.id, myEpoch: context.epoch, announcement: announcement, presence: presence))
+            SessionStateMachine(
+                me: context.me.id, myEpoch: context.epoch, announcement: announcement, announcer: publisher, presence: presence))
     }
 
     var me: String { context.me.id }
     var topics: GroupTopics { context.topics }
-    /// `groupsync/v1/<group>/s/<session>/`: every session topic starts with it.
+    /// `groupsync/v2/<group>/s/<session>/`: every session topic starts with it.
     var sessionPrefix: String { "\(topics.root)/s/\(id)/" }
     var state: GroupSessionState { machine.withLock { $0.state } }
     var isJoined: Bool { state == .joined }
     var isInvalidated: Bool { state.isInvalidated }
     var announcement: Wire.Announcement { machine.withLock { $0.announcement } }
+    /// How long our retained records of the session live after their last refresh.
+    var lifetime: Duration { machine.withLock { $0.announcement.lifetime } }
+    /// Our copy of the announcement.
+    var ownCopyTopic: String { topics.announcement(id, by: me) }
     var activeParticipants: Set<Participant> { machine.withLock { $0.active } }
     var rejectedCount: Int { machine.withLock { $0.rejected } }
 
@@ -74,8 +79,18 @@ final class SessionCore: Sendable {
         apply { $0.onPresence(participant, epoch: epoch) }
     }
 
-    func onAnnouncement(_ announcement: Wire.Announcement) {
-        apply { $0.onAnnouncement(announcement) }
+    /// A copy of the announcement by `publisher`. When it is newer than ours, ours is updated too, so
+    /// that the session's activity is the same whichever copy outlives the others.
+    func onAnnouncement(_ announcement: Wire.Announcement, from publisher: String) {
+        let before = machine.withLock { $0.announcement.revision }
+        apply { $0.onAnnouncement(announcement, from: publisher) }
+        let current = self.announcement
+        guard current.revision > before, context.retained.owns(ownCopyTopic) else { return }
+        let (retained, topic) = (context.retained, ownCopyTopic)
+        context.tasks.spawn {
+            guard let payload = try? Wire.encode(current) else { return }
+            try? await retained.publish(topic, payload, lifetime: current.lifetime)
+        }
     }
 
     // MARK: - Receiving

@@ -91,6 +91,8 @@ struct SessionStateMachine {
     let myEpoch: Int64
     private(set) var phase: Phase = .waiting
     private(set) var announcement: Wire.Announcement
+    /// Everyone who published a copy of the announcement, to clear them when the session ends.
+    private(set) var announcers: Set<String>
     /// Joined participants and the connection epoch they joined with.
     private(set) var members: [String: Int64] = [:]
     /// Live connections: participant → epoch of its online presence.
@@ -105,10 +107,11 @@ struct SessionStateMachine {
     private(set) var rejected = 0
     private var listeners = ListenerRegistry<Listener>()
 
-    init(me: String, myEpoch: Int64, announcement: Wire.Announcement, presence: [String: Int64]) {
+    init(me: String, myEpoch: Int64, announcement: Wire.Announcement, announcer: String, presence: [String: Int64]) {
         self.me = me
         self.myEpoch = myEpoch
         self.announcement = announcement
+        self.announcers = [announcer]
         self.presence = presence
     }
 
@@ -310,26 +313,40 @@ struct SessionStateMachine {
         return action
     }
 
+    /// The largest step between two reliable messages of one sender that a receiver accepts (2²⁴, far
+    /// beyond what the direct messages to others between two of ours can account for).
+    static let maximumSequenceJump: Int64 = 1 << 24
+
     /// An app message, for the sequences of its type. Nothing while not joined, and nothing for a
     /// redelivery of a reliable message already seen or one from an older connection of its sender.
     mutating func onMessage(_ envelope: Wire.ScannedEnvelope, payload: Data, sender: String) -> Action {
         var action = Action()
         guard case .joined = phase, sender != me else { return action }
-        guard members[sender] != nil else {
-            rejected += 1  // only participants that joined the session may message it
+        let header = envelope.header
+        // Only participants that joined the session may message it, from the connection they joined with:
+        // an envelope claiming another epoch is from an older process of theirs, or forged.
+        guard let epoch = members[sender], header.epoch == epoch else {
+            rejected += 1
             return action
         }
-        let header = envelope.header
         if header.reliable {
-            let isNew = modifyJoined { joined -> Bool in
-                if let last = joined.lastReliable[sender] {
-                    if last.epoch == header.epoch && header.seq <= last.seq { return false }  // a redelivery
-                    if header.epoch < last.epoch { return false }  // from an older connection of the sender
+            let verdict = modifyJoined { joined -> Bool? in
+                if let last = joined.lastReliable[sender], last.epoch == header.epoch {
+                    if header.seq <= last.seq { return false }  // a redelivery
+                    // A jump no sender makes: forged, and it must not silence the sender's real messages.
+                    if header.seq - last.seq > Self.maximumSequenceJump { return nil }
                 }
                 joined.lastReliable[sender] = (header.epoch, header.seq)
                 return true
             }
-            guard isNew == true else { return action }
+            switch verdict {
+            case true?: break
+            case false?: return action
+            case nil?:
+                rejected += 1
+                return action
+            case nil: return action
+            }
         }
         let message = InboundMessage(payload: payload, body: envelope.body, sender: Participant(id: sender))
         let kind = Listener.Kind.messages(type: header.type)
@@ -339,10 +356,11 @@ struct SessionStateMachine {
         return action
     }
 
-    /// A newer revision of the announcement (an activity change). The session's kind of activity never
-    /// changes: one that does is rejected.
-    mutating func onAnnouncement(_ new: Wire.Announcement) -> Action {
+    /// A copy of the announcement by `publisher`; a newer revision is an activity change. The session's
+    /// kind of activity never changes: one that does is rejected.
+    mutating func onAnnouncement(_ new: Wire.Announcement, from publisher: String) -> Action {
         var action = Action()
+        announcers.insert(publisher)
         guard new.revision > announcement.revision else { return action }
         guard new.activity.type == announcement.activity.type else {
             rejected += 1

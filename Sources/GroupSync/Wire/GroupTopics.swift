@@ -1,13 +1,13 @@
 import Foundation
 
-/// The topic layout of protocol version 1 for one group (see docs/PROTOCOL.md). Every topic a
-/// participant publishes ends with its own participant ID, so that a broker ACL (`pattern … %u`) can make
-/// identities unforgeable.
+/// The topic layout of protocol version 2 for one group (see docs/PROTOCOL.md). Every topic ends with
+/// the participant that publishes on it, so that a broker ACL (`pattern … %u`) makes identities
+/// unforgeable, and no topic has more than 8 levels.
 public struct GroupTopics: Sendable, Hashable {
-    public static let protocolRoot = "groupsync/v1"
+    public static let protocolRoot = "groupsync/v2"
 
     public let group: String
-    /// `groupsync/v1/<group>`
+    /// `groupsync/v2/<group>`
     public let root: String
 
     public init(group: String) {
@@ -17,26 +17,30 @@ public struct GroupTopics: Sendable, Hashable {
 
     public func presence(_ participant: String) -> String { "\(root)/presence/\(participant)" }
     public var presenceFilter: String { "\(root)/presence/+" }
-    public func announcement(_ session: String) -> String { "\(root)/session/\(session)" }
-    public var announcementFilter: String { "\(root)/session/+" }
+    public func heartbeat(_ participant: String) -> String { "\(root)/alive/\(participant)" }
+    public var heartbeatFilter: String { "\(root)/alive/+" }
+    /// `publisher`'s copy of `session`'s announcement.
+    public func announcement(_ session: String, by publisher: String) -> String { "\(root)/session/\(session)/\(publisher)" }
+    public var announcementFilter: String { "\(root)/session/+/+" }
     public func member(_ session: String, _ participant: String) -> String { "\(root)/s/\(session)/member/\(participant)" }
     public func state(_ session: String, key: String, writer: String) -> String { "\(root)/s/\(session)/state/\(key)/\(writer)" }
-    public func broadcast(_ session: String, from sender: String) -> String { "\(root)/s/\(session)/msg/all/\(sender)" }
+    public func broadcast(_ session: String, from sender: String) -> String { "\(root)/s/\(session)/all/\(sender)" }
     public func direct(_ session: String, to recipient: String, from sender: String) -> String {
-        "\(root)/s/\(session)/msg/to/\(recipient)/\(sender)"
+        "\(root)/s/\(session)/to/\(recipient)/\(sender)"
     }
 
     /// The filters a joined participant subscribes to for `session`: members, state, broadcasts, and the
     /// direct messages addressed to `participant` only.
     public func sessionFilters(_ session: String, participant: String) -> (shared: [String], broadcast: String) {
         let base = "\(root)/s/\(session)"
-        return (["\(base)/member/+", "\(base)/state/+/+", "\(base)/msg/to/\(participant)/+"], "\(base)/msg/all/+")
+        return (["\(base)/member/+", "\(base)/state/+/+", "\(base)/to/\(participant)/+"], "\(base)/all/+")
     }
 
     /// What a topic of this group is.
     public enum Kind: Sendable, Hashable {
         case presence(participant: String)
-        case announcement(session: String)
+        case heartbeat(participant: String)
+        case announcement(session: String, publisher: String)
         case member(session: String, participant: String)
         case state(session: String, key: String, writer: String)
         case broadcast(session: String, sender: String)
@@ -59,12 +63,12 @@ public struct GroupTopics: Sendable, Hashable {
         guard bytes.count > root.count + 1, bytes[root.count] == UInt8(ascii: "/"),
             root.isEmpty || memcmp(bytes.baseAddress!, root.baseAddress!, root.count) == 0
         else { return nil }
-        // Up to six levels below the root, each a valid identifier (so never empty).
-        return withUnsafeTemporaryAllocation(of: Range<Int>.self, capacity: 6) { bounds -> Kind? in
+        // Up to five levels below the root, each a valid identifier (so never empty).
+        return withUnsafeTemporaryAllocation(of: Range<Int>.self, capacity: 5) { bounds -> Kind? in
             var count = 0
             var start = root.count + 1
             for index in start...bytes.count where index == bytes.count || bytes[index] == UInt8(ascii: "/") {
-                guard count < 6, index > start, index - start <= 128 else { return nil }
+                guard count < 5, index > start, index - start <= 128 else { return nil }
                 for k in start..<index where !Identifier.isAllowed(bytes[k]) { return nil }
                 bounds.initializeElement(at: count, to: start..<index)
                 count += 1
@@ -77,15 +81,16 @@ public struct GroupTopics: Sendable, Hashable {
             }
             switch count {
             case 2 where level(0, is: "presence"): return .presence(participant: string(1))
-            case 2 where level(0, is: "session"): return .announcement(session: string(1))
+            case 2 where level(0, is: "alive"): return .heartbeat(participant: string(1))
+            case 3 where level(0, is: "session"): return .announcement(session: string(1), publisher: string(2))
             case 4 where level(0, is: "s") && level(2, is: "member"):
                 return .member(session: string(1), participant: string(3))
+            case 4 where level(0, is: "s") && level(2, is: "all"):
+                return .broadcast(session: string(1), sender: string(3))
             case 5 where level(0, is: "s") && level(2, is: "state"):
                 return .state(session: string(1), key: string(3), writer: string(4))
-            case 5 where level(0, is: "s") && level(2, is: "msg") && level(3, is: "all"):
-                return .broadcast(session: string(1), sender: string(4))
-            case 6 where level(0, is: "s") && level(2, is: "msg") && level(3, is: "to"):
-                return .direct(session: string(1), recipient: string(4), sender: string(5))
+            case 5 where level(0, is: "s") && level(2, is: "to"):
+                return .direct(session: string(1), recipient: string(3), sender: string(4))
             default:
                 return nil
             }

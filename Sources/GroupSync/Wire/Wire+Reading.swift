@@ -1,7 +1,7 @@
 import Foundation
 
 /// Records built from parsed payloads, by the rules of docs/PROTOCOL.md ("Decoding rules"): a record is
-/// an object whose `v` is the integer 1; every field it needs is there with its type (integers as JSON
+/// an object whose `v` is the integer 2; every field it needs is there with its type (integers as JSON
 /// integers); optional fields are absent or of their type; other fields are ignored.
 extension Wire {
     /// Why a payload is rejected: the codes of docs/conformance/README.md.
@@ -20,7 +20,7 @@ extension Wire {
         case tooDeep = "too-deep"
         /// A key twice in one object, anywhere in the payload.
         case duplicateKey = "duplicate-key"
-        /// `v` is missing or not the integer 1.
+        /// `v` is missing or not the integer 2.
         case badVersion = "bad-version"
         /// A fraction, an exponent or a value beyond 64 bits where an integer is expected.
         case notAnInteger = "not-an-integer"
@@ -43,7 +43,7 @@ extension Wire {
             self.init(keys: Array(object.keys), values: Array(object.values))
         }
 
-        /// Checks that `v` is the integer 1 (a record's first check).
+        /// Checks that `v` is the integer 2 (a record's first check).
         func checkVersion() throws(Rejection) {
             guard case .int(Int64(Wire.version))? = self["v"] else { throw .badVersion }
         }
@@ -75,6 +75,14 @@ extension Wire {
 
         func optionalString(_ key: String) throws(Rejection) -> String? {
             self[key] == nil ? nil : try string(key)
+        }
+
+        func optionalInt(_ key: String) throws(Rejection) -> Int64? {
+            self[key] == nil ? nil : try int(key)
+        }
+
+        func optionalBool(_ key: String) throws(Rejection) -> Bool? {
+            self[key] == nil ? nil : try bool(key)
         }
 
         func bool(_ key: String) throws(Rejection) -> Bool {
@@ -128,7 +136,14 @@ extension Wire.Presence: Wire.Record {
         try fields.checkVersion()
         self.init(
             participant: try fields.string("participant"), status: try fields.enum("status", Status.self),
-            epoch: try fields.int("epoch"), name: try fields.optionalString("name"))
+            epoch: try fields.int("epoch"), name: try fields.optionalString("name"), interval: try fields.optionalInt("interval"))
+    }
+}
+
+extension Wire.Heartbeat: Wire.Record {
+    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
+        self.init(epoch: try fields.int("epoch"), interval: try fields.int("interval"))
     }
 }
 
@@ -143,10 +158,11 @@ extension Wire.Announcement: Wire.Record {
                 type: try activity.string("type"),
                 metadata: GroupActivityMetadata(
                     title: try metadata.string("title"), subtitle: try metadata.optionalString("subtitle"),
-                    type: try metadata.enum("type", GroupActivityMetadata.ActivityType.self)),
+                    type: GroupActivityMetadata.ActivityType(rawValue: try metadata.string("type")) ?? .generic),
                 data: try activity.value("data")),
             createdBy: try fields.string("createdBy"), createdAt: try fields.int("createdAt"),
-            revision: try HLCTimestamp(json: try fields.value("revision")))
+            revision: try HLCTimestamp(json: try fields.value("revision")), ttl: try fields.int("ttl"),
+            ended: try fields.optionalBool("ended"))
     }
 }
 

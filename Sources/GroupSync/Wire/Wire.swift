@@ -1,9 +1,9 @@
 import Foundation
 
-/// The JSON payloads of protocol version 1 (docs/PROTOCOL.md). Every payload carries `"v": 1`; a
+/// The JSON payloads of protocol version 2 (docs/PROTOCOL.md). Every payload carries `"v": 2`; a
 /// payload with another version, or that fails to decode, is rejected and counted, never applied.
 public enum Wire {
-    public static let version = 1
+    public static let version = 2
 
     /// `…/presence/<participant>`, retained. Online while the connection lives; the connection's will
     /// replaces it with `"status": "lost"` and the same epoch. An empty payload means offline (clean exit).
@@ -16,11 +16,22 @@ public enum Wire {
         /// an older epoch never overrides a newer one.
         public var epoch: Int64
         public var name: String?
+        /// How often the participant sends a ``Heartbeat`` (ms); nil when it sends none. Receivers judge
+        /// its silence by this interval, not by their own.
+        public var interval: Int64?
 
         public enum Status: String, Encodable, Sendable { case online, lost }
     }
 
-    /// `…/session/<session>`, retained: the announcement. An empty payload means the session ended.
+    /// `…/alive/<participant>`, QoS 0, never retained: "this connection is alive", every `interval` ms.
+    public struct Heartbeat: Encodable, Sendable, Hashable {
+        public var v = Wire.version
+        public var epoch: Int64
+        public var interval: Int64
+    }
+
+    /// `…/session/<session>/<publisher>`, retained: one participant's copy of the announcement. The copy
+    /// with the largest revision is the session's; one with `ended` says the session ended.
     public struct Announcement: Encodable, Sendable, Hashable {
         public var v = Wire.version
         public var session: String
@@ -30,6 +41,13 @@ public enum Wire {
         public var createdAt: Int64
         /// Increases with every activity change; the highest wins.
         public var revision: HLCTimestamp
+        /// Seconds every retained record of the session lives on the broker unless its owner refreshes it.
+        public var ttl: Int64
+        /// Present (true) on the copy of the participant that ended the session.
+        public var ended: Bool?
+
+        /// How long the session's retained records live after their last refresh.
+        var lifetime: Duration { .seconds(max(ttl, 1)) }
 
         public struct Activity: Encodable, Sendable, Hashable {
             /// The activity's `activityIdentifier`.

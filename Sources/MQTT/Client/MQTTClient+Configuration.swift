@@ -36,13 +36,20 @@ extension MQTTClient {
         public var retain: Bool
         /// MQTT 5 will delay interval: how long the broker waits before publishing it (0 = at once).
         public var delayInterval: UInt32
+        /// MQTT 5 message expiry (seconds): a retained will is dropped by the broker this long after it
+        /// was published; nil keeps it until overwritten.
+        public var messageExpiry: UInt32?
 
-        public init(topic: String, payload: [UInt8], qos: QoS = .atLeastOnce, retain: Bool = false, delayInterval: UInt32 = 0) {
+        public init(
+            topic: String, payload: [UInt8], qos: QoS = .atLeastOnce, retain: Bool = false, delayInterval: UInt32 = 0,
+            messageExpiry: UInt32? = nil
+        ) {
             self.topic = topic
             self.payload = payload
             self.qos = qos
             self.retain = retain
             self.delayInterval = delayInterval
+            self.messageExpiry = messageExpiry
         }
     }
 

@@ -30,6 +30,9 @@ extension MosquittoConnection {
             if will.delayInterval > 0 {
                 mosquitto_property_add_int32(&properties, Int32(MQTT_PROP_WILL_DELAY_INTERVAL.rawValue), will.delayInterval)
             }
+            if let expiry = will.messageExpiry {
+                mosquitto_property_add_int32(&properties, Int32(MQTT_PROP_MESSAGE_EXPIRY_INTERVAL.rawValue), expiry)
+            }
             let rc = will.payload.withUnsafeBytes { bytes in
                 mosquitto_will_set_v5(handle, will.topic, Int32(bytes.count), bytes.baseAddress, will.qos.rawValue, will.retain, properties)
             }

@@ -367,6 +367,7 @@ actor Bridge {
         case .left: return "left"
         case let .ended(by): return "ended by \(by?.id ?? "someone")"
         case .coordinatorClosed: return "connection closed"
+        case .expired: return "expired (nobody kept it)"
         }
     }
 }

@@ -147,6 +147,8 @@ final class BridgeEvents: Sendable {
             return ["state": .string("invalidated"), "reason": .string("ended"), "by": by.map { .string($0.id) } ?? .null]
         case .invalidated(reason: .coordinatorClosed):
             return ["state": .string("invalidated"), "reason": .string("closed")]
+        case .invalidated(reason: .expired):
+            return ["state": .string("invalidated"), "reason": .string("expired")]
         }
     }
 

@@ -9,7 +9,7 @@ enum WatchCommand: Command {
     static let help = """
         Usage: groupsync watch [--json] [--broker URL] [--group NAME]
 
-        Subscribes to groupsync/v1/<group>/# as an observer (it never appears as a participant) and prints
+        Subscribes to groupsync/v2/<group>/# as an observer (it never appears as a participant) and prints
         announcements, joins, leaves, crashes (wills), state changes with their clocks, and messages
         (sender, recipients, type, size). Retained messages replayed at start are marked "(retained)".
         Runs until Ctrl-C.

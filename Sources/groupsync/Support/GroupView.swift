@@ -7,7 +7,10 @@ import MQTT
 /// and `dashboard`.
 struct GroupView {
     struct Session {
+        /// The copy with the largest revision.
         var announcement: Wire.Announcement
+        /// Who holds a copy of the announcement on the broker.
+        var announcers: Set<String> = []
         var members: [String: Int64] = [:]
         var states: [String: Wire.StateRecord] = [:]
     }
@@ -37,7 +40,8 @@ struct GroupView {
         session.members.filter { online[$0.key] == $0.value }.map(\.key).sorted()
     }
 
-    /// Applies a message; returns what it was, or nil for anything that is not GroupSync traffic.
+    /// Applies a message; returns what it was, or nil for anything that is not GroupSync traffic and for
+    /// heartbeats of participants known to be online (they only say that nothing changed).
     mutating func apply(_ message: MQTTMessage) -> Event? {
         guard let kind = topics.parse(message.topic) else { return nil }
         let payload = message.payload
@@ -58,19 +62,38 @@ struct GroupView {
             return Event(
                 kind: "lost", participant: participant,
                 text: "\(participant) LOST — connection died without leaving (epoch \(presence.epoch))", fields: ["epoch": presence.epoch])
-        case let .announcement(id):
+        case let .heartbeat(participant):
+            guard let heartbeat = Wire.decode(Wire.Heartbeat.self, from: payload) else { return invalid(message) }
+            guard online[participant] != heartbeat.epoch else { return nil }
+            online[participant] = heartbeat.epoch
+            return Event(
+                kind: "online", participant: participant, text: "\(participant) alive (epoch \(heartbeat.epoch))",
+                fields: ["epoch": heartbeat.epoch])
+        case let .announcement(id, publisher):
             if payload.isEmpty {
+                sessions[id]?.announcers.remove(publisher)
+                guard sessions[id]?.announcers.isEmpty == true else { return nil }
                 sessions[id] = nil
                 early[id] = nil
                 return Event(kind: "ended", session: id, text: "session \(id) ended (announcement cleared)", fields: [:])
             }
             guard let announcement = Wire.decode(Wire.Announcement.self, from: payload) else { return invalid(message) }
+            if announcement.ended == true {
+                let known = sessions.removeValue(forKey: id) != nil
+                early[id] = nil
+                return known
+                    ? Event(kind: "ended", session: id, participant: publisher, text: "\(publisher) ended session \(id)", fields: [:])
+                    : nil
+            }
             let changed = sessions[id] != nil
-            if changed {
+            if let current = sessions[id] {
+                sessions[id]?.announcers.insert(publisher)
+                guard announcement.revision > current.announcement.revision else { return nil }  // a copy or a refresh
                 sessions[id]?.announcement = announcement
             } else {
                 let waiting = early.removeValue(forKey: id)
-                sessions[id] = Session(announcement: announcement, members: waiting?.members ?? [:], states: waiting?.states ?? [:])
+                sessions[id] = Session(
+                    announcement: announcement, announcers: [publisher], members: waiting?.members ?? [:], states: waiting?.states ?? [:])
             }
             let title = announcement.activity.metadata.title
             return Event(

@@ -1,0 +1,184 @@
+import BrokerSupport
+import Foundation
+import Testing
+
+@testable import GroupSync
+@testable import MQTT
+
+/// An activity whose sessions outlive their participants by two seconds only.
+struct Brief: GroupActivity {
+    static let activityIdentifier = "com.example.brief"
+    static var sessionTimeToLive: Duration { .seconds(2) }
+    var name: String
+}
+
+/// What the broker keeps, and for how long; what forged records can and cannot do (PROTOCOL.md,
+/// "Lifetimes" and "Plausibility").
+@Suite(.timeLimit(.minutes(1))) struct LifetimeTests {
+    static let acl = try! String(
+        contentsOf: DocumentedReader.repository.appendingPathComponent("deploy/mosquitto/acl.example"), encoding: .utf8)
+    static let users = ["alice": "alice-pw", "bob": "bob-pw", "mallory": "mallory-pw"]
+
+    static func login(_ name: String, presenceTimeToLive: Duration = .seconds(3600))
+        -> (inout GroupCoordinator.Configuration) -> Void
+    {
+        {
+            $0.mqtt.username = name
+            $0.mqtt.password = users[name]
+            $0.presenceTimeToLive = presenceTimeToLive
+        }
+    }
+
+    /// A crashed participant's session, member and state records, and its `lost` presence, leave the
+    /// broker and everyone's `sessions()` by themselves — under the example ACL, where nobody else may
+    /// clear them.
+    @Test(arguments: [false, true])
+    func whatNobodyKeepsExpires(underTheACL: Bool) async throws {
+        let config = underTheACL ? MosquittoBroker.Configuration(users: Self.users, acl: Self.acl) : .init()
+        try await MosquittoBroker.withBroker(config) { broker in
+            let group = Group(broker)
+            let (aliceLogin, bobLogin) =
+                underTheACL
+                ? (Self.login("alice", presenceTimeToLive: .seconds(2)), Self.login("bob"))
+                : ({ $0.presenceTimeToLive = .seconds(2) }, { _ in })
+            let alice = try await group.join("alice", aliceLogin)
+            let bob = try await group.join("bob", bobLogin)
+            let a = try await alice.startJoined(Brief(name: "crash"))
+            try await SharedState(a, key: "k", initialValue: 0).set(1)
+            let root = "\(GroupTopics.protocolRoot)/\(group.name)"
+            let (user, password) = underTheACL ? ("bob", Self.users["bob"]) : (nil, nil)
+            @Sendable func stored() async throws -> [String] {
+                try await retainedTopics(broker, under: root, marker: "\(root)/alive/bob", user: user, password: password)
+            }
+            try await waitUntil("bob sees the session") { !bob.currentSessions(activityIdentifier: nil).isEmpty }
+            // Kept alive while alice is there: observed well past its two-second lifetime.
+            try await Task.sleep(for: .seconds(3))  // an observation window, not a wait for a condition
+            #expect(try await stored().contains { $0.contains(a.id) }, "refreshed while its participant is in it")
+            #expect(bob.currentSessions(activityIdentifier: nil).map(\.id) == [a.id])
+
+            await alice.simulateCrash()
+            try await waitUntil(timeout: .seconds(5), "the session leaves bob's sessions") {
+                bob.currentSessions(activityIdentifier: nil).isEmpty
+            }
+            try await waitUntil(timeout: .seconds(5), "nothing of the session or of alice is left on the broker") {
+                try await stored().allSatisfy { !$0.contains(a.id) && !$0.hasSuffix("/alice") }
+            }
+            await group.closeAll()
+        }
+    }
+
+    /// A joined session outlives everyone's leaving by its time to live, then disappears; joining again
+    /// before that keeps it.
+    @Test func aSessionEveryoneLeftExpiresAfterItsTimeToLive() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let (alice, bob, a, b) = try await group.pair(Brief(name: "left"))
+            await a.leave()
+            await b.leave()
+            #expect(bob.currentSessions(activityIdentifier: nil).map(\.id) == [a.id], "still announced")
+            try await waitUntil(timeout: .seconds(5), "gone for both") {
+                alice.currentSessions(activityIdentifier: nil).isEmpty && bob.currentSessions(activityIdentifier: nil).isEmpty
+            }
+            let root = "\(GroupTopics.protocolRoot)/\(group.name)"
+            #expect(try await !retainedTopics(broker, under: root).contains { $0.contains(a.id) })
+            await group.closeAll()
+        }
+    }
+
+    /// Under the example ACL, a malformed copy of an announcement and a foreign one (another activity type,
+    /// a newer revision, published by someone else) never stop anyone from joining the session by its ID.
+    @Test func forgedAnnouncementsDoNotStopANewcomerFromJoining() async throws {
+        try await MosquittoBroker.withBroker(.init(users: Self.users, acl: Self.acl)) { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice", Self.login("alice"))
+            let a = try await alice.startJoined(Gallery(galleryID: "real"))
+            let root = "\(GroupTopics.protocolRoot)/\(group.name)"
+            var configuration = try MQTTClient.Configuration(url: broker.url)
+            configuration.username = "mallory"
+            configuration.password = Self.users["mallory"]
+            let mallory = try MQTTClient(configuration: configuration)
+            try await mallory.connect()
+            // mallory may not write alice's copy …
+            await #expect(throws: MQTTError.notAuthorized(topic: "\(root)/session/\(a.id)/alice")) {
+                try await mallory.publish(to: "\(root)/session/\(a.id)/alice", string: "{}", qos: .atLeastOnce, retain: true)
+            }
+            // … only her own: a malformed one, then a foreign one that claims a newer revision of alice's.
+            try await mallory.publish(to: "\(root)/session/\(a.id)/mallory", string: "{", qos: .atLeastOnce, retain: true)
+            var foreign = a.core.announcement
+            foreign.activity.type = Whiteboard.activityIdentifier
+            foreign.revision.time += 1
+            try await mallory.publish(
+                to: "\(root)/session/\(a.id)/mallory", payload: try Wire.encode(foreign), qos: .atLeastOnce, retain: true)
+
+            let bob = try await group.join("bob", Self.login("bob"))
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            #expect(b.activity.galleryID == "real")
+            try await waitUntil("both active") { ids(a.activeParticipants) == ["alice", "bob"] }
+            #expect(bob.rejectedMessageCount >= 1, "the malformed copy at least")
+            await mallory.disconnect()
+            await group.closeAll()
+        }
+    }
+
+    /// Without an ACL anyone can publish anything; still, forged epochs and sequence numbers neither evict
+    /// a participant for good nor silence a sender.
+    @Test func forgedEpochsAndSequenceNumbersNeitherEvictNorSilence() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let (alice, _, a, b) = try await group.pair(Gallery(galleryID: "forged"))
+            let root = "\(GroupTopics.protocolRoot)/\(group.name)"
+            let chats = Collector(GroupSessionMessenger(session: b).messages(of: Chat.self))
+            try await GroupSessionMessenger(session: a).send(Chat(text: "one"))
+            try await chats.waitForCount(1)
+            let (attacker, _) = try await rawSubscriber(broker, "\(root)/nothing")
+            let epoch = alice.epoch
+            for forged in [epoch + 1, Int64.max] {
+                try await attacker.publish(
+                    to: "\(root)/presence/alice", string: #"{"epoch":\#(forged),"participant":"alice","status":"lost","v":2}"#, retain: true
+                )
+            }
+            try await attacker.publish(
+                to: "\(root)/s/\(a.id)/all/alice",
+                string: #"{"body":{"text":"x"},"epoch":\#(epoch),"reliable":true,"seq":\#(1 << 62),"type":"Chat","v":2}"#)
+            try await attacker.publish(
+                to: "\(root)/s/\(a.id)/all/alice",
+                string: #"{"body":{"text":"y"},"epoch":\#(epoch + 1),"reliable":true,"seq":1,"type":"Chat","v":2}"#)
+            try await GroupSessionMessenger(session: a).send(Chat(text: "two"))
+            try await chats.waitForCount(2)
+            #expect(chats.elements.map(\.message.text) == ["one", "two"], "neither forgery was delivered, and alice is not silenced")
+            #expect(ids(b.activeParticipants) == ["alice", "bob"], "a will names its own connection only")
+            // A forged online record of a newer epoch takes alice out for a moment; her heartbeats bring her
+            // back once the forged connection falls silent (1.5 × keepalive).
+            try await attacker.publish(
+                to: "\(root)/presence/alice",
+                string: #"{"epoch":\#(epoch + 1),"interval":2500,"participant":"alice","status":"online","v":2}"#)
+            try await waitUntil("the forged connection is taken for alice's") {
+                b.core.machine.withLock { $0.presence["alice"] } == epoch + 1
+            }
+            try await waitUntil(timeout: .seconds(12), "alice is back") {
+                ids(b.activeParticipants) == ["alice", "bob"] && b.core.machine.withLock { $0.presence["alice"] } == epoch
+            }
+            await attacker.disconnect()
+            await group.closeAll()
+        }
+    }
+
+    /// A participant with a long keepalive beside participants with the default one: judged by its own
+    /// heartbeat interval, it never drops out.
+    @Test func aLongKeepaliveBesideDefaultOnesDoesNotFlap() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let carol = try await group.join("carol") { $0.mqtt.keepAlive = 20 }
+            let a = try await alice.startJoined(Gallery(galleryID: "keepalive"))
+            let c = try await carol.joinSession(a.id, of: Gallery.self)
+            let seen = Collector(a.activeParticipantUpdates())
+            // Carol's heartbeats come every 10 s; judged by alice's own 5 s keepalive she would be dropped
+            // after 7 s of silence.
+            try await Task.sleep(for: .seconds(12))  // an observation window, not a wait for a condition
+            #expect(seen.elements.allSatisfy { ids($0).contains("carol") }, "\(seen.elements.map(ids))")
+            #expect(ids(c.activeParticipants) == ["alice", "carol"])
+            await group.closeAll()
+        }
+    }
+}
