@@ -49,6 +49,7 @@ import Testing
             let sessions = try await group.joinOneSession(names, Gallery(galleryID: "crashes"))
             let arrivals = sessions.map { Arrivals(GroupSessionMessenger(session: $0).messages(of: Numbered.self)) }
             let stop = ReliabilityTests.Flag()
+            defer { stop.set() }  // also when a wait below throws: no sender outlives the test
             let senders = sessions.enumerated().map { index, session in
                 Task { () -> Sent in
                     let messenger = GroupSessionMessenger(session: session)
