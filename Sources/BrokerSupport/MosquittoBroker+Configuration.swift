@@ -50,12 +50,37 @@ extension MosquittoBroker {
         /// publish with the retain flag (logged as "Bad socket read/write on
         /// client …"). Nothing is ever retained.
         public var retainAvailable: Bool
+        /// When mosquitto writes its persistence database besides a graceful stop.
+        public enum Autosave: Sendable, Hashable {
+            /// Leaves `autosave_interval` out: mosquitto's default, every 1800 s.
+            case mosquittoDefault
+            /// `autosave_interval 0`: only at a graceful stop, so a crash loses
+            /// every change since the broker started.
+            case atShutdownOnly
+            /// `autosave_interval N`: every `N` + 1 seconds or so (mosquitto
+            /// saves once more than `N` whole seconds have passed since the last
+            /// save).
+            case every(seconds: Int)
+            /// `autosave_on_changes true` with `autosave_interval N`: once `N`
+            /// changes have accumulated. Mosquitto 2.0 counts SUBSCRIBE and
+            /// UNSUBSCRIBE packets, connections without clean start, retained
+            /// messages stored, messages queued for a client (offline or past its
+            /// in-flight window) and every QoS 1/2 delivery its subscriber
+            /// acknowledged; QoS 0 deliveries do not count. Under steady reliable
+            /// traffic it therefore saves about every `N` acknowledged deliveries.
+            case afterChanges(Int)
+        }
+
         /// `true` writes `persistence true` with `persistence_location` in the
         /// broker's directory. Mosquitto saves its database on a graceful stop
-        /// (``MosquittoBroker/stop()``, ``MosquittoBroker/restart()``), not on
-        /// ``MosquittoBroker/kill()``; add `autosave_interval` through
-        /// `extraLines` to also save periodically.
+        /// (``MosquittoBroker/stop()``, the test support's
+        /// `restart(after: .graceful)`) and as ``autosave`` says, never on a
+        /// crash (``MosquittoBroker/kill()``, `restart(after: .crash)`): what
+        /// changed since the last save is then lost.
         public var persistence: Bool
+        /// When the persistence database is saved besides a graceful stop;
+        /// ignored without ``persistence``.
+        public var autosave: Autosave
         /// Lines appended verbatim at the end of the file, after the main
         /// listener's block: listener-scoped keys apply to the main listener.
         public var extraLines: [String]
@@ -69,6 +94,7 @@ extension MosquittoBroker {
             tls: TLSListener? = nil,
             retainAvailable: Bool = true,
             persistence: Bool = false,
+            autosave: Autosave = .mosquittoDefault,
             extraLines: [String] = []
         ) {
             self.port = port
@@ -78,6 +104,7 @@ extension MosquittoBroker {
             self.tls = tls
             self.retainAvailable = retainAvailable
             self.persistence = persistence
+            self.autosave = autosave
             self.extraLines = extraLines
         }
 
@@ -108,6 +135,17 @@ extension MosquittoBroker {
             if persistence {
                 lines.append("persistence true")
                 lines.append("persistence_location \(directory)/data/")
+                switch autosave {
+                case .mosquittoDefault:
+                    break
+                case .atShutdownOnly:
+                    lines.append("autosave_interval 0")
+                case .every(let seconds):
+                    lines.append("autosave_interval \(seconds)")
+                case .afterChanges(let changes):
+                    lines.append("autosave_on_changes true")
+                    lines.append("autosave_interval \(changes)")
+                }
             } else {
                 lines.append("persistence false")
             }

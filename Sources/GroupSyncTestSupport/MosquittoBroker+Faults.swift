@@ -2,7 +2,8 @@ import BrokerSupport
 import Foundation
 import MQTT
 
-/// Faults for the tests and the bench: freeze and restart a broker (``MosquittoBroker/kill()`` crashes it). Not part of what `groupsync`
+/// Faults for the tests and the bench: freeze a broker, restart it gracefully or after a crash
+/// (``MosquittoBroker/kill()`` crashes it for good). Not part of what `groupsync`
 /// ships: `groupsync broker` and `demo` only start and stop one.
 extension MosquittoBroker {
     /// Whether the broker is frozen by ``pause()``.
@@ -10,12 +11,26 @@ extension MosquittoBroker {
         state.withLock { $0.child?.paused ?? false }
     }
 
-    /// Stops the broker (see ``stop()``) and starts it again on the same port
-    /// with the same configuration file and persistence directory. Returns
-    /// once it accepts connections; relaunches while the port is not free yet,
-    /// for up to 10 s.
-    public func restart() async throws {
-        await stop()
+    /// How ``restart(after:)`` ends the running broker.
+    public enum Shutdown: Sendable, Hashable {
+        /// SIGTERM (``stop()``): mosquitto disconnects its clients and saves
+        /// its persistence database.
+        case graceful
+        /// SIGKILL (``kill()``), like a crash: connections drop without a
+        /// DISCONNECT and whatever was not autosaved is lost
+        /// (``Configuration/autosave``).
+        case crash
+    }
+
+    /// Ends the broker as `shutdown` says and starts it again on the same
+    /// port with the same configuration file and persistence directory.
+    /// Returns once it accepts connections; relaunches while the port is not
+    /// free yet, for up to 10 s.
+    public func restart(after shutdown: Shutdown = .graceful) async throws {
+        switch shutdown {
+        case .graceful: await stop()
+        case .crash: kill()
+        }
         let deadline = Deadline.after(.seconds(10))
         while true {
             switch try await launchAndWait(until: deadline) {

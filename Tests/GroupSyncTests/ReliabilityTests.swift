@@ -19,12 +19,7 @@ import Testing
         try await MosquittoBroker.withBroker(config) { broker in
             let group = Group(broker)
             let names = ["alice", "bob", "carol"]
-            var coordinators: [GroupCoordinator] = []
-            for name in names { coordinators.append(try await group.join(name)) }
-            let first = try await coordinators[0].startJoined(Gallery(galleryID: "restarts"))
-            var joined = [first]
-            for coordinator in coordinators.dropFirst() { joined.append(try await coordinator.joinSession(first.id, of: Gallery.self)) }
-            let sessions = joined
+            let sessions = try await group.joinOneSession(names, Gallery(galleryID: "restarts"))
             let received = sessions.map { Collector(GroupSessionMessenger(session: $0).messages(of: Numbered.self)) }
             let states = try sessions.map { try SharedState($0, key: "n", initialValue: 0) }
             let stop = Flag()

@@ -59,6 +59,17 @@ final class Group: Sendable {
         return (alice, bob, a, b)
     }
 
+    /// Connects one coordinator per name; the first activates `activity` and joins, the others join the
+    /// same session. Returns the joined sessions in the order of `names`.
+    func joinOneSession<A: GroupActivity>(_ names: [String], _ activity: A) async throws -> [GroupSession<A>] {
+        var coordinators: [GroupCoordinator] = []
+        for name in names { coordinators.append(try await join(name)) }
+        let first = try await coordinators[0].startJoined(activity)
+        var sessions = [first]
+        for coordinator in coordinators.dropFirst() { sessions.append(try await coordinator.joinSession(first.id, of: A.self)) }
+        return sessions
+    }
+
     func closeAll() async {
         for coordinator in coordinators.withLock({ $0 }) { await coordinator.close() }
     }
