@@ -152,6 +152,29 @@ import Testing
         }
     }
 
+    /// `join` and `bridge` exchange one documented message type (PROTOCOL.md, "The command-line tools on
+    /// the wire"), so the two tools can talk to each other.
+    @Test func joinAndBridgeMessageEachOther() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let alice = try BridgeProcess("alice", broker: broker.url, group: "tools")
+            let session = try #require(try await alice.request("start", #""activity":"\#(Self.activity)""#)["session"]?.string)
+            let bob = try CLIProcess([
+                "join", Self.activity, "--as", "bob", "--session", session, "--broker", broker.url, "--group", "tools",
+            ])
+            _ = try await bob.waitForLine { $0 == "participants alice,bob" }
+            bob.send("!hello alice")
+            let message = try await alice.event("bob's text") { $0["event"] == "message" }
+            #expect(message["from"] == "bob")
+            #expect(message["value"] == .object(["text": .string("hello alice")]))
+            _ = try await alice.request("send", #""value":{"text":"hello bob"}"#)
+            _ = try await bob.waitForLine { $0 == #"message alice {"text":"hello bob"}"# }
+            bob.closeInput()
+            #expect(try await bob.wait() == 0)
+            alice.cli.closeInput()
+            #expect(try await alice.cli.wait() == 0)
+        }
+    }
+
     @Test func pythonSampleHostSucceeds() async throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let script = root.appendingPathComponent("Examples/bridge_host.py").path

@@ -100,7 +100,8 @@ import Testing
             var tally = Tally(failedSends: Dictionary(uniqueKeysWithValues: zip(names, sent.map(\.failed))))
             for (r, receiver) in arrivals.enumerated() {
                 for (s, name) in names.enumerated() where s != r {
-                    tally.deliveries.append(Delivery(receiver: names[r], sender: name, sent: delivered[s], received: receiver.numbers(from: name)))
+                    tally.deliveries.append(
+                        Delivery(receiver: names[r], sender: name, sent: delivered[s], received: receiver.numbers(from: name)))
                 }
             }
             await group.closeAll()

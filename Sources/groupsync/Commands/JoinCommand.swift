@@ -17,8 +17,9 @@ enum JoinCommand: Command {
           message <sender> <json>
           ended <by>
         Each line on stdin that is JSON sets the shared value under --key (default "value"); a line
-        starting with "!" sends the rest as a message {"text": …} to everyone. EOF or Ctrl-C leaves the
-        session cleanly.
+        starting with "!" sends the rest as a message {"text": …} to everyone. Messages travel as the
+        type BridgeMessage (docs/BRIDGE.md): `join` and `bridge` read each other's. EOF or Ctrl-C leaves
+        the session cleanly.
 
         \(CommonOptions.help)
           --session ID      join this session (wait for it to be announced)
@@ -27,8 +28,6 @@ enum JoinCommand: Command {
 
         Exit codes: 0 left cleanly or the session ended; 1 failure; 2 usage error; 3 broker unreachable.
         """
-
-    struct Text: Codable, Sendable { var text: String }
 
     static func run(_ arguments: [String]) async throws -> Int32 {
         let args = try Arguments(arguments, options: CommonOptions.names.union(["session", "key", "title"]), flags: [])
@@ -64,8 +63,8 @@ enum JoinCommand: Command {
                 for await value in state.values() { Output.line("state \(key) \(json(value))") }
             },
             Task {
-                for await (message, context) in messenger.messages(of: Text.self) {
-                    Output.line("message \(context.source.id) \(json(try? Wire.jsonValue(message)))")
+                for await (message, context) in messenger.messages(of: BridgeMessage.self) {
+                    Output.line("message \(context.source.id) \(json(message.value))")
                 }
             },
         ]
@@ -83,7 +82,7 @@ enum JoinCommand: Command {
                 if trimmed.isEmpty { continue }
                 do {
                     if trimmed.hasPrefix("!") {
-                        try await messenger.send(Text(text: String(trimmed.dropFirst())))
+                        try await messenger.send(BridgeMessage(value: .object(["text": .string(String(trimmed.dropFirst()))])))
                     } else if let value = Wire.decode(JSONValue.self, from: Data(trimmed.utf8)) {
                         try await state.set(value)
                     } else {
