@@ -72,6 +72,8 @@ import Testing
         switch kind {
         case let .presence(participant):
             return record(Wire.Presence.self) { $0.matches(participant: participant) ? nil : "identity-mismatch" }
+        case .welcome:
+            return payload.isEmpty ? .reject("malformed") : record(Wire.Welcome.self) { _ in nil }
         case .heartbeat:
             // Not a retained topic: nothing to clear, so an empty payload is just not JSON.
             return payload.isEmpty ? .reject("malformed") : record(Wire.Heartbeat.self) { _ in nil }

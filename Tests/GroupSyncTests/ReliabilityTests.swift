@@ -146,7 +146,9 @@ import Testing
             #expect(bob.state.withLock { $0.cores.count } == 1, "each left session object is dropped; one fresh waiting one remains")
             #expect(bob.currentSessions(activityIdentifier: nil).map(\.state) == [.waiting])
             // What bob holds at the broker (and would subscribe to again after a reconnect): the group's filters only.
-            let groupFilters = [bob.topics.presenceFilter, bob.topics.heartbeatFilter, bob.topics.announcementFilter].sorted()
+            let groupFilters = [
+                bob.topics.presenceFilter, bob.topics.heartbeatFilter, bob.topics.announcementFilter, bob.topics.welcomeFilter(for: "bob"),
+            ].sorted()
             #expect(
                 bob.client.connection.state.withLock { $0.liveFilters.map(\.filter) }.sorted() == groupFilters,
                 "only the group subscription is left")

@@ -60,6 +60,8 @@ import Testing
         }
     }
 
+    /// A late connector finds the session, joins it and starts with the current value, on a broker with
+    /// retained messages and on one without (`retain_available false`).
     @Test(arguments: [true, false])
     func aLateJoinerStartsWithTheCurrentValue(retainAvailable: Bool) async throws {
         var config = MosquittoBroker.Configuration()
@@ -71,19 +73,12 @@ import Testing
             try await SharedState(b, key: "index", initialValue: 0).set(9)
             try await waitUntil("converged") { try SharedState(a, key: "index", initialValue: 0).value == 9 }
             let late = try await group.join("late")
-            let id = a.id
-            let l: GroupSession<Gallery>
-            if retainAvailable {
-                l = try await late.joinSession(id, of: Gallery.self)
-            } else {
-                // Without retained messages a late listener does not learn of old announcements: the
-                // session object comes from a fresh announcement (here: an activity change).
-                let sessions = Collector(late.sessions(of: Gallery.self))
-                a.activity = Gallery(galleryID: "late2")
-                try await sessions.waitForCount(1)
-                l = sessions.elements[0]
-                try await l.join()
-            }
+            // With or without retained messages, a participant that connects late knows the session when
+            // connect() returns: from the broker's replay, or from the one participant that welcomes it.
+            #expect(late.currentSessions(activityIdentifier: nil).map(\.id) == [a.id])
+            #expect(Set(late.state.withLock { $0.machine.online.keys }) == ["alice", "bob", "late"])
+            let l = try await late.joinSession(a.id, of: Gallery.self)
+            #expect(l.activity.galleryID == "late")
             let state = try SharedState(l, key: "index", initialValue: 0)
             let first = Collector(state.values())
             try await first.waitForCount(1)

@@ -176,6 +176,12 @@ def announcement(value):
     return record
 
 
+def welcome(value):
+    f = Fields(value)
+    return {"presences": [presence(p) for p in f.typed("presences", list)],
+            "sessions": [announcement(a) for a in f.typed("sessions", list)], "v": VERSION}
+
+
 def member(value):
     f = Fields(value)
     return {"epoch": f.int("epoch"), "participant": f.str("participant"), "v": VERSION}
@@ -207,6 +213,8 @@ def route(topic):
             return presence, lambda r: r["participant"] == participant
         case ["alive", _]:
             return heartbeat, lambda r: True
+        case ["welcome", _, _]:
+            return welcome, lambda r: True
         case ["session", session, _]:
             return announcement, lambda r: r["session"] == session
         case ["s", _, "member", participant]:
@@ -224,7 +232,7 @@ def receive(topic, payload):
     if routed is None:
         return "reject", "bad-topic"
     reader, identity = routed
-    if not payload and reader not in (envelope, heartbeat):
+    if not payload and reader not in (envelope, heartbeat, welcome):
         return "cleared", None
     try:
         record = reader(parse(payload))

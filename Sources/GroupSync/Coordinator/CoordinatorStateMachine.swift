@@ -116,6 +116,12 @@ struct CoordinatorStateMachine {
         return [:]
     }
 
+    /// Participant → its live connection's epoch and heartbeat interval (empty once closed).
+    var connections: [String: (epoch: Int64, interval: Int64?)] {
+        if case let .open(group) = state { return group.connections.mapValues { ($0.epoch, $0.interval) } }
+        return [:]
+    }
+
     /// An epoch, like a clock, is wall-clock time of its participant: one more than a day ahead of ours
     /// is forged or broken, and accepting it would hide the real connection.
     static func isPlausible(epoch: Int64, now: Int64) -> Bool {
@@ -192,6 +198,15 @@ struct CoordinatorStateMachine {
             for participant in silent { group.connections[participant] = nil }
             return silent
         } ?? []
+    }
+
+    /// Whether we welcome `newcomer` (a new connection of it just came online) on a broker without
+    /// retained messages: among the participants online, the newcomer aside, the one with the largest
+    /// rendezvous rank answers, as for a session's catch-up.
+    func isWelcomeResponder(for newcomer: String) -> Bool {
+        guard newcomer != me else { return false }
+        let mine = SessionStateMachine.rank(newcomer, me)
+        return !online.keys.contains { $0 != newcomer && $0 != me && SessionStateMachine.rank(newcomer, $0) > mine }
     }
 
     /// While we were disconnected we could hear nobody: everyone gets a fresh grace period.

@@ -18,7 +18,56 @@ extension GroupCoordinator {
             }
         }
         let wallNow = configuration.clock.milliseconds()
-        perform(state.withLock { $0.machine.onPresence(participant, presence, wallNow: wallNow, now: .now) })
+        let (action, welcomes) = state.withLock { state in
+            let action = state.machine.onPresence(participant, presence, wallNow: wallNow, now: .now)
+            // A new connection came online where nothing is retained: it cannot know the group unless told.
+            guard !client.retainAvailable, case .changed(_, _?) = action, presence?.status == .online else { return (action, false) }
+            return (action, state.machine.isWelcomeResponder(for: participant))
+        }
+        perform(action)
+        if welcomes { tasks.spawn { [self] in await welcome(participant) } }
+    }
+
+    /// Tells `newcomer` what a broker with retained messages would have: who is online and which
+    /// sessions are live, as we know them.
+    private func welcome(_ newcomer: String) async {
+        let (online, cores) = state.withLock { ($0.machine.connections, Array($0.cores.values)) }
+        var presences = [onlinePresence]
+        for (participant, connection) in online where participant != localParticipant.id && participant != newcomer {
+            presences.append(
+                Wire.Presence(
+                    participant: participant, status: .online, epoch: connection.epoch, name: nil, interval: connection.interval))
+        }
+        let welcome = Wire.Welcome(
+            presences: presences.sorted { $0.participant < $1.participant },
+            sessions: cores.filter { !$0.isInvalidated }.map(\.announcement).sorted { $0.session < $1.session })
+        guard let payload = try? Wire.encode(welcome) else { return }
+        _ = try? await client.publish(to: topics.welcome(to: newcomer, from: localParticipant.id), payload: payload, qos: .atLeastOnce)
+    }
+
+    /// Network thread: a welcome addressed to us. Its records are applied as if the broker had replayed
+    /// them: the presences as the participants' own, the sessions as copies of the welcomer's.
+    func onWelcomeMessage(from sender: String, _ message: MQTTMessage) {
+        guard let welcome = Wire.decode(Wire.Welcome.self, from: message.payload) else { return countRejection() }
+        let wallNow = configuration.clock.milliseconds()
+        for presence in welcome.presences where presence.participant != localParticipant.id {
+            perform(state.withLock { $0.machine.onPresence(presence.participant, presence, wallNow: wallNow, now: .now) })
+        }
+        for announcement in welcome.sessions {
+            onCopy(announcement.session, publisher: sender, announcement, lifetime: announcement.ttl)
+        }
+        welcomed.withLock { $0 }?.yield(())
+    }
+
+    /// Publishes our presence and waits until it comes back; on a broker without retained messages, then
+    /// also (at most the catch-up timeout) for someone to welcome us — nobody does when we are the first.
+    func publishPresenceAndAwaitWelcome() async throws(GroupSyncError) {
+        guard !client.retainAvailable else { return try await publishPresenceAndAwaitEcho() }
+        let inbox = Inbox<Void>()
+        welcomed.withLock { $0 = inbox }
+        defer { welcomed.withLock { $0 = nil } }
+        try await publishPresenceAndAwaitEcho()
+        await withTimeout(configuration.catchUpTimeout) { _ = await inbox.next() }
     }
 
     /// Network thread: a heartbeat.

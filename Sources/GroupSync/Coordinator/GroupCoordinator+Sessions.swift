@@ -98,9 +98,14 @@ extension GroupCoordinator {
             guard let decoded = Wire.decode(Wire.Announcement.self, from: message.payload) else { return countRejection() }
             announcement = decoded
         }
-        let (context, now) = (sessionContext, configuration.clock.milliseconds())
         // A stored copy comes with what is left of its lifetime; a live one has all of it.
         let lifetime = message.properties.messageExpiry.map { Int64($0) } ?? announcement?.ttl ?? 0
+        onCopy(sessionID, publisher: publisher, announcement, lifetime: lifetime)
+    }
+
+    /// `publisher`'s copy of an announcement (nil: cleared), which lives `lifetime` seconds from now.
+    func onCopy(_ sessionID: String, publisher: String, _ announcement: Wire.Announcement?, lifetime: Int64) {
+        let (context, now) = (sessionContext, configuration.clock.milliseconds())
         let (action, core, replaced) = state.withLock { state -> (CoordinatorStateMachine.AnnouncementAction, SessionCore?, SessionCore?) in
             let action = state.machine.onAnnouncement(
                 sessionID, publisher: publisher, announcement, expiresAt: now + lifetime * 1000, now: now)

@@ -31,6 +31,8 @@ public final class GroupCoordinator: Sendable {
     let groupSubscription = LockedValue<MessageHandlerSubscription?>(nil)
     /// Set while `connect()` waits for its own presence to come back.
     let presenceEcho = LockedValue<Inbox<Void>?>(nil)
+    /// Set while `connect()` waits for a welcome (on a broker without retained messages).
+    let welcomed = LockedValue<Inbox<Void>?>(nil)
     /// What the broker replayed as retained after a reconnect without session, while it is collected.
     let replay = LockedValue<Replay?>(nil)
 
@@ -116,6 +118,7 @@ public final class GroupCoordinator: Sendable {
                     TopicSubscription(topics.presenceFilter, qos: .atLeastOnce),
                     TopicSubscription(topics.heartbeatFilter, qos: .atLeastOnce),
                     TopicSubscription(topics.announcementFilter, qos: .atLeastOnce),
+                    TopicSubscription(topics.welcomeFilter(for: configuration.participant), qos: .atLeastOnce),
                 ],
                 handler: { [weak self] message in self?.handleGroupMessage(message) },
                 connected: { [weak self] sessionPresent in
@@ -136,8 +139,9 @@ public final class GroupCoordinator: Sendable {
                     await retained.republishAll()
                 }
             })
-        // After connect() returns, the coordinator knows the group as the broker does.
-        try await publishPresenceAndAwaitEcho()
+        // After connect() returns, the coordinator knows the group as the broker does — or, on a broker
+        // without retained messages, as the participant that welcomes us does.
+        try await publishPresenceAndAwaitWelcome()
         if let interval = heartbeatInterval { startHeartbeats(every: interval) }
         tasks.add(Task { [retained] in await retained.refreshUntilCancelled() })
         startSessionExpiry()
@@ -192,6 +196,7 @@ public final class GroupCoordinator: Sendable {
         switch topics.parse(message.topic) {
         case let .presence(participant): onPresenceMessage(participant, message)
         case let .heartbeat(participant): onHeartbeatMessage(participant, message)
+        case let .welcome(recipient, sender) where recipient == localParticipant.id: onWelcomeMessage(from: sender, message)
         case let .announcement(sessionID, publisher): onAnnouncementMessage(sessionID, publisher: publisher, message)
         default: countRejection()  // not a group topic of this protocol
         }

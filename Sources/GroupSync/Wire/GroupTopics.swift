@@ -22,6 +22,9 @@ public struct GroupTopics: Sendable, Hashable {
     /// `publisher`'s copy of `session`'s announcement.
     public func announcement(_ session: String, by publisher: String) -> String { "\(root)/session/\(session)/\(publisher)" }
     public var announcementFilter: String { "\(root)/session/+/+" }
+    /// Where `sender` welcomes `recipient` to the group on a broker without retained messages.
+    public func welcome(to recipient: String, from sender: String) -> String { "\(root)/welcome/\(recipient)/\(sender)" }
+    public func welcomeFilter(for recipient: String) -> String { "\(root)/welcome/\(recipient)/+" }
     public func member(_ session: String, _ participant: String) -> String { "\(root)/s/\(session)/member/\(participant)" }
     public func state(_ session: String, key: String, writer: String) -> String { "\(root)/s/\(session)/state/\(key)/\(writer)" }
     public func broadcast(_ session: String, from sender: String) -> String { "\(root)/s/\(session)/all/\(sender)" }
@@ -41,6 +44,7 @@ public struct GroupTopics: Sendable, Hashable {
         case presence(participant: String)
         case heartbeat(participant: String)
         case announcement(session: String, publisher: String)
+        case welcome(recipient: String, sender: String)
         case member(session: String, participant: String)
         case state(session: String, key: String, writer: String)
         case broadcast(session: String, sender: String)
@@ -83,6 +87,7 @@ public struct GroupTopics: Sendable, Hashable {
             case 2 where level(0, is: "presence"): return .presence(participant: string(1))
             case 2 where level(0, is: "alive"): return .heartbeat(participant: string(1))
             case 3 where level(0, is: "session"): return .announcement(session: string(1), publisher: string(2))
+            case 3 where level(0, is: "welcome"): return .welcome(recipient: string(1), sender: string(2))
             case 4 where level(0, is: "s") && level(2, is: "member"):
                 return .member(session: string(1), participant: string(3))
             case 4 where level(0, is: "s") && level(2, is: "all"):

@@ -166,6 +166,15 @@ extension Wire.Announcement: Wire.Record {
     }
 }
 
+extension Wire.Welcome: Wire.Record {
+    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
+        self.init(
+            presences: try fields.array("presences", of: Wire.Presence.self),
+            sessions: try fields.array("sessions", of: Wire.Announcement.self))
+    }
+}
+
 extension Wire.Member: Wire.Record {
     public init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()

@@ -90,6 +90,16 @@ public enum Wire {
         public var reliable: Bool
     }
 
+    /// `…/welcome/<recipient>/<sender>`, QoS 1, never retained: on a broker without retained messages,
+    /// what a newcomer to the group would have read from them, sent by one participant that knows.
+    public struct Welcome: Encodable, Sendable, Hashable {
+        public var v = Wire.version
+        /// The online presence of every participant the sender knows to be online, itself included.
+        public var presences: [Presence]
+        /// The current announcement of every live session the sender knows.
+        public var sessions: [Announcement]
+    }
+
     /// Body of `$catchup`: what a newcomer needs, sent by one existing participant to the newcomer only.
     public struct CatchUp: Encodable, Sendable, Hashable {
         /// The winning record of every key.

@@ -62,6 +62,8 @@ struct GroupView {
             return Event(
                 kind: "lost", participant: participant,
                 text: "\(participant) LOST — connection died without leaving (epoch \(presence.epoch))", fields: ["epoch": presence.epoch])
+        case .welcome:
+            return nil  // a newcomer's copy of what the others know: nothing new to an observer
         case let .heartbeat(participant):
             guard let heartbeat = Wire.decode(Wire.Heartbeat.self, from: payload) else { return invalid(message) }
             guard online[participant] != heartbeat.epoch else { return nil }
