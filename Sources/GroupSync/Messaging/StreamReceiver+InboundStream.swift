@@ -191,13 +191,16 @@ extension StreamReceiver {
         }
 
         /// The start is known: the cursor is `cursor`. Held messages beyond the window now are rejected as
-        /// forged; the contiguous ones are delivered; the gaps below the others are asked for.
+        /// forged, and so is the request for the range below them; the contiguous ones are delivered; the
+        /// gaps below the others are asked for.
         private mutating func start(at cursor: Int64, now: Int64, _ configuration: Configuration, _ output: inout Output) {
             self.cursor = cursor
             let forged = held.keys.filter { $0 - cursor > configuration.sequenceWindow }
             for seq in forged { held[seq] = nil }
             output.rejected += forged.count
-            if let request, request.through <= cursor { self.request = nil }
+            if let request, request.through <= cursor || request.through - cursor > configuration.sequenceWindow {
+                self.request = nil
+            }
             deliverContiguous(&output)
             if let highest = held.keys.max(), highest - 1 > self.cursor! {
                 ask(through: highest - 1, now: now, configuration, &output)
