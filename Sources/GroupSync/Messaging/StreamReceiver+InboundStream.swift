@@ -50,9 +50,9 @@ extension StreamReceiver {
                     start(at: seq, now: now, configuration, &output)
                 } else {
                     held[seq] = message
-                    // One request finds the start; the gaps above it are asked for once it is known.
-                    if request == nil { askForStart(through: seq - 1, now: now, configuration, &output) }
                     limitHeld(now: now, configuration, &output)
+                    // One request finds the start; the gaps above it are asked for once it is known.
+                    if self.cursor == nil, request == nil { askForStart(through: seq - 1, now: now, configuration, &output) }
                 }
                 return
             }
@@ -67,8 +67,10 @@ extension StreamReceiver {
                 deliverContiguous(&output)
             } else {
                 held[seq] = message
-                if held[seq - 1] == nil { ask(through: seq - 1, now: now, configuration, &output) }
                 limitHeld(now: now, configuration, &output)
+                if held[seq] != nil, held[seq - 1] == nil, seq - 1 > self.cursor! {
+                    ask(through: seq - 1, now: now, configuration, &output)
+                }
             }
         }
 
@@ -136,7 +138,9 @@ extension StreamReceiver {
             guard var pending = request, now - pending.sentAt >= pending.retryDelay else { return }
             output.asks.append((cursor.map { $0 + 1 } ?? 0, pending.through))
             pending.sentAt = now
-            pending.retryDelay = min(pending.retryDelay * 2, configuration.maximumRetryInterval)
+            pending.retryDelay =
+                pending.retryDelay > configuration.maximumRetryInterval / 2
+                ? configuration.maximumRetryInterval : pending.retryDelay * 2
             request = pending
         }
 
@@ -202,9 +206,8 @@ extension StreamReceiver {
                 self.request = nil
             }
             deliverContiguous(&output)
-            if let highest = held.keys.max(), highest - 1 > self.cursor! {
-                ask(through: highest - 1, now: now, configuration, &output)
-            }
+            // What is still held lies beyond a gap.
+            if let highest = held.keys.max() { ask(through: highest - 1, now: now, configuration, &output) }
         }
 
         /// Delivers the held messages that follow the cursor; drops the request once nothing it asked for
