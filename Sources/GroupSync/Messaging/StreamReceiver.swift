@@ -143,7 +143,7 @@ struct StreamReceiver<Message> {
     }
 
     /// `sender` left, crashed or lost its presence: its held messages are delivered in order, the missing
-    /// ranges among them and up to the highest seq known to exist are reported as gaps, and it is forgotten.
+    /// ranges among them and up to the highest seq asked for are reported as gaps, and it is forgotten.
     mutating func senderGone(_ sender: String) -> Action {
         var action = Action()
         end(sender, into: &action)
