@@ -1,0 +1,67 @@
+/// The values of end-to-end reliable delivery that travel on the wire: which stream a reliable message
+/// belongs to, and the `$resend`, `$skip` and `$position` control messages. Plain values, without JSON:
+/// ``OutboxStateMachine`` (sending side) and ``StreamReceiver`` (receiving side) exchange them, and the
+/// session maps them to and from records.
+///
+/// A sender's reliable messages in a session form streams, one numbering per stream and connection epoch
+/// of the sender: `seq` 1, 2, 3… Unreliable and control messages are in no stream.
+enum Reliable {
+    /// The largest seq, `through` or position taken from the wire; beyond it a number is implausible (no
+    /// stream gets near it), and below it arithmetic on seqs cannot overflow.
+    static let maximumSeq = Int64.max / 2
+
+    /// The `stream` field: one of a sender's streams as a receiver sees it.
+    enum StreamKind: Hashable, Sendable, CaseIterable {
+        /// The sender's broadcasts.
+        case all
+        /// The sender's direct messages to this receiver.
+        case direct
+    }
+
+    /// One of a sender's streams as the sender sees it: its broadcasts, or its direct messages to one
+    /// recipient (a message to several recipients is one message in each recipient's stream).
+    enum Stream: Hashable, Sendable {
+        case all
+        case direct(to: String)
+
+        var kind: StreamKind {
+            switch self {
+            case .all: .all
+            case .direct: .direct
+            }
+        }
+    }
+
+    /// `$resend`, from a receiver to a sender: re-send what I miss of `stream` in `from...to`.
+    struct ResendRequest: Hashable, Sendable {
+        var stream: StreamKind
+        /// The first seq wanted; 0: from wherever the sender owes the requester.
+        var from: Int64
+        /// The last seq wanted; nil: through the sender's latest.
+        var to: Int64?
+    }
+
+    /// `$skip`, from a sender to a receiver, in answer to a `$resend`: a fact about one of the sender's
+    /// streams as owed to that receiver, true whatever the request was.
+    ///
+    /// No seq up to `through` will be re-sent to the receiver: the ranges in `lost` were owed to it but have
+    /// left the outbox (the receiver reports them as gap events), the others were never owed (sent before
+    /// the sender saw the receiver as a member). The receiver may move its cursor to `through`. What the
+    /// sender can re-send is always a suffix of the stream, so the answer to a request is this skip
+    /// (covering the start of the range) followed by the re-sent envelopes (the rest of it).
+    struct Skip: Hashable, Sendable {
+        var stream: StreamKind
+        var through: Int64
+        /// Ascending, disjoint, all at most `through`.
+        var lost: [ClosedRange<Int64>]
+    }
+
+    /// `$position`: a sender's latest seq per stream in its current epoch (sent after each reconnect of the
+    /// sender, and in answer to a request that does not fit its streams). A stream without an entry in
+    /// `direct` is at 0.
+    struct Position: Hashable, Sendable {
+        var all: Int64
+        /// Recipient → latest seq of the sender's direct stream to it.
+        var direct: [String: Int64]
+    }
+}
