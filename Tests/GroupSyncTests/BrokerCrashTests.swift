@@ -19,7 +19,7 @@ import Testing
         MosquittoBroker.Configuration(persistence: persistence, autosave: .every(seconds: 60))
     }
 
-    @Test(.disabled("end-to-end recovery of issue 19 is not wired yet"), arguments: [true, false])
+    @Test(arguments: [true, false])
     func tenCrashesAndStopsMidStreamLoseDuplicateAndReorderNothing(persistence: Bool) async throws {
         let tally = try await Self.stream(Self.broker(persistence: persistence), through: Self.mixedRestarts)
         #expect(tally.isClean, "persistence \(persistence): \(tally)")

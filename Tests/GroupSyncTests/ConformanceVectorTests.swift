@@ -88,16 +88,23 @@ import Testing
         case .broadcast, .direct:
             do throws(Wire.Rejection) {
                 let envelope = try Wire.readEnvelope(payload)
-                let body =
-                    envelope.header.type == "$catchup"
-                    ? json(try Wire.read(Wire.CatchUp.self, from: payload[envelope.body]))
-                    : try JSONParser.parse(payload[envelope.body])
+                let bodyBytes = payload[envelope.body]
+                let body: JSONValue
+                switch envelope.header.type {
+                case "$catchup": body = json(try Wire.read(Wire.CatchUp.self, from: bodyBytes))
+                case "$resend": body = json(try Wire.read(Wire.Resend.self, from: bodyBytes))
+                case "$skip": body = json(try Wire.read(Wire.Skip.self, from: bodyBytes))
+                case "$position": body = json(try Wire.read(Wire.Position.self, from: bodyBytes))
+                default: body = try JSONParser.parse(bodyBytes)
+                }
                 let header = envelope.header
-                return .accept(
-                    .object([
-                        "body": body, "epoch": .int(header.epoch), "reliable": .bool(header.reliable), "seq": .int(header.seq),
-                        "type": .string(header.type), "v": .int(Int64(header.v)),
-                    ]))
+                var fields: [String: JSONValue] = [
+                    "body": body, "epoch": .int(header.epoch), "reliable": .bool(header.reliable), "type": .string(header.type),
+                    "v": .int(Int64(header.v)),
+                ]
+                if let seq = header.seq { fields["seq"] = .int(seq) }
+                if let stream = header.stream { fields["stream"] = .string(stream) }
+                return .accept(.object(fields))
             } catch {
                 return .reject(error.rawValue)
             }

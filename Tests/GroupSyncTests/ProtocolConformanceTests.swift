@@ -77,9 +77,10 @@ import Testing
                 "heartbeats come every keepalive / 2, so maybe none in this capture")
             #expect(reader.presences["alice"]?.name == "Alice" && reader.presences["bob"]?.name == nil)
             #expect(reader.presences.values.allSatisfy { !$0.statuses.contains("lost") }, "a clean close sends no will")
-            // One counter per sender, epoch and reliability, shared by app and control messages.
-            #expect(reader.reliable["alice"]?.map(\.type) == ["$catchup", "Chat", "$end"])
-            #expect(reader.reliable["alice"]?.map(\.seq) == [1, 2, 3])
+            // Reliable app messages are numbered per stream; control messages carry no seq.
+            #expect(reader.reliable["alice"]?.map(\.type) == ["Chat"])
+            #expect(reader.reliable["alice"]?.map(\.seq) == [1])
+            #expect(reader.control["alice"] == ["$catchup", "$end"])
             #expect(reader.unreliable["bob"]?.map(\.seq) == [1])
             #expect(reader.catchUps.map(\.topic) == ["\(session)/to/bob/alice"], "alice, the only active one, answers bob")
             #expect(reader.rejected.isEmpty, "\(reader.rejected)")
@@ -163,8 +164,8 @@ import Testing
             try await zoe.publish(to: "\(base)/all/zoe", string: envelope(1, "hallo"))
             try await zoe.publish(to: "\(base)/all/zoe", string: envelope(1, "hallo"))  // a redelivery
             try await zoe.publish(to: "\(base)/all/zoe", string: envelope(2, "from the future", v: 3))
-            try await zoe.publish(to: "\(base)/all/zoe", string: envelope(3, "wie geht's?"))
-            try await zoe.publish(to: "\(base)/to/alice/zoe", string: envelope(4, "nur für alice"))
+            try await zoe.publish(to: "\(base)/all/zoe", string: envelope(2, "wie geht's?"))
+            try await zoe.publish(to: "\(base)/to/alice/zoe", string: envelope(1, "nur für alice"))  // her own stream
             try await aliceChats.waitForCount(3)
             try await bobChats.waitForCount(2)
             #expect(aliceChats.elements.map(\.message.text) == ["hallo", "wie geht's?", "nur für alice"])
@@ -302,6 +303,7 @@ struct DocumentedReader {
     private(set) var kinds: Set<String> = []
     private(set) var presences: [String: (epoch: Int64, name: String?, statuses: [String])] = [:]
     private(set) var reliable: [String: [(type: String, seq: Int64)]] = [:]
+    private(set) var control: [String: [String]] = [:]
     private(set) var unreliable: [String: [(type: String, seq: Int64)]] = [:]
     private(set) var catchUps: [MQTTMessage] = []
     private(set) var rejected: [String] = []
@@ -409,17 +411,24 @@ struct DocumentedReader {
     }
 
     private mutating func readEnvelope(_ json: [String: Any], sender: String, _ message: MQTTMessage) throws {
-        try expectKeys(json, ["v", "type", "epoch", "seq", "reliable", "body"], message)
         let type = try #require(json["type"] as? String)
         kinds.insert(type)
         #expect(DocumentedReader.integer(json["epoch"]) == presences[sender]?.epoch, "the sender's connection epoch")
-        let seq = try #require(DocumentedReader.integer(json["seq"]))
         #expect(DocumentedReader.isBool(json["reliable"]))
-        if json["reliable"] as? Bool == true {
-            #expect(seq > (reliable[sender]?.last?.seq ?? 0), "reliable seq increases per sender and epoch")
-            reliable[sender, default: []].append((type, seq))
+        if type.hasPrefix("$") {
+            // A control message: reliable, in no stream.
+            try expectKeys(json, ["v", "type", "epoch", "reliable", "body"], message)
+            #expect(json["reliable"] as? Bool == true)
+            control[sender, default: []].append(type)
         } else {
-            unreliable[sender, default: []].append((type, seq))
+            try expectKeys(json, ["v", "type", "epoch", "seq", "reliable", "body"], message)
+            let seq = try #require(DocumentedReader.integer(json["seq"]))
+            if json["reliable"] as? Bool == true {
+                #expect(seq > (reliable[sender]?.last?.seq ?? 0), "reliable seq increases per sender and stream")
+                reliable[sender, default: []].append((type, seq))
+            } else {
+                unreliable[sender, default: []].append((type, seq))
+            }
         }
         switch type {
         case "Chat":

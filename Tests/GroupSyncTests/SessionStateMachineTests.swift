@@ -19,7 +19,7 @@ import Testing
         var machine = waiting(as: me)
         let started = machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox())
         #expect(started)
-        _ = machine.onJoined()
+        _ = machine.onJoined(now: 1_000)
         return machine
     }
 
@@ -124,7 +124,7 @@ import Testing
         _ = machine.onState(Self.record(3, at: 100, by: "bob"), key: "k", writer: "bob", topic: "t", now: 1_000)
         let started = machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox())
         #expect(started)
-        let joined = machine.onJoined()
+        let joined = machine.onJoined(now: 1_000)
         #expect(joined.values == [.int(3)])
         let late = machine.addListener(.init(kind: .values(key: "other"), inbox: Inbox()))
         #expect(late.1.deliveries.count == 1, "a listener added once joined gets the current value (none here) at once")
@@ -175,7 +175,7 @@ import Testing
         #expect(accepted.caughtUp)
         #expect(accepted.clocks == catchUp.states.map(\.clock), "merged into our clock")
         #expect(machine.states["k"]?.value == .int(9))
-        _ = machine.onJoined()
+        _ = machine.onJoined(now: 1_000)
         #expect(machine.onCatchUp(catchUp, from: "bob", retainAvailable: true, now: 1_000).caughtUp == false, "too late")
         #expect(machine.rejected == 3)
     }
@@ -188,7 +188,7 @@ import Testing
         #expect(machine.onCatchUp(catchUp, from: "bob", retainAvailable: false, now: 1_000).caughtUp)
         #expect(machine.members == ["bob": 4], "our own entry is ours to make")
         #expect(ids(machine.active) == ["bob"])
-        _ = machine.onJoined()
+        _ = machine.onJoined(now: 1_000)
         #expect(ids(machine.active) == ["alice", "bob"])
         #expect(machine.catchUp(listingMembers: true).members.map(\.participant) == ["alice", "bob"])
         #expect(machine.catchUp(listingMembers: false).members.isEmpty)
@@ -229,24 +229,66 @@ import Testing
         _ = machine.addListener(.init(kind: .messages(type: "Other"), inbox: other))
         Self.present("bob", in: &machine)
         let (first, payload) = Self.envelope(seq: 1)
-        #expect(machine.onMessage(first, payload: payload, sender: "bob").messages.isEmpty, "not joined yet")
+        #expect(machine.onMessage(first, payload: payload, sender: "bob", direct: false, now: 1_000).messages.isEmpty, "not joined yet")
         _ = machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox())
-        _ = machine.onJoined()
-        #expect(machine.onMessage(first, payload: payload, sender: "bob").messages == ["bob"])
-        #expect(machine.onMessage(first, payload: payload, sender: "bob").messages.isEmpty, "a redelivery")
+        _ = machine.onJoined(now: 1_000)
+        #expect(machine.onMessage(first, payload: payload, sender: "bob", direct: false, now: 1_000).messages == ["bob"])
+        #expect(machine.onMessage(first, payload: payload, sender: "bob", direct: false, now: 1_000).messages.isEmpty, "a redelivery")
         let (unreliable, unreliablePayload) = Self.envelope(seq: 1, reliable: false)
-        #expect(machine.onMessage(unreliable, payload: unreliablePayload, sender: "bob").messages == ["bob"], "not deduplicated")
-        #expect(machine.onMessage(first, payload: payload, sender: "mallory").messages.isEmpty)
+        #expect(
+            machine.onMessage(unreliable, payload: unreliablePayload, sender: "bob", direct: false, now: 1_000).messages == ["bob"],
+            "not deduplicated")
+        #expect(machine.onMessage(first, payload: payload, sender: "mallory", direct: false, now: 1_000).messages.isEmpty)
         #expect(machine.rejected == 1, "only members may message the session")
         for epoch: Int64 in [6, 8, .max] {
             let (other, otherPayload) = Self.envelope(epoch: epoch, seq: 9)
-            #expect(machine.onMessage(other, payload: otherPayload, sender: "bob").messages.isEmpty, "not the epoch bob joined with")
+            #expect(
+                machine.onMessage(other, payload: otherPayload, sender: "bob", direct: false, now: 1_000).messages.isEmpty,
+                "not the epoch bob joined with")
         }
         let (absurd, absurdPayload) = Self.envelope(seq: 1 << 62)
-        #expect(machine.onMessage(absurd, payload: absurdPayload, sender: "bob").messages.isEmpty, "a forged jump")
+        #expect(
+            machine.onMessage(absurd, payload: absurdPayload, sender: "bob", direct: false, now: 1_000).messages.isEmpty, "a forged jump")
         #expect(machine.rejected == 5)
         let (second, secondPayload) = Self.envelope(seq: 2)
-        #expect(machine.onMessage(second, payload: secondPayload, sender: "bob").messages == ["bob"], "bob is not silenced")
+        #expect(
+            machine.onMessage(second, payload: secondPayload, sender: "bob", direct: false, now: 1_000).messages == ["bob"],
+            "bob is not silenced")
+    }
+
+    @Test func aMissingReliableMessageIsAskedForAndReportedWhenItCannotCome() {
+        var machine = Self.waiting()
+        let chats = Inbox<Machine.Update>()
+        let gaps = Inbox<Machine.Update>()
+        _ = machine.addListener(.init(kind: .messages(type: "Chat"), inbox: chats))
+        _ = machine.addListener(.init(kind: .gaps, inbox: gaps))
+        Self.present("bob", in: &machine)
+        _ = machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox())
+        _ = machine.onJoined(now: 1_000)
+        func receive(_ seq: Int64, direct: Bool = false) -> Machine.Action {
+            let (envelope, payload) = Self.envelope(seq: seq)
+            return machine.onMessage(envelope, payload: payload, sender: "bob", direct: direct, now: 1_000)
+        }
+        #expect(receive(1).messages == ["bob"])
+        let early = receive(4)
+        #expect(early.messages.isEmpty, "held until 2 and 3 arrive or are given up")
+        #expect(early.resend.map(\.resend) == [.init(stream: .all, from: 2, to: 3)])
+        #expect(early.resend.map(\.sender) == ["bob"])
+        #expect(receive(2).messages == ["bob"])
+        // bob no longer has 3: a gap, in its place, then 4.
+        let skipped = machine.onSkip(.init(stream: .all, through: 3, lost: [3...3]), from: "bob", epoch: 7, now: 1_000)
+        #expect(skipped.deliveries.map { $0.update.isGap } == [true, false])
+        #expect(skipped.messages == ["bob"])
+        #expect(machine.onSkip(.init(stream: .all, through: 9, lost: []), from: "bob", epoch: 6, now: 1_000).deliveries.isEmpty)
+        #expect(machine.rejected == 1, "a skip of another epoch of bob's")
+        // A direct stream is numbered apart; after our reconnect, bob is asked for what follows each.
+        #expect(receive(1, direct: true).messages == ["bob"])
+        let asked = machine.onReconnected(now: 2_000).resend.map(\.resend)
+        #expect(asked.contains(.init(stream: .all, from: 5, to: nil)) && asked.contains(.init(stream: .direct, from: 2, to: nil)))
+        // bob leaves while 6 waits for 5: 6 comes out after a gap.
+        _ = receive(6)
+        let left = machine.onMember("bob", nil, retained: false, now: 3_000)
+        #expect(left.deliveries.map { $0.update.isGap } == [true, false])
     }
 
     // MARK: - Activity and invalidation
@@ -352,4 +394,10 @@ extension SessionStateMachine.Action {
     }
 
     var caughtUp: Bool { updates.contains(.caughtUp) }
+}
+
+extension SessionStateMachine.Update {
+    var isGap: Bool {
+        if case .gap = self { true } else { false }
+    }
 }

@@ -180,8 +180,9 @@ import Testing
         #expect(receiver.cursor(of: "x", .all) == 7)
         #expect(receiver.heldCount(of: "x", .all) == 0)
 
-        #expect(receiver.skip(.init(stream: .all, through: 6, lost: [1...6]), from: "x", epoch: Self.epoch, now: Self.now).events.isEmpty,
-                "a skip behind the cursor changes nothing")
+        #expect(
+            receiver.skip(.init(stream: .all, through: 6, lost: [1...6]), from: "x", epoch: Self.epoch, now: Self.now).events.isEmpty,
+            "a skip behind the cursor changes nothing")
         #expect(receiver.cursor(of: "x", .all) == 7)
     }
 
@@ -213,10 +214,11 @@ import Testing
         _ = Self.receive([1, 2], into: &receiver)
         _ = Self.receive([1], on: .direct, into: &receiver)
         _ = receiver.senderSeen("w", epoch: Self.epoch, now: Self.now)
-        #expect(receiver.reconnected(now: Self.now).requests == [
-            Self.ask("w", .all, from: 0, to: nil), Self.ask("w", .direct, from: 0, to: nil),
-            Self.ask("x", .all, from: 3, to: nil), Self.ask("x", .direct, from: 2, to: nil),
-        ])
+        #expect(
+            receiver.reconnected(now: Self.now).requests == [
+                Self.ask("w", .all, from: 0, to: nil), Self.ask("w", .direct, from: 0, to: nil),
+                Self.ask("x", .all, from: 3, to: nil), Self.ask("x", .direct, from: 2, to: nil),
+            ])
     }
 
     // MARK: - Epochs and senders that go

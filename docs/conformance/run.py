@@ -195,12 +195,68 @@ def state(value):
 def envelope(value):
     f = Fields(value)
     record = {"body": f.value("body"), "epoch": f.int("epoch"), "reliable": f.typed("reliable", bool),
-              "seq": f.int("seq"), "type": f.str("type"), "v": VERSION}
-    if record["type"] == "$catchup":
-        body = Fields(record["body"], record=False)
-        states, members = body.typed("states", list), body.typed("members", list)
-        record["body"] = {"members": [member(m) for m in members], "states": [state(s) for s in states]}
+              "type": f.str("type"), "v": VERSION}
+    seq = f.optional_int("seq")
+    if seq is not None:
+        record["seq"] = seq
+    stream = f.optional_str("stream")
+    if stream is not None:
+        if stream != "all":
+            raise Rejected("wrong-shape")
+        record["stream"] = stream
+    reader = CONTROL_BODIES.get(record["type"])
+    if reader is not None:
+        record["body"] = reader(Fields(record["body"], record=False))
     return record
+
+
+def stream_name(f):
+    name = f.str("stream")
+    if name not in ("all", "direct"):
+        raise Rejected("wrong-shape")
+    return name
+
+
+def catchup_body(body):
+    states, members = body.typed("states", list), body.typed("members", list)
+    return {"members": [member(m) for m in members], "states": [state(s) for s in states]}
+
+
+def resend_body(body):
+    record = {"from": body.int("from"), "stream": stream_name(body)}
+    to = body.optional_int("to")
+    if to is not None:
+        record["to"] = to
+    return record
+
+
+def int_field(value):
+    if type(value) is float:
+        raise Rejected("not-an-integer")
+    if type(value) is not int:
+        raise Rejected("wrong-shape")
+    return value
+
+
+def skip_body(body):
+    through = body.int("through")
+    lost = []
+    for pair in body.typed("lost", list):
+        if type(pair) is not list or len(pair) != 2:
+            raise Rejected("wrong-shape")
+        first, last = int_field(pair[0]), int_field(pair[1])
+        if not 1 <= first <= last <= through:
+            raise Rejected("wrong-shape")
+        lost.append([first, last])
+    return {"lost": lost, "stream": stream_name(body), "through": through}
+
+
+def position_body(body):
+    direct = body.typed("direct", dict)
+    return {"all": body.int("all"), "direct": {name: int_field(seq) for name, seq in direct.items()}}
+
+
+CONTROL_BODIES = {"$catchup": catchup_body, "$resend": resend_body, "$skip": skip_body, "$position": position_body}
 
 
 def route(topic):

@@ -28,6 +28,14 @@ extension GroupCoordinator {
         /// refreshes it, or the `lost` left by its will) after its last publish. A participant that
         /// crashes and never returns disappears from the broker after this. At least a second.
         public var presenceTimeToLive: Duration
+        /// How many reliable messages, and how many bytes of them, each session keeps to re-send to a
+        /// receiver that missed them (the broker lost them). A message that has left the outbox reaches
+        /// such a receiver as a ``GroupSessionMessenger/Gap``. Defaults: 1,000 messages, 8 MiB.
+        public var outboxLimits: (messages: Int, bytes: Int) {
+            get { (outbox.maximumCount, outbox.maximumBytes) }
+            set { outbox = OutboxStateMachine.Configuration(maximumCount: max(newValue.messages, 0), maximumBytes: max(newValue.bytes, 0)) }
+        }
+        var outbox = OutboxStateMachine.Configuration()
 
         /// - Parameters:
         ///   - broker: `mqtt://[user[:password]@]host[:port]` (or `mqtts://` with `tls`).

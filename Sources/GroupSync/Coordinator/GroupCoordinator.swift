@@ -25,7 +25,6 @@ public final class GroupCoordinator: Sendable {
     let hlc: LockedValue<HybridLogicalClock>
     let state: LockedValue<CoordinatorState>
     let sharing = LockedValue(SharingGate())
-    let sequencer = LockedValue(MessageSequencer())
     let retained: RetainedRecords
     let tasks = BackgroundTasks()
     let groupSubscription = LockedValue<MessageHandlerSubscription?>(nil)
@@ -137,6 +136,8 @@ public final class GroupCoordinator: Sendable {
                     state.withLock { $0.machine.onReconnected(now: .now) }
                     if !sessionPresent { await forgetSessionsEndedWhileAway() }
                     await retained.republishAll()
+                    // The broker may have lost messages meanwhile: recover them end to end.
+                    for core in state.withLock({ Array($0.cores.values) }) { core.onReconnected() }
                 }
             })
         // After connect() returns, the coordinator knows the group as the broker does — or, on a broker
@@ -144,6 +145,15 @@ public final class GroupCoordinator: Sendable {
         try await publishPresenceAndAwaitWelcome()
         if let interval = heartbeatInterval { startHeartbeats(every: interval) }
         tasks.add(Task { [retained] in await retained.refreshUntilCancelled() })
+        tasks.add(
+            Task { [self] in
+                // Sends again the requests for missing messages that stayed unanswered.
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .milliseconds(250))
+                    guard client.isConnected else { continue }
+                    for core in state.withLock({ Array($0.cores.values) }) { core.tick() }
+                }
+            })
         startSessionExpiry()
     }
 
@@ -210,7 +220,7 @@ public final class GroupCoordinator: Sendable {
     var sessionContext: SessionContext {
         SessionContext(
             client: client, topics: topics, me: localParticipant, epoch: epoch, clock: configuration.clock, hlc: hlc,
-            sequencer: sequencer, catchUpTimeout: configuration.catchUpTimeout, onRejected: configuration.onRejected,
+            outbox: configuration.outbox, catchUpTimeout: configuration.catchUpTimeout, onRejected: configuration.onRejected,
             retained: retained, tasks: tasks, report: { [weak self] core, event in self?.onSessionEvent(core, event) })
     }
 }

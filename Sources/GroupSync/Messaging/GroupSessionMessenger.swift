@@ -17,6 +17,18 @@ public final class GroupSessionMessenger: Sendable {
         case unreliable
     }
 
+    /// Reliable messages of one sender that will never arrive: the sender can no longer re-send them (they
+    /// left its outbox, or it crashed or left before it could). Comes in the place of those messages: a
+    /// sender's messages that follow the gap come after it.
+    public struct Gap: Sendable, Hashable {
+        /// Who sent them.
+        public let source: Participant
+        /// How many messages are missing.
+        public let count: Int64
+        /// Sent to everyone (true), or to this participant only.
+        public let toEveryone: Bool
+    }
+
     /// Context of a received message.
     public struct MessageContext: Sendable, Hashable {
         /// Who sent it (taken from the topic, which a broker ACL can make unforgeable).
@@ -64,6 +76,17 @@ public final class GroupSessionMessenger: Sendable {
     /// as `Message` is skipped and counted in ``GroupCoordinator/rejectedMessageCount``; the sequence goes on.
     public func messages<Message: Codable & Sendable>(of type: Message.Type) -> GroupMessages<Message> {
         GroupMessages(consumer: .init(core.listen(.messages(type: GroupSessionMessenger.typeName(Message.self)))), core: core)
+    }
+
+    /// Every reliable message of another participant that will never arrive, whatever its type, as a
+    /// ``Gap`` — never silence. Gaps are rare: they take a broker that lost acknowledged messages (killed
+    /// before it saved them, or restarted without persistence) and a sender that could not re-send them.
+    /// Ends like ``messages(of:)``.
+    public func gaps() -> GroupUpdates<Gap> {
+        GroupUpdates(core.listen(.gaps)) { update in
+            guard case let .gap(gap) = update else { return nil }
+            return gap
+        }
     }
 }
 

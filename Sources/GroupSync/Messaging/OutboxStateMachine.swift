@@ -119,6 +119,12 @@ struct OutboxStateMachine {
         marks[participant] = Mark(all: latest(of: .all), direct: latest(of: .direct(to: participant)))
     }
 
+    /// We join the session (again): nobody is owed what we sent before; every member is marked anew when
+    /// we see it.
+    mutating func forgetMembers() {
+        marks = [:]
+    }
+
     /// `participant` left the session: a rejoin gets a new mark.
     mutating func memberLeft(_ participant: String) {
         marks[participant] = nil

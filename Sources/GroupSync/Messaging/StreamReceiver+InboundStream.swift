@@ -159,6 +159,15 @@ extension StreamReceiver {
             }
         }
 
+        /// Gives up on what is missing: ``finish(_:)``, then the cursor stands after everything given out.
+        mutating func flush(_ output: inout Output) {
+            finish(&output)
+            let highest = max(held.keys.max() ?? 0, request?.through ?? 0)
+            if let cursor { self.cursor = max(cursor, highest) } else if highest > 0 { self.cursor = highest }
+            held = [:]
+            request = nil
+        }
+
         // MARK: - Moving the cursor
 
         /// Gives out, in seq order, the held messages up to `through` and the gaps of `lost` beyond the

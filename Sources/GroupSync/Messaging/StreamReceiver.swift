@@ -151,6 +151,20 @@ struct StreamReceiver<Message> {
         return action
     }
 
+    /// `sender`'s connection is gone (its will, or its heartbeats stopped): nothing more will be re-sent,
+    /// so what is held of its messages comes out now, with the gaps. Unlike ``senderGone(_:)`` its cursors
+    /// stay: if the same connection turns out to be alive after all, nothing is delivered twice.
+    mutating func senderLost(_ sender: String) -> Action {
+        var action = Action()
+        guard senders[sender] != nil else { return action }
+        for stream in Reliable.StreamKind.allCases {
+            var output = InboundStream.Output()
+            senders[sender]!.streams[stream]?.flush(&output)
+            record(output, from: sender, stream, into: &action)
+        }
+        return action
+    }
+
     /// This receiver's connection is back: what was published meanwhile may be lost, so it asks every
     /// followed sender, for each stream, for everything after its cursor (open-ended). Requests still
     /// waiting for their gap count as sent now.

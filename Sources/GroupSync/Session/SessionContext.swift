@@ -26,29 +26,11 @@ struct SessionContext: Sendable {
     let clock: any WallClock
     /// The participant's hybrid logical clock, shared by all its sessions.
     let hlc: LockedValue<HybridLogicalClock>
-    /// Message numbering shared by all sessions: see ``MessageSequencer``.
-    let sequencer: LockedValue<MessageSequencer>
+    /// The bounds of each session's outbox.
+    let outbox: OutboxStateMachine.Configuration
     let catchUpTimeout: Duration
     let onRejected: (@Sendable (_ topic: String, _ payloadSize: Int) -> Void)?
     let retained: RetainedRecords
     let tasks: BackgroundTasks
     let report: @Sendable (SessionCore, Event) -> Void
-}
-
-/// This participant's message sequence numbers, for all sessions: they never restart while the
-/// coordinator lives, so a receiver's duplicate filter never drops a message sent after a leave and
-/// rejoin. Held while a message is numbered *and* handed to the connection, so that numbering order is
-/// wire order. Never taken by the network thread.
-struct MessageSequencer {
-    private var reliable: Int64 = 0
-    private var unreliable: Int64 = 0
-
-    mutating func next(reliable isReliable: Bool) -> Int64 {
-        if isReliable {
-            reliable += 1
-            return reliable
-        }
-        unreliable += 1
-        return unreliable
-    }
 }

@@ -10,6 +10,7 @@ extension SessionCore {
             if isJoined { return }
             throw .sessionInvalidated
         }
+        numbering.withLock { $0.outbox.forgetMembers() }
         var memberPublished = false
         do {
             try await joinSteps(barrier, caughtUp, memberPublished: &memberPublished)
@@ -72,7 +73,8 @@ extension SessionCore {
         if awaitCatchUp {
             await withTimeout(context.catchUpTimeout) { _ = await caughtUp.next() }
         }
-        apply { $0.onJoined() }
+        let now = context.clock.milliseconds()
+        apply { $0.onJoined(now: now) }
         guard isJoined else { throw .sessionInvalidated }
     }
 
@@ -91,7 +93,7 @@ extension SessionCore {
         let (members, stateTopics, announcers) = machine.withLock { (Array($0.members.keys), $0.stateTopics, $0.announcers) }
         if isJoined {
             // Tell joined participants who ended it, before the announcement disappears.
-            _ = try? await sendControl(type: "$end", body: JSONValue.null, to: .all)
+            _ = try? await sendControl(.end, JSONValue.null, to: nil)
         }
         guard invalidate(.ended(by: context.me)) else { return }
         // Our copy says it ended: it outranks every other copy, for followers who never joined too.

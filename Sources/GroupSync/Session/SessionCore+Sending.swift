@@ -18,42 +18,70 @@ extension SessionCore {
         }
     }
 
-    /// The synchronous half of ``send(type:envelope:to:reliable:limit:)``: numbers the envelope and hands
-    /// it to the connection.
+    /// The synchronous half of ``send(type:envelope:to:reliable:limit:)``: numbers the envelope in each
+    /// destination's stream (reliable) or among the unreliable ones, and hands it to the connection.
     private func enqueue(
         type: String, envelope: Wire.EnvelopeBytes, to recipients: Participants, reliable: Bool, limit: Int
     ) throws(GroupSyncError) -> [MQTTClient.PublishTicket] {
         guard isJoined else { throw state.isInvalidated ? .sessionInvalidated : .notJoined }
-        let destinations: [String]
+        let destinations: [(topic: String, stream: Reliable.Stream)]
         switch recipients.storage {
-        case .all: destinations = broadcastDestinations
+        case .all: destinations = [(broadcastDestinations[0], .all)]
         case let .only(set):
             guard !set.isEmpty else { throw .noRecipients }
-            var direct: [String] = []
+            var direct: [(String, Reliable.Stream)] = []
             for participant in set.map(\.id).sorted() {
                 try Identifier.validate(participant, kind: "participant")  // every one before anything is sent
-                direct.append(topics.direct(id, to: participant, from: me))
+                direct.append((topics.direct(id, to: participant, from: me), .direct(to: participant)))
             }
             destinations = direct
         }
         let client = context.client
         let epoch = context.epoch
-        return try context.sequencer.withLock { sequencer throws(GroupSyncError) -> [MQTTClient.PublishTicket] in
-            let payload = envelope.finished(type: type, epoch: epoch, seq: sequencer.next(reliable: reliable), reliable: reliable)
-            guard payload.count <= limit else { throw .messageTooLarge(size: payload.count, limit: limit) }
+        return try numbering.withLock { numbering throws(GroupSyncError) -> [MQTTClient.PublishTicket] in
             var tickets: [MQTTClient.PublishTicket] = []
             tickets.reserveCapacity(destinations.count)
-            for topic in destinations {
-                do throws(MQTTError) {
-                    tickets.append(try client.enqueuePublish(to: topic, payload: payload, qos: reliable ? .atLeastOnce : .atMostOnce))
-                } catch {
-                    // The copies already handed over go out, but nobody will await them: their
-                    // acknowledgements must not linger under IDs that later messages reuse.
-                    for ticket in tickets { client.detach(ticket) }
-                    throw .connection(error)
+            do throws(GroupSyncError) {
+                for (topic, stream) in destinations {
+                    let payload = try Self.number(
+                        envelope, type: type, epoch: epoch, stream: reliable ? stream : nil, limit: limit, &numbering)
+                    do throws(MQTTError) {
+                        tickets.append(try client.enqueuePublish(to: topic, payload: payload, qos: reliable ? .atLeastOnce : .atMostOnce))
+                    } catch {
+                        throw .connection(error)
+                    }
                 }
+                return tickets
+            } catch {
+                // The copies already handed over go out, but nobody will await them: their
+                // acknowledgements must not linger under IDs that later messages reuse.
+                for ticket in tickets { client.detach(ticket) }
+                throw error
             }
-            return tickets
+        }
+    }
+
+    /// The envelope numbered: in `stream` through the outbox (which keeps it to re-send), or among the
+    /// unreliable messages (`stream` nil). A message above `limit` takes no number.
+    private static func number(
+        _ envelope: Wire.EnvelopeBytes, type: String, epoch: Int64, stream: Reliable.Stream?, limit: Int,
+        _ numbering: inout MessageNumbering
+    ) throws(GroupSyncError) -> Data {
+        guard let stream else {
+            let payload = envelope.finished(type: type, epoch: epoch, seq: numbering.nextUnreliable(), reliable: false)
+            guard payload.count <= limit else { throw .messageTooLarge(size: payload.count, limit: limit) }
+            return Data(payload)
+        }
+        do {
+            return try numbering.outbox.append(to: stream) { seq in
+                let payload = envelope.finished(type: type, epoch: epoch, seq: seq, reliable: true)
+                guard payload.count <= limit else { throw GroupSyncError.messageTooLarge(size: payload.count, limit: limit) }
+                return Data(payload)
+            }.payload
+        } catch let error as GroupSyncError {
+            throw error
+        } catch {
+            throw .encodingFailed(String(describing: error))
         }
     }
 
@@ -71,21 +99,63 @@ extension SessionCore {
         if let failure { throw .connection(failure) }
     }
 
-    func sendControl<Body: Codable & Sendable>(type: String, body: Body, to recipients: Participants) async throws(GroupSyncError) {
-        try await send(type: type, envelope: try Wire.EnvelopeBytes(body: body), to: recipients, reliable: true, limit: Wire.maximumPayload)
+    /// The control messages: reliable (QoS 1) but in no stream, so without `seq`.
+    enum Control: String {
+        case catchUp = "$catchup"
+        case end = "$end"
+        case resend = "$resend"
+        case skip = "$skip"
+        case position = "$position"
     }
 
-    /// Network thread: answers a newcomer. Handed to the connection now; only the acknowledgement is
-    /// awaited, in a task.
+    /// Hands a control message to the connection, to `recipient` (nil: everyone), and returns its ticket.
+    private func enqueueControl(_ control: Control, _ body: some Encodable, to recipient: String?) throws(GroupSyncError)
+        -> MQTTClient.PublishTicket
+    {
+        let payload = Wire.EnvelopeBytes(encodedBody: try Wire.encode(body)).finished(
+            type: control.rawValue, epoch: context.epoch, seq: nil, reliable: true)
+        let topic = recipient.map { topics.direct(id, to: $0, from: me) } ?? broadcastDestinations[0]
+        do {
+            return try context.client.enqueuePublish(to: topic, payload: payload, qos: .atLeastOnce)
+        } catch {
+            throw .connection(error)
+        }
+    }
+
+    /// Sends a control message without waiting for its acknowledgement (on the network thread too).
+    func sendControl(_ control: Control, _ body: some Encodable, to recipient: String?) {
+        if let ticket = try? enqueueControl(control, body, to: recipient) { context.client.detach(ticket) }
+    }
+
+    /// Sends a control message and returns once the broker acknowledged it.
+    func sendControl(_ control: Control, _ body: some Encodable, to recipient: String?) async throws(GroupSyncError) {
+        let ticket = try enqueueControl(control, body, to: recipient)
+        try await acknowledgements(of: [ticket])
+    }
+
+    /// Network thread: answers a newcomer.
     func sendCatchUp(to newcomer: String) {
         let listingMembers = !context.client.retainAvailable
-        let catchUp = machine.withLock { $0.catchUp(listingMembers: listingMembers) }
-        if let body = try? Wire.encode(catchUp),
-            let tickets = try? enqueue(
-                type: "$catchup", envelope: Wire.EnvelopeBytes(encodedBody: body), to: .only(Participant(id: newcomer)), reliable: true,
-                limit: Wire.maximumPayload)
-        {
-            context.tasks.spawn { [self] in try? await acknowledgements(of: tickets) }
+        sendControl(.catchUp, machine.withLock { $0.catchUp(listingMembers: listingMembers) }, to: newcomer)
+    }
+
+    /// Network thread: answers a member's `$resend` from the outbox — what it is not owed or we no longer
+    /// have as a `$skip`, then the envelopes themselves, unchanged (a broadcast marked as one), on its
+    /// direct topic; or our position, when the request does not fit our streams.
+    func answer(_ request: Reliable.ResendRequest, from requester: String) {
+        let client = context.client
+        let topic = topics.direct(id, to: requester, from: me)
+        numbering.withLock { numbering in
+            switch numbering.outbox.answer(request, from: requester) {
+            case let .position(position):
+                sendControl(.position, Wire.Position(position), to: requester)
+            case let .resend(skip, entries):
+                if let skip { sendControl(.skip, Wire.Skip(skip), to: requester) }
+                for entry in entries {
+                    let payload = entry.stream == .all ? Wire.resentBroadcast(entry.payload) : entry.payload
+                    if let ticket = try? client.enqueuePublish(to: topic, payload: payload, qos: .atLeastOnce) { client.detach(ticket) }
+                }
+            }
         }
     }
 

@@ -11,10 +11,18 @@ final class SessionCore: Sendable {
     let context: SessionContext
     let machine: LockedValue<SessionStateMachine>
     let subscription = LockedValue<MessageHandlerSubscription?>(nil)
+    /// How we number our messages here, with the outbox that re-sends them.
+    let numbering: LockedValue<MessageNumbering>
     /// Where our messages to everyone go, as the one-element list `enqueue` publishes to.
     let broadcastDestinations: [String]
 
-    init(context: SessionContext, announcement: Wire.Announcement, publisher: String, presence: [String: Int64]) {
+    /// `numbering`: the one of an earlier session object of the same session (left, then found again), so
+    /// that our numbers go on where they were.
+    init(
+        context: SessionContext, announcement: Wire.Announcement, publisher: String, presence: [String: Int64],
+        numbering: LockedValue<MessageNumbering>? = nil
+    ) {
+        self.numbering = numbering ?? LockedValue(MessageNumbering(outbox: context.outbox))
         self.id = announcement.session
         self.activityType = announcement.activity.type
         self.context = context
@@ -38,6 +46,14 @@ final class SessionCore: Sendable {
     var ownCopyTopic: String { topics.announcement(id, by: me) }
     var activeParticipants: Set<Participant> { machine.withLock { $0.active } }
     var rejectedCount: Int { machine.withLock { $0.rejected } }
+
+    /// Feeds one input to the state machine and sends the `$resend` requests it makes.
+    @discardableResult
+    func applyReceiving(_ input: (inout SessionStateMachine) -> SessionStateMachine.Action) -> SessionStateMachine.Action {
+        let action = apply(input)
+        for request in action.resend { sendControl(.resend, Wire.Resend(request.resend), to: request.sender) }
+        return action
+    }
 
     /// Feeds one input to the state machine. Its values are handed over while the lock is held, so every
     /// sequence receives updates in the order the machine applied them (a consumer of `values()` never
@@ -76,7 +92,7 @@ final class SessionCore: Sendable {
     }
 
     func onPresence(_ participant: String, epoch: Int64?) {
-        apply { $0.onPresence(participant, epoch: epoch) }
+        applyReceiving { $0.onPresence(participant, epoch: epoch) }
     }
 
     /// A copy of the announcement by `publisher`. When it is newer than ours, ours is updated too, so
@@ -110,8 +126,10 @@ final class SessionCore: Sendable {
         let catchUpTo: String?
         switch topics.parse(message.topic) {
         case let .member(session, participant) where session == id:
+            let now = context.clock.milliseconds()
             if message.payload.isEmpty {
-                catchUpTo = apply { $0.onMember(participant, nil, retained: message.retain) }.catchUpTo
+                numbering.withLock { $0.outbox.memberLeft(participant) }
+                catchUpTo = applyReceiving { $0.onMember(participant, nil, retained: message.retain, now: now) }.catchUpTo
             } else if let record = Wire.decode(Wire.Member.self, from: message.payload), record.matches(participant: participant) {
                 if participant == me {
                     if record.epoch == context.epoch {
@@ -120,7 +138,9 @@ final class SessionCore: Sendable {
                     }
                     return
                 }
-                catchUpTo = apply { $0.onMember(participant, record, retained: message.retain) }.catchUpTo
+                // Owed what we send from now on (the mark is taken before the machine sees the member).
+                numbering.withLock { $0.outbox.memberSeen(participant) }
+                catchUpTo = applyReceiving { $0.onMember(participant, record, retained: message.retain, now: now) }.catchUpTo
             } else {
                 return reject()
             }
@@ -134,9 +154,9 @@ final class SessionCore: Sendable {
                     $0.onState(record, key: key, writer: writer, topic: message.topic, now: now, holdingValues: true)
                 }.catchUpTo
         case let .broadcast(session, sender) where session == id:
-            catchUpTo = inbound(message.payload, from: sender)
+            catchUpTo = inbound(message.payload, from: sender, direct: false)
         case let .direct(session, recipient, sender) where session == id && recipient == me:
-            catchUpTo = inbound(message.payload, from: sender)
+            catchUpTo = inbound(message.payload, from: sender, direct: true)
         default:
             return reject()
         }
@@ -144,11 +164,12 @@ final class SessionCore: Sendable {
     }
 
     /// An envelope on a message topic; returns the newcomer to send a catch-up to, if any.
-    private func inbound(_ payload: Data, from sender: String) -> String? {
+    private func inbound(_ payload: Data, from sender: String, direct: Bool) -> String? {
         guard let envelope = Wire.decodeEnvelope(payload) else {
             reject()
             return nil
         }
+        let now = context.clock.milliseconds()
         switch envelope.header.type {
         case "$catchup":
             guard let catchUp = Wire.decode(Wire.CatchUp.self, from: payload[envelope.body]) else {
@@ -165,9 +186,49 @@ final class SessionCore: Sendable {
             }
             onEnded(by: Participant(id: sender))
             return nil
+        case Control.resend.rawValue where direct:
+            guard let request = Wire.decode(Wire.Resend.self, from: payload[envelope.body]), machine.withLock({ $0.isMember(sender) })
+            else {
+                reject()
+                return nil
+            }
+            answer(request.request, from: sender)
+            return nil
+        case Control.skip.rawValue where direct:
+            guard let skip = Wire.decode(Wire.Skip.self, from: payload[envelope.body]) else {
+                reject()
+                return nil
+            }
+            applyReceiving { $0.onSkip(skip.skip, from: sender, epoch: envelope.header.epoch, now: now) }
+            return nil
+        case Control.position.rawValue:
+            guard let position = Wire.decode(Wire.Position.self, from: payload[envelope.body]) else {
+                reject()
+                return nil
+            }
+            let value = Reliable.Position(all: position.all, direct: position.direct)
+            applyReceiving { $0.onPosition(value, from: sender, epoch: envelope.header.epoch, now: now) }
+            return nil
         default:
-            return apply { $0.onMessage(envelope, payload: payload, sender: sender) }.catchUpTo
+            return applyReceiving { $0.onMessage(envelope, payload: payload, sender: sender, direct: direct, now: now) }.catchUpTo
         }
+    }
+
+    /// Our connection is back: our position to everyone (a receiver behind it asks for the rest), and
+    /// from every member what follows what we have of it.
+    func onReconnected() {
+        guard isJoined else { return }
+        let position = numbering.withLock { $0.outbox.position }
+        if position.all > 0 || !position.direct.isEmpty { sendControl(.position, Wire.Position(position), to: nil) }
+        let now = context.clock.milliseconds()
+        applyReceiving { $0.onReconnected(now: now) }
+    }
+
+    /// Time passes: requests still unanswered are sent again.
+    func tick() {
+        guard isJoined else { return }
+        let now = context.clock.milliseconds()
+        applyReceiving { $0.onTick(now: now) }
     }
 
     /// Network thread, at the end of each burst: shows the newest of the values held during it. Values

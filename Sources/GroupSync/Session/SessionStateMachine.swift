@@ -7,6 +7,7 @@ import MQTT
 struct SessionStateMachine {
     /// A message for the app, still encoded: it is decoded in the consumer's task.
     struct InboundMessage: Sendable, Equatable {
+        var type: String
         var payload: Data
         /// Where the envelope's body is in `payload`.
         var body: Range<Int>
@@ -19,6 +20,7 @@ struct SessionStateMachine {
         case participants(Set<Participant>)
         case activity(JSONValue)
         case message(InboundMessage)
+        case gap(GroupSessionMessenger.Gap)
         case value(Wire.StateRecord?)
         /// For `join()`: every retained message delivered on subscribe is in; whether to await a catch-up.
         case barrier(awaitCatchUp: Bool)
@@ -32,6 +34,7 @@ struct SessionStateMachine {
             case state, participants, activity
             case messages(type: String)
             case values(key: String)
+            case gaps
         }
 
         let kind: Kind
@@ -56,8 +59,8 @@ struct SessionStateMachine {
     }
 
     struct Joined {
-        /// The newest reliable message seen per sender, to drop redeliveries.
-        var lastReliable: [String: (epoch: Int64, seq: Int64)] = [:]
+        /// Reliable messages per sender and stream: in order, once, the missing ones asked for again.
+        var receiver: StreamReceiver<InboundMessage>
         /// Value changes from received records, held until the connection reaches the end of the burst
         /// they arrived in: crossing writes that arrive together show as one change (per listener, the
         /// newest).
@@ -74,6 +77,8 @@ struct SessionStateMachine {
         var catchUpTo: String?
         /// Received clocks to merge into the participant's clock.
         var clocks: [HLCTimestamp] = []
+        /// `$resend` requests to send.
+        var resend: [StreamReceiver<InboundMessage>.Request] = []
 
         /// Hands updates over. An inbox never runs consumer code, so this may run under the session's
         /// lock — which keeps every sequence in the machine's order.
@@ -89,6 +94,8 @@ struct SessionStateMachine {
 
     let me: String
     let myEpoch: Int64
+    /// The bounds of the stream receiver made at the join.
+    let receiving: StreamReceiver<InboundMessage>.Configuration
     private(set) var phase: Phase = .waiting
     private(set) var announcement: Wire.Announcement
     /// Everyone who published a copy of the announcement, to clear them when the session ends.
@@ -107,9 +114,13 @@ struct SessionStateMachine {
     private(set) var rejected = 0
     private var listeners = ListenerRegistry<Listener>()
 
-    init(me: String, myEpoch: Int64, announcement: Wire.Announcement, announcer: String, presence: [String: Int64]) {
+    init(
+        me: String, myEpoch: Int64, announcement: Wire.Announcement, announcer: String, presence: [String: Int64],
+        receiving: StreamReceiver<InboundMessage>.Configuration = .init()
+    ) {
         self.me = me
         self.myEpoch = myEpoch
+        self.receiving = receiving
         self.announcement = announcement
         self.announcers = [announcer]
         self.presence = presence
@@ -137,7 +148,7 @@ struct SessionStateMachine {
         case .activity: action.deliveries = [(listener.inbox, .activity(announcement.activity.data))]
         case let .values(key):
             if case .joined = phase { action.deliveries = [(listener.inbox, .value(states[key]))] }
-        case .messages: break
+        case .messages, .gaps: break
         }
         if case .invalidated = phase {
             action.finish = [listener.inbox]
@@ -178,12 +189,15 @@ struct SessionStateMachine {
         return Action(deliveries: [(barrier, .barrier(awaitCatchUp: others || !retainAvailable))])
     }
 
-    /// The join completed (caught up, or nobody answered in time). Value listeners get their first
-    /// element now: the caught-up value.
-    mutating func onJoined() -> Action {
+    /// The join completed (caught up, or nobody answered in time), at wall-clock time `now` (ms). Value
+    /// listeners get their first element now: the caught-up value. Every member's reliable messages are
+    /// followed from now on.
+    mutating func onJoined(now: Int64) -> Action {
         var action = Action()
         guard case .joining = phase else { return action }
-        phase = .joined(Joined())
+        var receiver = StreamReceiver<InboundMessage>(configuration: receiving)
+        for (member, epoch) in members where member != me { _ = receiver.senderSeen(member, epoch: epoch, now: now) }
+        phase = .joined(Joined(receiver: receiver))
         members[me] = myEpoch
         presence[me] = myEpoch
         listeners.forEach { _, listener in
@@ -215,14 +229,17 @@ struct SessionStateMachine {
 
     // MARK: - Inputs from the wire
 
-    /// A member record (`nil`: cleared, the participant left). `retained`: a stored copy replayed by the
-    /// broker, not a live join — only a live join makes someone send a catch-up.
-    mutating func onMember(_ participant: String, _ record: Wire.Member?, retained: Bool) -> Action {
+    /// A member record (`nil`: cleared, the participant left), read at wall-clock time `now` (ms).
+    /// `retained`: a stored copy replayed by the broker, not a live join — only a live join makes someone
+    /// send a catch-up. A member's reliable messages are followed from its record on, and forgotten when
+    /// it leaves (what is held of them comes out, with the gaps).
+    mutating func onMember(_ participant: String, _ record: Wire.Member?, retained: Bool, now: Int64 = 0) -> Action {
         var action = Action()
         guard participant != me else { return action }
         if let record {
             guard members[participant] != record.epoch else { return action }
             members[participant] = record.epoch
+            receive(into: &action) { $0.senderSeen(participant, epoch: record.epoch, now: now) }
             if presence[participant] == nil && !retained {
                 // A live join proves the connection is alive even when presence was not retained.
                 presence[participant] = record.epoch
@@ -232,16 +249,19 @@ struct SessionStateMachine {
             }
         } else {
             guard members.removeValue(forKey: participant) != nil else { return action }
+            receive(into: &action) { $0.senderGone(participant) }
         }
         updateActive(participant, into: &action)
         return action
     }
 
-    /// The group's presence changed: `epoch` of the live connection, or nil when it is gone.
+    /// The group's presence changed: `epoch` of the live connection, or nil when it is gone. A gone
+    /// sender can re-send nothing: what is held of its messages comes out, with the gaps.
     mutating func onPresence(_ participant: String, epoch: Int64?) -> Action {
         var action = Action()
         guard participant != me, presence[participant] != epoch else { return action }
         presence[participant] = epoch
+        if epoch == nil { receive(into: &action) { $0.senderLost(participant) } }
         updateActive(participant, into: &action)
         return action
     }
@@ -313,47 +333,99 @@ struct SessionStateMachine {
         return action
     }
 
-    /// The largest step between two reliable messages of one sender that a receiver accepts (2²⁴, far
-    /// beyond what the direct messages to others between two of ours can account for).
-    static let maximumSequenceJump: Int64 = 1 << 24
-
-    /// An app message, for the sequences of its type. Nothing while not joined, and nothing for a
-    /// redelivery of a reliable message already seen or one from an older connection of its sender.
-    mutating func onMessage(_ envelope: Wire.ScannedEnvelope, payload: Data, sender: String) -> Action {
+    /// An app message, for the sequences of its type, read on a broadcast topic or (`direct`) on our own
+    /// direct topic at wall-clock time `now` (ms). Nothing while not joined. Only members send, from the
+    /// connection they joined with. Reliable messages go through the stream receiver: in order per sender
+    /// and stream, once, the missing ones asked for (``Action/resend``) and reported as gaps when they
+    /// cannot come; unreliable ones are handed over as they come.
+    mutating func onMessage(_ envelope: Wire.ScannedEnvelope, payload: Data, sender: String, direct: Bool, now: Int64) -> Action {
         var action = Action()
         guard case .joined = phase, sender != me else { return action }
         let header = envelope.header
-        // Only participants that joined the session may message it, from the connection they joined with:
-        // an envelope claiming another epoch is from an older process of theirs, or forged.
-        guard let epoch = members[sender], header.epoch == epoch else {
+        guard let epoch = members[sender], header.epoch == epoch, let seq = header.seq else {
             rejected += 1
             return action
         }
-        if header.reliable {
-            let verdict = modifyJoined { joined -> Bool? in
-                if let last = joined.lastReliable[sender], last.epoch == header.epoch {
-                    if header.seq <= last.seq { return false }  // a redelivery
-                    // A jump no sender makes: forged, and it must not silence the sender's real messages.
-                    if header.seq - last.seq > Self.maximumSequenceJump { return nil }
+        let message = InboundMessage(type: header.type, payload: payload, body: envelope.body, sender: Participant(id: sender))
+        guard header.reliable else {
+            deliver(message, into: &action)
+            return action
+        }
+        let stream: Reliable.StreamKind = direct && header.stream == nil ? .direct : .all
+        receive(into: &action) { $0.receive(message, from: sender, epoch: epoch, stream: stream, seq: seq, now: now) }
+        return action
+    }
+
+    /// `$skip` from a member: what of its stream will not be re-sent to us.
+    mutating func onSkip(_ skip: Reliable.Skip, from sender: String, epoch: Int64, now: Int64) -> Action {
+        var action = Action()
+        guard members[sender] == epoch else {
+            rejected += 1
+            return action
+        }
+        receive(into: &action) { $0.skip(skip, from: sender, epoch: epoch, now: now) }
+        return action
+    }
+
+    /// `$position` from a member: its latest seq per stream; what we miss of it is asked for.
+    mutating func onPosition(_ position: Reliable.Position, from sender: String, epoch: Int64, now: Int64) -> Action {
+        var action = Action()
+        guard members[sender] == epoch else {
+            rejected += 1
+            return action
+        }
+        let direct = position.direct[me] ?? 0
+        receive(into: &action) { $0.position(from: sender, epoch: epoch, all: position.all, direct: direct, now: now) }
+        return action
+    }
+
+    /// Our connection is back: what was published meanwhile may be lost, so every member is asked for
+    /// what follows what we have.
+    mutating func onReconnected(now: Int64) -> Action {
+        var action = Action()
+        receive(into: &action) { $0.reconnected(now: now) }
+        return action
+    }
+
+    /// Time passes: requests whose gap stayed open are sent again.
+    mutating func onTick(now: Int64) -> Action {
+        var action = Action()
+        receive(into: &action) { $0.tick(now: now) }
+        return action
+    }
+
+    /// Runs one input of the stream receiver (when joined) and hands its events to the sequences.
+    private mutating func receive(
+        into action: inout Action, _ input: (inout StreamReceiver<InboundMessage>) -> StreamReceiver<InboundMessage>.Action
+    ) {
+        guard
+            let (result, rejections) = modifyJoined({ joined in
+                let before = joined.receiver.rejected
+                let result = input(&joined.receiver)
+                return (result, joined.receiver.rejected - before)
+            })
+        else { return }
+        rejected += rejections
+        action.resend.append(contentsOf: result.requests)
+        for event in result.events {
+            switch event {
+            case let .message(message, _, _, _):
+                deliver(message, into: &action)
+            case let .gap(sender, stream, seqs):
+                let gap = GroupSessionMessenger.Gap(
+                    source: Participant(id: sender), count: seqs.upperBound - seqs.lowerBound + 1, toEveryone: stream == .all)
+                listeners.forEach { _, listener in
+                    if listener.kind == .gaps { action.deliveries.append((listener.inbox, .gap(gap))) }
                 }
-                joined.lastReliable[sender] = (header.epoch, header.seq)
-                return true
-            }
-            switch verdict {
-            case true?: break
-            case false?: return action
-            case nil?:
-                rejected += 1
-                return action
-            case nil: return action
             }
         }
-        let message = InboundMessage(payload: payload, body: envelope.body, sender: Participant(id: sender))
-        let kind = Listener.Kind.messages(type: header.type)
+    }
+
+    private func deliver(_ message: InboundMessage, into action: inout Action) {
+        let kind = Listener.Kind.messages(type: message.type)
         listeners.forEach { _, listener in
             if listener.kind == kind { action.deliveries.append((listener.inbox, .message(message))) }
         }
-        return action
     }
 
     /// A copy of the announcement by `publisher`; a newer revision is an activity change. The session's

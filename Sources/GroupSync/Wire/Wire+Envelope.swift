@@ -23,14 +23,28 @@ extension Wire {
             bytes.append(contentsOf: encodedBody)
         }
 
-        /// The whole envelope.
-        func finished(type: String, epoch: Int64, seq: Int64, reliable: Bool) -> [UInt8] {
+        /// The whole envelope; without `seq` for a control message (in no stream).
+        func finished(type: String, epoch: Int64, seq: Int64?, reliable: Bool) -> [UInt8] {
             var out = bytes
-            out.append(contentsOf: #","epoch":\#(epoch),"reliable":\#(reliable),"seq":\#(seq),"type":"#.utf8)
+            out.append(contentsOf: #","epoch":\#(epoch),"reliable":\#(reliable)"#.utf8)
+            if let seq { out.append(contentsOf: #","seq":\#(seq)"#.utf8) }
+            out.append(contentsOf: #","type":"#.utf8)
             JSONWriter.append(string: type, to: &out)
             out.append(contentsOf: #","v":\#(version)}"#.utf8)
             return out
         }
+    }
+
+    /// A broadcast envelope written by ``EnvelopeBytes`` as re-sent to one receiver on its direct topic:
+    /// the same bytes with `"stream":"all"`, which sorts between `seq` and `type`. The header follows the
+    /// body, so the last `,"type":` is the header's.
+    static func resentBroadcast(_ payload: Data) -> Data {
+        let marker = Data(#","type":"#.utf8)
+        guard let range = payload.lastRange(of: marker) else { return payload }
+        var out = payload[..<range.lowerBound]
+        out.append(contentsOf: #","stream":"all""#.utf8)
+        out.append(payload[range.lowerBound...])
+        return Data(out)
     }
 
     /// An envelope's header, and where its body's JSON value is in the payload.

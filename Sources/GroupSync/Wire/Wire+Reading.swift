@@ -194,9 +194,11 @@ extension Wire.EnvelopeHeader: Wire.Record {
     public init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()
         _ = try fields.value("body")
+        let stream = try fields.optionalString("stream")
+        guard stream == nil || stream == "all" else { throw .wrongShape }
         self.init(
-            type: try fields.string("type"), epoch: try fields.int("epoch"), seq: try fields.int("seq"),
-            reliable: try fields.bool("reliable"))
+            type: try fields.string("type"), epoch: try fields.int("epoch"), seq: try fields.optionalInt("seq"),
+            reliable: try fields.bool("reliable"), stream: stream)
     }
 }
 

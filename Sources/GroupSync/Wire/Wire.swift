@@ -84,10 +84,21 @@ public enum Wire {
         public var type: String
         /// The sender's connection epoch.
         public var epoch: Int64
-        /// Per sender, epoch and delivery mode: 1, 2, 3… Receivers drop a reliable message whose `seq` is
-        /// not above the last one seen from that sender and epoch (a redelivery).
-        public var seq: Int64
+        /// A reliable app message's place in its stream (the sender's broadcasts, or its direct messages
+        /// to one recipient: 1, 2, 3… per session and sender epoch); an unreliable one's number among the
+        /// sender's unreliable messages; nil for a control message, which is in no stream.
+        public var seq: Int64?
         public var reliable: Bool
+        /// `"all"` on a broadcast re-sent to one receiver on its direct topic; nil otherwise (the topic says).
+        public var stream: String?
+
+        public init(type: String, epoch: Int64, seq: Int64?, reliable: Bool, stream: String? = nil) {
+            self.type = type
+            self.epoch = epoch
+            self.seq = seq
+            self.reliable = reliable
+            self.stream = stream
+        }
     }
 
     /// `…/welcome/<recipient>/<sender>`, QoS 1, never retained: on a broker without retained messages,

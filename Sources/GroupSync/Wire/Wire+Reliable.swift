@@ -1,0 +1,111 @@
+import Foundation
+
+/// The bodies of the control messages of end-to-end reliable delivery (docs/PROTOCOL.md, "Reliable
+/// delivery"): `$resend`, `$skip` and `$position`, as records of the ``Reliable`` values.
+extension Wire {
+    /// `$resend`: re-send what I miss of your `stream` in `from...to`.
+    struct Resend: Encodable, Sendable, Hashable {
+        var stream: String
+        /// 0: from wherever you owe me.
+        var from: Int64
+        /// Absent: through your latest.
+        var to: Int64?
+
+        init(_ request: Reliable.ResendRequest) {
+            stream = Wire.name(request.stream)
+            from = request.from
+            to = request.to
+        }
+
+        var request: Reliable.ResendRequest {
+            Reliable.ResendRequest(stream: stream == "all" ? .all : .direct, from: from, to: to)
+        }
+    }
+
+    /// `$skip`: nothing of `stream` up to `through` will be re-sent to you; the `lost` ranges were owed.
+    struct Skip: Encodable, Sendable, Hashable {
+        var stream: String
+        var through: Int64
+        /// Pairs `[first, last]`, ascending.
+        var lost: [[Int64]]
+
+        init(_ skip: Reliable.Skip) {
+            stream = Wire.name(skip.stream)
+            through = skip.through
+            lost = skip.lost.map { [$0.lowerBound, $0.upperBound] }
+        }
+
+        var skip: Reliable.Skip {
+            Reliable.Skip(stream: stream == "all" ? .all : .direct, through: through, lost: lost.map { $0[0]...$0[1] })
+        }
+    }
+
+    /// `$position`: my latest seq per stream — broadcasts, and direct messages per recipient.
+    struct Position: Encodable, Sendable, Hashable {
+        var all: Int64
+        var direct: [String: Int64]
+
+        init(_ position: Reliable.Position) {
+            all = position.all
+            direct = position.direct
+        }
+    }
+
+    static func name(_ stream: Reliable.StreamKind) -> String {
+        switch stream {
+        case .all: "all"
+        case .direct: "direct"
+        }
+    }
+}
+
+extension Wire.Resend: Wire.Record {
+    init(fields: Wire.Fields) throws(Wire.Rejection) {
+        let stream = try fields.string("stream")
+        guard stream == "all" || stream == "direct" else { throw .wrongShape }
+        self.stream = stream
+        from = try fields.int("from")
+        to = try fields.optionalInt("to")
+    }
+}
+
+extension Wire.Skip: Wire.Record {
+    init(fields: Wire.Fields) throws(Wire.Rejection) {
+        let stream = try fields.string("stream")
+        guard stream == "all" || stream == "direct" else { throw .wrongShape }
+        self.stream = stream
+        through = try fields.int("through")
+        guard case let .array(ranges) = try fields.value("lost") else { throw .wrongShape }
+        var lost: [[Int64]] = []
+        for range in ranges {
+            guard case let .array(bounds) = range, bounds.count == 2 else { throw .wrongShape }
+            var pair: [Int64] = []
+            for bound in bounds {
+                switch bound {
+                case let .int(value): pair.append(value)
+                case .double: throw .notAnInteger
+                default: throw .wrongShape
+                }
+            }
+            guard pair[0] >= 1, pair[0] <= pair[1], pair[1] <= through else { throw .wrongShape }
+            lost.append(pair)
+        }
+        self.lost = lost
+    }
+}
+
+extension Wire.Position: Wire.Record {
+    init(fields: Wire.Fields) throws(Wire.Rejection) {
+        all = try fields.int("all")
+        guard case let .object(entries) = try fields.value("direct") else { throw .wrongShape }
+        var direct: [String: Int64] = [:]
+        for (recipient, value) in entries {
+            switch value {
+            case let .int(seq): direct[recipient] = seq
+            case .double: throw .notAnInteger
+            default: throw .wrongShape
+            }
+        }
+        self.direct = direct
+    }
+}
