@@ -105,6 +105,27 @@ import Testing
         #expect(accepted > count / 10)
     }
 
+    /// Every topic fits brokers that allow 8 levels (AWS IoT Core, ejabberd's default), even with the
+    /// longest identifiers, and no SUBSCRIBE carries more than 8 filters.
+    @Test func topicsHaveAtMostEightLevelsAndSubscriptionsAtMostEightFilters() {
+        let id = String(repeating: "x", count: 128)
+        let topics = GroupTopics(group: id)
+        let all = [
+            topics.presence(id), topics.heartbeat(id), topics.announcement(id, by: id), topics.welcome(to: id, from: id),
+            topics.member(id, id), topics.state(id, key: id, writer: id), topics.broadcast(id, from: id),
+            topics.direct(id, to: id, from: id),
+        ]
+        for topic in all {
+            #expect(topic.split(separator: "/").count <= 8, "\(topic.prefix(60))…")
+            #expect(topics.parse(topic) != nil)
+        }
+        let session = topics.sessionFilters(id, participant: id)
+        #expect(session.shared.count + 1 <= 8)
+        let group = [topics.presenceFilter, topics.heartbeatFilter, topics.announcementFilter, topics.welcomeFilter(for: id)]
+        #expect(group.count <= 8)
+        for filter in session.shared + [session.broadcast] + group { #expect(filter.split(separator: "/").count <= 8) }
+    }
+
     @Test func topicsWithInvalidLevelsAreNotParsed() {
         let topics = GroupTopics(group: "g")
         for bad in [

@@ -190,8 +190,28 @@ import Testing
         #expect(ids(machine.active) == ["bob"])
         _ = machine.onJoined(now: 1_000)
         #expect(ids(machine.active) == ["alice", "bob"])
-        #expect(machine.catchUp(listingMembers: true).members.map(\.participant) == ["alice", "bob"])
-        #expect(machine.catchUp(listingMembers: false).members.isEmpty)
+        #expect(machine.catchUp(listingMembers: true).flatMap(\.members).map(\.participant) == ["alice", "bob"])
+        #expect(machine.catchUp(listingMembers: false).flatMap(\.members).isEmpty)
+    }
+
+    @Test func aCatchUpLargerThanOneMessageComesInPartsAndTheJoinWaitsForTheLast() {
+        var sender = Self.joined(as: "bob")
+        let big = JSONValue.string(String(repeating: "x", count: 1_000))
+        for key in ["a", "b", "c", "d", "e"] {
+            _ = sender.onLocalWrite(
+                Wire.StateRecord(key: key, value: big, clock: .init(time: 5, counter: 0, participant: "bob")), topic: key)
+        }
+        let parts = sender.catchUp(listingMembers: false, budget: 2_500)
+        #expect(parts.map { $0.states.map(\.key) } == [["a", "b"], ["c", "d"], ["e"]])
+        #expect(parts.map(\.more) == [true, true, nil])
+        #expect(sender.catchUp(listingMembers: false).count == 1, "no limit: one message")
+
+        var newcomer = Self.waiting()
+        Self.present("bob", in: &newcomer)
+        _ = newcomer.onJoinStarted(barrier: Inbox(), caughtUp: Inbox())
+        let caughtUp = parts.map { newcomer.onCatchUp($0, from: "bob", retainAvailable: true, now: 1_000).caughtUp }
+        #expect(caughtUp == [false, false, true])
+        #expect(newcomer.states.keys.sorted() == ["a", "b", "c", "d", "e"])
     }
 
     // MARK: - Participants

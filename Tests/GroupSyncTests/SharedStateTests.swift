@@ -60,6 +60,29 @@ import Testing
         }
     }
 
+    /// With a broker that takes packets of at most 128 KB and keeps no retained messages, a newcomer still
+    /// gets 200 KB of shared state: the catch-up comes in parts. A message above the broker's limit is a
+    /// typed error.
+    @Test func aCatchUpBeyondTheBrokersPacketLimitComesInParts() async throws {
+        var config = MosquittoBroker.Configuration(extraLines: ["max_packet_size 131072"])
+        config.retainAvailable = false
+        try await MosquittoBroker.withBroker(config) { broker in
+            let group = Group(broker)
+            let (alice, _, a, _) = try await group.pair(Gallery(galleryID: "large"))
+            #expect(alice.client.maximumPacketSize == 131_072)
+            let page = String(repeating: "p", count: 10_000)
+            let keys = (0..<20).map { "page\($0)" }
+            for key in keys { try await SharedState(a, key: key, initialValue: "").set(page) }
+            let late = try await group.join("late")
+            let l = try await late.joinSession(a.id, of: Gallery.self)
+            for key in keys { #expect(try SharedState(l, key: key, initialValue: "").value == page, "\(key)") }
+            await #expect(throws: GroupSyncError.self) {
+                try await GroupSessionMessenger(session: a).send(Chat(text: String(repeating: "x", count: 140_000)))
+            }
+            await group.closeAll()
+        }
+    }
+
     /// A late connector finds the session, joins it and starts with the current value, on a broker with
     /// retained messages and on one without (`retain_available false`).
     @Test(arguments: [true, false])

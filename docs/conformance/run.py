@@ -219,7 +219,11 @@ def stream_name(f):
 
 def catchup_body(body):
     states, members = body.typed("states", list), body.typed("members", list)
-    return {"members": [member(m) for m in members], "states": [state(s) for s in states]}
+    record = {"members": [member(m) for m in members], "states": [state(s) for s in states]}
+    more = body.optional_bool("more")
+    if more is not None:
+        record["more"] = more
+    return record
 
 
 def resend_body(body):

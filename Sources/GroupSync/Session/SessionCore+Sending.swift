@@ -133,10 +133,13 @@ extension SessionCore {
         try await acknowledgements(of: [ticket])
     }
 
-    /// Network thread: answers a newcomer.
+    /// Network thread: answers a newcomer, in as many parts as the broker's packet limit takes.
     func sendCatchUp(to newcomer: String) {
         let listingMembers = !context.client.retainAvailable
-        sendControl(.catchUp, machine.withLock { $0.catchUp(listingMembers: listingMembers) }, to: newcomer)
+        let budget = context.client.maximumPacketSize.map { $0 - Wire.envelopeAllowance } ?? Wire.maximumPayload
+        for part in machine.withLock({ $0.catchUp(listingMembers: listingMembers, budget: budget) }) {
+            sendControl(.catchUp, part, to: newcomer)
+        }
     }
 
     /// Network thread: answers a member's `$resend` from the outbox — what it is not owed or we no longer

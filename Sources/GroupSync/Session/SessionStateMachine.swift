@@ -329,7 +329,8 @@ struct SessionStateMachine {
             if presence[member.participant] == nil { presence[member.participant] = member.epoch }
         }
         recomputeActive(into: &action)
-        action.deliveries.append((joining.caughtUp, .caughtUp))
+        // A catch-up too large for one message comes in parts; the join waits for the last.
+        if catchUp.more != true { action.deliveries.append((joining.caughtUp, .caughtUp)) }
         return action
     }
 
@@ -486,12 +487,28 @@ struct SessionStateMachine {
     /// What a newcomer needs: every key's winning record, and — only where the broker keeps no retained
     /// messages — the active members (with retained messages the newcomer read every member record
     /// before its barrier).
-    func catchUp(listingMembers: Bool) -> Wire.CatchUp {
-        Wire.CatchUp(
-            states: states.values.sorted { $0.key < $1.key },
-            members: listingMembers
-                ? active.map { Wire.Member(participant: $0.id, epoch: members[$0.id] ?? 0) }.sorted { $0.participant < $1.participant }
-                : [])
+    ///
+    /// It comes in as few parts as fit `budget` bytes each (the broker's packet limit less the envelope
+    /// and topic), every part but the last marked `more`. A single record above the budget is sent alone:
+    /// its writer could not have published it either.
+    func catchUp(listingMembers: Bool, budget: Int = .max) -> [Wire.CatchUp] {
+        let listed =
+            listingMembers
+            ? active.map { Wire.Member(participant: $0.id, epoch: members[$0.id] ?? 0) }.sorted { $0.participant < $1.participant }
+            : []
+        var parts = [Wire.CatchUp(states: [], members: listed)]
+        var size = listed.reduce(64) { $0 + ((try? Wire.encode($1).count) ?? 0) + 1 }
+        for record in states.values.sorted(by: { $0.key < $1.key }) {
+            let recordSize = ((try? Wire.encode(record).count) ?? 0) + 1
+            if size + recordSize > budget && !parts[parts.count - 1].states.isEmpty {
+                parts[parts.count - 1].more = true
+                parts.append(Wire.CatchUp(states: [], members: []))
+                size = 64
+            }
+            parts[parts.count - 1].states.append(record)
+            size += recordSize
+        }
+        return parts
     }
 
     private mutating func applyIfNewer(_ record: Wire.StateRecord, into action: inout Action, hold: Bool = false) {

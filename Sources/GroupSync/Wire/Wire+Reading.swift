@@ -205,6 +205,8 @@ extension Wire.EnvelopeHeader: Wire.Record {
 extension Wire.CatchUp: Wire.Record {
     /// A `$catchup` body (not a record: no `v` of its own; each listed record has one).
     public init(fields: Wire.Fields) throws(Wire.Rejection) {
-        self.init(states: try fields.array("states", of: Wire.StateRecord.self), members: try fields.array("members", of: Wire.Member.self))
+        self.init(
+            states: try fields.array("states", of: Wire.StateRecord.self), members: try fields.array("members", of: Wire.Member.self),
+            more: try fields.optionalBool("more"))
     }
 }

@@ -117,6 +117,14 @@ public enum Wire {
         public var states: [StateRecord]
         /// The sender's view of who is active, with their connection epochs.
         public var members: [Member]
+        /// True on every part but the last, when the catch-up does not fit one message.
+        public var more: Bool?
+
+        public init(states: [StateRecord], members: [Member], more: Bool? = nil) {
+            self.states = states
+            self.members = members
+            self.more = more
+        }
     }
 
     /// The writer of every payload: compact, keys sorted, `/` not escaped (docs/PROTOCOL.md).
@@ -140,6 +148,10 @@ public enum Wire {
 
     /// Larger payloads are rejected before parsing (10 MiB).
     public static let maximumPayload = 10 << 20
+
+    /// What an MQTT packet holds besides a control message's body: the fixed header, a topic of at most 8
+    /// identifiers, the properties and the envelope's header fields.
+    static let envelopeAllowance = 2_048
 
     /// A value read from a payload with the rules of docs/PROTOCOL.md ("Decoding rules").
     public protocol Readable {

@@ -34,6 +34,8 @@ public final class MQTTClient: Sendable {
 
     /// Whether the broker stores retained messages (false when its CONNACK said `retain_available 0`).
     public var retainAvailable: Bool { connection.state.withLock { $0.limits.retainAvailable } }
+    /// The largest packet the broker accepts (its CONNACK's Maximum Packet Size); nil when it set none.
+    public var maximumPacketSize: Int? { connection.state.withLock { $0.limits.maximumPacketSize } }
 
     /// Messages dropped because a subscription's consumer fell behind its buffer (see
     /// ``MQTTSubscription/BufferingPolicy``).
