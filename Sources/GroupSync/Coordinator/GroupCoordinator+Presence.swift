@@ -38,11 +38,25 @@ extension GroupCoordinator {
                 Wire.Presence(
                     participant: participant, status: .online, epoch: connection.epoch, name: nil, interval: connection.interval))
         }
-        let welcome = Wire.Welcome(
-            presences: presences.sorted { $0.participant < $1.participant },
-            sessions: cores.filter { !$0.isInvalidated }.map(\.announcement).sorted { $0.session < $1.session })
-        guard let payload = try? Wire.encode(welcome) else { return }
-        _ = try? await client.publish(to: topics.welcome(to: newcomer, from: localParticipant.id), payload: payload, qos: .atLeastOnce)
+        let sessions = cores.filter { !$0.isInvalidated }.map(\.announcement).sorted { $0.session < $1.session }
+        // As many welcomes as the broker's packet limit takes: the presences in the first.
+        let budget = client.maximumPacketSize.map { $0 - Wire.envelopeAllowance } ?? Wire.maximumPayload
+        var parts = [Wire.Welcome(presences: presences.sorted { $0.participant < $1.participant }, sessions: [])]
+        var size = (try? Wire.encode(parts[0]).count) ?? 0
+        for session in sessions {
+            let sessionSize = ((try? Wire.encode(session).count) ?? 0) + 1
+            if size + sessionSize > budget && !parts[parts.count - 1].sessions.isEmpty {
+                parts.append(Wire.Welcome(presences: [], sessions: []))
+                size = 64
+            }
+            parts[parts.count - 1].sessions.append(session)
+            size += sessionSize
+        }
+        let topic = topics.welcome(to: newcomer, from: localParticipant.id)
+        for part in parts {
+            guard let payload = try? Wire.encode(part) else { continue }
+            _ = try? await client.publish(to: topic, payload: payload, qos: .atLeastOnce)
+        }
     }
 
     /// Network thread: a welcome addressed to us. Its records are applied as if the broker had replayed
