@@ -190,6 +190,41 @@ import Testing
         }
     }
 
+    /// The ender forgets the session at once; the other copies may be cleared before its ended copy comes
+    /// back, or after: either way its ended copy goes once nothing else is left.
+    @Test func anEndedCopyIsSettledWhateverTheOrder() {
+        for clearFirst in [true, false] {
+            var machine = Machine(me: "alice", myEpoch: 10)
+            _ = machine.announce("s1", Self.announcement("s1"), by: "alice")
+            _ = machine.announce("s1", Self.announcement("s1"), by: "zoe")
+            machine.forget("s1")  // alice ended it
+            let ended = Self.announcement("s1", revision: 5, ended: true)
+            if clearFirst {
+                guard case .none = machine.announce("s1", nil, by: "zoe") else {
+                    Issue.record("alice's own copy is there until her ended copy replaces it")
+                    return
+                }
+                guard case .settled = machine.announce("s1", ended, by: "alice") else {
+                    Issue.record("the ended copy comes back after the last copy was cleared")
+                    return
+                }
+            } else {
+                guard case .none = machine.announce("s1", ended, by: "alice") else {
+                    Issue.record("zoe's copy is still there")
+                    return
+                }
+                guard case .settled = machine.announce("s1", nil, by: "zoe") else {
+                    Issue.record("zoe's copy was the last one")
+                    return
+                }
+            }
+            guard case .none = machine.announce("s1", Self.announcement("s1"), by: "zoe") else {
+                Issue.record("an older copy does not bring it back")
+                return
+            }
+        }
+    }
+
     @Test func theCreatorsOwnCopyDecidesTheActivityType() {
         var machine = Machine(me: "alice", myEpoch: 10)
         _ = machine.addListener(Self.listener("com.example.a").0)

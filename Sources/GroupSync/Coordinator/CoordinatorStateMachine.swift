@@ -249,7 +249,9 @@ struct CoordinatorStateMachine {
                 if let live { ended.copies.formUnion(live.copies.keys) }
                 ended.copies.remove(publisher)
                 group.ended[sessionID] = ended
-                return live == nil ? .none : .ended(by: publisher)
+                if live != nil { return .ended(by: publisher) }
+                // Known to have ended already: the other copies may all be gone by now.
+                return ended.copies.isEmpty ? .settled : .none
             }
             if group.ended[sessionID] != nil {  // a copy from before the end
                 group.ended[sessionID]?.copies.insert(publisher)
@@ -286,8 +288,16 @@ struct CoordinatorStateMachine {
     }
 
     /// A session ended (here or elsewhere): forget it, so a new announcement with its ID is a new session.
+    /// Its copies are still tracked until they expire, so that an ended copy is cleared once they are
+    /// all gone, and an older copy read later does not bring the session back.
     mutating func forget(_ sessionID: String) {
-        modifyGroup { $0.sessions[sessionID] = nil }
+        modifyGroup { group in
+            guard let session = group.sessions.removeValue(forKey: sessionID) else { return }
+            var ended = group.ended[sessionID] ?? Ended(expiresAt: 0, copies: [])
+            ended.expiresAt = max(ended.expiresAt, session.copies.values.max() ?? 0)
+            ended.copies.formUnion(session.copies.keys)
+            group.ended[sessionID] = ended
+        }
     }
 
     /// A new `sessions()` listener. It gets every announced session it wants at once (returned, sorted
