@@ -11,7 +11,7 @@ Usage:
 
     participant.py --broker 127.0.0.1:1883 --group G --participant P
                    [--session S | --activate TYPE [--title T] [--data JSON]]
-                   [--name NAME] [--keepalive N] [--ttl SECONDS] [--catchup-timeout SECONDS]
+                   [--name NAME] [--password PW] [--keepalive N] [--ttl SECONDS] [--catchup-timeout SECONDS]
 
 It connects and follows the group, then joins session S (once its announcement is read), or announces
 a new session of activity TYPE and joins it. Commands are JSON lines on stdin:
@@ -30,9 +30,9 @@ Events are JSON lines on stdout, each with an "event" field:
     catchup {session, to}  (it answered a newcomer)
     left {session}    ended {session, by}    closed    rejected {topic, reason}    error {message}
 
-Not implemented: brokers without retained messages (`retain_available false`, §Connect, §Catch-up)
-and the last step of §End (clearing the ended copy when every clear was accepted: paho 1.6 does not
-report PUBACK reason codes); the ended copy expires instead.
+Not implemented: brokers without retained messages (`retain_available false`, §Connect, §Catch-up),
+and in §End step 3 clearing the ended copy at once when the broker accepted every clear (paho 1.6 does
+not report PUBACK reason codes): it clears its ended copy when it sees the last other copy cleared.
 """
 
 import argparse
@@ -319,6 +319,7 @@ class Session:
         self.type = None
         self.type_from = None     # the publisher whose copy fixed the activity type
         self.ended = False
+        self.ended_by_me = False  # then its ended copy goes once every other copy is cleared
 
 
 class Joined:
@@ -361,7 +362,7 @@ class Participant:
 
         suffix = "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(6))
         self.client = mqtt.Client(client_id=f"py-{self.me}-{suffix}", protocol=mqtt.MQTTv5)
-        self.client.username_pw_set(self.me)  # §Connect 1: username = participant ID
+        self.client.username_pw_set(self.me, args.password)  # §Connect 1: username = participant ID
         self.client.will_set(self.topic("presence", self.me), self.presence_payload("lost"), qos=1,
                              retain=True, properties=self.expiry(PRESENCE_TTL, PacketTypes.WILLMESSAGE))
         self.client.reconnect_delay_set(min_delay=1, max_delay=4)
@@ -622,7 +623,10 @@ class Participant:
         if not msg.payload:
             if session and publisher in session.copies:
                 del session.copies[publisher]
-                if not session.copies:
+                if session.ended_by_me and not set(session.copies) - {self.me}:
+                    # §End: the ender clears its ended copy once the last copy from before the end is.
+                    self.clear(self.topic("session", sid, self.me))
+                elif not session.copies:
                     self.session_over(session, None)
             return
         obj = decode(msg.payload)
@@ -632,6 +636,7 @@ class Participant:
         if session is None:
             session = self.sessions[sid] = Session(sid)
         if session.ended:
+            session.copies.setdefault(publisher, time.monotonic() + obj["ttl"])
             return  # copies from before the end do not bring it back
         if session.type is not None and activity_type != session.type:
             creators_copy = publisher == obj["createdBy"] and session.type_from != session.current["createdBy"]
@@ -658,23 +663,24 @@ class Participant:
             self.publish_own_copy(session)
 
     def session_over(self, session, by):
-        """An ended copy, `$end`, or no copy left (§End): clear what is mine, forget the session."""
+        """An ended copy, `$end`, or no copy left (§End): clear what is mine of it, forget it.
+
+        What it owns of the session is cleared even when it has left it (its copy and state records
+        stay after a leave): under a strict ACL nobody else may clear them.
+        """
         if session.ended:
             return
         session.ended = True
+        prefixes = (self.topic("session", session.id) + "/", self.topic("s", session.id) + "/")
+        for topic in [t for t in self.owned if t.startswith(prefixes)]:
+            self.clear(topic)
         j = self.joined
         if j and j.id == session.id:
-            for topic in [self.topic("session", j.id, self.me), self.topic("s", j.id, "member", self.me)] + \
-                    [self.topic("s", j.id, "state", key, self.me) for key in self.own_keys(j)]:
-                self.clear(topic)
+            self.clear(self.topic("s", j.id, "member", self.me))
             self.client.unsubscribe([f for f, _ in self.session_filters(j.id)])
             self.joined = None
             self.emit("ended", session=session.id, by=by)
             self.changed.notify_all()
-
-    def own_keys(self, j):
-        prefix = self.topic("s", j.id, "state") + "/"
-        return [t[len(prefix):].split("/")[0] for t in self.owned if t.startswith(prefix)]
 
     def on_member(self, participant, msg):
         """§Join (barrier, reading member records), §Catch-up (who answers a newcomer)."""
@@ -897,7 +903,7 @@ class Participant:
                 self.clear(topic)
             self.client.unsubscribe([f for f, _ in self.session_filters(j.id)])
             self.joined = None
-            session.ended = True
+            session.ended = session.ended_by_me = True
             self.emit("ended", session=j.id, by=self.me)
 
     def on_unsubscribe(self, client, userdata, mid, properties=None, reasons=None):
@@ -965,6 +971,7 @@ def main():
     parser.add_argument("--group", required=True)
     parser.add_argument("--participant", required=True)
     parser.add_argument("--name", help="display name")
+    parser.add_argument("--password", help="MQTT password (the username is the participant ID)")
     choice = parser.add_mutually_exclusive_group()
     choice.add_argument("--session", help="join this session ID")
     choice.add_argument("--activate", metavar="TYPE", help="announce a new session of this activity type and join it")
