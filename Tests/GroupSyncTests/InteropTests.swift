@@ -164,6 +164,38 @@ struct InteropTests {
             await group.closeAll()
         }
     }
+
+    /// py states a heartbeat interval of 1 s (keepalive 2 s): frozen, it leaves alice's active set
+    /// within 3 × 1 s − 0.5 s of its last heartbeat, judged by its own interval, not alice's; thawed, it
+    /// comes back (by its next heartbeat, or by reconnecting if the broker dropped it) and talks again.
+    @Test func aFrozenPythonParticipantIsDroppedByItsOwnIntervalAndComesBack() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let a = try await alice.startJoined(Gallery(galleryID: "frozen"))
+            let chats = Collector(GroupSessionMessenger(session: a).messages(of: Chat.self))
+            let py = try PythonParticipant(broker, group: group.name, participant: "py", ["--keepalive", "2", "--session", a.id])
+            _ = try await py.event("joined")
+            try await waitUntil("alice sees py") { ids(a.activeParticipants) == ["alice", "py"] }
+
+            py.signal(SIGSTOP)
+            let frozen = ContinuousClock.now
+            try await waitUntil(timeout: .seconds(5), "py dropped") { ids(a.activeParticipants) == ["alice"] }
+            // 2.5 s after its last heartbeat (≤ 1 s before the freeze), checked every 0.25 s; far below the 7 s
+            // alice's own interval would give.
+            #expect(ContinuousClock.now - frozen < .seconds(3.5), "judged by py's interval, not alice's")
+            py.signal(SIGCONT)
+            try await waitUntil(timeout: .seconds(8), "py back") { ids(a.activeParticipants) == ["alice", "py"] }
+            py.command(["op": "send", "type": "Chat", "body": ["text": "back"]])
+            try await waitUntil("py talks again") { chats.elements.map(\.message.text) == ["back"] }
+
+            try await py.close()
+            try await waitUntil("py gone") { ids(a.activeParticipants) == ["alice"] }
+            #expect(py.events("rejected").isEmpty, "py rejected: \(py.events("rejected"))")
+            #expect(alice.rejectedMessageCount == 0)
+            await group.closeAll()
+        }
+    }
 }
 
 /// The participant that answers `newcomer`'s catch-up (docs/PROTOCOL.md#catch-up).
@@ -247,6 +279,9 @@ final class PythonParticipant: Sendable {
 
     /// Crashes it: no DISCONNECT, so the broker publishes its will.
     func kill() { child.signal(SIGKILL) }
+
+    /// Sends `number` (SIGSTOP freezes it, SIGCONT thaws it).
+    func signal(_ number: Int32) { child.signal(number) }
 
     /// `{"op":"close"}`, then waits for it to exit.
     func close() async throws {

@@ -502,7 +502,9 @@ class Participant:
                 if self.connected and now >= self.next_heartbeat:
                     self.client.publish(self.topic("alive", self.me),
                                         encode({"epoch": self.epoch, "interval": self.interval, "v": VERSION}), qos=0)
-                    self.next_heartbeat = now + self.interval / 1000
+                    # On the interval's grid, so that the ticker's granularity does not stretch it.
+                    step = self.interval / 1000
+                    self.next_heartbeat = self.next_heartbeat + step if self.next_heartbeat + step > now else now + step
                 if self.connected:
                     # §Lifetimes: keeping = the same bytes with the full lifetime every half lifetime.
                     for topic, owned in self.owned.items():
