@@ -678,7 +678,6 @@ class Participant:
             self.clear(topic)
         j = self.joined
         if j and j.id == session.id:
-            self.clear(self.topic("s", j.id, "member", self.me))
             self.client.unsubscribe([f for f, _ in self.session_filters(j.id)])
             self.joined = None
             self.emit("ended", session=session.id, by=by)
