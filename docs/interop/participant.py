@@ -24,11 +24,12 @@ a new session of activity TYPE and joins it. Commands are JSON lines on stdin:
 
 Events are JSON lines on stdout, each with an "event" field:
 
-    connected {epoch}                          session {session, type, createdBy, data}
+    connected {epoch}    activated {session}   session {session, type, createdBy, data}
     joined {session, participants, state}     participants {session, active}
     value {session, key, value, writer}        message {session, type, from, body, direct, reliable}
     catchup {session, to}  (it answered a newcomer)
-    left {session}    ended {session, by}    closed    rejected {topic, reason}    error {message}
+    sent {type}  (handed to the broker)    left {session}    ended {session, by}    closed
+    rejected {topic, reason}  (a message it ignored, with the docs/conformance code)    error {message}
 
 Not implemented: brokers without retained messages (`retain_available false`, §Connect, §Catch-up),
 and in §End step 3 clearing the ended copy at once when the broker accepted every clear (paho 1.6 does
