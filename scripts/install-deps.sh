@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what GroupSync needs from Debian/Ubuntu packages, only when something is missing:
-# the mosquitto broker, its command-line clients, libmosquitto's headers (and openssl for the TLS tests).
+# the mosquitto broker, its command-line clients, libmosquitto's headers (and openssl for the TLS tests,
+# paho-mqtt for the Python participant of the interoperability tests, docs/interop/participant.py).
 set -euo pipefail
 
 missing=()
@@ -8,6 +9,7 @@ command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(
 command -v mosquitto_sub >/dev/null 2>&1 || missing+=(mosquitto-clients)
 pkg-config --exists libmosquitto 2>/dev/null || missing+=(libmosquitto-dev pkg-config)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+/usr/bin/python3 -c 'import paho.mqtt' >/dev/null 2>&1 || missing+=(python3-paho-mqtt)
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0

@@ -1,0 +1,994 @@
+#!/usr/bin/env python3
+"""A GroupSync participant in Python, written from docs/PROTOCOL.md alone.
+
+It shows that the document is enough to interoperate with the Swift implementation, and the Swift
+test suite `InteropTests` runs it beside Swift participants on a real mosquitto. Every rule below cites
+the section of PROTOCOL.md it follows ("§Join" and so on).
+
+Needs Python 3 and paho-mqtt 1.6 (Debian: python3-paho-mqtt), MQTT 5.
+
+Usage:
+
+    participant.py --broker 127.0.0.1:1883 --group G --participant P
+                   [--session S | --activate TYPE [--title T] [--data JSON]]
+                   [--name NAME] [--password PW] [--keepalive N] [--ttl SECONDS] [--catchup-timeout SECONDS]
+
+It connects and follows the group, then joins session S (once its announcement is read), or announces
+a new session of activity TYPE and joins it. Commands are JSON lines on stdin:
+
+    {"op":"join","session":"S"}
+    {"op":"set","key":"k","value":1}
+    {"op":"send","type":"Chat","body":{"text":"hi"}}                  reliable, to everyone
+    {"op":"send","type":"Chat","body":{...},"to":["alice"],"reliable":false}
+    {"op":"leave"}    {"op":"end"}    {"op":"close"}                   end of input also closes
+
+Events are JSON lines on stdout, each with an "event" field:
+
+    connected {epoch}    activated {session}   session {session, type, createdBy, data}
+    joined {session, participants, state}     participants {session, active}
+    value {session, key, value, writer}        message {session, type, from, body, direct, reliable}
+    catchup {session, to}  (it answered a newcomer)
+    sent {type}  (handed to the broker)    left {session}    ended {session, by}    closed
+    rejected {topic, reason}  (a message it ignored, with the docs/conformance code)    error {message}
+
+Not implemented: brokers without retained messages (`retain_available false`, §Connect, §Catch-up),
+and in §End step 3 clearing the ended copy at once when the broker accepted every clear (paho 1.6 does
+not report PUBACK reason codes): it clears its ended copy when it sees the last other copy cleared.
+"""
+
+import argparse
+import json
+import random
+import string
+import sys
+import threading
+import time
+import unicodedata
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+VERSION = 2
+MAX_PAYLOAD = 10 * 1024 * 1024          # §Decoding rules 1
+MAX_DEPTH = 512                         # §Decoding rules 2
+DAY_MS = 86_400_000                     # §Validation and rejection: plausibility
+MAX_SEQ_JUMP = 1 << 24                  # §Messages 4
+PRESENCE_TTL = 3600                     # s, presence lifetime (§Lifetimes; Swift's default)
+IDENTIFIER_CHARS = set(string.ascii_letters + string.digits + "._-:@~")
+METADATA_TYPES = {"generic", "watchTogether", "listenTogether", "workoutTogether", "shopTogether",
+                  "exploreTogether", "createTogether", "learnTogether", "playTogether", "readTogether"}
+
+
+def now_ms():
+    return int(time.time() * 1000)
+
+
+def is_identifier(s):
+    """§Identifiers: 1 to 128 bytes of A–Z a–z 0–9 . _ - : @ ~"""
+    return isinstance(s, str) and 1 <= len(s) <= 128 and all(ch in IDENTIFIER_CHARS for ch in s)
+
+
+def encode(obj):
+    """§Conventions: compact JSON, keys sorted, `/` not escaped, raw UTF-8, optional fields omitted."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def fnv1a64(s):
+    """§Catch-up: FNV-1a, 64 bit, over the UTF-8 bytes."""
+    h = 0xCBF29CE484222325
+    for b in s.encode("utf-8"):
+        h = ((h ^ b) * 0x00000100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+# --- Decoding rules (§Decoding rules, §Validation and rejection) -------------------------------------
+
+class Reject(Exception):
+    """A message to ignore; `code` is the reason as named in docs/conformance."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+class _Float(float):
+    """A number written with a fraction or an exponent (rule 4 tells it from an integer)."""
+
+
+def _parse_float(text):
+    value = _Float(text)
+    if value in (float("inf"), float("-inf")):
+        raise Reject("bad-number")
+    return value
+
+
+def _parse_int(text):
+    value = int(text)
+    if abs(value) > 1.7976931348623157e308:
+        raise Reject("bad-number")
+    return value
+
+
+def _no_constant(name):
+    raise Reject("malformed")  # NaN, Infinity: not JSON
+
+
+def _object(pairs):
+    seen = set()
+    for key, _ in pairs:
+        normalized = unicodedata.normalize("NFC", key)
+        if normalized in seen:
+            raise Reject("duplicate-key")
+        seen.add(normalized)
+    return dict(pairs)
+
+
+def _depth(text):
+    """The deepest nesting of objects and arrays, strings skipped."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _check_strings(value):
+    """Rule 2: a `\\u` escape must not leave a surrogate unpaired (Python keeps it in the str)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise Reject("invalid-utf8")
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def decode(payload):
+    """Rules 1–3: one strict JSON object with `"v": 2`."""
+    if len(payload) > MAX_PAYLOAD:
+        raise Reject("too-large")
+    if payload.startswith(b"\xef\xbb\xbf"):
+        raise Reject("bom")
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Reject("invalid-utf8")
+    if _depth(text) > MAX_DEPTH:
+        raise Reject("too-deep")
+    try:
+        value = json.loads(text, object_pairs_hook=_object, parse_float=_parse_float,
+                           parse_int=_parse_int, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        raise Reject("malformed")
+    _check_strings(value)
+    return record(value)
+
+
+def record(value):
+    """Rule 3 on an already parsed value (also for the records inside a `$catchup`)."""
+    if not isinstance(value, dict):
+        raise Reject("wrong-shape")
+    v = value.get("v")
+    if type(v) is not int or v != VERSION:
+        raise Reject("bad-version")
+    return value
+
+
+def integer(obj, field, optional=False):
+    """Rule 4: a JSON integer in the signed 64-bit range (not `1.0`, not `1e0`)."""
+    if field not in obj:
+        if optional:
+            return None
+        raise Reject("wrong-shape")
+    value = obj[field]
+    if isinstance(value, _Float) or (type(value) is int and not -(1 << 63) <= value < (1 << 63)):
+        raise Reject("not-an-integer")
+    if type(value) is not int:
+        raise Reject("wrong-shape")
+    return value
+
+
+def field(obj, name, kind, optional=False):
+    """Rule 5: present with its type; optional ones absent or of their type (`null` is not absent)."""
+    if name not in obj:
+        if optional:
+            return None
+        raise Reject("wrong-shape")
+    value = obj[name]
+    if kind is bool:
+        ok = type(value) is bool
+    else:
+        ok = isinstance(value, kind) and type(value) is not bool
+    if not ok:
+        raise Reject("wrong-shape")
+    return value
+
+
+def required(obj, name):
+    if name not in obj:
+        raise Reject("wrong-shape")
+    return obj[name]
+
+
+def clock(obj, writer=None):
+    """An HLC timestamp (§Hybrid logical clock), plausible (§Validation and rejection)."""
+    if not isinstance(obj, dict):
+        raise Reject("wrong-shape")
+    t, c, p = integer(obj, "t"), integer(obj, "c"), field(obj, "p", str)
+    if writer is not None and p != writer:
+        raise Reject("identity-mismatch")
+    if t < 0 or c < 0 or c >= (1 << 32) or t > now_ms() + DAY_MS:
+        raise Reject("implausible")
+    return (t, c, p)
+
+
+def presence_record(obj, participant):
+    if field(obj, "participant", str) != participant:
+        raise Reject("identity-mismatch")
+    status = field(obj, "status", str)
+    if status not in ("online", "lost"):
+        raise Reject("wrong-shape")
+    epoch = integer(obj, "epoch")
+    field(obj, "name", str, optional=True)
+    interval = integer(obj, "interval", optional=True)
+    return status, epoch, interval
+
+
+def member_record(obj, participant=None):
+    name = field(obj, "participant", str)
+    if participant is not None and name != participant:
+        raise Reject("identity-mismatch")
+    return name, integer(obj, "epoch")
+
+
+def state_record(obj, key=None, writer=None):
+    name = field(obj, "key", str)
+    if (key is not None and name != key) or not is_identifier(name):
+        raise Reject("identity-mismatch")
+    required(obj, "value")
+    return name, clock(required(obj, "clock"), writer)
+
+
+def announcement(obj, session):
+    if field(obj, "session", str) != session:
+        raise Reject("identity-mismatch")
+    activity = field(obj, "activity", dict)
+    if not is_identifier(field(activity, "type", str)):
+        raise Reject("bad-identifier")
+    metadata = field(activity, "metadata", dict)
+    field(metadata, "title", str)
+    field(metadata, "subtitle", str, optional=True)
+    field(metadata, "type", str)  # an unknown kind reads as generic
+    required(activity, "data")
+    field(obj, "createdBy", str)
+    integer(obj, "createdAt")
+    revision = clock(required(obj, "revision"))
+    if integer(obj, "ttl") < 1:
+        raise Reject("wrong-shape")
+    ended = field(obj, "ended", bool, optional=True)
+    return revision, bool(ended)
+
+
+def envelope(obj):
+    field(obj, "type", str)
+    integer(obj, "epoch")
+    integer(obj, "seq")
+    field(obj, "reliable", bool)
+    required(obj, "body")
+    return obj
+
+
+# --- The participant -------------------------------------------------------------------------------
+
+class Presence:
+    """A participant's live connection as read from presence/ and alive/ (§Connect)."""
+
+    def __init__(self, epoch, status, interval):
+        self.epoch, self.status, self.interval = epoch, status, interval
+        self.heard = time.monotonic()
+
+
+class Session:
+    """What the group's announcements say about one session (§Announcement)."""
+
+    def __init__(self, sid):
+        self.id = sid
+        self.copies = {}          # publisher -> expiry (monotonic s)
+        self.current = None       # the announcement with the largest revision
+        self.revision = None
+        self.type = None
+        self.type_from = None     # the publisher whose copy fixed the activity type
+        self.ended = False
+        self.ended_by_me = False  # then its ended copy goes once every other copy is cleared
+
+
+class Joined:
+    """The session this participant joins or has joined (§Join)."""
+
+    def __init__(self, sid, ttl):
+        self.id, self.ttl = sid, ttl
+        self.phase = "joining"    # joining -> joined
+        self.barrier = False
+        self.catchup = False
+        self.members = {}         # participant -> member epoch
+        self.states = {}          # key -> winning record (dict), clock tuple in "_clock"
+        self.state_topics = set()
+        self.last_seq = {}        # sender -> (member epoch, last reliable seq)
+        self.active = None        # last reported active set
+        self.own_copy_revision = None
+
+
+class Participant:
+    def __init__(self, args):
+        self.args = args
+        self.me = args.participant
+        self.root = f"groupsync/v{VERSION}/{args.group}"
+        self.epoch = now_ms()                     # §Connect 2: once per process
+        self.interval = args.keepalive * 1000 // 2  # §Heartbeats: keepalive / 2
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.out_lock = threading.Lock()
+        self.latest = (0, 0)                      # the HLC (§Hybrid logical clock)
+        self.reliable_seq = self.unreliable_seq = 0
+        self.presences = {}
+        self.sessions = {}
+        self.joined = None
+        self.owned = {}      # topic -> {"payload", "ttl", "kept", "published" (monotonic s)}
+        self.connected = False
+        self.closing = False
+        self.grace_from = time.monotonic()
+        self.next_heartbeat = 0.0
+        self.unsubacks = set()
+
+        suffix = "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(6))
+        self.client = mqtt.Client(client_id=f"py-{self.me}-{suffix}", protocol=mqtt.MQTTv5)
+        self.client.username_pw_set(self.me, args.password)  # §Connect 1: username = participant ID
+        self.client.will_set(self.topic("presence", self.me), self.presence_payload("lost"), qos=1,
+                             retain=True, properties=self.expiry(PRESENCE_TTL, PacketTypes.WILLMESSAGE))
+        self.client.reconnect_delay_set(min_delay=1, max_delay=4)
+        self.client.on_connect = self.on_connect
+        self.client.on_disconnect = self.on_disconnect
+        self.client.on_message = self.on_message
+        self.client.on_unsubscribe = self.on_unsubscribe
+
+    # --- helpers ---
+
+    def topic(self, *levels):
+        return "/".join((self.root,) + levels)
+
+    def emit(self, event, **fields):
+        fields["event"] = event
+        with self.out_lock:
+            sys.stdout.write(json.dumps(fields, sort_keys=True) + "\n")
+            sys.stdout.flush()
+
+    @staticmethod
+    def expiry(seconds, packet=PacketTypes.PUBLISH):
+        props = Properties(packet)
+        props.MessageExpiryInterval = max(1, int(seconds))
+        return props
+
+    def presence_payload(self, status):
+        body = {"epoch": self.epoch, "participant": self.me, "status": status, "v": VERSION,
+                "interval": self.interval}
+        if self.args.name:
+            body["name"] = self.args.name
+        return encode(body)
+
+    def publish_retained(self, topic, payload, ttl, keep=True):
+        """QoS 1, retained, with the lifetime as Message Expiry Interval (§Lifetimes); owned from now."""
+        self.owned[topic] = {"payload": payload, "ttl": ttl, "kept": keep, "published": time.monotonic()}
+        return self.client.publish(topic, payload, qos=1, retain=True, properties=self.expiry(ttl))
+
+    def clear(self, topic):
+        """Empty retained payload, QoS 1: deleted (§Conventions)."""
+        self.owned.pop(topic, None)
+        return self.client.publish(topic, b"", qos=1, retain=True)
+
+    def stop_keeping(self, topic):
+        if topic in self.owned:
+            self.owned[topic]["kept"] = False
+
+    # --- hybrid logical clock (§Hybrid logical clock) ---
+
+    def tick(self):
+        now = now_ms()
+        t, c = self.latest
+        self.latest = (now, 0) if now > t else (t, c + 1)
+        return {"c": self.latest[1], "p": self.me, "t": self.latest[0]}
+
+    def observe(self, remote):
+        rt, rc = remote[0], remote[1]
+        lt, lc = self.latest
+        t = max(lt, rt, now_ms())
+        if t == lt and t == rt:
+            c = max(lc, rc) + 1
+        elif t == lt:
+            c = lc + 1
+        elif t == rt:
+            c = rc + 1
+        else:
+            c = 0
+        self.latest = (t, c)
+
+    # --- connection (§Connect, §Reconnect) ---
+
+    def start(self):
+        host, port = self.args.broker.rsplit(":", 1)
+        self.client.connect(host, int(port), keepalive=self.args.keepalive, clean_start=True)
+        self.client.loop_start()
+        threading.Thread(target=self.ticker, daemon=True).start()
+        with self.lock:
+            if not self.changed.wait_for(lambda: self.connected, timeout=10):
+                raise SystemExit("could not connect to " + self.args.broker)
+        self.emit("connected", epoch=self.epoch)
+
+    def on_connect(self, client, userdata, flags, reason, properties):
+        if reason.value != 0:
+            self.emit("error", message=f"CONNACK {reason}")
+            return
+        with self.lock:
+            # §Connect 4: one SUBSCRIBE, QoS 1, Retain Handling 0, no Retain As Published.
+            client.subscribe([(self.topic(*f), SubscribeOptions(qos=1)) for f in
+                              (("presence", "+"), ("alive", "+"), ("session", "+", "+"))])
+            if self.joined:
+                client.subscribe(self.session_filters(self.joined.id))
+            # §Connect 5 on the first connection; §Reconnect: every owned retained message, presence
+            # first, then announcement copies, member records, state records. Kept ones with their full
+            # lifetime, the others with what is left of it.
+            self.publish_retained(self.topic("presence", self.me), self.presence_payload("online"), PRESENCE_TTL)
+            order = {"presence": 0, "session": 1, "member": 2, "state": 3}
+            now = time.monotonic()
+
+            def rank(topic):
+                levels = topic[len(self.root) + 1:].split("/")
+                return order.get(levels[0] if levels[0] != "s" else levels[2], 4)
+
+            for topic in sorted(self.owned, key=rank):
+                owned = self.owned[topic]
+                if rank(topic) == 0:
+                    continue
+                left = owned["ttl"] if owned["kept"] else owned["ttl"] - (now - owned["published"])
+                if left >= 1:
+                    client.publish(topic, owned["payload"], qos=1, retain=True, properties=self.expiry(left))
+                    if owned["kept"]:
+                        owned["published"] = now
+            # §Heartbeats: a fresh grace period for everyone after a reconnect.
+            self.grace_from = time.monotonic()
+            self.next_heartbeat = 0.0
+            self.connected = True
+            self.changed.notify_all()
+
+    def on_disconnect(self, client, userdata, reason, properties=None):
+        with self.lock:
+            self.connected = False
+
+    def session_filters(self, sid):
+        """§Join 1: the four filters, No Local on the broadcast one only."""
+        return [(self.topic("s", sid, "member", "+"), SubscribeOptions(qos=1)),
+                (self.topic("s", sid, "state", "+", "+"), SubscribeOptions(qos=1)),
+                (self.topic("s", sid, "to", self.me, "+"), SubscribeOptions(qos=1)),
+                (self.topic("s", sid, "all", "+"), SubscribeOptions(qos=1, noLocal=True))]
+
+    # --- the periodic work: heartbeats, silence, keeping, expiry ---
+
+    def ticker(self):
+        while True:
+            time.sleep(0.25)  # §Heartbeats: silence checked every 0.25 s
+            with self.lock:
+                if self.closing:
+                    return
+                now = time.monotonic()
+                if self.connected and now >= self.next_heartbeat:
+                    self.client.publish(self.topic("alive", self.me),
+                                        encode({"epoch": self.epoch, "interval": self.interval, "v": VERSION}), qos=0)
+                    # On the interval's grid, so that the ticker's granularity does not stretch it.
+                    step = self.interval / 1000
+                    self.next_heartbeat = self.next_heartbeat + step if self.next_heartbeat + step > now else now + step
+                if self.connected:
+                    # §Lifetimes: keeping = the same bytes with the full lifetime every half lifetime.
+                    for topic, owned in self.owned.items():
+                        if owned["kept"] and now - owned["published"] >= owned["ttl"] / 2:
+                            owned["published"] = now
+                            self.client.publish(topic, owned["payload"], qos=1, retain=True,
+                                                properties=self.expiry(owned["ttl"]))
+                # §Lifetimes: a session whose every known copy has expired is over.
+                for session in list(self.sessions.values()):
+                    if session.copies and all(expiry <= now for expiry in session.copies.values()):
+                        session.copies.clear()
+                        self.session_over(session, None)
+                self.report_active()
+
+    def silent(self, presence):
+        """§Heartbeats: not heard of for 3 × its own interval − 0.5 s, at least 1 s."""
+        if not presence.interval or not self.connected:
+            return False
+        bound = max(3 * presence.interval - 500, 1000) / 1000
+        return time.monotonic() - max(presence.heard, self.grace_from) > bound
+
+    def is_online(self, participant, epoch):
+        presence = self.presences.get(participant)
+        return (presence is not None and presence.status == "online" and presence.epoch == epoch
+                and not self.silent(presence))
+
+    def active(self):
+        """§Member: active = member epoch equals the current online presence epoch."""
+        j = self.joined
+        result = {p for p, e in j.members.items() if p != self.me and self.is_online(p, e)}
+        if j.phase == "joined":
+            result.add(self.me)
+        return sorted(result)
+
+    def report_active(self):
+        j = self.joined
+        if j and j.phase == "joined":
+            active = self.active()
+            if active != j.active:
+                j.active = active
+                self.emit("participants", session=j.id, active=active)
+
+    # --- receiving ---
+
+    def on_message(self, client, userdata, msg):
+        levels = msg.topic.split("/")
+        if len(levels) < 5 or "/".join(levels[:3]) != self.root or not all(map(is_identifier, levels[3:])):
+            return  # §Identifiers: outside the layout, or not an identifier: ignored
+        rest = levels[3:]
+        try:
+            with self.lock:
+                if rest[0] == "presence" and len(rest) == 2:
+                    self.on_presence(rest[1], msg.payload)
+                elif rest[0] == "alive" and len(rest) == 2:
+                    self.on_heartbeat(rest[1], msg.payload)
+                elif rest[0] == "session" and len(rest) == 3:
+                    self.on_announcement(rest[1], rest[2], msg)
+                elif rest[0] == "s" and self.joined and rest[1] == self.joined.id:
+                    kind = rest[2:]
+                    if kind[0] == "member" and len(kind) == 2:
+                        self.on_member(kind[1], msg)
+                    elif kind[0] == "state" and len(kind) == 3:
+                        self.on_state(kind[1], kind[2], msg)
+                    elif kind[0] == "all" and len(kind) == 2:
+                        self.on_envelope(kind[1], msg.payload, direct=False)
+                    elif kind[0] == "to" and len(kind) == 3 and kind[1] == self.me:
+                        self.on_envelope(kind[2], msg.payload, direct=True)
+                self.report_active()
+                self.changed.notify_all()
+        except Reject as reject:
+            self.emit("rejected", topic=msg.topic, reason=reject.code)
+
+    def plausible_epoch(self, epoch):
+        if epoch < 0 or epoch > now_ms() + DAY_MS:
+            raise Reject("implausible")
+
+    def on_presence(self, participant, payload):
+        """§Connect, "Presence messages and heartbeats"; §Stale wills."""
+        if not payload:
+            self.presences.pop(participant, None)  # offline, whatever the epoch
+            if participant == self.me and self.connected and not self.closing:
+                self.publish_retained(self.topic("presence", self.me), self.presence_payload("online"), PRESENCE_TTL)
+            return
+        status, epoch, interval = presence_record(decode(payload), participant)
+        self.plausible_epoch(epoch)
+        if participant == self.me:
+            if status == "lost" and self.connected and not self.closing:
+                self.publish_retained(self.topic("presence", self.me), self.presence_payload("online"), PRESENCE_TTL)
+            return
+        current = self.presences.get(participant)
+        if status == "online":
+            if (current and current.epoch > epoch and current.status == "online"
+                    and not self.silent(current)):
+                return  # an older process
+            self.presences[participant] = Presence(epoch, "online", interval)
+        elif current and current.epoch == epoch:
+            current.status = "lost"  # a will ends only the connection it names
+
+    def on_heartbeat(self, participant, payload):
+        obj = decode(payload)
+        epoch, interval = integer(obj, "epoch"), integer(obj, "interval")
+        self.plausible_epoch(epoch)
+        if interval <= 0:
+            raise Reject("wrong-shape")
+        if participant == self.me:
+            return
+        current = self.presences.get(participant)
+        if current and current.epoch > epoch and current.status == "online" and not self.silent(current):
+            return
+        if current and current.epoch == epoch:
+            current.status, current.interval, current.heard = "online", interval, time.monotonic()
+        else:
+            self.presences[participant] = Presence(epoch, "online", interval)
+
+    def on_announcement(self, sid, publisher, msg):
+        """§Connect, "Announcements"."""
+        session = self.sessions.get(sid)
+        if not msg.payload:
+            if session and publisher in session.copies:
+                del session.copies[publisher]
+                if session.ended_by_me and not set(session.copies) - {self.me}:
+                    # §End: the ender clears its ended copy once the last copy from before the end is.
+                    self.clear(self.topic("session", sid, self.me))
+                elif not session.copies:
+                    self.session_over(session, None)
+            return
+        obj = decode(msg.payload)
+        revision, ended = announcement(obj, sid)
+        self.observe(revision)
+        activity_type = obj["activity"]["type"]
+        if session is None:
+            session = self.sessions[sid] = Session(sid)
+        if session.ended:
+            session.copies.setdefault(publisher, time.monotonic() + obj["ttl"])
+            return  # copies from before the end do not bring it back
+        if session.type is not None and activity_type != session.type:
+            creators_copy = publisher == obj["createdBy"] and session.type_from != session.current["createdBy"]
+            if not creators_copy:
+                raise Reject("foreign-type")
+            session.current = session.revision = None  # the creator's copy makes the session again
+        lifetime = getattr(msg.properties, "MessageExpiryInterval", None) or obj["ttl"]
+        session.copies[publisher] = time.monotonic() + lifetime
+        is_new = session.type is None or session.current is None
+        if session.revision is None or revision > session.revision:
+            session.current, session.revision = obj, revision
+            if session.type != activity_type:
+                session.type, session.type_from = activity_type, publisher
+        if is_new and not ended:
+            self.emit("session", session=sid, type=activity_type, createdBy=obj["createdBy"],
+                      data=obj["activity"]["data"])
+        if ended:
+            self.session_over(session, publisher)
+            return
+        # §Announce: a joined participant follows a newer revision with its own copy.
+        j = self.joined
+        if j and j.id == sid and j.phase == "joined" and j.own_copy_revision is not None \
+                and session.revision > j.own_copy_revision:
+            self.publish_own_copy(session)
+
+    def session_over(self, session, by):
+        """An ended copy, `$end`, or no copy left (§End): clear what is mine of it, forget it.
+
+        What it owns of the session is cleared even when it has left it (its copy and state records
+        stay after a leave): under a strict ACL nobody else may clear them.
+        """
+        if session.ended:
+            return
+        session.ended = True
+        prefixes = (self.topic("session", session.id) + "/", self.topic("s", session.id) + "/")
+        for topic in [t for t in self.owned if t.startswith(prefixes)]:
+            self.clear(topic)
+        j = self.joined
+        if j and j.id == session.id:
+            self.client.unsubscribe([f for f, _ in self.session_filters(j.id)])
+            self.joined = None
+            self.emit("ended", session=session.id, by=by)
+            self.changed.notify_all()
+
+    def on_member(self, participant, msg):
+        """§Join (barrier, reading member records), §Catch-up (who answers a newcomer)."""
+        j = self.joined
+        if not msg.payload:
+            j.members.pop(participant, None)
+            j.last_seq.pop(participant, None)
+            return
+        name, epoch = member_record(decode(msg.payload), participant)
+        if participant == self.me:
+            if epoch == self.epoch:
+                j.barrier = True
+                self.changed.notify_all()
+            return
+        previous = j.members.get(participant)
+        j.members[participant] = epoch
+        if previous != epoch:
+            j.last_seq.pop(participant, None)
+        if msg.retain:
+            return  # stored records never trigger a catch-up
+        if participant not in self.presences:
+            self.presences[participant] = Presence(epoch, "online", None)  # a live record proves the connection
+        if j.phase == "joined" and previous != epoch:
+            candidates = [p for p in self.active() if p != participant]
+            responder = max(candidates, key=lambda c: (fnv1a64(participant + "/" + c), c), default=None)
+            if responder == self.me:
+                states = [self.state_wire(j.states[k]) for k in sorted(j.states)]
+                self.send_envelope(j, "$catchup", {"members": [], "states": states}, [participant], True)
+                self.emit("catchup", session=j.id, to=participant)
+
+    @staticmethod
+    def state_wire(rec):
+        return {k: v for k, v in rec.items() if k != "_clock"}
+
+    def on_state(self, key, writer, msg):
+        """§Shared state, "Read"."""
+        j = self.joined
+        j.state_topics.add(msg.topic)
+        if not msg.payload:
+            return  # removed: the value does not go back
+        rec = decode(msg.payload)
+        _, stamp = state_record(rec, key, writer)
+        self.apply_state(j, rec, stamp)
+
+    def apply_state(self, j, rec, stamp):
+        self.observe(stamp)
+        current = j.states.get(rec["key"])
+        if current is None or stamp > current["_clock"]:
+            j.states[rec["key"]] = dict(rec, _clock=stamp)
+            if j.phase == "joined":
+                self.emit("value", session=j.id, key=rec["key"], value=rec["value"], writer=stamp[2])
+
+    def on_envelope(self, sender, payload, direct):
+        """§Messages, "Receiving"."""
+        j = self.joined
+        env = envelope(decode(payload))
+        kind = env["type"]
+        if kind == "$catchup":
+            if j.phase != "joining" or sender not in j.members:
+                raise Reject("unexpected-catchup")
+            body = env["body"]
+            if not isinstance(body, dict):
+                raise Reject("wrong-shape")
+            states = field(body, "states", list)
+            members = field(body, "members", list)
+            for item in states:
+                rec = record(item)
+                _, stamp = state_record(rec)
+                self.apply_state(j, rec, stamp)
+            for item in members:
+                name, epoch = member_record(record(item))
+                if name != self.me:
+                    j.members[name] = epoch
+                    if name not in self.presences:
+                        self.presences[name] = Presence(epoch, "online", None)
+            j.catchup = True
+            self.changed.notify_all()
+            return
+        if kind == "$end":
+            if sender not in j.members:
+                raise Reject("not-a-member")
+            self.session_over(self.sessions.get(j.id) or Session(j.id), sender)
+            return
+        if j.phase != "joined" or sender == self.me:
+            return
+        if j.members.get(sender) != env["epoch"]:
+            raise Reject("not-a-member")
+        if env["reliable"]:
+            epoch, last = j.last_seq.get(sender, (env["epoch"], 0))
+            if env["seq"] <= last:
+                return  # a redelivery
+            if env["seq"] > last + MAX_SEQ_JUMP:
+                raise Reject("seq-jump")
+            j.last_seq[sender] = (epoch, env["seq"])
+        self.emit("message", session=j.id, type=kind, body=env["body"], direct=direct,
+                  reliable=env["reliable"], **{"from": sender})
+
+    # --- sending ---
+
+    def send_envelope(self, j, kind, body, recipients, reliable):
+        """§Messages, "Sending": one seq per envelope, numbered and handed over in one step."""
+        if reliable:
+            self.reliable_seq += 1
+            seq = self.reliable_seq
+        else:
+            self.unreliable_seq += 1
+            seq = self.unreliable_seq
+        payload = encode({"body": body, "epoch": self.epoch, "reliable": reliable, "seq": seq,
+                          "type": kind, "v": VERSION})
+        qos = 1 if reliable else 0
+        if recipients is None:
+            return [self.client.publish(self.topic("s", j.id, "all", self.me), payload, qos=qos)]
+        return [self.client.publish(self.topic("s", j.id, "to", r, self.me), payload, qos=qos)
+                for r in sorted(set(recipients))]
+
+    def publish_own_copy(self, session):
+        j = self.joined
+        self.publish_retained(self.topic("session", session.id, self.me), encode(session.current), j.ttl)
+        j.own_copy_revision = session.revision
+
+    # --- commands (main thread) ---
+
+    def wait(self, condition, timeout):
+        with self.lock:
+            return self.changed.wait_for(condition, timeout=timeout)
+
+    def activate(self, activity_type, title, data):
+        """§Announce (activate): a new session ID, revision = tick(now), the creator's copy."""
+        sid = "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(16))
+        with self.lock:
+            ann = {"activity": {"data": data, "metadata": {"title": title, "type": "generic"},
+                                "type": activity_type},
+                   "createdAt": now_ms(), "createdBy": self.me, "revision": self.tick(),
+                   "session": sid, "ttl": self.args.ttl, "v": VERSION}
+            self.publish_retained(self.topic("session", sid, self.me), encode(ann), self.args.ttl)
+        self.emit("activated", session=sid)
+        return sid
+
+    def join(self, sid):
+        """§Join, steps 1–5."""
+        if not self.wait(lambda: sid in self.sessions and self.sessions[sid].current is not None, 10):
+            self.emit("error", message=f"no announcement of session {sid}")
+            return
+        with self.lock:
+            session = self.sessions[sid]
+            if session.ended or self.joined:
+                self.emit("error", message=f"cannot join {sid}")
+                return
+            j = self.joined = Joined(sid, session.current["ttl"])
+            self.client.subscribe(self.session_filters(sid))
+            self.publish_retained(self.topic("s", sid, "member", self.me),
+                                  encode({"epoch": self.epoch, "participant": self.me, "v": VERSION}), j.ttl)
+        if not self.wait(lambda: j.barrier or self.joined is not j, 10):
+            self.emit("error", message="no join barrier")
+            return
+        with self.lock:
+            others = [p for p, e in j.members.items() if p != self.me and self.is_online(p, e)]
+        if others:
+            self.wait(lambda: j.catchup or self.joined is not j, self.args.catchup_timeout)
+        with self.lock:
+            if self.joined is not j:
+                return
+            j.phase = "joined"
+            self.publish_own_copy(self.sessions[sid])
+            j.active = self.active()
+            state = {k: r["value"] for k, r in sorted(j.states.items())}
+            self.emit("joined", session=sid, participants=j.active, state=state)
+
+    def set_value(self, key, value):
+        """§Shared state, "Write"."""
+        with self.lock:
+            j = self.joined
+            if not j or j.phase != "joined" or not is_identifier(key):
+                self.emit("error", message="set: not joined, or an invalid key")
+                return
+            rec = {"clock": self.tick(), "key": key, "v": VERSION, "value": value}
+            stamp = (rec["clock"]["t"], rec["clock"]["c"], self.me)
+            self.apply_state(j, rec, stamp)
+            self.publish_retained(self.topic("s", j.id, "state", key, self.me), encode(rec), j.ttl)
+
+    def send(self, kind, body, to, reliable):
+        with self.lock:
+            j = self.joined
+            if not j or j.phase != "joined" or kind.startswith("$"):
+                self.emit("error", message="send: not joined, or a reserved type")
+                return []
+            return self.send_envelope(j, kind, body, to, reliable)
+
+    def leave(self):
+        """§Leave: clear the member record, unsubscribe; the rest stays, no longer kept."""
+        with self.lock:
+            j = self.joined
+            if not j:
+                return None
+            info = self.clear(self.topic("s", j.id, "member", self.me))
+            for topic in list(self.owned):
+                if topic.startswith(self.topic("session", j.id) + "/") or topic.startswith(self.topic("s", j.id) + "/"):
+                    self.stop_keeping(topic)
+            self.client.unsubscribe([f for f, _ in self.session_filters(j.id)])
+            self.joined = None
+            self.emit("left", session=j.id)
+        return info
+
+    def end(self):
+        """§End: `$end`, the ended copy, then clear what it knows of."""
+        with self.lock:
+            j = self.joined
+            if not j:
+                return
+            session = self.sessions[j.id]
+            self.send_envelope(j, "$end", None, None, True)
+            ended = dict(session.current, ended=True, revision=self.tick())
+            self.publish_retained(self.topic("session", j.id, self.me), encode(ended), j.ttl, keep=False)
+            for publisher in list(session.copies):
+                if publisher != self.me:
+                    self.clear(self.topic("session", j.id, publisher))
+            for member in set(j.members) | {self.me}:
+                self.clear(self.topic("s", j.id, "member", member))
+            for topic in j.state_topics:
+                self.clear(topic)
+            self.client.unsubscribe([f for f, _ in self.session_filters(j.id)])
+            self.joined = None
+            session.ended = session.ended_by_me = True
+            self.emit("ended", session=j.id, by=self.me)
+
+    def on_unsubscribe(self, client, userdata, mid, properties=None, reasons=None):
+        with self.lock:
+            self.unsubacks.add(mid)
+            self.changed.notify_all()
+
+    def close(self):
+        """§Close: leave, clear the presence, UNSUBSCRIBE and wait for the UNSUBACK, DISCONNECT (0)."""
+        pending = [self.leave()]
+        with self.lock:
+            self.closing = True
+            self.owned.clear()
+            pending.append(self.client.publish(self.topic("presence", self.me), b"", qos=1, retain=True))
+        for info in pending:
+            if info is not None:
+                info.wait_for_publish(timeout=2)
+        _, mid = self.client.unsubscribe([self.topic("presence", "+"), self.topic("alive", "+"),
+                                          self.topic("session", "+", "+")])
+        self.wait(lambda: mid in self.unsubacks, 2)
+        self.client.disconnect()
+        self.client.loop_stop()
+        self.emit("closed")
+
+    def run(self):
+        self.start()
+        if self.args.activate:
+            self.join(self.activate(self.args.activate, self.args.title, json.loads(self.args.data)))
+        elif self.args.session:
+            self.join(self.args.session)
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            try:
+                command = json.loads(line)
+                op = command["op"]
+                if op == "join":
+                    self.join(command["session"])
+                elif op == "set":
+                    self.set_value(command["key"], command["value"])
+                elif op == "send":
+                    infos = self.send(command["type"], command.get("body"), command.get("to"),
+                                      command.get("reliable", True))
+                    for info in infos:
+                        info.wait_for_publish(timeout=5)
+                    self.emit("sent", type=command["type"])
+                elif op == "leave":
+                    info = self.leave()
+                    if info is not None:
+                        info.wait_for_publish(timeout=5)
+                elif op == "end":
+                    self.end()
+                elif op == "close":
+                    break
+                else:
+                    self.emit("error", message=f"unknown op {op}")
+            except (ValueError, KeyError, TypeError) as error:
+                self.emit("error", message=f"bad command {line.strip()}: {error}")
+        self.close()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--broker", required=True, help="HOST:PORT")
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--participant", required=True)
+    parser.add_argument("--name", help="display name")
+    parser.add_argument("--password", help="MQTT password (the username is the participant ID)")
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument("--session", help="join this session ID")
+    choice.add_argument("--activate", metavar="TYPE", help="announce a new session of this activity type and join it")
+    parser.add_argument("--title", default="Python session")
+    parser.add_argument("--data", default="{}", help="the activity's data, JSON")
+    parser.add_argument("--keepalive", type=int, default=5, help="MQTT keepalive, s (heartbeats every half)")
+    parser.add_argument("--ttl", type=int, default=3600, help="lifetime of a new session's records, s")
+    parser.add_argument("--catchup-timeout", type=float, default=2.0, help="s to wait for $catchup")
+    args = parser.parse_args()
+    for kind in ("group", "participant", "session", "activate"):
+        value = getattr(args, kind)
+        if value is not None and not is_identifier(value):
+            parser.error(f"invalid {kind} {value!r}: use 1–128 characters from A–Z a–z 0–9 . _ - : @ ~")
+    Participant(args).run()
+
+
+if __name__ == "__main__":
+    main()
