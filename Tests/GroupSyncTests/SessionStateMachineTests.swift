@@ -36,7 +36,7 @@ import Testing
     /// `name` joined with epoch `epoch` and is online with it.
     static func present(_ name: String, epoch: Int64 = 7, in machine: inout Machine) {
         _ = machine.onPresence(name, epoch: epoch)
-        _ = machine.onMember(name, Wire.Member(participant: name, epoch: epoch), retained: true)
+        _ = machine.onMember(name, Wire.Member(participant: name, epoch: epoch), retained: true, now: 1_000)
     }
 
     static func envelope(type: String = "Chat", epoch: Int64 = 7, seq: Int64, reliable: Bool = true) -> (Wire.ScannedEnvelope, Data) {
@@ -194,6 +194,13 @@ import Testing
         #expect(machine.catchUp(listingMembers: false).flatMap(\.members).isEmpty)
     }
 
+    @Test func aMemberRecordFromTooFarAheadIsRejected() {
+        var machine = Self.joined()
+        let forged = machine.onMember("eve", Wire.Member(participant: "eve", epoch: .max), retained: false, now: 1_000)
+        #expect(forged.participants.isEmpty && !machine.isMember("eve"))
+        #expect(machine.rejected == 1)
+    }
+
     @Test func aCatchUpLargerThanOneMessageComesInPartsAndTheJoinWaitsForTheLast() {
         var sender = Self.joined(as: "bob")
         let big = JSONValue.string(String(repeating: "x", count: 1_000))
@@ -220,22 +227,27 @@ import Testing
         var machine = Self.joined()
         let inbox = Inbox<Machine.Update>()
         #expect(machine.addListener(.init(kind: .participants, inbox: inbox)).1.participants == [["alice"]])
-        #expect(machine.onMember("bob", Wire.Member(participant: "bob", epoch: 2), retained: true).participants.isEmpty, "no presence yet")
+        #expect(
+            machine.onMember("bob", Wire.Member(participant: "bob", epoch: 2), retained: true, now: 1_000).participants.isEmpty,
+            "no presence yet")
         #expect(machine.onPresence("bob", epoch: 2).participants == [["alice", "bob"]])
         #expect(machine.onPresence("bob", epoch: 3).participants == [["alice"]], "a newer connection did not join")
-        #expect(machine.onMember("bob", Wire.Member(participant: "bob", epoch: 3), retained: false).participants == [["alice", "bob"]])
-        #expect(machine.onMember("bob", nil, retained: false).participants == [["alice"]], "left")
+        #expect(
+            machine.onMember("bob", Wire.Member(participant: "bob", epoch: 3), retained: false, now: 1_000).participants == [
+                ["alice", "bob"]
+            ])
+        #expect(machine.onMember("bob", nil, retained: false, now: 1_000).participants == [["alice"]], "left")
         #expect(machine.onPresence("alice", epoch: nil).participants.isEmpty, "our own presence is ours to know")
     }
 
     @Test func aLiveJoinProvesTheConnectionAndAsksTheResponderForACatchUp() {
         var machine = Self.joined()
-        let live = machine.onMember("bob", Wire.Member(participant: "bob", epoch: 2), retained: false)
+        let live = machine.onMember("bob", Wire.Member(participant: "bob", epoch: 2), retained: false, now: 1_000)
         #expect(live.catchUpTo == "bob", "we are the only one who can answer")
         #expect(ids(machine.active) == ["alice", "bob"], "a live join counts without retained presence")
         var other = Self.joined()
         #expect(
-            other.onMember("carol", Wire.Member(participant: "carol", epoch: 2), retained: true).catchUpTo == nil,
+            other.onMember("carol", Wire.Member(participant: "carol", epoch: 2), retained: true, now: 1_000).catchUpTo == nil,
             "a replayed record is no join")
     }
 

@@ -233,10 +233,14 @@ struct SessionStateMachine {
     /// `retained`: a stored copy replayed by the broker, not a live join — only a live join makes someone
     /// send a catch-up. A member's reliable messages are followed from its record on, and forgotten when
     /// it leaves (what is held of them comes out, with the gaps).
-    mutating func onMember(_ participant: String, _ record: Wire.Member?, retained: Bool, now: Int64 = 0) -> Action {
+    mutating func onMember(_ participant: String, _ record: Wire.Member?, retained: Bool, now: Int64) -> Action {
         var action = Action()
         guard participant != me else { return action }
         if let record {
+            guard CoordinatorStateMachine.isPlausible(epoch: record.epoch, now: now) else {
+                rejected += 1
+                return action
+            }
             guard members[participant] != record.epoch else { return action }
             members[participant] = record.epoch
             receive(into: &action) { $0.senderSeen(participant, epoch: record.epoch, now: now) }
