@@ -24,9 +24,10 @@ extension SessionCore {
         }
         context.report(self, .joined)
         // Our copy of the announcement keeps the session alive while we are in it (the creator has one).
-        let current = announcement
-        if !context.retained.keeps(ownCopyTopic), let payload = try? Wire.encode(current) {
-            try? await context.retained.publish(ownCopyTopic, payload, lifetime: current.lifetime)
+        // Not awaited: join() is done once we hold the session's state.
+        let (current, retained, topic) = (announcement, context.retained, ownCopyTopic)
+        if !retained.keeps(topic), let payload = try? Wire.encode(current) {
+            context.tasks.spawn { try? await retained.publish(topic, payload, lifetime: current.lifetime) }
         }
     }
 

@@ -363,24 +363,26 @@ struct SessionStateMachine {
 
     /// `$skip` from a member: what of its stream will not be re-sent to us.
     mutating func onSkip(_ skip: Reliable.Skip, from sender: String, epoch: Int64, now: Int64) -> Action {
-        var action = Action()
-        guard members[sender] == epoch else {
-            rejected += 1
-            return action
-        }
-        receive(into: &action) { $0.skip(skip, from: sender, epoch: epoch, now: now) }
-        return action
+        fromMember(sender, epoch: epoch) { $0.skip(skip, from: sender, epoch: epoch, now: now) }
     }
 
     /// `$position` from a member: its latest seq per stream; what we miss of it is asked for.
     mutating func onPosition(_ position: Reliable.Position, from sender: String, epoch: Int64, now: Int64) -> Action {
+        let direct = position.direct[me] ?? 0
+        return fromMember(sender, epoch: epoch) { $0.position(from: sender, epoch: epoch, all: position.all, direct: direct, now: now) }
+    }
+
+    /// A control input of `sender`'s stream receiver, taken only from a member in its member epoch.
+    private mutating func fromMember(
+        _ sender: String, epoch: Int64,
+        _ input: (inout StreamReceiver<InboundMessage>) -> StreamReceiver<InboundMessage>.Action
+    ) -> Action {
         var action = Action()
         guard members[sender] == epoch else {
             rejected += 1
             return action
         }
-        let direct = position.direct[me] ?? 0
-        receive(into: &action) { $0.position(from: sender, epoch: epoch, all: position.all, direct: direct, now: now) }
+        receive(into: &action, input)
         return action
     }
 

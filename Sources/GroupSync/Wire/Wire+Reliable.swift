@@ -59,11 +59,18 @@ extension Wire {
     }
 }
 
+extension Wire.Fields {
+    /// A `stream` field of a control body: `"all"` or `"direct"`.
+    func streamName() throws(Wire.Rejection) -> String {
+        let stream = try string("stream")
+        guard stream == "all" || stream == "direct" else { throw .wrongShape }
+        return stream
+    }
+}
+
 extension Wire.Resend: Wire.Record {
     init(fields: Wire.Fields) throws(Wire.Rejection) {
-        let stream = try fields.string("stream")
-        guard stream == "all" || stream == "direct" else { throw .wrongShape }
-        self.stream = stream
+        stream = try fields.streamName()
         from = try fields.int("from")
         to = try fields.optionalInt("to")
     }
@@ -71,9 +78,7 @@ extension Wire.Resend: Wire.Record {
 
 extension Wire.Skip: Wire.Record {
     init(fields: Wire.Fields) throws(Wire.Rejection) {
-        let stream = try fields.string("stream")
-        guard stream == "all" || stream == "direct" else { throw .wrongShape }
-        self.stream = stream
+        stream = try fields.streamName()
         through = try fields.int("through")
         guard case let .array(ranges) = try fields.value("lost") else { throw .wrongShape }
         var lost: [[Int64]] = []
