@@ -149,6 +149,29 @@ import Testing
         #expect(try JSONParser.parse(Data(text)) == value || value == .double(3))
         #expect(String(decoding: text, as: UTF8.self) == String(decoding: try Wire.encode(value), as: UTF8.self))
     }
+
+    /// The control messages of reliable delivery as PROTOCOL.md shows them: what the Swift writer makes
+    /// (they reach the wire only after a broker lost messages, so the document's capture cannot show them).
+    @Test func theReliableDeliveryExamplesAreWhatTheWriterMakes() throws {
+        func envelope(_ type: SessionCore.Control, _ body: some Encodable, epoch: Int64) throws -> String {
+            let bytes = Wire.EnvelopeBytes(encodedBody: try Wire.encode(body)).finished(
+                type: type.rawValue, epoch: epoch, seq: nil, reliable: true)
+            return String(decoding: bytes, as: UTF8.self)
+        }
+        let path = DocumentedReader.repository.appendingPathComponent("docs/PROTOCOL.md").path
+        let document = try String(contentsOfFile: path, encoding: .utf8)
+        for example in [
+            try envelope(.resend, Wire.Resend(.init(stream: .all, from: 4, to: 6)), epoch: 1_796_326_046_897),
+            try envelope(.skip, Wire.Skip(.init(stream: .all, through: 4, lost: [4...4])), epoch: 1_796_326_046_893),
+            try envelope(.position, Wire.Position(.init(all: 6, direct: ["bob": 2])), epoch: 1_796_326_046_893),
+        ] {
+            #expect(document.contains(example), "\(example)")
+        }
+        let broadcast = Data(#"{"body":{"text":"hello"},"epoch":1,"reliable":true,"seq":1,"type":"Chat","v":2}"#.utf8)
+        #expect(
+            String(decoding: Wire.resentBroadcast(broadcast), as: UTF8.self)
+                == #"{"body":{"text":"hello"},"epoch":1,"reliable":true,"seq":1,"stream":"all","type":"Chat","v":2}"#)
+    }
 }
 
 extension Result {
