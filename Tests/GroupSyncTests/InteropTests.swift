@@ -10,7 +10,6 @@ import Testing
 /// Skipped when no python3 with paho-mqtt is installed (scripts/install-deps.sh installs it).
 @Suite(
     .enabled(if: PythonParticipant.interpreter != nil, PythonParticipant.missingReason),
-    .disabled("docs/interop/participant.py predates reliable delivery (per-stream seq, $resend/$skip/$position)"),
     .timeLimit(.minutes(1)))
 struct InteropTests {
     @Test func aPythonParticipantJoinsASwiftSessionBothWays() async throws {
@@ -159,13 +158,9 @@ struct InteropTests {
                     }.joined(separator: "\n")
             }
 
-            // alice clears her ended copy once she sees the last other copy cleared. py clears its copy as soon
-            // as it reads `$end`; when that clear reaches alice before her own ended copy comes back, the
-            // Swift coordinator misses it (CoordinatorStateMachine.onAnnouncement only settles on a clear
-            // read after the ended copy) and the ended copy stays until it expires.
-            await withKnownIssue("the Swift ender misses a copy cleared before its ended copy came back", isIntermittent: true) {
-                try await waitUntil(timeout: .seconds(2), "alice's ended copy cleared") { try await stored(a.id).isEmpty }
-            }
+            // alice clears her ended copy once the last other copy is cleared, whether py's clear reaches her
+            // before or after her own ended copy comes back.
+            try await waitUntil("alice's ended copy cleared") { try await stored(a.id).isEmpty }
 
             let b = try await alice.startJoined(Gallery(galleryID: "ended by py"))
             py.command(["op": "join", "session": b.id])
