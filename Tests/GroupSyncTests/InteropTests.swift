@@ -216,6 +216,55 @@ struct InteropTests {
             await group.closeAll()
         }
     }
+
+    /// The broker crashes (SIGKILL, no persistence) while py and alice stream numbered reliable messages to
+    /// each other: what the broker lost comes back from the senders' outboxes — by the gaps the receivers
+    /// see, and the `$position` and open `$resend`s both send after reconnecting — once each, in order,
+    /// without a gap.
+    @Test func reliableMessagesCrossABrokerCrashBothWays() async throws {
+        try await MosquittoBroker.withBroker(.init(persistence: false)) { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let a = try await alice.startJoined(Gallery(galleryID: "crash"))
+            let messenger = GroupSessionMessenger(session: a)
+            let fromPy = Collector(messenger.messages(of: ReliabilityTests.Numbered.self))
+            let gaps = Collector(messenger.gaps())
+            let py = try PythonParticipant(broker, group: group.name, participant: "py", ["--session", a.id])
+            _ = try await py.event("joined")
+            try await waitUntil("alice sees py") { ids(a.activeParticipants) == ["alice", "py"] }
+
+            let count = 100
+            for n in 1...count { py.command(["op": "send", "type": "Numbered", "body": ["from": "py", "n": n]]) }
+            let sender = Task { () -> [Int] in
+                var sent: [Int] = []
+                for n in 1...count where (try? await messenger.send(ReliabilityTests.Numbered(from: "alice", n: n))) != nil {
+                    sent.append(n)
+                }
+                return sent
+            }
+            try await waitUntil("mid-stream") { fromPy.count >= 5 && !py.events("message").isEmpty }
+            try await broker.restart(after: .crash)
+            let sentByAlice = try await withTimeLimit(.seconds(30), "alice's sends return") { await sender.value }
+
+            @Sendable func pyReceived() -> [Int] {
+                py.events("message").compactMap { ($0["body"] as? [String: Any])?["n"] as? Int }
+            }
+            try await py.waitUntil(timeout: .seconds(20), "every message arrives both ways") {
+                fromPy.count >= count && pyReceived().count >= sentByAlice.count
+            } else: {
+                "alice has \(fromPy.elements.map(\.message.n)), py has \(pyReceived()), alice sent \(sentByAlice)"
+            }
+            #expect(fromPy.elements.map(\.message.n) == Array(1...count), "py to alice: once each, in order")
+            #expect(pyReceived() == sentByAlice, "alice to py: once each, in order")
+            #expect(gaps.elements.isEmpty, "alice saw gaps: \(gaps.elements)")
+            #expect(py.events("gap").isEmpty, "py saw gaps: \(py.events("gap"))")
+
+            try await py.close()
+            #expect(py.events("rejected").isEmpty, "py rejected: \(py.events("rejected"))")
+            #expect(alice.rejectedMessageCount == 0)
+            await group.closeAll()
+        }
+    }
 }
 
 /// The participant that answers `newcomer`'s catch-up (docs/PROTOCOL.md#catch-up).

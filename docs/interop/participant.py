@@ -14,7 +14,8 @@ Usage:
                    [--name NAME] [--password PW] [--keepalive N] [--ttl SECONDS] [--catchup-timeout SECONDS]
 
 It connects and follows the group, then joins session S (once its announcement is read), or announces
-a new session of activity TYPE and joins it. Commands are JSON lines on stdin:
+a new session of activity TYPE and joins it. Reliable messages are numbered per stream, kept in a
+bounded outbox and recovered end to end (§Reliable delivery). Commands are JSON lines on stdin:
 
     {"op":"join","session":"S"}
     {"op":"set","key":"k","value":1}
@@ -27,13 +28,17 @@ Events are JSON lines on stdout, each with an "event" field:
     connected {epoch}    activated {session}   session {session, type, createdBy, data}
     joined {session, participants, state}     participants {session, active}
     value {session, key, value, writer}        message {session, type, from, body, direct, reliable}
+    gap {session, from, stream, first, last, count}  (reliable messages the sender could not re-send)
     catchup {session, to}  (it answered a newcomer)
-    sent {type}  (handed to the broker)    left {session}    ended {session, by}    closed
+    sent {type, acknowledged}  (acknowledged by the broker, or queued while disconnected)
+    left {session}    ended {session, by}    closed
     rejected {topic, reason}  (a message it ignored, with the docs/conformance code)    error {message}
 
-Not implemented: brokers without retained messages (`retain_available false`, §Connect, §Catch-up),
-and in §End step 3 clearing the ended copy at once when the broker accepted every clear (paho 1.6 does
-not report PUBACK reason codes): it clears its ended copy when it sees the last other copy cleared.
+Not implemented: brokers without retained messages (`retain_available false`, §Connect, §Catch-up,
+§Brokers without retained messages: no welcomes), a silent sender's held messages (only its will, a
+cleared member record or a newer epoch end its streams), and in §End step 3 clearing the ended copy
+at once when the broker accepted every clear (paho 1.6 does not report PUBACK reason codes): it clears
+its ended copy when it sees the last other copy cleared.
 """
 
 import argparse
@@ -1238,9 +1243,13 @@ class Participant:
                 elif op == "send":
                     infos = self.send(command["type"], command.get("body"), command.get("to"),
                                       command.get("reliable", True))
+                    acknowledged = True
                     for info in infos:
-                        info.wait_for_publish(timeout=5)
-                    self.emit("sent", type=command["type"])
+                        try:
+                            info.wait_for_publish(timeout=5)
+                        except RuntimeError:  # not connected: paho sends it after the reconnect
+                            acknowledged = False
+                    self.emit("sent", type=command["type"], acknowledged=acknowledged)
                 elif op == "leave":
                     info = self.leave()
                     if info is not None:
