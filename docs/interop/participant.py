@@ -14,7 +14,8 @@ Usage:
                    [--name NAME] [--password PW] [--keepalive N] [--ttl SECONDS] [--catchup-timeout SECONDS]
 
 It connects and follows the group, then joins session S (once its announcement is read), or announces
-a new session of activity TYPE and joins it. Commands are JSON lines on stdin:
+a new session of activity TYPE and joins it. Reliable messages are numbered per stream, kept in a
+bounded outbox and recovered end to end (§Reliable delivery). Commands are JSON lines on stdin:
 
     {"op":"join","session":"S"}
     {"op":"set","key":"k","value":1}
@@ -27,16 +28,21 @@ Events are JSON lines on stdout, each with an "event" field:
     connected {epoch}    activated {session}   session {session, type, createdBy, data}
     joined {session, participants, state}     participants {session, active}
     value {session, key, value, writer}        message {session, type, from, body, direct, reliable}
+    gap {session, from, stream, first, last, count}  (reliable messages the sender could not re-send)
     catchup {session, to}  (it answered a newcomer)
-    sent {type}  (handed to the broker)    left {session}    ended {session, by}    closed
+    sent {type, acknowledged}  (acknowledged by the broker, or queued while disconnected)
+    left {session}    ended {session, by}    closed
     rejected {topic, reason}  (a message it ignored, with the docs/conformance code)    error {message}
 
-Not implemented: brokers without retained messages (`retain_available false`, §Connect, §Catch-up),
-and in §End step 3 clearing the ended copy at once when the broker accepted every clear (paho 1.6 does
-not report PUBACK reason codes): it clears its ended copy when it sees the last other copy cleared.
+Not implemented: brokers without retained messages (`retain_available false`, §Connect, §Catch-up,
+§Brokers without retained messages: no welcomes), a silent sender's held messages (only its will, a
+cleared member record or a newer epoch end its streams), and in §End step 3 clearing the ended copy
+at once when the broker accepted every clear (paho 1.6 does not report PUBACK reason codes): it clears
+its ended copy when it sees the last other copy cleared.
 """
 
 import argparse
+import collections
 import json
 import random
 import string
@@ -54,7 +60,12 @@ VERSION = 2
 MAX_PAYLOAD = 10 * 1024 * 1024          # §Decoding rules 1
 MAX_DEPTH = 512                         # §Decoding rules 2
 DAY_MS = 86_400_000                     # §Validation and rejection: plausibility
-MAX_SEQ_JUMP = 1 << 24                  # §Messages 4
+MAX_SEQ_JUMP = 1_000_000               # §Reliable delivery: plausibility
+MAX_SEQ = 1 << 62
+MAX_HELD = 10_000                       # messages held beyond a gap, per stream
+OUTBOX_MESSAGES = 1000                  # §Reliable delivery: the outbox (Swift's default limits)
+OUTBOX_BYTES = 8 * 1024 * 1024
+RESEND_RETRY, RESEND_RETRY_MAX = 1.0, 8.0   # s: an unanswered $resend again, the wait doubling
 PRESENCE_TTL = 3600                     # s, presence lifetime (§Lifetimes; Swift's default)
 IDENTIFIER_CHARS = set(string.ascii_letters + string.digits + "._-:@~")
 METADATA_TYPES = {"generic", "watchTogether", "listenTogether", "workoutTogether", "shopTogether",
@@ -291,12 +302,46 @@ def announcement(obj, session):
 
 
 def envelope(obj):
-    field(obj, "type", str)
+    """§Envelope; rule 5: `seq` and `stream` optional, `stream` is "all"."""
+    kind = field(obj, "type", str)
     integer(obj, "epoch")
-    integer(obj, "seq")
-    field(obj, "reliable", bool)
+    seq = integer(obj, "seq", optional=True)
+    reliable = field(obj, "reliable", bool)
+    if field(obj, "stream", str, optional=True) not in (None, "all"):
+        raise Reject("wrong-shape")
     required(obj, "body")
+    if not kind.startswith("$") and reliable and seq is None:
+        raise Reject("wrong-shape")  # a reliable app message has its place in a stream
     return obj
+
+
+def control_body(kind, body):
+    """The bodies of `$resend`, `$skip` and `$position` (§Envelope, rule 5)."""
+    if not isinstance(body, dict):
+        raise Reject("wrong-shape")
+    if kind == "$position":
+        integer(body, "all")
+        direct = field(body, "direct", dict)
+        for value in direct.values():
+            if isinstance(value, _Float) or type(value) is not int:
+                raise Reject("not-an-integer" if isinstance(value, _Float) else "wrong-shape")
+        return body
+    if field(body, "stream", str) not in ("all", "direct"):
+        raise Reject("wrong-shape")
+    if kind == "$resend":
+        integer(body, "from")
+        integer(body, "to", optional=True)
+        return body
+    through = integer(body, "through")
+    previous = 0
+    for pair in field(body, "lost", list):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise Reject("wrong-shape")
+        first, last = integer({"f": pair[0]}, "f"), integer({"l": pair[1]}, "l")
+        if not previous < first <= last <= through:
+            raise Reject("wrong-shape")
+        previous = last
+    return body
 
 
 # --- The participant -------------------------------------------------------------------------------
@@ -323,6 +368,51 @@ class Session:
         self.ended_by_me = False  # then its ended copy goes once every other copy is cleared
 
 
+class Outbox:
+    """§Reliable delivery, "The sender": per session, the seq of each stream, the latest reliable envelopes,
+    and a mark per member. It outlives leaving the session: seq counts on across leaving and joining again
+    (§Messages, "Sending")."""
+
+    def __init__(self):
+        self.latest = {"all": 0}  # stream ("all", or the recipient of a direct stream) -> latest seq
+        self.unreliable = 0
+        self.entries = collections.deque()  # (stream, seq, envelope), oldest first
+        self.size = 0
+        self.marks = {}           # member -> (member epoch, its "all" mark, its direct stream's mark)
+
+    def next_seq(self, stream):
+        self.latest[stream] = self.latest.get(stream, 0) + 1
+        return self.latest[stream]
+
+    def keep(self, stream, seq, env):
+        """The oldest leave first, beyond 1,000 messages or 8 MiB."""
+        self.entries.append((stream, seq, env))
+        self.size += len(encode(env))
+        while len(self.entries) > OUTBOX_MESSAGES or self.size > OUTBOX_BYTES:
+            self.size -= len(encode(self.entries.popleft()[2]))
+
+    def kept(self, stream):
+        """seq -> envelope of what the outbox still has of a stream (always its latest ones)."""
+        return {seq: env for s, seq, env in self.entries if s == stream}
+
+    def mark(self, member, epoch):
+        """How far the streams had got when this member's record (of this epoch) was first seen."""
+        if self.marks.get(member, (None,))[0] != epoch:
+            self.marks[member] = (epoch, self.latest["all"], self.latest.get(member, 0))
+
+
+class Stream:
+    """§Reliable delivery, "The receiver": one sender's stream, in the sender's member epoch."""
+
+    def __init__(self):
+        self.cursor = 0           # the last seq delivered or passed over
+        self.started = False      # False until the stream's start is known (seq 1, or a $skip)
+        self.held = {}            # seq -> envelope, beyond a gap
+        self.asked = None         # the gap last asked for
+        self.retry_at = 0.0
+        self.backoff = RESEND_RETRY
+
+
 class Joined:
     """The session this participant joins or has joined (§Join)."""
 
@@ -334,7 +424,7 @@ class Joined:
         self.members = {}         # participant -> member epoch
         self.states = {}          # key -> winning record (dict), clock tuple in "_clock"
         self.state_topics = set()
-        self.last_seq = {}        # sender -> (member epoch, last reliable seq)
+        self.streams = {}         # (sender, "all" | "direct") -> Stream, in the sender's member epoch
         self.active = None        # last reported active set
         self.own_copy_revision = None
 
@@ -350,12 +440,14 @@ class Participant:
         self.changed = threading.Condition(self.lock)
         self.out_lock = threading.Lock()
         self.latest = (0, 0)                      # the HLC (§Hybrid logical clock)
-        self.reliable_seq = self.unreliable_seq = 0
+        self.outboxes = {}                        # session -> Outbox
+        self.max_packet = None                    # the broker's Maximum Packet Size (CONNACK), if any
         self.presences = {}
         self.sessions = {}
         self.joined = None
         self.owned = {}      # topic -> {"payload", "ttl", "kept", "published" (monotonic s)}
         self.connected = False
+        self.ever_connected = False
         self.closing = False
         self.grace_from = time.monotonic()
         self.next_heartbeat = 0.0
@@ -474,6 +566,16 @@ class Participant:
                     client.publish(topic, owned["payload"], qos=1, retain=True, properties=self.expiry(left))
                     if owned["kept"]:
                         owned["published"] = now
+            # §Reliable delivery, "Closing the gap after a broker crash": after every reconnect.
+            j = self.joined
+            if self.ever_connected and j and j.phase == "joined":
+                if any(self.outbox(j.id).latest.values()):
+                    self.send_position(j)
+                for member in sorted(set(j.members) - {self.me}):
+                    for name in ("all", "direct"):
+                        self.ask(j, member, name, j.streams.setdefault((member, name), Stream()))
+            self.ever_connected = True
+            self.max_packet = getattr(properties, "MaximumPacketSize", None)
             # §Heartbeats: a fresh grace period for everyone after a reconnect.
             self.grace_from = time.monotonic()
             self.next_heartbeat = 0.0
@@ -518,6 +620,8 @@ class Participant:
                     if session.copies and all(expiry <= now for expiry in session.copies.values()):
                         session.copies.clear()
                         self.session_over(session, None)
+                if self.joined and self.joined.phase == "joined":
+                    self.retry(self.joined)
                 self.report_active()
 
     def silent(self, presence):
@@ -603,6 +707,9 @@ class Participant:
             self.presences[participant] = Presence(epoch, "online", interval)
         elif current and current.epoch == epoch:
             current.status = "lost"  # a will ends only the connection it names
+            j = self.joined
+            if j and j.members.get(participant) == epoch:
+                self.sender_gone(j, participant, forget=False)
 
     def on_heartbeat(self, participant, payload):
         obj = decode(payload)
@@ -687,9 +794,12 @@ class Participant:
     def on_member(self, participant, msg):
         """§Join (barrier, reading member records), §Catch-up (who answers a newcomer)."""
         j = self.joined
+        outbox = self.outbox(j.id)
         if not msg.payload:
+            if participant != self.me:
+                self.sender_gone(j, participant, forget=True)  # §Reliable delivery, "When the sender is gone"
+                outbox.marks.pop(participant, None)
             j.members.pop(participant, None)
-            j.last_seq.pop(participant, None)
             return
         name, epoch = member_record(decode(msg.payload), participant)
         if participant == self.me:
@@ -698,9 +808,10 @@ class Participant:
                 self.changed.notify_all()
             return
         previous = j.members.get(participant)
+        if previous is not None and previous != epoch:
+            self.sender_gone(j, participant, forget=True)  # a newer epoch: its old streams end
         j.members[participant] = epoch
-        if previous != epoch:
-            j.last_seq.pop(participant, None)
+        outbox.mark(participant, epoch)
         if msg.retain:
             return  # stored records never trigger a catch-up
         if participant not in self.presences:
@@ -709,8 +820,7 @@ class Participant:
             candidates = [p for p in self.active() if p != participant]
             responder = max(candidates, key=lambda c: (fnv1a64(participant + "/" + c), c), default=None)
             if responder == self.me:
-                states = [self.state_wire(j.states[k]) for k in sorted(j.states)]
-                self.send_envelope(j, "$catchup", {"members": [], "states": states}, [participant], True)
+                self.send_catchup(j, participant)
                 self.emit("catchup", session=j.id, to=participant)
 
     @staticmethod
@@ -748,6 +858,7 @@ class Participant:
                 raise Reject("wrong-shape")
             states = field(body, "states", list)
             members = field(body, "members", list)
+            more = field(body, "more", bool, optional=True)
             for item in states:
                 rec = record(item)
                 _, stamp = state_record(rec)
@@ -758,7 +869,8 @@ class Participant:
                     j.members[name] = epoch
                     if name not in self.presences:
                         self.presences[name] = Presence(epoch, "online", None)
-            j.catchup = True
+            if not more:
+                j.catchup = True  # the last part completes the join
             self.changed.notify_all()
             return
         if kind == "$end":
@@ -766,37 +878,218 @@ class Participant:
                 raise Reject("not-a-member")
             self.session_over(self.sessions.get(j.id) or Session(j.id), sender)
             return
+        if kind == "$resend":
+            if sender not in j.members:
+                raise Reject("not-a-member")
+            self.answer_resend(j, sender, control_body(kind, env["body"]))
+            return
+        if kind in ("$skip", "$position"):
+            if j.members.get(sender) != env["epoch"]:
+                raise Reject("not-a-member")
+            body = control_body(kind, env["body"])
+            if j.phase == "joined":
+                self.apply_skip(j, sender, body) if kind == "$skip" else self.apply_position(j, sender, body)
+            return
+        if kind.startswith("$"):
+            return  # an unknown control message
         if j.phase != "joined" or sender == self.me:
             return
         if j.members.get(sender) != env["epoch"]:
             raise Reject("not-a-member")
-        if env["reliable"]:
-            epoch, last = j.last_seq.get(sender, (env["epoch"], 0))
-            if env["seq"] <= last:
-                return  # a redelivery
-            if env["seq"] > last + MAX_SEQ_JUMP:
-                raise Reject("seq-jump")
-            j.last_seq[sender] = (epoch, env["seq"])
-        self.emit("message", session=j.id, type=kind, body=env["body"], direct=direct,
+        if not env["reliable"]:
+            self.deliver(j, sender, env, direct)  # neither deduplicated nor ordered
+            return
+        # §Messages 4: a broadcast re-sent on our direct topic carries "stream":"all".
+        name = "all" if not direct or env.get("stream") == "all" else "direct"
+        self.receive(j, sender, name, env)
+
+    def deliver(self, j, sender, env, direct):
+        self.emit("message", session=j.id, type=env["type"], body=env["body"], direct=direct,
                   reliable=env["reliable"], **{"from": sender})
+
+    def gap(self, j, sender, name, first, last):
+        """A typed gap event in place of messages the sender could not re-send (§Reliable delivery)."""
+        self.emit("gap", session=j.id, stream=name, first=first, last=last, count=last - first + 1,
+                  **{"from": sender})
+
+    # --- reliable delivery, the receiver (§Reliable delivery) ---
+
+    def receive(self, j, sender, name, env):
+        s = j.streams.setdefault((sender, name), Stream())
+        seq = env["seq"]
+        if seq < 1 or seq > MAX_SEQ or seq > s.cursor + MAX_SEQ_JUMP:
+            raise Reject("implausible")
+        if seq <= s.cursor or seq in s.held:
+            return  # a duplicate
+        s.held[seq] = env
+        self.advance(j, sender, name, s)
+        if len(s.held) > MAX_HELD:
+            # Beyond 10,000 held: the lowest gap is given up.
+            lowest = min(s.held)
+            self.gap(j, sender, name, s.cursor + 1, lowest - 1)
+            s.cursor, s.started = lowest - 1, True
+            self.advance(j, sender, name, s)
+
+    def advance(self, j, sender, name, s):
+        """Deliver what is contiguous with the cursor; ask for the lowest gap left, if it is new."""
+        while s.cursor + 1 in s.held and (s.started or s.cursor + 1 == 1):
+            s.cursor += 1
+            s.started = True
+            self.deliver(j, sender, s.held.pop(s.cursor), name == "direct")
+        if not s.held:
+            s.asked = None
+            return
+        wanted = (s.cursor + 1 if s.started else 0, min(s.held) - 1)
+        if wanted != s.asked:
+            s.asked, s.backoff = wanted, RESEND_RETRY
+            self.ask(j, sender, name, s, wanted[1])
+
+    def ask(self, j, sender, name, s, to=None):
+        """`$resend` of what this receiver misses of a stream: from its cursor + 1 (0 before its start)."""
+        body = {"from": s.cursor + 1 if s.started else 0, "stream": name}
+        if to is not None:
+            body["to"] = to
+        s.retry_at = time.monotonic() + s.backoff
+        self.send_control(j, "$resend", body, sender)
+
+    def apply_skip(self, j, sender, body):
+        """The cursor moves to `through` (never back); held messages and `lost` ranges beyond the cursor
+        come out in their order, the ranges as gap events."""
+        name = body["stream"]
+        s = j.streams.setdefault((sender, name), Stream())
+        through = body["through"]
+        if s.started and through <= s.cursor:
+            return
+        start = s.cursor + 1 if s.started else 1
+        items = [(seq, "message", seq) for seq in s.held if seq <= through]
+        for first, last in body["lost"]:
+            first = max(first, start)
+            while first <= last:  # split around what is held
+                end = first
+                while end + 1 <= last and end + 1 not in s.held:
+                    end += 1
+                if first not in s.held:
+                    items.append((first, "gap", end))
+                first = end + 1
+        for seq, what, last in sorted(items):
+            if what == "gap":
+                self.gap(j, sender, name, seq, last)
+            else:
+                self.deliver(j, sender, s.held.pop(seq), name == "direct")
+        s.cursor, s.started = max(s.cursor, through), True
+        self.advance(j, sender, name, s)
+
+    def apply_position(self, j, sender, body):
+        """Ask for what this receiver misses of the streams a `$position` names."""
+        for name, latest in (("all", body["all"]), ("direct", body["direct"].get(self.me, 0))):
+            s = j.streams.setdefault((sender, name), Stream())
+            missing = [seq for seq in range(s.cursor + 1, latest + 1) if seq not in s.held][:1]
+            if latest > s.cursor and missing:
+                self.ask(j, sender, name, s, latest)
+
+    def sender_gone(self, j, sender, forget):
+        """§Reliable delivery, "When the sender is gone": what is held comes out, with gap events for what
+        is missing (not for a stream whose start it never learnt: that part may never have been owed)."""
+        for name in ("all", "direct"):
+            s = j.streams.get((sender, name))
+            if s is None:
+                continue
+            for seq in sorted(s.held):
+                if s.started and seq > s.cursor + 1:
+                    self.gap(j, sender, name, s.cursor + 1, seq - 1)
+                s.cursor, s.started = seq, True
+                self.deliver(j, sender, s.held.pop(seq), name == "direct")
+            s.asked = None
+            if forget:
+                del j.streams[(sender, name)]
+
+    def retry(self, j):
+        """A `$resend` unanswered for a second is sent again, the wait doubling up to 8 s."""
+        now = time.monotonic()
+        for (sender, name), s in j.streams.items():
+            if s.held and now >= s.retry_at:
+                s.backoff = min(s.backoff * 2, RESEND_RETRY_MAX)
+                self.ask(j, sender, name, s, min(s.held) - 1)
+
+    # --- reliable delivery, the sender (§Reliable delivery) ---
+
+    def outbox(self, sid):
+        return self.outboxes.setdefault(sid, Outbox())
+
+    def answer_resend(self, j, requester, body):
+        """On the requester's direct topic: a `$skip` for the prefix never re-sent, then the envelopes."""
+        outbox = self.outbox(j.id)
+        name = body["stream"]
+        stream = "all" if name == "all" else requester
+        latest = outbox.latest.get(stream, 0)
+        first, to = body["from"], body.get("to")
+        last = latest if to is None else to
+        if first < 0 or last < 0 or last > latest or first > latest + 1 or (to is not None and first > to):
+            self.send_position(j, requester)  # does not fit the stream: another epoch's, or forged
+            return
+        marks = outbox.marks.get(requester, (None, latest, latest))
+        mark = marks[1] if name == "all" else marks[2]
+        kept = outbox.kept(stream)
+        oldest = min(kept) if kept else latest + 1
+        through = min(latest, max(mark, oldest - 1))
+        first = max(first, 1)
+        if first <= through:
+            lost = [[mark + 1, oldest - 1]] if mark + 1 <= oldest - 1 else []
+            self.send_control(j, "$skip", {"lost": lost, "stream": name, "through": through}, requester)
+        topic = self.topic("s", j.id, "to", requester, self.me)
+        for seq in range(max(first, through + 1), last + 1):
+            env = kept[seq] if name == "direct" else dict(kept[seq], stream="all")
+            self.client.publish(topic, encode(env), qos=1)
+
+    def send_position(self, j, to=None):
+        """`$position`: the latest seq of each stream in this epoch (direct streams at 0 left out)."""
+        outbox = self.outbox(j.id)
+        direct = {p: seq for p, seq in outbox.latest.items() if p != "all" and p in j.members and seq > 0}
+        self.send_control(j, "$position", {"all": outbox.latest["all"], "direct": direct}, to)
 
     # --- sending ---
 
     def send_envelope(self, j, kind, body, recipients, reliable):
-        """§Messages, "Sending": one seq per envelope, numbered and handed over in one step."""
-        if reliable:
-            self.reliable_seq += 1
-            seq = self.reliable_seq
-        else:
-            self.unreliable_seq += 1
-            seq = self.unreliable_seq
-        payload = encode({"body": body, "epoch": self.epoch, "reliable": reliable, "seq": seq,
-                          "type": kind, "v": VERSION})
-        qos = 1 if reliable else 0
-        if recipients is None:
-            return [self.client.publish(self.topic("s", j.id, "all", self.me), payload, qos=qos)]
-        return [self.client.publish(self.topic("s", j.id, "to", r, self.me), payload, qos=qos)
-                for r in sorted(set(recipients))]
+        """§Messages, "Sending": numbered per stream and handed over in one step (under the lock); a
+        reliable envelope is kept in the outbox."""
+        outbox = self.outbox(j.id)
+        infos = []
+        for recipient in [None] if recipients is None else sorted(set(recipients)):
+            stream = "all" if recipient is None else recipient
+            if reliable:
+                seq = outbox.next_seq(stream)
+            else:
+                outbox.unreliable += 1
+                seq = outbox.unreliable
+            env = {"body": body, "epoch": self.epoch, "reliable": reliable, "seq": seq, "type": kind, "v": VERSION}
+            if reliable:
+                outbox.keep(stream, seq, env)
+            topic = self.topic("s", j.id, *(("all", self.me) if recipient is None else ("to", recipient, self.me)))
+            infos.append(self.client.publish(topic, encode(env), qos=1 if reliable else 0))
+        return infos
+
+    def send_control(self, j, kind, body, recipient=None):
+        """Control messages: QoS 1, reliable, no seq (they are in no stream)."""
+        payload = encode({"body": body, "epoch": self.epoch, "reliable": True, "type": kind, "v": VERSION})
+        levels = ("all", self.me) if recipient is None else ("to", recipient, self.me)
+        return self.client.publish(self.topic("s", j.id, *levels), payload, qos=1)
+
+    def send_catchup(self, j, newcomer):
+        """§Catch-up: the winning record of each key, in parts under the broker's Maximum Packet Size."""
+        states = [self.state_wire(j.states[k]) for k in sorted(j.states)]
+        limit = (self.max_packet or MAX_PAYLOAD) - 1024  # room for the topic and the packet's header
+        parts, part = [], []
+        for state in states:
+            if part and len(encode({"members": [], "more": True, "states": part + [state]})) + 100 > limit:
+                parts.append(part)
+                part = []
+            part.append(state)
+        parts.append(part)
+        for index, part in enumerate(parts):
+            body = {"members": [], "states": part}
+            if index < len(parts) - 1:
+                body["more"] = True
+            self.send_control(j, "$catchup", body, newcomer)
 
     def publish_own_copy(self, session):
         j = self.joined
@@ -832,6 +1125,7 @@ class Participant:
                 self.emit("error", message=f"cannot join {sid}")
                 return
             j = self.joined = Joined(sid, session.current["ttl"])
+            self.outbox(sid).marks.clear()  # §Reliable delivery: its own join forgets the marks
             self.client.subscribe(self.session_filters(sid))
             self.publish_retained(self.topic("s", sid, "member", self.me),
                                   encode({"epoch": self.epoch, "participant": self.me, "v": VERSION}), j.ttl)
@@ -893,7 +1187,7 @@ class Participant:
             if not j:
                 return
             session = self.sessions[j.id]
-            self.send_envelope(j, "$end", None, None, True)
+            self.send_control(j, "$end", None)
             ended = dict(session.current, ended=True, revision=self.tick())
             self.publish_retained(self.topic("session", j.id, self.me), encode(ended), j.ttl, keep=False)
             for publisher in list(session.copies):
@@ -949,9 +1243,13 @@ class Participant:
                 elif op == "send":
                     infos = self.send(command["type"], command.get("body"), command.get("to"),
                                       command.get("reliable", True))
+                    acknowledged = True
                     for info in infos:
-                        info.wait_for_publish(timeout=5)
-                    self.emit("sent", type=command["type"])
+                        try:
+                            info.wait_for_publish(timeout=5)
+                        except RuntimeError:  # not connected: paho sends it after the reconnect
+                            acknowledged = False
+                    self.emit("sent", type=command["type"], acknowledged=acknowledged)
                 elif op == "leave":
                     info = self.leave()
                     if info is not None:
