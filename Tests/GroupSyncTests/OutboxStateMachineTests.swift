@@ -94,6 +94,14 @@ import Testing
         #expect(Self.resend(from: 0, by: "late", outbox).skip == .init(stream: .all, through: 8, lost: []))
         Self.send(1, to: .all, in: &outbox)
         #expect(Self.resend(from: 0, by: "late", outbox).seqs == [9])
+
+        // A restarted process of a member (a new epoch) is marked anew; the same epoch keeps its mark.
+        outbox.memberSeen("late", epoch: 1)
+        Self.send(1, to: .all, in: &outbox)
+        outbox.memberSeen("late", epoch: 1)
+        #expect(Self.resend(from: 0, by: "late", outbox).seqs == [9, 10])
+        outbox.memberSeen("late", epoch: 2)
+        #expect(Self.resend(from: 0, by: "late", outbox).skip == .init(stream: .all, through: 10, lost: []))
     }
 
     @Test func aMemberSeenAtTheSendersJoinIsOwedEveryBroadcast() {

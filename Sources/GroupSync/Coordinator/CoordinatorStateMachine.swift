@@ -91,8 +91,9 @@ struct CoordinatorStateMachine {
         /// The session's creator says its activity type is another than the copy it was first read from:
         /// the session object made from that copy is replaced by a new one, for `listeners`.
         case retyped(listeners: [Inbox<SessionCore>], presence: [String: Int64])
-        /// The session ended: `by` published the ended copy (nil: every copy was cleared).
-        case ended(by: String?)
+        /// The session ended: `by` published the ended copy (nil: every copy was cleared). `settled`: no
+        /// copy from before the end is left either, so the ended copies may go too.
+        case ended(by: String?, settled: Bool)
         /// The last copy from before the end of an ended session was cleared: its ended copy is no longer
         /// needed to hide one.
         case settled
@@ -235,7 +236,7 @@ struct CoordinatorStateMachine {
                     group.sessions[sessionID]?.copies.isEmpty == true
                 else { return .none }
                 group.sessions[sessionID] = nil
-                return .ended(by: nil)
+                return .ended(by: nil, settled: true)
             } ?? .none
         }
         guard announcement.matches(session: sessionID), announcement.revision.isPlausible(now: now),
@@ -249,7 +250,7 @@ struct CoordinatorStateMachine {
                 if let live { ended.copies.formUnion(live.copies.keys) }
                 ended.copies.remove(publisher)
                 group.ended[sessionID] = ended
-                if live != nil { return .ended(by: publisher) }
+                if live != nil { return .ended(by: publisher, settled: ended.copies.isEmpty) }
                 // Known to have ended already: the other copies may all be gone by now.
                 return ended.copies.isEmpty ? .settled : .none
             }

@@ -129,14 +129,20 @@ extension GroupCoordinator {
         case let (.changed, announcement?):
             hlc.withLock { $0.observe(announcement.revision, now: now) }
             core?.onAnnouncement(announcement, from: publisher)
-        case let (.ended(by), _): core?.onEnded(by: by.map(Participant.init(id:)))
+        case let (.ended(by, settled), _):
+            core?.onEnded(by: by.map(Participant.init(id:)))
+            if settled { clearOwnEndedCopy(of: sessionID) }
         case (.settled, _):
-            // Nothing of the session is left but the ended copies: ours goes too.
-            let ours = topics.announcement(sessionID, by: localParticipant.id)
-            if retained.owns(ours) { tasks.spawn { [retained] in await retained.clear(ours) } }
+            clearOwnEndedCopy(of: sessionID)
         case (.rejected, _): countRejection()
         default: break
         }
+    }
+
+    /// Nothing of the session is left but the ended copies: ours goes too.
+    private func clearOwnEndedCopy(of sessionID: String) {
+        let ours = topics.announcement(sessionID, by: localParticipant.id)
+        if retained.owns(ours) { tasks.spawn { [retained] in await retained.clear(ours) } }
     }
 
     /// Forgets, every second, the sessions whose every announcement copy expired: nobody kept them.

@@ -97,11 +97,18 @@ final class RetainedRecords: Sendable {
         }
     }
 
+    /// Publishes again what is still owned of `records`. Each is handed to the connection under the lock
+    /// that ``clear(_:)`` takes to disown a record, so a record cleared meanwhile is skipped, and one
+    /// cleared right after goes out before its clear: never a cleared record back on the broker.
     private func publish(_ records: [(topic: String, record: OwnedRetained.Record)]) async {
         for (topic, record) in records {
-            _ = try? await client.publish(
-                to: topic, payload: record.payload, qos: .atLeastOnce, retain: client.retainAvailable,
-                properties: record.properties(at: .now))
+            let ticket = owned.withLock { owned -> MQTTClient.PublishTicket? in
+                guard owned.records[topic]?.payload == record.payload else { return nil }
+                return try? client.enqueuePublish(
+                    to: topic, payload: record.payload, qos: .atLeastOnce, retain: client.retainAvailable,
+                    properties: record.properties(at: .now))
+            }
+            if let ticket { _ = try? await client.acknowledgement(of: ticket) }
         }
     }
 }

@@ -48,6 +48,8 @@ struct OutboxStateMachine {
     private struct Mark {
         var all: Int64
         var direct: Int64
+        /// The member's connection epoch when marked, if known: a new process of it is marked anew.
+        var epoch: Int64?
     }
 
     /// One stream's numbering: its latest seq, and the newest seq that has left the outbox.
@@ -112,11 +114,15 @@ struct OutboxStateMachine {
         return entry
     }
 
-    /// `participant` is a member (its live or retained member record): marks it, on its first sighting
-    /// only, so that it is owed what this sender sends from now on.
-    mutating func memberSeen(_ participant: String) {
-        guard marks[participant] == nil else { return }
-        marks[participant] = Mark(all: latest(of: .all), direct: latest(of: .direct(to: participant)))
+    /// `participant` is a member (its live or retained member record, of connection `epoch`): marks it,
+    /// on its first sighting only — or of a new epoch: a restarted process was not there before — so that
+    /// it is owed what this sender sends from now on.
+    mutating func memberSeen(_ participant: String, epoch: Int64? = nil) {
+        if let mark = marks[participant], epoch == nil || mark.epoch == nil || mark.epoch == epoch {
+            if mark.epoch == nil { marks[participant]?.epoch = epoch }  // first told of its epoch
+            return
+        }
+        marks[participant] = Mark(all: latest(of: .all), direct: latest(of: .direct(to: participant)), epoch: epoch)
     }
 
     /// We join the session (again): nobody is owed what we sent before; every member is marked anew when

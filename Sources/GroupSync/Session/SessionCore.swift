@@ -139,7 +139,7 @@ final class SessionCore: Sendable {
                     return
                 }
                 // Owed what we send from now on (the mark is taken before the machine sees the member).
-                numbering.withLock { $0.outbox.memberSeen(participant) }
+                numbering.withLock { $0.outbox.memberSeen(participant, epoch: record.epoch) }
                 catchUpTo = applyReceiving { $0.onMember(participant, record, retained: message.retain, now: now) }.catchUpTo
             } else {
                 return reject()
