@@ -1,5 +1,6 @@
 import BrokerSupport
 import Foundation
+import MQTT
 import Testing
 
 /// The `groupsync` executable, run as a user would.
@@ -29,6 +30,25 @@ import Testing
         #expect(result.errors.count == 1)
         #expect(result.errors.first?.contains("mqtt://127.0.0.1:\(port)") == true)
         #expect(result.errors.first?.contains("groupsync broker") == true)
+    }
+
+    /// `groupsync broker` stops on Ctrl-C (SIGINT) and SIGTERM, exits 0 and leaves no configuration file.
+    @Test(arguments: [SIGINT, SIGTERM])
+    func theBrokerStopsOnASignal(_ number: Int32) async throws {
+        let port = try FreePort.loopback()
+        let broker = try CLIProcess(["broker", "--port", "\(port)"])
+        let banner = try await broker.waitForLine { $0.hasPrefix("groupsync broker: mosquitto on") }
+        let config = try #require(banner.split(separator: " ").first { $0.hasSuffix(".conf);") }).dropLast(2)
+        #expect(FileManager.default.fileExists(atPath: String(config)))
+        try await waitUntil(timeout: .seconds(5), "mosquitto accepts connections") {
+            let client = try MQTTClient(configuration: .init(url: "mqtt://127.0.0.1:\(port)"))
+            guard (try? await client.connect()) != nil else { return false }
+            await client.disconnect()
+            return true
+        }
+        broker.signal(number)
+        #expect(try await withTimeLimit(.seconds(5), "the broker stops") { try await broker.wait() } == 0)
+        #expect(!FileManager.default.fileExists(atPath: String(config)), "its configuration is removed")
     }
 
     @Test func joinSessionsAndWatchAgree() async throws {
