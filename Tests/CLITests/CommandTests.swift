@@ -51,6 +51,26 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: String(config)), "its configuration is removed")
     }
 
+    /// `join --session` for a session nobody announced gives up after `--timeout`, and Ctrl-C or SIGTERM
+    /// ends the wait at once (exit 130).
+    @Test func waitingForASessionEndsOnTimeoutOrSignal() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let common = ["--broker", broker.url, "--group", "waits"]
+            let late = try CLIProcess(["join", "com.example.board", "--session", "nosuchsession", "--timeout", "1"] + common)
+            #expect(try await withTimeLimit(.seconds(5), "join gives up") { try await late.wait() } == 1)
+            #expect(late.errors.contains { $0.contains("timed out") && $0.contains("session nosuchsession") })
+            @Sendable func connections() -> Int { broker.logText.components(separatedBy: "New client connected").count }
+            for number in [SIGINT, SIGTERM] {
+                let before = connections()
+                let waiting = try CLIProcess(["join", "com.example.board", "--session", "nosuchsession"] + common)
+                // Connected: its signal handling is in place, and it waits for the session.
+                try await waitUntil("connected") { connections() > before }
+                waiting.signal(number)
+                #expect(try await withTimeLimit(.seconds(5), "join stops") { try await waiting.wait() } == 130)
+            }
+        }
+    }
+
     @Test func joinSessionsAndWatchAgree() async throws {
         try await MosquittoBroker.withBroker { broker in
             let common = ["--broker", broker.url, "--group", "cli"]

@@ -6,7 +6,7 @@ enum JoinCommand: Command {
     static let name = "join"
     static let summary = "join or start a session; stdin lines set the shared value or send messages"
     static let help = """
-        Usage: groupsync join ACTIVITY-ID [--session ID] [--key NAME] [--title TEXT] \\
+        Usage: groupsync join ACTIVITY-ID [--session ID] [--key NAME] [--title TEXT] [--timeout SEC] \\
                               [--broker URL] [--group NAME] [--as ID]
 
         Joins the session with --session ID, else the first live session of ACTIVITY-ID, else starts
@@ -25,30 +25,46 @@ enum JoinCommand: Command {
           --session ID      join this session (wait for it to be announced)
           --key NAME        shared state key (default value)
           --title TEXT      title when starting a new session
+          --timeout SEC     how long to wait for the broker, the session and the join (default 30)
 
-        Exit codes: 0 left cleanly or the session ended; 1 failure; 2 usage error; 3 broker unreachable.
+        Exit codes: 0 left cleanly or the session ended; 1 failure (a timeout included); 2 usage error;
+        3 broker unreachable; 130 interrupted (Ctrl-C or SIGTERM) before the session was joined.
         """
 
     static func run(_ arguments: [String]) async throws -> Int32 {
-        let args = try Arguments(arguments, options: CommonOptions.names.union(["session", "key", "title"]), flags: [])
+        let args = try Arguments(arguments, options: CommonOptions.names.union(["session", "key", "title", "timeout"]), flags: [])
         guard args.positionals.count == 1, let activityID = args.positionals.first else {
             throw UsageError("give exactly one ACTIVITY-ID")
         }
         guard Identifier.isValid(activityID) else { throw UsageError("invalid ACTIVITY-ID '\(activityID)'") }
         let common = try CommonOptions(args)
-        // Installed first, so that a Ctrl-C while connecting or joining still leaves cleanly.
+        let timeout = Duration.seconds(try args.integer("timeout", default: 30, range: 1...86_400))
+        // Installed first: a Ctrl-C while connecting, waiting for the session or joining ends that wait.
         let done = AsyncStream<Void>.makeStream()
-        Signals.onInterrupt { done.continuation.yield() }
+        let interruption = Interruption()
+        Signals.onInterrupt {
+            interruption.fire()
+            done.continuation.yield()
+        }
         let key = args.value("key") ?? "value"
         guard Identifier.isValid(key) else { throw UsageError("invalid --key '\(key)'") }
-        let coordinator = try await common.connect()
-        let session = try await findOrStart(
-            coordinator, activityID: activityID, sessionID: args.value("session"), title: args.value("title"))
+        let coordinator = try await interruption.race(timeout: timeout, waitingFor: "the broker") { try await common.connect() }
+        let sessionID = args.value("session")
+        let session: GroupSession<AnyGroupActivity>
         do {
-            try await session.join()
+            session = try await interruption.race(timeout: timeout, waitingFor: sessionID.map { "session \($0)" } ?? "a session") {
+                try await findOrStart(coordinator, activityID: activityID, sessionID: sessionID, title: args.value("title"))
+            }
+            try await interruption.race(timeout: timeout, waitingFor: "the join of session \(session.id)") {
+                do {
+                    try await session.join()
+                } catch {
+                    throw CommandFailure("could not join session \(session.id): \(error)")
+                }
+            }
         } catch {
             await coordinator.close()
-            throw CommandFailure("could not join session \(session.id): \(error)")
+            throw error
         }
         Output.line("session \(session.id) \(activityID) joined")
         let state = try SharedState(session, key: key, initialValue: JSONValue.null)
