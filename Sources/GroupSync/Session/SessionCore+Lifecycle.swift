@@ -24,10 +24,13 @@ extension SessionCore {
         }
         context.report(self, .joined)
         // Our copy of the announcement keeps the session alive while we are in it (the creator has one).
-        // Not awaited: join() is done once we hold the session's state.
-        let (current, retained, topic) = (announcement, context.retained, ownCopyTopic)
-        if !retained.keeps(topic), let payload = try? Wire.encode(current) {
-            context.tasks.spawn { try? await retained.publish(topic, payload, lifetime: current.lifetime) }
+        // Owned now, so that a leave() right after releases it; its acknowledgement is not awaited:
+        // join() is done once we hold the session's state.
+        let current = announcement
+        if !context.retained.keeps(ownCopyTopic), let payload = try? Wire.encode(current),
+            let ticket = try? context.retained.enqueue(ownCopyTopic, payload, lifetime: current.lifetime)
+        {
+            context.client.detach(ticket)
         }
     }
 
