@@ -62,7 +62,7 @@ struct InteropTests {
             let newcomerCoordinator = try await group.join(newcomer)
             let joining = ContinuousClock.now
             let n = try await newcomerCoordinator.joinSession(a.id, of: Gallery.self)
-            #expect(ContinuousClock.now - joining < .seconds(1.5), "py's $catchup accepted (no catch-up timeout)")
+            #expect(ContinuousClock.now - joining < timeBound(.seconds(1.5)), "py's $catchup accepted (no catch-up timeout)")
             #expect(try SharedState(n, key: "index", initialValue: 0).value == 6, "the newcomer starts with the current value")
             _ = try await py.event("catchup") { $0["to"] as? String == newcomer }
             try await waitUntil("everyone active everywhere") {
@@ -101,7 +101,7 @@ struct InteropTests {
             let alice = try await group.join("alice")
             let joining = ContinuousClock.now
             let a = try await alice.joinSession(id, of: Gallery.self)
-            #expect(ContinuousClock.now - joining < .seconds(1.5), "py's $catchup accepted (no catch-up timeout)")
+            #expect(ContinuousClock.now - joining < timeBound(.seconds(1.5)), "py's $catchup accepted (no catch-up timeout)")
             #expect(a.activity.galleryID == "py")
             #expect(try SharedState(a, key: "index", initialValue: 0).value == 9, "caught up by py")
             _ = try await py.event("catchup") { $0["to"] as? String == "alice" }
@@ -202,7 +202,7 @@ struct InteropTests {
             try await waitUntil(timeout: .seconds(5), "py dropped") { ids(a.activeParticipants) == ["alice"] }
             // 2.5 s after its last heartbeat (≤ 1 s before the freeze), checked every 0.25 s; far below the 7 s
             // alice's own interval would give.
-            #expect(ContinuousClock.now - frozen < .seconds(3.5), "judged by py's interval, not alice's")
+            #expect(ContinuousClock.now - frozen < timeBound(.seconds(3.5)), "judged by py's interval, not alice's")
             py.signal(SIGCONT)
             try await waitUntil(timeout: .seconds(8), "py back") { ids(a.activeParticipants) == ["alice", "py"] }
             py.command(["op": "send", "type": "Chat", "body": ["text": "back"]])
