@@ -23,6 +23,42 @@ import Testing
         #expect(help.status == 0 && help.output.contains { $0.contains("Usage: groupsync join") })
     }
 
+    @Test func versionHelpAndUsageErrors() async throws {
+        let version = try await runCLI(["--version"])
+        #expect(version.status == 0 && version.output.first?.hasPrefix("groupsync ") == true)
+        #expect(version.output.first?.contains("groupsync/v2") == true)
+        let help = try await runCLI(["help", "join"])
+        #expect(help.status == 0 && help.output.first?.hasPrefix("Usage: groupsync join") == true)
+        #expect(try await runCLI(["help", "nope"]).status == 2)
+        // Unexpected arguments and URLs that cannot name a broker are usage errors, not unreachable brokers.
+        for arguments in [
+            ["sessions", "extra"], ["join", "com.example.a", "com.example.b"], ["watch", "x"],
+            ["sessions", "--broker", "http://127.0.0.1:1883"], ["sessions", "--broker", "127.0.0.1:1883"],
+            ["join", "com.example.a", "--broker", "mqtt://127.0.0.1:1883/path"],
+        ] {
+            let result = try await runCLI(arguments)
+            #expect(result.status == 2, "\(arguments): \(result.errors)")
+        }
+    }
+
+    /// No password ever appears in what the CLI prints: not for a broker it cannot reach, not for one that
+    /// refuses the login, not for a URL it cannot use.
+    @Test func passwordsAreNeverPrinted() async throws {
+        try await MosquittoBroker.withBroker(.init(users: ["alice": "right"])) { broker in
+            let refused = try await runCLI(["sessions", "--broker", broker.url.replacingOccurrences(of: "://", with: "://alice:s3cret@")])
+            #expect(refused.status == 3)
+            #expect(refused.errors.joined().contains("alice:***@"))
+            let closed = try FreePort.loopback()
+            let unreachable = try await runCLI(["sessions", "--broker", "mqtt://alice:s3cret@127.0.0.1:\(closed)"])
+            #expect(unreachable.status == 3)
+            let invalid = try await runCLI(["sessions", "--broker", "mqtt://alice:s3cret@127.0.0.1:1883/x"])
+            #expect(invalid.status == 2)
+            for result in [refused, unreachable, invalid] {
+                #expect(!(result.output + result.errors).joined().contains("s3cret"), "\(result.errors)")
+            }
+        }
+    }
+
     @Test func anUnreachableBrokerIsOneReadableLine() async throws {
         let port = try FreePort.loopback()
         let result = try await runCLI(["sessions", "--broker", "mqtt://127.0.0.1:\(port)"])

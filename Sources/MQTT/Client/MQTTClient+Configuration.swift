@@ -109,25 +109,35 @@ extension MQTTClient {
         /// For `mqtts` pass the CA (and optional client certificate) in `tls`.
         public init(url: String, clientID: String = MQTTClient.Configuration.randomClientID(), tls: TLS? = nil) throws(MQTTError) {
             guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased() else {
-                throw .invalidConfiguration("'\(url)' is not a URL; expected mqtt://host[:port] or mqtts://host[:port]")
+                throw .invalidConfiguration(
+                    "'\(Configuration.redacted(url))' is not a URL; expected mqtt://host[:port] or mqtts://host[:port]")
             }
             guard scheme == "mqtt" || scheme == "mqtts" else {
-                throw .invalidConfiguration("unsupported scheme '\(scheme)' in '\(url)'; use mqtt:// or mqtts://")
+                throw .invalidConfiguration("unsupported scheme '\(scheme)' in '\(Configuration.redacted(url))'; use mqtt:// or mqtts://")
             }
             guard let host = components.host, !host.isEmpty else {
-                throw .invalidConfiguration("'\(url)' has no host")
+                throw .invalidConfiguration("'\(Configuration.redacted(url))' has no host")
             }
             if scheme == "mqtts" && tls == nil {
-                throw .invalidConfiguration("'\(url)' uses TLS: pass a CA file in `tls`")
+                throw .invalidConfiguration("'\(Configuration.redacted(url))' uses TLS: pass a CA file in `tls`")
             }
             if let path = components.path.split(separator: "/").first {
-                throw .invalidConfiguration("'\(url)' has a path ('\(path)'); an MQTT URL names only host and port")
+                throw .invalidConfiguration("'\(Configuration.redacted(url))' has a path ('\(path)'); an MQTT URL names only host and port")
             }
             self.init(
                 host: host, port: components.port ?? (scheme == "mqtts" ? 8883 : 1883), clientID: clientID,
                 username: components.user?.removingPercentEncoding, password: components.password?.removingPercentEncoding,
                 tls: scheme == "mqtts" ? tls : nil
             )
+        }
+
+        /// `url` with its password, if any, replaced by `***`, for messages: no password ever appears in
+        /// one.
+        public static func redacted(_ url: String) -> String {
+            guard let scheme = url.range(of: "://"), let at = url[scheme.upperBound...].lastIndex(of: "@"),
+                let colon = url[scheme.upperBound..<at].firstIndex(of: ":")
+            else { return url }
+            return url[..<url.index(after: colon)] + "***" + url[at...]
         }
 
         /// A client identifier unlikely to collide: `gs-` and 20 random alphanumerics.

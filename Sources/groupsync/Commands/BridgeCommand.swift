@@ -37,7 +37,7 @@ enum BridgeCommand: Command {
     static let maximumLineLength = 1 << 20
 
     static func run(_ arguments: [String]) async throws -> Int32 {
-        let args = try Arguments(arguments, options: CommonOptions.names, flags: [])
+        let args = try Arguments(arguments, options: CommonOptions.names, flags: [], positionals: 1)
         guard args.positionals.isEmpty else {
             throw UsageError("unexpected argument '\(args.positionals[0])': requests come on stdin")
         }

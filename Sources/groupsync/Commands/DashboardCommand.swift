@@ -84,7 +84,7 @@ enum DashboardCommand: Command {
             }
         }
         Output.line(
-            "dashboard for group \(common.group) on \(common.broker): Home Assistant discovery under "
+            "dashboard for group \(common.group) on \(CommonOptions.redacted(common.broker)): Home Assistant discovery under "
                 + "\(topics.discoveryPrefix)/sensor/\(topics.nodeID)/, flat topics under \(topics.root)/ — Ctrl-C to stop")
 
         // Subscribes for one connection; its marker coming back means the retained messages are all in.

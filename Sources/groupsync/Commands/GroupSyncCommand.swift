@@ -1,4 +1,5 @@
 import Foundation
+import GroupSync
 
 /// A subcommand of `groupsync`.
 protocol Command: Sendable {
@@ -22,7 +23,7 @@ enum GroupSyncCommand {
         return """
             groupsync — SharePlay-style group sessions over MQTT
 
-            Usage: groupsync <command> [options]   (groupsync <command> --help for details)
+            Usage: groupsync <command> [options]   (groupsync help <command> for details; groupsync --version)
 
             Commands:
             \(list)
@@ -31,8 +32,23 @@ enum GroupSyncCommand {
             """
     }
 
+    /// This build's version, and the wire protocol it speaks.
+    static let version = "groupsync 0.2.0 (protocol \(GroupTopics.protocolRoot), \"v\": \(Wire.version))"
+
     static func main() async {
         var arguments = Array(CommandLine.arguments.dropFirst())
+        if arguments == ["--version"] || arguments == ["version"] {
+            Output.line(version)
+            exit(0)
+        }
+        if arguments.first == "help", arguments.count == 2 {
+            guard let command = commands.first(where: { $0.name == arguments[1] }) else {
+                Output.error("groupsync: unknown command '\(arguments[1])'\n\n\(usage)")
+                exit(2)
+            }
+            Output.line(command.help)
+            exit(0)
+        }
         guard let name = arguments.first, !["-h", "--help", "help"].contains(name) else {
             Output.line(usage)
             exit(arguments.isEmpty ? 2 : 0)

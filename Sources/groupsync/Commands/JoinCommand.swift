@@ -32,7 +32,8 @@ enum JoinCommand: Command {
         """
 
     static func run(_ arguments: [String]) async throws -> Int32 {
-        let args = try Arguments(arguments, options: CommonOptions.names.union(["session", "key", "title", "timeout"]), flags: [])
+        let args = try Arguments(
+            arguments, options: CommonOptions.names.union(["session", "key", "title", "timeout"]), flags: [], positionals: 1)
         guard args.positionals.count == 1, let activityID = args.positionals.first else {
             throw UsageError("give exactly one ACTIVITY-ID")
         }

@@ -28,7 +28,7 @@ enum WatchCommand: Command {
         var view = GroupView(group: common.group)
         let subscription = try await client.subscribe(to: [TopicSubscription("\(view.topics.root)/#", qos: .atLeastOnce)])
         Signals.onInterrupt { subscription.unsubscribe() }
-        if !asJSON { Output.line("watching \(view.topics.root)/# on \(common.broker) — Ctrl-C to stop") }
+        if !asJSON { Output.line("watching \(view.topics.root)/# on \(CommonOptions.redacted(common.broker)) — Ctrl-C to stop") }
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         for await message in subscription {

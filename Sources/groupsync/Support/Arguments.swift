@@ -5,11 +5,13 @@ struct Arguments {
     private(set) var flags: Set<String> = []
     private(set) var positionals: [String] = []
 
-    /// Parses `arguments` for a command with the given value options and flags (names without `--`).
-    init(_ arguments: [String], options: Set<String>, flags allowedFlags: Set<String>) throws(UsageError) {
+    /// Parses `arguments` for a command with the given value options and flags (names without `--`), and
+    /// at most `positionals` arguments that are neither: more is a usage error, never silently ignored.
+    init(_ arguments: [String], options: Set<String>, flags allowedFlags: Set<String>, positionals allowed: Int = 0) throws(UsageError) {
         var remaining = arguments[...]
         while let argument = remaining.popFirst() {
             guard argument.hasPrefix("--"), argument.count > 2 else {
+                guard positionals.count < allowed else { throw UsageError("unexpected argument '\(argument)'") }
                 positionals.append(argument)
                 continue
             }

@@ -27,6 +27,17 @@ struct CommonOptions {
         for (kind, value) in [("group", group), ("participant", participant)] where !Identifier.isValid(value) {
             throw UsageError("invalid \(kind) '\(value)': use 1–128 characters from A–Z a–z 0–9 . _ - : @ ~")
         }
+        // A URL that cannot be a broker is a usage error (exit 2), not an unreachable broker (exit 3).
+        do {
+            _ = try MQTTClient.Configuration(url: broker)
+        } catch {
+            throw UsageError("invalid --broker '\(CommonOptions.redacted(broker))': \(error)")
+        }
+    }
+
+    /// `url` with its password, if any, replaced by `***`: no password ever appears in a message.
+    static func redacted(_ url: String) -> String {
+        MQTTClient.Configuration.redacted(url)
     }
 
     /// Connects a coordinator, turning connection errors into one readable line (exit code 3).
@@ -58,10 +69,10 @@ struct CommonOptions {
             switch mqtt {
             case .unreachable:
                 return CommandFailure(
-                    "cannot reach the MQTT broker at \(broker); start one with `groupsync broker` or `docker compose up`",
+                    "cannot reach the MQTT broker at \(redacted(broker)); start one with `groupsync broker` or `docker compose up`",
                     exitCode: 3)
             default:
-                return CommandFailure("broker \(broker): \(mqtt)", exitCode: 3)
+                return CommandFailure("broker \(redacted(broker)): \(mqtt)", exitCode: 3)
             }
         }
         return CommandFailure(error.description, exitCode: 1)
