@@ -107,6 +107,44 @@ import Testing
         }
     }
 
+    /// `groupsync end` ends a session from the shell: its participants see it end and leave, and nothing
+    /// of it stays on the broker. Without `--as`, `join` is the same participant on every run.
+    @Test func endFromTheShellAndStableParticipantIDs() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let common = ["--broker", broker.url, "--group", "shell"]
+            var ids: [String] = []
+            for _ in 0..<2 {
+                let run = try CLIProcess(["join", "com.example.board"] + common)
+                let line = try await run.waitForLine { $0.hasPrefix("participants ") }
+                ids.append(String(line.dropFirst("participants ".count)))
+                run.closeInput()
+                #expect(try await run.wait() == 0)
+            }
+            #expect(ids[0] == ids[1] && ids[0].contains("@"), "\(ids)")
+
+            let alice = try CLIProcess(["join", "com.example.board", "--as", "alice"] + common)
+            let session = String(try await alice.waitForLine { $0.hasPrefix("session ") }.split(separator: " ")[1])
+            let bob = try CLIProcess(["join", "com.example.board", "--as", "bob", "--session", session] + common)
+            _ = try await alice.waitForLine { $0 == "participants alice,bob" }
+            let end = try await runCLI(["end", session] + common)
+            #expect(end.status == 0 && end.output == ["ended \(session)"], "\(end.errors)")
+            for join in [alice, bob] {
+                _ = try await join.waitForLine { $0.hasPrefix("ended ") }
+                #expect(try await join.wait() == 0)
+            }
+            // What the broker stores: everything a fresh subscriber gets before its own marker comes back.
+            let probe = try MQTTClient(configuration: .init(url: broker.url))
+            try await probe.connect()
+            let seen = Collector(try await probe.subscribe(to: [TopicSubscription("groupsync/v2/shell/#")]))
+            try await probe.publish(to: "groupsync/v2/shell/marker", string: "m")
+            try await waitUntil("the marker") { seen.elements.contains { $0.topic == "groupsync/v2/shell/marker" } }
+            #expect(!seen.elements.contains { $0.retain && $0.topic.contains(session) }, "nothing of the session is stored")
+            await probe.disconnect()
+            let missing = try await runCLI(["end", "nosuchsession", "--timeout", "1"] + common)
+            #expect(missing.status == 1)
+        }
+    }
+
     @Test func joinSessionsAndWatchAgree() async throws {
         try await MosquittoBroker.withBroker { broker in
             let common = ["--broker", broker.url, "--group", "cli"]

@@ -41,7 +41,7 @@ enum BridgeCommand: Command {
         guard args.positionals.isEmpty else {
             throw UsageError("unexpected argument '\(args.positionals[0])': requests come on stdin")
         }
-        let common = try CommonOptions(args, defaultParticipant: "bridge-\(String(UInt32.random(in: 0...UInt32.max), radix: 36))")
+        let common = try CommonOptions(args, defaultParticipant: CommonOptions.stableParticipant(suffix: "-bridge"))
         let events = BridgeEvents()
         let bridge = Bridge(options: common, events: events)
         let (stop, stopping) = AsyncStream.makeStream(of: Void.self)

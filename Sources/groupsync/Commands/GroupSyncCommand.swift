@@ -14,7 +14,7 @@ protocol Command: Sendable {
 @main
 enum GroupSyncCommand {
     static let commands: [any Command.Type] = [
-        DemoCommand.self, BrokerCommand.self, SessionsCommand.self, JoinCommand.self, WatchCommand.self,
+        DemoCommand.self, BrokerCommand.self, SessionsCommand.self, JoinCommand.self, EndCommand.self, WatchCommand.self,
         BridgeCommand.self, DashboardCommand.self,
     ]
 
@@ -28,7 +28,11 @@ enum GroupSyncCommand {
             Commands:
             \(list)
 
-            Exit codes: 0 success, 1 failure, 2 usage error, 3 broker unreachable or refused, 4 mosquitto not installed.
+            Exit codes: 0 success, 1 failure, 2 usage error, 3 broker unreachable or refused, 4 mosquitto not installed,
+            130 interrupted (Ctrl-C or SIGTERM) while waiting.
+
+            Environment: GROUPSYNC_BROKER (the default --broker), GROUPSYNC_LOG_REJECTED=1 (log every message
+            rejected as malformed, forged or stale to standard error), GROUPSYNC_MQTT_DEBUG=1 (log libmosquitto).
             """
     }
 

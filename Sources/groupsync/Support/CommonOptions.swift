@@ -8,7 +8,8 @@ struct CommonOptions {
     static let help = """
           --broker URL      mqtt://[user[:password]@]host[:port] (default: $GROUPSYNC_BROKER or mqtt://127.0.0.1:1883)
           --group NAME      the group, like a call everyone is in (default: default)
-          --as ID           this participant's ID (default: a random one)
+          --as ID           this participant's ID (default: USER@HOST, the same on every run, so that
+                            a rerun takes its own place instead of leaving records behind)
           --keepalive SEC   seconds; a frozen participant vanishes after 1.5 × this (default 5)
         """
 
@@ -17,9 +18,7 @@ struct CommonOptions {
     var participant: String
     var keepAlive: Int
 
-    init(_ arguments: Arguments, defaultParticipant: String = "cli-\(String(UInt32.random(in: 0...UInt32.max), radix: 36))")
-        throws(UsageError)
-    {
+    init(_ arguments: Arguments, defaultParticipant: String = CommonOptions.stableParticipant()) throws(UsageError) {
         broker = arguments.value("broker") ?? ProcessInfo.processInfo.environment["GROUPSYNC_BROKER"] ?? "mqtt://127.0.0.1:1883"
         group = arguments.value("group") ?? "default"
         participant = arguments.value("as") ?? defaultParticipant
@@ -33,6 +32,16 @@ struct CommonOptions {
         } catch {
             throw UsageError("invalid --broker '\(CommonOptions.redacted(broker))': \(error)")
         }
+    }
+
+    /// `USER@HOST` (with `suffix`), made an identifier: characters outside A–Z a–z 0–9 . _ - : @ ~
+    /// become `-`, at most 128. The same on every run, so a rerun replaces the earlier process's records.
+    static func stableParticipant(suffix: String = "") -> String {
+        let user = ProcessInfo.processInfo.environment["USER"] ?? ProcessInfo.processInfo.userName
+        let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "host"
+        let allowed = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-:@~")
+        let id = String("\(user.isEmpty ? "user" : user)@\(host)\(suffix)".map { allowed.contains($0) ? $0 : "-" }.prefix(128))
+        return Identifier.isValid(id) ? id : "user@host\(suffix)"
     }
 
     /// `url` with its password, if any, replaced by `***`: no password ever appears in a message.
