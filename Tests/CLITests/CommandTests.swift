@@ -41,6 +41,33 @@ import Testing
         }
     }
 
+    /// `mqtts://` from the command line: the CA (and a client certificate) by flags or environment, the
+    /// password from a file or the environment; a wrong CA is refused.
+    @Test func tlsAndPasswordsFromTheCommandLine() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("gs-cli-tls-\(UUID())").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let pki = try TestPKI.generate(in: directory)
+        let passwordFile = directory + "/password"
+        try "alice-pw\n".write(toFile: passwordFile, atomically: true, encoding: .utf8)
+        let configuration = MosquittoBroker.Configuration(users: ["alice": "alice-pw"], tls: .init(pki))
+        try await MosquittoBroker.withBroker(configuration) { broker in
+            let url = "mqtts://alice@127.0.0.1:\(broker.port)"
+            let byFlags = try await runCLI(["sessions", "--json", "--broker", url, "--cafile", pki.caCert, "--password-file", passwordFile])
+            #expect(byFlags.status == 0, "\(byFlags.errors)")
+            let byEnvironment = try await runCLI(
+                ["sessions", "--json", "--broker", url],
+                environment: [
+                    "GROUPSYNC_CAFILE": pki.caCert, "GROUPSYNC_PASSWORD": "alice-pw", "GROUPSYNC_CERT": pki.clientCert,
+                    "GROUPSYNC_KEY": pki.clientKey,
+                ])
+            #expect(byEnvironment.status == 0, "\(byEnvironment.errors)")
+            let wrongCA = try await runCLI(["sessions", "--broker", url, "--cafile", pki.wrongCACert, "--password-file", passwordFile])
+            #expect(wrongCA.status == 3)
+            #expect(try await runCLI(["sessions", "--broker", url]).status == 2, "mqtts:// without a CA is a usage error")
+        }
+    }
+
     /// No password ever appears in what the CLI prints: not for a broker it cannot reach, not for one that
     /// refuses the login, not for a URL it cannot use.
     @Test func passwordsAreNeverPrinted() async throws {

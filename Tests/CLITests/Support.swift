@@ -102,10 +102,10 @@ final class CLIProcess: Sendable {
 }
 
 /// Runs `groupsync` to completion.
-func runCLI(_ arguments: [String], input: String? = nil, timeout: Duration = .seconds(30)) async throws -> (
-    status: Int32, output: [String], errors: [String]
-) {
-    let child = try CLIProcess(arguments)
+func runCLI(
+    _ arguments: [String], input: String? = nil, environment: [String: String] = [:], timeout: Duration = .seconds(30)
+) async throws -> (status: Int32, output: [String], errors: [String]) {
+    let child = try CLIProcess(arguments, environment: environment)
     if let input { child.send(input) }
     child.closeInput()
     let status = try await child.wait(timeout: timeout)

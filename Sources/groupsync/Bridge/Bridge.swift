@@ -144,8 +144,7 @@ actor Bridge {
         if let keepAlive { updated.keepAlive = keepAlive }
         do {
             // Checks the broker URL now rather than at the first connection.
-            _ = try GroupCoordinator.Configuration(
-                broker: updated.broker, group: updated.group, participant: updated.participant, keepAlive: updated.keepAlive)
+            _ = try updated.coordinatorConfiguration()
         } catch {
             throw Failure("invalid broker: \(error)")
         }

@@ -161,8 +161,7 @@ enum DashboardCommand: Command {
     /// Connects a plain MQTT client (an observer) whose will marks the dashboard offline.
     private static func connect(_ common: CommonOptions, will: DashboardProjection.Publication) async throws(CommandFailure) -> MQTTClient {
         do {
-            var configuration = try MQTTClient.Configuration(url: common.broker)
-            configuration.keepAlive = common.keepAlive
+            var configuration = try common.mqttConfiguration()
             configuration.will = MQTTClient.Will(topic: will.topic, payload: Array(will.payload.utf8), qos: .atLeastOnce, retain: true)
             let client = try MQTTClient(configuration: configuration)
             try await client.connect()

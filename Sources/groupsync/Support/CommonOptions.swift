@@ -2,11 +2,18 @@ import Foundation
 import GroupSync
 import MQTT
 
-/// `--broker`, `--group` and `--as`, shared by every command that talks to a broker.
+/// `--broker`, `--group`, `--as` and the broker's credentials, shared by every command that talks to a
+/// broker.
 struct CommonOptions {
-    static let names: Set<String> = ["broker", "group", "as", "keepalive"]
+    static let names: Set<String> = ["broker", "group", "as", "keepalive", "cafile", "cert", "key", "password-file"]
     static let help = """
-          --broker URL      mqtt://[user[:password]@]host[:port] (default: $GROUPSYNC_BROKER or mqtt://127.0.0.1:1883)
+          --broker URL      mqtt://[user[:password]@]host[:port], or mqtts:// for TLS
+                            (default: $GROUPSYNC_BROKER or mqtt://127.0.0.1:1883)
+          --password-file F the password, from the first line of F (else $GROUPSYNC_PASSWORD; a password
+                            in the URL wins). No password is ever printed
+          --cafile F        mqtts: the CA certificate the broker's is checked against ($GROUPSYNC_CAFILE)
+          --cert F, --key F mqtts: a client certificate and its key, for brokers that require one
+                            ($GROUPSYNC_CERT, $GROUPSYNC_KEY)
           --group NAME      the group, like a call everyone is in (default: default)
           --as ID           this participant's ID (default: USER@HOST, the same on every run, so that
                             a rerun takes its own place instead of leaving records behind)
@@ -17,6 +24,10 @@ struct CommonOptions {
     var group: String
     var participant: String
     var keepAlive: Int
+    /// For mqtts:// URLs.
+    var tls: MQTTClient.TLS?
+    /// When the URL has none.
+    var password: String?
 
     init(_ arguments: Arguments, defaultParticipant: String = CommonOptions.stableParticipant()) throws(UsageError) {
         broker = arguments.value("broker") ?? ProcessInfo.processInfo.environment["GROUPSYNC_BROKER"] ?? "mqtt://127.0.0.1:1883"
@@ -26,12 +37,43 @@ struct CommonOptions {
         for (kind, value) in [("group", group), ("participant", participant)] where !Identifier.isValid(value) {
             throw UsageError("invalid \(kind) '\(value)': use 1–128 characters from A–Z a–z 0–9 . _ - : @ ~")
         }
+        let environment = ProcessInfo.processInfo.environment
+        if let caFile = arguments.value("cafile") ?? environment["GROUPSYNC_CAFILE"] {
+            tls = MQTTClient.TLS(
+                caFile: caFile, certificateFile: arguments.value("cert") ?? environment["GROUPSYNC_CERT"],
+                keyFile: arguments.value("key") ?? environment["GROUPSYNC_KEY"])
+        }
+        if let file = arguments.value("password-file") {
+            guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
+                throw UsageError("cannot read --password-file '\(file)'")
+            }
+            password = text.split(separator: "\n", omittingEmptySubsequences: false).first.map(String.init) ?? ""
+        } else {
+            password = environment["GROUPSYNC_PASSWORD"]
+        }
         // A URL that cannot be a broker is a usage error (exit 2), not an unreachable broker (exit 3).
         do {
-            _ = try MQTTClient.Configuration(url: broker)
+            _ = try mqttConfiguration()
         } catch {
-            throw UsageError("invalid --broker '\(CommonOptions.redacted(broker))': \(error)")
+            let hint = broker.hasPrefix("mqtts://") && tls == nil ? " (give the CA with --cafile)" : ""
+            throw UsageError("invalid --broker '\(CommonOptions.redacted(broker))': \(error)\(hint)")
         }
+    }
+
+    /// The connection this options describe: URL, TLS files and password.
+    func mqttConfiguration() throws(MQTTError) -> MQTTClient.Configuration {
+        var configuration = try MQTTClient.Configuration(url: broker, tls: tls)
+        if configuration.password == nil, let password { configuration.password = password }
+        configuration.keepAlive = keepAlive
+        return configuration
+    }
+
+    /// The participant this options describe.
+    func coordinatorConfiguration() throws(GroupSyncError) -> GroupCoordinator.Configuration {
+        var configuration = try GroupCoordinator.Configuration(
+            broker: broker, group: group, participant: participant, tls: tls, keepAlive: keepAlive)
+        if configuration.mqtt.password == nil, let password { configuration.mqtt.password = password }
+        return configuration
     }
 
     /// `USER@HOST` (with `suffix`), made an identifier: characters outside A–Z a–z 0–9 . _ - : @ ~
@@ -52,9 +94,7 @@ struct CommonOptions {
     /// Connects a coordinator, turning connection errors into one readable line (exit code 3).
     func connect() async throws(CommandFailure) -> GroupCoordinator {
         do {
-            let configuration = try GroupCoordinator.Configuration(
-                broker: broker, group: group, participant: participant, keepAlive: keepAlive)
-            return try await GroupCoordinator.connect(configuration)
+            return try await GroupCoordinator.connect(try coordinatorConfiguration())
         } catch {
             throw CommonOptions.failure(error, broker: broker)
         }
@@ -63,9 +103,7 @@ struct CommonOptions {
     /// Connects a plain MQTT client (for observers that must not appear as participants).
     func connectObserver() async throws(CommandFailure) -> MQTTClient {
         do {
-            var configuration = try MQTTClient.Configuration(url: broker)
-            configuration.keepAlive = keepAlive
-            let client = try MQTTClient(configuration: configuration)
+            let client = try MQTTClient(configuration: try mqttConfiguration())
             try await client.connect()
             return client
         } catch {
