@@ -8,7 +8,7 @@ enum DashboardCommand: Command {
     static let name = "dashboard"
     static let summary = "publish Home Assistant discovery and flat topics for dashboards"
     static let help = """
-        Usage: groupsync dashboard [--discovery-prefix PREFIX] [--verbose] [--broker URL] [--group NAME]
+        Usage: groupsync dashboard [--discovery-prefix PREFIX] [--verbose] [--timeout SEC] [--broker URL] [--group NAME]
                groupsync dashboard --replay FILE [--json] [--discovery-prefix PREFIX] [--group NAME]
 
         Projects one group for IoT dashboards as an observer (it never appears as a participant), until
@@ -34,6 +34,7 @@ enum DashboardCommand: Command {
         \(CommonOptions.help)
           --discovery-prefix P  Home Assistant's discovery prefix (default homeassistant)
           --verbose             print every publish as `topic payload`
+          --timeout SEC         how long to wait for the broker (default 10)
           --replay FILE         no broker: read messages as `mosquitto_sub -v` prints them ("topic payload",
                                 "(null)" for an empty payload) from FILE, or stdin for -, and print what the
                                 dashboard would publish, the same way. Lines before a line "--" are the
@@ -41,12 +42,13 @@ enum DashboardCommand: Command {
                                 "--", all are retained). Lines starting with # are comments.
           --json                with --replay: one JSON object per publish, {"topic","payload"}
 
-        Exit codes: 0 stopped with Ctrl-C (or replay done); 1 failure; 2 usage error; 3 broker unreachable.
+        Exit codes: 0 stopped with Ctrl-C (or replay done); 1 failure (a timeout included); 2 usage error;
+        3 broker unreachable; 130 interrupted while connecting.
         """
 
     static func run(_ arguments: [String]) async throws -> Int32 {
         let args = try Arguments(
-            arguments, options: CommonOptions.names.union(["discovery-prefix", "replay"]), flags: ["verbose", "json"])
+            arguments, options: CommonOptions.names.union(["discovery-prefix", "replay", "timeout"]), flags: ["verbose", "json"])
         let common = try CommonOptions(args)
         let prefix = args.value("discovery-prefix") ?? DashboardTopics.defaultDiscoveryPrefix
         guard DashboardTopics.isValidDiscoveryPrefix(prefix) else {
@@ -57,7 +59,8 @@ enum DashboardCommand: Command {
             return try replay(file, projection, json: args.has("json"))
         }
         if args.has("json") { throw UsageError("--json only goes with --replay") }
-        return try await serve(projection, common: common, verbose: args.has("verbose"))
+        let timeout = Duration.seconds(try args.integer("timeout", default: 10, range: 1...86_400))
+        return try await serve(projection, common: common, timeout: timeout, verbose: args.has("verbose"))
     }
 
     // MARK: - Live
@@ -68,13 +71,19 @@ enum DashboardCommand: Command {
         case reconnected
     }
 
-    private static func serve(_ start: DashboardProjection, common: CommonOptions, verbose: Bool) async throws -> Int32 {
+    private static func serve(_ start: DashboardProjection, common: CommonOptions, timeout: Duration, verbose: Bool) async throws -> Int32 {
         let topics = start.topics
         // Signals first: one that arrives while connecting or synchronizing waits here, and a test (or
         // a script) that stops the dashboard as soon as it printed something is never lost.
         let (interrupts, interrupt) = AsyncStream.makeStream(of: Void.self)
-        Signals.onInterrupt { interrupt.yield() }
-        let client = try await connect(common, will: start.will)
+        let interruption = Interruption()
+        Signals.onInterrupt {
+            interruption.fire()
+            interrupt.yield()
+        }
+        let client = try await interruption.race(timeout: timeout, waitingFor: "the broker") {
+            try await connect(common, will: start.will)
+        }
         let marker = "groupsync-observer/\(client.configuration.clientID)"
         let (inputs, feed) = AsyncStream.makeStream(of: Input.self)
         let events = client.events()

@@ -7,44 +7,86 @@ enum SessionsCommand: Command {
     static let name = "sessions"
     static let summary = "list the live sessions of a group (--watch to follow changes)"
     static let help = """
-        Usage: groupsync sessions [--watch] [--json] [--broker URL] [--group NAME]
+        Usage: groupsync sessions [--watch] [--json] [--timeout SEC] [--broker URL] [--group NAME]
 
         Lists live sessions: ID, activity, title, active participants, age. As an observer: it never
         appears as a participant. With --watch, prints the list again after every change until Ctrl-C.
 
         \(CommonOptions.help)
           --watch           follow changes
+          --timeout SEC     how long to wait for the broker and the group's records (default 10)
           --json            one JSON object per listing: {"sessions":[{"id","activity","title","participants","age_s"}]}
 
-        Exit codes: 0 success; 2 usage error; 3 broker unreachable.
+        Exit codes: 0 success (with --watch: stopped with Ctrl-C or SIGTERM); 1 timed out; 2 usage error;
+        3 broker unreachable; 130 interrupted before the listing.
         """
 
     static func run(_ arguments: [String]) async throws -> Int32 {
-        let args = try Arguments(arguments, options: CommonOptions.names, flags: ["watch", "json"])
+        let args = try Arguments(arguments, options: CommonOptions.names.union(["timeout"]), flags: ["watch", "json"])
         let common = try CommonOptions(args)
-        let client = try await common.connectObserver()
+        let timeout = Duration.seconds(try args.integer("timeout", default: 10, range: 1...86_400))
+        let interruption = Interruption()
+        Signals.onInterrupt { interruption.fire() }
+        let client = try await interruption.race(timeout: timeout, waitingFor: "the broker") { try await common.connectObserver() }
+        do {
+            return try await list(client, common: common, timeout: timeout, interruption: interruption, args: args)
+        } catch {
+            await client.disconnect()
+            throw error
+        }
+    }
+
+    /// Prints the listing once the group's retained records are in (and again after each change with
+    /// `--watch`), until done, interrupted or timed out before the listing.
+    private static func list(
+        _ client: MQTTClient, common: CommonOptions, timeout: Duration, interruption: Interruption, args: Arguments
+    ) async throws -> Int32 {
         var view = GroupView(group: common.group)
+        let topics = view.topics
         let marker = "groupsync-observer/\(client.configuration.clientID)"
-        let subscription = try await client.subscribe(to: [
-            TopicSubscription(view.topics.presenceFilter, qos: .atLeastOnce),
-            TopicSubscription(view.topics.announcementFilter, qos: .atLeastOnce),
-            TopicSubscription("\(view.topics.root)/s/+/member/+", qos: .atLeastOnce),
-            TopicSubscription(marker, qos: .atLeastOnce),
-        ])
-        // The marker comes back after every retained message: then the snapshot is complete.
-        try await client.publish(to: marker, string: "sync")
-        Signals.onInterrupt { subscription.unsubscribe() }
-        var complete = false
+        let subscription = try await interruption.race(timeout: timeout, waitingFor: "the broker's answer") {
+            let subscription = try await client.subscribe(to: [
+                TopicSubscription(topics.presenceFilter, qos: .atLeastOnce),
+                TopicSubscription(topics.announcementFilter, qos: .atLeastOnce),
+                TopicSubscription("\(topics.root)/s/+/member/+", qos: .atLeastOnce),
+                TopicSubscription(marker, qos: .atLeastOnce),
+            ])
+            // The marker comes back after every retained message: then the snapshot is complete.
+            try await client.publish(to: marker, string: "sync")
+            return subscription
+        }
+        // The loop below ends on Ctrl-C or SIGTERM, and before the listing also after the timeout.
+        let outcome = LockedValue<(complete: Bool, timedOut: Bool, interrupted: Bool)>((false, false, false))
+        let stopper = Task {
+            let timer = Task {
+                try await Task.sleep(for: timeout)
+                let timedOut = outcome.withLock { outcome in
+                    outcome.timedOut = !outcome.complete
+                    return outcome.timedOut
+                }
+                if timedOut { subscription.unsubscribe() }
+            }
+            for await _ in interruption.stream() {}
+            timer.cancel()
+            outcome.withLock { $0.interrupted = !Task.isCancelled }
+            subscription.unsubscribe()
+        }
+        defer { stopper.cancel() }
         for await message in subscription {
             if message.topic == marker {
-                complete = true
+                outcome.withLock { $0.complete = true }
                 print(view, json: args.has("json"))
                 if !args.has("watch") { break }
                 continue
             }
-            if view.apply(message) != nil && complete { print(view, json: args.has("json")) }
+            if view.apply(message) != nil && outcome.withLock({ $0.complete }) { print(view, json: args.has("json")) }
         }
         subscription.unsubscribe()
+        let (complete, timedOut, interrupted) = outcome.withLock { ($0.complete, $0.timedOut, $0.interrupted) }
+        if timedOut {
+            throw CommandFailure("timed out after \(timeout.components.seconds) s waiting for the group's records (see --timeout)")
+        }
+        if interrupted && !complete { throw CommandFailure("interrupted", exitCode: 130) }
         await client.disconnect()
         return 0
     }

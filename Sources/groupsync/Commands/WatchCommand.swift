@@ -7,7 +7,7 @@ enum WatchCommand: Command {
     static let name = "watch"
     static let summary = "decode all GroupSync traffic of a group as a readable log"
     static let help = """
-        Usage: groupsync watch [--json] [--broker URL] [--group NAME]
+        Usage: groupsync watch [--json] [--timeout SEC] [--broker URL] [--group NAME]
 
         Subscribes to groupsync/v2/<group>/# as an observer (it never appears as a participant) and prints
         announcements, joins, leaves, crashes (wills), state changes with their clocks, and messages
@@ -16,18 +16,30 @@ enum WatchCommand: Command {
 
         \(CommonOptions.help)
           --json            one JSON object per line: {"time","kind","session","participant","text",…}
+          --timeout SEC     how long to wait for the broker (default 10)
 
-        Exit codes: 0 stopped with Ctrl-C; 2 usage error; 3 broker unreachable.
+        Exit codes: 0 stopped with Ctrl-C or SIGTERM; 1 timed out; 2 usage error; 3 broker unreachable;
+        130 interrupted while connecting.
         """
 
     static func run(_ arguments: [String]) async throws -> Int32 {
-        let args = try Arguments(arguments, options: CommonOptions.names, flags: ["json"])
+        let args = try Arguments(arguments, options: CommonOptions.names.union(["timeout"]), flags: ["json"])
         let common = try CommonOptions(args)
         let asJSON = args.has("json")
-        let client = try await common.connectObserver()
+        let timeout = Duration.seconds(try args.integer("timeout", default: 10, range: 1...86_400))
+        let interruption = Interruption()
+        Signals.onInterrupt { interruption.fire() }
         var view = GroupView(group: common.group)
-        let subscription = try await client.subscribe(to: [TopicSubscription("\(view.topics.root)/#", qos: .atLeastOnce)])
-        Signals.onInterrupt { subscription.unsubscribe() }
+        let root = view.topics.root
+        let (client, subscription) = try await interruption.race(timeout: timeout, waitingFor: "the broker") {
+            let client = try await common.connectObserver()
+            return (client, try await client.subscribe(to: [TopicSubscription("\(root)/#", qos: .atLeastOnce)]))
+        }
+        let stopper = Task {
+            for await _ in interruption.stream() {}
+            subscription.unsubscribe()
+        }
+        defer { stopper.cancel() }
         if !asJSON { Output.line("watching \(view.topics.root)/# on \(CommonOptions.redacted(common.broker)) — Ctrl-C to stop") }
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]

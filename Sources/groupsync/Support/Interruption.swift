@@ -32,22 +32,57 @@ final class Interruption: Sendable {
     }
 
     /// Runs `operation` until it returns, the interruption comes (exit code 130), or `timeout` passes (a
-    /// failure that names `what` was awaited).
+    /// failure that names `what` was awaited). Returns at once in the two last cases, without waiting for
+    /// `operation` to notice its cancellation: a connect to a frozen broker may never notice, and the
+    /// command is about to exit anyway.
     func race<Result: Sendable>(
         timeout: Duration, waitingFor what: String, _ operation: @escaping @Sendable () async throws -> Result
     ) async throws -> Result {
-        try await withThrowingTaskGroup(of: Result.self) { group in
-            group.addTask { try await operation() }
-            group.addTask { [self] in
+        let outcome = Outcome<Result>()
+        let tasks = [
+            Task {
+                do {
+                    outcome.settle(.success(try await operation()))
+                } catch {
+                    outcome.settle(.failure(error))
+                }
+            },
+            Task { [self] in
                 for await _ in stream() {}
-                throw CommandFailure("interrupted", exitCode: 130)
-            }
-            group.addTask {
+                if !Task.isCancelled { outcome.settle(.failure(CommandFailure("interrupted", exitCode: 130))) }
+            },
+            Task {
                 try await Task.sleep(for: timeout)
-                throw CommandFailure("timed out after \(timeout.components.seconds) s waiting for \(what) (see --timeout)")
+                let seconds = timeout.components.seconds
+                outcome.settle(.failure(CommandFailure("timed out after \(seconds) s waiting for \(what) (see --timeout)")))
+            },
+        ]
+        defer { for task in tasks { task.cancel() } }
+        return try await outcome.value()
+    }
+}
+
+/// The first result of a race, handed to the one waiter.
+private final class Outcome<Value: Sendable>: Sendable {
+    private let state = Mutex<(result: Result<Value, any Error>?, waiter: CheckedContinuation<Value, any Error>?)>((nil, nil))
+
+    func settle(_ result: Result<Value, any Error>) {
+        let waiter = state.withLock { state -> CheckedContinuation<Value, any Error>? in
+            guard state.result == nil else { return nil }
+            state.result = result
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume(with: result)
+    }
+
+    func value() async throws -> Value {
+        try await withCheckedThrowingContinuation { continuation in
+            let result = state.withLock { state -> Result<Value, any Error>? in
+                if state.result == nil { state.waiter = continuation }
+                return state.result
             }
-            defer { group.cancelAll() }
-            return try await group.next()!
+            if let result { continuation.resume(with: result) }
         }
     }
 }
