@@ -206,8 +206,7 @@ final class SessionCore: Sendable {
                 reject()
                 return nil
             }
-            let value = Reliable.Position(all: position.all, direct: position.direct)
-            applyReceiving { $0.onPosition(value, from: sender, epoch: envelope.header.epoch, now: now) }
+            applyReceiving { $0.onPosition(position.position, from: sender, epoch: envelope.header.epoch, now: now) }
             return nil
         default:
             return applyReceiving { $0.onMessage(envelope, payload: payload, sender: sender, direct: direct, now: now) }.catchUpTo

@@ -49,6 +49,10 @@ extension Wire {
             all = position.all
             direct = position.direct
         }
+
+        var position: Reliable.Position {
+            Reliable.Position(all: all, direct: direct)
+        }
     }
 
     static func name(_ stream: Reliable.StreamKind) -> String {
