@@ -145,17 +145,23 @@ extension GroupCoordinator {
         if retained.owns(ours) { tasks.spawn { [retained] in await retained.clear(ours) } }
     }
 
-    /// Forgets, every second, the sessions whose every announcement copy expired: nobody kept them.
-    func startSessionExpiry() {
+    /// The sessions' upkeep, every quarter second until the coordinator closes: forgets the sessions
+    /// whose every announcement copy expired (nobody kept them), and, while connected, sends again the
+    /// requests for missing messages that stayed unanswered.
+    func startSessionUpkeep() {
         tasks.add(
             Task { [self] in
                 while !Task.isCancelled {
-                    try? await Task.sleep(for: .seconds(1))
+                    try? await Task.sleep(for: .milliseconds(250))
                     let now = configuration.clock.milliseconds()
-                    let cores = state.withLock { state in
-                        state.machine.expireSessions(now: now).compactMap { state.cores.removeValue(forKey: $0) }
+                    let (expired, cores) = state.withLock { state in
+                        (
+                            state.machine.expireSessions(now: now).compactMap { state.cores.removeValue(forKey: $0) },
+                            Array(state.cores.values)
+                        )
                     }
-                    for core in cores { core.onExpired() }
+                    for core in expired { core.onExpired() }
+                    if client.isConnected { for core in cores { core.tick() } }
                 }
             })
     }

@@ -145,16 +145,7 @@ public final class GroupCoordinator: Sendable {
         try await publishPresenceAndAwaitWelcome()
         if let interval = heartbeatInterval { startHeartbeats(every: interval) }
         tasks.add(Task { [retained] in await retained.refreshUntilCancelled() })
-        tasks.add(
-            Task { [self] in
-                // Sends again the requests for missing messages that stayed unanswered.
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: .milliseconds(250))
-                    guard client.isConnected else { continue }
-                    for core in state.withLock({ Array($0.cores.values) }) { core.tick() }
-                }
-            })
-        startSessionExpiry()
+        startSessionUpkeep()
     }
 
     /// Leaves every joined session, removes this participant's presence (a clean exit, not a crash), ends
