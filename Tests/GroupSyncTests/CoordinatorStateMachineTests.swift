@@ -344,21 +344,21 @@ import Testing
             "cleared and disowned records stay gone")
     }
 
-    @Test func keptRecordsAreRefreshedAtHalfTheirLifetimeAndReleasedOnesExpire() {
+    @Test func keptRecordsAreRefreshedAtAThirdOfTheirLifetimeAndReleasedOnesExpire() {
         var owned = OwnedRetained()
-        owned.own("a", .init(payload: Data("a".utf8), lifetime: .seconds(10), refreshing: true, published: Self.t0))
-        owned.own("b", .init(payload: Data("b".utf8), lifetime: .seconds(4), refreshing: true, published: Self.t0))
-        #expect(owned.shortestLifetime == .seconds(4))
+        owned.own("a", .init(payload: Data("a".utf8), lifetime: .seconds(12), refreshing: true, published: Self.t0))
+        owned.own("b", .init(payload: Data("b".utf8), lifetime: .seconds(6), refreshing: true, published: Self.t0))
+        #expect(owned.shortestLifetime == .seconds(6))
         #expect(owned.due(now: Self.t0 + .seconds(1)).isEmpty)
         #expect(owned.due(now: Self.t0 + .seconds(2)).map(\.topic) == ["b"])
         #expect(owned.due(now: Self.t0 + .seconds(3)).isEmpty, "refreshed at 2 s")
         owned.release("b")
-        #expect(owned.due(now: Self.t0 + .seconds(5)).map(\.topic) == ["a"], "b is no longer refreshed")
+        #expect(owned.due(now: Self.t0 + .seconds(4)).map(\.topic) == ["a"], "b is no longer refreshed")
         let left = owned.inRepublishOrder(now: Self.t0 + .seconds(5))
         #expect(left.map(\.topic) == ["a", "b"])
-        #expect(left[1].record.properties(at: Self.t0 + .seconds(5)).messageExpiry == 1, "what is left of b's lifetime")
-        #expect(left[0].record.properties(at: Self.t0 + .seconds(5)).messageExpiry == 10)
-        #expect(owned.inRepublishOrder(now: Self.t0 + .seconds(6)).map(\.topic) == ["a"], "b's lifetime is over")
+        #expect(left[1].record.properties(at: Self.t0 + .seconds(5)).messageExpiry == 3, "what is left of b's lifetime")
+        #expect(left[0].record.properties(at: Self.t0 + .seconds(5)).messageExpiry == 12)
+        #expect(owned.inRepublishOrder(now: Self.t0 + .seconds(8)).map(\.topic) == ["a"], "b's lifetime is over")
     }
 }
 

@@ -609,9 +609,9 @@ class Participant:
                     step = self.interval / 1000
                     self.next_heartbeat = self.next_heartbeat + step if self.next_heartbeat + step > now else now + step
                 if self.connected:
-                    # §Lifetimes: keeping = the same bytes with the full lifetime every half lifetime.
+                    # §Lifetimes: keeping = the same bytes with the full lifetime every third of it.
                     for topic, owned in self.owned.items():
-                        if owned["kept"] and now - owned["published"] >= owned["ttl"] / 2:
+                        if owned["kept"] and now - owned["published"] >= owned["ttl"] / 3:
                             owned["published"] = now
                             self.client.publish(topic, owned["payload"], qos=1, retain=True,
                                                 properties=self.expiry(owned["ttl"]))

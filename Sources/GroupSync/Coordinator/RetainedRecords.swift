@@ -16,7 +16,7 @@ final class RetainedRecords: Sendable {
 
     /// Publishes a record this participant owns (QoS 1), which the broker drops `lifetime` after its last
     /// publish, and returns once the broker acknowledged it. With `refreshing`, it is published again
-    /// every half `lifetime` until it is cleared, released or disowned. On a broker without retained
+    /// every third of `lifetime` until it is cleared, released or disowned. On a broker without retained
     /// messages it is sent as a plain message.
     func publish(_ topic: String, _ payload: Data, lifetime: Duration, refreshing: Bool = true) async throws(GroupSyncError) {
         let ticket = try enqueue(topic, payload, lifetime: lifetime, refreshing: refreshing)
@@ -86,11 +86,12 @@ final class RetainedRecords: Sendable {
         await publish(owned.withLock { $0.inRepublishOrder(now: .now) })
     }
 
-    /// Refreshes the records due, until cancelled: each kept record half its lifetime after it was last
-    /// published. Checks four times per shortest lifetime (at most every second).
+    /// Refreshes the records due, until cancelled: each kept record a third of its lifetime after it was
+    /// last published, so that a refresh that comes late (a busy machine, a reconnect) still arrives well
+    /// before the broker drops the record. Checks six times per shortest lifetime (at most every second).
     func refreshUntilCancelled() async {
         while !Task.isCancelled {
-            let pause = owned.withLock { $0.shortestLifetime.map { min($0 / 4, .seconds(1)) } } ?? .seconds(1)
+            let pause = owned.withLock { $0.shortestLifetime.map { min($0 / 6, .seconds(1)) } } ?? .seconds(1)
             try? await Task.sleep(for: pause)
             guard client.isConnected else { continue }
             await publish(owned.withLock { $0.due(now: .now) })
@@ -118,7 +119,7 @@ struct OwnedRetained {
     struct Record: Sendable {
         var payload: Data
         var lifetime: Duration
-        /// Published again every half lifetime while owned.
+        /// Published again every third of its lifetime while owned.
         var refreshing: Bool
         var published: ContinuousClock.Instant
 
@@ -159,7 +160,7 @@ struct OwnedRetained {
     mutating func due(now: ContinuousClock.Instant) -> [(topic: String, record: Record)] {
         records = records.filter { !$0.value.isOver(at: now) }
         var due: [(topic: String, record: Record)] = []
-        for (topic, record) in records where record.refreshing && now - record.published >= record.lifetime / 2 {
+        for (topic, record) in records where record.refreshing && now - record.published >= record.lifetime / 3 {
             records[topic]?.published = now
             due.append((topic, record))
         }
