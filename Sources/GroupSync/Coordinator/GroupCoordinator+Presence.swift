@@ -40,17 +40,11 @@ extension GroupCoordinator {
         }
         let sessions = cores.filter { !$0.isInvalidated }.map(\.announcement).sorted { $0.session < $1.session }
         // As many welcomes as the broker's packet limit takes: the presences in the first.
-        let budget = client.maximumPacketSize.map { $0 - Wire.envelopeAllowance } ?? Wire.maximumPayload
-        var parts = [Wire.Welcome(presences: presences.sorted { $0.participant < $1.participant }, sessions: [])]
-        var size = (try? Wire.encode(parts[0]).count) ?? 0
-        for session in sessions {
-            let sessionSize = ((try? Wire.encode(session).count) ?? 0) + 1
-            if size + sessionSize > budget && !parts[parts.count - 1].sessions.isEmpty {
-                parts.append(Wire.Welcome(presences: [], sessions: []))
-                size = 64
-            }
-            parts[parts.count - 1].sessions.append(session)
-            size += sessionSize
+        let first = Wire.Welcome(presences: presences.sorted { $0.participant < $1.participant }, sessions: [])
+        let groups = Wire.groups(
+            sessions, budget: Wire.budget(maximumPacketSize: client.maximumPacketSize), used: (try? Wire.encode(first).count) ?? 0)
+        let parts = groups.enumerated().map { index, sessions in
+            Wire.Welcome(presences: index == 0 ? first.presences : [], sessions: sessions)
         }
         let topic = topics.welcome(to: newcomer, from: localParticipant.id)
         for part in parts {

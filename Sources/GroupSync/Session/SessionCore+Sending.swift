@@ -136,7 +136,7 @@ extension SessionCore {
     /// Network thread: answers a newcomer, in as many parts as the broker's packet limit takes.
     func sendCatchUp(to newcomer: String) {
         let listingMembers = !context.client.retainAvailable
-        let budget = context.client.maximumPacketSize.map { $0 - Wire.envelopeAllowance } ?? Wire.maximumPayload
+        let budget = Wire.budget(maximumPacketSize: context.client.maximumPacketSize)
         for part in machine.withLock({ $0.catchUp(listingMembers: listingMembers, budget: budget) }) {
             sendControl(.catchUp, part, to: newcomer)
         }

@@ -502,19 +502,11 @@ struct SessionStateMachine {
             listingMembers
             ? active.map { Wire.Member(participant: $0.id, epoch: members[$0.id] ?? 0) }.sorted { $0.participant < $1.participant }
             : []
-        var parts = [Wire.CatchUp(states: [], members: listed)]
-        var size = listed.reduce(64) { $0 + ((try? Wire.encode($1).count) ?? 0) + 1 }
-        for record in states.values.sorted(by: { $0.key < $1.key }) {
-            let recordSize = ((try? Wire.encode(record).count) ?? 0) + 1
-            if size + recordSize > budget && !parts[parts.count - 1].states.isEmpty {
-                parts[parts.count - 1].more = true
-                parts.append(Wire.CatchUp(states: [], members: []))
-                size = 64
-            }
-            parts[parts.count - 1].states.append(record)
-            size += recordSize
+        let used = listed.reduce(64) { $0 + ((try? Wire.encode($1).count) ?? 0) + 1 }
+        let groups = Wire.groups(states.values.sorted { $0.key < $1.key }, budget: budget, used: used)
+        return groups.enumerated().map { index, records in
+            Wire.CatchUp(states: records, members: index == 0 ? listed : [], more: index < groups.count - 1 ? true : nil)
         }
-        return parts
     }
 
     private mutating func applyIfNewer(_ record: Wire.StateRecord, into action: inout Action, hold: Bool = false) {

@@ -61,7 +61,12 @@ extension Wire {
         }
 
         func int(_ key: String) throws(Rejection) -> Int64 {
-            switch try value(key) {
+            try Fields.integer(try value(key))
+        }
+
+        /// A JSON integer: a number with a fraction or an exponent is not one; anything else is another type.
+        static func integer(_ value: JSONValue) throws(Rejection) -> Int64 {
+            switch value {
             case let .int(value): value
             case .double: throw .notAnInteger
             default: throw .wrongShape

@@ -89,13 +89,7 @@ extension Wire.Skip: Wire.Record {
         for range in ranges {
             guard case let .array(bounds) = range, bounds.count == 2 else { throw .wrongShape }
             var pair: [Int64] = []
-            for bound in bounds {
-                switch bound {
-                case let .int(value): pair.append(value)
-                case .double: throw .notAnInteger
-                default: throw .wrongShape
-                }
-            }
+            for bound in bounds { pair.append(try Wire.Fields.integer(bound)) }
             guard pair[0] >= 1, pair[0] <= pair[1], pair[1] <= through else { throw .wrongShape }
             lost.append(pair)
         }
@@ -108,13 +102,7 @@ extension Wire.Position: Wire.Record {
         all = try fields.int("all")
         guard case let .object(entries) = try fields.value("direct") else { throw .wrongShape }
         var direct: [String: Int64] = [:]
-        for (recipient, value) in entries {
-            switch value {
-            case let .int(seq): direct[recipient] = seq
-            case .double: throw .notAnInteger
-            default: throw .wrongShape
-            }
-        }
+        for (recipient, value) in entries { direct[recipient] = try Wire.Fields.integer(value) }
         self.direct = direct
     }
 }

@@ -153,6 +153,29 @@ public enum Wire {
     /// identifiers, the properties and the envelope's header fields.
     static let envelopeAllowance = 2_048
 
+    /// The bytes a message's list may take under the broker's Maximum Packet Size (nil: none set).
+    static func budget(maximumPacketSize: Int?) -> Int {
+        maximumPacketSize.map { $0 - envelopeAllowance } ?? maximumPayload
+    }
+
+    /// `items` in as few consecutive groups as fit `budget` encoded bytes each, the first one having
+    /// `used` bytes taken already (by what only the first message carries). Always at least one group;
+    /// an item above the budget alone makes a group of its own.
+    static func groups<Item: Encodable>(_ items: [Item], budget: Int, used: Int) -> [[Item]] {
+        var groups: [[Item]] = [[]]
+        var size = used
+        for item in items {
+            let itemSize = ((try? encode(item).count) ?? 0) + 1
+            if size + itemSize > budget && !groups[groups.count - 1].isEmpty {
+                groups.append([])
+                size = 64
+            }
+            groups[groups.count - 1].append(item)
+            size += itemSize
+        }
+        return groups
+    }
+
     /// A value read from a payload with the rules of docs/PROTOCOL.md ("Decoding rules").
     public protocol Readable {
         /// Builds the value from a parsed JSON value, or says why it is not one.
