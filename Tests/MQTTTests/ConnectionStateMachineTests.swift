@@ -36,17 +36,20 @@ import Testing
 
     // MARK: - Connecting
 
-    @Test func aFailedFirstConnectIsReportedAndNotRetried() async {
+    /// A failed first connect is not retried, and its caller learns why once the network thread has
+    /// ended (so that the caller, not that thread, destroys the connection).
+    @Test func aFailedFirstConnectIsReportedWhenTheThreadEndsAndNotRetried() async {
         var machine = makeMachine()
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
             let (first, second) = (machine.onConnectRequested(waiter), machine.onConnectRequested(waiter))
             #expect(first && !second, "connect() once")
             #expect(machine.nextStep == .connect(first: true, notBefore: nil))
-            machine.onConnectFailed(.unreachable(host: "h", port: 1, detail: "refused"), now: .now, random: 0).resumeAll()
+            let failed = machine.onConnectFailed(.unreachable(host: "h", port: 1, detail: "refused"), now: .now, random: 0)
+            #expect(failed.connectResult == nil, "not before the thread ends")
+            #expect(machine.nextStep == .exit)
+            machine.onStopped().resumeAll()
         }
         #expect(failure(result) == .unreachable(host: "h", port: 1, detail: "refused"))
-        #expect(machine.nextStep == .exit)
-        _ = machine.onStopped()
         #expect(machine.isStopped)
     }
 
@@ -58,9 +61,10 @@ import Testing
             #expect(machine.nextStep == .loop)
             machine.onConnack(reasonCode: 135, reason: "Not authorized", sessionPresent: false, limits: .init(), now: .now, random: 0)
                 .resumeAll()
+            #expect(machine.nextStep == .exit)
+            machine.onStopped().resumeAll()
         }
         #expect(failure(result) == .connectionRefused(reasonCode: 135, reason: "Not authorized"))
-        #expect(machine.nextStep == .exit)
     }
 
     /// A first connection that ends before CONNACK fails `connect()` with the loop's cause.
@@ -70,9 +74,10 @@ import Testing
             _ = machine.onConnectRequested(waiter)
             machine.onSocketOpened()
             machine.onConnectionLost(reason: "r", cause: .tooManyOpenDescriptors, now: .now, random: 0).resumeAll()
+            #expect(machine.nextStep == .exit)
+            machine.onStopped().resumeAll()
         }
         #expect(failure(result) == .tooManyOpenDescriptors)
-        #expect(machine.nextStep == .exit)
     }
 
     @Test func theFirstConnackRestoresSubscriptionsMadeBeforeIt() async throws {

@@ -24,8 +24,10 @@ struct ConnectionStateMachine {
         /// Reconnect attempt `attempt` opened its socket and awaits CONNACK.
         case reconnecting(attempt: Int)
         /// `disconnect()` was called, the client was dropped, or the first connect failed: the network
-        /// thread is finishing. `connectWaiter`: a first `connect()` still waiting for it.
-        case stopping(connectWaiter: ConnectWaiter?, stopWaiters: [UInt64: StopWaiter])
+        /// thread is finishing. `connectWaiter`: a first `connect()` still waiting for it, resumed when the
+        /// thread has ended, with `connectFailure` (why the first connect failed) or else
+        /// ``MQTTError/disconnected``.
+        case stopping(connectWaiter: ConnectWaiter?, connectFailure: MQTTError?, stopWaiters: [UInt64: StopWaiter])
         /// The network thread is gone; nothing works any more.
         case stopped
     }
@@ -278,12 +280,12 @@ struct ConnectionStateMachine {
             effects.stopWaiters = [waiter]
             return (effects, false)
         case let .firstConnect(connecting, _):
-            state = .stopping(connectWaiter: connecting, stopWaiters: [id: waiter])
+            state = .stopping(connectWaiter: connecting, connectFailure: nil, stopWaiters: [id: waiter])
         case .connected, .backingOff, .reconnecting:
-            state = .stopping(connectWaiter: nil, stopWaiters: [id: waiter])
-        case .stopping(let connecting, var waiters):
+            state = .stopping(connectWaiter: nil, connectFailure: nil, stopWaiters: [id: waiter])
+        case .stopping(let connecting, let failure, var waiters):
             waiters[id] = waiter
-            state = .stopping(connectWaiter: connecting, stopWaiters: waiters)
+            state = .stopping(connectWaiter: connecting, connectFailure: failure, stopWaiters: waiters)
         }
         return (Effects(), true)
     }
@@ -292,11 +294,11 @@ struct ConnectionStateMachine {
     /// unresponsive host): its waiter is resumed now, and so is a `connect()` stuck in the same call;
     /// the thread finishes on its own later.
     mutating func onDisconnectTimedOut(id: UInt64) -> Effects {
-        guard case .stopping(let connecting, var waiters) = state, let waiter = waiters.removeValue(forKey: id) else {
+        guard case .stopping(let connecting, let failure, var waiters) = state, let waiter = waiters.removeValue(forKey: id) else {
             return Effects()
         }
-        state = .stopping(connectWaiter: nil, stopWaiters: waiters)
-        return Effects(connectResult: connecting.map { ($0, .failure(.disconnected)) }, stopWaiters: [waiter])
+        state = .stopping(connectWaiter: nil, connectFailure: nil, stopWaiters: waiters)
+        return Effects(connectResult: connecting.map { ($0, .failure(failure ?? .disconnected)) }, stopWaiters: [waiter])
     }
 
     /// The client was dropped without `disconnect()`. Returns whether a network thread must be stopped
@@ -306,9 +308,9 @@ struct ConnectionStateMachine {
         case .idle, .stopping, .stopped:
             return false
         case let .firstConnect(connecting, _):
-            state = .stopping(connectWaiter: connecting, stopWaiters: [:])
+            state = .stopping(connectWaiter: connecting, connectFailure: nil, stopWaiters: [:])
         case .connected, .backingOff, .reconnecting:
-            state = .stopping(connectWaiter: nil, stopWaiters: [:])
+            state = .stopping(connectWaiter: nil, connectFailure: nil, stopWaiters: [:])
         }
         return true
     }
@@ -476,7 +478,7 @@ struct ConnectionStateMachine {
     /// The network thread is exiting: everything still open ends.
     mutating func onStopped() -> Effects {
         var waiters: [StopWaiter] = []
-        if case let .stopping(_, stopWaiters) = state { waiters = Array(stopWaiters.values) }
+        if case let .stopping(_, _, stopWaiters) = state { waiters = Array(stopWaiters.values) }
         var effects = stop()
         effects.stopWaiters = waiters
         return effects
@@ -484,9 +486,13 @@ struct ConnectionStateMachine {
 
     // MARK: - Helpers
 
+    /// The first connect failed for good. Its caller learns why once the network thread has ended
+    /// (``onStopped()``): by then the thread has let go of the connection, so a caller that drops the
+    /// client and exits the process at once destroys libmosquitto's handle itself, before the exit — not
+    /// a network thread racing the process's exit handlers (OpenSSL's among them).
     private mutating func failFirstConnect(_ waiter: ConnectWaiter, _ error: MQTTError) -> Effects {
-        state = .stopping(connectWaiter: nil, stopWaiters: [:])
-        return Effects(connectResult: (waiter, .failure(error)))
+        state = .stopping(connectWaiter: waiter, connectFailure: error, stopWaiters: [:])
+        return Effects()
     }
 
     private mutating func scheduleReconnect(
@@ -501,8 +507,10 @@ struct ConnectionStateMachine {
     private mutating func stop() -> Effects {
         var effects = Effects()
         switch state {
-        case let .firstConnect(waiter, _), let .stopping(waiter?, _):
+        case let .firstConnect(waiter, _):
             effects.connectResult = (waiter, .failure(.disconnected))
+        case let .stopping(waiter?, failure, _):
+            effects.connectResult = (waiter, .failure(failure ?? .disconnected))
         default:
             break
         }

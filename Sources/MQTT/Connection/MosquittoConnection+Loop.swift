@@ -18,8 +18,16 @@ import Foundation
 /// ``MQTTError/tooManyOpenDescriptors``.
 extension MosquittoConnection {
     /// Starts the network thread. It runs until `disconnect` (or a failed first connect) stops it.
+    ///
+    /// The thread holds the connection only while it runs, and resumes the waiters of its end (a failed
+    /// first `connect()`, `disconnect()`) after letting go of it. Whoever they wake then holds the last
+    /// reference, so libmosquitto's handle — its TLS state included — is destroyed on their side, never by
+    /// this thread while a command that failed is already running the process's exit handlers.
     func startNetworkThread() {
-        let thread = Thread { [self] in self.run() }
+        let thread = Thread { [weak self] in
+            let ended = self?.run()
+            ended?.resumeAll()
+        }
         #if canImport(Darwin)
         thread.name = "mqtt:\(configuration.clientID)"  // Darwin passes it on; Linux: `ThreadName`
         #endif
@@ -27,7 +35,8 @@ extension MosquittoConnection {
         thread.start()
     }
 
-    private func run() {
+    /// Runs until the state machine says exit; returns what the end resumes.
+    private func run() -> ConnectionStateMachine.Effects {
         ThreadName.setCurrent("mqtt:" + configuration.clientID)
         loop: while true {
             switch state.withLock({ $0.nextStep }) {
@@ -61,7 +70,7 @@ extension MosquittoConnection {
         if mosquitto_socket(handle) != -1 && !aborting.load(ordering: .acquiring) {
             sendDisconnect()
         }
-        state.withLock { $0.onStopped() }.resumeAll()
+        return state.withLock { $0.onStopped() }
     }
 
     /// One turn of the open connection: `mosquitto_loop` waits up to `timeout` milliseconds, reads,
