@@ -152,6 +152,43 @@ import Testing
         }
     }
 
+    /// A join waits for its session's announcement no longer than `--timeout`; Ctrl-C or SIGTERM ends that
+    /// wait at once, with an error answer, and the bridge exits 0 — a frozen broker's too.
+    @Test func waitsEndOnTimeoutOrSignal() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let impatient = try BridgeProcess("carol", broker: broker.url, group: "waits", options: ["--timeout", "1"])
+            let started = ContinuousClock.now
+            let answer = try await impatient.answer(impatient.send("join", #""session":"nosuchsession""#))
+            #expect(answer["event"] == "error" && answer["message"]?.string?.contains("within 1 s") == true, "\(answer)")
+            #expect(ContinuousClock.now - started < timeBound(.seconds(5)))
+            impatient.cli.closeInput()
+            #expect(try await impatient.cli.wait() == 0)
+
+            @Sendable func connections() -> Int { broker.logText.components(separatedBy: "New client connected").count }
+            for number in [SIGINT, SIGTERM] {
+                let before = connections()
+                let waiting = try BridgeProcess("dave", broker: broker.url, group: "waits")
+                let id = waiting.send("join", #""session":"nosuchsession""#)
+                try await waitUntil("connected") { connections() > before }
+                waiting.cli.signal(number)
+                #expect(try await withTimeLimit(.seconds(5), "the bridge stops") { try await waiting.cli.wait() } == 0)
+                #expect(try await waiting.answer(id)["event"] == "error")
+            }
+
+            // A broker that takes the connection and never answers.
+            broker.pause()
+            defer { broker.resume() }
+            for number in [SIGINT, SIGTERM] {
+                let waiting = try BridgeProcess("erin", broker: broker.url, group: "waits", environment: ["GROUPSYNC_MQTT_DEBUG": "1"])
+                let id = waiting.send("join", #""session":"nosuchsession""#)
+                try await waitUntil("its CONNECT is sent") { waiting.cli.errors.contains { $0.contains("sending CONNECT") } }
+                waiting.cli.signal(number)
+                #expect(try await withTimeLimit(.seconds(5), "the bridge stops") { try await waiting.cli.wait() } == 0)
+                #expect(try await waiting.answer(id)["event"] == "error")
+            }
+        }
+    }
+
     /// `join` and `bridge` exchange one documented message type (PROTOCOL.md, "The command-line tools on
     /// the wire"), so the two tools can talk to each other.
     @Test func joinAndBridgeMessageEachOther() async throws {
@@ -196,8 +233,8 @@ private final class BridgeProcess: Sendable {
     let cli: CLIProcess
     private let nextID = LockedValue(100)
 
-    init(_ participant: String, broker: String, group: String) throws {
-        cli = try CLIProcess(["bridge", "--broker", broker, "--group", group, "--as", participant])
+    init(_ participant: String, broker: String, group: String, options: [String] = [], environment: [String: String] = [:]) throws {
+        cli = try CLIProcess(["bridge", "--broker", broker, "--group", group, "--as", participant] + options, environment: environment)
     }
 
     /// Every line on stdout, parsed.

@@ -114,6 +114,33 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: String(config)), "its configuration is removed")
     }
 
+    /// The demo stops on Ctrl-C or SIGTERM: against a broker that never answers it exits 130 at once (or
+    /// 1 after `--timeout`), and interrupted at any point its private mosquitto stops with it.
+    @Test func theDemoStopsOnASignalOrTimeout() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            broker.pause()
+            defer { broker.resume() }
+            let late = try await runCLI(["demo", "--broker", broker.url, "--timeout", "1"], timeout: .seconds(10))
+            #expect(late.status == 1 && late.errors.contains { $0.contains("timed out") }, "\(late.errors)")
+            for number in [SIGINT, SIGTERM] {
+                let waiting = try CLIProcess(["demo", "--broker", broker.url], environment: ["GROUPSYNC_MQTT_DEBUG": "1"])
+                try await waitUntil("its CONNECT is sent") { waiting.errors.contains { $0.contains("sending CONNECT") } }
+                waiting.signal(number)
+                #expect(try await withTimeLimit(.seconds(5), "the demo stops") { try await waiting.wait() } == 130)
+            }
+        }
+        for number in [SIGINT, SIGTERM] {
+            let demo = try CLIProcess(["demo"])
+            let banner = try await demo.waitForLine { $0.contains("private mosquitto on mqtt://") }
+            let url = try #require(banner.split(separator: " ").first { $0.hasPrefix("mqtt://") })
+            demo.signal(number)
+            let status = try await withTimeLimit(.seconds(10), "the demo stops") { try await demo.wait() }
+            #expect(status == 130 || status == 0, "interrupted, or done before the signal came")
+            let client = try MQTTClient(configuration: .init(url: String(url)))
+            await #expect(throws: MQTTError.self, "its private broker stopped") { try await client.connect() }
+        }
+    }
+
     /// `join --session` for a session nobody announced gives up after `--timeout`, and Ctrl-C or SIGTERM
     /// ends the wait at once (exit 130).
     @Test func waitingForASessionEndsOnTimeoutOrSignal() async throws {

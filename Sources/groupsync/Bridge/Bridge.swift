@@ -26,11 +26,13 @@ actor Bridge {
         var discovery: MQTTSubscription?
     }
 
-    /// How long `start` waits for its own announcement to come back.
-    static let announcementTimeout: Duration = .seconds(10)
-
     private var options: CommonOptions
     private let events: BridgeEvents
+    /// How long a request waits for an announcement (`--timeout`): `start` for its own, `join` unless it
+    /// gives its own `timeout`.
+    private let timeout: Duration
+    /// Ctrl-C or SIGTERM: ends a connection attempt at once, even one to a broker that never answers.
+    private let interruption: Interruption
     private var coordinator: GroupCoordinator?
     /// A plain MQTT connection (not a participant) that sees which state keys exist in the session.
     private var observer: MQTTClient?
@@ -40,9 +42,11 @@ actor Bridge {
     private var current: Joined?
     private var closing = false
 
-    init(options: CommonOptions, events: BridgeEvents) {
+    init(options: CommonOptions, events: BridgeEvents, timeout: Duration, interruption: Interruption) {
         self.options = options
         self.events = events
+        self.timeout = timeout
+        self.interruption = interruption
     }
 
     /// Carries out `request` and writes its answer.
@@ -77,11 +81,12 @@ actor Bridge {
             } catch {
                 throw Failure("could not start a session of \(activity): \(error)")
             }
-            guard let session = await find(coordinator, activity: activity, session: id, within: Bridge.announcementTimeout) else {
-                throw Failure("session \(id) was announced but did not come back within \(Bridge.seconds(Bridge.announcementTimeout))")
+            guard let session = await find(coordinator, activity: activity, session: id, within: timeout) else {
+                throw Failure("session \(id) was announced but did not come back within \(Bridge.seconds(timeout))")
             }
             return try await join(session, keys: keys)
-        case let .join(activity, sessionID, keys, timeout):
+        case let .join(activity, sessionID, keys, requested):
+            let timeout = requested ?? timeout
             try leaveNothingBehind()
             let coordinator = try await connect()
             if let activity { follow(activity, coordinator) }
@@ -154,12 +159,15 @@ actor Bridge {
 
     private func connect() async throws(Failure) -> GroupCoordinator {
         if let coordinator { return coordinator }
+        let options = self.options
         do {
-            let connected = try await options.connect()
+            // No timeout of its own: an attempt left behind could still connect, a second participant
+            // under this one's ID. libmosquitto gives up on a broker that never answers after the keepalive.
+            let connected = try await interruption.race(timeout: nil, waitingFor: "the broker") { try await options.connect() }
             coordinator = connected
             return connected
         } catch {
-            throw Failure(error.description)
+            throw Failure("\(error)")
         }
     }
 

@@ -13,7 +13,8 @@ struct BridgeRequest: Sendable {
         case configure(broker: String?, group: String?, participant: String?, keepAlive: Int?)
         case watch(activity: String)
         case start(activity: String, metadata: GroupActivityMetadata?, value: JSONValue, keys: [String])
-        case join(activity: String?, session: String?, keys: [String], timeout: Duration)
+        /// `timeout`: how long to wait for the announcement; nil for the bridge's `--timeout`.
+        case join(activity: String?, session: String?, keys: [String], timeout: Duration?)
         case leave
         case end
         case set(key: String, value: JSONValue)
@@ -27,9 +28,6 @@ struct BridgeRequest: Sendable {
     }
 
     static let operations = ["ping", "configure", "watch", "start", "join", "leave", "end", "set", "send"]
-
-    /// How long `join` waits for its session to be announced unless the request says otherwise.
-    static let defaultTimeout: Duration = .seconds(10)
 
     /// Parses one line (without its newline).
     static func parse(_ line: Data) -> Result<BridgeRequest, Invalid> {
@@ -97,7 +95,7 @@ struct BridgeRequest: Sendable {
             guard activity != nil || session != nil else {
                 throw Invalid(message: "join needs \"activity\", \"session\" or both")
             }
-            var timeout = defaultTimeout
+            var timeout: Duration?
             if let seconds = try fields.number("timeout") {
                 guard seconds >= 0, seconds <= 600 else { throw Invalid(message: "\"timeout\" must be 0 to 600 seconds") }
                 timeout = .milliseconds(Int64(seconds * 1_000))

@@ -7,7 +7,7 @@ enum BridgeCommand: Command {
     static let name = "bridge"
     static let summary = "bridge a session to a host program over JSON lines (stdin/stdout)"
     static let help = """
-        Usage: groupsync bridge [--broker URL] [--group NAME] [--as ID] [--keepalive SEC]
+        Usage: groupsync bridge [--timeout SEC] [--broker URL] [--group NAME] [--as ID] [--keepalive SEC]
 
         For a host program (Node, Electron, React Native, Python…): one JSON request per line on stdin,
         one JSON answer or event per line on stdout, nothing else on stdout (diagnostics go to stderr).
@@ -27,25 +27,34 @@ enum BridgeCommand: Command {
 
         \(CommonOptions.help)
 
+          --timeout SEC     how long start and join wait for an announcement (default 10; a join's
+                            "timeout" overrides it). Connecting gives up after the keepalive
+
         Options give the defaults that "configure" may override. Lines over 1 MiB are rejected.
 
-        Exit codes: 0 stdin closed or signal, session left; 1 failure; 2 usage error. Connection
-        problems are error answers, not exit codes: the host may configure another broker and retry.
+        Exit codes: 0 stdin closed or signal (Ctrl-C, SIGTERM: at any point, a request still waiting
+        ends with an error answer), session left; 1 failure; 2 usage error. Connection problems are
+        error answers, not exit codes: the host may configure another broker and retry.
         """
 
     /// Longer request lines are rejected (and never held in memory).
     static let maximumLineLength = 1 << 20
 
     static func run(_ arguments: [String]) async throws -> Int32 {
-        let args = try Arguments(arguments, options: CommonOptions.names, flags: [], positionals: 1)
+        let args = try Arguments(arguments, options: CommonOptions.names.union(["timeout"]), flags: [], positionals: 1)
         guard args.positionals.isEmpty else {
             throw UsageError("unexpected argument '\(args.positionals[0])': requests come on stdin")
         }
         let common = try CommonOptions(args, defaultParticipant: CommonOptions.stableParticipant(suffix: "-bridge"))
         let events = BridgeEvents()
-        let bridge = Bridge(options: common, events: events)
+        let timeout = Duration.seconds(try args.integer("timeout", default: 10, range: 1...86_400))
+        let interruption = Interruption()
+        let bridge = Bridge(options: common, events: events, timeout: timeout, interruption: interruption)
         let (stop, stopping) = AsyncStream.makeStream(of: Void.self)
-        Signals.onInterrupt { stopping.yield() }
+        Signals.onInterrupt {
+            interruption.fire()
+            stopping.yield()
+        }
         let lines = BridgeLineReader.lines(limit: maximumLineLength)
         let worker = Task {
             for await line in lines {

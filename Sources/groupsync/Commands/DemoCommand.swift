@@ -16,29 +16,38 @@ enum DemoCommand: Command {
     static let name = "demo"
     static let summary = "run the gallery demo on a private broker and print a verdict"
     static let help = """
-        Usage: groupsync demo [--participants N] [--broker URL] [--group NAME]
+        Usage: groupsync demo [--participants N] [--timeout SEC] [--broker URL] [--group NAME]
 
         N participants (default 3) share one gallery index. Scripted: swipes, a simultaneous swipe by two
         participants, a late joiner, and one participant killed without leaving. Prints a timeline (who
         did what, what each saw, latencies) and a verdict.
 
           --participants N  3 to 20 (default 3)
+          --timeout SEC     give up when the whole script takes longer (default 60)
           --broker URL      use this broker instead of starting a private mosquitto
           --group NAME      group name (default: demo-<random>)
 
-        Exit codes: 0 everything converged and the crash was detected; 1 otherwise; 2 usage error;
-        3 broker unreachable; 4 mosquitto not installed (sudo apt-get install mosquitto).
+        Ctrl-C or SIGTERM stops the demo at any point: its participants leave and the private mosquitto
+        stops.
+
+        Exit codes: 0 everything converged and the crash was detected; 1 otherwise (a timeout included);
+        2 usage error; 3 broker unreachable; 4 mosquitto not installed (sudo apt-get install mosquitto);
+        130 interrupted.
         """
 
     static func run(_ arguments: [String]) async throws -> Int32 {
-        let args = try Arguments(arguments, options: ["participants", "broker", "group"], flags: [])
+        let args = try Arguments(arguments, options: ["participants", "broker", "group", "timeout"], flags: [])
         let count = try args.integer("participants", default: 3, range: 3...20)
+        let timeout = Duration.seconds(try args.integer("timeout", default: 60, range: 1...3_600))
         let group = args.value("group") ?? "demo-\(String(UInt32.random(in: 0...UInt32.max), radix: 36))"
+        let interruption = Interruption()
+        Signals.onInterrupt { interruption.fire() }
         var broker: MosquittoBroker?
         let url: String
         if let given = args.value("broker") {
             url = given
         } else {
+            // Not raced: the start is bounded (10 s), and a broker once started is this command's to stop.
             do {
                 broker = try await MosquittoBroker.start()
             } catch {
@@ -48,18 +57,25 @@ enum DemoCommand: Command {
         }
         let timeline = Timeline()
         timeline.note("broker", broker.map { "private mosquitto on \($0.url) (set_tcp_nodelay true)" } ?? "using \(url)")
-        let verdict: Bool
+        let scenario = Scenario(url: url, group: group, count: count, timeline: timeline)
+        let outcome: Result<Bool, any Error>
         do {
-            verdict = try await Scenario(url: url, group: group, count: count, timeline: timeline).run()
-        } catch let failure as CommandFailure {
-            await broker?.stop()
-            throw failure
+            outcome = .success(
+                try await interruption.race(timeout: timeout, waitingFor: "the demo to finish") { try await scenario.run() })
         } catch {
-            await broker?.stop()
+            outcome = .failure(error)
+        }
+        // Interrupted or timed out, the script is left where it was: its participants leave now.
+        await scenario.closeAll()
+        await broker?.stop()
+        switch outcome {
+        case let .success(verdict):
+            return verdict ? 0 : 1
+        case let .failure(failure as CommandFailure):
+            throw failure
+        case let .failure(error):
             throw CommandFailure("demo failed: \(error)")
         }
-        await broker?.stop()
-        return verdict ? 0 : 1
     }
 }
 
@@ -75,11 +91,25 @@ final class Timeline: Sendable {
 }
 
 /// One run of the demo's script.
-struct Scenario {
+final class Scenario: Sendable {
     let url: String
     let group: String
     let count: Int
     let timeline: Timeline
+    /// Every participant connected so far, for ``closeAll()``.
+    private let connected = LockedValue<[Participant]>([])
+
+    init(url: String, group: String, count: Int, timeline: Timeline) {
+        self.url = url
+        self.group = group
+        self.count = count
+        self.timeline = timeline
+    }
+
+    /// Closes every participant the script connected (those it closed already stay closed).
+    func closeAll() async {
+        for participant in connected.withLock({ $0 }) { await participant.coordinator.close() }
+    }
 
     final class Participant: Sendable {
         let name: String
@@ -113,7 +143,9 @@ struct Scenario {
             } catch {
                 throw CommonOptions.failure(error, broker: url)
             }
-            participants.append(Participant(name: name, coordinator: coordinator))
+            let participant = Participant(name: name, coordinator: coordinator)
+            connected.withLock { $0.append(participant) }
+            participants.append(participant)
             timeline.note(name, "connected (presence online, will registered)")
         }
         let alice = participants[0], bob = participants[1]

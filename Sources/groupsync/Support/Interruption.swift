@@ -32,11 +32,11 @@ final class Interruption: Sendable {
     }
 
     /// Runs `operation` until it returns, the interruption comes (exit code 130), or `timeout` passes (a
-    /// failure that names `what` was awaited). Returns at once in the two last cases, without waiting for
-    /// `operation` to notice its cancellation: a connect to a frozen broker may never notice, and the
-    /// command is about to exit anyway.
+    /// failure that names `what` was awaited; nil: no timeout). Returns at once in the two last cases,
+    /// without waiting for `operation` to notice its cancellation: a connect to a frozen broker may never
+    /// notice, and the command is about to exit anyway.
     func race<Result: Sendable>(
-        timeout: Duration, waitingFor what: String, _ operation: @escaping @Sendable () async throws -> Result
+        timeout: Duration?, waitingFor what: String, _ operation: @escaping @Sendable () async throws -> Result
     ) async throws -> Result {
         let outcome = Outcome<Result>()
         let tasks = [
@@ -52,6 +52,7 @@ final class Interruption: Sendable {
                 if !Task.isCancelled { outcome.settle(.failure(CommandFailure("interrupted", exitCode: 130))) }
             },
             Task {
+                guard let timeout else { return }
                 try await Task.sleep(for: timeout)
                 let seconds = timeout.components.seconds
                 outcome.settle(.failure(CommandFailure("timed out after \(seconds) s waiting for \(what) (see --timeout)")))
