@@ -44,33 +44,32 @@ import Testing
             try await recorder.wait(for: "\(session)/participants", toBe: "2")
             try await recorder.wait(for: "\(session)/participant_list", toBe: #"["alice","bob"]"#)
 
-            // State values follow sets, as plain JSON; a state sensor's config follows its value's kind.
-            let pageConfig = "homeassistant/sensor/groupsync_\(group)/\(id)_state_page/config"
-            let volumeConfig = "homeassistant/sensor/groupsync_\(group)/\(id)_state_volume/config"
+            // State values follow sets, as plain JSON; a state sensor keeps the kind of its first value.
+            let pageConfig = "homeassistant/sensor/groupsync_\(group)/\(Self.board)_state_page/config"
+            let volumeConfig = "homeassistant/sensor/groupsync_\(group)/\(Self.board)_state_volume/config"
             alice.send(#""intro""#)
             try await recorder.wait(for: "\(session)/state/page", toBe: #""intro""#)
             try await recorder.waitForMessages("page's config as text") { Self.object($0.latest[pageConfig])?["value_template"] != nil }
             #expect(Self.object(recorder.latest[pageConfig])?["state_class"] == nil)
+            #expect(Self.object(recorder.latest[pageConfig])?["json_attributes_topic"] as? String == "\(session)/state/page")
             alice.send("3")
             try await recorder.wait(for: "\(session)/state/page", toBe: "3")
-            try await recorder.waitForMessages("page's config as a measurement") {
-                Self.object($0.latest[pageConfig])?["state_class"] as? String == "measurement"
-            }
             bob.send("0.5")
             try await recorder.wait(for: "\(session)/state/volume", toBe: "0.5")
             try await recorder.waitForMessages("volume's config") { $0.latest[volumeConfig]?.isEmpty == false }
+            #expect(Self.object(recorder.latest[volumeConfig])?["state_class"] as? String == "measurement")
             alice.send(#"{"chapter":2,"page":4}"#)
             try await recorder.wait(for: "\(session)/state/page", toBe: #"{"chapter":2,"page":4}"#)
-            try await recorder.waitForMessages("page's config as an object") {
-                Self.object($0.latest[pageConfig])?["json_attributes_topic"] as? String == "\(session)/state/page"
-            }
+            #expect(recorder.snapshot.count(pageConfig) == 1, "page stays text: its config is never published again")
 
-            // Every config, field by field, against Home Assistant's sensor schema.
+            // Every config, field by field, against Home Assistant's schemas.
             let sessionConfigs = [
-                "homeassistant/sensor/groupsync_\(group)/\(id)_participants/config", pageConfig, volumeConfig,
+                "homeassistant/sensor/groupsync_\(group)/\(Self.board)_participants/config", pageConfig, volumeConfig,
             ]
+            let connectivity = ["alice", "bob"].map { "homeassistant/binary_sensor/groupsync_\(group)/\($0)_connected/config" }
+            try await recorder.waitForMessages("both connectivity entities") { seen in connectivity.allSatisfy { seen.latest[$0] != nil } }
             let configs = recorder.latest.filter { $0.key.hasPrefix("homeassistant/") && !$0.value.isEmpty }
-            #expect(Set(configs.keys) == Set([groupConfig] + sessionConfigs))
+            #expect(Set(configs.keys) == Set([groupConfig] + sessionConfigs + connectivity))
             Self.checkDiscovery(configs, values: recorder.latest)
             let participants = try #require(Self.object(configs[sessionConfigs[0]]))
             #expect(participants["name"] as? String == "Participants")
@@ -78,7 +77,7 @@ import Testing
             #expect(participants["state_class"] as? String == "measurement")
             #expect(participants["unit_of_measurement"] as? String == "participants")
             let device = try #require(participants["device"] as? [String: Any])
-            #expect(device["name"] as? String == "Movie night (\(id))")
+            #expect(device["name"] as? String == "Movie night")
             #expect(device["model"] as? String == "com.example.board")
             #expect(device["via_device"] as? String == "groupsync_\(group)")
             let sessions = try #require(Self.object(configs[groupConfig]))
@@ -89,12 +88,15 @@ import Testing
             #expect(page["state_topic"] as? String == "\(session)/state/page")
             #expect((page["value_template"] as? String)?.contains("value_json") == true)
             #expect(Self.object(configs[volumeConfig])?["state_class"] as? String == "measurement")
+            try await recorder.wait(for: "\(flat)/participant/bob", toBe: "online")
 
-            // A participant leaves: the count follows.
+            // A participant leaves: the count follows; his connectivity entity stays, off.
             bob.signal(SIGINT)  // leaves cleanly, as Ctrl-C would
             #expect(try await Self.exit(bob, "bob") == 0)
             try await recorder.wait(for: "\(session)/participants", toBe: "1")
             try await recorder.wait(for: "\(session)/participant_list", toBe: #"["alice"]"#)
+            try await recorder.wait(for: "\(flat)/participant/bob", toBe: "offline")
+            #expect(recorder.latest[connectivity[1]] == configs[connectivity[1]])
             #expect(recorder.latest["\(session)/state/volume"] == "0.5", "bob's last value stays, as in the session")
 
             // Home Assistant restarts: its birth message brings every config again, unchanged.
@@ -136,6 +138,19 @@ import Testing
             #expect(retained["\(flat)/sessions"] == "0")
             #expect(retained["\(flat)/availability"] == "online")
 
+            // The next session of the activity has the same entities, showing it.
+            let dave = try CLIProcess(["join", "com.example.board", "--as", "dave", "--key", "volume"] + common)
+            let next = try #require(try await dave.waitForLine { $0.hasPrefix("session ") }.split(separator: " ").dropFirst().first)
+            #expect(next != id)
+            try await recorder.waitForMessages("the participants sensor shows the next session") {
+                Self.object($0.latest[sessionConfigs[0]])?["state_topic"] as? String == "\(flat)/session/\(next)/participants"
+            }
+            let again = try #require(Self.object(recorder.latest[sessionConfigs[0]]))
+            #expect(again["unique_id"] as? String == participants["unique_id"] as? String)
+            #expect(again["object_id"] as? String == participants["object_id"] as? String)
+            dave.closeInput()
+            #expect(try await Self.exit(dave, "dave") == 0)
+
             // Ctrl-C: a clean exit says offline.
             dashboard.signal(SIGINT)
             #expect(try await Self.exit(dashboard, "dashboard") == 0)
@@ -161,10 +176,12 @@ import Testing
             let line = try await alice.waitForLine { $0.hasPrefix("session ") }
             let id = String(line.split(separator: " ")[1])
             try await recorder.wait(for: "\(flat)/session/\(id)/participants", toBe: "1")
+            try await recorder.wait(for: "\(flat)/participant/alice", toBe: "online")
             alice.signal(SIGKILL)
             _ = try await Self.exit(alice, "alice")
             try await recorder.wait(for: "\(flat)/session/\(id)/participants", toBe: "0")
             try await recorder.wait(for: "\(flat)/session/\(id)/participant_list", toBe: "[]")
+            try await recorder.wait(for: "\(flat)/participant/alice", toBe: "offline")
 
             // The dashboard dies: the broker publishes its will.
             first.signal(SIGKILL)
@@ -189,7 +206,7 @@ import Testing
             #expect(retained.keys.filter { $0.contains("ghost") }.isEmpty)
             #expect(retained[foreign] == "{}", "only its own subtrees")
             #expect(retained["\(flat)/session/\(id)/participants"] == "0", "the live session is still there")
-            Self.checkDiscovery(retained.filter { $0.key.hasPrefix("homeassistant/sensor/groupsync_") }, values: retained)
+            Self.checkDiscovery(retained.filter { $0.key.contains("/groupsync_\(group)/") }, values: retained)
             second.signal(SIGTERM)
             #expect(try await Self.exit(second, "second") == 0)
             try await recorder.wait(for: "\(flat)/availability", toBe: "offline")
@@ -216,7 +233,7 @@ import Testing
                 "\(flat)/availability": "online", "\(flat)/sessions": "1", "\(flat)/session/\(id)/participants": "1",
                 "\(flat)/session/\(id)/state/page": "7",
             ]
-            let configs = ["sessions", "\(id)_participants", "\(id)_state_page"].map {
+            let configs = ["sessions", "\(Self.board)_participants", "\(Self.board)_state_page"].map {
                 "homeassistant/sensor/groupsync_\(group)/\($0)/config"
             }
             try await waitUntil(timeout: .seconds(10), "the projection retained") {
@@ -238,6 +255,38 @@ import Testing
             #expect(try await Self.exit(alice, "alice") == 0)
             dashboard.signal(SIGINT)
             #expect(try await Self.exit(dashboard, "dashboard") == 0)
+        }
+    }
+
+    /// The Grafana query of docs/DASHBOARDS.md, read as the MQTT data source plugin reads it: an MQTT 3.1.1
+    /// subscription to the exact topic, which gets a plain number that follows the sessions.
+    @Test func theDocumentedGrafanaQueryFollowsTheSessions() async throws {
+        let query = try #require(Self.object(try Self.docsBlock("grafana-query")))
+        #expect((query["datasource"] as? [String: Any])?["type"] as? String == "grafana-mqtt-datasource")
+        let documented = try #require(query["topic"] as? String)
+        #expect(documented == "groupsync/dashboard/family/sessions")
+        try await MosquittoBroker.withBroker { broker in
+            let common = ["--broker", broker.url, "--group", "family"]
+            var configuration = try MQTTClient.Configuration(url: broker.url)
+            configuration.protocolVersion = .v311
+            let grafana = try MQTTClient(configuration: configuration)
+            try await grafana.connect()
+            let values = LockedValue<[String]>([])
+            let subscription = try await grafana.subscribe(to: [TopicSubscription(documented)])
+            let reader = Task { for await message in subscription { values.withLock { $0.append(message.string ?? "") } } }
+            defer { reader.cancel() }
+            let dashboard = try CLIProcess(["dashboard"] + common)
+            try await waitUntil("0 sessions") { values.withLock { $0.last } == "0" }
+            let alice = try CLIProcess(["join", "com.example.board", "--as", "alice"] + common)
+            try await waitUntil("1 session") { values.withLock { $0.last } == "1" }
+            let id = try #require(try await alice.waitForLine { $0.hasPrefix("session ") }.split(separator: " ").dropFirst().first)
+            #expect(try await runCLI(["end", String(id)] + common).status == 0)
+            try await waitUntil("0 sessions again") { values.withLock { $0.last } == "0" }
+            #expect(values.withLock { $0 }.allSatisfy { Int($0) != nil }, "plain numbers: \(values.withLock { $0 })")
+            #expect(try await Self.exit(alice, "alice") == 0)
+            dashboard.signal(SIGTERM)
+            #expect(try await Self.exit(dashboard, "dashboard") == 0)
+            await grafana.disconnect()
         }
     }
 
@@ -263,6 +312,9 @@ import Testing
 
     // MARK: - The projection alone (no broker)
 
+    /// The Home Assistant object ID of the test activity `com.example.board`.
+    static let board = "com-example-board-\(fnv("com.example.board"))"
+
     @Test func projectionOfARetainedSnapshot() async throws {
         let out = try await Self.replay([
             WireLine.presence("alice", epoch: 10), WireLine.presence("bob", epoch: 20),
@@ -276,13 +328,15 @@ import Testing
             WireLine.state("s1", key: "mood", writer: "alice", value: #""calm""#, time: 4),
             "groupsync/v2/g/s/unknown/member/alice " + #"{"v":2,"participant":"alice","epoch":10}"#,  // no announcement: ignored
         ])
-        let c = "homeassistant/sensor/groupsync_g"
+        let c = "homeassistant/sensor/groupsync_g", b = "homeassistant/binary_sensor/groupsync_g"
         let f = "groupsync/dashboard/g"
+        let board = Self.board
         #expect(
             out.map(\.topic) == [
                 "\(f)/availability",
-                "\(c)/sessions/config", "\(c)/s1_participants/config", "\(c)/s1_state_mood/config", "\(c)/s1_state_page/config",
-                "\(f)/sessions", "\(f)/session_list",
+                "\(c)/sessions/config", "\(b)/alice_connected/config", "\(b)/bob_connected/config",
+                "\(c)/\(board)_participants/config", "\(c)/\(board)_state_mood/config", "\(c)/\(board)_state_page/config",
+                "\(f)/sessions", "\(f)/session_list", "\(f)/participant/alice", "\(f)/participant/bob",
                 "\(f)/session/s1/title", "\(f)/session/s1/activity", "\(f)/session/s1/participants", "\(f)/session/s1/participant_list",
                 "\(f)/session/s1/state/mood", "\(f)/session/s1/state/page",
                 "\(f)/availability",
@@ -292,6 +346,7 @@ import Testing
         #expect(out.last?.payload == "offline", "a clean exit ends with offline")
         #expect(values["\(f)/sessions"] == "1")
         #expect(values["\(f)/session_list"] == #"["s1"]"#)
+        #expect(values["\(f)/participant/alice"] == "online" && values["\(f)/participant/bob"] == "online")
         #expect(values["\(f)/session/s1/title"] == "Movie night")
         #expect(values["\(f)/session/s1/activity"] == "com.example.board")
         #expect(values["\(f)/session/s1/participants"] == "2")
@@ -302,25 +357,39 @@ import Testing
 
         // The exact payload documented in docs/DASHBOARDS.md.
         #expect(
-            values["\(c)/s1_participants/config"] == """
-                {"availability_topic":"groupsync/dashboard/g/availability","device":{"identifiers":["groupsync_g_s1"],\
-                "manufacturer":"GroupSync","model":"com.example.board","name":"Movie night (s1)","via_device":"groupsync_g"},\
-                "icon":"mdi:account-multiple","name":"Participants","origin":{"name":"groupsync dashboard"},\
-                "payload_available":"online","payload_not_available":"offline","state_class":"measurement",\
-                "state_topic":"groupsync/dashboard/g/session/s1/participants","unique_id":"groupsync_g_s1_participants",\
-                "unit_of_measurement":"participants"}
+            values["\(c)/\(board)_participants/config"] == """
+                {"availability_topic":"groupsync/dashboard/g/availability","device":{"identifiers":["groupsync_g_\(board)"],\
+                "manufacturer":"GroupSync","model":"com.example.board","name":"Movie night","via_device":"groupsync_g"},\
+                "icon":"mdi:account-multiple","name":"Participants","object_id":"groupsync_g_\(board)_participants",\
+                "origin":{"name":"groupsync dashboard"},"payload_available":"online","payload_not_available":"offline",\
+                "state_class":"measurement","state_topic":"groupsync/dashboard/g/session/s1/participants",\
+                "unique_id":"groupsync_g_\(board)_participants","unit_of_measurement":"participants"}
                 """)
-        let mood = try #require(Self.object(values["\(c)/s1_state_mood/config"]))
+        let mood = try #require(Self.object(values["\(c)/\(board)_state_mood/config"]))
         #expect(mood["state_class"] == nil && mood["unit_of_measurement"] == nil)
-        #expect(mood["value_template"] as? String == "{{ (value_json if value_json is string else value_json | tojson)[:255] }}")
-        let page = try #require(Self.object(values["\(c)/s1_state_page/config"]))
+        #expect(mood["value_template"] as? String == Self.textTemplate)
+        #expect(mood["json_attributes_topic"] as? String == "\(f)/session/s1/state/mood")
+        #expect(mood["json_attributes_template"] as? String == Self.attributesTemplate)
+        let page = try #require(Self.object(values["\(c)/\(board)_state_page/config"]))
         #expect(page["state_class"] as? String == "measurement")
-        #expect(page["value_template"] as? String == "{{ value_json }}")
+        #expect(page["value_template"] as? String == Self.numberTemplate)
+        let alice = try #require(Self.object(values["\(b)/alice_connected/config"]))
+        #expect(alice["device_class"] as? String == "connectivity")
+        #expect(alice["state_topic"] as? String == "\(f)/participant/alice")
+        #expect(alice["payload_on"] as? String == "online" && alice["payload_off"] as? String == "offline")
+        #expect(alice["object_id"] as? String == "groupsync_g_alice_connected")
     }
 
+    static let numberTemplate =
+        "{{ value_json if value_json is defined and value_json is number and value_json is not boolean else None }}"
+    static let textTemplate =
+        "{{ (value_json if value_json is string else value_json | tojson)[:255] if value_json is defined else None }}"
+    static let attributesTemplate = "{{ value_json | tojson if value_json is defined and value_json is mapping else '{}' }}"
+
     @Test func projectionFollowsLiveTraffic() async throws {
-        let c = "homeassistant/sensor/groupsync_g"
+        let c = "homeassistant/sensor/groupsync_g", b = "homeassistant/binary_sensor/groupsync_g"
         let f = "groupsync/dashboard/g"
+        let board = Self.board
         let out = try await Self.replay([
             WireLine.presence("alice", epoch: 10),
             "homeassistant/status online",  // before synchronizing: nothing to send again yet
@@ -330,8 +399,9 @@ import Testing
             WireLine.presence("bob", epoch: 20), WireLine.member("s1", "bob", epoch: 20),
             WireLine.state("s1", key: "page", writer: "bob", value: "3", time: 5),
             WireLine.state("s1", key: "page", writer: "alice", value: "2", time: 4),  // older: nothing changes
-            WireLine.state("s1", key: "page", writer: "alice", value: #"{"n":4}"#, time: 6),  // object: config changes
+            WireLine.state("s1", key: "page", writer: "alice", value: #"{"n":4}"#, time: 6),  // an object: the sensor stays a number
             "groupsync/v2/g/s/s1/member/bob (null)",  // bob leaves
+            "groupsync/v2/g/presence/bob (null)",  // bob exits cleanly
             "homeassistant/status online",  // Home Assistant restarted
             "homeassistant/status offline",  // not a restart
             WireLine.presence("alice", epoch: 10, status: "lost"),  // alice's connection dies
@@ -342,38 +412,95 @@ import Testing
         }
         #expect(
             steps == [
-                // synchronize: the group, no sessions
-                "\(f)/availability online", "\(c)/sessions/config {config}", "\(f)/sessions 0", "\(f)/session_list []",
-                // announcement: the session, no one in it yet
-                "\(c)/s1_participants/config {config}", "\(f)/sessions 1", #"\#(f)/session_list ["s1"]"#,
+                // synchronize: the group, no sessions, alice online
+                "\(f)/availability online", "\(c)/sessions/config {config}", "\(b)/alice_connected/config {config}",
+                "\(f)/sessions 0", "\(f)/session_list []", "\(f)/participant/alice online",
+                // announcement: the activity's entities, the session, no one in it yet
+                "\(c)/\(board)_participants/config {config}", "\(f)/sessions 1", #"\#(f)/session_list ["s1"]"#,
                 "\(f)/session/s1/title Board", "\(f)/session/s1/activity com.example.board",
                 "\(f)/session/s1/participants 0", "\(f)/session/s1/participant_list []",
                 // alice joins
                 "\(f)/session/s1/participants 1", #"\#(f)/session/s1/participant_list ["alice"]"#,
-                // bob comes online (nothing changes), joins
+                // bob comes online: his connectivity entity; he joins
+                "\(b)/bob_connected/config {config}", "\(f)/participant/bob online",
                 "\(f)/session/s1/participants 2", #"\#(f)/session/s1/participant_list ["alice","bob"]"#,
                 // a state key appears: its sensor, then its value
-                "\(c)/s1_state_page/config {config}", "\(f)/session/s1/state/page 3",
-                // the newer object value: the config changes kind
-                "\(c)/s1_state_page/config {config}", #"\#(f)/session/s1/state/page {"n":4}"#,
-                // bob leaves
+                "\(c)/\(board)_state_page/config {config}", "\(f)/session/s1/state/page 3",
+                // the newer object value: the sensor keeps its kind, only the value changes
+                #"\#(f)/session/s1/state/page {"n":4}"#,
+                // bob leaves, then exits: his entity stays, off
                 "\(f)/session/s1/participants 1", #"\#(f)/session/s1/participant_list ["alice"]"#,
+                "\(f)/participant/bob offline",
                 // Home Assistant restarted: every config again
-                "\(c)/sessions/config {config}", "\(c)/s1_participants/config {config}", "\(c)/s1_state_page/config {config}",
+                "\(c)/sessions/config {config}", "\(b)/alice_connected/config {config}", "\(b)/bob_connected/config {config}",
+                "\(c)/\(board)_participants/config {config}", "\(c)/\(board)_state_page/config {config}",
                 // alice lost
-                "\(f)/session/s1/participants 0", "\(f)/session/s1/participant_list []",
-                // the session ends: configs first, then the counts, then the flat topics
-                "\(c)/s1_participants/config (null)", "\(c)/s1_state_page/config (null)",
+                "\(f)/participant/alice offline", "\(f)/session/s1/participants 0", "\(f)/session/s1/participant_list []",
+                // the session ends: its activity's configs first, then the counts, then the flat topics
+                "\(c)/\(board)_participants/config (null)", "\(c)/\(board)_state_page/config (null)",
                 "\(f)/sessions 0", "\(f)/session_list []",
                 "\(f)/session/s1/activity (null)", "\(f)/session/s1/participant_list (null)", "\(f)/session/s1/participants (null)",
                 "\(f)/session/s1/state/page (null)", "\(f)/session/s1/title (null)",
                 // exit
                 "\(f)/availability offline",
             ])
-        let configs = out.filter { $0.topic == "\(c)/s1_state_page/config" && !$0.payload.isEmpty }.compactMap { Self.object($0.payload) }
-        #expect(configs.first?["state_class"] as? String == "measurement")
-        #expect(configs.last?["state_class"] == nil)
-        #expect(configs.last?["json_attributes_topic"] as? String == "\(f)/session/s1/state/page")
+    }
+
+    /// Entities belong to the group and the activity, not to a session: a later session of the same
+    /// activity has the same entity IDs, and an activity's entities show its newest live session. A state
+    /// sensor keeps the kind its first value (not null) gave it, in every session.
+    @Test func entitiesAreStablePerActivityAndKeepTheirKind() async throws {
+        let c = "homeassistant/sensor/groupsync_g"
+        let f = "groupsync/dashboard/g"
+        let board = Self.board
+        let out = try await Self.replay([
+            WireLine.presence("alice", epoch: 10),
+            "--",
+            WireLine.announcement("s1", title: "One", createdAt: 1_000),
+            WireLine.state("s1", key: "vol", writer: "alice", value: "null", time: 1),  // null: no sensor yet
+            WireLine.state("s1", key: "vol", writer: "alice", value: #""loud""#, time: 2),  // text from now on
+            WireLine.state("s1", key: "vol", writer: "alice", value: "3", time: 3),
+            WireLine.state("s1", key: "n", writer: "alice", value: "1", time: 4),  // a number from now on
+            WireLine.state("s1", key: "n", writer: "alice", value: "[1,2]", time: 5),
+            "groupsync/v2/g/session/s1/alice (null)",  // s1 ends
+            WireLine.announcement("s2", title: "Two", createdAt: 2_000),
+            WireLine.state("s2", key: "n", writer: "alice", value: #""x""#, time: 6),
+            WireLine.announcement("s3", title: "Three", createdAt: 3_000),  // newer: the entities show it
+            WireLine.state("s3", key: "n", writer: "alice", value: "7", time: 7),
+            "groupsync/v2/g/session/s3/alice (null)",  // s3 ends: back to s2
+        ])
+        let n = "\(c)/\(board)_state_n/config", vol = "\(c)/\(board)_state_vol/config"
+        let participants = "\(c)/\(board)_participants/config"
+        func configs(_ topic: String) -> [[String: Any]] { out.filter { $0.topic == topic }.map { Self.object($0.payload) ?? [:] } }
+        // vol: no config while null, then text, unchanged by the number.
+        #expect(configs(vol).count == 2 && configs(vol).last?.isEmpty == true, "published once, cleared when s1 ended")
+        #expect(configs(vol).first?["state_class"] == nil)
+        let null = try #require(out.firstIndex { $0.topic == "\(f)/session/s1/state/vol" && $0.payload == "null" })
+        #expect(try #require(out.firstIndex { $0.topic == vol }) > null, "no sensor while its only value was null")
+        // n: a number in every session, whatever the value.
+        let nConfigs = configs(n).filter { !$0.isEmpty }
+        #expect(nConfigs.allSatisfy { $0["state_class"] as? String == "measurement" }, "\(nConfigs)")
+        #expect(nConfigs.compactMap { $0["state_topic"] as? String } == ["s1", "s2", "s3", "s2"].map { "\(f)/session/\($0)/state/n" })
+        // The same entity IDs in every session; the device is named after the session shown.
+        let shown = configs(participants).filter { !$0.isEmpty }
+        #expect(Set(shown.compactMap { $0["unique_id"] as? String }) == ["groupsync_g_\(board)_participants"])
+        #expect(Set(shown.compactMap { $0["object_id"] as? String }) == ["groupsync_g_\(board)_participants"])
+        #expect(shown.compactMap { ($0["device"] as? [String: Any])?["name"] as? String } == ["One", "Two", "Three", "Two"])
+        // What is left at the end: s2, shown.
+        var latest: [String: String] = [:]
+        for message in out.dropLast() { latest[message.topic] = message.payload }
+        #expect(Self.object(latest[participants])?["state_topic"] as? String == "\(f)/session/s2/participants")
+        #expect(latest[vol] == "", "s2 has no vol")
+
+        // A kind found in a config left retained by an earlier run wins over the first value seen now.
+        let restarted = try await Self.replay([
+            WireLine.presence("alice", epoch: 10),
+            WireLine.announcement("s2", title: "Two", createdAt: 2_000),
+            WireLine.state("s2", key: "n", writer: "alice", value: #""x""#, time: 6),
+            "\(n) " + #"{"name":"n","state_class":"measurement"}"#,
+        ])
+        let kept = try #require(restarted.last { $0.topic == n }.flatMap { Self.object($0.payload) })
+        #expect(kept["state_class"] as? String == "measurement")
     }
 
     @Test func projectionKeepsWhatIsRetainedAndClearsLeftovers() async throws {
@@ -408,14 +535,14 @@ import Testing
     @Test func identifiersBecomeDistinctHomeAssistantIDs() async throws {
         let out = try await Self.replay(
             [
-                WireLine.presence("a", epoch: 1),
+                WireLine.presence("a", epoch: 1, group: "my.group"),
                 WireLine.announcement("s.1", title: "x", createdAt: 1, group: "my.group"),
                 WireLine.state("s.1", key: "a_b", writer: "a", value: "1", time: 1, group: "my.group"),
                 WireLine.state("s.1", key: "a-b", writer: "a", value: "2", time: 1, group: "my.group"),
                 WireLine.state("s.1", key: "a:b", writer: "a", value: "3", time: 1, group: "my.group"),
             ], group: "my.group")
         let configs = out.filter { $0.topic.hasPrefix("homeassistant/") && $0.topic.hasSuffix("/config") }
-        #expect(configs.count == 5)
+        #expect(configs.count == 6, "sessions, a's connectivity, participants and three keys")
         let levels = configs.map { $0.topic.split(separator: "/").map(String.init) }
         for level in levels {
             #expect(level.count == 5)
@@ -424,8 +551,8 @@ import Testing
             }
         }
         #expect(Set(levels.map { $0[2] }).count == 1, "one node_id per group")
-        #expect(Set(levels.map { $0[3] }).count == 5, "distinct object_ids: \(levels.map { $0[3] })")
-        #expect(levels.contains { $0[3] == "s-1-\(Self.fnv("s.1"))_state_a-b" }, "plain IDs stay readable")
+        #expect(Set(levels.map { $0[3] }).count == 6, "distinct object_ids: \(levels.map { $0[3] })")
+        #expect(levels.contains { $0[3] == "\(Self.board)_state_a-b" }, "plain IDs stay readable")
         Self.checkDiscovery(
             Dictionary(uniqueKeysWithValues: configs.map { ($0.topic, $0.payload) }),
             values: Dictionary(out.dropLast().map { ($0.topic, $0.payload) }, uniquingKeysWith: { $1 }))
@@ -434,22 +561,13 @@ import Testing
     }
 
     @Test func theDocsShowWhatIsPublished() async throws {
-        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("docs/DASHBOARDS.md").path
-        let docs = try #require(FileManager.default.contents(atPath: path).map { String(decoding: $0, as: UTF8.self) }, "read \(path)")
-        func block(_ name: String) throws -> String {
-            let lines = docs.split(separator: "\n", omittingEmptySubsequences: false)
-            let anchor = try #require(lines.firstIndex(of: "<!-- checked: \(name) -->"), "anchor \(name)")
-            let open = try #require(lines[anchor...].firstIndex { $0.hasPrefix("```") }, "code block after \(name)")
-            let close = try #require(lines[(open + 1)...].firstIndex { $0 == "```" }, "end of the code block of \(name)")
-            return lines[(open + 1)..<close].joined(separator: "\n")
-        }
+        func block(_ name: String) throws -> String { try Self.docsBlock(name) }
 
         // The dry run, as documented.
         let output = try await Self.replayText(try block("replay-input").split(separator: "\n").map(String.init), group: "family")
         #expect(output == (try block("replay-output")).split(separator: "\n").map(String.init))
         // The example config, exactly as published, and its indented form.
-        let topic = "homeassistant/sensor/groupsync_family/k3q8x2m1v9p4r7t5_participants/config"
+        let topic = "homeassistant/sensor/groupsync_family/com-example-watch-\(Self.fnv("com.example.watch"))_participants/config"
         let published = try #require(output.first { $0.hasPrefix(topic + " ") }).dropFirst(topic.count + 1)
         #expect(try block("participants-config") == String(published))
         let compact = try #require(Self.object(String(published)))
@@ -642,6 +760,18 @@ extension DashboardTests {
         return try await child.wait(timeout: timeout)  // its status, and why when it is not 0
     }
 
+    /// The code block after `<!-- checked: name -->` in docs/DASHBOARDS.md.
+    static func docsBlock(_ name: String) throws -> String {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("docs/DASHBOARDS.md").path
+        let docs = try #require(FileManager.default.contents(atPath: path).map { String(decoding: $0, as: UTF8.self) }, "read \(path)")
+        let lines = docs.split(separator: "\n", omittingEmptySubsequences: false)
+        let anchor = try #require(lines.firstIndex(of: "<!-- checked: \(name) -->"), "anchor \(name)")
+        let open = try #require(lines[anchor...].firstIndex { $0.hasPrefix("```") }, "code block after \(name)")
+        let close = try #require(lines[(open + 1)...].firstIndex { $0 == "```" }, "end of the code block of \(name)")
+        return lines[(open + 1)..<close].joined(separator: "\n")
+    }
+
     static func object(_ text: String?) -> [String: Any]? {
         guard let text, !text.isEmpty else { return nil }
         return (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any]
@@ -656,12 +786,15 @@ extension DashboardTests {
         return String(repeating: "0", count: 8 - hex.count) + hex
     }
 
-    /// Checks discovery `configs` (topic → payload) against Home Assistant's MQTT sensor discovery schema,
-    /// and that their state and availability topics hold values in `values`.
+    /// Checks discovery `configs` (topic → payload) against Home Assistant's MQTT sensor and binary sensor
+    /// discovery schemas, and that their state and availability topics hold values in `values`.
     static func checkDiscovery(_ configs: [String: String], values: [String: String]) {
-        let known: Set<String> = [
-            "name", "unique_id", "state_topic", "availability_topic", "payload_available", "payload_not_available", "device",
-            "origin", "state_class", "unit_of_measurement", "value_template", "json_attributes_topic", "icon",
+        let common: Set<String> = [
+            "name", "unique_id", "object_id", "state_topic", "availability_topic", "payload_available", "payload_not_available",
+            "device", "origin", "value_template", "json_attributes_topic", "json_attributes_template", "icon", "device_class",
+        ]
+        let known = [
+            "sensor": common.union(["state_class", "unit_of_measurement"]), "binary_sensor": common.union(["payload_on", "payload_off"]),
         ]
         let deviceKeys: Set<String> = ["identifiers", "name", "manufacturer", "model", "via_device"]
         var uniqueIDs: [String] = []
@@ -669,9 +802,10 @@ extension DashboardTests {
         var viaDevices: [String] = []
         #expect(!configs.isEmpty)
         for (topic, payload) in configs {
-            // <prefix>/sensor/<node_id>/<object_id>/config, IDs of [a-zA-Z0-9_-].
+            // <prefix>/<component>/<node_id>/<object_id>/config, IDs of [a-zA-Z0-9_-].
             let levels = topic.split(separator: "/", omittingEmptySubsequences: false)
-            #expect(levels.count == 5 && levels[1] == "sensor" && levels[4] == "config", "\(topic)")
+            let component = String(levels.count == 5 ? levels[1] : "")
+            #expect(levels.count == 5 && known[component] != nil && levels[4] == "config", "\(topic)")
             for id in levels.dropFirst(2).dropLast() {
                 #expect(!id.isEmpty && id.unicodeScalars.allSatisfy(homeAssistantIDCharacters.contains), "\(topic)")
             }
@@ -679,13 +813,18 @@ extension DashboardTests {
                 Issue.record("\(topic): not a JSON object: \(payload)")
                 continue
             }
-            #expect(Set(config.keys).isSubset(of: known), "\(topic): unknown keys \(Set(config.keys).subtracting(known))")
-            for key in ["name", "unique_id", "state_topic", "availability_topic", "payload_available", "payload_not_available"] {
+            let keys = known[component] ?? []
+            #expect(Set(config.keys).isSubset(of: keys), "\(topic): unknown keys \(Set(config.keys).subtracting(keys))")
+            for key in [
+                "name", "unique_id", "object_id", "state_topic", "availability_topic", "payload_available", "payload_not_available",
+            ] {
                 #expect((config[key] as? String)?.isEmpty == false, "\(topic): \(key) is a non-empty string")
             }
             #expect(config["payload_available"] as? String == "online")
             #expect(config["payload_not_available"] as? String == "offline")
             if let id = config["unique_id"] as? String { uniqueIDs.append(id) }
+            // The entity ID is made from object_id: the same, so that it is stable whatever the names.
+            #expect(config["object_id"] as? String == config["unique_id"] as? String, "\(topic): object_id")
             // The state and availability topics are real topics with values.
             let stateTopic = config["state_topic"] as? String ?? ""
             let availabilityTopic = config["availability_topic"] as? String ?? ""
@@ -702,13 +841,21 @@ extension DashboardTests {
             }
             if let stateClass = config["state_class"] {
                 #expect(["measurement", "total", "total_increasing"].contains(stateClass as? String ?? ""), "\(topic): state_class")
-                #expect(state.flatMap { Double($0) } != nil, "\(topic): a measurement is numeric (\(state ?? "nothing"))")
+                // Without a template, the payload itself must be a number; a template turns anything else into None.
+                if config["value_template"] == nil {
+                    #expect(state.flatMap { Double($0) } != nil, "\(topic): a measurement is numeric (\(state ?? "nothing"))")
+                }
+            }
+            if component == "binary_sensor" {
+                #expect(config["device_class"] as? String == "connectivity", "\(topic): device_class")
+                #expect([config["payload_on"] as? String, config["payload_off"] as? String].contains(state), "\(topic): on or off")
             }
             if let unit = config["unit_of_measurement"] {
                 #expect(unit is String && config["state_class"] != nil, "\(topic): a unit goes with a numeric sensor")
             }
-            if let attributes = config["json_attributes_topic"] {
-                #expect(object(values[attributes as? String ?? ""]) != nil, "\(topic): json_attributes_topic holds an object")
+            if config["json_attributes_topic"] != nil {
+                // Its payload may be any JSON value: the template makes every one an object.
+                #expect(config["json_attributes_template"] as? String == attributesTemplate, "\(topic): json_attributes_template")
             }
             if let icon = config["icon"] { #expect((icon as? String)?.hasPrefix("mdi:") == true) }
             if let origin = config["origin"] { #expect(((origin as? [String: Any])?["name"] as? String)?.isEmpty == false) }

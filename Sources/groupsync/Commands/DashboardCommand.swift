@@ -13,15 +13,18 @@ enum DashboardCommand: Command {
 
         Projects one group for IoT dashboards as an observer (it never appears as a participant), until
         Ctrl-C. Everything it publishes is retained (QoS 1):
-          * Home Assistant MQTT discovery, <prefix>/sensor/groupsync_<group>/<object_id>/config: a
-            "Sessions" sensor for the group; per live session a "Participants" sensor and one sensor per
-            shared-state key. Sent again when <prefix>/status receives "online" (Home Assistant started);
-            removed (empty payload) when the session ends.
+          * Home Assistant MQTT discovery, <prefix>/<component>/groupsync_<group>/<object_id>/config: a
+            "Sessions" sensor and a connectivity binary_sensor per participant for the group; per activity
+            with a live session a "Participants" sensor and one sensor per shared-state key, showing its
+            newest session, with the same entity IDs in every session. Sent again when <prefix>/status
+            receives "online" (Home Assistant started); removed (empty payload) when no session of the
+            activity is left.
           * Flat topics with plain payloads, for Node-RED, Grafana's MQTT data source (MQTT 3.1.1) and
             mosquitto_sub -v:
               groupsync/dashboard/<group>/availability                   online | offline
               groupsync/dashboard/<group>/sessions                       1
               groupsync/dashboard/<group>/session_list                   ["k3q…"]
+              groupsync/dashboard/<group>/participant/<id>               online | offline
               groupsync/dashboard/<group>/session/<id>/title             Movie night
               groupsync/dashboard/<group>/session/<id>/activity          com.example.board
               groupsync/dashboard/<group>/session/<id>/participants      2

@@ -8,8 +8,8 @@ import MQTT
 /// It works by reconciliation: from the group as a ``GroupView`` sees it, it derives the complete set of
 /// retained topics the dashboard should hold (``desired()``), compares it with what it holds
 /// (``retained``), and returns the difference — changed values, and empty payloads for topics that must
-/// go. So a session that ends loses its discovery configs and flat topics, a new state key gets its
-/// sensor, a title change updates the device name, and leftovers of an earlier run are cleared.
+/// go. So a session that ends loses its flat topics (and its activity's entities, unless another session
+/// of the activity is live), a new state key gets its sensor, and leftovers of an earlier run are cleared.
 ///
 /// Life cycle: until ``synchronize()`` (called once the broker delivered every retained message) it only
 /// learns — the group's traffic, and the retained messages already under its own topics; it publishes
@@ -36,6 +36,23 @@ struct DashboardProjection {
     /// Topic → payload of every retained message under the dashboard's own topics, as far as it knows:
     /// learnt from the broker before synchronizing, then kept up to date with what it publishes.
     private(set) var retained: [String: String] = [:]
+    /// How each state sensor (by object ID) shows its values, once decided (see ``StateKind``).
+    private(set) var kinds: [String: StateKind] = [:]
+    /// Every participant seen online since the dashboard started: each has a connectivity entity, on or
+    /// off.
+    private(set) var participants: Set<String> = []
+
+    /// How a state key's sensor shows its values. Decided once per activity and key — by the config an
+    /// earlier run left retained, else by the key's first value that is not null — and then kept: Home
+    /// Assistant applies a changed config in the background, so a value of a new kind could meet the old
+    /// config, and a sensor that loses its state class breaks its statistics. A value of the other kind
+    /// then shows as unknown (number) or as its JSON text (text).
+    enum StateKind: Equatable {
+        /// A `measurement`: graphs and statistics. Anything but a number is unknown.
+        case number
+        /// A string as its text, any other value as JSON; an object's fields are also attributes.
+        case text
+    }
 
     init(group: String, discoveryPrefix: String = DashboardTopics.defaultDiscoveryPrefix) {
         topics = DashboardTopics(group: group, discoveryPrefix: discoveryPrefix)
@@ -73,6 +90,7 @@ struct DashboardProjection {
             // Our own topics only matter before synchronizing: what an earlier run left behind.
             if !isSynchronized {
                 retained[message.topic] = message.payload.isEmpty ? nil : String(decoding: message.payload, as: UTF8.self)
+                learnKind(fromConfig: message)
             }
             return []
         }
@@ -108,25 +126,22 @@ struct DashboardProjection {
     /// configs, then the flat topics. Empty before ``synchronize()``.
     func desired() -> [Publication] {
         guard isSynchronized else { return [] }
-        let sessions = view.sessions.values.sorted {
-            ($0.announcement.createdAt, $0.announcement.session) < ($1.announcement.createdAt, $1.announcement.session)
-        }
+        let sessions = liveSessions
         var result = [Publication(topics.availability, "online")]
-        result.append(Publication(topics.discoveryConfig(objectID: topics.sessionCountObjectID), sessionCountConfig().json))
-        for session in sessions {
-            let id = session.announcement.session
-            result.append(
-                Publication(topics.discoveryConfig(objectID: topics.participantCountObjectID(id)), participantCountConfig(session).json))
+        result.append(config(sessionCountConfig()))
+        for participant in participants.sorted() { result.append(config(connectivityConfig(participant))) }
+        for (activity, session) in shownSessions {
+            result.append(config(participantCountConfig(activity, session)))
             for key in session.states.keys.sorted() {
-                guard let record = session.states[key] else { continue }
-                result.append(
-                    Publication(
-                        topics.discoveryConfig(objectID: topics.stateObjectID(id, key: key)),
-                        stateConfig(session, key: key, value: record.value).json))
+                guard let kind = kinds[topics.stateObjectID(activity: activity, key: key)] else { continue }
+                result.append(config(stateConfig(activity, session, key: key, kind: kind)))
             }
         }
         result.append(Publication(topics.sessionCount, String(sessions.count)))
         result.append(Publication(topics.sessionList, json(.array(sessions.map { .string($0.announcement.session) }))))
+        for participant in participants.sorted() {
+            result.append(Publication(topics.participant(participant), view.online[participant] == nil ? "offline" : "online"))
+        }
         for session in sessions {
             let id = session.announcement.session
             let active = view.active(session)
@@ -144,11 +159,27 @@ struct DashboardProjection {
         return result
     }
 
+    /// The live sessions, oldest first.
+    private var liveSessions: [GroupView.Session] {
+        view.sessions.values.sorted {
+            ($0.announcement.createdAt, $0.announcement.session) < ($1.announcement.createdAt, $1.announcement.session)
+        }
+    }
+
+    /// The session each activity's entities show — its newest live session — by activity identifier.
+    private var shownSessions: [(activity: String, session: GroupView.Session)] {
+        var newest: [String: GroupView.Session] = [:]
+        for session in liveSessions { newest[session.announcement.activity.type] = session }
+        return newest.keys.sorted().map { ($0, newest[$0]!) }
+    }
+
     /// The difference between ``desired()`` and ``retained``, which it then updates: first clears of
     /// configs that must go (Home Assistant removes the entity), then new and changed values, then
     /// clears of flat topics that must go.
     private mutating func reconcile() -> [Publication] {
         guard isSynchronized else { return [] }
+        participants.formUnion(view.online.keys)
+        learnKinds()
         let wanted = desired()
         let wantedTopics = Set(wanted.map(\.topic))
         let gone = retained.keys.filter { !wantedTopics.contains($0) }.sorted()
@@ -161,59 +192,117 @@ struct DashboardProjection {
         return result
     }
 
+    // MARK: - Kinds of state sensors
+
+    /// Decides the kind of every shown state key that has none yet, from its value unless it is null.
+    private mutating func learnKinds() {
+        for (activity, session) in shownSessions {
+            for (key, record) in session.states {
+                let objectID = topics.stateObjectID(activity: activity, key: key)
+                guard kinds[objectID] == nil else { continue }
+                switch record.value {
+                case .null: continue
+                case .int, .double: kinds[objectID] = .number
+                default: kinds[objectID] = .text
+                }
+            }
+        }
+    }
+
+    /// Takes the kind of a state sensor from its config left retained by an earlier run.
+    private mutating func learnKind(fromConfig message: MQTTMessage) {
+        guard let (component, objectID) = topics.discoveryEntity(message.topic), component == .sensor,
+            objectID.contains("_state_"), case let .object(config)? = Wire.decode(JSONValue.self, from: message.payload)
+        else { return }
+        kinds[objectID] = config["state_class"] == nil ? .text : .number
+    }
+
     // MARK: - Discovery configs
 
-    private var groupDevice: HomeAssistantSensorConfig.Device {
+    private func config(_ entity: HomeAssistantEntityConfig) -> Publication {
+        Publication(topics.discoveryConfig(entity.component, objectID: entity.topicObjectID), entity.json)
+    }
+
+    private var groupDevice: HomeAssistantEntityConfig.Device {
         .init(identifiers: [topics.groupDeviceID], name: "GroupSync \(topics.group)", manufacturer: "GroupSync", model: "Group")
     }
 
-    private func sessionDevice(_ session: GroupView.Session) -> HomeAssistantSensorConfig.Device {
-        let id = session.announcement.session
+    /// An activity's device, named after the title of the session it shows.
+    private func activityDevice(_ activity: String, _ session: GroupView.Session) -> HomeAssistantEntityConfig.Device {
         let title = session.announcement.activity.metadata.title
         return .init(
-            identifiers: [topics.sessionDeviceID(id)], name: "\(title.isEmpty ? session.announcement.activity.type : title) (\(id))",
-            manufacturer: "GroupSync", model: session.announcement.activity.type, viaDevice: topics.groupDeviceID)
+            identifiers: [topics.activityDeviceID(activity)], name: title.isEmpty ? activity : title, manufacturer: "GroupSync",
+            model: activity, viaDevice: topics.groupDeviceID)
     }
 
-    func sessionCountConfig() -> HomeAssistantSensorConfig {
-        HomeAssistantSensorConfig(
-            name: "Sessions", uniqueID: topics.uniqueID(objectID: topics.sessionCountObjectID), stateTopic: topics.sessionCount,
-            availabilityTopic: topics.availability, device: groupDevice, stateClass: "measurement", unitOfMeasurement: "sessions",
-            icon: "mdi:account-group")
+    /// An entity of this group: its IDs from `objectID`, available while the dashboard is.
+    private func entity(
+        _ objectID: String, component: HomeAssistantEntityConfig.Component = .sensor, name: String, stateTopic: String,
+        device: HomeAssistantEntityConfig.Device
+    ) -> HomeAssistantEntityConfig {
+        let id = topics.uniqueID(objectID: objectID)
+        return HomeAssistantEntityConfig(
+            component: component, topicObjectID: objectID, name: name, uniqueID: id, objectID: id, stateTopic: stateTopic,
+            availabilityTopic: topics.availability, device: device)
     }
 
-    func participantCountConfig(_ session: GroupView.Session) -> HomeAssistantSensorConfig {
-        let id = session.announcement.session
-        return HomeAssistantSensorConfig(
-            name: "Participants", uniqueID: topics.uniqueID(objectID: topics.participantCountObjectID(id)),
-            stateTopic: topics.participantCount(id), availabilityTopic: topics.availability, device: sessionDevice(session),
-            stateClass: "measurement", unitOfMeasurement: "participants", icon: "mdi:account-multiple")
+    func sessionCountConfig() -> HomeAssistantEntityConfig {
+        var config = entity(topics.sessionCountObjectID, name: "Sessions", stateTopic: topics.sessionCount, device: groupDevice)
+        config.stateClass = "measurement"
+        config.unitOfMeasurement = "sessions"
+        config.icon = "mdi:account-group"
+        return config
     }
 
-    /// A state key's sensor. Its config follows the kind of the current value: a number is a
-    /// `measurement`; anything else is text (JSON, cut to Home Assistant's 255 characters), and an
-    /// object's fields also become attributes. When the kind changes, the config is published again.
-    func stateConfig(_ session: GroupView.Session, key: String, value: JSONValue) -> HomeAssistantSensorConfig {
-        let id = session.announcement.session
-        var config = HomeAssistantSensorConfig(
-            name: key, uniqueID: topics.uniqueID(objectID: topics.stateObjectID(id, key: key)), stateTopic: topics.state(id, key: key),
-            availabilityTopic: topics.availability, device: sessionDevice(session))
-        switch value {
-        case .int, .double:
+    /// Whether a participant's connection is alive: `online` and `offline` on its flat topic.
+    func connectivityConfig(_ participant: String) -> HomeAssistantEntityConfig {
+        var config = entity(
+            topics.connectivityObjectID(participant), component: .binarySensor, name: participant,
+            stateTopic: topics.participant(participant), device: groupDevice)
+        config.deviceClass = "connectivity"
+        config.payloadOn = "online"
+        config.payloadOff = "offline"
+        return config
+    }
+
+    func participantCountConfig(_ activity: String, _ session: GroupView.Session) -> HomeAssistantEntityConfig {
+        var config = entity(
+            topics.participantCountObjectID(activity: activity), name: "Participants",
+            stateTopic: topics.participantCount(session.announcement.session), device: activityDevice(activity, session))
+        config.stateClass = "measurement"
+        config.unitOfMeasurement = "participants"
+        config.icon = "mdi:account-multiple"
+        return config
+    }
+
+    /// A state key's sensor, of its kept kind. Its templates accept any payload — another kind, JSON
+    /// null, or the empty payload that clears the topic when the session ends — without an error.
+    func stateConfig(_ activity: String, _ session: GroupView.Session, key: String, kind: StateKind) -> HomeAssistantEntityConfig {
+        let topic = topics.state(session.announcement.session, key: key)
+        var config = entity(
+            topics.stateObjectID(activity: activity, key: key), name: key, stateTopic: topic, device: activityDevice(activity, session))
+        switch kind {
+        case .number:
             config.stateClass = "measurement"
-            config.valueTemplate = "{{ value_json }}"
-        case .object:
+            config.valueTemplate = DashboardProjection.numberTemplate
+        case .text:
             config.valueTemplate = DashboardProjection.textTemplate
-            config.jsonAttributesTopic = topics.state(id, key: key)
-        default:
-            config.valueTemplate = DashboardProjection.textTemplate
+            config.jsonAttributesTopic = topic
+            config.jsonAttributesTemplate = DashboardProjection.attributesTemplate
         }
         return config
     }
 
-    /// A JSON string as its text, any other JSON value as JSON; at most 255 characters (Home Assistant's
-    /// limit for a state).
-    static let textTemplate = "{{ (value_json if value_json is string else value_json | tojson)[:255] }}"
+    /// A number (not a boolean) as itself; anything else as None, which Home Assistant shows as unknown.
+    static let numberTemplate =
+        "{{ value_json if value_json is defined and value_json is number and value_json is not boolean else None }}"
+    /// A JSON string as its text, any other JSON value as JSON, at most 255 characters (Home Assistant's
+    /// limit for a state); None for a payload that is not JSON.
+    static let textTemplate =
+        "{{ (value_json if value_json is string else value_json | tojson)[:255] if value_json is defined else None }}"
+    /// An object's fields; for anything else no attributes (so an object that becomes an array or a
+    /// number leaves no stale attributes behind).
+    static let attributesTemplate = "{{ value_json | tojson if value_json is defined and value_json is mapping else '{}' }}"
 
     private func json(_ value: JSONValue) -> String { view.json(value) }
 }

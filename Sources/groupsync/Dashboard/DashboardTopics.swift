@@ -3,8 +3,13 @@ import MQTT
 
 /// Every topic `groupsync dashboard` publishes for one group (docs/DASHBOARDS.md): the flat topics under
 /// `groupsync/dashboard/<group>/`, and the Home Assistant discovery topics
-/// `<prefix>/sensor/groupsync_<group>/<object_id>/config`. The dashboard owns both subtrees: at start-up it
-/// clears whatever retained message in them it would not publish itself (leftovers of an earlier run).
+/// `<prefix>/<component>/groupsync_<group>/<object_id>/config`. The dashboard owns both subtrees: at
+/// start-up it clears whatever retained message in them it would not publish itself (leftovers of an
+/// earlier run).
+///
+/// Home Assistant's entities are per group and activity, not per session, so that their IDs are the
+/// same in every session and automations can name them: an activity's entities show its newest live
+/// session.
 struct DashboardTopics: Sendable, Hashable {
     static let flatRoot = "groupsync/dashboard"
     static let defaultDiscoveryPrefix = "homeassistant"
@@ -42,6 +47,8 @@ struct DashboardTopics: Sendable, Hashable {
     func participantCount(_ session: String) -> String { "\(self.session(session))/participants" }
     func participantList(_ session: String) -> String { "\(self.session(session))/participant_list" }
     func state(_ session: String, key: String) -> String { "\(self.session(session))/state/\(key)" }
+    /// `online` while the participant's connection is alive, `offline` once it left or was lost.
+    func participant(_ id: String) -> String { "\(root)/participant/\(id)" }
     /// Everything flat, for one subscription.
     var flatFilter: String { "\(root)/#" }
 
@@ -49,27 +56,41 @@ struct DashboardTopics: Sendable, Hashable {
 
     /// Where Home Assistant announces itself: `online` after every start (its birth message).
     var homeAssistantStatus: String { "\(discoveryPrefix)/status" }
-    /// Every config topic of this group.
-    var discoveryFilter: String { "\(discoveryPrefix)/sensor/\(nodeID)/+/config" }
-    func discoveryConfig(objectID: String) -> String { "\(discoveryPrefix)/sensor/\(nodeID)/\(objectID)/config" }
+    /// Every config topic of this group, of any component.
+    var discoveryFilter: String { "\(discoveryPrefix)/+/\(nodeID)/+/config" }
+    func discoveryConfig(_ component: HomeAssistantEntityConfig.Component = .sensor, objectID: String) -> String {
+        "\(discoveryPrefix)/\(component.rawValue)/\(nodeID)/\(objectID)/config"
+    }
 
     /// The group's sensor: the number of live sessions.
     var sessionCountObjectID: String { "sessions" }
-    func participantCountObjectID(_ session: String) -> String { "\(DashboardTopics.homeAssistantID(session))_participants" }
-    func stateObjectID(_ session: String, key: String) -> String {
-        "\(DashboardTopics.homeAssistantID(session))_state_\(DashboardTopics.homeAssistantID(key))"
+    /// A participant's connectivity binary sensor.
+    func connectivityObjectID(_ participant: String) -> String { "\(DashboardTopics.homeAssistantID(participant))_connected" }
+    /// An activity's sensor of the participants in its session.
+    func participantCountObjectID(activity: String) -> String { "\(DashboardTopics.homeAssistantID(activity))_participants" }
+    /// An activity's sensor of one state key of its session.
+    func stateObjectID(activity: String, key: String) -> String {
+        "\(DashboardTopics.homeAssistantID(activity))_state_\(DashboardTopics.homeAssistantID(key))"
     }
-    /// `unique_id` of a sensor: node and object ID, so unique across groups and sessions.
+    /// `unique_id` (and `object_id`) of an entity: node and object ID, so unique across groups.
     func uniqueID(objectID: String) -> String { "\(nodeID)_\(objectID)" }
-    /// The Home Assistant device of the group (its sensor: the session count).
+    /// The Home Assistant device of the group (the session count, the participants' connectivity).
     var groupDeviceID: String { nodeID }
-    /// The Home Assistant device of one session (its sensors: participant count and one per state key).
-    func sessionDeviceID(_ session: String) -> String { "\(nodeID)_\(DashboardTopics.homeAssistantID(session))" }
+    /// The Home Assistant device of one activity (its session's participant count and state keys).
+    func activityDeviceID(_ activity: String) -> String { "\(nodeID)_\(DashboardTopics.homeAssistantID(activity))" }
+
+    /// The component and object ID of one of this dashboard's config topics; nil for any other topic.
+    func discoveryEntity(_ topic: String) -> (component: HomeAssistantEntityConfig.Component, objectID: String)? {
+        guard topic.hasPrefix(discoveryPrefix + "/") else { return nil }
+        let levels = topic.dropFirst(discoveryPrefix.count + 1).split(separator: "/", omittingEmptySubsequences: false)
+        guard levels.count == 4, levels[1] == nodeID, !levels[2].isEmpty, levels[3] == "config",
+            let component = HomeAssistantEntityConfig.Component(rawValue: String(levels[0]))
+        else { return nil }
+        return (component, String(levels[2]))
+    }
 
     /// Whether `topic` is one of this dashboard's config topics.
-    func isDiscoveryConfig(_ topic: String) -> Bool {
-        topic.hasPrefix("\(discoveryPrefix)/sensor/\(nodeID)/") && topic.hasSuffix("/config")
-    }
+    func isDiscoveryConfig(_ topic: String) -> Bool { discoveryEntity(topic) != nil }
 
     /// Whether `topic` is in a subtree this dashboard owns (flat or discovery).
     func isOwned(_ topic: String) -> Bool {

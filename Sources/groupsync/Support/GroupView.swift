@@ -150,9 +150,8 @@ struct GroupView {
     private func messageEvent(_ message: MQTTMessage, session: String, sender: String, recipient: String?) -> Event? {
         guard let header = Wire.decode(Wire.EnvelopeHeader.self, from: message.payload) else { return invalid(message) }
         let to = recipient ?? "all"
-        let fields: [String: Any] = [
-            "to": to, "type": header.type, "size": message.payload.count, "seq": header.seq, "reliable": header.reliable,
-        ]
+        var fields: [String: Any] = ["to": to, "type": header.type, "size": message.payload.count, "reliable": header.reliable]
+        if let seq = header.seq { fields["seq"] = seq }
         switch header.type {
         case "$catchup":
             return Event(
@@ -164,7 +163,7 @@ struct GroupView {
             return Event(
                 kind: "message", session: session, participant: sender,
                 text:
-                    "\(sender) → \(to): \(header.type), \(message.payload.count) bytes, seq \(header.seq)\(header.reliable ? "" : " (unreliable)")",
+                    "\(sender) → \(to): \(header.type), \(message.payload.count) bytes\(header.seq.map { ", seq \($0)" } ?? "")\(header.reliable ? "" : " (unreliable)")",
                 fields: fields)
         }
     }
