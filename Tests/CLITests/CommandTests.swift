@@ -141,6 +141,36 @@ import Testing
         }
     }
 
+    /// `--websockets` listens where the MQTT listener does: on loopback by default, never on every
+    /// interface (as mosquitto 2.0.11 does when given an address for a websockets listener).
+    @Test func theWebsocketsListenerBindsLikeTheMQTTOne() async throws {
+        let (port, websockets) = (try FreePort.loopback(), try FreePort.loopback())
+        let broker = try CLIProcess(["broker", "--port", "\(port)", "--websockets", "\(websockets)"])
+        _ = try await broker.waitForLine { $0.hasPrefix("groupsync broker: mosquitto on") }
+        try await waitUntil(timeout: .seconds(5), "the websockets port listens") { !Self.listeningAddresses(port: websockets).isEmpty }
+        let addresses = Self.listeningAddresses(port: websockets)
+        // 127.0.0.1 in /proc/net/tcp, and as ::ffff:127.0.0.1 or ::1 in /proc/net/tcp6.
+        let loopback: Set<String> = ["0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"]
+        #expect(addresses.isSubset(of: loopback), "listening on \(addresses)")
+        broker.signal(SIGTERM)
+        #expect(try await withTimeLimit(.seconds(5), "the broker stops") { try await broker.wait() } == 0)
+    }
+
+    /// The local addresses (hex, as /proc/net/tcp and tcp6 write them) of the sockets listening on `port`.
+    static func listeningAddresses(port: UInt16) -> Set<String> {
+        var found: Set<String> = []
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            guard let text = try? String(contentsOfFile: table, encoding: .utf8) else { continue }
+            for line in text.split(separator: "\n").dropFirst() {
+                let fields = line.split(separator: " ")
+                guard fields.count > 3, fields[3] == "0A" else { continue }  // LISTEN
+                let local = fields[1].split(separator: ":")
+                if local.count == 2, UInt16(local[1], radix: 16) == port { found.insert(String(local[0])) }
+            }
+        }
+        return found
+    }
+
     /// `join --session` for a session nobody announced gives up after `--timeout`, and Ctrl-C or SIGTERM
     /// ends the wait at once (exit 130).
     @Test func waitingForASessionEndsOnTimeoutOrSignal() async throws {

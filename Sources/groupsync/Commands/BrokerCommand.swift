@@ -17,6 +17,9 @@ enum BrokerCommand: Command {
           --websockets PORT  also a websockets listener, for browser dashboards (e.g. 9001)
           --persist DIR      keep retained messages and sessions in DIR across restarts
 
+        The websockets listener listens where the MQTT one does: on the interface that holds --bind's
+        address (libwebsockets, which serves it, binds to interfaces, not addresses).
+
         Exit codes: 0 stopped by Ctrl-C or SIGTERM; otherwise mosquitto's (128 + N when a signal N killed
         it); 2 usage error; 4 mosquitto is not installed (sudo apt-get install mosquitto).
         """
@@ -41,7 +44,7 @@ enum BrokerCommand: Command {
         ]
         if let websockets = args.value("websockets") {
             guard let wsPort = Int(websockets), (1...65_535).contains(wsPort) else { throw UsageError("--websockets needs a port") }
-            lines += ["listener \(wsPort) \(bind)", "protocol websockets"]
+            lines += ["listener \(wsPort)\(try websocketsHost(bind))", "protocol websockets"]
         }
         if let directory = args.value("persist") {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -70,5 +73,16 @@ enum BrokerCommand: Command {
         }.value
         // Exited: its code (mosquitto exits 0 on SIGINT and SIGTERM); killed by signal N: 128 + N.
         return status & 0x7F == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
+    }
+
+    /// The host part of the websockets `listener` line for `bind`: none for every address, else the name
+    /// of the interface that holds it. mosquitto 2.0 hands it to libwebsockets, which matches interface
+    /// names; given an address, some versions (2.0.11, Debian 12's) listen on every interface instead.
+    private static func websocketsHost(_ bind: String) throws(UsageError) -> String {
+        if ["0.0.0.0", "::"].contains(bind) { return "" }
+        guard let interface = NetworkInterface.name(holding: bind) else {
+            throw UsageError("--bind \(bind): no network interface has this address (the websockets listener binds to interfaces)")
+        }
+        return " \(interface)"
     }
 }
