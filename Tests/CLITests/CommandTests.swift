@@ -191,19 +191,19 @@ import Testing
         }
     }
 
-    /// Against a frozen broker (it takes the TCP connection and never answers), the observers give up
-    /// after `--timeout`, and Ctrl-C or SIGTERM ends their wait at once.
-    @Test(arguments: ["sessions", "watch", "dashboard"])
-    func observersGiveUpOnAFrozenBroker(_ command: String) async throws {
+    /// Against a frozen broker (it takes the TCP connection and never answers), every command that
+    /// connects gives up after `--timeout`, and Ctrl-C or SIGTERM ends its wait at once.
+    @Test(arguments: [["sessions"], ["watch"], ["dashboard"], ["join", "com.example.board"], ["end", "somesession"]])
+    func commandsGiveUpOnAFrozenBroker(_ command: [String]) async throws {
         try await MosquittoBroker.withBroker { broker in
             broker.pause()
             defer { broker.resume() }
             let common = ["--broker", broker.url, "--group", "frozen"]
-            let late = try await runCLI([command, "--timeout", "1"] + common, timeout: .seconds(10))
+            let late = try await runCLI(command + ["--timeout", "1"] + common, timeout: .seconds(10))
             #expect(late.status == 1 && late.errors.contains { $0.contains("timed out") }, "\(late.errors)")
             for number in [SIGINT, SIGTERM] {
                 // libmosquitto's log says when the CONNECT went out: the signal handling is in place by then.
-                let waiting = try CLIProcess([command, "--timeout", "60"] + common, environment: ["GROUPSYNC_MQTT_DEBUG": "1"])
+                let waiting = try CLIProcess(command + ["--timeout", "60"] + common, environment: ["GROUPSYNC_MQTT_DEBUG": "1"])
                 try await waitUntil("its CONNECT is sent") { waiting.errors.contains { $0.contains("sending CONNECT") } }
                 waiting.signal(number)
                 #expect(try await withTimeLimit(.seconds(5), "\(command) stops") { try await waiting.wait() } == 130)
