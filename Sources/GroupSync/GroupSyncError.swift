@@ -20,6 +20,9 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
     case noRecipients
     /// The waiting task was cancelled; the operation did not complete (a `join()` can be retried).
     case cancelled
+    /// Playback has no group clock yet: no participant serving it has answered since the session was
+    /// joined. Try again in a moment.
+    case noGroupClock
 
     public var description: String {
         switch self {
@@ -41,6 +44,8 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
             return "the recipient set is empty"
         case .cancelled:
             return "the operation was cancelled before it completed; it can be tried again"
+        case .noGroupClock:
+            return "the group clock is not synchronized yet (no participant serving it has answered); try again in a moment"
         }
     }
 }

@@ -99,13 +99,18 @@ extension SessionCore {
         if let failure { throw .connection(failure) }
     }
 
-    /// The control messages: reliable (QoS 1) but in no stream, so without `seq`.
+    /// The control messages: in no stream, so without `seq`. Reliable (QoS 1), except the clock's
+    /// exchanges: a lost one is only one sample less, and a late one a sample the filter drops.
     enum Control: String {
         case catchUp = "$catchup"
         case end = "$end"
         case resend = "$resend"
         case skip = "$skip"
         case position = "$position"
+        case ping = "$ping"
+        case pong = "$pong"
+
+        var isReliable: Bool { self != .ping && self != .pong }
     }
 
     /// Hands a control message to the connection, to `recipient` (nil: everyone), and returns its ticket.
@@ -113,10 +118,10 @@ extension SessionCore {
         -> MQTTClient.PublishTicket
     {
         let payload = Wire.EnvelopeBytes(encodedBody: try Wire.encode(body)).finished(
-            type: control.rawValue, epoch: context.epoch, seq: nil, reliable: true)
+            type: control.rawValue, epoch: context.epoch, seq: nil, reliable: control.isReliable)
         let topic = recipient.map { topics.direct(id, to: $0, from: me) } ?? broadcastDestinations[0]
         do {
-            return try context.client.enqueuePublish(to: topic, payload: payload, qos: .atLeastOnce)
+            return try context.client.enqueuePublish(to: topic, payload: payload, qos: control.isReliable ? .atLeastOnce : .atMostOnce)
         } catch {
             throw .connection(error)
         }

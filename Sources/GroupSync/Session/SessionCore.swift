@@ -15,6 +15,21 @@ final class SessionCore: Sendable {
     let numbering: LockedValue<MessageNumbering>
     /// Where our messages to everyone go, as the one-element list `enqueue` publishes to.
     let broadcastDestinations: [String]
+    /// The group clock of the session's playback coordinator, when one is attached: it answers `$ping`
+    /// and takes `$pong`.
+    let clockService = LockedValue<ClockService?>(nil)
+    /// The session's playback coordinator, once made (until the session is over).
+    let playback = LockedValue<PlaybackCoordinator?>(nil)
+
+    /// What the session's clock messages go to.
+    struct ClockService: Sendable {
+        /// The group time at local time `local`, when we serve the group clock; nil otherwise (the ping
+        /// is not answered).
+        var groupTime: @Sendable (_ local: Int64) -> GroupInstant?
+        /// A `$pong` from `sender`, which arrived at local time `arrival`. Called on the network thread: it
+        /// must return at once.
+        var pong: @Sendable (_ sender: String, _ pong: Wire.Pong, _ arrival: Int64) -> Void
+    }
 
     /// `numbering`: the one of an earlier session object of the same session (left, then found again), so
     /// that our numbers go on where they were.
@@ -171,6 +186,26 @@ final class SessionCore: Sendable {
         }
         let now = context.clock.milliseconds()
         switch envelope.header.type {
+        case Control.ping.rawValue where direct:
+            let arrival = context.clock.nanoseconds()
+            guard let ping = Wire.decode(Wire.Ping.self, from: payload[envelope.body]), machine.withLock({ $0.isMember(sender) }) else {
+                reject()
+                return nil
+            }
+            if let service = clockService.withLock({ $0 }), let received = service.groupTime(arrival),
+                let replied = service.groupTime(context.clock.nanoseconds())
+            {
+                sendControl(.pong, Wire.Pong(t0: ping.t0, t1: received.milliseconds, t2: replied.milliseconds), to: sender)
+            }
+            return nil
+        case Control.pong.rawValue where direct:
+            let arrival = context.clock.nanoseconds()
+            guard let pong = Wire.decode(Wire.Pong.self, from: payload[envelope.body]) else {
+                reject()
+                return nil
+            }
+            clockService.withLock({ $0 })?.pong(sender, pong, arrival)
+            return nil
         case "$catchup":
             guard let catchUp = Wire.decode(Wire.CatchUp.self, from: payload[envelope.body]) else {
                 reject()

@@ -81,22 +81,3 @@ public struct HybridLogicalClock: Sendable, Hashable {
         latest = HLCTimestamp(time: time, counter: counter, participant: participant)
     }
 }
-
-/// Where wall-clock time comes from. Inject one to test clock skew. It is read for every received state
-/// record, on the connection's network thread: it must return at once and never block.
-public protocol WallClock: Sendable {
-    /// Milliseconds since 1970.
-    func milliseconds() -> Int64
-}
-
-/// The system clock, optionally shifted (to simulate a device whose clock is wrong).
-public struct SystemWallClock: WallClock {
-    public var offset: Duration
-    public init(offset: Duration = .zero) { self.offset = offset }
-    public func milliseconds() -> Int64 {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        let (seconds, attoseconds) = offset.components
-        return Int64(now.tv_sec) * 1_000 + Int64(now.tv_nsec) / 1_000_000 + seconds * 1_000 + attoseconds / 1_000_000_000_000_000
-    }
-}

@@ -1,0 +1,32 @@
+/// An instant of the group's time: nanoseconds since 1970 on the clock the session's participants agree
+/// on (see ``GroupClock``), whatever their own clocks say.
+public struct GroupInstant: Sendable, Hashable, Comparable, CustomStringConvertible {
+    public var nanoseconds: Int64
+
+    public init(nanoseconds: Int64) { self.nanoseconds = nanoseconds }
+
+    /// Milliseconds since 1970 with a fraction, as on the wire (exact to a quarter of a microsecond).
+    public init(milliseconds: Double) { self.nanoseconds = Int64((milliseconds * 1_000_000).rounded()) }
+    public var milliseconds: Double { Double(nanoseconds) / 1_000_000 }
+
+    public static func < (lhs: GroupInstant, rhs: GroupInstant) -> Bool { lhs.nanoseconds < rhs.nanoseconds }
+
+    public static func + (instant: GroupInstant, duration: Duration) -> GroupInstant {
+        GroupInstant(nanoseconds: instant.nanoseconds &+ duration.nanoseconds)
+    }
+
+    public static func - (lhs: GroupInstant, rhs: GroupInstant) -> Duration { .nanoseconds(lhs.nanoseconds &- rhs.nanoseconds) }
+
+    public var description: String { "\(milliseconds) ms" }
+}
+
+extension Duration {
+    /// Whole nanoseconds (sub-nanosecond parts dropped).
+    var nanoseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000
+    }
+
+    /// As seconds, with a fraction.
+    var seconds: Double { Double(nanoseconds) / 1_000_000_000 }
+}

@@ -1,0 +1,78 @@
+import Foundation
+
+/// The media timeline the whole session follows: where the media is (`position`, in seconds) at the group
+/// instant `anchor`, and how fast it moves from there (`rate`; 0 while paused or waiting).
+///
+/// Media time is a function of group time, the same for everyone: ``mediaTime(at:)``. A `play()` sets an
+/// anchor a little in the future (the lead), so that every player starts at that instant; before it, the
+/// media stays at `position`.
+public struct PlaybackTimeline: Sendable, Hashable {
+    /// What is playing (the host's identifier of the media), nil when nothing is set.
+    public var item: String?
+    /// Seconds into the media at `anchor`.
+    public var position: Double
+    /// Media seconds per second from `anchor` on; 0 when paused or while the group waits.
+    public var rate: Double
+    public var anchor: GroupInstant
+    /// The rate the group plays at once nobody holds it: 0 after a pause, the rate of the last play.
+    public var intendedRate: Double
+    /// Participants whose suspension makes the group wait (at `position`, with `rate` 0).
+    public var waitingFor: Set<String>
+    /// Which group clock `anchor` is on (see ``GroupClock``): a timeline on another one is taken as
+    /// paused at `position`.
+    var base: String
+
+    /// Whether the media moves now or will at `anchor`.
+    public var isPlaying: Bool { rate != 0 }
+
+    /// The media time at `instant`: `position` until `anchor`, then moving at `rate`.
+    public func mediaTime(at instant: GroupInstant) -> Double {
+        guard rate != 0, instant > anchor else { return position }
+        return position + rate * (instant - anchor).seconds
+    }
+
+    /// Paused at zero, no item: a session whose timeline nobody has set yet.
+    static func initial(base: String) -> PlaybackTimeline {
+        PlaybackTimeline(
+            item: nil, position: 0, rate: 0, anchor: GroupInstant(nanoseconds: 0), intendedRate: 0, waitingFor: [], base: base)
+    }
+
+    /// The largest rate a timeline may have, either way.
+    static let maximumRate = 64.0
+    /// At most this many waiting participants are accepted in a record.
+    static let maximumWaiting = 1_000
+}
+
+extension PlaybackTimeline {
+    /// The timeline as the JSON value of its state record (`groupsync.playback`), see PROTOCOL.md.
+    struct Record: Codable, Equatable {
+        var item: String?
+        var position: Double
+        var rate: Double
+        /// Group time of the anchor: milliseconds since 1970, with a fraction.
+        var at: Double
+        var intent: Double
+        var waiting: [String]
+        var base: String
+    }
+
+    var record: Record {
+        Record(
+            item: item, position: position, rate: rate, at: anchor.milliseconds, intent: intendedRate, waiting: waitingFor.sorted(),
+            base: base)
+    }
+
+    /// A received record as a timeline; nil when any field is out of range (rejected like a malformed
+    /// record: a finite position ≥ 0, rates within ±``maximumRate``, a finite anchor, identifiers).
+    init?(_ record: Record) {
+        guard record.position.isFinite, record.position >= 0, record.rate.isFinite, abs(record.rate) <= PlaybackTimeline.maximumRate,
+            record.intent.isFinite, abs(record.intent) <= PlaybackTimeline.maximumRate, record.at.isFinite, abs(record.at) < 9e15,
+            record.waiting.count <= PlaybackTimeline.maximumWaiting, record.waiting.allSatisfy({ Identifier.isValid($0) }),
+            !record.base.isEmpty, record.base.utf8.count <= 256, record.item.map({ $0.utf8.count <= 1_024 }) ?? true,
+            record.waiting.isEmpty || record.rate == 0
+        else { return nil }
+        self.init(
+            item: record.item, position: record.position, rate: record.rate, anchor: GroupInstant(milliseconds: record.at),
+            intendedRate: record.intent, waitingFor: Set(record.waiting), base: record.base)
+    }
+}
