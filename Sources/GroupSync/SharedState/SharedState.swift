@@ -27,11 +27,15 @@ public final class SharedState<Value: Codable & Sendable & Equatable>: Sendable 
         var flushScheduled = false
     }
 
-    /// - Parameter key: an identifier (`A–Z a–z 0–9 . _ - : @ ~`), unique per state in the session.
+    /// - Parameter key: an identifier (`A–Z a–z 0–9 . _ - : @ ~`), unique per state in the session. Keys
+    ///   that start with `groupsync.` are the library's own (playback's records).
     public init<A: GroupActivity>(
         _ session: GroupSession<A>, key: String, initialValue: Value, minimumInterval: Duration? = nil
     ) throws(GroupSyncError) {
         try Identifier.validate(key, kind: "state key")
+        guard !key.hasPrefix("groupsync.") else {
+            throw .invalidIdentifier(kind: "state key", value: key, reason: "keys starting with 'groupsync.' are reserved")
+        }
         self.core = session.core
         self.key = key
         self.initialValue = initialValue

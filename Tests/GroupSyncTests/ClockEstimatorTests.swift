@@ -1,0 +1,61 @@
+import Testing
+
+@testable import GroupSync
+
+/// The group clock's filter, without a broker: exchanges made by hand with known delays.
+@Suite struct ClockEstimatorTests {
+    /// One exchange at local time `local` with a clock `offset` ahead, `out` and `back` nanoseconds of
+    /// one-way delay and `service` between receipt and answer.
+    static func exchange(
+        _ estimator: inout ClockEstimator, local: Int64, offset: Int64, out: Int64, back: Int64, service: Int64 = 10_000
+    ) {
+        let t0 = local
+        let t1 = local + out + offset
+        let t2 = t1 + service
+        let t3 = t2 - offset + back
+        estimator.add(sent: t0, received: t1, replied: t2, back: t3)
+    }
+
+    @Test func symmetricDelaysGiveTheExactOffset() {
+        var estimator = ClockEstimator()
+        #expect(estimator.offset(atLocal: 0) == nil)
+        Self.exchange(&estimator, local: 1_000_000, offset: 600_000_000_000, out: 150_000, back: 150_000)
+        #expect(estimator.offset(atLocal: 2_000_000) == 600_000_000_000)
+        #expect(estimator.shortestRoundTrip == 300_000)
+    }
+
+    /// An exchange delayed one way (a queue, a late task) is off by half its extra delay: the shortest
+    /// round trips win, so it does not count.
+    @Test func theShortestRoundTripsWin() {
+        var estimator = ClockEstimator()
+        let offset: Int64 = -123_456_789
+        for i in 0..<8 { Self.exchange(&estimator, local: Int64(i) * 1_000_000, offset: offset, out: 200_000, back: 200_000) }
+        for i in 8..<16 { Self.exchange(&estimator, local: Int64(i) * 1_000_000, offset: offset, out: 200_000, back: 5_000_000) }
+        #expect(estimator.offset(atLocal: 20_000_000) == offset)
+    }
+
+    /// Two clocks drifting 100 ppm apart: the fitted line keeps the offset within microseconds between
+    /// exchanges a second apart.
+    @Test func driftIsFollowed() throws {
+        var estimator = ClockEstimator()
+        let drift = 100e-6
+        for second in 0..<10 {
+            let local = Int64(second) * 1_000_000_000
+            Self.exchange(&estimator, local: local, offset: Int64(Double(local) * drift), out: 100_000, back: 100_000)
+        }
+        let later: Int64 = 10_500_000_000
+        let estimate = try #require(estimator.offset(atLocal: later))
+        #expect(abs(estimate - Int64(Double(later) * drift)) < 5_000, "\(estimate)")
+    }
+
+    @Test func impossibleExchangesAreIgnored() {
+        var estimator = ClockEstimator()
+        let negative = estimator.add(sent: 10, received: 100, replied: 100, back: 5)
+        let backwards = estimator.add(sent: 0, received: 100, replied: 50, back: 200)
+        #expect(!negative, "a negative round trip")
+        #expect(!backwards, "answered before received")
+        #expect(estimator.isEmpty)
+        for i in 0..<40 { Self.exchange(&estimator, local: Int64(i), offset: 0, out: 1, back: 1) }
+        #expect(estimator.samples.count == ClockEstimator.capacity)
+    }
+}

@@ -1,0 +1,175 @@
+import Testing
+
+@testable import GroupSync
+
+/// Coordinated playback's logic without a broker: clock records, exchanges, commands and suspensions fed
+/// by hand, at chosen local times (nanoseconds).
+@Suite struct PlaybackStateMachineTests {
+    typealias Machine = PlaybackStateMachine
+    static let ms: Int64 = 1_000_000
+    static let second: Int64 = 1_000_000_000
+
+    static func machine(_ me: String, initiator: String = "alice", lead: Duration? = .milliseconds(40)) -> Machine {
+        Machine(me: me, initiator: initiator, waitingReasons: ["buffering"], lead: lead)
+    }
+
+    /// `machine` following `reference` on `base`, with an exchange saying the group is `offset` ahead.
+    static func following(_ me: String, reference: String = "alice", offset: Int64, at local: Int64 = 10 * second) -> Machine {
+        var machine = machine(me)
+        _ = machine.onActive([me, reference], atLocal: local)
+        let action = machine.onClockRecord(.init(reference: reference, base: "b"), atLocal: local)
+        #expect(action.synchronize)
+        _ = machine.onPong(from: reference, sent: local, received: local + offset + ms, replied: local + offset + ms, back: local + 2 * ms)
+        return machine
+    }
+
+    static func record(_ timeline: PlaybackTimeline) -> PlaybackTimeline.Record { timeline.record }
+
+    // MARK: - The group clock
+
+    @Test func theInitiatorStartsTheClockAndTheOthersWaitForIt() {
+        var alice = Self.machine("alice")
+        let claimed = alice.onClockRecord(nil, atLocal: 5 * Self.second)
+        #expect(claimed.writeClock == .init(reference: "alice", base: "alice@5000"))
+        #expect(alice.isReference && alice.offset(atLocal: 0) == 0)
+
+        var bob = Self.machine("bob")
+        _ = bob.onActive(["bob"], atLocal: 0)
+        #expect(bob.onClockRecord(nil, atLocal: 0).writeClock == nil, "the initiator may be about to")
+        #expect(bob.onTick(atLocal: Machine.firstClaimPatience - 1).writeClock == nil)
+        #expect(bob.onTick(atLocal: Machine.firstClaimPatience).writeClock?.reference == "bob", "nobody did: bob starts one")
+    }
+
+    @Test func aFollowerTakesItsOffsetFromTheReferencesAnswers() throws {
+        let offset = 600 * Self.second  // ten minutes behind
+        let bob = Self.following("bob", offset: offset)
+        let estimated = try #require(bob.offset(atLocal: 11 * Self.second))
+        #expect(abs(estimated - offset) <= Self.ms)
+        #expect(!bob.isReference)
+        var carol = Self.machine("carol")
+        _ = carol.onClockRecord(.init(reference: "alice", base: "b"), atLocal: 0)
+        let ignored = carol.onPong(from: "mallory", sent: 0, received: 5, replied: 5, back: 10)
+        #expect(ignored == Machine.Action(), "only the reference counts")
+        #expect(carol.offset(atLocal: 0) == nil)
+        #expect(throws: Machine.CommandError.noClock) { try carol.command(.play, atLocal: 0) }
+    }
+
+    /// The reference leaves: a follower with an offset takes over at once, with the same clock; one
+    /// without waits, then starts a new clock.
+    @Test func theClockSurvivesItsReference() throws {
+        var bob = Self.following("bob", offset: 7 * Self.second)
+        let before = try #require(bob.groupTime(atLocal: 20 * Self.second))
+        let takeover = bob.onActive(["bob", "carol"], atLocal: 20 * Self.second)
+        #expect(takeover.writeClock == .init(reference: "bob", base: "b"))
+        #expect(bob.isReference && bob.groupTime(atLocal: 20 * Self.second) == before, "the same group time")
+
+        var carol = Self.machine("carol")
+        _ = carol.onClockRecord(.init(reference: "alice", base: "b"), atLocal: 0)
+        #expect(carol.onActive(["carol"], atLocal: Self.second).writeClock == nil)
+        #expect(carol.onTick(atLocal: Self.second + Machine.takeoverPatience).writeClock?.base == "carol@\(2 * Self.second / Self.ms)")
+
+        // A crossing claim that wins makes the loser follow again, keeping its offset meanwhile.
+        let lost = bob.onClockRecord(.init(reference: "carol", base: "b"), atLocal: 21 * Self.second)
+        #expect(lost.synchronize && !bob.isReference)
+        #expect(bob.groupTime(atLocal: 21 * Self.second) == before + .seconds(1))
+    }
+
+    // MARK: - Commands
+
+    @Test func playPauseSeekAndRateMakeOneTimeline() throws {
+        var alice = Self.machine("alice")
+        _ = alice.onClockRecord(nil, atLocal: 0)
+        let now: Int64 = 100 * Self.second
+        let play = try #require(try alice.command(.play, atLocal: now).writeTimeline)
+        #expect(play.rate == 1 && play.intendedRate == 1 && play.position == 0)
+        #expect(play.anchor == GroupInstant(nanoseconds: now) + .milliseconds(40), "a lead ahead")
+        #expect(play.mediaTime(at: GroupInstant(nanoseconds: now)) == 0, "nothing moves before the start")
+        #expect(play.mediaTime(at: play.anchor + .seconds(2)) == 2)
+
+        let pause = try #require(try alice.command(.pause, atLocal: now + 3 * Self.second).writeTimeline)
+        #expect(pause.rate == 0 && pause.intendedRate == 0)
+        #expect(abs(pause.position - 2.96) < 1e-9, "where the timeline was")
+
+        let seek = try #require(try alice.command(.seek(to: 30), atLocal: now + 4 * Self.second).writeTimeline)
+        #expect(seek.position == 30 && seek.rate == 0, "paused, it stays paused")
+        let faster = try #require(try alice.command(.rate(2), atLocal: now + 5 * Self.second).writeTimeline)
+        #expect(faster.rate == 2 && faster.position == 30)
+        let seekPlaying = try #require(try alice.command(.seek(to: 10), atLocal: now + 6 * Self.second).writeTimeline)
+        #expect(seekPlaying.rate == 2 && seekPlaying.anchor == GroupInstant(nanoseconds: now + 6 * Self.second) + .milliseconds(40))
+        _ = try alice.command(.pause, atLocal: now + 7 * Self.second)
+        #expect(try alice.command(.play, atLocal: now + 8 * Self.second).writeTimeline?.rate == 2, "play resumes the last rate")
+        let item = try #require(try alice.command(.item("movie-2", position: 5), atLocal: now + 9 * Self.second).writeTimeline)
+        #expect(item.item == "movie-2" && item.position == 5 && item.rate == 0)
+    }
+
+    @Test func theDefaultLeadFollowsTheRoundTrips() {
+        var bob = Self.machine("bob", lead: nil)
+        #expect(bob.lead == .milliseconds(50), "before any exchange")
+        _ = bob.onClockRecord(.init(reference: "alice", base: "b"), atLocal: 0)
+        _ = bob.onPong(from: "alice", sent: 0, received: Self.ms, replied: Self.ms, back: 2 * Self.ms)
+        #expect(bob.lead == .milliseconds(31), "three 2 ms round trips plus 25 ms")
+    }
+
+    // MARK: - Records received
+
+    @Test func invalidRecordsAreRejectedAndTheLastValidTimelineStays() throws {
+        var alice = Self.machine("alice")
+        _ = alice.onClockRecord(nil, atLocal: 0)
+        let valid = try #require(try alice.command(.play, atLocal: Self.second).writeTimeline)
+        var bad = valid.record
+        bad.position = -1
+        let rejected = alice.onTimelineRecord(bad, valid: true, atLocal: 2 * Self.second)
+        #expect(rejected == Machine.Action())
+        bad = valid.record
+        bad.rate = 100
+        _ = alice.onTimelineRecord(bad, valid: true, atLocal: 2 * Self.second)
+        bad = valid.record
+        bad.waiting = ["bob"]  // waiting while playing
+        _ = alice.onTimelineRecord(bad, valid: true, atLocal: 2 * Self.second)
+        _ = alice.onTimelineRecord(nil, valid: false, atLocal: 2 * Self.second)  // not a timeline at all
+        #expect(alice.rejected == 4)
+        #expect(alice.effectiveTimeline == valid)
+    }
+
+    /// A timeline on another clock (its reference gone with everyone who knew it) is taken as paused.
+    @Test func aTimelineOnAnotherClockIsPaused() {
+        var bob = Self.machine("bob")
+        _ = bob.onClockRecord(.init(reference: "alice", base: "new"), atLocal: 0)
+        let old = PlaybackTimeline(
+            item: "m", position: 12, rate: 1, anchor: GroupInstant(nanoseconds: 5), intendedRate: 1, waitingFor: [], base: "old")
+        _ = bob.onTimelineRecord(old.record, valid: true, atLocal: 0)
+        #expect(bob.effectiveTimeline.rate == 0 && bob.effectiveTimeline.position == 12 && bob.effectiveTimeline.item == "m")
+    }
+
+    // MARK: - Suspensions
+
+    @Test func aWaitingSuspensionHoldsTheGroupUntilTheLastOneEnds() throws {
+        var alice = Self.machine("alice")
+        _ = alice.onClockRecord(nil, atLocal: 0)
+        _ = alice.onActive(["alice", "bob"], atLocal: 0)
+        _ = try alice.command(.play, atLocal: Self.second)
+        let (id, held) = alice.beginSuspension("buffering", atLocal: 3 * Self.second)
+        let waiting = try #require(held.writeTimeline)
+        #expect(waiting.waitingFor == ["alice"] && waiting.rate == 0 && waiting.intendedRate == 1)
+        #expect(abs(waiting.position - 1.96) < 1e-9, "paused where it was")
+        #expect(try alice.command(.play, atLocal: 4 * Self.second).writeTimeline?.rate == 0, "a play while waiting only intends")
+
+        // bob holds the group too (his record wins; ours is dropped from it): we put ourselves back.
+        var crossing = waiting
+        crossing.waitingFor = ["bob"]
+        let back = try #require(alice.onTimelineRecord(crossing.record, valid: true, atLocal: 5 * Self.second).writeTimeline)
+        #expect(back.waitingFor == ["alice", "bob"])
+
+        let released = try #require(alice.endSuspension(id, atLocal: 6 * Self.second).writeTimeline)
+        #expect(released.waitingFor == ["bob"] && released.rate == 0, "bob still holds it")
+        // bob is gone: the reference lets go of him, and the group starts again after the lead.
+        let restart = try #require(alice.onActive(["alice"], atLocal: 7 * Self.second).writeTimeline)
+        #expect(restart.waitingFor.isEmpty && restart.rate == 1)
+        #expect(restart.anchor == GroupInstant(nanoseconds: 7 * Self.second) + .milliseconds(40))
+        #expect(restart.position == waiting.position)
+
+        // A suspension for a reason that does not trigger waiting is ours alone.
+        let (_, alone) = alice.beginSuspension("scrubbing", atLocal: 8 * Self.second)
+        #expect(alone.writeTimeline == nil)
+    }
+}
