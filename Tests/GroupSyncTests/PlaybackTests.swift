@@ -64,4 +64,166 @@ struct Movie: GroupActivity {
             #expect(Set(paused).count == 1)
         }
     }
+
+    /// Sessions of `names` (the first starts it) with a playback coordinator each, once they agree on the
+    /// group clock. `skew`: each participant's clock offset, from -10 to +10 minutes.
+    static func players(
+        _ group: Group, _ names: [String], skewed: Bool = true
+    ) async throws -> [(session: GroupSession<Movie>, playback: PlaybackCoordinator)] {
+        var players: [(GroupSession<Movie>, PlaybackCoordinator)] = []
+        for (index, name) in names.enumerated() {
+            let skew = skewed ? Duration.seconds(-600 + 1_200 * index / max(names.count - 1, 1)) : .zero
+            let coordinator = try await group.join(name, clock: SystemWallClock(offset: skew, drift: skewed ? Double(index * 40 - 50) : 0))
+            let session: GroupSession<Movie>
+            if let first = players.first {
+                session = try await coordinator.joinSession(first.0.id, of: Movie.self)
+            } else {
+                session = try await coordinator.startJoined(Movie(title: "m"))
+            }
+            players.append((session, session.playbackCoordinator()))
+        }
+        let all = players.map(\.1)
+        try await waitUntil("one group clock") {
+            all.allSatisfy { $0.groupTime() != nil } && Set(all.compactMap { $0.clockReference?.id }).count == 1
+        }
+        return players.map { (session: $0.0, playback: $0.1) }
+    }
+
+    /// The largest difference, in seconds, between the media times the coordinators expect now.
+    static func spread(_ coordinators: [PlaybackCoordinator]) -> Double {
+        // Each reads its own clock: back to back, so within microseconds of the same real instant.
+        let positions = coordinators.map { $0.expectedMediaTime() }
+        return positions.max()! - positions.min()!
+    }
+
+    @Test func crossingCommandsConverge() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            defer { Task { await group.closeAll() } }
+            let players = try await Self.players(group, ["alice", "bob", "carol"]).map(\.playback)
+            async let a: Void = players[0].seek(to: 10)
+            async let b: Void = players[1].seek(to: 20)
+            async let c: Void = players[2].play()
+            _ = try await (a, b, c)
+            try await waitUntil("one timeline") { Set(players.map(\.timeline)).count == 1 }
+            async let d: Void = players[0].setRate(2)
+            async let e: Void = players[1].pause()
+            _ = try await (d, e)
+            try await waitUntil("one timeline again") { Set(players.map(\.timeline)).count == 1 }
+            #expect(Self.spread(players) < 0.002)
+        }
+    }
+
+    /// The participant that serves the clock crashes while the group plays: another takes over with the
+    /// same clock, so the timeline goes on unchanged and commands still work.
+    @Test func theClockSurvivesItsReferenceCrashing() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            defer { Task { await group.closeAll() } }
+            let players = try await Self.players(group, ["alice", "bob", "carol"])
+            let (bob, carol) = (players[1].playback, players[2].playback)
+            #expect(bob.clockReference?.id == "alice")
+            try await bob.play()
+            try await waitUntil("playing") { [bob, carol].allSatisfy { $0.timeline.isPlaying } }
+            let before = bob.timeline
+            let alice = try #require(group.coordinators.first { $0.localParticipant.id == "alice" })
+            await alice.simulateCrash()
+            try await waitUntil(timeout: .seconds(10), "bob or carol serves the clock") {
+                [bob, carol].allSatisfy { $0.clockReference.map { $0.id != "alice" } ?? false }
+                    && Set([bob, carol].compactMap(\.clockReference)).count == 1
+            }
+            #expect(bob.timeline == before && carol.timeline == before, "the same timeline, on the same clock")
+            #expect(Self.spread([bob, carol]) < 0.002)
+            try await carol.pause()
+            try await waitUntil("paused") { ![bob, carol].contains { $0.timeline.isPlaying } }
+            #expect(bob.timeline.position == carol.timeline.position)
+        }
+    }
+
+    /// A buffering participant makes the group wait at one position; when it is ready, everyone starts
+    /// again together. One that crashes while it holds the group releases it.
+    @Test func aSuspensionHoldsAndReleasesTheGroup() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            defer { Task { await group.closeAll() } }
+            let players = try await Self.players(group, ["alice", "bob", "carol"]).map(\.playback)
+            let starts = players.map { Collector($0.starts()) }
+            defer { for collector in starts { collector.cancel() } }
+            try await players[0].play()
+            try await waitUntil("started") { starts.allSatisfy { $0.elements.count == 1 } }
+
+            let buffering = players[1].beginSuspension(for: .buffering)
+            try await waitUntil("everyone waits") { players.allSatisfy { !$0.timeline.isPlaying && $0.timeline.waitingFor == ["bob"] } }
+            #expect(Set(players.map(\.timeline.position)).count == 1, "at one position")
+            try await players[2].play()  // only an intention while bob buffers
+            #expect(players.allSatisfy { !$0.timeline.isPlaying })
+            buffering.end()
+            try await waitUntil("everyone starts again") { starts.allSatisfy { $0.elements.count == 2 } }
+            let restarts = starts.map { $0.elements[1] }
+            #expect(Set(restarts.map(\.scheduled)).count == 1)
+            #expect(restarts.allSatisfy { $0.lateness < timeBound(.milliseconds(50)) }, "\(restarts.map(\.lateness))")
+
+            // A participant that crashes while it holds the group stops holding it.
+            let scrubbing = players[2].beginSuspension(for: .scrubbing)  // not a waiting reason: the group goes on
+            #expect(players[0].timeline.isPlaying)
+            scrubbing.end()
+            _ = players[1].beginSuspension(for: .buffering)
+            try await waitUntil("waiting for bob") { players[0].timeline.waitingFor == ["bob"] }
+            let bob = try #require(group.coordinators.first { $0.localParticipant.id == "bob" })
+            await bob.simulateCrash()
+            try await waitUntil(timeout: .seconds(10), "released") { [players[0], players[2]].allSatisfy { $0.timeline.isPlaying } }
+        }
+    }
+
+    /// A participant that joins while the group plays starts at once, at the position everyone is at.
+    @Test func aLateJoinerStartsAtTheRightPosition() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            defer { Task { await group.closeAll() } }
+            let players = try await Self.players(group, ["alice", "bob"])
+            try await players[0].playback.seek(to: 42)
+            try await players[0].playback.play()
+            try await waitUntil("playing") { players.allSatisfy { $0.playback.timeline.isPlaying } }
+            try await waitUntil("the group is well into the media") { players[0].playback.expectedMediaTime() > 42.3 }
+            let carol = try await group.join("carol", clock: SystemWallClock(offset: .seconds(300), drift: 90))
+            let session = try await carol.joinSession(players[0].session.id, of: Movie.self)
+            let playback = session.playbackCoordinator()
+            let starts = Collector(playback.starts())
+            defer { starts.cancel() }
+            try await starts.waitForCount(1)
+            let start = starts.elements[0]
+            #expect(start.lateness > .milliseconds(200), "late: it jumps in")
+            let expected = players[0].playback.expectedMediaTime()
+            #expect(abs(start.mediaTime - expected) < 0.1, "\(start.mediaTime) vs \(expected)")
+            #expect(Self.spread(players.map(\.playback) + [playback]) < 0.002)
+        }
+    }
+
+    /// Timeline records that are not timelines are rejected and change nothing; so are records whose
+    /// writer is forged, as for every state record.
+    @Test func badOrForgedTimelineRecordsAreRejected() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            defer { Task { await group.closeAll() } }
+            let players = try await Self.players(group, ["alice", "bob"], skewed: false)
+            let bob = players[1]
+            try await players[0].playback.seek(to: 5)
+            try await waitUntil("bob has it") { bob.playback.timeline.position == 5 }
+            let before = bob.playback.timeline
+            let root = "groupsync/v2/\(group.name)/s/\(bob.session.id)/state/groupsync.playback"
+            let (raw, _) = try await rawSubscriber(broker, "unused/#")
+            let later = SystemWallClock().milliseconds() + 1_000
+            func record(writer: String, clockOf: String, value: String) -> String {
+                #"{"clock":{"c":0,"p":"\#(clockOf)","t":\#(later)},"key":"groupsync.playback","v":2,"value":\#(value)}"#
+            }
+            let negative = #"{"at":1,"base":"x","intent":0,"item":null,"position":-3,"rate":0,"waiting":[]}"#
+            let rejectedBefore = bob.session.core.rejectedCount
+            try await raw.publish(to: "\(root)/alice", string: record(writer: "alice", clockOf: "alice", value: negative), retain: true)
+            try await waitUntil("the invalid timeline rejected") { bob.playback.rejectedTimelineCount == 1 }
+            try await raw.publish(to: "\(root)/mallory", string: record(writer: "mallory", clockOf: "alice", value: "{}"), retain: true)
+            try await waitUntil("the forged writer rejected") { bob.session.core.rejectedCount > rejectedBefore }
+            #expect(bob.playback.timeline == before)
+            await raw.disconnect()
+        }
+    }
 }

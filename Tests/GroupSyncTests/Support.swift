@@ -30,7 +30,9 @@ struct Chat: Codable, Sendable, Equatable {
 final class Group: Sendable {
     let broker: MosquittoBroker
     let name: String
-    private let coordinators = LockedValue<[GroupCoordinator]>([])
+    private let joined = LockedValue<[GroupCoordinator]>([])
+    /// Every coordinator connected so far, in order.
+    var coordinators: [GroupCoordinator] { joined.withLock { $0 } }
 
     init(_ broker: MosquittoBroker, name: String = "g\(UInt32.random(in: 0...UInt32.max))") {
         self.broker = broker
@@ -46,7 +48,7 @@ final class Group: Sendable {
         configuration.mqtt.reconnect = Backoff(initial: .milliseconds(20), maximum: .milliseconds(300))
         adjust(&configuration)
         let coordinator = try await GroupCoordinator.connect(configuration)
-        coordinators.withLock { $0.append(coordinator) }
+        joined.withLock { $0.append(coordinator) }
         return coordinator
     }
 
@@ -71,7 +73,7 @@ final class Group: Sendable {
     }
 
     func closeAll() async {
-        for coordinator in coordinators.withLock({ $0 }) { await coordinator.close() }
+        for coordinator in coordinators { await coordinator.close() }
     }
 }
 
