@@ -46,8 +46,8 @@ struct Movie: GroupActivity {
             try await coordinators[1].play()
             try await waitUntil("everyone started") { starts.allSatisfy { !$0.0.withLock { $0 }.isEmpty } }
             let reals = starts.map { $0.0.withLock { $0[0].real } }
-            let spread = Double(reals.max()! - reals.min()!) / 1e6
-            #expect(spread < 10, "start spread \(spread) ms")
+            let spread = Duration.nanoseconds(reals.max()! - reals.min()!)
+            #expect(spread < timeBound(.milliseconds(10)), "start spread \(spread)")
             for (recorded, _) in starts { #expect(recorded.withLock { $0[0].start.rate } == 1) }
 
             // At one real instant, every participant expects the same media time.
@@ -56,7 +56,7 @@ struct Movie: GroupActivity {
                 let local = instant + clocks[name]!.nanoseconds() - Self.real()  // this participant's clock at `instant`
                 return coordinator.expectedMediaTime(at: coordinator.groupTime(atLocal: local))
             }
-            #expect(positions.max()! - positions.min()! < 0.005, "position spread \(positions)")
+            #expect(positions.max()! - positions.min()! < timeBound(.milliseconds(5)).seconds, "position spread \(positions)")
 
             try await coordinators[2].pause()
             try await waitUntil("everyone paused") { coordinators.allSatisfy { !$0.timeline.isPlaying } }
@@ -96,6 +96,14 @@ struct Movie: GroupActivity {
         return positions.max()! - positions.min()!
     }
 
+    /// Waits until the coordinators expect the same media time within 2 ms (scaled under sanitizers):
+    /// their clocks agree. (A participant that just synchronized gets there within its first exchanges;
+    /// the bench measures how close they get.)
+    static func waitForAgreement(_ coordinators: [PlaybackCoordinator]) async throws {
+        let bound = timeBound(.milliseconds(2)).seconds
+        try await waitUntil("media times agree within \(bound) s (spread \(spread(coordinators)))") { spread(coordinators) < bound }
+    }
+
     @Test func crossingCommandsConverge() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
@@ -110,7 +118,7 @@ struct Movie: GroupActivity {
             async let e: Void = players[1].pause()
             _ = try await (d, e)
             try await waitUntil("one timeline again") { Set(players.map(\.timeline)).count == 1 }
-            #expect(Self.spread(players) < 0.002)
+            try await Self.waitForAgreement(players)
         }
     }
 
@@ -133,7 +141,7 @@ struct Movie: GroupActivity {
                     && Set([bob, carol].compactMap(\.clockReference)).count == 1
             }
             #expect(bob.timeline == before && carol.timeline == before, "the same timeline, on the same clock")
-            #expect(Self.spread([bob, carol]) < 0.002)
+            try await Self.waitForAgreement([bob, carol])
             try await carol.pause()
             try await waitUntil("paused") { ![bob, carol].contains { $0.timeline.isPlaying } }
             #expect(bob.timeline.position == carol.timeline.position)
@@ -189,13 +197,19 @@ struct Movie: GroupActivity {
             let session = try await carol.joinSession(players[0].session.id, of: Movie.self)
             let playback = session.playbackCoordinator()
             let starts = Collector(playback.starts())
-            defer { starts.cancel() }
+            let timelines = Collector(playback.timelines())
+            defer {
+                starts.cancel()
+                timelines.cancel()
+            }
+            try await timelines.waitForCount(1)
+            #expect(timelines.elements[0].isPlaying && timelines.elements[0].position == 42, "never shown paused first")
             try await starts.waitForCount(1)
             let start = starts.elements[0]
             #expect(start.lateness > .milliseconds(200), "late: it jumps in")
             let expected = players[0].playback.expectedMediaTime()
             #expect(abs(start.mediaTime - expected) < 0.1, "\(start.mediaTime) vs \(expected)")
-            #expect(Self.spread(players.map(\.playback) + [playback]) < 0.002)
+            try await Self.waitForAgreement(players.map(\.playback) + [playback])
         }
     }
 

@@ -37,6 +37,10 @@ public final class PlaybackCoordinator: Sendable {
         var nextID = 0
         /// The last timeline given to ``timelines()``; nil until the shared one is known.
         var emitted: PlaybackTimeline?
+        /// Whether each record has been read once since joining: the timeline is handed out only then,
+        /// so that a timeline that plays is not first shown paused for want of its clock.
+        var timelineRead = false
+        var clockRead = false
         /// The timeline the start timer is (or was) for, and the timer.
         var scheduled: PlaybackTimeline?
         var timer: Task<Void, Never>?
@@ -251,7 +255,10 @@ public final class PlaybackCoordinator: Sendable {
                 let decoded = record.flatMap { Wire.value(PlaybackStateMachine.ClockRecord.self, from: $0.value) }
                 // A clock record that does not decode is as if none existed.
                 let local = localNow
-                perform(machine.withLock { $0.onClockRecord(decoded, atLocal: local) })
+                let action = machine.withLock { $0.onClockRecord(decoded, atLocal: local) }
+                outputs.withLock { $0.clockRead = true }
+                perform(action)
+                refresh()
             }
         }
         tasks.spawn { [self] in
@@ -259,8 +266,10 @@ public final class PlaybackCoordinator: Sendable {
                 guard case let .value(record) = update else { continue }
                 let decoded = record.map { Wire.value(PlaybackTimeline.Record.self, from: $0.value) }
                 let local = localNow
-                perform(machine.withLock { $0.onTimelineRecord(decoded ?? nil, valid: decoded.map { $0 != nil } ?? true, atLocal: local) })
-                refresh(primed: true)
+                let action = machine.withLock { $0.onTimelineRecord(decoded ?? nil, valid: decoded.map { $0 != nil } ?? true, atLocal: local) }
+                outputs.withLock { $0.timelineRead = true }
+                perform(action)
+                refresh()
             }
         }
         tasks.spawn { [self] in
@@ -331,15 +340,14 @@ public final class PlaybackCoordinator: Sendable {
         return core.write(key: key, value: json)
     }
 
-    /// Hands the timeline to ``timelines()`` if it changed, and schedules its start if it plays (once
-    /// per timeline: a start pending or delivered is not scheduled again). `primed`: the shared timeline
-    /// is known, so the first one may be handed out.
-    private func refresh(primed: Bool = false) {
+    /// Hands the timeline to ``timelines()`` if it changed (once both records were read), and schedules
+    /// its start if it plays (once per timeline: a start pending or delivered is not scheduled again).
+    private func refresh() {
         let local = localNow
         let (timeline, clockKnown) = machine.withLock { ($0.effectiveTimeline, $0.offset(atLocal: local) != nil) }
         let (cancelled, schedule) = outputs.withLock { outputs -> (Task<Void, Never>?, Bool) in
             guard !outputs.ended else { return (nil, false) }
-            if outputs.emitted != timeline && (primed || outputs.emitted != nil) {
+            if outputs.emitted != timeline && outputs.timelineRead && outputs.clockRead {
                 outputs.emitted = timeline
                 for inbox in outputs.timelines.values { inbox.yield(timeline) }
             }

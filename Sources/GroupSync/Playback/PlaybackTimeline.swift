@@ -25,10 +25,10 @@ public struct PlaybackTimeline: Sendable, Hashable {
     /// Whether the media moves now or will at `anchor`.
     public var isPlaying: Bool { rate != 0 }
 
-    /// The media time at `instant`: `position` until `anchor`, then moving at `rate`.
+    /// The media time at `instant`: `position` until `anchor`, then moving at `rate` (never below zero).
     public func mediaTime(at instant: GroupInstant) -> Double {
         guard rate != 0, instant > anchor else { return position }
-        return position + rate * (instant - anchor).seconds
+        return max(position + rate * (instant - anchor).seconds, 0)
     }
 
     /// Paused at zero, no item: a session whose timeline nobody has set yet.
