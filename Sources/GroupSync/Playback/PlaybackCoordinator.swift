@@ -266,7 +266,9 @@ public final class PlaybackCoordinator: Sendable {
                 guard case let .value(record) = update else { continue }
                 let decoded = record.map { Wire.value(PlaybackTimeline.Record.self, from: $0.value) }
                 let local = localNow
-                let action = machine.withLock { $0.onTimelineRecord(decoded ?? nil, valid: decoded.map { $0 != nil } ?? true, atLocal: local) }
+                let action = machine.withLock {
+                    $0.onTimelineRecord(decoded ?? nil, valid: decoded.map { $0 != nil } ?? true, atLocal: local)
+                }
                 outputs.withLock { $0.timelineRead = true }
                 perform(action)
                 refresh()
