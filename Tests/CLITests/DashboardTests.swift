@@ -383,8 +383,8 @@ import Testing
     static let numberTemplate =
         "{{ value_json if value_json is defined and value_json is number and value_json is not boolean else None }}"
     static let textTemplate =
-        "{{ (value_json if value_json is string else value_json | tojson)[:255] if value_json is defined else None }}"
-    static let attributesTemplate = "{{ value_json | tojson if value_json is defined and value_json is mapping else '{}' }}"
+        "{{ (value_json if value_json is string else value_json | to_json)[:255] if value_json is defined else None }}"
+    static let attributesTemplate = "{{ value_json | to_json if value_json is defined and value_json is mapping else '{}' }}"
 
     @Test func projectionFollowsLiveTraffic() async throws {
         let c = "homeassistant/sensor/groupsync_g", b = "homeassistant/binary_sensor/groupsync_g"

@@ -299,10 +299,10 @@ struct DashboardProjection {
     /// A JSON string as its text, any other JSON value as JSON, at most 255 characters (Home Assistant's
     /// limit for a state); None for a payload that is not JSON.
     static let textTemplate =
-        "{{ (value_json if value_json is string else value_json | tojson)[:255] if value_json is defined else None }}"
+        "{{ (value_json if value_json is string else value_json | to_json)[:255] if value_json is defined else None }}"
     /// An object's fields; for anything else no attributes (so an object that becomes an array or a
     /// number leaves no stale attributes behind).
-    static let attributesTemplate = "{{ value_json | tojson if value_json is defined and value_json is mapping else '{}' }}"
+    static let attributesTemplate = "{{ value_json | to_json if value_json is defined and value_json is mapping else '{}' }}"
 
     private func json(_ value: JSONValue) -> String { view.json(value) }
 }
