@@ -11,20 +11,23 @@
 #   GROUPSYNC_BIN      a groupsync binary to check (default: `swift build --product groupsync`)
 #   GROUPSYNC_HA_KEEP  1: keep the work directory (logs, HA config and database) even on success
 #
-# Exit status: 0 no relevant warning or error, 1 some (printed), 2 the scenario could not be played.
+# Exit status: 0 no relevant warning or error, 1 some (printed), 2 the scenario could not be played,
+# 130 interrupted (Ctrl-C, SIGTERM; what happened until then is still reported).
 # The scenario and the report are in scripts/homeassistant/check.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ha_version=2024.3.3
+github_raw=https://raw.githubusercontent.com/home-assistant/core
 venv="${GROUPSYNC_HA_VENV:-$HOME/.cache/groupsync-homeassistant}"
 
 scripts/install-deps.sh
 
-# 1. The venv: Home Assistant with its own package_constraints.txt as pip constraints, josepy<2 (which
-# that file does not pin; josepy 2 dropped APIs the acme release Home Assistant 2024.3 uses), and the requirements of every integration the
-# check's configuration sets up (scripts/homeassistant/requirements.py), so that Home Assistant never
-# runs pip itself. A stamp file makes the second run skip all of it.
+# 1. The venv: Home Assistant with its own package_constraints.txt as pip constraints; josepy<2, which
+# that file does not pin (josepy 2 dropped ComparableX509, which the acme 2.x that Home Assistant
+# 2024.3 pulls in uses); and the requirements of every integration the check's configuration sets up
+# (scripts/homeassistant/requirements.py), so that Home Assistant never runs pip itself. A stamp file
+# makes the second run skip all of it.
 python=""
 for candidate in python3.12 python3.11 python3; do
     if command -v "$candidate" >/dev/null 2>&1 &&
@@ -53,7 +56,7 @@ if [ ! -f "$stamp" ]; then
                 # The constraints of the release: from GitHub when it is reachable, else from the wheel
                 # just downloaded (the same file: homeassistant/package_constraints.txt of the tag).
                 curl -fsS --max-time 15 -o "$venv/package_constraints.txt" \
-                    "https://raw.githubusercontent.com/home-assistant/core/$ha_version/homeassistant/package_constraints.txt" ||
+                    "$github_raw/$ha_version/homeassistant/package_constraints.txt" ||
                     "$venv/bin/python" -c 'import glob, sys, zipfile
 wheel = glob.glob(sys.argv[1] + "/homeassistant-*.whl")[0]
 sys.stdout.buffer.write(zipfile.ZipFile(wheel).read("homeassistant/package_constraints.txt"))' \
@@ -70,6 +73,7 @@ sys.stdout.buffer.write(zipfile.ZipFile(wheel).read("homeassistant/package_const
         echo "Installing Home Assistant failed; the whole log is $install_log" >&2
         exit 2
     fi
+    rm -rf "$venv/download"
     touch "$stamp"
 fi
 
@@ -82,7 +86,7 @@ fi
 # 3. A private mosquitto on free ports, and a work directory; all stopped and removed on exit.
 workdir="$(mktemp -d "${TMPDIR:-/tmp}/groupsync-ha-check.XXXXXX")"
 mosquitto_pid=""
-status=2
+status=2  # until check.py has answered
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
     for pid_file in "$workdir/hass.pid" "$workdir/dashboard.pid"; do
@@ -121,7 +125,8 @@ log_type subscribe
 log_type unsubscribe
 EOF
 mosquitto_bin="$(command -v mosquitto || echo /usr/sbin/mosquitto)"
-"$mosquitto_bin" -c "$workdir/mosquitto.conf" >"$workdir/mosquitto.out" 2>&1 &
+# In a session of its own, so that Ctrl-C does not stop it before Home Assistant and the dashboard.
+setsid "$mosquitto_bin" -c "$workdir/mosquitto.conf" >"$workdir/mosquitto.out" 2>&1 &
 mosquitto_pid=$!
 deadline=$((SECONDS + 10))
 until mosquitto_pub -h 127.0.0.1 -p "$broker_port" -t groupsync-check/ping -n 2>/dev/null; do
@@ -133,11 +138,19 @@ until mosquitto_pub -h 127.0.0.1 -p "$broker_port" -t groupsync-check/ping -n 2>
     sleep 0.1
 done
 
-# 4.-7. The configuration, Home Assistant, the dashboard, the scenario and the report.
-set +e
+# 4.-7. The configuration, Home Assistant, the dashboard, the scenario and the report. On Ctrl-C or
+# SIGTERM, check.py gets SIGTERM: it stops what it started and still reports.
 python3 scripts/homeassistant/check.py --groupsync "$GROUPSYNC_BIN" --hass "$venv/bin/hass" \
     --broker-port "$broker_port" --broker-log "$workdir/mosquitto.log" --http-port "$http_port" \
-    --workdir "$workdir"
-status=$?
-set -e
+    --workdir "$workdir" &
+check_pid=$!
+trap 'kill -TERM "$check_pid" 2>/dev/null || true' INT TERM
+check_status=0
+wait "$check_pid" || check_status=$?
+# A trapped signal ends `wait` early while check.py is still stopping and reporting: wait again.
+while kill -0 "$check_pid" 2>/dev/null; do
+    check_status=0
+    wait "$check_pid" || check_status=$?
+done
+status=$check_status
 exit "$status"

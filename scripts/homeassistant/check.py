@@ -8,7 +8,8 @@ What it does, in order: writes a fresh Home Assistant configuration (MQTT via a 
 SQLite), starts Home Assistant and the dashboard, plays a scenario with real `groupsync bridge`
 participants (value kinds changing under one key, objects turning into arrays, restarts of Home Assistant
 and of the dashboard, a session ending, a second session of the same activity, a clean exit and a
-SIGKILL), stops everything, then reads Home Assistant's log, entity registry and recorder database.
+SIGKILL, then a few short sessions full of changes), stops everything, then reads Home Assistant's log,
+entity registry and recorder database.
 
 Each step waits, each time with a deadline, for: the dashboard's retained flat topic showing the step's
 effect (read with mosquitto_sub); Home Assistant's MQTT client having subscribed to every topic named in
@@ -21,7 +22,8 @@ at subscription time), and Home Assistant records state changes in order, so onc
 recorded, the states caused by everything before it are recorded too.
 
 Exit status: 0 when Home Assistant logged no relevant WARNING or ERROR, 1 when it did, 2 when the scenario
-itself failed (a deadline passed, a process died); the log is checked and reported in every case.
+itself failed (a deadline passed, a process died), 130 when interrupted (SIGINT or SIGTERM); the log is
+checked and reported in every case.
 """
 
 import argparse
@@ -43,6 +45,7 @@ MARKER_STATE_TOPIC = "groupsync-check/marker"
 MARKER_CONFIG_TOPIC = "homeassistant/sensor/groupsync_check/marker/config"
 HASS_CLIENT_ID = "groupsync-check-homeassistant"
 FLAT = f"groupsync/dashboard/{GROUP}"
+SHORT_SESSIONS = 3
 
 # Home Assistant log lines that are not about GroupSync's payloads, with the reason for each. Everything
 # else at WARNING or above counts.
@@ -249,9 +252,9 @@ class Hass:
         if self.process.poll() is None:
             self.process.terminate()
             try:
-                self.process.wait(timeout=90)
+                self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                log("Home Assistant did not stop within 90s of SIGTERM: killing it")
+                log("Home Assistant did not stop within 30s of SIGTERM: killing it")
                 self.process.kill()
                 self.process.wait(timeout=10)
         if self.process.returncode not in (0, -signal.SIGTERM):
@@ -543,7 +546,18 @@ class Check:
         self.wait_participants(second, 1)
         self.sync("carol joined")
         self.end(carol, second, 2)
+
+        # Home Assistant's reactions to a kind change and to a session's end depend on timing: a few
+        # short sessions give each race more chances to show.
+        dave = self.bridge("dave")
+        for _ in range(SHORT_SESSIONS):
+            log(f"short session {len(self.sessions) + 1}: carol starts, dave joins, bursts, carol ends it")
+            session = self.start_session(carol, dave)
+            self.burst(carol, session, "volume", (1, "soft", None, 2.5, [2], {"level": 3}, 4))
+            self.burst(dave, session, "info", ({"a": 1}, [1], {"a": 2}, None, {"a": 3}))
+            self.end(carol, session, len(self.sessions))
         carol.exit_cleanly()
+        dave.exit_cleanly()
 
         log("the dashboard and Home Assistant stop")
         self.dashboard.stop()
@@ -555,6 +569,7 @@ class Check:
         return bridge
 
     def stop_everything(self):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut the stopping short
         for bridge in self.bridges:
             bridge.stop()
         for stop in (self.dashboard and self.dashboard.stop, self.hass and self.hass.stop):
@@ -622,9 +637,9 @@ class Check:
         for unique_id, entry in sorted(registry.items()):
             if unique_id not in in_sessions and unique_id != "groupsync_check_marker":
                 print(f"  {entry['entity_id']}  [unique_id {unique_id}]")
-        if len(per_session) == 2:
-            same = [e for _, e in per_session[0]] == [e for _, e in per_session[1]]
-            print(f"entity IDs of session 2 {'are the same as' if same else 'differ from'} session 1's")
+        for number, entities in enumerate(per_session[1:], start=2):  # all of the same group and activity
+            same = [e for _, e in entities] == [e for _, e in per_session[0]]
+            print(f"entity IDs of session {number} {'are the same as' if same else 'differ from'} session 1's")
         connectivity = sorted(entry["entity_id"] for entry in registry.values()
                               if entry["entity_id"].startswith("binary_sensor.")
                               and "connectivity" in (entry.get("device_class"), entry.get("original_device_class")))
@@ -703,18 +718,25 @@ def main():
     parser.add_argument("--workdir", required=True)
     args = parser.parse_args()
 
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, interrupted)
+
     check = Check(args)
-    failure = None
+    status = None
     try:
         check.run()
     except (ScenarioError, subprocess.SubprocessError, OSError) as error:
-        failure = error
+        status = 2
         log(f"SCENARIO FAILED: {error}")
+    except KeyboardInterrupt:
+        status = 130
+        log("interrupted: stopping, then reporting what happened so far")
     finally:
         check.stop_everything()
     found = check.report()
-    if failure is not None:
-        return 2
+    if status is not None:
+        return status
     return 1 if found else 0
 
 
