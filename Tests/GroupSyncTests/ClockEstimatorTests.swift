@@ -48,6 +48,24 @@ import Testing
         #expect(abs(estimate - Int64(Double(later) * drift)) < 5_000, "\(estimate)")
     }
 
+    /// The first burst's exchanges, made on a quiet machine, are shorter than every later one: later ones
+    /// still count (each is judged against its own moment), so the drift is followed all the same.
+    @Test func aCalmStartDoesNotOutshineLaterExchanges() throws {
+        var estimator = ClockEstimator()
+        let drift = 200e-6
+        for i in 0..<8 {
+            let local = Int64(i) * 5_000_000
+            Self.exchange(&estimator, local: local, offset: Int64(Double(local) * drift), out: 50_000, back: 50_000)
+        }
+        for second in 1...20 {
+            let local = Int64(second) * 1_000_000_000
+            Self.exchange(&estimator, local: local, offset: Int64(Double(local) * drift), out: 300_000, back: 300_000)
+        }
+        let later: Int64 = 20_500_000_000
+        let estimate = try #require(estimator.offset(atLocal: later))
+        #expect(abs(estimate - Int64(Double(later) * drift)) < 20_000, "\(estimate)")
+    }
+
     @Test func impossibleExchangesAreIgnored() {
         var estimator = ClockEstimator()
         let negative = estimator.add(sent: 10, received: 100, replied: 100, back: 5)

@@ -47,7 +47,7 @@ struct Movie: GroupActivity {
             try await waitUntil("everyone started") { starts.allSatisfy { !$0.0.withLock { $0 }.isEmpty } }
             let reals = starts.map { $0.0.withLock { $0[0].real } }
             let spread = Duration.nanoseconds(reals.max()! - reals.min()!)
-            #expect(spread < timeBound(.milliseconds(10)), "start spread \(spread)")
+            #expect(spread < timeBound(.milliseconds(25)), "start spread \(spread)")
             for (recorded, _) in starts { #expect(recorded.withLock { $0[0].start.rate } == 1) }
 
             // At one real instant, every participant expects the same media time.
@@ -235,7 +235,7 @@ struct Movie: GroupActivity {
             let negative = #"{"at":1,"base":"x","intent":0,"item":null,"position":-3,"rate":0,"waiting":[]}"#
             let rejectedBefore = bob.session.core.rejectedCount
             try await raw.publish(to: "\(root)/alice", string: record(writer: "alice", clockOf: "alice", value: negative), retain: true)
-            try await waitUntil("the invalid timeline rejected") { bob.playback.rejectedTimelineCount == 1 }
+            try await waitUntil("the invalid timeline rejected") { bob.playback.rejectedRecordCount == 1 }
             try await raw.publish(to: "\(root)/mallory", string: record(writer: "mallory", clockOf: "alice", value: "{}"), retain: true)
             try await waitUntil("the forged writer rejected") { bob.session.core.rejectedCount > rejectedBefore }
             #expect(bob.playback.timeline == before)

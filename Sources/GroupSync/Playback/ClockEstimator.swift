@@ -3,9 +3,13 @@
 /// `t2`, we receive at local `t3`. One exchange gives the offset `((t1 − t0) + (t2 − t3)) / 2`, wrong by
 /// at most half the round trip `(t3 − t0) − (t2 − t1)`, and by less the more symmetric the two trips.
 ///
-/// Filter: only the exchanges with the shortest round trips count (those least delayed by queues and
-/// scheduling); with enough of them spread over time, a least-squares line through their offsets also
-/// follows the drift between the two clocks (up to ``maximumDrift``). All times in nanoseconds.
+/// Filter: an exchange counts only if its round trip is close to the shortest among the exchanges made
+/// around the same time (within ``window``): those least delayed by queues and scheduling, judged against
+/// their own moment, so that a calm start does not outshine every later exchange of a busier time. Once
+/// the counted exchanges span ``driftSpan``, a least-squares line through their offsets gives the offset
+/// and follows the drift between the two clocks (up to ``maximumDrift``); before, the newest of them are
+/// averaged. The estimate is computed when an exchange is added, so reading it costs nothing. All times
+/// in nanoseconds.
 struct ClockEstimator: Sendable, Equatable {
     struct Sample: Sendable, Equatable {
         /// When the answer arrived (local `t3`).
@@ -14,16 +18,26 @@ struct ClockEstimator: Sendable, Equatable {
         var roundTrip: Int64
     }
 
+    /// The estimate: `offset + slope × (local − anchor)`.
+    private struct Line: Sendable, Equatable {
+        var anchor: Int64
+        var offset: Double
+        var slope: Double
+    }
+
     /// The newest samples, oldest first.
     private(set) var samples: [Sample] = []
+    private var line: Line?
 
     /// How many samples are kept.
     static let capacity = 32
-    /// Samples whose round trip exceeds the shortest by more than this share (or 50 µs, if more) are
-    /// left out of the estimate.
+    /// Samples are judged against the others made within this time of them.
+    static let window: Int64 = 4_000_000_000
+    /// A sample counts when its round trip exceeds the shortest of its window by at most this share (or
+    /// 50 µs, if more).
     static let roundTripSlack = 0.5
-    /// Drift is fitted once the kept samples span at least this long.
-    static let driftSpan: Int64 = 2_000_000_000
+    /// Drift is fitted once the counted samples span at least this long.
+    static let driftSpan: Int64 = 4_000_000_000
     /// The largest drift believed between two clocks: 500 ppm (real clocks stay within 100).
     static let maximumDrift = 500e-6
 
@@ -36,10 +50,14 @@ struct ClockEstimator: Sendable, Equatable {
         let offset = ((t1 &- t0) &+ (t2 &- t3)) / 2
         samples.append(Sample(local: t3, offset: offset, roundTrip: roundTrip))
         if samples.count > ClockEstimator.capacity { samples.removeFirst(samples.count - ClockEstimator.capacity) }
+        line = ClockEstimator.fit(samples)
         return true
     }
 
-    mutating func reset() { samples = [] }
+    mutating func reset() {
+        samples = []
+        line = nil
+    }
 
     var isEmpty: Bool { samples.isEmpty }
 
@@ -51,23 +69,37 @@ struct ClockEstimator: Sendable, Equatable {
 
     /// The estimated offset (group − local) at local time `local`; nil without samples.
     func offset(atLocal local: Int64) -> Int64? {
-        guard let shortest = shortestRoundTrip else { return nil }
-        let limit = shortest + max(Int64(Double(shortest) * ClockEstimator.roundTripSlack), 50_000)
-        let good = samples.filter { $0.roundTrip <= limit }
-        guard let first = good.first, let last = good.last else { return nil }
-        let meanLocal = good.reduce(0.0) { $0 + Double($1.local &- first.local) } / Double(good.count)
-        let meanOffset = good.reduce(0.0) { $0 + Double($1.offset &- first.offset) } / Double(good.count)
-        var slope = 0.0
-        if good.count >= 3, last.local &- first.local >= ClockEstimator.driftSpan {
-            var covariance = 0.0, variance = 0.0
-            for sample in good {
-                let x = Double(sample.local &- first.local) - meanLocal
-                covariance += x * (Double(sample.offset &- first.offset) - meanOffset)
-                variance += x * x
-            }
-            if variance > 0 { slope = min(max(covariance / variance, -ClockEstimator.maximumDrift), ClockEstimator.maximumDrift) }
+        guard let line else { return nil }
+        return Int64((line.offset + line.slope * Double(local &- line.anchor)).rounded())
+    }
+
+    /// The samples that count (see the type's documentation).
+    static func counted(_ samples: [Sample]) -> [Sample] {
+        samples.filter { sample in
+            let shortest = samples.lazy.filter { abs($0.local &- sample.local) <= window }.map(\.roundTrip).min() ?? sample.roundTrip
+            return sample.roundTrip <= shortest + max(Int64(Double(shortest) * roundTripSlack), 50_000)
         }
-        let x = Double(local &- first.local) - meanLocal
-        return first.offset &+ Int64((meanOffset + slope * x).rounded())
+    }
+
+    private static func fit(_ samples: [Sample]) -> Line? {
+        let good = counted(samples)
+        guard let first = good.first, let last = good.last else { return nil }
+        guard good.count >= 4, last.local &- first.local >= driftSpan else {
+            let newest = good.suffix(4)
+            let mean = newest.reduce(0.0) { $0 + Double($1.offset &- last.offset) } / Double(newest.count)
+            return Line(anchor: last.local, offset: Double(last.offset) + mean, slope: 0)
+        }
+        let count = Double(good.count)
+        let meanX = good.reduce(0.0) { $0 + Double($1.local &- last.local) } / count
+        let meanY = good.reduce(0.0) { $0 + Double($1.offset &- last.offset) } / count
+        var covariance = 0.0, variance = 0.0
+        for sample in good {
+            let x = Double(sample.local &- last.local) - meanX
+            covariance += x * (Double(sample.offset &- last.offset) - meanY)
+            variance += x * x
+        }
+        let slope = variance > 0 ? min(max(covariance / variance, -maximumDrift), maximumDrift) : 0
+        // The line through the means, written from the newest sample's time.
+        return Line(anchor: last.local, offset: Double(last.offset) + meanY - slope * meanX, slope: slope)
     }
 }

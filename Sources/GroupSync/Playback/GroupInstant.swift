@@ -5,8 +5,16 @@ public struct GroupInstant: Sendable, Hashable, Comparable, CustomStringConverti
 
     public init(nanoseconds: Int64) { self.nanoseconds = nanoseconds }
 
-    /// Milliseconds since 1970 with a fraction, as on the wire (exact to a quarter of a microsecond).
-    public init(milliseconds: Double) { self.nanoseconds = Int64((milliseconds * 1_000_000).rounded()) }
+    /// Milliseconds since 1970 with a fraction, as on the wire (exact to a quarter of a microsecond);
+    /// clamped to ±``maximumMilliseconds``, the range of nanoseconds in 64 bits.
+    public init(milliseconds: Double) {
+        let clamped = milliseconds.isNaN ? 0 : min(max(milliseconds, -GroupInstant.maximumMilliseconds), GroupInstant.maximumMilliseconds)
+        self.nanoseconds = Int64((clamped * 1_000_000).rounded())
+    }
+
+    /// The largest instant a group instant holds, either side of 1970, in milliseconds: 9·10¹² (the
+    /// year 2255). Times on the wire beyond it are rejected.
+    public static let maximumMilliseconds = 9e12
     public var milliseconds: Double { Double(nanoseconds) / 1_000_000 }
 
     public static func < (lhs: GroupInstant, rhs: GroupInstant) -> Bool { lhs.nanoseconds < rhs.nanoseconds }

@@ -170,8 +170,9 @@ public final class PlaybackCoordinator: Sendable {
         machine.withLock { $0.suspensions.sorted { $0.key < $1.key }.map { PlaybackSuspension.Reason($0.value) } }
     }
 
-    /// Timeline records rejected as invalid (out-of-range numbers, a malformed value).
-    public var rejectedTimelineCount: Int { machine.withLock { $0.rejected } }
+    /// Timeline and clock records rejected as invalid (out-of-range numbers, a malformed value, a clock
+    /// claimed for someone else).
+    public var rejectedRecordCount: Int { machine.withLock { $0.rejected } }
 
     // MARK: - Commands
 
@@ -253,9 +254,9 @@ public final class PlaybackCoordinator: Sendable {
             while let update = await clockUpdates.inbox.next() {
                 guard case let .value(record) = update else { continue }
                 let decoded = record.flatMap { Wire.value(PlaybackStateMachine.ClockRecord.self, from: $0.value) }
-                // A clock record that does not decode is as if none existed.
+                let valid = record == nil || (decoded?.isValid(writtenBy: record!.clock.participant) ?? false)
                 let local = localNow
-                let action = machine.withLock { $0.onClockRecord(decoded, atLocal: local) }
+                let action = machine.withLock { $0.onClockRecord(decoded, valid: valid, atLocal: local) }
                 outputs.withLock { $0.clockRead = true }
                 perform(action)
                 refresh()

@@ -9,6 +9,12 @@ struct PlaybackStateMachine {
     struct ClockRecord: Codable, Equatable, Sendable {
         var reference: String
         var base: String
+
+        /// Whether a record written by `writer` can be one: a participant claims the clock for itself,
+        /// and a base is 1 to 256 bytes.
+        func isValid(writtenBy writer: String) -> Bool {
+            reference == writer && Identifier.isValid(reference) && !base.isEmpty && base.utf8.count <= 256
+        }
     }
 
     enum Role: Equatable {
@@ -52,6 +58,9 @@ struct PlaybackStateMachine {
     /// How long a participant that did not start the session waits for a clock to appear before it
     /// starts one (the initiator may not coordinate playback, or may be gone).
     static let firstClaimPatience: Int64 = 500_000_000
+    /// When the reference is gone, the active participants take over in the order of their IDs, this
+    /// long apart, so that the first one's claim usually arrives before the others make theirs.
+    static let takeoverStagger: Int64 = 100_000_000
 
     private(set) var role = Role.undecided
     private(set) var clock: ClockRecord?
@@ -67,7 +76,7 @@ struct PlaybackStateMachine {
     /// Since when (local) the reference has been seen gone while we could not take over, or no clock
     /// record existed.
     private var referenceGoneSince: Int64?
-    /// Timeline records rejected as invalid.
+    /// Timeline and clock records rejected as invalid.
     private(set) var rejected = 0
 
     init(me: String, initiator: String, waitingReasons: Set<String>, lead: Duration?) {
@@ -121,9 +130,15 @@ struct PlaybackStateMachine {
         return min(.nanoseconds(3 * longest) + .milliseconds(25), .seconds(1))
     }
 
-    /// The `groupsync.clock` record changed (nil: none exists; we are joined and caught up).
-    mutating func onClockRecord(_ record: ClockRecord?, atLocal local: Int64) -> Action {
-        guard let record else {
+    /// The `groupsync.clock` record changed (nil: none exists; we are joined and caught up). An invalid
+    /// one (`valid` false: it does not decode, or it is not a claim by its writer) is counted and
+    /// ignored — taken as none while no clock is known.
+    mutating func onClockRecord(_ record: ClockRecord?, valid: Bool = true, atLocal local: Int64) -> Action {
+        if !valid {
+            rejected += 1
+            guard clock == nil else { return Action() }
+        }
+        guard valid, let record else {
             // Nobody serves a clock yet: the initiator starts one on its own clock; anyone else after a
             // while (two that do at once converge on the record that wins).
             guard clock == nil else { return Action() }
@@ -179,11 +194,13 @@ struct PlaybackStateMachine {
             referenceGoneSince = nil
             return Action()
         }
-        if let offset = offset(atLocal: local) {
-            return claim(base: clock.base, offset: offset)
-        }
         let since = referenceGoneSince ?? local
         referenceGoneSince = since
+        if let offset = offset(atLocal: local) {
+            let rank = Int64(active.sorted().firstIndex(of: me) ?? 0)
+            guard local &- since >= rank * PlaybackStateMachine.takeoverStagger else { return Action() }
+            return claim(base: clock.base, offset: offset)
+        }
         guard local &- since >= PlaybackStateMachine.takeoverPatience else { return Action() }
         return claim(base: "\(me)@\(local / 1_000_000)", offset: 0)
     }

@@ -66,7 +66,8 @@ extension PlaybackTimeline {
     /// record: a finite position ≥ 0, rates within ±``maximumRate``, a finite anchor, identifiers).
     init?(_ record: Record) {
         guard record.position.isFinite, record.position >= 0, record.rate.isFinite, abs(record.rate) <= PlaybackTimeline.maximumRate,
-            record.intent.isFinite, abs(record.intent) <= PlaybackTimeline.maximumRate, record.at.isFinite, abs(record.at) < 9e15,
+            record.intent.isFinite, abs(record.intent) <= PlaybackTimeline.maximumRate, record.at.isFinite,
+            abs(record.at) <= GroupInstant.maximumMilliseconds,
             record.waiting.count <= PlaybackTimeline.maximumWaiting, record.waiting.allSatisfy({ Identifier.isValid($0) }),
             !record.base.isEmpty, record.base.utf8.count <= 256, record.item.map({ $0.utf8.count <= 1_024 }) ?? true,
             record.waiting.isEmpty || record.rate == 0

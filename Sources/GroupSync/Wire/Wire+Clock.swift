@@ -30,7 +30,8 @@ extension Wire.Pong: Wire.Record {
 }
 
 extension Wire.Fields {
-    /// A finite number of milliseconds since 1970 (an integer or with a fraction), within ±285,000 years.
+    /// A finite number of milliseconds since 1970 (an integer or with a fraction) within
+    /// ±``GroupInstant/maximumMilliseconds`` (about 285 years: what nanoseconds in 64 bits can hold).
     func instant(_ key: String) throws(Wire.Rejection) -> Double {
         let number: Double
         switch try value(key) {
@@ -38,7 +39,7 @@ extension Wire.Fields {
         case let .double(value): number = value
         default: throw .wrongShape
         }
-        guard number.isFinite, abs(number) < 9e15 else { throw .wrongShape }
+        guard number.isFinite, abs(number) <= GroupInstant.maximumMilliseconds else { throw .wrongShape }
         return number
     }
 }
