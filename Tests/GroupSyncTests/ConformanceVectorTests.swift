@@ -29,6 +29,8 @@ import Testing
         var topic: String
         var payload: Data
         var expected: Outcome
+        /// For a state record of a key the protocol reserves: what its value means.
+        var meaning: Outcome?
     }
 
     static func vectors(in file: String) throws -> [Vector] {
@@ -53,7 +55,18 @@ import Testing
             case (nil, nil, .bool(true)?): expected = .cleared
             default: throw Wire.Rejection.wrongShape
             }
-            return Vector(name: name, topic: topic, payload: payload, expected: expected)
+            var meaning: Outcome?
+            switch fields["meaning"] {
+            case nil: meaning = nil
+            case let .object(outcome)?:
+                switch (outcome["accept"], outcome["reject"]) {
+                case let (value?, nil): meaning = .accept(value)
+                case let (nil, .string(code)?): meaning = .reject(code)
+                default: throw Wire.Rejection.wrongShape
+                }
+            default: throw Wire.Rejection.wrongShape
+            }
+            return Vector(name: name, topic: topic, payload: payload, expected: expected, meaning: meaning)
         }
     }
 
@@ -95,6 +108,8 @@ import Testing
                 case "$resend": body = json(try Wire.read(Wire.Resend.self, from: bodyBytes))
                 case "$skip": body = json(try Wire.read(Wire.Skip.self, from: bodyBytes))
                 case "$position": body = json(try Wire.read(Wire.Position.self, from: bodyBytes))
+                case "$ping": body = json(try Wire.read(Wire.Ping.self, from: bodyBytes))
+                case "$pong": body = json(try Wire.read(Wire.Pong.self, from: bodyBytes))
                 default: body = try JSONParser.parse(bodyBytes)
                 }
                 let header = envelope.header
@@ -108,6 +123,21 @@ import Testing
             } catch {
                 return .reject(error.rawValue)
             }
+        }
+    }
+
+    /// What the value of a state record means, as playback reads it, for the keys playback reserves; nil for
+    /// any other key.
+    static func meaning(of payload: Data) -> Outcome? {
+        guard let record = Wire.decode(Wire.StateRecord.self, from: payload) else { return nil }
+        switch record.key {
+        case PlaybackCoordinator.clockKey:
+            return Wire.value(PlaybackStateMachine.ClockRecord.self, from: record.value).map { .accept(json($0)) } ?? .reject("bad-clock")
+        case PlaybackCoordinator.timelineKey:
+            return Wire.value(PlaybackTimeline.Record.self, from: record.value).flatMap(PlaybackTimeline.init).map { .accept(json($0.record)) }
+                ?? .reject("bad-timeline")
+        default:
+            return nil
         }
     }
 
@@ -134,6 +164,14 @@ import Testing
             if case let .accept(json) = actual { actual = .accept(ConformanceVectorTests.normalized(json)) }
             if case let .accept(json) = expected { expected = .accept(ConformanceVectorTests.normalized(json)) }
             #expect(actual == expected, "\(file): \(vector.name)")
+            if case .accept = actual {
+                var meaning = ConformanceVectorTests.meaning(of: vector.payload)
+                if case let .accept(json) = meaning { meaning = .accept(ConformanceVectorTests.normalized(json)) }
+                let expected = vector.meaning.map { meaning -> Outcome in
+                    if case let .accept(json) = meaning { .accept(ConformanceVectorTests.normalized(json)) } else { meaning }
+                }
+                #expect(meaning == expected, "\(file): \(vector.name) (meaning)")
+            }
         }
     }
 
@@ -141,7 +179,8 @@ import Testing
         let files = ConformanceVectorTests.files
         #expect(
             Set(files).isSuperset(of: [
-                "announcement.json", "envelope.json", "json.json", "member.json", "presence.json", "state.json", "topics.json",
+                "announcement.json", "clock.json", "envelope.json", "json.json", "member.json", "playback.json", "presence.json",
+                "state.json", "topics.json",
             ]))
         let codes = Set(
             try files.flatMap { try ConformanceVectorTests.vectors(in: $0) }.compactMap { vector -> String? in
