@@ -132,10 +132,11 @@ import Testing
         guard let record = Wire.decode(Wire.StateRecord.self, from: payload) else { return nil }
         switch record.key {
         case PlaybackCoordinator.clockKey:
-            return Wire.value(PlaybackStateMachine.ClockRecord.self, from: record.value).map { .accept(json($0)) } ?? .reject("bad-clock")
+            let clock = Wire.value(PlaybackStateMachine.ClockRecord.self, from: record.value)
+            return clock.map { .accept(json($0)) } ?? .reject("bad-clock")
         case PlaybackCoordinator.timelineKey:
-            return Wire.value(PlaybackTimeline.Record.self, from: record.value).flatMap(PlaybackTimeline.init).map { .accept(json($0.record)) }
-                ?? .reject("bad-timeline")
+            let timeline = Wire.value(PlaybackTimeline.Record.self, from: record.value).flatMap(PlaybackTimeline.init)
+            return timeline.map { .accept(json($0.record)) } ?? .reject("bad-timeline")
         default:
             return nil
         }
@@ -187,6 +188,39 @@ import Testing
                 if case let .reject(code) = vector.expected { code } else { nil }
             })
         #expect(codes == Set(Wire.Rejection.allCases.map(\.rawValue) + ["identity-mismatch", "bad-identifier", "bad-topic"]))
+    }
+
+    /// Every playback example of PROTOCOL.md (a `$ping`, a `$pong`, a clock or timeline record) is what the
+    /// Swift writer makes of what it says, byte for byte, and a valid value.
+    @Test func thePlaybackExamplesOfTheDocumentAreWhatTheWriterMakes() throws {
+        let path = ConformanceVectorTests.directory.deletingLastPathComponent().appendingPathComponent("PROTOCOL.md")
+        let document = try String(contentsOf: path, encoding: .utf8)
+        let examples = document.split(separator: "\n").map(String.init).filter { line in
+            line.hasPrefix("{") && [#""type":"$ping""#, #""type":"$pong""#, #""key":"groupsync."#].contains { line.contains($0) }
+        }
+        #expect(examples.count == 5)
+        for example in examples {
+            let payload = Data(example.utf8)
+            let rewritten: String
+            if let record = Wire.decode(Wire.StateRecord.self, from: payload) {
+                guard case let .accept(value)? = ConformanceVectorTests.meaning(of: payload) else {
+                    Issue.record("not a valid value: \(example)")
+                    continue
+                }
+                let written = Wire.StateRecord(key: record.key, value: value, clock: record.clock)
+                rewritten = String(decoding: try Wire.encode(written), as: UTF8.self)
+            } else {
+                let envelope = try Wire.readEnvelope(payload)
+                let bytes = payload[envelope.body]
+                let body: any Encodable =
+                    envelope.header.type == "$ping"
+                    ? try Wire.read(Wire.Ping.self, from: bytes) : try Wire.read(Wire.Pong.self, from: bytes)
+                rewritten = String(
+                    decoding: Wire.EnvelopeBytes(encodedBody: try Wire.encode(body)).finished(
+                        type: envelope.header.type, epoch: envelope.header.epoch, seq: nil, reliable: false), as: UTF8.self)
+            }
+            #expect(rewritten == example)
+        }
     }
 
     /// The same files pass a reader written in another language (docs/conformance/run.py), when python3
