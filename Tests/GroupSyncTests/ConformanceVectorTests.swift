@@ -29,6 +29,8 @@ import Testing
         var topic: String
         var payload: Data
         var expected: Outcome
+        /// For a state record of a key the protocol reserves: what its value means.
+        var meaning: Outcome?
     }
 
     static func vectors(in file: String) throws -> [Vector] {
@@ -53,7 +55,18 @@ import Testing
             case (nil, nil, .bool(true)?): expected = .cleared
             default: throw Wire.Rejection.wrongShape
             }
-            return Vector(name: name, topic: topic, payload: payload, expected: expected)
+            var meaning: Outcome?
+            switch fields["meaning"] {
+            case nil: meaning = nil
+            case let .object(outcome)?:
+                switch (outcome["accept"], outcome["reject"]) {
+                case let (value?, nil): meaning = .accept(value)
+                case let (nil, .string(code)?): meaning = .reject(code)
+                default: throw Wire.Rejection.wrongShape
+                }
+            default: throw Wire.Rejection.wrongShape
+            }
+            return Vector(name: name, topic: topic, payload: payload, expected: expected, meaning: meaning)
         }
     }
 
@@ -95,6 +108,8 @@ import Testing
                 case "$resend": body = json(try Wire.read(Wire.Resend.self, from: bodyBytes))
                 case "$skip": body = json(try Wire.read(Wire.Skip.self, from: bodyBytes))
                 case "$position": body = json(try Wire.read(Wire.Position.self, from: bodyBytes))
+                case "$ping": body = json(try Wire.read(Wire.Ping.self, from: bodyBytes))
+                case "$pong": body = json(try Wire.read(Wire.Pong.self, from: bodyBytes))
                 default: body = try JSONParser.parse(bodyBytes)
                 }
                 let header = envelope.header
@@ -108,6 +123,22 @@ import Testing
             } catch {
                 return .reject(error.rawValue)
             }
+        }
+    }
+
+    /// What the value of a state record means, as playback reads it, for the keys playback reserves; nil for
+    /// any other key.
+    static func meaning(of payload: Data) -> Outcome? {
+        guard let record = Wire.decode(Wire.StateRecord.self, from: payload) else { return nil }
+        switch record.key {
+        case PlaybackCoordinator.clockKey:
+            let clock = Wire.value(PlaybackStateMachine.ClockRecord.self, from: record.value)
+            return clock.map { .accept(json($0)) } ?? .reject("bad-clock")
+        case PlaybackCoordinator.timelineKey:
+            let timeline = Wire.value(PlaybackTimeline.Record.self, from: record.value).flatMap(PlaybackTimeline.init)
+            return timeline.map { .accept(json($0.record)) } ?? .reject("bad-timeline")
+        default:
+            return nil
         }
     }
 
@@ -134,6 +165,14 @@ import Testing
             if case let .accept(json) = actual { actual = .accept(ConformanceVectorTests.normalized(json)) }
             if case let .accept(json) = expected { expected = .accept(ConformanceVectorTests.normalized(json)) }
             #expect(actual == expected, "\(file): \(vector.name)")
+            if case .accept = actual {
+                var meaning = ConformanceVectorTests.meaning(of: vector.payload)
+                if case let .accept(json) = meaning { meaning = .accept(ConformanceVectorTests.normalized(json)) }
+                let expected = vector.meaning.map { meaning -> Outcome in
+                    if case let .accept(json) = meaning { .accept(ConformanceVectorTests.normalized(json)) } else { meaning }
+                }
+                #expect(meaning == expected, "\(file): \(vector.name) (meaning)")
+            }
         }
     }
 
@@ -141,13 +180,47 @@ import Testing
         let files = ConformanceVectorTests.files
         #expect(
             Set(files).isSuperset(of: [
-                "announcement.json", "envelope.json", "json.json", "member.json", "presence.json", "state.json", "topics.json",
+                "announcement.json", "clock.json", "envelope.json", "json.json", "member.json", "playback.json", "presence.json",
+                "state.json", "topics.json",
             ]))
         let codes = Set(
             try files.flatMap { try ConformanceVectorTests.vectors(in: $0) }.compactMap { vector -> String? in
                 if case let .reject(code) = vector.expected { code } else { nil }
             })
         #expect(codes == Set(Wire.Rejection.allCases.map(\.rawValue) + ["identity-mismatch", "bad-identifier", "bad-topic"]))
+    }
+
+    /// Every playback example of PROTOCOL.md (a `$ping`, a `$pong`, a clock or timeline record) is what the
+    /// Swift writer makes of what it says, byte for byte, and a valid value.
+    @Test func thePlaybackExamplesOfTheDocumentAreWhatTheWriterMakes() throws {
+        let path = ConformanceVectorTests.directory.deletingLastPathComponent().appendingPathComponent("PROTOCOL.md")
+        let document = try String(contentsOf: path, encoding: .utf8)
+        let examples = document.split(separator: "\n").map(String.init).filter { line in
+            line.hasPrefix("{") && [#""type":"$ping""#, #""type":"$pong""#, #""key":"groupsync."#].contains { line.contains($0) }
+        }
+        #expect(examples.count == 5)
+        for example in examples {
+            let payload = Data(example.utf8)
+            let rewritten: String
+            if let record = Wire.decode(Wire.StateRecord.self, from: payload) {
+                guard case let .accept(value)? = ConformanceVectorTests.meaning(of: payload) else {
+                    Issue.record("not a valid value: \(example)")
+                    continue
+                }
+                let written = Wire.StateRecord(key: record.key, value: value, clock: record.clock)
+                rewritten = String(decoding: try Wire.encode(written), as: UTF8.self)
+            } else {
+                let envelope = try Wire.readEnvelope(payload)
+                let bytes = payload[envelope.body]
+                let body: any Encodable =
+                    envelope.header.type == "$ping"
+                    ? try Wire.read(Wire.Ping.self, from: bytes) : try Wire.read(Wire.Pong.self, from: bytes)
+                rewritten = String(
+                    decoding: Wire.EnvelopeBytes(encodedBody: try Wire.encode(body)).finished(
+                        type: envelope.header.type, epoch: envelope.header.epoch, seq: nil, reliable: false), as: UTF8.self)
+            }
+            #expect(rewritten == example)
+        }
     }
 
     /// The same files pass a reader written in another language (docs/conformance/run.py), when python3

@@ -260,7 +260,79 @@ def position_body(body):
     return {"all": body.int("all"), "direct": {name: int_field(seq) for name, seq in direct.items()}}
 
 
-CONTROL_BODIES = {"$catchup": catchup_body, "$resend": resend_body, "$skip": skip_body, "$position": position_body}
+def instant(body, key):
+    """A finite number of milliseconds since 1970, integer or not, within ±9e15 (Wire+Clock.swift)."""
+    value = body.value(key)
+    if type(value) not in (int, float) or not math.isfinite(value) or abs(value) >= 9e15:
+        raise Rejected("wrong-shape")
+    return value
+
+
+def ping_body(body):
+    return {"t0": instant(body, "t0")}
+
+
+def pong_body(body):
+    record = {"t0": instant(body, "t0"), "t1": instant(body, "t1"), "t2": instant(body, "t2")}
+    if record["t2"] < record["t1"]:
+        raise Rejected("wrong-shape")
+    return record
+
+
+CONTROL_BODIES = {"$catchup": catchup_body, "$resend": resend_body, "$skip": skip_body, "$position": position_body,
+                  "$ping": ping_body, "$pong": pong_body}
+
+
+class Meaningless(Exception):
+    """A state value of a key the protocol reserves that does not mean what the key says."""
+
+
+def number_field(f, key):
+    value = f.value(key)
+    if type(value) not in (int, float):
+        raise Rejected("wrong-shape")
+    return value
+
+
+def clock_value(value):
+    """groupsync.clock: {"reference", "base"}, both strings (PROTOCOL.md#the-group-clock)."""
+    f = Fields(value, record=False)
+    return {"base": f.str("base"), "reference": f.str("reference")}
+
+
+def timeline_value(value):
+    """groupsync.playback: the timeline, validated as PROTOCOL.md#the-timeline-record says."""
+    f = Fields(value, record=False)
+    record = {"at": number_field(f, "at"), "base": f.str("base"), "intent": number_field(f, "intent"),
+              "position": number_field(f, "position"), "rate": number_field(f, "rate")}
+    waiting = f.typed("waiting", list)
+    if not all(type(p) is str and IDENTIFIER.match(p) for p in waiting) or len(waiting) > 1000:
+        raise Rejected("wrong-shape")
+    record["waiting"] = sorted(set(waiting))
+    item = f.optional_str("item")
+    if item is not None:
+        if len(item.encode("utf-8")) > 1024:
+            raise Rejected("wrong-shape")
+        record["item"] = item
+    if (record["position"] < 0 or abs(record["rate"]) > 64 or abs(record["intent"]) > 64 or abs(record["at"]) >= 9e15
+            or not record["base"] or len(record["base"].encode("utf-8")) > 256 or (waiting and record["rate"] != 0)):
+        raise Rejected("wrong-shape")
+    return record
+
+
+# The state keys the protocol reserves, the reader of their values, and the code for a value that is not one.
+MEANINGS = {"groupsync.clock": (clock_value, "bad-clock"), "groupsync.playback": (timeline_value, "bad-timeline")}
+
+
+def meaning(record):
+    """('accept', value) | ('reject', code) for a state record of a reserved key; None for other keys."""
+    reader = MEANINGS.get(record["key"])
+    if reader is None:
+        return None
+    try:
+        return "accept", reader[0](record["value"])
+    except Rejected:
+        return "reject", reader[1]
 
 
 def route(topic):
@@ -305,6 +377,12 @@ def receive(topic, payload):
     return "accept", record
 
 
+def expected_meaning(vector):
+    if "meaning" not in vector:
+        return None
+    return ("accept", vector["meaning"]["accept"]) if "accept" in vector["meaning"] else ("reject", vector["meaning"]["reject"])
+
+
 def expected(vector):
     if "accept" in vector:
         return "accept", vector["accept"]
@@ -324,6 +402,9 @@ def main(paths):
                        else vector["payload"].encode("utf-8"))
             payload += b" " * (vector.get("pad_to", 0) - len(payload))
             got, want = receive(vector["topic"], payload), expected(vector)
+            if got[0] == "accept" and "clock" in got[1] and "key" in got[1]:
+                # A state record: what its value means, for the keys the protocol reserves.
+                got, want = (got, meaning(got[1])), (want, expected_meaning(vector))
             if got != want:
                 failures += 1
                 print(f"FAIL {file.name}: {vector['name']}\n  expected {want}\n  got      {got}")
