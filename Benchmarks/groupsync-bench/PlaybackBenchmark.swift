@@ -234,9 +234,6 @@ enum PlaybackBenchmark {
         return Double(seconds) * 1_000 + Double(attoseconds) / 1e15
     }
 
-    private static func realNanoseconds() -> Int64 {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        return Int64(now.tv_sec) &* 1_000_000_000 &+ Int64(now.tv_nsec)
-    }
+    /// Real time (`CLOCK_REALTIME`, ns): a clock neither off nor drifting.
+    private static func realNanoseconds() -> Int64 { SystemWallClock().nanoseconds() }
 }
