@@ -9,7 +9,7 @@ struct BenchOptions: Sendable {
     }
 
     enum Section: String, Sendable, CaseIterable {
-        case latency, latencyProcesses = "latency-processes", throughput, fanout, lateJoin = "late-join", convergence, crash, memory
+        case latency, latencyProcesses = "latency-processes", throughput, fanout, lateJoin = "late-join", convergence, crash, memory, playback
     }
 
     static let help = """
@@ -27,6 +27,8 @@ struct BenchOptions: Sendable {
           convergence  10 participants write one key at once: time to agree, changes seen
           crash        a SIGKILLed `groupsync join` process until everyone dropped it
           memory       resident size of 300 participants in one session, and of one in 1,000 sessions
+          playback     10 participants with skewed, drifting clocks follow one PlaybackCoordinator:
+                       position spread, start spread, play() until started, suspension
 
           --quick        fewer samples, 20 participants instead of 100, 100 for memory
                          (under a minute in a release build)
@@ -139,4 +141,9 @@ struct BenchOptions: Sendable {
     /// the full run holds 300.
     var memoryParticipants: Int { pick(300, 100, 10) }
     var memorySessions: Int { pick(1_000, 100, 10) }
+    var playback: PlaybackBenchmark.Plan {
+        .init(
+            participants: pick(10, 10, 4), playSeconds: pick(30, 5, 1), commandEvery: pick(.milliseconds(1_500), .seconds(1), .milliseconds(400)),
+            starts: pick(50, 10, 2), suspensions: pick(20, 5, 1), roundTrips: pick(2_000, 500, 20))
+    }
 }

@@ -26,6 +26,9 @@ struct BenchReport {
         static let floorP50 = 1.35
         static let crashSeconds = 1.0
         static let memoryPerParticipantKiB = 380.0
+        /// Playback goals (issue 21), absolute: position spread p99 on loopback, start spread p99 (ms).
+        static let positionSpreadP99Ms = 1.0
+        static let startSpreadP99Ms = 3.0
     }
 
     /// The GroupSync QoS 1 messenger round trip of this run (twice the one-way p50), in ms: the scale to
@@ -144,6 +147,29 @@ struct BenchReport {
                         target: "\(format(Double(bytes) / 1_024 / Double(reached), digits: 0)) KiB each"))
             }
         }
+        if let playback = results.playback {
+            rows.append(
+                Row(
+                    metric: "playback: position spread p50 (ms)", groupSync: format(playback.positionP50, digits: 3)))
+            rows.append(
+                Row(
+                    metric: "playback: position spread p99 (ms)", groupSync: format(playback.positionP99, digits: 3),
+                    target: "≤ \(format(Bound.positionSpreadP99Ms, digits: 0)) ms", verdict: playback.positionP99 <= Bound.positionSpreadP99Ms))
+            rows.append(Row(metric: "playback: start spread p50 (ms)", groupSync: format(playback.startP50, digits: 3)))
+            rows.append(
+                Row(
+                    metric: "playback: start spread p99 (ms)", groupSync: format(playback.startP99, digits: 3),
+                    target: "≤ \(format(Bound.startSpreadP99Ms, digits: 0)) ms", verdict: playback.startP99 <= Bound.startSpreadP99Ms))
+            rows.append(
+                Row(
+                    metric: "playback: play() until all started (ms)", groupSync: format(playback.commandToStarted),
+                    target: "lead \(format(playback.lead)) ms"))
+            rows.append(
+                Row(
+                    metric: "playback: suspension until all paused (ms)", groupSync: format(playback.suspension),
+                    target: "≤ round trip \(format(playback.roundTrip)) + processing = \(format(playback.suspensionBound)) ms",
+                    verdict: playback.suspension <= playback.suspensionBound))
+        }
         return rows
     }
 
@@ -255,6 +281,20 @@ struct BenchReport {
         }
         if let crash = results.crash {
             lines.append("crash: \(crash.method); \(crash.observers) observers")
+        }
+        if let playback = results.playback {
+            lines.append(
+                "playback: \(playback.participants) participants, each with its own connection and a clock off by up to "
+                    + "±\(format(playback.maxSkewSeconds, digits: 0)) s and drifting by up to ±\(format(playback.maxDriftPPM, digits: 0)) ppm; "
+                    + "position spread: \(playback.positionSamples) samples 10 ms apart over \(format(playback.positionSeconds, digits: 0)) s "
+                    + "of playback with \(playback.commands) seeks and rate changes, max \(format(playback.positionMax, digits: 3)) ms, "
+                    + "\(playback.transitionSamples) more taken while a command was on its way (participants on different timelines) left out; "
+                    + "start spread: \(playback.starts) scheduled play()s, max \(format(playback.startMax, digits: 3)) ms, largest lateness "
+                    + "\(format(playback.maxLateness, digits: 3)) ms; suspension: median of \(playback.suspensions), max "
+                    + "\(format(playback.suspensionMax)) ms; round trip: GroupSync messenger QoS 1, p50; processing: a SharedState.set "
+                    + "by the suspending participant until the others' values() have it, \(format(playback.stateFanout)) ms (median), "
+                    + "less half a round trip; group-time spread (the clocks alone, without the rate) p50 "
+                    + "\(format(playback.groupTimeP50, digits: 3)) ms, p99 \(format(playback.groupTimeP99, digits: 3)) ms")
         }
         lines += results.notes
         return lines
@@ -378,6 +418,30 @@ struct BenchReport {
                 object["per_session_kb"] = number(each / 1_024, digits: 1)
             }
             root["memory"] = object
+        }
+        if let playback = results.playback {
+            root["playback"] =
+                [
+                    "position_spread": [
+                        "p50_ms": number(playback.positionP50, digits: 4), "p99_ms": number(playback.positionP99, digits: 4),
+                        "max_ms": number(playback.positionMax, digits: 4), "samples": playback.positionSamples,
+                        "transition_samples": playback.transitionSamples, "seconds": number(playback.positionSeconds),
+                        "commands": playback.commands,
+                        "group_time_p50_ms": number(playback.groupTimeP50, digits: 4),
+                        "group_time_p99_ms": number(playback.groupTimeP99, digits: 4),
+                    ] as [String: Any],
+                    "start_spread": [
+                        "p50_ms": number(playback.startP50, digits: 4), "p99_ms": number(playback.startP99, digits: 4),
+                        "max_ms": number(playback.startMax, digits: 4), "starts": playback.starts,
+                        "max_lateness_ms": number(playback.maxLateness, digits: 4),
+                    ] as [String: Any],
+                    "command_to_started_ms": number(playback.commandToStarted), "lead_ms": number(playback.lead),
+                    "suspension_ms": number(playback.suspension), "suspension_max_ms": number(playback.suspensionMax),
+                    "suspensions": playback.suspensions, "round_trip_ms": number(playback.roundTrip),
+                    "state_fanout_ms": number(playback.stateFanout), "suspension_bound_ms": number(playback.suspensionBound),
+                    "participants": playback.participants, "max_skew_s": number(playback.maxSkewSeconds),
+                    "max_drift_ppm": number(playback.maxDriftPPM),
+                ] as [String: Any]
         }
         var targets: [String: Any] = [:]
         for row in rows {

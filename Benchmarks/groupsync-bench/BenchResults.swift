@@ -108,6 +108,47 @@ struct BenchResults: Sendable {
         var sessionsReached: Int?
     }
 
+    /// Coordinated playback (``PlaybackBenchmark``); times in ms.
+    struct Playback: Sendable {
+        var participants: Int
+        var maxSkewSeconds: Double
+        var maxDriftPPM: Double
+        /// Largest minus smallest expected media time at one real instant (media ms).
+        var positionP50: Double
+        var positionP99: Double
+        var positionMax: Double
+        /// Largest minus smallest group time at one real instant: the clocks' share of the position spread.
+        var groupTimeP50: Double
+        var groupTimeP99: Double
+        var positionSamples: Int
+        /// Samples left out: taken while a command was on its way and participants held different timelines.
+        var transitionSamples: Int
+        var positionSeconds: Double
+        /// Seeks and rate changes during the position samples.
+        var commands: Int
+        /// Real-time spread of the start deliveries of one scheduled `play()`.
+        var startP50: Double
+        var startP99: Double
+        var startMax: Double
+        var starts: Int
+        /// The largest `PlaybackStart.lateness` delivered.
+        var maxLateness: Double
+        /// Medians: `play()` until the last participant started, and the lead it was scheduled with.
+        var commandToStarted: Double
+        var lead: Double
+        /// `beginSuspension(for: .buffering)` until every participant's timeline is paused: median, max.
+        var suspension: Double
+        var suspensionMax: Double
+        var suspensions: Int
+        /// The GroupSync QoS 1 messenger round trip (p50) measured in the same section.
+        var roundTrip: Double
+        /// A `SharedState.set` by the suspending participant until everyone else has it (median).
+        var stateFanout: Double
+        /// What a suspension is judged against: a round trip plus the processing of one state record by
+        /// everyone (the state fan-out less its one broker trip, half a round trip).
+        var suspensionBound: Double { roundTrip + max(stateFanout - roundTrip / 2, 0) }
+    }
+
     struct Environment: Sendable {
         var mode: String
         var date: String
@@ -132,6 +173,7 @@ struct BenchResults: Sendable {
     var convergence: Convergence?
     var crash: Crash?
     var memory: Memory?
+    var playback: Playback?
     var failures: [String] = []
     var notes: [String] = []
 }

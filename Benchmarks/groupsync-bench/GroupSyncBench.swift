@@ -166,6 +166,11 @@ enum GroupSyncBench {
                 await cluster.close()
             }
         }
+        if sections.contains(.playback) {
+            results.playback = await section("playback", &failures) {
+                try await PlaybackBenchmark.run(url: url, group: "bp-\(run)", plan: options.playback)
+            }
+        }
         if sections.contains(.memory) {
             Log.progress("memory (\(options.memoryParticipants) participants, \(options.memorySessions) sessions)…")
             let (memory, errors) = await MemoryBenchmark.run(

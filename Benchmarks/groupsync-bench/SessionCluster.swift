@@ -31,15 +31,16 @@ final class SessionCluster: Sendable {
 
     /// Connects `count` coordinators (`connectWidth` at a time), has the first one activate a session,
     /// and joins everyone (`joinWidth` at a time; 1 joins one after the other, so that every newcomer is
-    /// caught up by an already joined participant).
+    /// caught up by an already joined participant). `clock` gives participant `index` its wall clock.
     static func make(
         url: String, group: String, prefix: String, count: Int, sharedState: Bool,
-        connectWidth: Int = 16, joinWidth: Int = 1, catchUpTimeout: Duration = .seconds(1)
+        connectWidth: Int = 16, joinWidth: Int = 1, catchUpTimeout: Duration = .seconds(1),
+        clock: @escaping @Sendable (Int) -> any WallClock = { _ in SystemWallClock() }
     ) async throws -> SessionCluster {
         let coordinators = try await Parallel.map(count, width: connectWidth) { index in
             try await GroupCoordinator.connect(
                 .init(
-                    broker: url, group: group, participant: "\(prefix)\(index)", catchUpTimeout: catchUpTimeout,
+                    broker: url, group: group, participant: "\(prefix)\(index)", clock: clock(index), catchUpTimeout: catchUpTimeout,
                     // 100 coordinators in one process: their heartbeats (4,000 deliveries a second) would be
                     // measured along with the messages.
                     presenceHeartbeats: false))

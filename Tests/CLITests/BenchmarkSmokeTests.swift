@@ -21,6 +21,9 @@ import Testing
             "convergence.ms", "convergence.max_changes", "convergence.raw_ms", "convergence.raw_p99_ms",
             "crash_detection_s",
             "memory.participants_1000_mb", "memory.sessions_1000_mb",
+            "playback.position_spread.p50_ms", "playback.position_spread.p99_ms", "playback.start_spread.p50_ms",
+            "playback.start_spread.p99_ms", "playback.command_to_started_ms", "playback.lead_ms", "playback.suspension_ms",
+            "playback.round_trip_ms",
         ] + ratioKeys
 
     /// Every figure with a raw libmosquitto reference has its ratio to it (GroupSync / raw).
