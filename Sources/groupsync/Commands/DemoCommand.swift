@@ -11,16 +11,22 @@ struct GalleryActivity: GroupActivity {
 }
 
 /// `groupsync demo`: the article's gallery, scripted — swipes, a simultaneous swipe conflict, a late
-/// joiner and a participant killed without leaving — with a timeline and a verdict.
+/// joiner and a participant killed without leaving — with a timeline and a verdict; with `--playback`,
+/// watching together on skewed clocks instead (``PlaybackDemo``).
 enum DemoCommand: Command {
     static let name = "demo"
     static let summary = "run the gallery demo on a private broker and print a verdict"
     static let help = """
-        Usage: groupsync demo [--participants N] [--timeout SEC] [--broker URL] [--group NAME]
+        Usage: groupsync demo [--playback] [--participants N] [--timeout SEC] [--broker URL] [--group NAME]
 
         N participants (default 3) share one gallery index. Scripted: swipes, a simultaneous swipe by two
         participants, a late joiner, and one participant killed without leaving. Prints a timeline (who
         did what, what each saw, latencies) and a verdict.
+
+        --playback: N participants watch together instead, with clocks off by up to ±10 minutes and
+        drifting up to ±100 ppm: play, seek, a rate change, a buffering suspension and its release, a late
+        joiner. The verdict prints the start spread (real time across participants, for each start) and
+        the position spread (at one real instant); PASS when under 10 ms and 5 ms.
 
           --participants N  3 to 20 (default 3)
           --timeout SEC     give up when the whole script takes longer (default 60)
@@ -30,13 +36,13 @@ enum DemoCommand: Command {
         Ctrl-C or SIGTERM stops the demo at any point: its participants leave and the private mosquitto
         stops.
 
-        Exit codes: 0 everything converged and the crash was detected; 1 otherwise (a timeout included);
+        Exit codes: 0 everything converged and the crash was detected (--playback: within the bounds); 1 otherwise (a timeout included);
         2 usage error; 3 broker unreachable; 4 mosquitto not installed (sudo apt-get install mosquitto);
         130 interrupted.
         """
 
     static func run(_ arguments: [String]) async throws -> Int32 {
-        let args = try Arguments(arguments, options: ["participants", "broker", "group", "timeout"], flags: [])
+        let args = try Arguments(arguments, options: ["participants", "broker", "group", "timeout"], flags: ["playback"])
         let count = try args.integer("participants", default: 3, range: 3...20)
         let timeout = Duration.seconds(try args.integer("timeout", default: 60, range: 1...3_600))
         let group = args.value("group") ?? "demo-\(String(UInt32.random(in: 0...UInt32.max), radix: 36))"
@@ -57,7 +63,10 @@ enum DemoCommand: Command {
         }
         let timeline = Timeline()
         timeline.note("broker", broker.map { "private mosquitto on \($0.url) (set_tcp_nodelay true)" } ?? "using \(url)")
-        let scenario = Scenario(url: url, group: group, count: count, timeline: timeline)
+        let scenario: any DemoScript =
+            args.has("playback")
+            ? PlaybackDemo(url: url, group: group, count: count, timeline: timeline)
+            : Scenario(url: url, group: group, count: count, timeline: timeline)
         let outcome: Result<Bool, any Error>
         do {
             outcome = .success(
@@ -90,8 +99,23 @@ final class Timeline: Sendable {
     }
 }
 
-/// One run of the demo's script.
-final class Scenario: Sendable {
+/// A script `groupsync demo` runs: true when its verdict passes.
+protocol DemoScript: Sendable {
+    func run() async throws -> Bool
+    /// Closes every participant the script connected (those it closed already stay closed).
+    func closeAll() async
+}
+
+/// The participants' names, in order of appearance.
+enum DemoNames {
+    static let all = [
+        "alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy",
+        "mallory", "niaj", "olivia", "peggy", "rupert", "sybil", "trent", "victor", "walter", "zoe",
+    ]
+}
+
+/// One run of the gallery demo's script.
+final class Scenario: DemoScript {
     let url: String
     let group: String
     let count: Int
@@ -130,12 +154,8 @@ final class Scenario: Sendable {
     }
 
     func run() async throws -> Bool {
-        let names = [
-            "alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy",
-            "mallory", "niaj", "olivia", "peggy", "rupert", "sybil", "trent", "victor", "walter", "zoe",
-        ]
         var participants: [Participant] = []
-        for name in names.prefix(count) {
+        for name in DemoNames.all.prefix(count) {
             let configuration = try GroupCoordinator.Configuration(broker: url, group: group, participant: name)
             let coordinator: GroupCoordinator
             do {
