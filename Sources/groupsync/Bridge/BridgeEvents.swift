@@ -97,6 +97,37 @@ final class BridgeEvents: Sendable {
         }
     }
 
+    /// Brings the `timeline` event of `session` up to date with `coordinator`'s timeline.
+    func timeline(of coordinator: PlaybackCoordinator, in session: GroupSession<AnyGroupActivity>) {
+        memory.withLock { memory in
+            guard syncState(session, &memory) else { return }
+            let fields = BridgeEvents.describe(coordinator.timeline)
+            guard update("timeline/\(session.id)", to: .object(fields), &memory) else { return }
+            write(fields.merging(["event": .string("timeline"), "session": .string(session.id)]) { $1 })
+        }
+    }
+
+    /// A `start` event: the host starts its player now (dropped once the session was reported invalidated).
+    func start(_ start: PlaybackStart, in session: GroupSession<AnyGroupActivity>) {
+        memory.withLock { memory in
+            guard syncState(session, &memory) else { return }
+            let lateness = Double(start.lateness.components.seconds) * 1e3 + Double(start.lateness.components.attoseconds) / 1e15
+            write([
+                "event": .string("start"), "session": .string(session.id), "item": start.item.map(JSONValue.string) ?? .null,
+                "position": .double(start.mediaTime), "rate": .double(start.rate), "scheduled": .double(start.scheduled.milliseconds),
+                "lateness_ms": .double(lateness),
+            ])
+        }
+    }
+
+    static func describe(_ timeline: PlaybackTimeline) -> [String: JSONValue] {
+        [
+            "item": timeline.item.map(JSONValue.string) ?? .null, "position": .double(timeline.position), "rate": .double(timeline.rate),
+            "anchor": .double(timeline.anchor.milliseconds), "playing": .bool(timeline.isPlaying),
+            "intended_rate": .double(timeline.intendedRate), "waiting": .array(timeline.waitingFor.sorted().map(JSONValue.string)),
+        ]
+    }
+
     // MARK: - Under the lock
 
     private func announce(_ session: GroupSession<AnyGroupActivity>, _ memory: inout Memory) {
