@@ -181,7 +181,9 @@ import Testing
             #expect(clock["group_ms"]?.number != nil && clock["reference"] == "alice")
             _ = try await alice.request("playback", #""action":"play""#)
             var spread = try await Self.startSpread([alice, bob], number: 1)
-            #expect(spread < timeBound(.milliseconds(10)), "start spread \(spread)")
+            // Measured here, the spread includes two pipes and this process's scheduling, under the load of
+            // the whole suite: the bound leaves room for that, far above the bridges' own spread.
+            #expect(spread < Self.startSpreadBound, "start spread \(spread)")
             let start = try #require(bob.events.first { $0["event"] == "start" })
             // Delivered on time: at the scheduled position, give or take the lateness of the delivery.
             let lateness = try #require(start["lateness_ms"]?.number)
@@ -202,7 +204,7 @@ import Testing
             _ = try await alice.request("playback", #""action":"seek","position":120"#)
             _ = try await alice.request("playback", #""action":"play""#)
             spread = try await Self.startSpread([alice, bob], number: 2)
-            #expect(spread < timeBound(.milliseconds(10)), "start spread \(spread)")
+            #expect(spread < Self.startSpreadBound, "start spread \(spread)")
             let suspended = try await bob.request("suspend", #""reason":"buffering""#)
             #expect(suspended["waits"] == .bool(true) && suspended["suspension"] == "s1")
             let waiting = try await [alice, bob].asyncMap { bridge in
@@ -213,7 +215,7 @@ import Testing
             let resumed = try await bob.request("resume")
             #expect(resumed["ended"] == names("s1"))
             spread = try await Self.startSpread([alice, bob], number: 3)
-            #expect(spread < timeBound(.milliseconds(10)), "start spread \(spread)")
+            #expect(spread < Self.startSpreadBound, "start spread \(spread)")
             let restart = try #require(alice.events.last { $0["event"] == "start" })
             let held = try #require(waiting[0]["position"]?.number)
             #expect(abs((restart["position"]?.number ?? 0) - held - (restart["lateness_ms"]?.number ?? 0) / 1_000) < 0.000_01)
@@ -228,12 +230,19 @@ import Testing
             #expect((late["lateness_ms"]?.number ?? 0) > 0 && (late["position"]?.number ?? 0) > 120)
 
             for bridge in [alice, bob, carol] {
+                // Every start came after the timeline event of what it starts.
+                let events = bridge.events
+                for (index, event) in events.enumerated() where event["event"] == "start" {
+                    #expect(events[..<index].contains { $0["event"] == "timeline" && $0["anchor"] == event["scheduled"] }, "\(event)")
+                }
                 bridge.cli.closeInput()
                 #expect(try await bridge.cli.wait() == 0)
                 #expect(bridge.unparsedLines.isEmpty, "stdout holds only JSON events: \(bridge.unparsedLines)")
             }
         }
     }
+
+    static let startSpreadBound = timeBound(.milliseconds(25))
 
     /// The real-time spread, as this test received them, of the `number`th `start` event of `bridges`,
     /// which must all be for the same scheduled instant.

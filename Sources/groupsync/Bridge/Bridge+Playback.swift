@@ -36,7 +36,7 @@ extension Bridge {
             })
         current?.tasks.append(
             Task.detached {
-                for await start in starts { events.start(start, in: session) }
+                for await start in starts { events.start(start, of: coordinator, in: session) }
             })
         return Priming(coordinator: coordinator, timeline: primed)
     }

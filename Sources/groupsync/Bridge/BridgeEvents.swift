@@ -99,18 +99,16 @@ final class BridgeEvents: Sendable {
 
     /// Brings the `timeline` event of `session` up to date with `coordinator`'s timeline.
     func timeline(of coordinator: PlaybackCoordinator, in session: GroupSession<AnyGroupActivity>) {
-        memory.withLock { memory in
-            guard syncState(session, &memory) else { return }
-            let fields = BridgeEvents.describe(coordinator.timeline)
-            guard update("timeline/\(session.id)", to: .object(fields), &memory) else { return }
-            write(fields.merging(["event": .string("timeline"), "session": .string(session.id)]) { $1 })
-        }
+        memory.withLock { _ = syncTimeline(coordinator.timeline, of: session, &$0) }
     }
 
-    /// A `start` event: the host starts its player now (dropped once the session was reported invalidated).
-    func start(_ start: PlaybackStart, in session: GroupSession<AnyGroupActivity>) {
+    /// A `start` event: the host starts its player now. Written after the `timeline` event of the timeline
+    /// it starts, and dropped when that timeline was replaced meanwhile (or the session was reported
+    /// invalidated): a host never starts a timeline it was told is over.
+    func start(_ start: PlaybackStart, of coordinator: PlaybackCoordinator, in session: GroupSession<AnyGroupActivity>) {
         memory.withLock { memory in
-            guard syncState(session, &memory) else { return }
+            let timeline = coordinator.timeline
+            guard timeline.isPlaying, timeline.anchor == start.scheduled, syncTimeline(timeline, of: session, &memory) else { return }
             let lateness = Double(start.lateness.components.seconds) * 1e3 + Double(start.lateness.components.attoseconds) / 1e15
             write([
                 "event": .string("start"), "session": .string(session.id), "item": start.item.map(JSONValue.string) ?? .null,
@@ -155,6 +153,17 @@ final class BridgeEvents: Sendable {
         if state.isInvalidated {
             memory.closed.insert(session.id)
             return false
+        }
+        return true
+    }
+
+    /// Writes the `timeline` event of `session` if `timeline` differs from the last one written. Returns
+    /// whether the session is still open.
+    private func syncTimeline(_ timeline: PlaybackTimeline, of session: GroupSession<AnyGroupActivity>, _ memory: inout Memory) -> Bool {
+        guard syncState(session, &memory) else { return false }
+        let fields = BridgeEvents.describe(timeline)
+        if update("timeline/\(session.id)", to: .object(fields), &memory) {
+            write(fields.merging(["event": .string("timeline"), "session": .string(session.id)]) { $1 })
         }
         return true
     }
