@@ -63,10 +63,8 @@ enum DemoCommand: Command {
         }
         let timeline = Timeline()
         timeline.note("broker", broker.map { "private mosquitto on \($0.url) (set_tcp_nodelay true)" } ?? "using \(url)")
-        let scenario: any DemoScript =
-            args.has("playback")
-            ? PlaybackDemo(url: url, group: group, count: count, timeline: timeline)
-            : Scenario(url: url, group: group, count: count, timeline: timeline)
+        let stage = DemoStage(url: url, group: group, count: count, timeline: timeline)
+        let scenario: any DemoScript = args.has("playback") ? PlaybackDemo(stage: stage) : Scenario(stage: stage)
         let outcome: Result<Bool, any Error>
         do {
             outcome = .success(
@@ -75,7 +73,7 @@ enum DemoCommand: Command {
             outcome = .failure(error)
         }
         // Interrupted or timed out, the script is left where it was: its participants leave now.
-        await scenario.closeAll()
+        await stage.closeAll()
         await broker?.stop()
         switch outcome {
         case let .success(verdict):
@@ -101,9 +99,75 @@ final class Timeline: Sendable {
 
 /// A script `groupsync demo` runs: true when its verdict passes.
 protocol DemoScript: Sendable {
+    var stage: DemoStage { get }
     func run() async throws -> Bool
+}
+
+extension DemoScript {
+    var timeline: Timeline { stage.timeline }
+}
+
+/// What every demo script plays on: the broker, the group, how many participants, the printed
+/// timeline, and the participants' connections (all closed by ``closeAll()``, however the script ends).
+final class DemoStage: Sendable {
+    let url: String
+    let group: String
+    let count: Int
+    let timeline: Timeline
+    private let connected = LockedValue<[GroupCoordinator]>([])
+
+    init(url: String, group: String, count: Int, timeline: Timeline) {
+        self.url = url
+        self.group = group
+        self.count = count
+        self.timeline = timeline
+    }
+
+    /// Connects participant `name` on `clock`; an unreachable broker is the command's failure.
+    func connect(_ name: String, clock: any WallClock = SystemWallClock()) async throws -> GroupCoordinator {
+        let configuration = try GroupCoordinator.Configuration(broker: url, group: group, participant: name, clock: clock)
+        let coordinator: GroupCoordinator
+        do {
+            coordinator = try await GroupCoordinator.connect(configuration)
+        } catch {
+            throw CommonOptions.failure(error, broker: url)
+        }
+        connected.withLock { $0.append(coordinator) }
+        return coordinator
+    }
+
+    /// The first of `participants` activates `activity` while every one of them listens for sessions (the
+    /// one who activates included); returns the session each received, in order.
+    func share<Activity: GroupActivity>(
+        _ activity: Activity, among participants: [(name: String, coordinator: GroupCoordinator)]
+    ) async throws -> [GroupSession<Activity>] {
+        let listeners = participants.map { participant in
+            Task { () -> GroupSession<Activity>? in
+                for await session in participant.coordinator.sessions(of: Activity.self) { return session }
+                return nil
+            }
+        }
+        let sessionID = try await participants[0].coordinator.activate(activity)
+        timeline.note(participants[0].name, "activated session \(sessionID) (\(activity.metadata.title))")
+        var sessions: [GroupSession<Activity>] = []
+        for (participant, listener) in zip(participants, listeners) {
+            guard let session = await listener.value else { throw CommandFailure("\(participant.name) got no session") }
+            sessions.append(session)
+            timeline.note(participant.name, "received the session through sessions()")
+        }
+        return sessions
+    }
+
     /// Closes every participant the script connected (those it closed already stay closed).
-    func closeAll() async
+    func closeAll() async {
+        for coordinator in connected.withLock({ $0 }) { await coordinator.close() }
+    }
+
+    /// Milliseconds, with `decimals` below 10 ms.
+    static func format(_ duration: Duration, decimals: Int = 2) -> String {
+        let ms = Double(duration.components.seconds) * 1_000 + Double(duration.components.attoseconds) / 1e15
+        return ms < 10 ? String(format: "%.\(decimals)f ms", ms) : String(format: "%.0f ms", ms)
+    }
 }
 
 /// The participants' names, in order of appearance.
@@ -116,24 +180,9 @@ enum DemoNames {
 
 /// One run of the gallery demo's script.
 final class Scenario: DemoScript {
-    let url: String
-    let group: String
-    let count: Int
-    let timeline: Timeline
-    /// Every participant connected so far, for ``closeAll()``.
-    private let connected = LockedValue<[Participant]>([])
+    let stage: DemoStage
 
-    init(url: String, group: String, count: Int, timeline: Timeline) {
-        self.url = url
-        self.group = group
-        self.count = count
-        self.timeline = timeline
-    }
-
-    /// Closes every participant the script connected (those it closed already stay closed).
-    func closeAll() async {
-        for participant in connected.withLock({ $0 }) { await participant.coordinator.close() }
-    }
+    init(stage: DemoStage) { self.stage = stage }
 
     final class Participant: Sendable {
         let name: String
@@ -155,16 +204,8 @@ final class Scenario: DemoScript {
 
     func run() async throws -> Bool {
         var participants: [Participant] = []
-        for name in DemoNames.all.prefix(count) {
-            let configuration = try GroupCoordinator.Configuration(broker: url, group: group, participant: name)
-            let coordinator: GroupCoordinator
-            do {
-                coordinator = try await GroupCoordinator.connect(configuration)
-            } catch {
-                throw CommonOptions.failure(error, broker: url)
-            }
-            let participant = Participant(name: name, coordinator: coordinator)
-            connected.withLock { $0.append(participant) }
+        for name in DemoNames.all.prefix(stage.count) {
+            let participant = Participant(name: name, coordinator: try await stage.connect(name))
             participants.append(participant)
             timeline.note(name, "connected (presence online, will registered)")
         }
@@ -172,20 +213,8 @@ final class Scenario: DemoScript {
         let late = participants[participants.count - 1]
         let early = Array(participants.dropLast())
 
-        // Everyone listens for sessions from the start, the one who activates included.
-        let listeners = participants.map { participant in
-            Task { () -> GroupSession<GalleryActivity>? in
-                for await session in participant.coordinator.sessions(of: GalleryActivity.self) { return session }
-                return nil
-            }
-        }
-        let sessionID = try await alice.coordinator.activate(GalleryActivity(galleryID: "paris"))
-        timeline.note(alice.name, "activated session \(sessionID) (Gallery paris)")
-        for (participant, listener) in zip(participants, listeners) {
-            guard let session = await listener.value else { throw CommandFailure("\(participant.name) got no session") }
-            participant.session.withLock { $0 = session }
-            timeline.note(participant.name, "received the session through sessions()")
-        }
+        let sessions = try await stage.share(GalleryActivity(galleryID: "paris"), among: participants.map { ($0.name, $0.coordinator) })
+        for (participant, session) in zip(participants, sessions) { participant.session.withLock { $0 = session } }
         for participant in early { try await join(participant) }
 
         // Swipes: one writer, everyone follows; latency until the last one shows it.
@@ -288,8 +317,5 @@ final class Scenario: DemoScript {
         timeline.note(participant.name, "joined; active: \(session.activeParticipants.map(\.id).sorted().joined(separator: ", "))")
     }
 
-    private func format(_ duration: Duration) -> String {
-        let ms = Double(duration.components.seconds) * 1_000 + Double(duration.components.attoseconds) / 1e15
-        return ms < 10 ? String(format: "%.2f ms", ms) : String(format: "%.0f ms", ms)
-    }
+    private func format(_ duration: Duration) -> String { DemoStage.format(duration) }
 }

@@ -18,22 +18,9 @@ final class PlaybackDemo: DemoScript {
     static let startSpreadBound: Duration = .milliseconds(10)
     static let positionSpreadBound = 0.005
 
-    let url: String
-    let group: String
-    let count: Int
-    let timeline: Timeline
-    private let connected = LockedValue<[Viewer]>([])
+    let stage: DemoStage
 
-    init(url: String, group: String, count: Int, timeline: Timeline) {
-        self.url = url
-        self.group = group
-        self.count = count
-        self.timeline = timeline
-    }
-
-    func closeAll() async {
-        for viewer in connected.withLock({ $0 }) { await viewer.coordinator.close() }
-    }
+    init(stage: DemoStage) { self.stage = stage }
 
     final class Viewer: Sendable {
         let name: String
@@ -67,17 +54,9 @@ final class PlaybackDemo: DemoScript {
 
     func run() async throws -> Bool {
         var connecting: [Viewer] = []
-        for (index, name) in DemoNames.all.prefix(count).enumerated() {
+        for (index, name) in DemoNames.all.prefix(stage.count).enumerated() {
             let clock = PlaybackDemo.clock(index)
-            let configuration = try GroupCoordinator.Configuration(broker: url, group: group, participant: name, clock: clock)
-            let coordinator: GroupCoordinator
-            do {
-                coordinator = try await GroupCoordinator.connect(configuration)
-            } catch {
-                throw CommonOptions.failure(error, broker: url)
-            }
-            let viewer = Viewer(name: name, clock: clock, coordinator: coordinator)
-            connected.withLock { $0.append(viewer) }
+            let viewer = Viewer(name: name, clock: clock, coordinator: try await stage.connect(name, clock: clock))
             connecting.append(viewer)
             timeline.note(name, String(format: "connected; its clock is off by %+.3f s and drifts %+.0f ppm", clock.offset.seconds, clock.drift))
         }
@@ -86,18 +65,8 @@ final class PlaybackDemo: DemoScript {
         let late = viewers[viewers.count - 1]
         let early = Array(viewers.dropLast())
 
-        let listeners = viewers.map { viewer in
-            Task { () -> GroupSession<MovieActivity>? in
-                for await session in viewer.coordinator.sessions(of: MovieActivity.self) { return session }
-                return nil
-            }
-        }
-        let sessionID = try await alice.coordinator.activate(MovieActivity(movie: "big-buck-bunny"))
-        timeline.note(alice.name, "activated session \(sessionID) (Movie big-buck-bunny)")
-        for (viewer, listener) in zip(viewers, listeners) {
-            guard let session = await listener.value else { throw CommandFailure("\(viewer.name) got no session") }
-            viewer.session.withLock { $0 = session }
-        }
+        let sessions = try await stage.share(MovieActivity(movie: "big-buck-bunny"), among: viewers.map { ($0.name, $0.coordinator) })
+        for (viewer, session) in zip(viewers, sessions) { viewer.session.withLock { $0 = session } }
         for viewer in early { try await join(viewer) }
         try await waitUntil(timeout: .seconds(5), "everyone knows the group clock") { early.allSatisfy { $0.player.groupTime() != nil } }
         timeline.note("", "group clock: served by \(alice.player.clockReference?.id ?? "-"); \(clockErrors(early))")
@@ -242,10 +211,7 @@ final class PlaybackDemo: DemoScript {
 
     private func format(seconds: Double) -> String { format(.nanoseconds(Int64((seconds * 1e9).rounded()))) }
 
-    private func format(_ duration: Duration) -> String {
-        let ms = Double(duration.components.seconds) * 1_000 + Double(duration.components.attoseconds) / 1e15
-        return ms < 10 ? String(format: "%.3f ms", ms) : String(format: "%.0f ms", ms)
-    }
+    private func format(_ duration: Duration) -> String { DemoStage.format(duration, decimals: 3) }
 }
 
 extension Duration {
