@@ -188,7 +188,7 @@ import Testing
             // Delivered on time: at the scheduled position, give or take the lateness of the delivery.
             let lateness = try #require(start["lateness_ms"]?.number)
             #expect(start["item"] == "movie-42" && start["rate"]?.number == 1)
-            #expect(lateness < 10, "\(alice.events.filter { $0["event"] == "start" }) \(start)")
+            #expect(.milliseconds(lateness) < Self.startSpreadBound, "\(start)")
             #expect(abs((start["position"]?.number ?? -1) - lateness / 1_000) < 0.000_01)
 
             // pause: both paused at one position.
