@@ -113,7 +113,7 @@ extension Bridge {
             "position": .double(coordinator.expectedMediaTime()), "rate": .double(timeline.rate),
             "playing": .bool(timeline.isPlaying), "group_ms": coordinator.groupTime().map { .double($0.milliseconds) } ?? .null,
             "reference": coordinator.clockReference.map { .string($0.id) } ?? .null,
-            "lead_ms": .double(Double(coordinator.lead.components.attoseconds) / 1e15 + Double(coordinator.lead.components.seconds) * 1e3),
+            "lead_ms": .double(BridgeEvents.milliseconds(coordinator.lead)),
         ]
     }
 }

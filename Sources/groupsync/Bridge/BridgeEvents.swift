@@ -109,13 +109,17 @@ final class BridgeEvents: Sendable {
         memory.withLock { memory in
             let timeline = coordinator.timeline
             guard timeline.isPlaying, timeline.anchor == start.scheduled, syncTimeline(timeline, of: session, &memory) else { return }
-            let lateness = Double(start.lateness.components.seconds) * 1e3 + Double(start.lateness.components.attoseconds) / 1e15
             write([
                 "event": .string("start"), "session": .string(session.id), "item": start.item.map(JSONValue.string) ?? .null,
                 "position": .double(start.mediaTime), "rate": .double(start.rate), "scheduled": .double(start.scheduled.milliseconds),
-                "lateness_ms": .double(lateness),
+                "lateness_ms": .double(BridgeEvents.milliseconds(start.lateness)),
             ])
         }
+    }
+
+    /// `duration` in milliseconds, with a fraction.
+    static func milliseconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) * 1e3 + Double(duration.components.attoseconds) / 1e15
     }
 
     static func describe(_ timeline: PlaybackTimeline) -> [String: JSONValue] {
