@@ -85,7 +85,7 @@ final class PlaybackDemo: DemoScript {
                 viewer.name,
                 "\(what): everyone started at \(String(format: "%.3f", position)) s; start spread \(format(spread)), lead \(format(lead)), command to all started \(format(all))"
             )
-            positionSpreads += try await samplePositions(early, what)
+            positionSpreads += try await samplePositions(early)
         }
 
         try await alice.player.setItem("big-buck-bunny")
@@ -101,12 +101,12 @@ final class PlaybackDemo: DemoScript {
         try await waitUntil(timeout: .seconds(5), pollEvery: .microseconds(200), "everyone waits for bob") {
             early.allSatisfy { $0.player.timeline.waitingFor.contains(bob.name) && !$0.player.timeline.isPlaying }
         }
-        let suspension_ = ContinuousClock.now - suspended
+        let holding = ContinuousClock.now - suspended
         let pausedSpread = spread(early.map { $0.player.expectedMediaTime() })
         positionSpreads.append(pausedSpread)
         timeline.note(
             bob.name,
-            "buffering: everyone paused after \(format(suspension_)) at \(String(format: "%.3f", early[0].player.expectedMediaTime())) s (spread \(format(seconds: pausedSpread)))"
+            "buffering: everyone paused after \(format(holding)) at \(String(format: "%.3f", early[0].player.expectedMediaTime())) s (spread \(format(seconds: pausedSpread)))"
         )
         try await Task.sleep(for: .milliseconds(300))
         try await started("buffering over", by: bob) { suspension.end() }
@@ -116,7 +116,7 @@ final class PlaybackDemo: DemoScript {
         try await join(late)
         try await waitUntil(timeout: .seconds(5), "\(late.name) starts") { !late.starts.withLock { $0.isEmpty } }
         let lateStart = late.starts.withLock { $0[0] }
-        let lateSpread = try await samplePositions(viewers, "late joiner")
+        let lateSpread = try await samplePositions(viewers)
         positionSpreads += lateSpread
         timeline.note(
             late.name,
@@ -143,7 +143,7 @@ final class PlaybackDemo: DemoScript {
         Output.line(
             "  position spread:  p50 \(format(seconds: p50)), max \(format(seconds: worstPosition)) over \(sorted.count) samples at one real instant (bound \(format(seconds: PlaybackDemo.positionSpreadBound)))"
         )
-        Output.line("  suspension:       everyone paused \(format(suspension_)) after bob's buffering began")
+        Output.line("  suspension:       everyone paused \(format(holding)) after bob's buffering began")
         Output.line("  late joiner:      \(lateOK ? "started at the group's position" : "OFF THE GROUP'S POSITION")")
         let ok = worstStart < PlaybackDemo.startSpreadBound && worstPosition < PlaybackDemo.positionSpreadBound && lateOK
         Output.line("  result:           \(ok ? "PASS" : "FAIL")")
@@ -181,7 +181,7 @@ final class PlaybackDemo: DemoScript {
 
     /// Position spreads (seconds) at ten instants 20 ms apart: every participant's expected media time,
     /// each read brought back to the first read's real instant (the reads are microseconds apart).
-    private func samplePositions(_ viewers: [Viewer], _ what: String) async throws -> [Double] {
+    private func samplePositions(_ viewers: [Viewer]) async throws -> [Double] {
         var spreads: [Double] = []
         for _ in 0..<10 {
             try await Task.sleep(for: .milliseconds(20))
