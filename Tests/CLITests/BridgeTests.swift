@@ -102,6 +102,10 @@ import Testing
                 (#"{"id":9,"op":"join","activity":"a.b","timeout":"soon"}"#, .int(9), "\"timeout\" must be a number"),
                 (#"{"id":10,"op":"configure","broker":"http://example.com"}"#, .int(10), "http"),
                 (#"{"id":11,"op":"set","key":"k","value":1}"#, .int(11), "not in a session"),
+                (#"{"id":12,"op":"playback","action":"fly"}"#, .int(12), "unknown playback \"action\""),
+                (#"{"id":13,"op":"playback","action":"seek","position":-1}"#, .int(13), "\"position\" must be"),
+                (#"{"id":14,"op":"start","activity":"a.b","playback":"yes"}"#, .int(14), "\"playback\" must be true or false"),
+                (#"{"id":15,"op":"playback","action":"play"}"#, .int(15), "not in a session"),
                 (huge, nil, "limit of 1048576 bytes"),
             ]
             for (index, malformed) in cases.enumerated() {
@@ -150,6 +154,109 @@ import Testing
             #expect(try await alice.cli.wait() == 0)
             _ = try await alice.event("alice's state left") { $0["event"] == "state" && $0["reason"] == "left" }
         }
+    }
+
+    /// Watching together: the hosts play the media, the bridges say when. Both get their `start` at the
+    /// same real instant (as this test receives the lines), pauses land on one position, a buffering
+    /// suspension holds the other bridge and its end restarts both; a bridge that asks for playback only
+    /// later still starts, late, at the group's position.
+    @Test func twoBridgesPlayTogether() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let alice = try BridgeProcess("alice", broker: broker.url, group: "watch")
+            let bob = try BridgeProcess("bob", broker: broker.url, group: "watch")
+            let started = try await alice.request("start", #""activity":"com.example.movie","playback":true"#)
+            let session = try #require(started["session"]?.string)
+            // The current timeline (nobody set one: paused at zero, no item) came before the ok.
+            let first = try #require(alice.events.first { $0["event"] == "timeline" })
+            #expect(first["playing"] == .bool(false) && first["item"] == .null && first["position"]?.number == 0)
+            #expect(alice.events.firstIndex { $0["event"] == "timeline" }! < alice.events.firstIndex { $0["event"] == "ok" }!)
+            _ = try await bob.request("join", #""session":"\#(session)","playback":true"#)
+            #expect(bob.events.contains { $0["event"] == "timeline" })
+
+            _ = try await alice.request("playback", #""action":"item","item":"movie-42""#)
+            _ = try await bob.event("the item") { $0["event"] == "timeline" && $0["item"] == "movie-42" }
+
+            // bob's join answered once he knew the group clock (alice serves it): a play starts both at once.
+            let clock = try await bob.request("position")
+            #expect(clock["group_ms"]?.number != nil && clock["reference"] == "alice")
+            _ = try await alice.request("playback", #""action":"play""#)
+            var spread = try await Self.startSpread([alice, bob], number: 1)
+            // Measured here, the spread includes two pipes and this process's scheduling, under the load of
+            // the whole suite: the bound leaves room for that, far above the bridges' own spread.
+            #expect(spread < Self.startSpreadBound, "start spread \(spread)")
+            let start = try #require(bob.events.first { $0["event"] == "start" })
+            // Delivered on time: at the scheduled position, give or take the lateness of the delivery.
+            let lateness = try #require(start["lateness_ms"]?.number)
+            #expect(start["item"] == "movie-42" && start["rate"]?.number == 1)
+            #expect(.milliseconds(lateness) < Self.startSpreadBound, "\(start)")
+            #expect(abs((start["position"]?.number ?? -1) - lateness / 1_000) < 0.000_01)
+
+            // pause: both paused at one position.
+            _ = try await bob.request("playback", #""action":"pause""#)
+            let paused = try await [alice, bob].asyncMap { bridge in
+                try await bridge.event("paused") { $0["event"] == "timeline" && $0["playing"] == .bool(false) && ($0["position"]?.number ?? 0) > 0 }
+            }
+            #expect(paused[0]["position"] == paused[1]["position"])
+            let position = try await bob.request("position")
+            #expect(position["position"] == paused[0]["position"] && position["reference"] == "alice")
+
+            // seek while paused, play again; then bob buffers: alice's timeline waits for him, paused.
+            _ = try await alice.request("playback", #""action":"seek","position":120"#)
+            _ = try await alice.request("playback", #""action":"play""#)
+            spread = try await Self.startSpread([alice, bob], number: 2)
+            #expect(spread < Self.startSpreadBound, "start spread \(spread)")
+            let suspended = try await bob.request("suspend", #""reason":"buffering""#)
+            #expect(suspended["waits"] == .bool(true) && suspended["suspension"] == "s1")
+            let waiting = try await [alice, bob].asyncMap { bridge in
+                try await bridge.event("waiting for bob") { $0["event"] == "timeline" && $0["waiting"] == names("bob") }
+            }
+            #expect(waiting.allSatisfy { $0["playing"] == .bool(false) && ($0["position"]?.number ?? 0) >= 120 })
+            #expect(waiting[0]["position"] == waiting[1]["position"])
+            let resumed = try await bob.request("resume")
+            #expect(resumed["ended"] == names("s1"))
+            spread = try await Self.startSpread([alice, bob], number: 3)
+            #expect(spread < Self.startSpreadBound, "start spread \(spread)")
+            let restart = try #require(alice.events.last { $0["event"] == "start" })
+            let held = try #require(waiting[0]["position"]?.number)
+            #expect(abs((restart["position"]?.number ?? 0) - held - (restart["lateness_ms"]?.number ?? 0) / 1_000) < 0.000_01)
+
+            // carol asks for playback only with her first playback op: the play under way starts her, late.
+            let carol = try BridgeProcess("carol", broker: broker.url, group: "watch")
+            _ = try await carol.request("join", #""session":"\#(session)""#)
+            #expect(carol.events.contains { $0["event"] == "timeline" } == false, "no playback asked for yet")
+            let carolPosition = try await carol.request("position")
+            #expect(carolPosition["playing"] == .bool(true) && carolPosition["item"] == "movie-42")
+            let late = try await carol.event("carol's late start") { $0["event"] == "start" }
+            #expect((late["lateness_ms"]?.number ?? 0) > 0 && (late["position"]?.number ?? 0) > 120)
+
+            for bridge in [alice, bob, carol] {
+                // Every start came after the timeline event of what it starts.
+                let events = bridge.events
+                for (index, event) in events.enumerated() where event["event"] == "start" {
+                    #expect(events[..<index].contains { $0["event"] == "timeline" && $0["anchor"] == event["scheduled"] }, "\(event)")
+                }
+                bridge.cli.closeInput()
+                #expect(try await bridge.cli.wait() == 0)
+                #expect(bridge.unparsedLines.isEmpty, "stdout holds only JSON events: \(bridge.unparsedLines)")
+            }
+        }
+    }
+
+    static let startSpreadBound = timeBound(.milliseconds(25))
+
+    /// The real-time spread, as this test received them, of the `number`th `start` event of `bridges`,
+    /// which must all be for the same scheduled instant.
+    private static func startSpread(_ bridges: [BridgeProcess], number: Int) async throws -> Duration {
+        var instants: [ContinuousClock.Instant] = []
+        var scheduled: Set<JSONValue> = []
+        for bridge in bridges {
+            try await waitUntil("start \(number) of \(bridge.cli.pid)") { bridge.timedEvents.filter { $0.event["event"] == "start" }.count >= number }
+            let start = bridge.timedEvents.filter { $0.event["event"] == "start" }[number - 1]
+            instants.append(start.at)
+            scheduled.insert(start.event["scheduled"] ?? .null)
+        }
+        #expect(scheduled.count == 1, "one scheduled instant: \(scheduled)")
+        return instants.max()! - instants.min()!
     }
 
     /// A join waits for its session's announcement no longer than `--timeout`; Ctrl-C or SIGTERM ends that
@@ -245,6 +352,14 @@ private final class BridgeProcess: Sendable {
         }
     }
 
+    /// The events with the instant each line was received.
+    var timedEvents: [(event: [String: JSONValue], at: ContinuousClock.Instant)] {
+        cli.timedOutput.compactMap { line, at in
+            guard case let .object(object)? = Wire.decode(JSONValue.self, from: Data(line.utf8)) else { return nil }
+            return (object, at)
+        }
+    }
+
     /// Lines on stdout that are not JSON objects (there must be none).
     var unparsedLines: [String] {
         cli.output.filter { line in
@@ -296,6 +411,23 @@ extension JSONValue {
     fileprivate var string: String? {
         if case let .string(value) = self { return value }
         return nil
+    }
+
+    fileprivate var number: Double? {
+        switch self {
+        case let .int(value): return Double(value)
+        case let .double(value): return value
+        default: return nil
+        }
+    }
+}
+
+extension Array where Element: Sendable {
+    /// `transform` applied to each element in turn.
+    fileprivate func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
+        var results: [T] = []
+        for element in self { results.append(try await transform(element)) }
+        return results
     }
 }
 

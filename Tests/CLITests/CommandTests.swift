@@ -14,6 +14,29 @@ import Testing
         #expect(result.output.contains { $0.contains("joined late") })
     }
 
+    /// Watching together on skewed clocks: the verdict prints the measured spreads and passes.
+    @Test func playbackDemoStartsEveryoneTogether() async throws {
+        let result = try await runCLI(["demo", "--playback"], timeout: .seconds(60))
+        #expect(result.status == 0, "\(result.errors)\n\(result.output.joined(separator: "\n"))")
+        #expect(result.output.contains { $0.contains("start spread:") && $0.contains("play") && $0.contains("buffering over") })
+        #expect(result.output.contains { $0.contains("position spread:") && $0.contains("p50") })
+        #expect(result.output.contains { $0.contains("joined late; started") })
+        #expect(result.output.contains { $0.contains("result:") && $0.contains("PASS") })
+        let help = try await runCLI(["help", "demo"])
+        #expect(help.output.contains { $0.contains("--playback") })
+
+        // Like the gallery, it stops on a signal mid-script: its participants leave, its broker stops.
+        let demo = try CLIProcess(["demo", "--playback"])
+        let banner = try await demo.waitForLine { $0.contains("private mosquitto on mqtt://") }
+        let url = try #require(banner.split(separator: " ").first { $0.hasPrefix("mqtt://") })
+        _ = try await demo.waitForLine { $0.contains("joined; active") }
+        demo.signal(SIGINT)
+        let status = try await withTimeLimit(.seconds(10), "the demo stops") { try await demo.wait() }
+        #expect(status == 130 || status == 0, "interrupted, or done before the signal came")
+        let client = try MQTTClient(configuration: .init(url: String(url)))
+        await #expect(throws: MQTTError.self, "its private broker stopped") { try await client.connect() }
+    }
+
     @Test func usageErrorsExitWithTwo() async throws {
         #expect(try await runCLI([]).status == 2)
         #expect(try await runCLI(["nope"]).status == 2)

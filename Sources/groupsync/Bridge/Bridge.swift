@@ -17,17 +17,22 @@ actor Bridge {
     }
 
     /// The session the bridge joined, and what follows it.
-    private struct Joined {
+    struct Joined {
         let session: GroupSession<AnyGroupActivity>
         let messenger: GroupSessionMessenger
         var states: [String: SharedState<JSONValue>] = [:]
         var tasks: [Task<Void, Never>] = []
         /// State records of the session seen by the observer connection: how keys written by others are found.
         var discovery: MQTTSubscription?
+        /// The session's media timeline, once the host asked for it (Bridge+Playback.swift).
+        var playback: PlaybackCoordinator?
+        /// This bridge's suspensions under way, by the ID its `suspend` answer gave.
+        var suspensions: [String: PlaybackSuspension] = [:]
+        var suspensionCount = 0
     }
 
     private var options: CommonOptions
-    private let events: BridgeEvents
+    let events: BridgeEvents
     /// How long a request waits for an announcement (`--timeout`): `start` for its own, `join` unless it
     /// gives its own `timeout`.
     private let timeout: Duration
@@ -39,7 +44,7 @@ actor Bridge {
     private var observerUnavailable = false
     /// Activities whose announcements are followed, with the following task.
     private var followed: [String: Task<Void, Never>] = [:]
-    private var current: Joined?
+    var current: Joined?
     private var closing = false
 
     init(options: CommonOptions, events: BridgeEvents, timeout: Duration, interruption: Interruption) {
@@ -71,7 +76,7 @@ actor Bridge {
             let live = coordinator.currentSessions(activityIdentifier: activity)
             for session in live { events.announce(session) }
             return ["activity": .string(activity), "sessions": .array(live.map { .string($0.id) })]
-        case let .start(activity, metadata, value, keys):
+        case let .start(activity, metadata, value, keys, playback):
             try leaveNothingBehind()
             let coordinator = try await connect()
             follow(activity, coordinator)
@@ -84,8 +89,8 @@ actor Bridge {
             guard let session = await find(coordinator, activity: activity, session: id, within: timeout) else {
                 throw Failure("session \(id) was announced but did not come back within \(Bridge.seconds(timeout))")
             }
-            return try await join(session, keys: keys)
-        case let .join(activity, sessionID, keys, requested):
+            return try await join(session, keys: keys, playback: playback)
+        case let .join(activity, sessionID, keys, requested, playback):
             let timeout = requested ?? timeout
             try leaveNothingBehind()
             let coordinator = try await connect()
@@ -99,7 +104,7 @@ actor Bridge {
                 throw Failure("no live session of \(activity ?? "-") within \(Bridge.seconds(timeout)): start one")
             }
             follow(session.activityIdentifier, coordinator)
-            return try await join(session, keys: keys)
+            return try await join(session, keys: keys, playback: playback)
         case .leave:
             let joined = try requireSession()
             await joined.session.leave()
@@ -131,6 +136,14 @@ actor Bridge {
                 throw Failure("could not send: \(error)")
             }
             return ["session": .string(joined.session.id)]
+        case let .playback(action):
+            return try await playback(action)
+        case let .suspend(reason):
+            return try await suspend(reason)
+        case let .resume(suspension):
+            return try await resume(suspension)
+        case .position:
+            return try await position()
         }
     }
 
@@ -200,7 +213,7 @@ actor Bridge {
 
     /// Joins `session` and starts following it. Before answering, brings its state, participants and the
     /// values of the known keys up to date.
-    private func join(_ session: GroupSession<AnyGroupActivity>, keys: [String]) async throws(Failure) -> [String: JSONValue] {
+    private func join(_ session: GroupSession<AnyGroupActivity>, keys: [String], playback: Bool) async throws(Failure) -> [String: JSONValue] {
         let id = session.id
         let messenger = GroupSessionMessenger(session: session)
         // Registered before join(): no message that arrives once joined is missed.
@@ -220,6 +233,8 @@ actor Bridge {
                 for await (message, context) in messages { events.message(message.value, from: context.source.id, in: session) }
             })
         current = joined
+        // Made before join(): the timeline and a start under way come with the join's catch-up.
+        let priming = playback ? followPlayback() : nil
         do {
             try await session.join()
         } catch {
@@ -242,6 +257,7 @@ actor Bridge {
         events.state(of: session)
         events.participants(of: session)
         for state in current?.states.values.sorted(by: { $0.key < $1.key }) ?? [] { events.value(of: state, in: session) }
+        if let priming { await timelineKnown(priming) }
         return [
             "session": .string(id), "activity": .string(session.activityIdentifier),
             "participant": .string(session.localParticipant.id),
@@ -308,7 +324,7 @@ actor Bridge {
     }
 
     /// The joined session, still live; otherwise a failure saying why not.
-    private func requireSession() throws(Failure) -> Joined {
+    func requireSession() throws(Failure) -> Joined {
         guard let joined = current else { throw Failure("not in a session: start or join one first") }
         if case let .invalidated(reason) = joined.session.state {
             stopFollowing(joined.session.id)

@@ -97,6 +97,39 @@ final class BridgeEvents: Sendable {
         }
     }
 
+    /// Brings the `timeline` event of `session` up to date with `coordinator`'s timeline.
+    func timeline(of coordinator: PlaybackCoordinator, in session: GroupSession<AnyGroupActivity>) {
+        memory.withLock { _ = syncTimeline(coordinator.timeline, of: session, &$0) }
+    }
+
+    /// A `start` event: the host starts its player now. Written after the `timeline` event of the timeline
+    /// it starts, and dropped when that timeline was replaced meanwhile (or the session was reported
+    /// invalidated): a host never starts a timeline it was told is over.
+    func start(_ start: PlaybackStart, of coordinator: PlaybackCoordinator, in session: GroupSession<AnyGroupActivity>) {
+        memory.withLock { memory in
+            let timeline = coordinator.timeline
+            guard timeline.isPlaying, timeline.anchor == start.scheduled, syncTimeline(timeline, of: session, &memory) else { return }
+            write([
+                "event": .string("start"), "session": .string(session.id), "item": start.item.map(JSONValue.string) ?? .null,
+                "position": .double(start.mediaTime), "rate": .double(start.rate), "scheduled": .double(start.scheduled.milliseconds),
+                "lateness_ms": .double(BridgeEvents.milliseconds(start.lateness)),
+            ])
+        }
+    }
+
+    /// `duration` in milliseconds, with a fraction.
+    static func milliseconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) * 1e3 + Double(duration.components.attoseconds) / 1e15
+    }
+
+    static func describe(_ timeline: PlaybackTimeline) -> [String: JSONValue] {
+        [
+            "item": timeline.item.map(JSONValue.string) ?? .null, "position": .double(timeline.position), "rate": .double(timeline.rate),
+            "anchor": .double(timeline.anchor.milliseconds), "playing": .bool(timeline.isPlaying),
+            "intended_rate": .double(timeline.intendedRate), "waiting": .array(timeline.waitingFor.sorted().map(JSONValue.string)),
+        ]
+    }
+
     // MARK: - Under the lock
 
     private func announce(_ session: GroupSession<AnyGroupActivity>, _ memory: inout Memory) {
@@ -124,6 +157,17 @@ final class BridgeEvents: Sendable {
         if state.isInvalidated {
             memory.closed.insert(session.id)
             return false
+        }
+        return true
+    }
+
+    /// Writes the `timeline` event of `session` if `timeline` differs from the last one written. Returns
+    /// whether the session is still open.
+    private func syncTimeline(_ timeline: PlaybackTimeline, of session: GroupSession<AnyGroupActivity>, _ memory: inout Memory) -> Bool {
+        guard syncState(session, &memory) else { return false }
+        let fields = BridgeEvents.describe(timeline)
+        if update("timeline/\(session.id)", to: .object(fields), &memory) {
+            write(fields.merging(["event": .string("timeline"), "session": .string(session.id)]) { $1 })
         }
         return true
     }

@@ -12,13 +12,28 @@ struct BridgeRequest: Sendable {
         case ping
         case configure(broker: String?, group: String?, participant: String?, keepAlive: Int?)
         case watch(activity: String)
-        case start(activity: String, metadata: GroupActivityMetadata?, value: JSONValue, keys: [String])
+        /// `playback`: follow the session's media timeline from the join on (`timeline` and `start` events).
+        case start(activity: String, metadata: GroupActivityMetadata?, value: JSONValue, keys: [String], playback: Bool)
         /// `timeout`: how long to wait for the announcement; nil for the bridge's `--timeout`.
-        case join(activity: String?, session: String?, keys: [String], timeout: Duration?)
+        case join(activity: String?, session: String?, keys: [String], timeout: Duration?, playback: Bool)
+        case playback(PlaybackAction)
+        case suspend(reason: String)
+        /// `suspension`: the one to end; nil ends every suspension of this bridge.
+        case resume(suspension: String?)
+        case position
         case leave
         case end
         case set(key: String, value: JSONValue)
         case send(value: JSONValue, to: [String]?)
+    }
+
+    /// What a `playback` request asks of the group's player.
+    enum PlaybackAction: Sendable {
+        case play
+        case pause
+        case seek(Double)
+        case rate(Double)
+        case item(String?, position: Double)
     }
 
     /// Why a line is not a request; `id` when one could be read.
@@ -27,7 +42,9 @@ struct BridgeRequest: Sendable {
         var message: String
     }
 
-    static let operations = ["ping", "configure", "watch", "start", "join", "leave", "end", "set", "send"]
+    static let operations = [
+        "ping", "configure", "watch", "start", "join", "leave", "end", "set", "send", "playback", "suspend", "resume", "position",
+    ]
 
     /// Parses one line (without its newline).
     static func parse(_ line: Data) -> Result<BridgeRequest, Invalid> {
@@ -89,7 +106,7 @@ struct BridgeRequest: Sendable {
             }
             return .start(
                 activity: activity, metadata: metadata, value: fields.object["value"] ?? .object([:]),
-                keys: try fields.identifiers("keys") ?? [])
+                keys: try fields.identifiers("keys") ?? [], playback: try fields.bool("playback") ?? false)
         case "join":
             let activity = try fields.identifier("activity"), session = try fields.identifier("session")
             guard activity != nil || session != nil else {
@@ -100,7 +117,9 @@ struct BridgeRequest: Sendable {
                 guard seconds >= 0, seconds <= 600 else { throw Invalid(message: "\"timeout\" must be 0 to 600 seconds") }
                 timeout = .milliseconds(Int64(seconds * 1_000))
             }
-            return .join(activity: activity, session: session, keys: try fields.identifiers("keys") ?? [], timeout: timeout)
+            return .join(
+                activity: activity, session: session, keys: try fields.identifiers("keys") ?? [], timeout: timeout,
+                playback: try fields.bool("playback") ?? false)
         case "leave":
             return .leave
         case "end":
@@ -114,8 +133,41 @@ struct BridgeRequest: Sendable {
             let to = try fields.identifiers("to")
             if to?.isEmpty == true { throw Invalid(message: "\"to\" is empty: leave it out to send to everyone") }
             return .send(value: value, to: to)
+        case "playback":
+            return .playback(try playbackAction(fields))
+        case "suspend":
+            return .suspend(reason: try fields.required(fields.identifier("reason"), "reason"))
+        case "resume":
+            return .resume(suspension: try fields.identifier("suspension"))
+        case "position":
+            return .position
         default:
             throw Invalid(message: "unknown op '\(op)' (one of \(operations.joined(separator: ", ")))")
+        }
+    }
+
+    private static func playbackAction(_ fields: Fields) throws(Invalid) -> PlaybackAction {
+        func position(_ name: String) throws(Invalid) -> Double? {
+            guard let value = try fields.number(name) else { return nil }
+            guard value.isFinite, value >= 0 else { throw Invalid(message: "\"\(name)\" must be a number of seconds ≥ 0") }
+            return value
+        }
+        let actions = "play, pause, seek, rate, item"
+        switch try fields.string("action") {
+        case "play": return .play
+        case "pause": return .pause
+        case "seek": return .seek(try fields.required(position("position"), "position"))
+        case "rate":
+            let rate = try fields.required(fields.number("rate"), "rate")
+            guard rate.isFinite, abs(rate) <= 64 else { throw Invalid(message: "\"rate\" must be a number from -64 to 64") }
+            return .rate(rate)
+        case "item":
+            guard fields.object["item"] != nil else { throw Invalid(message: "missing \"item\" (a string, or null for none)") }
+            let item = try fields.string("item")
+            if let item, item.utf8.count > 1_024 { throw Invalid(message: "\"item\" is longer than 1024 bytes") }
+            return .item(item, position: try position("position") ?? 0)
+        case let other?: throw Invalid(message: "unknown playback \"action\" '\(other.prefix(40))' (one of \(actions))")
+        case nil: throw Invalid(message: "missing \"action\" (one of \(actions))")
         }
     }
 
@@ -134,6 +186,14 @@ struct BridgeRequest: Sendable {
             case .none, .some(.null): return nil
             case let .some(.string(value)): return value
             case .some: throw Invalid(message: "\"\(name)\" must be a string")
+            }
+        }
+
+        func bool(_ name: String) throws(Invalid) -> Bool? {
+            switch object[name] {
+            case .none, .some(.null): return nil
+            case let .some(.bool(value)): return value
+            case .some: throw Invalid(message: "\"\(name)\" must be true or false")
             }
         }
 

@@ -20,8 +20,11 @@ enum BridgeCommand: Command {
           {"id":4,"op":"set","key":"index","value":3}
           {"id":5,"op":"send","value":{"text":"hi"},"to":["bob"]}
           {"id":6,"op":"leave"}   {"id":7,"op":"end"}   {"id":8,"op":"watch","activity":"…"}   {"id":9,"op":"ping"}
+          {"id":10,"op":"playback","action":"play"}  (also pause, seek + position, rate + rate, item + item;
+          "playback":true on start or join follows the media timeline from the join)
+          {"id":11,"op":"suspend","reason":"buffering"}   {"id":12,"op":"resume"}   {"id":13,"op":"position"}
 
-        Events: session, state, participants, value, message, error (see docs/BRIDGE.md). Messages travel
+        Events: session, state, participants, value, message, timeline, start, error (see docs/BRIDGE.md). Messages travel
         as the GroupSync type BridgeMessage {"value": <JSON>}. The broker connection is made at the first
         start, join or watch. EOF on stdin (or SIGINT/SIGTERM) leaves the session and exits.
 

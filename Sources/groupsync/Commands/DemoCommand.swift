@@ -11,16 +11,22 @@ struct GalleryActivity: GroupActivity {
 }
 
 /// `groupsync demo`: the article's gallery, scripted — swipes, a simultaneous swipe conflict, a late
-/// joiner and a participant killed without leaving — with a timeline and a verdict.
+/// joiner and a participant killed without leaving — with a timeline and a verdict; with `--playback`,
+/// watching together on skewed clocks instead (``PlaybackDemo``).
 enum DemoCommand: Command {
     static let name = "demo"
     static let summary = "run the gallery demo on a private broker and print a verdict"
     static let help = """
-        Usage: groupsync demo [--participants N] [--timeout SEC] [--broker URL] [--group NAME]
+        Usage: groupsync demo [--playback] [--participants N] [--timeout SEC] [--broker URL] [--group NAME]
 
         N participants (default 3) share one gallery index. Scripted: swipes, a simultaneous swipe by two
         participants, a late joiner, and one participant killed without leaving. Prints a timeline (who
         did what, what each saw, latencies) and a verdict.
+
+        --playback: N participants watch together instead, with clocks off by up to ±10 minutes and
+        drifting up to ±100 ppm: play, seek, a rate change, a buffering suspension and its release, a late
+        joiner. The verdict prints the start spread (real time across participants, for each start) and
+        the position spread (at one real instant); PASS when under 10 ms and 5 ms.
 
           --participants N  3 to 20 (default 3)
           --timeout SEC     give up when the whole script takes longer (default 60)
@@ -30,13 +36,13 @@ enum DemoCommand: Command {
         Ctrl-C or SIGTERM stops the demo at any point: its participants leave and the private mosquitto
         stops.
 
-        Exit codes: 0 everything converged and the crash was detected; 1 otherwise (a timeout included);
+        Exit codes: 0 everything converged and the crash was detected (--playback: within the bounds); 1 otherwise (a timeout included);
         2 usage error; 3 broker unreachable; 4 mosquitto not installed (sudo apt-get install mosquitto);
         130 interrupted.
         """
 
     static func run(_ arguments: [String]) async throws -> Int32 {
-        let args = try Arguments(arguments, options: ["participants", "broker", "group", "timeout"], flags: [])
+        let args = try Arguments(arguments, options: ["participants", "broker", "group", "timeout"], flags: ["playback"])
         let count = try args.integer("participants", default: 3, range: 3...20)
         let timeout = Duration.seconds(try args.integer("timeout", default: 60, range: 1...3_600))
         let group = args.value("group") ?? "demo-\(String(UInt32.random(in: 0...UInt32.max), radix: 36))"
@@ -57,7 +63,8 @@ enum DemoCommand: Command {
         }
         let timeline = Timeline()
         timeline.note("broker", broker.map { "private mosquitto on \($0.url) (set_tcp_nodelay true)" } ?? "using \(url)")
-        let scenario = Scenario(url: url, group: group, count: count, timeline: timeline)
+        let stage = DemoStage(url: url, group: group, count: count, timeline: timeline)
+        let scenario: any DemoScript = args.has("playback") ? PlaybackDemo(stage: stage) : Scenario(stage: stage)
         let outcome: Result<Bool, any Error>
         do {
             outcome = .success(
@@ -66,7 +73,7 @@ enum DemoCommand: Command {
             outcome = .failure(error)
         }
         // Interrupted or timed out, the script is left where it was: its participants leave now.
-        await scenario.closeAll()
+        await stage.closeAll()
         await broker?.stop()
         switch outcome {
         case let .success(verdict):
@@ -90,14 +97,24 @@ final class Timeline: Sendable {
     }
 }
 
-/// One run of the demo's script.
-final class Scenario: Sendable {
+/// A script `groupsync demo` runs: true when its verdict passes.
+protocol DemoScript: Sendable {
+    var stage: DemoStage { get }
+    func run() async throws -> Bool
+}
+
+extension DemoScript {
+    var timeline: Timeline { stage.timeline }
+}
+
+/// What every demo script plays on: the broker, the group, how many participants, the printed
+/// timeline, and the participants' connections (all closed by ``closeAll()``, however the script ends).
+final class DemoStage: Sendable {
     let url: String
     let group: String
     let count: Int
     let timeline: Timeline
-    /// Every participant connected so far, for ``closeAll()``.
-    private let connected = LockedValue<[Participant]>([])
+    private let connected = LockedValue<[GroupCoordinator]>([])
 
     init(url: String, group: String, count: Int, timeline: Timeline) {
         self.url = url
@@ -106,10 +123,66 @@ final class Scenario: Sendable {
         self.timeline = timeline
     }
 
+    /// Connects participant `name` on `clock`; an unreachable broker is the command's failure.
+    func connect(_ name: String, clock: any WallClock = SystemWallClock()) async throws -> GroupCoordinator {
+        let configuration = try GroupCoordinator.Configuration(broker: url, group: group, participant: name, clock: clock)
+        let coordinator: GroupCoordinator
+        do {
+            coordinator = try await GroupCoordinator.connect(configuration)
+        } catch {
+            throw CommonOptions.failure(error, broker: url)
+        }
+        connected.withLock { $0.append(coordinator) }
+        return coordinator
+    }
+
+    /// The first of `participants` activates `activity` while every one of them listens for sessions (the
+    /// one who activates included); returns the session each received, in order.
+    func share<Activity: GroupActivity>(
+        _ activity: Activity, among participants: [(name: String, coordinator: GroupCoordinator)]
+    ) async throws -> [GroupSession<Activity>] {
+        let listeners = participants.map { participant in
+            Task { () -> GroupSession<Activity>? in
+                for await session in participant.coordinator.sessions(of: Activity.self) { return session }
+                return nil
+            }
+        }
+        let sessionID = try await participants[0].coordinator.activate(activity)
+        timeline.note(participants[0].name, "activated session \(sessionID) (\(activity.metadata.title))")
+        var sessions: [GroupSession<Activity>] = []
+        for (participant, listener) in zip(participants, listeners) {
+            guard let session = await listener.value else { throw CommandFailure("\(participant.name) got no session") }
+            sessions.append(session)
+            timeline.note(participant.name, "received the session through sessions()")
+        }
+        return sessions
+    }
+
     /// Closes every participant the script connected (those it closed already stay closed).
     func closeAll() async {
-        for participant in connected.withLock({ $0 }) { await participant.coordinator.close() }
+        for coordinator in connected.withLock({ $0 }) { await coordinator.close() }
     }
+
+    /// Milliseconds, with `decimals` below 10 ms.
+    static func format(_ duration: Duration, decimals: Int = 2) -> String {
+        let ms = Double(duration.components.seconds) * 1_000 + Double(duration.components.attoseconds) / 1e15
+        return ms < 10 ? String(format: "%.\(decimals)f ms", ms) : String(format: "%.0f ms", ms)
+    }
+}
+
+/// The participants' names, in order of appearance.
+enum DemoNames {
+    static let all = [
+        "alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy",
+        "mallory", "niaj", "olivia", "peggy", "rupert", "sybil", "trent", "victor", "walter", "zoe",
+    ]
+}
+
+/// One run of the gallery demo's script.
+final class Scenario: DemoScript {
+    let stage: DemoStage
+
+    init(stage: DemoStage) { self.stage = stage }
 
     final class Participant: Sendable {
         let name: String
@@ -130,21 +203,9 @@ final class Scenario: Sendable {
     }
 
     func run() async throws -> Bool {
-        let names = [
-            "alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy",
-            "mallory", "niaj", "olivia", "peggy", "rupert", "sybil", "trent", "victor", "walter", "zoe",
-        ]
         var participants: [Participant] = []
-        for name in names.prefix(count) {
-            let configuration = try GroupCoordinator.Configuration(broker: url, group: group, participant: name)
-            let coordinator: GroupCoordinator
-            do {
-                coordinator = try await GroupCoordinator.connect(configuration)
-            } catch {
-                throw CommonOptions.failure(error, broker: url)
-            }
-            let participant = Participant(name: name, coordinator: coordinator)
-            connected.withLock { $0.append(participant) }
+        for name in DemoNames.all.prefix(stage.count) {
+            let participant = Participant(name: name, coordinator: try await stage.connect(name))
             participants.append(participant)
             timeline.note(name, "connected (presence online, will registered)")
         }
@@ -152,20 +213,8 @@ final class Scenario: Sendable {
         let late = participants[participants.count - 1]
         let early = Array(participants.dropLast())
 
-        // Everyone listens for sessions from the start, the one who activates included.
-        let listeners = participants.map { participant in
-            Task { () -> GroupSession<GalleryActivity>? in
-                for await session in participant.coordinator.sessions(of: GalleryActivity.self) { return session }
-                return nil
-            }
-        }
-        let sessionID = try await alice.coordinator.activate(GalleryActivity(galleryID: "paris"))
-        timeline.note(alice.name, "activated session \(sessionID) (Gallery paris)")
-        for (participant, listener) in zip(participants, listeners) {
-            guard let session = await listener.value else { throw CommandFailure("\(participant.name) got no session") }
-            participant.session.withLock { $0 = session }
-            timeline.note(participant.name, "received the session through sessions()")
-        }
+        let sessions = try await stage.share(GalleryActivity(galleryID: "paris"), among: participants.map { ($0.name, $0.coordinator) })
+        for (participant, session) in zip(participants, sessions) { participant.session.withLock { $0 = session } }
         for participant in early { try await join(participant) }
 
         // Swipes: one writer, everyone follows; latency until the last one shows it.
@@ -268,8 +317,5 @@ final class Scenario: Sendable {
         timeline.note(participant.name, "joined; active: \(session.activeParticipants.map(\.id).sorted().joined(separator: ", "))")
     }
 
-    private func format(_ duration: Duration) -> String {
-        let ms = Double(duration.components.seconds) * 1_000 + Double(duration.components.attoseconds) / 1e15
-        return ms < 10 ? String(format: "%.2f ms", ms) : String(format: "%.0f ms", ms)
-    }
+    private func format(_ duration: Duration) -> String { DemoStage.format(duration) }
 }
