@@ -133,6 +133,7 @@ import Testing
         switch record.key {
         case PlaybackCoordinator.clockKey:
             let clock = Wire.value(PlaybackStateMachine.ClockRecord.self, from: record.value)
+                .flatMap { $0.isValid(writtenBy: record.clock.participant) ? $0 : nil }
             return clock.map { .accept(json($0)) } ?? .reject("bad-clock")
         case PlaybackCoordinator.timelineKey:
             let timeline = Wire.value(PlaybackTimeline.Record.self, from: record.value).flatMap(PlaybackTimeline.init)

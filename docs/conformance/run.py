@@ -261,9 +261,9 @@ def position_body(body):
 
 
 def instant(body, key):
-    """A finite number of milliseconds since 1970, integer or not, within ±9e15 (Wire+Clock.swift)."""
+    """A finite number of milliseconds since 1970, integer or not, within ±9e12 (Wire+Clock.swift)."""
     value = body.value(key)
-    if type(value) not in (int, float) or not math.isfinite(value) or abs(value) >= 9e15:
+    if type(value) not in (int, float) or not math.isfinite(value) or abs(value) > 9e12:
         raise Rejected("wrong-shape")
     return value
 
@@ -294,13 +294,17 @@ def number_field(f, key):
     return value
 
 
-def clock_value(value):
-    """groupsync.clock: {"reference", "base"}, both strings (PROTOCOL.md#the-group-clock)."""
+def clock_value(value, writer):
+    """groupsync.clock: {"reference", "base"}: its writer's claim, a base of 1 to 256 bytes (PROTOCOL.md#the-group-clock)."""
     f = Fields(value, record=False)
-    return {"base": f.str("base"), "reference": f.str("reference")}
+    record = {"base": f.str("base"), "reference": f.str("reference")}
+    if record["reference"] != writer or not IDENTIFIER.match(record["reference"]) \
+            or not record["base"] or len(record["base"].encode("utf-8")) > 256:
+        raise Rejected("wrong-shape")
+    return record
 
 
-def timeline_value(value):
+def timeline_value(value, writer):
     """groupsync.playback: the timeline, validated as PROTOCOL.md#the-timeline-record says."""
     f = Fields(value, record=False)
     record = {"at": number_field(f, "at"), "base": f.str("base"), "intent": number_field(f, "intent"),
@@ -314,7 +318,7 @@ def timeline_value(value):
         if len(item.encode("utf-8")) > 1024:
             raise Rejected("wrong-shape")
         record["item"] = item
-    if (record["position"] < 0 or abs(record["rate"]) > 64 or abs(record["intent"]) > 64 or abs(record["at"]) >= 9e15
+    if (record["position"] < 0 or abs(record["rate"]) > 64 or abs(record["intent"]) > 64 or abs(record["at"]) > 9e12
             or not record["base"] or len(record["base"].encode("utf-8")) > 256 or (waiting and record["rate"] != 0)):
         raise Rejected("wrong-shape")
     return record
@@ -330,7 +334,7 @@ def meaning(record):
     if reader is None:
         return None
     try:
-        return "accept", reader[0](record["value"])
+        return "accept", reader[0](record["value"], record["clock"]["p"])
     except Rejected:
         return "reject", reader[1]
 
