@@ -9,7 +9,8 @@ struct BenchOptions: Sendable {
     }
 
     enum Section: String, Sendable, CaseIterable {
-        case latency, latencyProcesses = "latency-processes", throughput, fanout, lateJoin = "late-join", convergence, crash, memory, playback
+        case latency, latencyProcesses = "latency-processes", throughput, fanout, lateJoin = "late-join", convergence, crash, memory,
+            playback
     }
 
     static let help = """
@@ -143,7 +144,8 @@ struct BenchOptions: Sendable {
     var memorySessions: Int { pick(1_000, 100, 10) }
     var playback: PlaybackBenchmark.Plan {
         .init(
-            participants: pick(10, 10, 4), playSeconds: pick(30, 5, 1), commandEvery: pick(.milliseconds(1_500), .seconds(1), .milliseconds(400)),
+            participants: pick(10, 10, 4), playSeconds: pick(30, 5, 1),
+            commandEvery: pick(.milliseconds(1_500), .seconds(1), .milliseconds(400)),
             starts: pick(50, 10, 2), suspensions: pick(20, 5, 1), roundTrips: pick(2_000, 500, 20))
     }
 }

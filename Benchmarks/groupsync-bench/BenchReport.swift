@@ -154,7 +154,8 @@ struct BenchReport {
             rows.append(
                 Row(
                     metric: "playback: position spread p99 (ms)", groupSync: format(playback.positionP99, digits: 3),
-                    target: "≤ \(format(Bound.positionSpreadP99Ms, digits: 0)) ms", verdict: playback.positionP99 <= Bound.positionSpreadP99Ms))
+                    target: "≤ \(format(Bound.positionSpreadP99Ms, digits: 0)) ms",
+                    verdict: playback.positionP99 <= Bound.positionSpreadP99Ms))
             rows.append(Row(metric: "playback: start spread p50 (ms)", groupSync: format(playback.startP50, digits: 3)))
             rows.append(
                 Row(

@@ -47,7 +47,9 @@ enum PlaybackBenchmark {
         let coordinators = cluster.members.map { $0.session.playbackCoordinator() }
         let recorders = coordinators.map { StartRecorder($0.starts()) }
         do {
-            try await waitUntil(timeout: .seconds(20), pollEvery: .milliseconds(1), "every participant has the group clock of one reference") {
+            try await waitUntil(
+                timeout: .seconds(20), pollEvery: .milliseconds(1), "every participant has the group clock of one reference"
+            ) {
                 coordinators.allSatisfy { $0.groupTime() != nil } && Set(coordinators.map { $0.clockReference?.id }).count == 1
             }
             // The burst of exchanges that follows a new reference (8, 5 ms apart) is over.

@@ -194,7 +194,9 @@ import Testing
             // pause: both paused at one position.
             _ = try await bob.request("playback", #""action":"pause""#)
             let paused = try await [alice, bob].asyncMap { bridge in
-                try await bridge.event("paused") { $0["event"] == "timeline" && $0["playing"] == .bool(false) && ($0["position"]?.number ?? 0) > 0 }
+                try await bridge.event("paused") {
+                    $0["event"] == "timeline" && $0["playing"] == .bool(false) && ($0["position"]?.number ?? 0) > 0
+                }
             }
             #expect(paused[0]["position"] == paused[1]["position"])
             let position = try await bob.request("position")
@@ -250,7 +252,9 @@ import Testing
         var instants: [ContinuousClock.Instant] = []
         var scheduled: Set<JSONValue> = []
         for bridge in bridges {
-            try await waitUntil("start \(number) of \(bridge.cli.pid)") { bridge.timedEvents.filter { $0.event["event"] == "start" }.count >= number }
+            try await waitUntil("start \(number) of \(bridge.cli.pid)") {
+                bridge.timedEvents.filter { $0.event["event"] == "start" }.count >= number
+            }
             let start = bridge.timedEvents.filter { $0.event["event"] == "start" }[number - 1]
             instants.append(start.at)
             scheduled.insert(start.event["scheduled"] ?? .null)

@@ -213,7 +213,9 @@ actor Bridge {
 
     /// Joins `session` and starts following it. Before answering, brings its state, participants and the
     /// values of the known keys up to date.
-    private func join(_ session: GroupSession<AnyGroupActivity>, keys: [String], playback: Bool) async throws(Failure) -> [String: JSONValue] {
+    private func join(_ session: GroupSession<AnyGroupActivity>, keys: [String], playback: Bool) async throws(Failure) -> [String:
+        JSONValue]
+    {
         let id = session.id
         let messenger = GroupSessionMessenger(session: session)
         // Registered before join(): no message that arrives once joined is missed.

@@ -58,7 +58,8 @@ final class PlaybackDemo: DemoScript {
             let clock = PlaybackDemo.clock(index)
             let viewer = Viewer(name: name, clock: clock, coordinator: try await stage.connect(name, clock: clock))
             connecting.append(viewer)
-            timeline.note(name, String(format: "connected; its clock is off by %+.3f s and drifts %+.0f ppm", clock.offset.seconds, clock.drift))
+            timeline.note(
+                name, String(format: "connected; its clock is off by %+.3f s and drifts %+.0f ppm", clock.offset.seconds, clock.drift))
         }
         let viewers = connecting
         let alice = viewers[0], bob = viewers[1]
@@ -89,7 +90,9 @@ final class PlaybackDemo: DemoScript {
         }
 
         try await alice.player.setItem("big-buck-bunny")
-        try await waitUntil(timeout: .seconds(5), "everyone has the item") { early.allSatisfy { $0.player.timeline.item == "big-buck-bunny" } }
+        try await waitUntil(timeout: .seconds(5), "everyone has the item") {
+            early.allSatisfy { $0.player.timeline.item == "big-buck-bunny" }
+        }
         timeline.note(alice.name, "set the item big-buck-bunny (paused at 0)")
         try await started("play", by: alice) { try await alice.player.play() }
         try await started("seek to 600 s", by: bob) { try await bob.player.seek(to: 600) }
@@ -139,7 +142,8 @@ final class PlaybackDemo: DemoScript {
         Output.line("")
         Output.line("Verdict")
         Output.line("  start spread:     \(startSpreads.map { "\($0.what) \(format($0.spread))" }.joined(separator: ", "))")
-        Output.line("                    max \(format(worstStart)) (bound \(format(PlaybackDemo.startSpreadBound)), real time across participants)")
+        Output.line(
+            "                    max \(format(worstStart)) (bound \(format(PlaybackDemo.startSpreadBound)), real time across participants)")
         Output.line(
             "  position spread:  p50 \(format(seconds: p50)), max \(format(seconds: worstPosition)) over \(sorted.count) samples at one real instant (bound \(format(seconds: PlaybackDemo.positionSpreadBound)))"
         )
