@@ -23,6 +23,8 @@ struct ClockEstimator: Sendable, Equatable {
         var anchor: Int64
         var offset: Double
         var slope: Double
+        /// Whether the slope was fitted (else it is 0 for want of samples).
+        var fitted: Bool
     }
 
     /// The newest samples, oldest first.
@@ -37,7 +39,7 @@ struct ClockEstimator: Sendable, Equatable {
     /// 50 µs, if more).
     static let roundTripSlack = 0.5
     /// Drift is fitted once the counted samples span at least this long.
-    static let driftSpan: Int64 = 4_000_000_000
+    static let driftSpan: Int64 = 3_000_000_000
     /// The largest drift believed between two clocks: 500 ppm (real clocks stay within 100).
     static let maximumDrift = 500e-6
 
@@ -60,6 +62,9 @@ struct ClockEstimator: Sendable, Equatable {
     }
 
     var isEmpty: Bool { samples.isEmpty }
+
+    /// Whether the estimate follows the drift (its counted samples span ``driftSpan``).
+    var fitsDrift: Bool { line?.fitted ?? false }
 
     /// The shortest round trip among the kept samples.
     var shortestRoundTrip: Int64? { samples.map(\.roundTrip).min() }
@@ -87,7 +92,7 @@ struct ClockEstimator: Sendable, Equatable {
         guard good.count >= 4, last.local &- first.local >= driftSpan else {
             let newest = good.suffix(4)
             let mean = newest.reduce(0.0) { $0 + Double($1.offset &- last.offset) } / Double(newest.count)
-            return Line(anchor: last.local, offset: Double(last.offset) + mean, slope: 0)
+            return Line(anchor: last.local, offset: Double(last.offset) + mean, slope: 0, fitted: false)
         }
         let count = Double(good.count)
         let meanX = good.reduce(0.0) { $0 + Double($1.local &- last.local) } / count
@@ -100,6 +105,6 @@ struct ClockEstimator: Sendable, Equatable {
         }
         let slope = variance > 0 ? min(max(covariance / variance, -maximumDrift), maximumDrift) : 0
         // The line through the means, written from the newest sample's time.
-        return Line(anchor: last.local, offset: Double(last.offset) + meanY - slope * meanX, slope: slope)
+        return Line(anchor: last.local, offset: Double(last.offset) + meanY - slope * meanX, slope: slope, fitted: true)
     }
 }

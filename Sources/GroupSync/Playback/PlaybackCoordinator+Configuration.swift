@@ -10,13 +10,14 @@ extension PlaybackCoordinator {
         /// (default): three of the longest recent round trips to the clock's reference plus 25 ms, at
         /// most a second (50 ms before any round trip is measured).
         public var lead: Duration?
-        /// How often the group clock is checked against its reference (one `$ping` each time; eight at
-        /// the start and whenever the reference changes). Default: one second.
+        /// How often the group clock is checked against its reference (one `$ping` each time): eight
+        /// at the start and whenever the reference changes, one every 100 ms until the estimate follows
+        /// the drift between the clocks, then one every interval. Default: 250 ms.
         public var synchronizationInterval: Duration
 
         public init(
             suspensionReasonsThatTriggerWaiting: Set<PlaybackSuspension.Reason> = [.buffering], lead: Duration? = nil,
-            synchronizationInterval: Duration = .seconds(1)
+            synchronizationInterval: Duration = .milliseconds(250)
         ) {
             self.suspensionReasonsThatTriggerWaiting = suspensionReasonsThatTriggerWaiting
             self.lead = lead

@@ -302,11 +302,13 @@ public final class PlaybackCoordinator: Sendable {
         }
     }
 
-    /// Sends a `$ping` to the reference when one is due: every 5 ms during a burst, else every
-    /// synchronization interval.
+    /// Sends a `$ping` to the reference when one is due: every 5 ms during a burst, every tick (100 ms)
+    /// until the estimate follows the drift, then every synchronization interval.
     private func ping(atLocal local: Int64) {
-        guard case let .follower(reference, _) = machine.withLock({ $0.role }) else { return }
-        let interval = configuration.synchronizationInterval.nanoseconds
+        let (role, fitted) = machine.withLock { ($0.role, $0.estimator.fitsDrift) }
+        guard case let .follower(reference, _) = role else { return }
+        // Until the drift is known, every tick: the estimate gets there sooner.
+        let interval = fitted ? configuration.synchronizationInterval.nanoseconds : 0
         let due = outputs.withLock { outputs -> Bool in
             if outputs.burst > 0 {
                 outputs.burst -= 1
@@ -323,15 +325,10 @@ public final class PlaybackCoordinator: Sendable {
     /// Carries out what the machine asked for: its records written, a burst of exchanges, the player's
     /// outputs refreshed.
     private func perform(_ action: PlaybackStateMachine.Action) {
-        var records: [Wire.StateRecord] = []
-        if let clock = action.writeClock, let record = write(PlaybackCoordinator.clockKey, clock) { records.append(record) }
+        // Handed to the connection at once (a suspension pauses the others one broker trip later).
+        if let clock = action.writeClock, let record = write(PlaybackCoordinator.clockKey, clock) { core.enqueue(record) }
         if let timeline = action.writeTimeline, let record = write(PlaybackCoordinator.timelineKey, timeline.record) {
-            records.append(record)
-        }
-        if !records.isEmpty {
-            core.context.tasks.spawn { [core, records] in
-                for record in records { try? await core.publish(record) }
-            }
+            core.enqueue(record)
         }
         if action.synchronize { outputs.withLock { $0.burst = 8 } }
         if action.timelineChanged { refresh() }

@@ -182,6 +182,15 @@ extension SessionCore {
         try await context.retained.publish(topics.state(id, key: record.key, writer: me), try Wire.encode(record), lifetime: lifetime)
     }
 
+    /// Hands a record written here to the connection now, without waiting for the broker (a failure is
+    /// what a lost connection makes of it: the record is refreshed, or re-sent by the reconnect).
+    func enqueue(_ record: Wire.StateRecord) {
+        guard let payload = try? Wire.encode(record),
+            let ticket = try? context.retained.enqueue(topics.state(id, key: record.key, writer: me), payload, lifetime: lifetime)
+        else { return }
+        context.client.detach(ticket)
+    }
+
     /// Changes the activity: applied locally at once, then announced (our retained copy) in the background.
     func updateActivity(_ activity: Wire.Announcement.Activity) {
         let now = context.clock.milliseconds()
