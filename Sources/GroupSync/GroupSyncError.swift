@@ -20,6 +20,8 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
     case noRecipients
     /// The waiting task was cancelled; the operation did not complete (a `join()` can be retried).
     case cancelled
+    /// An argument is out of its range; the message says which and what is allowed.
+    case invalidArgument(String)
     /// Playback has no group clock yet: no participant serving it has answered since the session was
     /// joined. Try again in a moment.
     case noGroupClock
@@ -44,6 +46,8 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
             return "the recipient set is empty"
         case .cancelled:
             return "the operation was cancelled before it completed; it can be tried again"
+        case let .invalidArgument(detail):
+            return "invalid argument: \(detail)"
         case .noGroupClock:
             return "the group clock is not synchronized yet (no participant serving it has answered); try again in a moment"
         }

@@ -73,7 +73,7 @@ import Testing
         #expect(!negative, "a negative round trip")
         #expect(!backwards, "answered before received")
         #expect(estimator.isEmpty)
-        for i in 0..<40 { Self.exchange(&estimator, local: Int64(i), offset: 0, out: 1, back: 1) }
+        for i in 0..<(ClockEstimator.capacity + 8) { Self.exchange(&estimator, local: Int64(i), offset: 0, out: 1, back: 1) }
         #expect(estimator.samples.count == ClockEstimator.capacity)
     }
 }

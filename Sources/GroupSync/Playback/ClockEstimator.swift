@@ -32,7 +32,7 @@ struct ClockEstimator: Sendable, Equatable {
     private var line: Line?
 
     /// How many samples are kept.
-    static let capacity = 32
+    static let capacity = 64
     /// Samples are judged against the others made within this time of them.
     static let window: Int64 = 4_000_000_000
     /// A sample counts when its round trip exceeds the shortest of its window by at most this share (or

@@ -1,5 +1,5 @@
 /// An instant of the group's time: nanoseconds since 1970 on the clock the session's participants agree
-/// on (see ``GroupClock``), whatever their own clocks say.
+/// on (see ``PlaybackCoordinator``), whatever their own clocks say.
 public struct GroupInstant: Sendable, Hashable, Comparable, CustomStringConvertible {
     public var nanoseconds: Int64
 

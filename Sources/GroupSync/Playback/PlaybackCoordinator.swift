@@ -68,9 +68,8 @@ public final class PlaybackCoordinator: Sendable {
                         GroupInstant(milliseconds: pong.t0).nanoseconds, GroupInstant(milliseconds: pong.t1).nanoseconds,
                         GroupInstant(milliseconds: pong.t2).nanoseconds
                     )
-                    // The network thread only records the sample; what follows from it runs elsewhere.
-                    let action = self.machine.withLock { $0.onPong(from: sender, sent: t0, received: t1, replied: t2, back: arrival) }
-                    if action != PlaybackStateMachine.Action() { Task { self.perform(action) } }
+                    // On the network thread: library code only, none of it waits.
+                    self.perform(self.update { $0.onPong(from: sender, sent: t0, received: t1, replied: t2, back: arrival) })
                 })
         }
         follow()
@@ -103,8 +102,9 @@ public final class PlaybackCoordinator: Sendable {
 
     /// Scheduled starts, each delivered when its group instant comes on this participant's clock (or at
     /// once, late, when the command or the join came after it): start the player at the start's
-    /// `mediaTime` and `rate`. A timeline that already plays gives one at once. Every start comes, in
-    /// order. Ends with the session.
+    /// `mediaTime` and `rate`. A timeline that already plays gives one at once. Starts come in order;
+    /// a start whose timeline is replaced before its instant (a pause, a seek) never comes. Ends with the
+    /// session.
     public func starts() -> GroupUpdates<PlaybackStart> {
         let inbox = Inbox<PlaybackStart>()
         let local = localNow
@@ -187,21 +187,24 @@ public final class PlaybackCoordinator: Sendable {
 
     /// Moves everyone to `position` (seconds); playing goes on from there after the lead.
     public func seek(to position: Double) async throws(GroupSyncError) {
-        guard position.isFinite, position >= 0 else { throw .encodingFailed("a position is a finite number of seconds ≥ 0") }
+        guard position.isFinite, position >= 0 else { throw .invalidArgument("a position is a finite number of seconds ≥ 0") }
         try await command(.seek(to: position))
     }
 
     /// Plays at `rate` (from the position the timeline gives after the lead); 0 pauses.
     public func setRate(_ rate: Double) async throws(GroupSyncError) {
         guard rate.isFinite, abs(rate) <= PlaybackTimeline.maximumRate else {
-            throw .encodingFailed("a rate is a finite number within ±\(PlaybackTimeline.maximumRate)")
+            throw .invalidArgument("a rate is a finite number within ±\(PlaybackTimeline.maximumRate)")
         }
         try await command(.rate(rate))
     }
 
     /// Sets what plays (the host's identifier of the media; nil for nothing), paused at `position`.
     public func setItem(_ item: String?, position: Double = 0) async throws(GroupSyncError) {
-        guard position.isFinite, position >= 0 else { throw .encodingFailed("a position is a finite number of seconds ≥ 0") }
+        guard position.isFinite, position >= 0 else { throw .invalidArgument("a position is a finite number of seconds ≥ 0") }
+        guard (item?.utf8.count ?? 0) <= PlaybackTimeline.maximumItemLength else {
+            throw .invalidArgument("an item identifier is at most \(PlaybackTimeline.maximumItemLength) bytes")
+        }
         try await command(.item(item, position: position))
     }
 
@@ -213,27 +216,38 @@ public final class PlaybackCoordinator: Sendable {
             try? await Task.sleep(for: .milliseconds(5))
         }
         let local = localNow
-        let result = machine.withLock { machine -> Result<PlaybackStateMachine.Action, PlaybackStateMachine.CommandError> in
-            Result { () throws(PlaybackStateMachine.CommandError) in try machine.command(command, atLocal: local) }
+        var failed = false
+        var written = update { machine in
+            do {
+                return try machine.command(command, atLocal: local)
+            } catch {
+                failed = true
+                return PlaybackStateMachine.Action()
+            }
         }
-        guard case var .success(action) = result else { throw .noGroupClock }
+        if failed { throw .noGroupClock }
         // The timeline is published here, to return once the broker has it; the rest as usual.
-        let pending = action.writeTimeline.flatMap { write(PlaybackCoordinator.timelineKey, $0.record) }
-        action.writeTimeline = nil
-        perform(action)
-        if let pending { try await core.publish(pending) }
+        let pending = written.records.filter { $0.key == PlaybackCoordinator.timelineKey }
+        written.records.removeAll { $0.key == PlaybackCoordinator.timelineKey }
+        perform(written)
+        for record in pending { try await core.publish(record) }
     }
 
     /// Suspends this participant's following of the timeline for `reason`; when the reason is one that
     /// triggers waiting, the whole group pauses at one position until the suspension ends.
     public func beginSuspension(for reason: PlaybackSuspension.Reason) -> PlaybackSuspension {
         let local = localNow
-        let (id, action) = machine.withLock { $0.beginSuspension(reason.rawValue, atLocal: local) }
-        perform(action)
-        return PlaybackSuspension(reason: reason) { [weak self] in
+        var id = 0
+        perform(
+            update { machine in
+                let (begun, action) = machine.beginSuspension(reason.rawValue, atLocal: local)
+                id = begun
+                return action
+            })
+        return PlaybackSuspension(reason: reason) { [weak self, id] in
             guard let self else { return }
             let local = self.localNow
-            self.perform(self.machine.withLock { $0.endSuspension(id, atLocal: local) })
+            self.perform(self.update { $0.endSuspension(id, atLocal: local) })
         }
     }
 
@@ -245,41 +259,23 @@ public final class PlaybackCoordinator: Sendable {
     /// one that ends everything with the session.
     private func follow() {
         let core = self.core
-        let timelineUpdates = Inbox.Consumer(core.listen(.values(key: PlaybackCoordinator.timelineKey), keepingNewest: 1))
-        let clockUpdates = Inbox.Consumer(core.listen(.values(key: PlaybackCoordinator.clockKey), keepingNewest: 1))
         let participants = Inbox.Consumer(core.listen(.participants, keepingNewest: 1))
         let states = Inbox.Consumer(core.listen(.state))
         let tasks = core.context.tasks
-        tasks.spawn { [self] in
-            while let update = await clockUpdates.inbox.next() {
-                guard case let .value(record) = update else { continue }
-                let decoded = record.flatMap { Wire.value(PlaybackStateMachine.ClockRecord.self, from: $0.value) }
-                let valid = record == nil || (decoded?.isValid(writtenBy: record!.clock.participant) ?? false)
-                let local = localNow
-                let action = machine.withLock { $0.onClockRecord(decoded, valid: valid, atLocal: local) }
-                outputs.withLock { $0.clockRead = true }
-                perform(action)
-                refresh()
-            }
+        follow(PlaybackCoordinator.clockKey, read: \.clockRead) { machine, record, local in
+            let decoded = record.flatMap { Wire.value(PlaybackStateMachine.ClockRecord.self, from: $0.value) }
+            let valid = record.map { decoded?.isValid(writtenBy: $0.clock.participant) ?? false } ?? true
+            return machine.onClockRecord(decoded, valid: valid, atLocal: local)
         }
-        tasks.spawn { [self] in
-            while let update = await timelineUpdates.inbox.next() {
-                guard case let .value(record) = update else { continue }
-                let decoded = record.map { Wire.value(PlaybackTimeline.Record.self, from: $0.value) }
-                let local = localNow
-                let action = machine.withLock {
-                    $0.onTimelineRecord(decoded ?? nil, valid: decoded.map { $0 != nil } ?? true, atLocal: local)
-                }
-                outputs.withLock { $0.timelineRead = true }
-                perform(action)
-                refresh()
-            }
+        follow(PlaybackCoordinator.timelineKey, read: \.timelineRead) { machine, record, local in
+            let decoded = record.map { Wire.value(PlaybackTimeline.Record.self, from: $0.value) }
+            return machine.onTimelineRecord(decoded ?? nil, valid: decoded.map { $0 != nil } ?? true, atLocal: local)
         }
         tasks.spawn { [self] in
             while let update = await participants.inbox.next() {
                 guard case let .participants(active) = update else { continue }
                 let local = localNow
-                perform(machine.withLock { $0.onActive(Set(active.map(\.id)), atLocal: local) })
+                perform(self.update { $0.onActive(Set(active.map(\.id)), atLocal: local) })
             }
         }
         tasks.spawn { [self] in
@@ -291,24 +287,44 @@ public final class PlaybackCoordinator: Sendable {
         tasks.spawn { [self] in
             // Time: takeovers that waited, and the exchanges with the reference.
             while !Task.isCancelled && !core.isInvalidated {
-                // Every 5 ms during a burst of exchanges, else every 100 ms.
-                try? await Task.sleep(for: .milliseconds(outputs.withLock { $0.burst > 0 } ? 5 : 100))
+                // Every 5 ms during a burst of exchanges, else every 50 ms.
+                try? await Task.sleep(for: .milliseconds(outputs.withLock { $0.burst > 0 } ? 5 : 50))
                 guard core.isJoined else { continue }
                 let local = localNow
-                let action = machine.withLock { $0.onTick(atLocal: local) }
-                if action != PlaybackStateMachine.Action() { perform(action) }
+                perform(self.update { $0.onTick(atLocal: local) })
                 ping(atLocal: local)
             }
         }
     }
 
-    /// Sends a `$ping` to the reference when one is due: every 5 ms during a burst, every tick (100 ms)
-    /// until the estimate follows the drift, then every synchronization interval.
+    /// Feeds every value of the record `key` (nil: none) to the machine through `input`, then marks it
+    /// `read` and refreshes the outputs.
+    private func follow(
+        _ key: String, read: WritableKeyPath<Outputs, Bool> & Sendable,
+        _ input: @escaping @Sendable (inout PlaybackStateMachine, Wire.StateRecord?, Int64) -> PlaybackStateMachine.Action
+    ) {
+        let updates = Inbox.Consumer(core.listen(.values(key: key), keepingNewest: 1))
+        core.context.tasks.spawn { [self] in
+            while let next = await updates.inbox.next() {
+                guard case let .value(record) = next else { continue }
+                let local = localNow
+                let written = update { input(&$0, record, local) }
+                outputs.withLock { $0[keyPath: read] = true }
+                perform(written)
+                refresh()
+            }
+        }
+    }
+
+    /// Sends a `$ping` to the reference when one is due: every 5 ms during a burst, every 100 ms until
+    /// the estimate follows the drift, then every synchronization interval (to the 50 ms tick).
     private func ping(atLocal local: Int64) {
         let (role, fitted) = machine.withLock { ($0.role, $0.estimator.fitsDrift) }
-        guard case let .follower(reference, _) = role else { return }
-        // Until the drift is known, every tick: the estimate gets there sooner.
-        let interval = fitted ? configuration.synchronizationInterval.nanoseconds : 0
+        guard case let .follower(reference, _) = role else {
+            outputs.withLock { $0.burst = 0 }  // serving the clock: no burst to finish
+            return
+        }
+        let interval = fitted ? configuration.synchronizationInterval.nanoseconds : 100_000_000
         let due = outputs.withLock { outputs -> Bool in
             if outputs.burst > 0 {
                 outputs.burst -= 1
@@ -322,16 +338,34 @@ public final class PlaybackCoordinator: Sendable {
         core.sendControl(.ping, Wire.Ping(t0: GroupInstant(nanoseconds: localNow).milliseconds), to: reference)
     }
 
-    /// Carries out what the machine asked for: its records written, a burst of exchanges, the player's
-    /// outputs refreshed.
-    private func perform(_ action: PlaybackStateMachine.Action) {
-        // Handed to the connection at once (a suspension pauses the others one broker trip later).
-        if let clock = action.writeClock, let record = write(PlaybackCoordinator.clockKey, clock) { core.enqueue(record) }
-        if let timeline = action.writeTimeline, let record = write(PlaybackCoordinator.timelineKey, timeline.record) {
-            core.enqueue(record)
+    /// The machine after one input, with the records it asked for already written.
+    private struct Written {
+        var action: PlaybackStateMachine.Action
+        var records: [Wire.StateRecord]
+    }
+
+    /// Feeds one input to the machine and writes the records it asks for under the same lock, so that
+    /// they are stamped by the hybrid logical clock in the order the machine changed: a later change never
+    /// loses to an earlier one written by another task.
+    private func update(_ input: (inout PlaybackStateMachine) -> PlaybackStateMachine.Action) -> Written {
+        machine.withLock { machine in
+            let action = input(&machine)
+            var records: [Wire.StateRecord] = []
+            if let clock = action.writeClock, let record = write(PlaybackCoordinator.clockKey, clock) { records.append(record) }
+            if let timeline = action.writeTimeline, let record = write(PlaybackCoordinator.timelineKey, timeline.record) {
+                records.append(record)
+            }
+            return Written(action: action, records: records)
         }
-        if action.synchronize { outputs.withLock { $0.burst = 8 } }
-        if action.timelineChanged { refresh() }
+    }
+
+    /// Carries out the rest of what the machine asked for: its records handed to the connection at once
+    /// (a suspension pauses the others one broker trip later), a burst of exchanges, the player's outputs
+    /// refreshed.
+    private func perform(_ written: Written) {
+        for record in written.records { core.enqueue(record) }
+        if written.action.synchronize { outputs.withLock { $0.burst = 8 } }
+        if written.action.timelineChanged { refresh() }
     }
 
     /// Writes one of playback's records (applied here at once); nil when not joined.
@@ -342,29 +376,30 @@ public final class PlaybackCoordinator: Sendable {
 
     /// Hands the timeline to ``timelines()`` if it changed (once both records were read), and schedules
     /// its start if it plays (once per timeline: a start pending or delivered is not scheduled again).
+    /// The timeline is read under the outputs' lock, so that of two refreshes the later one hands out the
+    /// later timeline; the timer is made under it too, so that it cannot fire before it is recorded.
     private func refresh() {
         let local = localNow
-        let (timeline, clockKnown) = machine.withLock { ($0.effectiveTimeline, $0.offset(atLocal: local) != nil) }
-        let (cancelled, schedule) = outputs.withLock { outputs -> (Task<Void, Never>?, Bool) in
-            guard !outputs.ended else { return (nil, false) }
+        let cancelled = outputs.withLock { outputs -> Task<Void, Never>? in
+            guard !outputs.ended else { return nil }
+            let (timeline, clockKnown) = machine.withLock { ($0.effectiveTimeline, $0.offset(atLocal: local) != nil) }
             if outputs.emitted != timeline && outputs.timelineRead && outputs.clockRead {
                 outputs.emitted = timeline
                 for inbox in outputs.timelines.values { inbox.yield(timeline) }
             }
-            if timeline.isPlaying && clockKnown && outputs.scheduled == timeline { return (nil, false) }
-            defer { outputs.timer = nil }
+            if timeline.isPlaying && clockKnown && outputs.scheduled == timeline { return nil }
+            let previous = outputs.timer
             outputs.scheduled = timeline.isPlaying && clockKnown ? timeline : nil
-            return (outputs.timer, outputs.scheduled != nil)
+            outputs.timer =
+                outputs.scheduled == nil
+                ? nil
+                : Task { [weak self] in
+                    guard let self else { return }
+                    await self.fire(timeline)
+                }
+            return previous
         }
         cancelled?.cancel()
-        guard schedule else { return }
-        let timer = Task { [weak self] in
-            guard let self else { return }
-            await self.fire(timeline)
-        }
-        outputs.withLock { outputs in
-            if outputs.scheduled == timeline && !outputs.ended { outputs.timer = timer } else { timer.cancel() }
-        }
     }
 
     /// Waits until `timeline`'s anchor comes on the local clock (re-reading the offset as it goes), then

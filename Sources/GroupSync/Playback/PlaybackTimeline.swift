@@ -18,8 +18,8 @@ public struct PlaybackTimeline: Sendable, Hashable {
     public var intendedRate: Double
     /// Participants whose suspension makes the group wait (at `position`, with `rate` 0).
     public var waitingFor: Set<String>
-    /// Which group clock `anchor` is on (see ``GroupClock``): a timeline on another one is taken as
-    /// paused at `position`.
+    /// Which group clock `anchor` is on (see ``PlaybackCoordinator``): a timeline on another one is taken
+    /// as paused at `position`.
     var base: String
 
     /// Whether the media moves now or will at `anchor`.
@@ -38,7 +38,9 @@ public struct PlaybackTimeline: Sendable, Hashable {
     }
 
     /// The largest rate a timeline may have, either way.
-    static let maximumRate = 64.0
+    public static let maximumRate = 64.0
+    /// The longest item identifier, in UTF-8 bytes.
+    public static let maximumItemLength = 1_024
     /// At most this many waiting participants are accepted in a record.
     static let maximumWaiting = 1_000
 }
@@ -69,7 +71,8 @@ extension PlaybackTimeline {
             record.intent.isFinite, abs(record.intent) <= PlaybackTimeline.maximumRate, record.at.isFinite,
             abs(record.at) <= GroupInstant.maximumMilliseconds,
             record.waiting.count <= PlaybackTimeline.maximumWaiting, record.waiting.allSatisfy({ Identifier.isValid($0) }),
-            !record.base.isEmpty, record.base.utf8.count <= 256, record.item.map({ $0.utf8.count <= 1_024 }) ?? true,
+            !record.base.isEmpty, record.base.utf8.count <= 256,
+            record.item.map({ $0.utf8.count <= PlaybackTimeline.maximumItemLength }) ?? true,
             record.waiting.isEmpty || record.rate == 0
         else { return nil }
         self.init(

@@ -33,7 +33,7 @@ public struct SystemWallClock: WallClock {
     public func milliseconds() -> Int64 {
         let nanoseconds = nanoseconds()
         // Floor, not truncation toward zero, so that milliseconds and nanoseconds agree before 1970 too.
-        return nanoseconds >= 0 ? nanoseconds / 1_000_000 : (nanoseconds - 999_999) / 1_000_000
+        return nanoseconds >= 0 ? nanoseconds / 1_000_000 : (nanoseconds &- 999_999) / 1_000_000
     }
 
     public func nanoseconds() -> Int64 {

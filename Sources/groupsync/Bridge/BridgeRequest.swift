@@ -159,12 +159,15 @@ struct BridgeRequest: Sendable {
         case "seek": return .seek(try fields.required(position("position"), "position"))
         case "rate":
             let rate = try fields.required(fields.number("rate"), "rate")
-            guard rate.isFinite, abs(rate) <= 64 else { throw Invalid(message: "\"rate\" must be a number from -64 to 64") }
+            let limit = PlaybackTimeline.maximumRate
+            guard rate.isFinite, abs(rate) <= limit else { throw Invalid(message: "\"rate\" must be a number from -\(limit) to \(limit)") }
             return .rate(rate)
         case "item":
             guard fields.object["item"] != nil else { throw Invalid(message: "missing \"item\" (a string, or null for none)") }
             let item = try fields.string("item")
-            if let item, item.utf8.count > 1_024 { throw Invalid(message: "\"item\" is longer than 1024 bytes") }
+            if let item, item.utf8.count > PlaybackTimeline.maximumItemLength {
+                throw Invalid(message: "\"item\" is longer than \(PlaybackTimeline.maximumItemLength) bytes")
+            }
             return .item(item, position: try position("position") ?? 0)
         case let other?: throw Invalid(message: "unknown playback \"action\" '\(other.prefix(40))' (one of \(actions))")
         case nil: throw Invalid(message: "missing \"action\" (one of \(actions))")

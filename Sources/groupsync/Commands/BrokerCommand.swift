@@ -81,7 +81,9 @@ enum BrokerCommand: Command {
     private static func websocketsHost(_ bind: String) throws(UsageError) -> String {
         if ["0.0.0.0", "::"].contains(bind) { return "" }
         guard let interface = NetworkInterface.name(holding: bind) else {
-            throw UsageError("--bind \(bind): no network interface has this address (the websockets listener binds to interfaces)")
+            throw UsageError(
+                "--bind \(bind): with --websockets, give a numeric address that one of this host's interfaces has (the websockets listener binds to interfaces)"
+            )
         }
         return " \(interface)"
     }

@@ -5,7 +5,9 @@ import Synchronization
 final class Interruption: Sendable {
     private struct State {
         var fired = false
-        var waiters: [AsyncStream<Void>.Continuation] = []
+        /// The streams of waits still going on, by ID (a wait that ends removes its own).
+        var waiters: [Int: AsyncStream<Void>.Continuation] = [:]
+        var nextID = 0
     }
 
     private let state = Mutex(State())
@@ -14,8 +16,8 @@ final class Interruption: Sendable {
     func fire() {
         let waiters = state.withLock { state in
             state.fired = true
-            defer { state.waiters = [] }
-            return state.waiters
+            defer { state.waiters = [:] }
+            return Array(state.waiters.values)
         }
         for waiter in waiters { waiter.finish() }
     }
@@ -23,11 +25,17 @@ final class Interruption: Sendable {
     /// A stream that ends when the interruption comes (at once if it came already).
     func stream() -> AsyncStream<Void> {
         let (stream, continuation) = AsyncStream<Void>.makeStream()
-        let fired = state.withLock { state in
-            if !state.fired { state.waiters.append(continuation) }
-            return state.fired
+        let (fired, id) = state.withLock { state in
+            state.nextID += 1
+            if !state.fired { state.waiters[state.nextID] = continuation }
+            return (state.fired, state.nextID)
         }
-        if fired { continuation.finish() }
+        if fired {
+            continuation.finish()
+        } else {
+            // A long-running command (the bridge) makes a wait per request: each one forgets its stream.
+            continuation.onTermination = { [weak self] _ in self?.state.withLock { _ = $0.waiters.removeValue(forKey: id) } }
+        }
         return stream
     }
 

@@ -2,13 +2,6 @@ import Foundation
 import GroupSync
 import MQTT
 
-/// The activity of `groupsync demo --playback`: a film the group watches together.
-struct MovieActivity: GroupActivity {
-    static let activityIdentifier = "com.example.movie"
-    var movie: String
-    var metadata: GroupActivityMetadata { .init(title: "Movie \(movie)", type: .watchTogether) }
-}
-
 /// `groupsync demo --playback`: watching together with clocks that disagree by minutes and drift — play,
 /// seek, a rate change, a buffering suspension and its release, a late joiner — with the measured
 /// spreads and a verdict. Each participant's "player" is its ``PlaybackCoordinator``: a start is
@@ -216,9 +209,4 @@ final class PlaybackDemo: DemoScript {
     private func format(seconds: Double) -> String { format(.nanoseconds(Int64((seconds * 1e9).rounded()))) }
 
     private func format(_ duration: Duration) -> String { DemoStage.format(duration, decimals: 3) }
-}
-
-extension Duration {
-    /// As seconds, with a fraction.
-    fileprivate var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }
