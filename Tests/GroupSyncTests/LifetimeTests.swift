@@ -8,13 +8,14 @@ import Testing
 /// An activity whose sessions outlive their participants by two seconds only.
 struct Brief: GroupActivity {
     static let activityIdentifier = "com.example.brief"
-    static var sessionTimeToLive: Duration { .seconds(2) }
+    /// Two seconds, stretched under sanitizers (instrumented code refreshes later).
+    static var sessionTimeToLive: Duration { timeBound(.seconds(2)) }
     var name: String
 }
 
 /// What the broker keeps, and for how long; what forged records can and cannot do (PROTOCOL.md,
 /// "Lifetimes" and "Plausibility").
-@Suite(.timeLimit(.minutes(1))) struct LifetimeTests {
+@Suite(.timeLimit(.minutes(2))) struct LifetimeTests {
     static let acl = try! String(
         contentsOf: DocumentedReader.repository.appendingPathComponent("deploy/mosquitto/acl.example"), encoding: .utf8)
     static let users = ["alice": "alice-pw", "bob": "bob-pw", "mallory": "mallory-pw"]
@@ -39,8 +40,8 @@ struct Brief: GroupActivity {
             let group = Group(broker)
             let (aliceLogin, bobLogin) =
                 underTheACL
-                ? (Self.login("alice", presenceTimeToLive: .seconds(2)), Self.login("bob"))
-                : ({ $0.presenceTimeToLive = .seconds(2) }, { _ in })
+                ? (Self.login("alice", presenceTimeToLive: timeBound(.seconds(2))), Self.login("bob"))
+                : ({ $0.presenceTimeToLive = timeBound(.seconds(2)) }, { _ in })
             let alice = try await group.join("alice", aliceLogin)
             let bob = try await group.join("bob", bobLogin)
             let a = try await alice.startJoined(Brief(name: "crash"))
@@ -52,15 +53,15 @@ struct Brief: GroupActivity {
             }
             try await waitUntil("bob sees the session") { !bob.currentSessions(activityIdentifier: nil).isEmpty }
             // Kept alive while alice is there: observed well past its two-second lifetime.
-            try await Task.sleep(for: .seconds(3))  // an observation window, not a wait for a condition
+            try await Task.sleep(for: timeBound(.seconds(3)))  // an observation window, not a wait for a condition
             #expect(try await stored().contains { $0.contains(a.id) }, "refreshed while its participant is in it")
             #expect(bob.currentSessions(activityIdentifier: nil).map(\.id) == [a.id])
 
             await alice.simulateCrash()
-            try await waitUntil(timeout: .seconds(5), "the session leaves bob's sessions") {
+            try await waitUntil(timeout: timeBound(.seconds(5)), "the session leaves bob's sessions") {
                 bob.currentSessions(activityIdentifier: nil).isEmpty
             }
-            try await waitUntil(timeout: .seconds(5), "nothing of the session or of alice is left on the broker") {
+            try await waitUntil(timeout: timeBound(.seconds(5)), "nothing of the session or of alice is left on the broker") {
                 try await stored().allSatisfy { !$0.contains(a.id) && !$0.hasSuffix("/alice") }
             }
             await group.closeAll()
@@ -76,12 +77,12 @@ struct Brief: GroupActivity {
             await a.leave()
             await b.leave()
             #expect(bob.currentSessions(activityIdentifier: nil).map(\.id) == [a.id], "still announced")
-            try await waitUntil(timeout: .seconds(5), "gone for both") {
+            try await waitUntil(timeout: timeBound(.seconds(5)), "gone for both") {
                 alice.currentSessions(activityIdentifier: nil).isEmpty && bob.currentSessions(activityIdentifier: nil).isEmpty
             }
             let root = "\(GroupTopics.protocolRoot)/\(group.name)"
             // The broker counts expiry in whole seconds: up to a second after the participants did.
-            try await waitUntil(timeout: .seconds(3), "gone from the broker") {
+            try await waitUntil(timeout: timeBound(.seconds(3)), "gone from the broker") {
                 try await !retainedTopics(broker, under: root).contains { $0.contains(a.id) }
             }
             await group.closeAll()
