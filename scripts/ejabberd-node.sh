@@ -16,9 +16,12 @@
 #
 # Only the MQTT listener is opened, on 127.0.0.1. Authentication is anonymous: ejabberd 23.01
 # accepts any user name with a non-empty password (an empty password is refused, ejabberd issue
-# #3985), so the URL carries USER:PW. mod_mqtt settings that GroupSync needs:
-# - max_topic_depth: GroupSync topics are up to 9 levels deep; the default (8) drops them;
-# - match_retained_limit: the default (1000) silently truncates the retained replay.
+# #3985), so the URL carries USER:PW. mod_mqtt settings:
+# - max_topic_depth: ejabberd refuses a subscription whose filter is deeper (SUBACK failure);
+#   publishing deeper topics is not limited. GroupSync's topics have at most 8 levels (see
+#   GroupTopics), which is ejabberd's default; it is written out so that a deeper filter fails here;
+# - match_retained_limit: the default (1000) silently truncates the retained replay of a filter;
+# - max_queue: messages held for a slow or offline session (default 5000).
 set -euo pipefail
 
 readonly EJABBERD_LIB=/usr/lib/x86_64-linux-gnu
@@ -56,7 +59,7 @@ access_rules:
     allow: all
 modules:
   mod_mqtt:
-    max_topic_depth: 16
+    max_topic_depth: 8
     match_retained_limit: infinity
     max_queue: 100000
     session_expiry: 300
