@@ -165,6 +165,9 @@ struct Movie: GroupActivity {
             #expect(Set(players.map(\.timeline.position)).count == 1, "at one position")
             try await players[2].play()  // only an intention while bob buffers
             #expect(players.allSatisfy { !$0.timeline.isPlaying })
+            // Bob's release must not cross carol's intention: carol's clock is ten minutes ahead, so her
+            // record would win and hold the group once more (crossing commands have their own test).
+            try await waitUntil("everyone has carol's intention") { players.allSatisfy { $0.timeline == players[2].timeline } }
             buffering.end()
             try await waitUntil("everyone starts again") { starts.allSatisfy { $0.elements.count == 2 } }
             let restarts = starts.map { $0.elements[1] }
