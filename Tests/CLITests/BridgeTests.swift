@@ -185,10 +185,11 @@ import Testing
             // the whole suite: the bound leaves room for that, far above the bridges' own spread.
             #expect(spread < Self.startSpreadBound, "start spread \(spread)")
             let start = try #require(bob.events.first { $0["event"] == "start" })
-            // Delivered on time: at the scheduled position, give or take the lateness of the delivery.
+            // At the scheduled position plus its lateness. Late at all only when both processes waited for
+            // the CPU past the lead together (the spread above held), as under the whole suite's load.
             let lateness = try #require(start["lateness_ms"]?.number)
             #expect(start["item"] == "movie-42" && start["rate"]?.number == 1)
-            #expect(.milliseconds(lateness) < Self.startSpreadBound, "\(start)")
+            #expect(.milliseconds(lateness) < Self.lateStartBound, "\(start)")
             #expect(abs((start["position"]?.number ?? -1) - lateness / 1_000) < 0.000_01)
 
             // pause: both paused at one position.
@@ -245,6 +246,7 @@ import Testing
     }
 
     static let startSpreadBound = timeBound(.milliseconds(25))
+    static let lateStartBound = timeBound(.milliseconds(250))
 
     /// The real-time spread, as this test received them, of the `number`th `start` event of `bridges`,
     /// which must all be for the same scheduled instant.
