@@ -337,7 +337,9 @@ import Testing
         }
         let start = ContinuousClock.now
         await client.disconnect()
-        #expect(ContinuousClock.now - start < timeBound(.seconds(3)))
+        // disconnect() gives the thread two seconds; the kernel would hold it for minutes. The margin is
+        // for a loaded machine, where the two seconds' timer itself has come a second late.
+        #expect(ContinuousClock.now - start < timeBound(.seconds(10)))
         await #expect(throws: MQTTError.self) { try await attempt.value }
     }
 
