@@ -57,7 +57,7 @@ import Testing
         for arguments in [
             ["sessions", "extra"], ["join", "com.example.a", "com.example.b"], ["watch", "x"],
             ["sessions", "--broker", "http://127.0.0.1:1883"], ["sessions", "--broker", "127.0.0.1:1883"],
-            ["join", "com.example.a", "--broker", "mqtt://127.0.0.1:1883/path"],
+            ["join", "com.example.a", "--broker", "mqtt://127.0.0.1:1883/path"], ["sessions", "--group", "a", "--group", "b"],
         ] {
             let result = try await runCLI(arguments)
             #expect(result.status == 2, "\(arguments): \(result.errors)")
@@ -116,6 +116,19 @@ import Testing
         #expect(result.errors.count == 1)
         #expect(result.errors.first?.contains("mqtt://127.0.0.1:\(port)") == true)
         #expect(result.errors.first?.contains("groupsync broker") == true)
+    }
+
+    /// Several brokers, by repeating `--broker` or in a comma list: a broker that is down is passed over.
+    @Test func aListOfBrokersFromTheCommandLine() async throws {
+        let down = "mqtt://127.0.0.1:\(try FreePort.loopback())"
+        try await MosquittoBroker.withBroker { broker in
+            for arguments in [["--broker", down, "--broker", broker.url], ["--broker", "\(down),\(broker.url)"]] {
+                let result = try await runCLI(["sessions", "--json"] + arguments)
+                #expect(result.status == 0, "\(arguments): \(result.errors)")
+            }
+        }
+        let none = try await runCLI(["sessions", "--broker", down, "--broker", down])
+        #expect(none.status == 3 && none.errors.count == 1, "\(none.errors)")
     }
 
     /// `groupsync broker` stops on Ctrl-C (SIGINT) and SIGTERM, exits 0 and leaves no configuration file.

@@ -22,24 +22,27 @@ import Testing
         ]
     }
 
+    /// Returns once the bridge is up: a message published on `b` arrives on `a`.
+    static func waitForBridge(from b: MosquittoBroker, to a: MosquittoBroker) async throws {
+        let probe = try MQTTClient(configuration: .init(url: a.url))
+        try await probe.connect()
+        let arrivals = Collector(try await probe.subscribe(to: [TopicSubscription("groupsync/probe")]))
+        let sender = try MQTTClient(configuration: .init(url: b.url))
+        try await sender.connect()
+        try await waitUntil(timeout: .seconds(10), "bridge connected") {
+            try await sender.publish(to: "groupsync/probe", string: "x")
+            return arrivals.count > 0
+        }
+        await probe.disconnect()
+        await sender.disconnect()
+    }
+
     @Test func oneSessionWorksAcrossTwoBridgedBrokers() async throws {
         try await MosquittoBroker.withBroker { a in
             var bConfig = MosquittoBroker.Configuration()
             bConfig.extraLines = BridgedBrokersTests.bridgeLines(to: a.port)
             try await MosquittoBroker.withBroker(bConfig) { b in
-                // The bridge is up once a message published on one side arrives on the other.
-                let probe = try MQTTClient(configuration: .init(url: a.url))
-                try await probe.connect()
-                let arrivals = Collector(try await probe.subscribe(to: [TopicSubscription("groupsync/probe")]))
-                let sender = try MQTTClient(configuration: .init(url: b.url))
-                try await sender.connect()
-                try await waitUntil(timeout: .seconds(10), "bridge connected") {
-                    try await sender.publish(to: "groupsync/probe", string: "x")
-                    return arrivals.count > 0
-                }
-                await probe.disconnect()
-                await sender.disconnect()
-
+                try await Self.waitForBridge(from: b, to: a)
                 let onA = Group(a, name: "bridged")
                 let onB = Group(b, name: "bridged")
                 let alice = try await onA.join("alice")

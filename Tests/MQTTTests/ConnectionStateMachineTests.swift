@@ -10,7 +10,9 @@ import Testing
     typealias Machine = ConnectionStateMachine
     static let backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(10))
 
-    func makeMachine() -> Machine { Machine(backoff: Self.backoff, host: "h", port: 1) }
+    static let h = MQTTClient.Server(host: "h", port: 1)
+
+    func makeMachine(_ servers: [MQTTClient.Server] = [h]) -> Machine { Machine(backoff: Self.backoff, servers: servers) }
 
     /// A machine whose first connect succeeded.
     func connected(limits: Machine.BrokerLimits = .init()) async -> Machine {
@@ -43,7 +45,7 @@ import Testing
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
             let (first, second) = (machine.onConnectRequested(waiter), machine.onConnectRequested(waiter))
             #expect(first && !second, "connect() once")
-            #expect(machine.nextStep == .connect(first: true, notBefore: nil))
+            #expect(machine.nextStep == .connect(to: 0, notBefore: nil))
             let failed = machine.onConnectFailed(.unreachable(host: "h", port: 1, detail: "refused"), now: .now, random: 0)
             #expect(failed.connectResult == nil, "not before the thread ends")
             #expect(machine.nextStep == .exit)
@@ -95,9 +97,71 @@ import Testing
         }
         #expect(throws: Never.self) { try result.get() }
         #expect(restored.map(\.filter) == ["a", "b"] && restored.map(\.qos) == [.atLeastOnce, .exactlyOnce])
-        #expect(events == [.connected(sessionPresent: true)])
+        #expect(events == [.connected(to: Self.h, sessionPresent: true)])
         #expect(machine.isConnected)
         #expect(try machine.onSubscriptionAdded(id: 2, [TopicSubscription("c")], sink: sink()).map(\.filter) == ["c"], "sent at once")
+    }
+
+    // MARK: - Several brokers
+
+    static let servers = [
+        MQTTClient.Server(host: "a", port: 1), MQTTClient.Server(host: "b", port: 2), MQTTClient.Server(host: "c", port: 3),
+    ]
+
+    /// A first connect with a list of brokers tries each in turn when one cannot be reached, and fails
+    /// with the last one's error when none can.
+    @Test func aFirstConnectTriesEveryBrokerOfItsList() async {
+        var machine = makeMachine(Self.servers)
+        let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
+            _ = machine.onConnectRequested(waiter)
+            for (index, server) in Self.servers.enumerated() {
+                #expect(machine.nextStep == .connect(to: index, notBefore: nil))
+                #expect(machine.currentServer == server)
+                _ = machine.onConnectFailed(.unreachable(host: server.host, port: server.port, detail: "refused"), now: .now, random: 0)
+            }
+            #expect(machine.nextStep == .exit)
+            machine.onStopped().resumeAll()
+        }
+        #expect(failure(result) == .unreachable(host: "c", port: 3, detail: "refused"))
+    }
+
+    /// A broker that refuses the credentials (or the TLS handshake) ends the first connect at once: the
+    /// others take the same ones. A broker that is down does not.
+    @Test func aRefusalEndsTheFirstConnectWithoutTryingTheRest() async {
+        var machine = makeMachine(Self.servers)
+        let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
+            _ = machine.onConnectRequested(waiter)
+            _ = machine.onConnectFailed(.unreachable(host: "a", port: 1, detail: "refused"), now: .now, random: 0)
+            machine.onSocketOpened()
+            machine.onConnack(reasonCode: 135, reason: "Not authorized", sessionPresent: false, limits: .init(), now: .now, random: 0)
+                .resumeAll()
+            #expect(machine.nextStep == .exit)
+            machine.onStopped().resumeAll()
+        }
+        #expect(failure(result) == .connectionRefused(reasonCode: 135, reason: "Not authorized"))
+    }
+
+    /// After a lost connection every attempt goes to the next broker of the list, round and round, with
+    /// the usual backoff; CONNACK says which broker took us.
+    @Test func reconnectsMoveRoundTheList() async {
+        var machine = makeMachine(Self.servers)
+        _ = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
+            _ = machine.onConnectRequested(waiter)
+            machine.onSocketOpened()
+            machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: .now, random: 0).resumeAll()
+        }
+        let now = ContinuousClock.now
+        let lost = machine.onConnectionLost(reason: "gone", now: now, random: 0)
+        #expect(lost.events == [.disconnected(reason: "gone"), .reconnecting(attempt: 1, delay: .milliseconds(50))])
+        #expect(machine.nextStep == .connect(to: 1, notBefore: now + .milliseconds(50)))
+        _ = machine.onConnectFailed(.notConnected, now: now, random: 0)
+        #expect(machine.nextStep == .connect(to: 2, notBefore: now + .milliseconds(100)))
+        _ = machine.onConnectFailed(.notConnected, now: now, random: 0)
+        #expect(machine.nextStep == .connect(to: 0, notBefore: now + .milliseconds(200)), "round again")
+        _ = machine.onConnectFailed(.notConnected, now: now, random: 0)
+        machine.onSocketOpened()
+        let back = machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: now, random: 0)
+        #expect(back.events == [.connected(to: Self.servers[1], sessionPresent: false)])
     }
 
     // MARK: - Reconnecting
@@ -115,7 +179,7 @@ import Testing
             #expect(effects.events.first == .disconnected(reason: "gone"))
             // Equal jitter: half of the initial delay fixed, half random.
             #expect(delay >= .milliseconds(50) && delay <= .milliseconds(100))
-            #expect(copy.nextStep == .connect(first: false, notBefore: now + delay))
+            #expect(copy.nextStep == .connect(to: nil, notBefore: now + delay), "mosquitto_reconnect to the one broker")
         }
         _ = machine.onConnectionLost(reason: "gone", now: now, random: 1)
         #expect(machine.generation == 1)
@@ -132,7 +196,7 @@ import Testing
         machine.onSocketOpened()
         #expect(machine.nextStep == .loop)
         let back = machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: now, random: 0)
-        #expect(back.events == [.connected(sessionPresent: false)] && machine.isConnected)
+        #expect(back.events == [.connected(to: Self.h, sessionPresent: false)] && machine.isConnected)
         #expect(
             machine.onConnectionLost(reason: "again", now: now, random: 0).events
                 == [.disconnected(reason: "again"), .reconnecting(attempt: 1, delay: .milliseconds(50))])

@@ -235,6 +235,28 @@ import Testing
         }
     }
 
+    /// A list of brokers: the first `connect()` goes on to the next when one is down, and reports the
+    /// last failure when none answers.
+    @Test func aListOfBrokersConnectsToTheFirstThatAnswers() async throws {
+        let (down, alsoDown) = (try FreePort.loopback(), try FreePort.loopback())
+        try await MosquittoBroker.withBroker { broker in
+            let client = try MQTTClient(configuration: .init(url: "mqtt://127.0.0.1:\(down),\(broker.url)"))
+            let events = Collector(client.events())
+            defer { events.cancel() }
+            try await client.connect()
+            try await events.waitForCount(1)
+            #expect(events.elements[0] == .connected(to: .init(host: "127.0.0.1", port: Int(broker.port)), sessionPresent: false))
+            await client.disconnect()
+        }
+        let none = try MQTTClient(configuration: .init(url: "mqtt://127.0.0.1:\(down),mqtt://127.0.0.1:\(alsoDown)"))
+        await #expect {
+            try await none.connect()
+        } throws: { error in
+            if case let MQTTError.unreachable(_, port, _) = error { return port == Int(alsoDown) }
+            return false
+        }
+    }
+
     @Test func retainUnavailableIsDetected() async throws {
         var config = MosquittoBroker.Configuration()
         config.retainAvailable = false

@@ -80,6 +80,20 @@ import Testing
         #expect(tls.port == 8883 && tls.tls?.caFile == "/ca.pem")
     }
 
+    /// A comma list names brokers to move between: one scheme and one set of credentials for all.
+    @Test func parsesListsOfBrokers() throws {
+        let list = try MQTTClient.Configuration(url: "mqtt://u:p@a:1999, mqtt://b,mqtt://u:p@c:7")
+        #expect(list.host == "a" && list.port == 1999 && list.username == "u" && list.password == "p")
+        #expect(list.servers.map(\.description) == ["a:1999", "b:1883", "c:7"])
+        #expect(throws: MQTTError.self) { try MQTTClient.Configuration(url: "mqtt://a,mqtts://b", tls: .init(caFile: "/ca.pem")) }
+        #expect(throws: MQTTError.self) { try MQTTClient.Configuration(url: "mqtt://u:p@a,mqtt://v:p@b") }
+        #expect(throws: MQTTError.self) { try MQTTClient.Configuration(url: "mqtt://a,") }
+        #expect(MQTTClient.Configuration.redacted("mqtt://u:p@a,mqtt://b,mqtt://u:p@c") == "mqtt://u:***@a,mqtt://b,mqtt://u:***@c")
+        var config = list
+        config.fallbacks.append(.init(host: "d", port: 0))
+        #expect(throws: MQTTError.self) { try config.validate() }
+    }
+
     @Test func rejectsBadURLsWithReasons() {
         #expect(throws: MQTTError.self) { try MQTTClient.Configuration(url: "http://h") }
         #expect(throws: MQTTError.self) { try MQTTClient.Configuration(url: "mqtt://") }

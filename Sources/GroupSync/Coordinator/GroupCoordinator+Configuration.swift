@@ -38,7 +38,10 @@ extension GroupCoordinator {
         var outbox = OutboxStateMachine.Configuration()
 
         /// - Parameters:
-        ///   - broker: `mqtt://[user[:password]@]host[:port]` (or `mqtts://` with `tls`).
+        ///   - broker: `mqtt://[user[:password]@]host[:port]` (or `mqtts://` with `tls`); a comma list
+        ///     (`mqtt://a:1883,mqtt://b:1883`) names brokers that share the group's topics — bridged, or
+        ///     nodes of a cluster — and the participant moves to the next when its broker fails, keeping its
+        ///     identity, epoch and sessions (see ``MQTTClient/Configuration/fallbacks``).
         ///   - keepAlive: seconds; a frozen participant disappears after 1.5 × this (minimum 5).
         public init(
             broker: String = "mqtt://127.0.0.1:1883", group: String, participant: String, displayName: String? = nil,

@@ -132,7 +132,7 @@ public final class GroupCoordinator: Sendable {
         tasks.add(
             Task { [self] in
                 for await event in events {
-                    guard case let .connected(sessionPresent) = event else { continue }
+                    guard case let .connected(_, sessionPresent) = event else { continue }
                     state.withLock { $0.machine.onReconnected(now: .now) }
                     if !sessionPresent { await forgetSessionsEndedWhileAway() }
                     await retained.republishAll()

@@ -53,10 +53,31 @@ extension MQTTClient {
         }
     }
 
+    /// One broker to connect to.
+    public struct Server: Sendable, Hashable, CustomStringConvertible {
+        public var host: String
+        public var port: Int
+
+        public init(host: String, port: Int) {
+            self.host = host
+            self.port = port
+        }
+
+        public var description: String { "\(host):\(port)" }
+    }
+
     /// Everything needed to open and keep one broker connection.
     public struct Configuration: Sendable, Hashable {
         public var host: String
         public var port: Int
+        /// Brokers to move to, in order and then round again, when the one in use fails: bridged
+        /// brokers, or nodes of one cluster, that share the clients' topics. Same credentials and TLS as
+        /// `host`. The first `connect()` tries each in turn before it fails; after a lost connection,
+        /// every reconnect attempt goes to the next one. Empty (default): `host` only.
+        public var fallbacks: [Server] = []
+
+        /// `host:port`, then the fallbacks.
+        public var servers: [Server] { [Server(host: host, port: port)] + fallbacks }
         public var username: String?
         public var password: String?
         public var tls: TLS?
@@ -106,8 +127,28 @@ extension MQTTClient {
         }
 
         /// Parses `mqtt://[user[:password]@]host[:port]` or `mqtts://…` (default ports 1883 and 8883).
-        /// For `mqtts` pass the CA (and optional client certificate) in `tls`.
+        /// For `mqtts` pass the CA (and optional client certificate) in `tls`. A comma-separated list of
+        /// URLs (`mqtt://a:1883,mqtt://b:1883`) names the ``fallbacks`` too: one scheme for all, and the
+        /// credentials of the first (later ones may repeat them, not differ; a comma in a password is
+        /// written `%2C`).
         public init(url: String, clientID: String = MQTTClient.Configuration.randomClientID(), tls: TLS? = nil) throws(MQTTError) {
+            let urls = url.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+            try self.init(single: urls[0], clientID: clientID, tls: tls)
+            for other in urls.dropFirst() {
+                let fallback = try Configuration(single: other, clientID: clientID, tls: tls)
+                guard (fallback.tls == nil) == (self.tls == nil) else {
+                    throw .invalidConfiguration("'\(Configuration.redacted(url))' mixes mqtt:// and mqtts://")
+                }
+                guard fallback.username == nil || fallback.username == username, fallback.password == nil || fallback.password == password
+                else {
+                    throw .invalidConfiguration(
+                        "'\(Configuration.redacted(url))' gives different credentials: every broker of a list takes the same")
+                }
+                fallbacks.append(Server(host: fallback.host, port: fallback.port))
+            }
+        }
+
+        private init(single url: String, clientID: String, tls: TLS?) throws(MQTTError) {
             guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased() else {
                 throw .invalidConfiguration(
                     "'\(Configuration.redacted(url))' is not a URL; expected mqtt://host[:port] or mqtts://host[:port]")
@@ -134,6 +175,9 @@ extension MQTTClient {
         /// `url` with its password, if any, replaced by `***`, for messages: no password ever appears in
         /// one.
         public static func redacted(_ url: String) -> String {
+            guard !url.contains(",") else {
+                return url.split(separator: ",", omittingEmptySubsequences: false).map { redacted(String($0)) }.joined(separator: ",")
+            }
             guard let scheme = url.range(of: "://"), let at = url[scheme.upperBound...].lastIndex(of: "@"),
                 let colon = url[scheme.upperBound..<at].firstIndex(of: ":")
             else { return url }
@@ -153,7 +197,9 @@ extension MQTTClient {
             if clientID.isEmpty || clientID.utf8.count > 65_535 {
                 throw .invalidConfiguration("clientID must be 1 to 65535 bytes")
             }
-            if port < 1 || port > 65_535 { throw .invalidConfiguration("port \(port) is out of range") }
+            for server in servers where server.port < 1 || server.port > 65_535 {
+                throw .invalidConfiguration("port \(server.port) is out of range")
+            }
             if let will, !Topic.isValidName(will.topic) { throw .invalidTopic(will.topic) }
             if let tls, (tls.certificateFile == nil) != (tls.keyFile == nil) {
                 throw .invalidConfiguration("a TLS client certificate needs its key file, and the other way round")

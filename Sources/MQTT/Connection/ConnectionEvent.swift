@@ -1,7 +1,8 @@
 /// Something that happened to the connection, in the order it happened.
 public enum ConnectionEvent: Sendable, Hashable {
-    /// CONNACK accepted. `sessionPresent`: the broker resumed a stored session.
-    case connected(sessionPresent: Bool)
+    /// CONNACK accepted by `server` (one of the configuration's ``MQTTClient/Configuration/servers``).
+    /// `sessionPresent`: the broker resumed a stored session — never after a move to another broker.
+    case connected(to: MQTTClient.Server, sessionPresent: Bool)
     /// The connection ended. Unless ``MQTTClient/disconnect()`` was called, a reconnect follows.
     case disconnected(reason: String)
     /// The next connect attempt (1-based) will start after `delay`.

@@ -82,14 +82,19 @@ struct ConnectionStateMachine {
     static let maximumRoutes = 128
     private var listeners = ListenerRegistry<AsyncStream<ConnectionEvent>.Continuation>()
     private let backoff: Backoff
-    private let host: String
-    private let port: Int
+    /// The brokers, in the order they are tried (the configuration's host, then its fallbacks).
+    private let servers: [MQTTClient.Server]
+    /// Which of `servers` the current or next attempt goes to.
+    private(set) var server = 0
 
-    init(backoff: Backoff, host: String, port: Int) {
+    init(backoff: Backoff, servers: [MQTTClient.Server]) {
+        precondition(!servers.isEmpty)
         self.backoff = backoff
-        self.host = host
-        self.port = port
+        self.servers = servers
     }
+
+    /// The broker the current or next attempt goes to.
+    var currentServer: MQTTClient.Server { servers[server] }
 
     /// What a change of the connection's state asks for, run outside the lock in this order by
     /// ``resumeAll()``; `restore` is the network thread's to send first (see `didConnect`).
@@ -319,9 +324,10 @@ struct ConnectionStateMachine {
 
     /// What the network thread does next.
     enum NextStep: Equatable {
-        /// Open a socket — with `mosquitto_connect` the first time, else `mosquitto_reconnect` — not
-        /// before `notBefore` (nil: now).
-        case connect(first: Bool, notBefore: ContinuousClock.Instant?)
+        /// Open a socket, not before `notBefore` (nil: now): with `mosquitto_connect` to `servers[to]` (the
+        /// first time, and every time when there are several brokers), else (nil) with `mosquitto_reconnect`
+        /// to the one broker.
+        case connect(to: Int?, notBefore: ContinuousClock.Instant?)
         /// Run the open connection.
         case loop
         case exit
@@ -329,8 +335,8 @@ struct ConnectionStateMachine {
 
     var nextStep: NextStep {
         switch state {
-        case .firstConnect(_, socketOpen: false): return .connect(first: true, notBefore: nil)
-        case let .backingOff(_, until): return .connect(first: false, notBefore: until)
+        case .firstConnect(_, socketOpen: false): return .connect(to: server, notBefore: nil)
+        case let .backingOff(_, until): return .connect(to: servers.count > 1 ? server : nil, notBefore: until)
         case .firstConnect, .connected, .reconnecting: return .loop
         case .idle, .stopping, .stopped: return .exit
         }
@@ -340,8 +346,8 @@ struct ConnectionStateMachine {
     mutating func onConnectFailed(_ error: MQTTError, now: ContinuousClock.Instant, random: Double) -> Effects {
         switch state {
         case let .firstConnect(waiter, _):
-            // The first connect fails fast and for good: the caller learns why at once.
-            return failFirstConnect(waiter, error)
+            // The first connect fails fast and for good, once every broker was tried: the caller learns why.
+            return failFirstConnectOrMoveOn(waiter, error)
         case let .backingOff(attempt, _), let .reconnecting(attempt):
             return scheduleReconnect(attempt: attempt + 1, now: now, random: random)
         case .idle, .connected, .stopping, .stopped:
@@ -380,7 +386,7 @@ struct ConnectionStateMachine {
         self.limits = limits
         effects.restore = liveFilters
         effects.connectedSinks = subscriptions.values.map(\.sink).filter { $0.connected != nil }
-        effects.events = [.connected(sessionPresent: sessionPresent)]
+        effects.events = [.connected(to: currentServer, sessionPresent: sessionPresent)]
         effects.listeners = listeners.all
         return effects
     }
@@ -414,7 +420,8 @@ struct ConnectionStateMachine {
         case .idle, .backingOff, .stopping, .stopped:
             return effects
         case let .firstConnect(waiter, _):
-            next = failFirstConnect(waiter, cause ?? .unreachable(host: host, port: port, detail: reason))
+            let server = currentServer
+            next = failFirstConnectOrMoveOn(waiter, cause ?? .unreachable(host: server.host, port: server.port, detail: reason))
         case .connected:
             effects.events = [.disconnected(reason: reason)]
             next = scheduleReconnect(attempt: 1, now: now, random: random)
@@ -495,9 +502,26 @@ struct ConnectionStateMachine {
         return Effects()
     }
 
+    /// A first connect that failed moves on to the next broker, when there is one it has not tried —
+    /// unless the broker refused us or the TLS handshake failed: the others take the same credentials.
+    private mutating func failFirstConnectOrMoveOn(_ waiter: ConnectWaiter, _ error: MQTTError) -> Effects {
+        switch error {
+        case .connectionRefused, .tls: break
+        default:
+            if server + 1 < servers.count {
+                server += 1
+                state = .firstConnect(waiter, socketOpen: false)
+                return Effects()
+            }
+        }
+        return failFirstConnect(waiter, error)
+    }
+
+    /// The next reconnect attempt, to the next broker when there are several.
     private mutating func scheduleReconnect(
         attempt: Int, now: ContinuousClock.Instant, random: Double, delay: Duration? = nil
     ) -> Effects {
+        server = (server + 1) % servers.count
         let delay = delay ?? backoff.delay(attempt: attempt, random: random)
         state = .backingOff(attempt: attempt, until: now + delay)
         return Effects(events: [.reconnecting(attempt: attempt, delay: delay)], listeners: listeners.all)

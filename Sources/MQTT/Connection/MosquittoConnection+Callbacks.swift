@@ -99,7 +99,8 @@ extension MosquittoConnection {
 
     /// What a failed connect, or a connection that ended before CONNACK, reports to the first `connect()`.
     func connectError(_ rc: Int32) -> MQTTError {
-        let host = configuration.host, port = configuration.port
+        let server = state.withLock { $0.currentServer }
+        let host = server.host, port = server.port
         switch mosq_err_t(rawValue: rc) {
         case MOSQ_ERR_ERRNO:
             return .unreachable(host: host, port: port, detail: String(cString: strerror(errno)))

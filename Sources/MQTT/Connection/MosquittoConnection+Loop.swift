@@ -42,9 +42,9 @@ extension MosquittoConnection {
             switch state.withLock({ $0.nextStep }) {
             case .exit:
                 break loop
-            case let .connect(first, notBefore):
+            case let .connect(server, notBefore):
                 if let notBefore, !sleepOnWakeup(until: notBefore) { continue }
-                let rc = first ? connectFirst() : mosquitto_reconnect(handle)
+                let rc = server.map { connect(to: configuration.servers[$0]) } ?? mosquitto_reconnect(handle)
                 if rc == MOSQ_ERR_SUCCESS.rawValue {
                     state.withLock { $0.onSocketOpened() }
                 } else {
@@ -134,14 +134,18 @@ extension MosquittoConnection {
         return ContinuousClock.now >= instant
     }
 
-    private func connectFirst() -> Int32 {
+    /// Opens a socket to `server`. libmosquitto keeps the messages still queued and sends them on the new
+    /// connection, as after a reconnect. Safe while other threads publish: `mosquitto_connect_bind_v5`
+    /// changes only the host, port, keepalive and CONNECT properties, which only this thread reads, and
+    /// resets the send quota that the reconnect then recomputes under libmosquitto's lock; the socket pair
+    /// that publishers write to is made once, by `mosquitto_new` (libmosquitto 2.0).
+    private func connect(to server: MQTTClient.Server) -> Int32 {
         var properties: OpaquePointer? = nil
         defer { mosquitto_property_free_all(&properties) }
         if configuration.protocolVersion == .v5, let expiry = configuration.sessionExpiry {
             mosquitto_property_add_int32(&properties, Int32(MQTT_PROP_SESSION_EXPIRY_INTERVAL.rawValue), expiry)
         }
-        return mosquitto_connect_bind_v5(
-            handle, configuration.host, Int32(configuration.port), Int32(configuration.keepAlive), nil, properties)
+        return mosquitto_connect_bind_v5(handle, server.host, Int32(server.port), Int32(configuration.keepAlive), nil, properties)
     }
 
     /// Once stopping: quiesce, then DISCONNECT (at most a second in all).

@@ -49,7 +49,7 @@ final class MosquittoConnection: @unchecked Sendable {
         self.configuration = configuration
         self.handle = handle
         self.state = LockedValue(
-            ConnectionStateMachine(backoff: configuration.reconnect, host: configuration.host, port: configuration.port))
+            ConnectionStateMachine(backoff: configuration.reconnect, servers: configuration.servers))
         mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
         do {
             try configure()

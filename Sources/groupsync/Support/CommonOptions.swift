@@ -8,7 +8,9 @@ struct CommonOptions {
     static let names: Set<String> = ["broker", "group", "as", "keepalive", "cafile", "cert", "key", "password-file"]
     static let help = """
           --broker URL      mqtt://[user[:password]@]host[:port], or mqtts:// for TLS
-                            (default: $GROUPSYNC_BROKER or mqtt://127.0.0.1:1883)
+                            (default: $GROUPSYNC_BROKER or mqtt://127.0.0.1:1883). Repeat it, or give
+                            a comma list, for brokers that share the group's topics (bridged, or nodes
+                            of a cluster): when one fails, the participant moves to the next
           --password-file F the password, from the first line of F (else $GROUPSYNC_PASSWORD; a password
                             in the URL wins). No password is ever printed
           --cafile F        mqtts: the CA certificate the broker's is checked against ($GROUPSYNC_CAFILE)
@@ -30,7 +32,10 @@ struct CommonOptions {
     var password: String?
 
     init(_ arguments: Arguments, defaultParticipant: String = CommonOptions.stableParticipant()) throws(UsageError) {
-        broker = arguments.value("broker") ?? ProcessInfo.processInfo.environment["GROUPSYNC_BROKER"] ?? "mqtt://127.0.0.1:1883"
+        let brokers = arguments.allValues("broker")
+        broker =
+            !brokers.isEmpty
+            ? brokers.joined(separator: ",") : ProcessInfo.processInfo.environment["GROUPSYNC_BROKER"] ?? "mqtt://127.0.0.1:1883"
         group = arguments.value("group") ?? "default"
         participant = arguments.value("as") ?? defaultParticipant
         keepAlive = try arguments.integer("keepalive", default: 5, range: 5...65_535)
