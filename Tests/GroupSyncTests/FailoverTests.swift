@@ -18,10 +18,8 @@ import Testing
     /// returned arrives once, in order.
     @Test func aParticipantMovesToTheNextBrokerWhenItsBrokerIsKilled() async throws {
         try await MosquittoBroker.withBroker { survivor in
-            var doomedConfiguration = MosquittoBroker.Configuration()
-            doomedConfiguration.extraLines = BridgedBrokersTests.bridgeLines(to: survivor.port)
-            try await MosquittoBroker.withBroker(doomedConfiguration) { doomed in
-                try await BridgedBrokersTests.waitForBridge(from: doomed, to: survivor)
+            try await MosquittoBroker.withBroker(.bridged(to: survivor.port)) { doomed in
+                try await doomed.waitForBridge(to: survivor)
                 let fallback = MQTTClient.Server(host: "127.0.0.1", port: Int(survivor.port))
                 let onDoomed = Group(doomed, name: "failover")
                 let onSurvivor = Group(survivor, name: "failover")
@@ -125,10 +123,8 @@ import Testing
     /// whichever of the two arrives first.
     @Test func aParticipantWhoseConnectionBreaksMovesAndIsBackForEveryone() async throws {
         try await MosquittoBroker.withBroker { second in
-            var firstConfiguration = MosquittoBroker.Configuration()
-            firstConfiguration.extraLines = BridgedBrokersTests.bridgeLines(to: second.port)
-            try await MosquittoBroker.withBroker(firstConfiguration) { first in
-                try await BridgedBrokersTests.waitForBridge(from: first, to: second)
+            try await MosquittoBroker.withBroker(.bridged(to: second.port)) { first in
+                try await first.waitForBridge(to: second)
                 let onFirst = Group(first, name: "moves")
                 let onSecond = Group(second, name: "moves")
                 defer {
