@@ -300,13 +300,30 @@ import Testing
                 #expect(try await join.wait() == 0)
             }
             // What the broker stores: everything a fresh subscriber gets before its own marker comes back.
-            let probe = try MQTTClient(configuration: .init(url: broker.url))
-            try await probe.connect()
-            let seen = Collector(try await probe.subscribe(to: [TopicSubscription("groupsync/v2/shell/#")]))
-            try await probe.publish(to: "groupsync/v2/shell/marker", string: "m")
-            try await waitUntil("the marker") { seen.elements.contains { $0.topic == "groupsync/v2/shell/marker" } }
-            #expect(!seen.elements.contains { $0.retain && $0.topic.contains(session) }, "nothing of the session is stored")
-            await probe.disconnect()
+            @Sendable func stored(_ session: String) async throws -> [String] {
+                let probe = try MQTTClient(configuration: .init(url: broker.url))
+                try await probe.connect()
+                let seen = Collector(try await probe.subscribe(to: [TopicSubscription("groupsync/v2/shell/#")]))
+                try await probe.publish(to: "groupsync/v2/shell/marker", string: "m")
+                try await waitUntil("the marker") { seen.elements.contains { $0.topic == "groupsync/v2/shell/marker" } }
+                await probe.disconnect()
+                return seen.elements.filter { $0.retain && $0.topic.contains(session) }.map(\.topic)
+            }
+            #expect(try await stored(session).isEmpty, "nothing of the session is stored")
+
+            // A session everyone left keeps its records (no longer kept, until they expire); `end` from the
+            // shell, by someone who never joined, removes them too.
+            let carol = try CLIProcess(["join", "com.example.board", "--as", "carol", "--title", "left"] + common)
+            let left = String(try await carol.waitForLine { $0.hasPrefix("session ") }.split(separator: " ")[1])
+            carol.send("{\"index\":3}\n")
+            _ = try await carol.waitForLine { $0.hasPrefix("state value") }
+            carol.closeInput()
+            #expect(try await carol.wait() == 0)
+            #expect(try await stored(left).contains { $0.contains("/state/") }, "the state record stays after the leave")
+            let ended = try await runCLI(["end", left] + common)
+            #expect(ended.status == 0, "\(ended.errors)")
+            let leftovers = try await stored(left)
+            #expect(leftovers.isEmpty, "\(leftovers)")
             let missing = try await runCLI(["end", "nosuchsession", "--timeout", "1"] + common)
             #expect(missing.status == 1)
         }
