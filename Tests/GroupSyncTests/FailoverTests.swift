@@ -47,25 +47,7 @@ import Testing
                 let stop = ReliabilityTests.Flag()
                 defer { stop.set() }
                 let senders = sessions.enumerated().map { index, session in
-                    Task { () -> BrokerCrashTests.Sent in
-                        let messenger = GroupSessionMessenger(session: session)
-                        let receiver = arrivals[1 - index]
-                        var sent = BrokerCrashTests.Sent()
-                        while !stop.isSet {
-                            let n = sent.attempted + 1
-                            try? await waitUntil(timeout: .seconds(1), pollEvery: .milliseconds(2)) {
-                                receiver.highest(from: names[index]) >= n - BrokerCrashTests.window
-                            }
-                            sent.attempted = n
-                            do {
-                                try await messenger.send(Numbered(from: names[index], n: n))
-                                sent.delivered.insert(n)
-                            } catch {
-                                sent.failed.append("\(n): \(error)")
-                            }
-                        }
-                        return sent
-                    }
+                    BrokerCrashTests.send(as: names[index], in: session, to: [arrivals[1 - index]], until: stop)
                 }
                 @Sendable func flows(_ what: String) async throws {
                     let before = [arrivals[1].count(from: "alice"), arrivals[0].count(from: "bob")]
