@@ -117,28 +117,24 @@ struct BenchReport {
                     verdict: crash.max <= Bound.crashSeconds))
         }
         if let failover = results.failover {
-            let keepAlive = Double(failover.keepAlive) * 1_000
-            rows.append(
+            rows += [
                 Row(
                     metric: "failover: move, p50 of \(failover.samples) (ms)", groupSync: format(failover.moveP50),
                     target: "< keepalive, \(failover.keepAlive) s: peers keep it (max \(format(failover.moveMax)) ms)",
-                    verdict: failover.moveMax < keepAlive))
-            rows.append(
+                    verdict: failover.moveMax < Double(failover.keepAlive) * 1_000),
                 Row(
                     metric: "failover: delivery gap at a peer, p50 (ms)", groupSync: format(failover.deliveryGapP50),
-                    target: "max \(format(failover.deliveryGapMax)) ms"))
-            rows.append(
+                    target: "max \(format(failover.deliveryGapMax)) ms"),
                 Row(
                     metric: "failover: longest pause at a peer, p50 (ms)", groupSync: format(failover.longestGapP50),
-                    target: "max \(format(failover.longestGapMax)) ms"))
-            rows.append(
+                    target: "max \(format(failover.longestGapMax)) ms"),
                 Row(
                     metric: "failover: samples where a peer saw it leave", groupSync: "\(failover.leftSamples) of \(failover.samples)",
-                    target: "0", verdict: failover.leftSamples == 0))
-            rows.append(
+                    target: "0", verdict: failover.leftSamples == 0),
                 Row(
                     metric: "failover: reliable msgs lost / duplicated", groupSync: "\(failover.lost) / \(failover.duplicated)",
-                    target: "0 / 0", verdict: failover.lost == 0 && failover.duplicated == 0))
+                    target: "0 / 0", verdict: failover.lost == 0 && failover.duplicated == 0),
+            ]
         }
         if let memory = results.memory {
             if let bytes = memory.participantsBytes, let reached = memory.participantsReached {

@@ -28,6 +28,7 @@ enum FailoverBenchmark {
     static let mover = Participant(id: "mover")
     static let peer = Participant(id: "peer")
 
+    /// One sample; times in ms from the kill (``longestGap`` between two arrivals).
     struct Sample: Sendable {
         var move: Double
         var deliveryGap: Double
@@ -65,6 +66,7 @@ enum FailoverBenchmark {
             sendIntervalMilliseconds: sendIntervalMilliseconds, keepAlive: keepAlive)
     }
 
+    /// Connects the two participants, measures one sample, and closes them, whether it was measured or not.
     private static func measure(doomed: MosquittoBroker, survivor: MosquittoBroker, group: String) async throws -> Sample {
         let moving = try await GroupCoordinator.connect(
             .init(broker: "\(doomed.url),\(survivor.url)", group: group, participant: mover.id, keepAlive: keepAlive))
