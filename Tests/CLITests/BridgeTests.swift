@@ -267,7 +267,7 @@ import Testing
 
     /// A join waits for its session's announcement no longer than `--timeout`; Ctrl-C or SIGTERM ends that
     /// wait at once, with an error answer, and the bridge exits 0 — a frozen broker's too.
-    @Test func waitsEndOnTimeoutOrSignal() async throws {
+    @Test(.needsOwnBroker("reads its log to see a client connect")) func waitsEndOnTimeoutOrSignal() async throws {
         try await MosquittoBroker.withBroker { broker in
             let impatient = try BridgeProcess("carol", broker: broker.url, group: "waits", options: ["--timeout", "1"])
             let started = ContinuousClock.now

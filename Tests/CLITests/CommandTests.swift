@@ -66,7 +66,7 @@ import Testing
 
     /// `mqtts://` from the command line: the CA (and a client certificate) by flags or environment, the
     /// password from a file or the environment; a wrong CA is refused.
-    @Test func tlsAndPasswordsFromTheCommandLine() async throws {
+    @Test(.needsOwnBroker("TLS and passwords")) func tlsAndPasswordsFromTheCommandLine() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("gs-cli-tls-\(UUID())").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -93,7 +93,7 @@ import Testing
 
     /// No password ever appears in what the CLI prints: not for a broker it cannot reach, not for one that
     /// refuses the login, not for a URL it cannot use.
-    @Test func passwordsAreNeverPrinted() async throws {
+    @Test(.needsOwnBroker("users with passwords")) func passwordsAreNeverPrinted() async throws {
         try await MosquittoBroker.withBroker(.init(users: ["alice": "right"])) { broker in
             let refused = try await runCLI(["sessions", "--broker", broker.url.replacingOccurrences(of: "://", with: "://alice:s3cret@")])
             #expect(refused.status == 3)
@@ -152,7 +152,7 @@ import Testing
 
     /// The demo stops on Ctrl-C or SIGTERM: against a broker that never answers it exits 130 at once (or
     /// 1 after `--timeout`), and interrupted at any point its private mosquitto stops with it.
-    @Test func theDemoStopsOnASignalOrTimeout() async throws {
+    @Test(.needsOwnBroker("freezes it")) func theDemoStopsOnASignalOrTimeout() async throws {
         try await MosquittoBroker.withBroker { broker in
             broker.pause()
             defer { broker.resume() }
@@ -209,7 +209,7 @@ import Testing
 
     /// `join --session` for a session nobody announced gives up after `--timeout`, and Ctrl-C or SIGTERM
     /// ends the wait at once (exit 130).
-    @Test func waitingForASessionEndsOnTimeoutOrSignal() async throws {
+    @Test(.needsOwnBroker("reads its log to see a client connect")) func waitingForASessionEndsOnTimeoutOrSignal() async throws {
         try await MosquittoBroker.withBroker { broker in
             let common = ["--broker", broker.url, "--group", "waits"]
             let late = try CLIProcess(["join", "com.example.board", "--session", "nosuchsession", "--timeout", "1"] + common)
@@ -229,7 +229,7 @@ import Testing
 
     /// Against a frozen broker (it takes the TCP connection and never answers), every command that
     /// connects gives up after `--timeout`, and Ctrl-C or SIGTERM ends its wait at once.
-    @Test(arguments: [["sessions"], ["watch"], ["dashboard"], ["join", "com.example.board"], ["end", "somesession"]])
+    @Test(.needsOwnBroker("freezes it"), arguments: [["sessions"], ["watch"], ["dashboard"], ["join", "com.example.board"], ["end", "somesession"]])
     func commandsGiveUpOnAFrozenBroker(_ command: [String]) async throws {
         try await MosquittoBroker.withBroker { broker in
             broker.pause()
@@ -285,7 +285,7 @@ import Testing
         }
     }
 
-    @Test func joinSessionsAndWatchAgree() async throws {
+    @Test(.needsOwnBroker("reads its log to see a client connect")) func joinSessionsAndWatchAgree() async throws {
         try await MosquittoBroker.withBroker { broker in
             let common = ["--broker", broker.url, "--group", "cli"]
             let watch = try CLIProcess(["watch", "--json"] + common)

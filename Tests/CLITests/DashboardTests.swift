@@ -214,7 +214,7 @@ import Testing
         }
     }
 
-    @Test func afterABrokerRestartEverythingIsPublishedAgain() async throws {
+    @Test(.needsOwnBroker("restarts it")) func afterABrokerRestartEverythingIsPublishedAgain() async throws {
         // Without persistence the restarted broker has lost every retained message: the participants
         // republish theirs, the dashboard learns the group again and republishes the whole projection.
         try await MosquittoBroker.withBroker { broker in

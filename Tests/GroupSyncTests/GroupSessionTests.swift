@@ -60,7 +60,7 @@ import Testing
         }
     }
 
-    @Test func theSessionsListenerKeepsWorkingAcrossABrokerRestart() async throws {
+    @Test(.needsOwnBroker("restarts it")) func theSessionsListenerKeepsWorkingAcrossABrokerRestart() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
             let alice = try await group.join("alice")

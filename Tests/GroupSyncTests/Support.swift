@@ -3,6 +3,7 @@ import Foundation
 // Every file of this target sees the test support (Collector, TestPKI, timeBound, …) through this import.
 @_exported import GroupSyncTestSupport
 import Synchronization
+import Testing
 
 @testable import GroupSync
 @testable import MQTT
@@ -136,4 +137,12 @@ func retainedTopics(
     try await waitUntil("the probe's marker") { seen.elements.contains { $0.topic == marker } }
     await probe.disconnect()
     return seen.elements.prefix { $0.topic != marker }.map(\.topic)
+}
+
+extension Trait where Self == ConditionTrait {
+    /// Skips the test when the suite runs against an external broker (`GROUPSYNC_TEST_BROKER`, see
+    /// ``ExternalBroker``): it needs a mosquitto of its own, because of `why` ("restarts it").
+    static func needsOwnBroker(_ why: String) -> Self {
+        .disabled(if: ExternalBroker.isConfigured, Comment(rawValue: ExternalBroker.skipReason(why)))
+    }
 }
