@@ -59,6 +59,8 @@ public final class MosquittoBroker: Sendable {
     /// The broker someone else started that this value stands for, if any: then no process is run,
     /// and ``directory`` and ``executable`` are empty.
     public let external: ExternalBroker?
+    /// Random letters and digits that ``unique(_:)`` appends.
+    private let nameSuffix = String((0..<8).map { _ in "abcdefghijklmnopqrstuvwxyz0123456789".randomElement()! })
     /// The operations called on an ``external`` broker that need a process of our own.
     let refused = LockedValue<[String]>([])
 
@@ -130,6 +132,22 @@ public final class MosquittoBroker: Sendable {
     /// The host clients connect to: 127.0.0.1, or the ``external`` broker's.
     public var host: String {
         external?.host ?? "127.0.0.1"
+    }
+
+    /// ``url`` with `port` in place of the broker's, on 127.0.0.1: a broker URL with the same scheme and
+    /// credentials (a list of brokers takes one set) where nothing needs to listen.
+    public func url(port other: UInt16) -> String {
+        guard var components = URLComponents(string: url) else { return url }
+        components.host = "127.0.0.1"
+        components.port = Int(other)
+        return components.string ?? url
+    }
+
+    /// `name` with a suffix of random letters and digits chosen for this broker value: a group or
+    /// topic name no other test uses, so that tests sharing one ``external`` broker, in one run or
+    /// in the next, do not see each other's messages or retained records.
+    public func unique(_ name: String) -> String {
+        "\(name)-\(nameSuffix)"
     }
 
     /// The WebSockets listener's port, if ``Configuration/websocketsPort`` was set.

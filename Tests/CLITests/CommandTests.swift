@@ -122,6 +122,7 @@ import Testing
     @Test func aListOfBrokersFromTheCommandLine() async throws {
         let down = "mqtt://127.0.0.1:\(try FreePort.loopback())"
         try await MosquittoBroker.withBroker { broker in
+            let down = broker.url(port: try FreePort.loopback())
             for arguments in [["--broker", down, "--broker", broker.url], ["--broker", "\(down),\(broker.url)"]] {
                 let result = try await runCLI(["sessions", "--json"] + arguments)
                 #expect(result.status == 0, "\(arguments): \(result.errors)")
@@ -251,7 +252,8 @@ import Testing
     /// of it stays on the broker. Without `--as`, `join` is the same participant on every run.
     @Test func endFromTheShellAndStableParticipantIDs() async throws {
         try await MosquittoBroker.withBroker { broker in
-            let common = ["--broker", broker.url, "--group", "shell"]
+            let group = broker.unique("shell")
+            let common = ["--broker", broker.url, "--group", group]
             var ids: [String] = []
             for _ in 0..<2 {
                 let run = try CLIProcess(["join", "com.example.board"] + common)
@@ -275,9 +277,9 @@ import Testing
             // What the broker stores: everything a fresh subscriber gets before its own marker comes back.
             let probe = try MQTTClient(configuration: .init(url: broker.url))
             try await probe.connect()
-            let seen = Collector(try await probe.subscribe(to: [TopicSubscription("groupsync/v2/shell/#")]))
-            try await probe.publish(to: "groupsync/v2/shell/marker", string: "m")
-            try await waitUntil("the marker") { seen.elements.contains { $0.topic == "groupsync/v2/shell/marker" } }
+            let seen = Collector(try await probe.subscribe(to: [TopicSubscription("groupsync/v2/\(group)/#")]))
+            try await probe.publish(to: "groupsync/v2/\(group)/marker", string: "m")
+            try await waitUntil("the marker") { seen.elements.contains { $0.topic == "groupsync/v2/\(group)/marker" } }
             #expect(!seen.elements.contains { $0.retain && $0.topic.contains(session) }, "nothing of the session is stored")
             await probe.disconnect()
             let missing = try await runCLI(["end", "nosuchsession", "--timeout", "1"] + common)

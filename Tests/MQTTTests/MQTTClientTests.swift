@@ -11,10 +11,11 @@ import Testing
         try await MosquittoBroker.withBroker { broker in
             let a = try await connectedClient(broker)
             let b = try await connectedClient(broker)
-            let messages = Collector(try await b.subscribe(to: [TopicSubscription("t/#", qos: qos)]))
+            let root = broker.unique("t")
+            let messages = Collector(try await b.subscribe(to: [TopicSubscription("\(root)/#", qos: qos)]))
             for i in 0..<50 {
                 try await a.publish(
-                    to: "t/\(i % 3)", string: "m\(i)", qos: qos,
+                    to: "\(root)/\(i % 3)", string: "m\(i)", qos: qos,
                     properties: .init(contentType: "text/plain", userProperties: [.init("k", "v\(i)")]))
             }
             try await messages.waitForCount(50)
@@ -240,7 +241,7 @@ import Testing
     @Test func aListOfBrokersConnectsToTheFirstThatAnswers() async throws {
         let (down, alsoDown) = (try FreePort.loopback(), try FreePort.loopback())
         try await MosquittoBroker.withBroker { broker in
-            let client = try MQTTClient(configuration: .init(url: "mqtt://127.0.0.1:\(down),\(broker.url)"))
+            let client = try MQTTClient(configuration: .init(url: "\(broker.url(port: down)),\(broker.url)"))
             let events = Collector(client.events())
             defer { events.cancel() }
             try await client.connect()
