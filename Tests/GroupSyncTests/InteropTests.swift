@@ -287,6 +287,13 @@ final class PythonParticipant: Sendable {
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("docs/interop/participant.py").path
 
+    /// `--password` with the password of the broker's URL, if it has one (an external broker may need
+    /// one; the user name is the participant's ID either way).
+    static func password(of broker: MosquittoBroker) -> [String] {
+        guard let password = try? MQTTClient.Configuration(url: broker.url).password else { return [] }
+        return ["--password", password]
+    }
+
     private let child: ChildProcess
     private let output = LockedValue<(lines: [String], partial: [UInt8])>(([], []))
     private let errors = LockedValue<[UInt8]>([])
@@ -296,8 +303,8 @@ final class PythonParticipant: Sendable {
         let errors = errors
         child = try ChildProcess(
             Self.interpreter!,
-            ["-u", Self.script, "--broker", "127.0.0.1:\(broker.port)", "--group", group, "--participant", participant]
-                + arguments,
+            ["-u", Self.script, "--broker", "\(broker.host):\(broker.port)", "--group", group, "--participant", participant]
+                + Self.password(of: broker) + arguments,
             input: .pipe,
             output: .handler { chunk in
                 output.withLock { output in

@@ -118,8 +118,10 @@ func rawSubscriber(
     _ broker: MosquittoBroker, _ filter: String, user: String? = nil, password: String? = nil
 ) async throws -> (MQTTClient, Collector<MQTTMessage>) {
     var configuration = try MQTTClient.Configuration(url: broker.url)
-    configuration.username = user
-    configuration.password = password
+    if let user {  // else the URL's credentials, which an external broker may need
+        configuration.username = user
+        configuration.password = password
+    }
     let client = try MQTTClient(configuration: configuration)
     try await client.connect()
     let messages = Collector(try await client.subscribe(to: [TopicSubscription(filter)]))
