@@ -30,10 +30,44 @@ extension MosquittoBroker {
         do {
             result = try await ExternalBroker.$inUse.withValue(true) { try await body(broker) }
         } catch {
+            await broker.clearRetainedRecords()
             throw broker.refusal(besides: error) ?? error
         }
+        await broker.clearRetainedRecords()
         if let refusal = broker.refusal(besides: nil) { throw refusal }
         return result
+    }
+
+    /// Clears, on an ``external`` broker that outlives the test, the retained records of the groups
+    /// named by ``unique(_:)``: `groupsync/v2/NAME/#` (GroupSync's protocol root) for each. Best effort
+    /// within 5 s: records left behind only take room, since every later test uses names of its own.
+    func clearRetainedRecords() async {
+        let names = uniqueNames.withLock { $0 }
+        guard let external, !names.isEmpty else { return }
+        do {
+            let client = try MQTTClient(configuration: .init(url: external.url))
+            try await client.connect()
+            let marker = "groupsync-test-cleanup/\(unique("marker"))"
+            let subscription = try await client.subscribe(
+                to: names.map { TopicSubscription("groupsync/v2/\($0)/#") } + [TopicSubscription(marker)])
+            try await client.publish(to: marker, string: "")
+            let timeout = Task {
+                try await Task.sleep(for: .seconds(5))
+                await client.disconnect()
+            }
+            var retained: [String] = []
+            for await message in subscription {
+                if message.topic == marker { break }
+                if message.retain && !message.payload.isEmpty { retained.append(message.topic) }
+            }
+            for topic in retained {
+                try await client.publish(to: topic, payload: Data(), retain: true)
+            }
+            timeout.cancel()
+            await client.disconnect()
+        } catch {
+            FileHandle.standardError.write(Data("MosquittoBroker: clearing the test's retained records failed: \(error)\n".utf8))
+        }
     }
 
     /// Notes that `operation`, which needs a broker process of our own, was used on an ``external``

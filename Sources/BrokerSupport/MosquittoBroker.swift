@@ -61,6 +61,8 @@ public final class MosquittoBroker: Sendable {
     public let external: ExternalBroker?
     /// Random letters and digits that ``unique(_:)`` appends.
     private let nameSuffix = String((0..<8).map { _ in "abcdefghijklmnopqrstuvwxyz0123456789".randomElement()! })
+    /// Every name ``unique(_:)`` returned, for the cleanup of an ``external`` broker.
+    let uniqueNames = LockedValue<[String]>([])
     /// The operations called on an ``external`` broker that need a process of our own.
     let refused = LockedValue<[String]>([])
 
@@ -146,8 +148,14 @@ public final class MosquittoBroker: Sendable {
     /// `name` with a suffix of random letters and digits chosen for this broker value: a group or
     /// topic name no other test uses, so that tests sharing one ``external`` broker, in one run or
     /// in the next, do not see each other's messages or retained records.
+    /// On an ``external`` broker, `withBroker` clears the retained records left under
+    /// `groupsync/v2/NAME/` for every name returned here, once its body is done.
     public func unique(_ name: String) -> String {
-        "\(name)-\(nameSuffix)"
+        let unique = "\(name)-\(nameSuffix)"
+        uniqueNames.withLock { names in
+            if !names.contains(unique) { names.append(unique) }
+        }
+        return unique
     }
 
     /// The WebSockets listener's port, if ``Configuration/websocketsPort`` was set.

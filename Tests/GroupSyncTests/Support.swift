@@ -35,9 +35,9 @@ final class Group: Sendable {
     /// Every coordinator connected so far, in order.
     var coordinators: [GroupCoordinator] { joined.withLock { $0 } }
 
-    init(_ broker: MosquittoBroker, name: String = "g\(UInt32.random(in: 0...UInt32.max))") {
+    init(_ broker: MosquittoBroker, name: String? = nil) {
         self.broker = broker
-        self.name = name
+        self.name = name ?? broker.unique("g")
     }
 
     func join(
