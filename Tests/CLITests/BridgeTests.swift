@@ -292,7 +292,8 @@ import Testing
             broker.pause()
             defer { broker.resume() }
             for number in [SIGINT, SIGTERM] {
-                let waiting = try BridgeProcess("erin", broker: broker.url, group: broker.unique("waits"), environment: ["GROUPSYNC_MQTT_DEBUG": "1"])
+                let waiting = try BridgeProcess(
+                    "erin", broker: broker.url, group: broker.unique("waits"), environment: ["GROUPSYNC_MQTT_DEBUG": "1"])
                 let id = waiting.send("join", #""session":"nosuchsession""#)
                 try await waitUntil("its CONNECT is sent") { waiting.cli.errors.contains { $0.contains("sending CONNECT") } }
                 waiting.cli.signal(number)

@@ -230,7 +230,9 @@ import Testing
 
     /// Against a frozen broker (it takes the TCP connection and never answers), every command that
     /// connects gives up after `--timeout`, and Ctrl-C or SIGTERM ends its wait at once.
-    @Test(.needsOwnBroker("freezes it"), arguments: [["sessions"], ["watch"], ["dashboard"], ["join", "com.example.board"], ["end", "somesession"]])
+    @Test(
+        .needsOwnBroker("freezes it"),
+        arguments: [["sessions"], ["watch"], ["dashboard"], ["join", "com.example.board"], ["end", "somesession"]])
     func commandsGiveUpOnAFrozenBroker(_ command: [String]) async throws {
         try await MosquittoBroker.withBroker { broker in
             broker.pause()
