@@ -44,6 +44,11 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/groupsync-ejabberd.XXXXXX")
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
+    if [ -n "${tests_pid:-}" ] && kill -0 "$tests_pid" 2>/dev/null; then
+        # swift test and the test runner it started, by PID
+        pkill -TERM -P "$tests_pid" 2>/dev/null || true
+        kill -TERM "$tests_pid" 2>/dev/null || true
+    fi
     scripts/ejabberd-node.sh stop "$dir" || true
     rm -rf "$dir"
 }
@@ -75,7 +80,11 @@ tests_log=.build/ejabberd-tests.log  # kept for a look after a failure
 # One test at a time: every test shares this one broker, and the timing bounds (start spreads of
 # 25 ms, catch-ups within 1.5 s) assume a broker that the whole suite's parallel traffic does not
 # queue behind (each of 3 parallel runs here broke one such bound, on ejabberd and mosquitto alike).
-if GROUPSYNC_TEST_BROKER=$url swift test --skip-build --no-parallel "$@" >"$tests_log" 2>&1; then
+# In the background, so that a TERM or INT is handled at once (bash runs a trap only once the
+# foreground command is done), and the cleanup stops the tests before the node.
+GROUPSYNC_TEST_BROKER=$url swift test --skip-build --no-parallel "$@" >"$tests_log" 2>&1 &
+tests_pid=$!
+if wait "$tests_pid"; then
     echo "PASS  test suites against ejabberd ($(($(date +%s) - start)) s): $(grep -E '^. Test run with' "$tests_log" | tail -n 1)" >&2
 else
     echo "FAIL  test suites against ejabberd ($(($(date +%s) - start)) s), whole output in $tests_log:" >&2
