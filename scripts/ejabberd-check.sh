@@ -79,7 +79,8 @@ start=$(date +%s)
 tests_log=.build/ejabberd-tests.log  # kept for a look after a failure
 # One test at a time: every test shares this one broker, and the timing bounds (start spreads of
 # 25 ms, catch-ups within 1.5 s) assume a broker that the whole suite's parallel traffic does not
-# queue behind (each of 3 parallel runs here broke one such bound, on ejabberd and mosquitto alike).
+# queue behind (in parallel, 4 of 6 whole runs here broke one such bound: 2 of 2 on ejabberd, 2 of 4
+# on a mosquitto shared the same way).
 # In the background, so that a TERM or INT is handled at once (bash runs a trap only once the
 # foreground command is done), and the cleanup stops the tests before the node.
 GROUPSYNC_TEST_BROKER=$url swift test --skip-build --no-parallel "$@" >"$tests_log" 2>&1 &
