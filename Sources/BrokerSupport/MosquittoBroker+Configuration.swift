@@ -8,7 +8,7 @@ extension MosquittoBroker {
     /// the broker's directory, see ``MosquittoBroker/logText``) and
     /// `log_type` error, warning, notice (connections and disconnections) and
     /// information (startup and shutdown).
-    public struct Configuration: Sendable {
+    public struct Configuration: Sendable, Equatable {
         /// TLS settings for the main listener.
         public struct TLSListener: Sendable, Hashable {
             /// PEM file with the CA certificate(s) that client certificates must chain to.

@@ -28,6 +28,10 @@ import Darwin
 /// alive when the process exits, and a tiny watchdog process (`/bin/sh`)
 /// kills the broker when the test process dies abruptly (crash, SIGKILL), as
 /// it then notices its pipe from the test process closing.
+///
+/// With `GROUPSYNC_TEST_BROKER` set, ``withBroker(_:isolation:_:)`` with the default configuration
+/// starts nothing and runs its body with a value standing for that broker instead (see
+/// ``ExternalBroker``).
 public final class MosquittoBroker: Sendable {
     /// Why a broker could not be started or restarted.
     public struct Failure: Error, Sendable, CustomStringConvertible {
@@ -52,6 +56,15 @@ public final class MosquittoBroker: Sendable {
     public let directory: String
     /// Path of the `mosquitto` executable that is run.
     public let executable: String
+    /// The broker someone else started that this value stands for, if any: then no process is run,
+    /// and ``directory`` and ``executable`` are empty.
+    public let external: ExternalBroker?
+    /// Random letters and digits that ``unique(_:)`` appends.
+    private let nameSuffix = String((0..<8).map { _ in "abcdefghijklmnopqrstuvwxyz0123456789".randomElement()! })
+    /// Every name ``unique(_:)`` returned, for the cleanup of an ``external`` broker.
+    let uniqueNames = LockedValue<[String]>([])
+    /// The operations called on an ``external`` broker that need a process of our own.
+    let refused = LockedValue<[String]>([])
 
     /// The broker process and its watchdog (`package`: the test support pauses, kills and restarts it).
     package let state: LockedValue<State>
@@ -81,7 +94,16 @@ public final class MosquittoBroker: Sendable {
         self.configuration = configuration
         self.directory = directory
         self.executable = executable
+        self.external = nil
         self.state = LockedValue(State(port: port))
+    }
+
+    init(external: ExternalBroker) {
+        self.configuration = .init()
+        self.directory = ""
+        self.executable = ""
+        self.external = external
+        self.state = LockedValue(State(port: external.port))
     }
 
     deinit {
@@ -91,7 +113,9 @@ public final class MosquittoBroker: Sendable {
                 _ = Self.reap(&state, pid: child.pid, blocking: true)
             }
         }
-        try? FileManager.default.removeItem(atPath: directory)
+        if external == nil {
+            try? FileManager.default.removeItem(atPath: directory)
+        }
     }
 
     // MARK: - Properties
@@ -101,9 +125,37 @@ public final class MosquittoBroker: Sendable {
         state.withLock { $0.port }
     }
 
-    /// `mqtt://127.0.0.1:PORT`, or `mqtts://127.0.0.1:PORT` when the main listener uses TLS.
+    /// `mqtt://127.0.0.1:PORT`, or `mqtts://127.0.0.1:PORT` when the main listener uses TLS; for an
+    /// ``external`` broker, its URL as given (with its credentials).
     public var url: String {
-        "\(configuration.tls == nil ? "mqtt" : "mqtts")://127.0.0.1:\(port)"
+        external?.url ?? "\(configuration.tls == nil ? "mqtt" : "mqtts")://127.0.0.1:\(port)"
+    }
+
+    /// The host clients connect to: 127.0.0.1, or the ``external`` broker's.
+    public var host: String {
+        external?.host ?? "127.0.0.1"
+    }
+
+    /// ``url`` with `port` in place of the broker's, on 127.0.0.1: a broker URL with the same scheme and
+    /// credentials (a list of brokers takes one set) where nothing needs to listen.
+    public func url(port other: UInt16) -> String {
+        guard var components = URLComponents(string: url) else { return url }
+        components.host = "127.0.0.1"
+        components.port = Int(other)
+        return components.string ?? url
+    }
+
+    /// `name` with a suffix of random letters and digits chosen for this broker value: a group or
+    /// topic name no other test uses, so that tests sharing one ``external`` broker, in one run or
+    /// in the next, do not see each other's messages or retained records.
+    /// On an ``external`` broker, `withBroker` clears the retained records left under
+    /// `groupsync/v2/NAME/` for every name returned here, once its body is done.
+    public func unique(_ name: String) -> String {
+        let unique = "\(name)-\(nameSuffix)"
+        uniqueNames.withLock { names in
+            if !names.contains(unique) { names.append(unique) }
+        }
+        return unique
     }
 
     /// The WebSockets listener's port, if ``Configuration/websocketsPort`` was set.
@@ -119,12 +171,14 @@ public final class MosquittoBroker: Sendable {
     /// The PID of the broker process: the current one, or the last one
     /// launched once it has stopped.
     public var pid: Int32 {
-        state.withLock { $0.child?.pid ?? $0.lastPID }
+        requireOwnProcess("pid")
+        return state.withLock { $0.child?.pid ?? $0.lastPID }
     }
 
     /// Whether the broker process is alive (it may be paused).
     public var isRunning: Bool {
-        state.withLock { state in
+        requireOwnProcess("isRunning")
+        return state.withLock { state in
             guard let pid = state.child?.pid else { return false }
             return !Self.reap(&state, pid: pid, blocking: false)
         }
@@ -132,21 +186,25 @@ public final class MosquittoBroker: Sendable {
 
     /// How the last broker process ended (`exit status N` or `killed by signal N`), if it has.
     public var lastExit: String? {
-        state.withLock { $0.lastExit }
+        requireOwnProcess("lastExit")
+        return state.withLock { $0.lastExit }
     }
 
     /// Path of the generated `mosquitto.conf`.
     public var configFile: String {
-        "\(directory)/mosquitto.conf"
+        requireOwnProcess("configFile")
+        return "\(directory)/mosquitto.conf"
     }
 
     /// Path of the broker's log, `broker.log` in ``directory``; appended to across restarts.
     public var logFile: String {
-        "\(directory)/broker.log"
+        requireOwnProcess("logFile")
+        return "\(directory)/broker.log"
     }
 
     /// The broker's log so far (every launch, including the one before a restart).
     public var logText: String {
+        requireOwnProcess("logText")
         guard let data = FileManager.default.contents(atPath: logFile) else { return "" }
         return String(decoding: data, as: UTF8.self)
     }
@@ -202,11 +260,22 @@ public final class MosquittoBroker: Sendable {
 
     /// Starts a broker, runs `body` with it and stops the broker afterwards,
     /// also when `body` throws.
+    ///
+    /// With `GROUPSYNC_TEST_BROKER` set (see ``ExternalBroker``) and the default `configuration`, it
+    /// starts nothing: `body` runs with a value standing for that broker.
+    ///
+    /// - Throws: ``Failure`` when the broker cannot start; with `GROUPSYNC_TEST_BROKER` set, also when
+    ///   `configuration` is not the default one, when called inside another `withBroker` body, or
+    ///   when `body` used an operation that needs a process of our own (after `body` returns or
+    ///   throws; the failure names the operation and `body`'s own error).
     public static func withBroker<R>(
         _ configuration: Configuration = .init(),
         isolation: isolated (any Actor)? = #isolation,
         _ body: (MosquittoBroker) async throws -> R
     ) async throws -> R {
+        if let external = try ExternalBroker.fromEnvironment() {
+            return try await withExternalBroker(external, configuration, body)
+        }
         let broker = try await start(configuration)
         do {
             let result = try await body(broker)
@@ -225,6 +294,7 @@ public final class MosquittoBroker: Sendable {
     /// A paused broker is resumed so that it can handle SIGTERM. Does nothing
     /// if the broker is not running.
     public func stop() async {
+        requireOwnProcess("stop()")
         let pid: pid_t? = state.withLock { state in
             guard let child = state.child, !Self.reap(&state, pid: child.pid, blocking: false) else {
                 return nil
@@ -259,6 +329,7 @@ public final class MosquittoBroker: Sendable {
     /// Kills the broker with SIGKILL, like a crash, and returns once it has
     /// exited. Mosquitto gets no chance to save its persistence database.
     public func kill() {
+        requireOwnProcess("kill()")
         state.withLock { state in
             guard let child = state.child else { return }
             sendSignal(child.pid, SIGKILL)
@@ -281,6 +352,10 @@ public final class MosquittoBroker: Sendable {
     /// Launches mosquitto with the current config file and polls until it is
     /// ready or has exited. Throws when `deadline` passes first (after killing it).
     package func launchAndWait(until deadline: Deadline) async throws -> LaunchOutcome {
+        if external != nil {
+            requireOwnProcess("launching mosquitto")
+            throw Failure("the external broker of \(ExternalBroker.environmentVariable) cannot be launched")
+        }
         let logOffset = logSize()
         let (pid, port) = try state.withLock { state in
             try launch(&state)

@@ -49,6 +49,7 @@ extension MosquittoBroker {
     /// still completes TCP handshakes from its listen backlog but handles no
     /// traffic, like a hung server. Does nothing if not running or already paused.
     public func pause() {
+        requireOwnProcess("pause()")
         state.withLock { state in
             guard let child = state.child, !child.paused else { return }
             sendSignal(child.pid, SIGSTOP)
@@ -67,6 +68,7 @@ extension MosquittoBroker {
 
     /// Lets a broker frozen by ``pause()`` run again (SIGCONT).
     public func resume() {
+        requireOwnProcess("resume()")
         state.withLock { state in
             guard let child = state.child, child.paused else { return }
             sendSignal(child.pid, SIGCONT)

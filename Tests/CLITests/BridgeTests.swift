@@ -11,8 +11,8 @@ import Testing
 
     @Test func twoBridgesStayInSync() async throws {
         try await MosquittoBroker.withBroker { broker in
-            let alice = try BridgeProcess("alice", broker: broker.url, group: "sync")
-            let bob = try BridgeProcess("bob", broker: broker.url, group: "sync")
+            let alice = try BridgeProcess("alice", broker: broker.url, group: broker.unique("sync"))
+            let bob = try BridgeProcess("bob", broker: broker.url, group: broker.unique("sync"))
 
             // bob follows announcements before there is any session: he hears of alice's without joining.
             let watching = try await bob.request("watch", #""activity":"\#(Self.activity)""#)
@@ -84,7 +84,7 @@ import Testing
 
     @Test func malformedRequestsGetAnErrorAndTheBridgeGoesOn() async throws {
         try await MosquittoBroker.withBroker { broker in
-            let bridge = try BridgeProcess("mallory", broker: broker.url, group: "malformed")
+            let bridge = try BridgeProcess("mallory", broker: broker.url, group: broker.unique("malformed"))
             let huge = #"{"id":99,"op":"set","key":"k","value":""# + String(repeating: "x", count: 2 << 20) + #""}"#
             let cases: [(line: String, id: JSONValue?, mentions: String)] = [
                 ("this is not json", nil, "not JSON"),
@@ -134,8 +134,8 @@ import Testing
 
     @Test func endOfInputLeavesAndExitsZero() async throws {
         try await MosquittoBroker.withBroker { broker in
-            let alice = try BridgeProcess("alice", broker: broker.url, group: "eof")
-            let bob = try BridgeProcess("bob", broker: broker.url, group: "eof")
+            let alice = try BridgeProcess("alice", broker: broker.url, group: broker.unique("eof"))
+            let bob = try BridgeProcess("bob", broker: broker.url, group: broker.unique("eof"))
             let session = try #require(try await alice.request("start", #""activity":"\#(Self.activity)""#)["session"]?.string)
             // Without a session ID: the first live session of the activity.
             let joined = try await bob.request("join", #""activity":"\#(Self.activity)""#)
@@ -162,8 +162,8 @@ import Testing
     /// later still starts, late, at the group's position.
     @Test func twoBridgesPlayTogether() async throws {
         try await MosquittoBroker.withBroker { broker in
-            let alice = try BridgeProcess("alice", broker: broker.url, group: "watch")
-            let bob = try BridgeProcess("bob", broker: broker.url, group: "watch")
+            let alice = try BridgeProcess("alice", broker: broker.url, group: broker.unique("watch"))
+            let bob = try BridgeProcess("bob", broker: broker.url, group: broker.unique("watch"))
             let started = try await alice.request("start", #""activity":"com.example.movie","playback":true"#)
             let session = try #require(started["session"]?.string)
             // The current timeline (nobody set one: paused at zero, no item) came before the ok.
@@ -224,7 +224,7 @@ import Testing
             #expect(abs((restart["position"]?.number ?? 0) - held - (restart["lateness_ms"]?.number ?? 0) / 1_000) < 0.000_01)
 
             // carol asks for playback only with her first playback op: the play under way starts her, late.
-            let carol = try BridgeProcess("carol", broker: broker.url, group: "watch")
+            let carol = try BridgeProcess("carol", broker: broker.url, group: broker.unique("watch"))
             _ = try await carol.request("join", #""session":"\#(session)""#)
             #expect(carol.events.contains { $0["event"] == "timeline" } == false, "no playback asked for yet")
             let carolPosition = try await carol.request("position")
@@ -267,9 +267,9 @@ import Testing
 
     /// A join waits for its session's announcement no longer than `--timeout`; Ctrl-C or SIGTERM ends that
     /// wait at once, with an error answer, and the bridge exits 0 — a frozen broker's too.
-    @Test func waitsEndOnTimeoutOrSignal() async throws {
+    @Test(.needsOwnBroker("reads its log to see a client connect")) func waitsEndOnTimeoutOrSignal() async throws {
         try await MosquittoBroker.withBroker { broker in
-            let impatient = try BridgeProcess("carol", broker: broker.url, group: "waits", options: ["--timeout", "1"])
+            let impatient = try BridgeProcess("carol", broker: broker.url, group: broker.unique("waits"), options: ["--timeout", "1"])
             let started = ContinuousClock.now
             let answer = try await impatient.answer(impatient.send("join", #""session":"nosuchsession""#))
             #expect(answer["event"] == "error" && answer["message"]?.string?.contains("within 1 s") == true, "\(answer)")
@@ -280,7 +280,7 @@ import Testing
             @Sendable func connections() -> Int { broker.logText.components(separatedBy: "New client connected").count }
             for number in [SIGINT, SIGTERM] {
                 let before = connections()
-                let waiting = try BridgeProcess("dave", broker: broker.url, group: "waits")
+                let waiting = try BridgeProcess("dave", broker: broker.url, group: broker.unique("waits"))
                 let id = waiting.send("join", #""session":"nosuchsession""#)
                 try await waitUntil("connected") { connections() > before }
                 waiting.cli.signal(number)
@@ -292,7 +292,8 @@ import Testing
             broker.pause()
             defer { broker.resume() }
             for number in [SIGINT, SIGTERM] {
-                let waiting = try BridgeProcess("erin", broker: broker.url, group: "waits", environment: ["GROUPSYNC_MQTT_DEBUG": "1"])
+                let waiting = try BridgeProcess(
+                    "erin", broker: broker.url, group: broker.unique("waits"), environment: ["GROUPSYNC_MQTT_DEBUG": "1"])
                 let id = waiting.send("join", #""session":"nosuchsession""#)
                 try await waitUntil("its CONNECT is sent") { waiting.cli.errors.contains { $0.contains("sending CONNECT") } }
                 waiting.cli.signal(number)
@@ -306,10 +307,10 @@ import Testing
     /// the wire"), so the two tools can talk to each other.
     @Test func joinAndBridgeMessageEachOther() async throws {
         try await MosquittoBroker.withBroker { broker in
-            let alice = try BridgeProcess("alice", broker: broker.url, group: "tools")
+            let alice = try BridgeProcess("alice", broker: broker.url, group: broker.unique("tools"))
             let session = try #require(try await alice.request("start", #""activity":"\#(Self.activity)""#)["session"]?.string)
             let bob = try CLIProcess([
-                "join", Self.activity, "--as", "bob", "--session", session, "--broker", broker.url, "--group", "tools",
+                "join", Self.activity, "--as", "bob", "--session", session, "--broker", broker.url, "--group", broker.unique("tools"),
             ])
             _ = try await bob.waitForLine { $0 == "participants alice,bob" }
             bob.send("!hello alice")

@@ -41,7 +41,7 @@ import Testing
     /// Across two bridged brokers, without retained messages (as on a cluster whose nodes keep separate
     /// retained stores): the participants are spread across both, and every scene passes; the session's
     /// records leave with its end.
-    @Test(arguments: [[], ["--playback"]])
+    @Test(.needsOwnBroker("two bridged brokers"), arguments: [[], ["--playback"]])
     func theDemoSpreadsAcrossBrokersWithoutRetainedMessages(_ extra: [String]) async throws {
         try await MosquittoBroker.withBroker { a in
             try await MosquittoBroker.withBroker(.bridged(to: a.port)) { b in
@@ -93,7 +93,7 @@ import Testing
 
     /// `mqtts://` from the command line: the CA (and a client certificate) by flags or environment, the
     /// password from a file or the environment; a wrong CA is refused.
-    @Test func tlsAndPasswordsFromTheCommandLine() async throws {
+    @Test(.needsOwnBroker("TLS and passwords")) func tlsAndPasswordsFromTheCommandLine() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("gs-cli-tls-\(UUID())").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -120,7 +120,7 @@ import Testing
 
     /// No password ever appears in what the CLI prints: not for a broker it cannot reach, not for one that
     /// refuses the login, not for a URL it cannot use.
-    @Test func passwordsAreNeverPrinted() async throws {
+    @Test(.needsOwnBroker("users with passwords")) func passwordsAreNeverPrinted() async throws {
         try await MosquittoBroker.withBroker(.init(users: ["alice": "right"])) { broker in
             let refused = try await runCLI(["sessions", "--broker", broker.url.replacingOccurrences(of: "://", with: "://alice:s3cret@")])
             #expect(refused.status == 3)
@@ -149,6 +149,7 @@ import Testing
     @Test func aListOfBrokersFromTheCommandLine() async throws {
         let down = "mqtt://127.0.0.1:\(try FreePort.loopback())"
         try await MosquittoBroker.withBroker { broker in
+            let down = broker.url(port: try FreePort.loopback())
             for arguments in [["--broker", down, "--broker", broker.url], ["--broker", "\(down),\(broker.url)"]] {
                 let result = try await runCLI(["sessions", "--json"] + arguments)
                 #expect(result.status == 0, "\(arguments): \(result.errors)")
@@ -179,7 +180,7 @@ import Testing
 
     /// The demo stops on Ctrl-C or SIGTERM: against a broker that never answers it exits 130 at once (or
     /// 1 after `--timeout`), and interrupted at any point its private mosquitto stops with it.
-    @Test func theDemoStopsOnASignalOrTimeout() async throws {
+    @Test(.needsOwnBroker("freezes it")) func theDemoStopsOnASignalOrTimeout() async throws {
         try await MosquittoBroker.withBroker { broker in
             broker.pause()
             defer { broker.resume() }
@@ -236,7 +237,7 @@ import Testing
 
     /// `join --session` for a session nobody announced gives up after `--timeout`, and Ctrl-C or SIGTERM
     /// ends the wait at once (exit 130).
-    @Test func waitingForASessionEndsOnTimeoutOrSignal() async throws {
+    @Test(.needsOwnBroker("reads its log to see a client connect")) func waitingForASessionEndsOnTimeoutOrSignal() async throws {
         try await MosquittoBroker.withBroker { broker in
             let common = ["--broker", broker.url, "--group", "waits"]
             let late = try CLIProcess(["join", "com.example.board", "--session", "nosuchsession", "--timeout", "1"] + common)
@@ -256,7 +257,9 @@ import Testing
 
     /// Against a frozen broker (it takes the TCP connection and never answers), every command that
     /// connects gives up after `--timeout`, and Ctrl-C or SIGTERM ends its wait at once.
-    @Test(arguments: [["sessions"], ["watch"], ["dashboard"], ["join", "com.example.board"], ["end", "somesession"]])
+    @Test(
+        .needsOwnBroker("freezes it"),
+        arguments: [["sessions"], ["watch"], ["dashboard"], ["join", "com.example.board"], ["end", "somesession"]])
     func commandsGiveUpOnAFrozenBroker(_ command: [String]) async throws {
         try await MosquittoBroker.withBroker { broker in
             broker.pause()
@@ -278,7 +281,8 @@ import Testing
     /// of it stays on the broker. Without `--as`, `join` is the same participant on every run.
     @Test func endFromTheShellAndStableParticipantIDs() async throws {
         try await MosquittoBroker.withBroker { broker in
-            let common = ["--broker", broker.url, "--group", "shell"]
+            let group = broker.unique("shell")
+            let common = ["--broker", broker.url, "--group", group]
             var ids: [String] = []
             for _ in 0..<2 {
                 let run = try CLIProcess(["join", "com.example.board"] + common)
@@ -303,9 +307,9 @@ import Testing
             @Sendable func stored(_ session: String) async throws -> [String] {
                 let probe = try MQTTClient(configuration: .init(url: broker.url))
                 try await probe.connect()
-                let seen = Collector(try await probe.subscribe(to: [TopicSubscription("groupsync/v2/shell/#")]))
-                try await probe.publish(to: "groupsync/v2/shell/marker", string: "m")
-                try await waitUntil("the marker") { seen.elements.contains { $0.topic == "groupsync/v2/shell/marker" } }
+                let seen = Collector(try await probe.subscribe(to: [TopicSubscription("groupsync/v2/\(group)/#")]))
+                try await probe.publish(to: "groupsync/v2/\(group)/marker", string: "m")
+                try await waitUntil("the marker") { seen.elements.contains { $0.topic == "groupsync/v2/\(group)/marker" } }
                 await probe.disconnect()
                 return seen.elements.filter { $0.retain && $0.topic.contains(session) }.map(\.topic)
             }
@@ -329,7 +333,7 @@ import Testing
         }
     }
 
-    @Test func joinSessionsAndWatchAgree() async throws {
+    @Test(.needsOwnBroker("reads its log to see a client connect")) func joinSessionsAndWatchAgree() async throws {
         try await MosquittoBroker.withBroker { broker in
             let common = ["--broker", broker.url, "--group", "cli"]
             let watch = try CLIProcess(["watch", "--json"] + common)

@@ -8,7 +8,8 @@ import Testing
     /// Alice joins in this process; the victim is a `groupsync join` child process.
     func withVictim(_ body: (GroupSession<AnyGroupActivity>, CLIProcess) async throws -> Void) async throws {
         try await MosquittoBroker.withBroker { broker in
-            let alice = try await GroupCoordinator.connect(.init(broker: broker.url, group: "crash", participant: "alice"))
+            let group = broker.unique("crash")
+            let alice = try await GroupCoordinator.connect(.init(broker: broker.url, group: group, participant: "alice"))
             let id = try await alice.activate(activityIdentifier: "com.example.gallery", value: .object([:]))
             try await waitUntil("own announcement arrives") {
                 alice.currentSessions(activityIdentifier: "com.example.gallery").contains { $0.id == id }
@@ -17,7 +18,7 @@ import Testing
             try await session.join()
             let victim = try CLIProcess([
                 "join", "com.example.gallery", "--session", id, "--as", "victim", "--keepalive", "5",
-                "--broker", broker.url, "--group", "crash",
+                "--broker", broker.url, "--group", group,
             ])
             try await waitUntil("victim active") { session.activeParticipants.contains(Participant(id: "victim")) }
             try await body(session, victim)

@@ -10,7 +10,8 @@ import Testing
 @Suite(.timeLimit(.minutes(2))) struct DashboardTests {
     // MARK: - Against a broker
 
-    @Test func discoveryAndFlatTopicsFollowASessionUntilItEnds() async throws {
+    @Test(.needsOwnBroker("asserts on the whole homeassistant/ and groupsync/dashboard/ trees, which every dashboard on a broker shares"))
+    func discoveryAndFlatTopicsFollowASessionUntilItEnds() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = "livingroom"
             let common = ["--broker", broker.url, "--group", group]
@@ -160,7 +161,8 @@ import Testing
         }
     }
 
-    @Test func theWillSaysOfflineAndARestartClearsLeftovers() async throws {
+    @Test(.needsOwnBroker("asserts on the whole homeassistant/ and groupsync/dashboard/ trees, which every dashboard on a broker shares"))
+    func theWillSaysOfflineAndARestartClearsLeftovers() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = "kitchen"
             let flat = "groupsync/dashboard/\(group)"
@@ -214,7 +216,7 @@ import Testing
         }
     }
 
-    @Test func afterABrokerRestartEverythingIsPublishedAgain() async throws {
+    @Test(.needsOwnBroker("restarts it")) func afterABrokerRestartEverythingIsPublishedAgain() async throws {
         // Without persistence the restarted broker has lost every retained message: the participants
         // republish theirs, the dashboard learns the group again and republishes the whole projection.
         try await MosquittoBroker.withBroker { broker in
@@ -260,7 +262,8 @@ import Testing
 
     /// The Grafana query of docs/DASHBOARDS.md, read as the MQTT data source plugin reads it: an MQTT 3.1.1
     /// subscription to the exact topic, which gets a plain number that follows the sessions.
-    @Test func theDocumentedGrafanaQueryFollowsTheSessions() async throws {
+    @Test(.needsOwnBroker("follows the documented topic of the group family, which other runs on a broker share"))
+    func theDocumentedGrafanaQueryFollowsTheSessions() async throws {
         let query = try #require(Self.object(try Self.docsBlock("grafana-query")))
         #expect((query["datasource"] as? [String: Any])?["type"] as? String == "grafana-mqtt-datasource")
         let documented = try #require(query["topic"] as? String)
@@ -290,7 +293,8 @@ import Testing
         }
     }
 
-    @Test func aCustomDiscoveryPrefixMovesConfigsAndTheStatusTopic() async throws {
+    @Test(.needsOwnBroker("asserts on the whole homeassistant/ and groupsync/dashboard/ trees, which every dashboard on a broker shares"))
+    func aCustomDiscoveryPrefixMovesConfigsAndTheStatusTopic() async throws {
         try await MosquittoBroker.withBroker { broker in
             let recorder = try await Recorder.start(broker, filters: ["ha/#", "homeassistant/#"])
             defer { recorder.stop() }

@@ -4,6 +4,7 @@ import Foundation
 @_exported import GroupSyncTestSupport
 import MQTT
 import Synchronization
+import Testing
 
 /// The executable product `name` built next to the test bundle (`swift build --build-tests` builds every
 /// product), or nil when it is not there.
@@ -155,5 +156,13 @@ final class LineBuffer: Sendable {
             }
             state.pending.removeSubrange(..<start)
         }
+    }
+}
+
+extension Trait where Self == ConditionTrait {
+    /// Skips the test when the suite runs against an external broker (`GROUPSYNC_TEST_BROKER`, see
+    /// ``ExternalBroker``): it needs a mosquitto of its own, because of `why` ("restarts it").
+    static func needsOwnBroker(_ why: String) -> Self {
+        .disabled(if: ExternalBroker.isConfigured, Comment(rawValue: ExternalBroker.skipReason(why)))
     }
 }

@@ -127,7 +127,7 @@ struct InteropTests {
 
     /// Under the example ACL, where only its owner may clear a record: alice ends a session py is in
     /// (py clears its own records), then py ends one alice is in; nothing of either is left on the broker.
-    @Test func endingWorksBothWaysUnderTheExampleACL() async throws {
+    @Test(.needsOwnBroker("users and an ACL")) func endingWorksBothWaysUnderTheExampleACL() async throws {
         let users = LifetimeTests.users.merging(["py": "py-pw"]) { $1 }
         try await MosquittoBroker.withBroker(.init(users: users, acl: LifetimeTests.acl)) { broker in
             let group = Group(broker)
@@ -220,7 +220,7 @@ struct InteropTests {
     /// each other: what the broker lost comes back from the senders' outboxes — by the gaps the receivers
     /// see, and the `$position` and open `$resend`s both send after reconnecting — once each, in order,
     /// without a gap.
-    @Test func reliableMessagesCrossABrokerCrashBothWays() async throws {
+    @Test(.needsOwnBroker("kills and restarts it")) func reliableMessagesCrossABrokerCrashBothWays() async throws {
         try await MosquittoBroker.withBroker(.init(persistence: false)) { broker in
             let group = Group(broker)
             let alice = try await group.join("alice")
@@ -287,6 +287,13 @@ final class PythonParticipant: Sendable {
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("docs/interop/participant.py").path
 
+    /// `--password` with the password of the broker's URL, if it has one (an external broker may need
+    /// one; the user name is the participant's ID either way).
+    static func password(of broker: MosquittoBroker) -> [String] {
+        guard let password = try? MQTTClient.Configuration(url: broker.url).password else { return [] }
+        return ["--password", password]
+    }
+
     private let child: ChildProcess
     private let output = LockedValue<(lines: [String], partial: [UInt8])>(([], []))
     private let errors = LockedValue<[UInt8]>([])
@@ -296,8 +303,8 @@ final class PythonParticipant: Sendable {
         let errors = errors
         child = try ChildProcess(
             Self.interpreter!,
-            ["-u", Self.script, "--broker", "127.0.0.1:\(broker.port)", "--group", group, "--participant", participant]
-                + arguments,
+            ["-u", Self.script, "--broker", "\(broker.host):\(broker.port)", "--group", group, "--participant", participant]
+                + Self.password(of: broker) + arguments,
             input: .pipe,
             output: .handler { chunk in
                 output.withLock { output in

@@ -33,7 +33,7 @@ struct Brief: GroupActivity {
     /// A crashed participant's session, member and state records, and its `lost` presence, leave the
     /// broker and everyone's `sessions()` by themselves — under the example ACL, where nobody else may
     /// clear them.
-    @Test(arguments: [false, true])
+    @Test(.needsOwnBroker("one case runs it with users and an ACL"), arguments: [false, true])
     func whatNobodyKeepsExpires(underTheACL: Bool) async throws {
         let config = underTheACL ? MosquittoBroker.Configuration(users: Self.users, acl: Self.acl) : .init()
         try await MosquittoBroker.withBroker(config) { broker in
@@ -91,7 +91,7 @@ struct Brief: GroupActivity {
 
     /// Under the example ACL, a malformed copy of an announcement and a foreign one (another activity type,
     /// a newer revision, published by someone else) never stop anyone from joining the session by its ID.
-    @Test func forgedAnnouncementsDoNotStopANewcomerFromJoining() async throws {
+    @Test(.needsOwnBroker("users and an ACL")) func forgedAnnouncementsDoNotStopANewcomerFromJoining() async throws {
         try await MosquittoBroker.withBroker(.init(users: Self.users, acl: Self.acl)) { broker in
             let group = Group(broker)
             let alice = try await group.join("alice", Self.login("alice"))

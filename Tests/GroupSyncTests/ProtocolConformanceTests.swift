@@ -193,7 +193,7 @@ import Testing
         }
     }
 
-    @Test func theExampleACLMakesIdentitiesUnforgeableAndSessionsStillWork() async throws {
+    @Test(.needsOwnBroker("users and an ACL")) func theExampleACLMakesIdentitiesUnforgeableAndSessionsStillWork() async throws {
         let acl = try String(
             contentsOf: DocumentedReader.repository.appendingPathComponent("deploy/mosquitto/acl.example"), encoding: .utf8)
         let users = ["alice": "alice-pw", "bob": "bob-pw"]

@@ -13,7 +13,7 @@ import Testing
         var n: Int
     }
 
-    @Test func tenBrokerRestartsLoseAndDuplicateNothing() async throws {
+    @Test(.needsOwnBroker("restarts it")) func tenBrokerRestartsLoseAndDuplicateNothing() async throws {
         var config = MosquittoBroker.Configuration()
         config.persistence = true
         try await MosquittoBroker.withBroker(config) { broker in
@@ -71,7 +71,7 @@ import Testing
         }
     }
 
-    @Test func aFrozenBrokerIsSurvivedWithoutDuplicates() async throws {
+    @Test(.needsOwnBroker("freezes it")) func aFrozenBrokerIsSurvivedWithoutDuplicates() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
             let (alice, _, a, b) = try await group.pair(Gallery(galleryID: "frozen"))
@@ -158,7 +158,7 @@ import Testing
 
     /// A join that fails or is cancelled leaves the session waiting (a later join works) and no member
     /// record behind.
-    @Test func aCancelledJoinCanBeRetriedAndLeavesNoGhost() async throws {
+    @Test(.needsOwnBroker("freezes it")) func aCancelledJoinCanBeRetriedAndLeavesNoGhost() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
             let alice = try await group.join("alice")

@@ -63,7 +63,7 @@ import Testing
     /// With a broker that takes packets of at most 128 KB and keeps no retained messages, a newcomer still
     /// gets 200 KB of shared state: the catch-up comes in parts. A message above the broker's limit is a
     /// typed error.
-    @Test func aCatchUpBeyondTheBrokersPacketLimitComesInParts() async throws {
+    @Test(.needsOwnBroker("sets a packet size limit")) func aCatchUpBeyondTheBrokersPacketLimitComesInParts() async throws {
         var config = MosquittoBroker.Configuration(extraLines: ["max_packet_size 131072"])
         config.retainAvailable = false
         try await MosquittoBroker.withBroker(config) { broker in
@@ -85,7 +85,7 @@ import Testing
 
     /// A late connector finds the session, joins it and starts with the current value, on a broker with
     /// retained messages and on one without (`retain_available false`).
-    @Test(arguments: [true, false])
+    @Test(.needsOwnBroker("one case turns retained messages off"), arguments: [true, false])
     func aLateJoinerStartsWithTheCurrentValue(retainAvailable: Bool) async throws {
         var config = MosquittoBroker.Configuration()
         config.retainAvailable = retainAvailable

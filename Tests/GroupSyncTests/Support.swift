@@ -3,6 +3,7 @@ import Foundation
 // Every file of this target sees the test support (Collector, TestPKI, timeBound, …) through this import.
 @_exported import GroupSyncTestSupport
 import Synchronization
+import Testing
 
 @testable import GroupSync
 @testable import MQTT
@@ -34,9 +35,9 @@ final class Group: Sendable {
     /// Every coordinator connected so far, in order.
     var coordinators: [GroupCoordinator] { joined.withLock { $0 } }
 
-    init(_ broker: MosquittoBroker, name: String = "g\(UInt32.random(in: 0...UInt32.max))") {
+    init(_ broker: MosquittoBroker, name: String? = nil) {
         self.broker = broker
-        self.name = name
+        self.name = name ?? broker.unique("g")
     }
 
     func join(
@@ -117,8 +118,10 @@ func rawSubscriber(
     _ broker: MosquittoBroker, _ filter: String, user: String? = nil, password: String? = nil
 ) async throws -> (MQTTClient, Collector<MQTTMessage>) {
     var configuration = try MQTTClient.Configuration(url: broker.url)
-    configuration.username = user
-    configuration.password = password
+    if let user {  // else the URL's credentials, which an external broker may need
+        configuration.username = user
+        configuration.password = password
+    }
     let client = try MQTTClient(configuration: configuration)
     try await client.connect()
     let messages = Collector(try await client.subscribe(to: [TopicSubscription(filter)]))
@@ -136,4 +139,12 @@ func retainedTopics(
     try await waitUntil("the probe's marker") { seen.elements.contains { $0.topic == marker } }
     await probe.disconnect()
     return seen.elements.prefix { $0.topic != marker }.map(\.topic)
+}
+
+extension Trait where Self == ConditionTrait {
+    /// Skips the test when the suite runs against an external broker (`GROUPSYNC_TEST_BROKER`, see
+    /// ``ExternalBroker``): it needs a mosquitto of its own, because of `why` ("restarts it").
+    static func needsOwnBroker(_ why: String) -> Self {
+        .disabled(if: ExternalBroker.isConfigured, Comment(rawValue: ExternalBroker.skipReason(why)))
+    }
 }

@@ -11,10 +11,11 @@ import Testing
         try await MosquittoBroker.withBroker { broker in
             let a = try await connectedClient(broker)
             let b = try await connectedClient(broker)
-            let messages = Collector(try await b.subscribe(to: [TopicSubscription("t/#", qos: qos)]))
+            let root = broker.unique("t")
+            let messages = Collector(try await b.subscribe(to: [TopicSubscription("\(root)/#", qos: qos)]))
             for i in 0..<50 {
                 try await a.publish(
-                    to: "t/\(i % 3)", string: "m\(i)", qos: qos,
+                    to: "\(root)/\(i % 3)", string: "m\(i)", qos: qos,
                     properties: .init(contentType: "text/plain", userProperties: [.init("k", "v\(i)")]))
             }
             try await messages.waitForCount(50)
@@ -94,7 +95,7 @@ import Testing
         }
     }
 
-    @Test func willIsPublishedWhenAChildProcessIsKilled() async throws {
+    @Test(.needsOwnBroker("reads its log to see the child connect")) func willIsPublishedWhenAChildProcessIsKilled() async throws {
         try await MosquittoBroker.withBroker { broker in
             let watcher = try await connectedClient(broker)
             let wills = Collector(try await watcher.subscribe(to: [TopicSubscription("wills/#")]))
@@ -145,7 +146,7 @@ import Testing
         }
     }
 
-    @Test func reconnectsAndRestoresSubscriptionsAfterBrokerRestart() async throws {
+    @Test(.needsOwnBroker("restarts it")) func reconnectsAndRestoresSubscriptionsAfterBrokerRestart() async throws {
         try await MosquittoBroker.withBroker { broker in
             let a = try await connectedClient(broker)
             let b = try await connectedClient(broker)
@@ -168,7 +169,7 @@ import Testing
         }
     }
 
-    @Test func qos1PublishedWhileBrokerIsDownIsDeliveredAfterRestart() async throws {
+    @Test(.needsOwnBroker("restarts it with persistence")) func qos1PublishedWhileBrokerIsDownIsDeliveredAfterRestart() async throws {
         var config = MosquittoBroker.Configuration()
         config.persistence = true
         try await MosquittoBroker.withBroker(config) { broker in
@@ -193,7 +194,7 @@ import Testing
         }
     }
 
-    @Test func wrongPasswordIsATypedErrorAndStopsRetrying() async throws {
+    @Test(.needsOwnBroker("users with passwords")) func wrongPasswordIsATypedErrorAndStopsRetrying() async throws {
         var config = MosquittoBroker.Configuration()
         config.users = ["alice": "right"]
         try await MosquittoBroker.withBroker(config) { broker in
@@ -217,7 +218,7 @@ import Testing
         }
     }
 
-    @Test func unreachableBrokerFailsFastAndDisconnectNeverHangs() async throws {
+    @Test(.needsOwnBroker("kills it")) func unreachableBrokerFailsFastAndDisconnectNeverHangs() async throws {
         let port = try FreePort.loopback()
         let client = try MQTTClient(configuration: .init(url: "mqtt://127.0.0.1:\(port)"))
         await #expect(throws: MQTTError.self) { try await client.connect() }
@@ -240,7 +241,7 @@ import Testing
     @Test func aListOfBrokersConnectsToTheFirstThatAnswers() async throws {
         let (down, alsoDown) = (try FreePort.loopback(), try FreePort.loopback())
         try await MosquittoBroker.withBroker { broker in
-            let client = try MQTTClient(configuration: .init(url: "mqtt://127.0.0.1:\(down),\(broker.url)"))
+            let client = try MQTTClient(configuration: .init(url: "\(broker.url(port: down)),\(broker.url)"))
             let events = Collector(client.events())
             defer { events.cancel() }
             try await client.connect()
@@ -257,7 +258,7 @@ import Testing
         }
     }
 
-    @Test func retainUnavailableIsDetected() async throws {
+    @Test(.needsOwnBroker("turns retained messages off")) func retainUnavailableIsDetected() async throws {
         var config = MosquittoBroker.Configuration()
         config.retainAvailable = false
         try await MosquittoBroker.withBroker(config) { broker in
@@ -297,7 +298,7 @@ import Testing
         }
     }
 
-    @Test func tlsWithGeneratedCertificatesAndWrongCA() async throws {
+    @Test(.needsOwnBroker("a TLS listener")) func tlsWithGeneratedCertificatesAndWrongCA() async throws {
         try await withTLSBroker { broker, tls, pki in
             let url = "mqtts://127.0.0.1:\(broker.port)"
             let client = try MQTTClient(configuration: .init(url: url, tls: tls))
@@ -319,7 +320,7 @@ import Testing
         }
     }
 
-    @Test func oversizedPayloadIsATypedError() async throws {
+    @Test(.needsOwnBroker("sets a packet size limit")) func oversizedPayloadIsATypedError() async throws {
         var config = MosquittoBroker.Configuration()
         config.extraLines = ["max_packet_size 1000"]
         try await MosquittoBroker.withBroker(config) { broker in

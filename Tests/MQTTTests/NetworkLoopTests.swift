@@ -36,7 +36,7 @@ import Testing
     }
 
     /// Messages of mixed QoS arrive in the order they were published, over TCP and over TLS.
-    @Test func mixedQoSPublishesArriveInOrderOverTCPAndTLS() async throws {
+    @Test(.needsOwnBroker("a TLS listener")) func mixedQoSPublishesArriveInOrderOverTCPAndTLS() async throws {
         try await MosquittoBroker.withBroker { broker in
             let a = try await connectedClient(broker)
             let b = try await connectedClient(broker)
@@ -108,7 +108,7 @@ import Testing
     /// With TLS, bytes OpenSSL decrypted already are invisible to select(); a burst of 300 QoS 1 messages
     /// (300 PUBLISH and 300 PUBACK coming back, more wake-ups than libmosquitto's socket pair holds) must
     /// all arrive, without a stall until the next keepalive exchange (5 s).
-    @Test func tlsBurstArrivesWhole() async throws {
+    @Test(.needsOwnBroker("a TLS listener")) func tlsBurstArrivesWhole() async throws {
         try await withTLSBroker { broker, tls, _ in
             let client = try MQTTClient(configuration: .init(url: "mqtts://127.0.0.1:\(broker.port)", tls: tls))
             try await client.connect()
@@ -128,7 +128,7 @@ import Testing
     /// Every turn of the loop ends with libmosquitto's keepalive check (at least once a second): an idle
     /// connection pings within its keepalive and stays up past 1.5 × keepalive, when the broker would
     /// drop it.
-    @Test func anIdleConnectionPingsAndStaysUp() async throws {
+    @Test(.needsOwnBroker("reads its debug log for the pings")) func anIdleConnectionPingsAndStaysUp() async throws {
         var config = MosquittoBroker.Configuration()
         config.extraLines = ["log_type debug"]  // logs "Received PINGREQ from <client>"
         try await MosquittoBroker.withBroker(config) { broker in

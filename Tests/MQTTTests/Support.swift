@@ -3,6 +3,7 @@ import Foundation
 // Every file of this target sees the test support (Collector, TestPKI, timeBound, …) through this import.
 @_exported import GroupSyncTestSupport
 import Synchronization
+import Testing
 
 @testable import MQTT
 
@@ -35,5 +36,13 @@ func withTLSBroker(_ body: (MosquittoBroker, MQTTClient.TLS, TestPKI.Files) asyn
             let tls = MQTTClient.TLS(caFile: pki.caCert, certificateFile: pki.clientCert, keyFile: pki.clientKey)
             try await body(broker, tls, pki)
         }
+    }
+}
+
+extension Trait where Self == ConditionTrait {
+    /// Skips the test when the suite runs against an external broker (`GROUPSYNC_TEST_BROKER`, see
+    /// ``ExternalBroker``): it needs a mosquitto of its own, because of `why` ("restarts it").
+    static func needsOwnBroker(_ why: String) -> Self {
+        .disabled(if: ExternalBroker.isConfigured, Comment(rawValue: ExternalBroker.skipReason(why)))
     }
 }
