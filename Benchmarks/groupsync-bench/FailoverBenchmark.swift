@@ -72,7 +72,8 @@ enum FailoverBenchmark {
             .init(broker: "\(doomed.url),\(survivor.url)", group: group, participant: mover.id, keepAlive: keepAlive))
         let staying: GroupCoordinator
         do {
-            staying = try await GroupCoordinator.connect(.init(broker: survivor.url, group: group, participant: peer.id, keepAlive: keepAlive))
+            staying = try await GroupCoordinator.connect(
+                .init(broker: survivor.url, group: group, participant: peer.id, keepAlive: keepAlive))
         } catch {
             await moving.close()
             throw error
@@ -106,7 +107,9 @@ enum FailoverBenchmark {
         let sniffer = try await WireSniffer.start(url: survivor.url, filters: [GroupTopics(group: group).presence(mover.id)])
         let view = Collector(stayingSession.activeParticipantUpdates())
         let arrivals = Collector(
-            GroupSessionMessenger(session: stayingSession).messages(of: Tick.self).map { @Sendable in ($0.message, MonotonicClock.nanoseconds()) })
+            GroupSessionMessenger(session: stayingSession).messages(of: Tick.self).map { @Sendable in
+                ($0.message, MonotonicClock.nanoseconds())
+            })
         let stop = LockedValue(false)
         let sender = Task { () -> (delivered: Set<Int>, attempted: Int, failed: Int) in
             let messenger = GroupSessionMessenger(session: movingSession, deliveryMode: .reliable)
