@@ -43,12 +43,25 @@ enum FailoverBenchmark {
     static func run(samples: Int, run: String) async throws -> BenchResults.Failover {
         var measured: [Sample] = []
         for index in 0..<samples {
-            let sample = try await MosquittoBroker.withBroker { survivor in
-                try await MosquittoBroker.withBroker(.bridged(to: survivor.port)) { doomed in
-                    try await doomed.waitForBridge(to: survivor)
-                    return try await measure(doomed: doomed, survivor: survivor, group: "bo\(index)-\(run)")
-                }
+            // Brokers of its own whatever the environment says: one of them is killed.
+            let survivor = try await MosquittoBroker.start()
+            let doomed: MosquittoBroker
+            do {
+                doomed = try await MosquittoBroker.start(.bridged(to: survivor.port))
+            } catch {
+                await survivor.stop()
+                throw error
             }
+            let outcome: Result<Sample, any Error>
+            do {
+                try await doomed.waitForBridge(to: survivor)
+                outcome = .success(try await measure(doomed: doomed, survivor: survivor, group: "bo\(index)-\(run)"))
+            } catch {
+                outcome = .failure(error)
+            }
+            await doomed.stop()
+            await survivor.stop()
+            let sample = try outcome.get()
             Log.progress(
                 "failover sample \(index + 1): move \(String(format: "%.1f", sample.move)) ms, delivery gap "
                     + "\(String(format: "%.1f", sample.deliveryGap)) ms")

@@ -2,8 +2,8 @@ import Foundation
 import MQTT
 
 /// A broker someone else started, named by the environment variable `GROUPSYNC_TEST_BROKER`
-/// (`mqtt://[user:password@]host:port`), that ``MosquittoBroker/withBroker(_:isolation:_:)`` hands to
-/// the tests instead of starting a mosquitto of its own.
+/// (`mqtt://[user:password@]host:port`), that the tests' `withBroker` (GroupSyncTestSupport, which
+/// reads the variable) hands out instead of starting a mosquitto of its own.
 ///
 /// Only a broker with the default ``MosquittoBroker/Configuration`` can be replaced, and only what
 /// any MQTT broker offers is available on it: ``MosquittoBroker/url`` (with the credentials),
@@ -42,25 +42,9 @@ public struct ExternalBroker: Sendable, Hashable {
         self.port = port
     }
 
-    /// Whether `GROUPSYNC_TEST_BROKER` is set (and not empty): the tests then run against that broker.
-    public static var isConfigured: Bool {
-        !(ProcessInfo.processInfo.environment[environmentVariable] ?? "").isEmpty
-    }
-
-    /// The broker `GROUPSYNC_TEST_BROKER` names, or nil when it is not set.
-    /// - Throws: ``MosquittoBroker/Failure`` when it is not a single `mqtt://` URL.
-    public static func fromEnvironment() throws -> ExternalBroker? {
-        guard isConfigured, let url = ProcessInfo.processInfo.environment[environmentVariable] else { return nil }
-        return try ExternalBroker(url: url)
-    }
-
     /// The reason a test that needs a mosquitto of its own gives for being skipped against an
     /// external broker: `why` says what the test does with its broker ("restarts it").
     public static func skipReason(_ why: String) -> String {
         "needs a mosquitto of its own, not the external broker of \(environmentVariable): \(why)"
     }
-
-    /// Set while a `withBroker` body runs against the external broker: a second broker inside it
-    /// could only be the same one, which no test asking for two brokers expects.
-    @TaskLocal static var inUse = false
 }

@@ -18,9 +18,9 @@ import Darwin
 /// its log (`broker.log`, readable through ``logText``).
 ///
 /// ```swift
-/// try await MosquittoBroker.withBroker { broker in
-///     // connect a client to broker.url ...
-/// }
+/// let broker = try await MosquittoBroker.start()
+/// // connect a client to broker.url ...
+/// await broker.stop()
 /// ```
 ///
 /// A broker is never left running behind the process that started it:
@@ -29,9 +29,8 @@ import Darwin
 /// kills the broker when the test process dies abruptly (crash, SIGKILL), as
 /// it then notices its pipe from the test process closing.
 ///
-/// With `GROUPSYNC_TEST_BROKER` set, ``withBroker(_:isolation:_:)`` with the default configuration
-/// starts nothing and runs its body with a value standing for that broker instead (see
-/// ``ExternalBroker``).
+/// The tests' `withBroker` (in GroupSyncTestSupport) may instead hand out a value standing for a broker
+/// someone else started (``external``); this module never reads the environment variable that names it.
 public final class MosquittoBroker: Sendable {
     /// Why a broker could not be started or restarted.
     public struct Failure: Error, Sendable, CustomStringConvertible {
@@ -62,9 +61,9 @@ public final class MosquittoBroker: Sendable {
     /// Random letters and digits that ``unique(_:)`` appends.
     private let nameSuffix = String((0..<8).map { _ in "abcdefghijklmnopqrstuvwxyz0123456789".randomElement()! })
     /// Every name ``unique(_:)`` returned, for the cleanup of an ``external`` broker.
-    let uniqueNames = LockedValue<[String]>([])
+    package let uniqueNames = LockedValue<[String]>([])
     /// The operations called on an ``external`` broker that need a process of our own.
-    let refused = LockedValue<[String]>([])
+    package let refused = LockedValue<[String]>([])
 
     /// The broker process and its watchdog (`package`: the test support pauses, kills and restarts it).
     package let state: LockedValue<State>
@@ -98,7 +97,7 @@ public final class MosquittoBroker: Sendable {
         self.state = LockedValue(State(port: port))
     }
 
-    init(external: ExternalBroker) {
+    package init(external: ExternalBroker) {
         self.configuration = .init()
         self.directory = ""
         self.executable = ""
@@ -256,35 +255,6 @@ public final class MosquittoBroker: Sendable {
             }
         }
         fatalError("unreachable: the last attempt returns or throws")
-    }
-
-    /// Starts a broker, runs `body` with it and stops the broker afterwards,
-    /// also when `body` throws.
-    ///
-    /// With `GROUPSYNC_TEST_BROKER` set (see ``ExternalBroker``) and the default `configuration`, it
-    /// starts nothing: `body` runs with a value standing for that broker.
-    ///
-    /// - Throws: ``Failure`` when the broker cannot start; with `GROUPSYNC_TEST_BROKER` set, also when
-    ///   `configuration` is not the default one, when called inside another `withBroker` body, or
-    ///   when `body` used an operation that needs a process of our own (after `body` returns or
-    ///   throws; the failure names the operation and `body`'s own error).
-    public static func withBroker<R>(
-        _ configuration: Configuration = .init(),
-        isolation: isolated (any Actor)? = #isolation,
-        _ body: (MosquittoBroker) async throws -> R
-    ) async throws -> R {
-        if let external = try ExternalBroker.fromEnvironment() {
-            return try await withExternalBroker(external, configuration, body)
-        }
-        let broker = try await start(configuration)
-        do {
-            let result = try await body(broker)
-            await broker.stop()
-            return result
-        } catch {
-            await broker.stop()
-            throw error
-        }
     }
 
     // MARK: - Controlling
