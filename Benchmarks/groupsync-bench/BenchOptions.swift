@@ -9,8 +9,8 @@ struct BenchOptions: Sendable {
     }
 
     enum Section: String, Sendable, CaseIterable {
-        case latency, latencyProcesses = "latency-processes", throughput, fanout, lateJoin = "late-join", convergence, crash, memory,
-            playback
+        case latency, latencyProcesses = "latency-processes", throughput, fanout, lateJoin = "late-join", convergence, crash, failover,
+            memory, playback
     }
 
     static let help = """
@@ -27,6 +27,8 @@ struct BenchOptions: Sendable {
           late-join    join() with 100 present until the current value is held; messages per join
           convergence  10 participants write one key at once: time to agree, changes seen
           crash        a SIGKILLed `groupsync join` process until everyone dropped it
+          failover     a participant on two bridged mosquittos (its own, whatever --broker says) while
+                       the first is SIGKILLed: move time, delivery gap at a peer, losses
           memory       resident size of 300 participants in one session, and of one in 1,000 sessions
           playback     10 participants with skewed, drifting clocks follow one PlaybackCoordinator:
                        position spread, start spread, play() until started, suspension
@@ -138,6 +140,7 @@ struct BenchOptions: Sendable {
     var convergenceWriters: Int { pick(10, 10, 4) }
     var convergenceBursts: Int { pick(50, 10, 2) }
     var crashSamples: Int { pick(3, 1, 1) }
+    var failoverSamples: Int { pick(20, 5, 1) }
     /// At most about 340 connections fit in one process (libmosquitto's `select()` loop, see README):
     /// the full run holds 300.
     var memoryParticipants: Int { pick(300, 100, 10) }

@@ -116,6 +116,26 @@ struct BenchReport {
                     target: "≤ \(format(Bound.crashSeconds, digits: 0)) s (max \(format(crash.max, digits: 3)) s)",
                     verdict: crash.max <= Bound.crashSeconds))
         }
+        if let failover = results.failover {
+            rows += [
+                Row(
+                    metric: "failover: move, p50 of \(failover.samples) (ms)", groupSync: format(failover.moveP50),
+                    target: "< keepalive, \(failover.keepAlive) s: peers keep it (max \(format(failover.moveMax)) ms)",
+                    verdict: failover.moveMax < Double(failover.keepAlive) * 1_000),
+                Row(
+                    metric: "failover: delivery gap at a peer, p50 (ms)", groupSync: format(failover.deliveryGapP50),
+                    target: "max \(format(failover.deliveryGapMax)) ms"),
+                Row(
+                    metric: "failover: longest pause at a peer, p50 (ms)", groupSync: format(failover.longestGapP50),
+                    target: "max \(format(failover.longestGapMax)) ms"),
+                Row(
+                    metric: "failover: samples where a peer saw it leave", groupSync: "\(failover.leftSamples) of \(failover.samples)",
+                    target: "0", verdict: failover.leftSamples == 0),
+                Row(
+                    metric: "failover: reliable msgs lost / duplicated", groupSync: "\(failover.lost) / \(failover.duplicated)",
+                    target: "0 / 0", verdict: failover.lost == 0 && failover.duplicated == 0),
+            ]
+        }
         if let memory = results.memory {
             if let bytes = memory.participantsBytes, let reached = memory.participantsReached {
                 let each = Double(bytes) / Double(reached)
@@ -283,6 +303,15 @@ struct BenchReport {
         if let crash = results.crash {
             lines.append("crash: \(crash.method); \(crash.observers) observers")
         }
+        if let failover = results.failover {
+            lines.append(
+                "failover: \(failover.samples) samples, each on a fresh pair of mosquittos of its own (whatever --broker says) bridged "
+                    + "both ways (groupsync/#, QoS 1); a participant given both URLs, the killed broker first, sends a reliable "
+                    + "message to everyone every \(failover.sendIntervalMilliseconds) ms (each send awaited) to a peer on the second; "
+                    + "move: SIGKILL of the first broker until the participant's presence, published again once it is connected, "
+                    + "reaches a plain subscriber on the second; delivery gap: SIGKILL until the peer's messages(of:) has the first "
+                    + "message sent after the move; \(failover.sent) messages sent, \(failover.failedSends) sends failed")
+        }
         if let playback = results.playback {
             lines.append(
                 "playback: \(playback.participants) participants, each with its own connection and a clock off by up to "
@@ -398,6 +427,17 @@ struct BenchReport {
                 [
                     "p50_s": number(crash.p50, digits: 4), "max_s": number(crash.max, digits: 4), "samples": crash.samples,
                     "observers": crash.observers, "method": crash.method,
+                ] as [String: Any]
+        }
+        if let failover = results.failover {
+            root["failover"] =
+                [
+                    "move_p50_ms": number(failover.moveP50), "move_max_ms": number(failover.moveMax),
+                    "delivery_gap_p50_ms": number(failover.deliveryGapP50), "delivery_gap_max_ms": number(failover.deliveryGapMax),
+                    "longest_gap_p50_ms": number(failover.longestGapP50), "longest_gap_max_ms": number(failover.longestGapMax),
+                    "samples": failover.samples, "left_samples": failover.leftSamples, "sent": failover.sent,
+                    "lost": failover.lost, "duplicated": failover.duplicated, "failed_sends": failover.failedSends,
+                    "send_interval_ms": failover.sendIntervalMilliseconds, "keepalive_s": failover.keepAlive,
                 ] as [String: Any]
         }
         if let memory = results.memory {

@@ -98,6 +98,28 @@ struct BenchResults: Sendable {
         var method: String
     }
 
+    /// Broker failover (``FailoverBenchmark``); times in ms, counts summed over the samples.
+    struct Failover: Sendable {
+        /// SIGKILL of the participant's broker until its presence comes from the next broker.
+        var moveP50: Double
+        var moveMax: Double
+        /// SIGKILL until the peer has the first message sent after the move.
+        var deliveryGapP50: Double
+        var deliveryGapMax: Double
+        /// The longest pause between two consecutive arrivals at the peer, in each sample.
+        var longestGapP50: Double
+        var longestGapMax: Double
+        var samples: Int
+        /// Samples in which the peer's `activeParticipants` ever lacked the moving participant.
+        var leftSamples: Int
+        var sent: Int
+        var lost: Int
+        var duplicated: Int
+        var failedSends: Int
+        var sendIntervalMilliseconds: Int
+        var keepAlive: Int
+    }
+
     struct Memory: Sendable {
         var participantsBytes: Int?
         /// The participants asked for; ``participantsReached`` those the child process got connected.
@@ -172,6 +194,7 @@ struct BenchResults: Sendable {
     var lateJoin: LateJoin?
     var convergence: Convergence?
     var crash: Crash?
+    var failover: Failover?
     var memory: Memory?
     var playback: Playback?
     var failures: [String] = []

@@ -166,6 +166,11 @@ enum GroupSyncBench {
                 await cluster.close()
             }
         }
+        if sections.contains(.failover) {
+            results.failover = await section("failover (two bridged mosquittos of its own per sample)", &failures) {
+                try await FailoverBenchmark.run(samples: options.failoverSamples, run: run)
+            }
+        }
         if sections.contains(.playback) {
             results.playback = await section("playback", &failures) {
                 try await PlaybackBenchmark.run(url: url, group: "bp-\(run)", plan: options.playback)

@@ -1,5 +1,6 @@
 import BrokerSupport
 import Foundation
+import GroupSyncTestSupport
 import MQTT
 import Testing
 
@@ -35,6 +36,32 @@ import Testing
         #expect(status == 130 || status == 0, "interrupted, or done before the signal came")
         let client = try MQTTClient(configuration: .init(url: String(url)))
         await #expect(throws: MQTTError.self, "its private broker stopped") { try await client.connect() }
+    }
+
+    /// Across two bridged brokers, without retained messages (as on a cluster whose nodes keep separate
+    /// retained stores): the participants are spread across both, and every scene passes; the session's
+    /// records leave with its end.
+    @Test(arguments: [[], ["--playback"]])
+    func theDemoSpreadsAcrossBrokersWithoutRetainedMessages(_ extra: [String]) async throws {
+        try await MosquittoBroker.withBroker { a in
+            try await MosquittoBroker.withBroker(.bridged(to: a.port)) { b in
+                try await b.waitForBridge(to: a)
+                let group = "spread-\(UInt32.random(in: 0...UInt32.max))"
+                let result = try await runCLI(
+                    ["demo", "--broker", a.url, "--broker", b.url, "--no-retain", "--participants", "4", "--group", group] + extra,
+                    timeout: .seconds(60))
+                #expect(result.status == 0, "\(result.errors)\n\(result.output.joined(separator: "\n"))")
+                #expect(result.output.contains { $0.contains("participants spread across them") })
+                #expect(result.output.contains { $0.contains("ended the session") })
+                let probe = try MQTTClient(configuration: .init(url: b.url))
+                try await probe.connect()
+                let retained = Collector(try await probe.subscribe(to: [TopicSubscription("groupsync/v2/\(group)/#")]))
+                try await probe.publish(to: "groupsync/v2/\(group)/marker", string: "m")
+                try await waitUntil("the marker") { retained.elements.contains { $0.topic.hasSuffix("/marker") } }
+                #expect(retained.elements.filter { !$0.topic.hasSuffix("/marker") }.isEmpty, "\(retained.elements.map(\.topic))")
+                await probe.disconnect()
+            }
+        }
     }
 
     @Test func usageErrorsExitWithTwo() async throws {
@@ -273,13 +300,30 @@ import Testing
                 #expect(try await join.wait() == 0)
             }
             // What the broker stores: everything a fresh subscriber gets before its own marker comes back.
-            let probe = try MQTTClient(configuration: .init(url: broker.url))
-            try await probe.connect()
-            let seen = Collector(try await probe.subscribe(to: [TopicSubscription("groupsync/v2/shell/#")]))
-            try await probe.publish(to: "groupsync/v2/shell/marker", string: "m")
-            try await waitUntil("the marker") { seen.elements.contains { $0.topic == "groupsync/v2/shell/marker" } }
-            #expect(!seen.elements.contains { $0.retain && $0.topic.contains(session) }, "nothing of the session is stored")
-            await probe.disconnect()
+            @Sendable func stored(_ session: String) async throws -> [String] {
+                let probe = try MQTTClient(configuration: .init(url: broker.url))
+                try await probe.connect()
+                let seen = Collector(try await probe.subscribe(to: [TopicSubscription("groupsync/v2/shell/#")]))
+                try await probe.publish(to: "groupsync/v2/shell/marker", string: "m")
+                try await waitUntil("the marker") { seen.elements.contains { $0.topic == "groupsync/v2/shell/marker" } }
+                await probe.disconnect()
+                return seen.elements.filter { $0.retain && $0.topic.contains(session) }.map(\.topic)
+            }
+            #expect(try await stored(session).isEmpty, "nothing of the session is stored")
+
+            // A session everyone left keeps its records (no longer kept, until they expire); `end` from the
+            // shell, by someone who never joined, removes them too.
+            let carol = try CLIProcess(["join", "com.example.board", "--as", "carol", "--title", "left"] + common)
+            let left = String(try await carol.waitForLine { $0.hasPrefix("session ") }.split(separator: " ")[1])
+            carol.send("{\"index\":3}\n")
+            _ = try await carol.waitForLine { $0.hasPrefix("state value") }
+            carol.closeInput()
+            #expect(try await carol.wait() == 0)
+            #expect(try await stored(left).contains { $0.contains("/state/") }, "the state record stays after the leave")
+            let ended = try await runCLI(["end", left] + common)
+            #expect(ended.status == 0, "\(ended.errors)")
+            let leftovers = try await stored(left)
+            #expect(leftovers.isEmpty, "\(leftovers)")
             let missing = try await runCLI(["end", "nosuchsession", "--timeout", "1"] + common)
             #expect(missing.status == 1)
         }

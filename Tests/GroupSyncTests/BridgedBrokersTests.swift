@@ -8,41 +8,10 @@ import Testing
 /// Two mosquitto brokers joined by a mosquitto bridge (`topic groupsync/# both 1`), with participants on
 /// each side: one session works across them. The configuration is the one docs/SCALING.md shows.
 @Suite(.timeLimit(.minutes(1))) struct BridgedBrokersTests {
-    static func bridgeLines(to port: UInt16) -> [String] {
-        [
-            "connection groupsync-bridge",
-            "address 127.0.0.1:\(port)",
-            "topic groupsync/# both 1",
-            "bridge_protocol_version mqttv50",
-            "cleansession true",
-            "try_private true",
-            "start_type automatic",
-            "restart_timeout 1",
-            "keepalive_interval 5",
-        ]
-    }
-
-    /// Returns once the bridge is up: a message published on `b` arrives on `a`.
-    static func waitForBridge(from b: MosquittoBroker, to a: MosquittoBroker) async throws {
-        let probe = try MQTTClient(configuration: .init(url: a.url))
-        try await probe.connect()
-        let arrivals = Collector(try await probe.subscribe(to: [TopicSubscription("groupsync/probe")]))
-        let sender = try MQTTClient(configuration: .init(url: b.url))
-        try await sender.connect()
-        try await waitUntil(timeout: .seconds(10), "bridge connected") {
-            try await sender.publish(to: "groupsync/probe", string: "x")
-            return arrivals.count > 0
-        }
-        await probe.disconnect()
-        await sender.disconnect()
-    }
-
     @Test func oneSessionWorksAcrossTwoBridgedBrokers() async throws {
         try await MosquittoBroker.withBroker { a in
-            var bConfig = MosquittoBroker.Configuration()
-            bConfig.extraLines = BridgedBrokersTests.bridgeLines(to: a.port)
-            try await MosquittoBroker.withBroker(bConfig) { b in
-                try await Self.waitForBridge(from: b, to: a)
+            try await MosquittoBroker.withBroker(.bridged(to: a.port)) { b in
+                try await b.waitForBridge(to: a)
                 let onA = Group(a, name: "bridged")
                 let onB = Group(b, name: "bridged")
                 let alice = try await onA.join("alice")

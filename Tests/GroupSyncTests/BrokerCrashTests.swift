@@ -51,27 +51,7 @@ import Testing
             let stop = ReliabilityTests.Flag()
             defer { stop.set() }  // also when a wait below throws: no sender outlives the test
             let senders = sessions.enumerated().map { index, session in
-                Task { () -> Sent in
-                    let messenger = GroupSessionMessenger(session: session)
-                    let receivers = arrivals.indices.filter { $0 != index }.map { arrivals[$0] }
-                    var sent = Sent()
-                    while !stop.isSet {
-                        let n = sent.attempted + 1
-                        // Bounded: a receiver that lost the last `window` messages for good gets the next
-                        // one after a second, as a gap it can see.
-                        try? await waitUntil(timeout: .seconds(1), pollEvery: .milliseconds(2)) {
-                            receivers.allSatisfy { $0.highest(from: names[index]) >= n - window }
-                        }
-                        sent.attempted = n
-                        do {
-                            try await messenger.send(Numbered(from: names[index], n: n))
-                            sent.delivered.insert(n)
-                        } catch {
-                            sent.failed.append("\(n): \(error)")
-                        }
-                    }
-                    return sent
-                }
+                send(as: names[index], in: session, to: arrivals.indices.filter { $0 != index }.map { arrivals[$0] }, until: stop)
             }
             @Sendable func counts() -> [[Int]] { arrivals.map { receiver in names.map { receiver.count(from: $0) } } }
             @Sendable func flows(_ what: String) async throws {
@@ -106,6 +86,32 @@ import Testing
             }
             await group.closeAll()
             return tally
+        }
+    }
+
+    /// `name` sends numbered reliable messages to everyone in `session`, without pause but at most
+    /// ``window`` ahead of its slowest receiver (for up to a second: a receiver that lost the last
+    /// `window` messages for good gets the next one after a second, as a gap it can see), until `stop`.
+    static func send(
+        as name: String, in session: GroupSession<Gallery>, to receivers: [Arrivals], until stop: ReliabilityTests.Flag
+    ) -> Task<Sent, Never> {
+        Task {
+            let messenger = GroupSessionMessenger(session: session)
+            var sent = Sent()
+            while !stop.isSet {
+                let n = sent.attempted + 1
+                try? await waitUntil(timeout: .seconds(1), pollEvery: .milliseconds(2)) {
+                    receivers.allSatisfy { $0.highest(from: name) >= n - window }
+                }
+                sent.attempted = n
+                do {
+                    try await messenger.send(Numbered(from: name, n: n))
+                    sent.delivered.insert(n)
+                } catch {
+                    sent.failed.append("\(n): \(error)")
+                }
+            }
+            return sent
         }
     }
 

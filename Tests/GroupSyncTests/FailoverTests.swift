@@ -18,10 +18,8 @@ import Testing
     /// returned arrives once, in order.
     @Test func aParticipantMovesToTheNextBrokerWhenItsBrokerIsKilled() async throws {
         try await MosquittoBroker.withBroker { survivor in
-            var doomedConfiguration = MosquittoBroker.Configuration()
-            doomedConfiguration.extraLines = BridgedBrokersTests.bridgeLines(to: survivor.port)
-            try await MosquittoBroker.withBroker(doomedConfiguration) { doomed in
-                try await BridgedBrokersTests.waitForBridge(from: doomed, to: survivor)
+            try await MosquittoBroker.withBroker(.bridged(to: survivor.port)) { doomed in
+                try await doomed.waitForBridge(to: survivor)
                 let fallback = MQTTClient.Server(host: "127.0.0.1", port: Int(survivor.port))
                 let onDoomed = Group(doomed, name: "failover")
                 let onSurvivor = Group(survivor, name: "failover")
@@ -49,25 +47,7 @@ import Testing
                 let stop = ReliabilityTests.Flag()
                 defer { stop.set() }
                 let senders = sessions.enumerated().map { index, session in
-                    Task { () -> BrokerCrashTests.Sent in
-                        let messenger = GroupSessionMessenger(session: session)
-                        let receiver = arrivals[1 - index]
-                        var sent = BrokerCrashTests.Sent()
-                        while !stop.isSet {
-                            let n = sent.attempted + 1
-                            try? await waitUntil(timeout: .seconds(1), pollEvery: .milliseconds(2)) {
-                                receiver.highest(from: names[index]) >= n - BrokerCrashTests.window
-                            }
-                            sent.attempted = n
-                            do {
-                                try await messenger.send(Numbered(from: names[index], n: n))
-                                sent.delivered.insert(n)
-                            } catch {
-                                sent.failed.append("\(n): \(error)")
-                            }
-                        }
-                        return sent
-                    }
+                    BrokerCrashTests.send(as: names[index], in: session, to: [arrivals[1 - index]], until: stop)
                 }
                 @Sendable func flows(_ what: String) async throws {
                     let before = [arrivals[1].count(from: "alice"), arrivals[0].count(from: "bob")]
@@ -125,10 +105,8 @@ import Testing
     /// whichever of the two arrives first.
     @Test func aParticipantWhoseConnectionBreaksMovesAndIsBackForEveryone() async throws {
         try await MosquittoBroker.withBroker { second in
-            var firstConfiguration = MosquittoBroker.Configuration()
-            firstConfiguration.extraLines = BridgedBrokersTests.bridgeLines(to: second.port)
-            try await MosquittoBroker.withBroker(firstConfiguration) { first in
-                try await BridgedBrokersTests.waitForBridge(from: first, to: second)
+            try await MosquittoBroker.withBroker(.bridged(to: second.port)) { first in
+                try await first.waitForBridge(to: second)
                 let onFirst = Group(first, name: "moves")
                 let onSecond = Group(second, name: "moves")
                 defer {

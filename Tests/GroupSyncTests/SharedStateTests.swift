@@ -211,4 +211,31 @@ import Testing
             await group.closeAll()
         }
     }
+
+    /// Participants told not to use retained messages (for a cluster whose nodes keep separate retained
+    /// stores) work as on a broker without them — a late joiner finds the session and its state through
+    /// welcomes and catch-ups — and leave nothing retained on a broker that has them.
+    @Test func participantsWithoutRetainedMessagesNeedAndLeaveNone() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            func join(_ name: String) async throws -> GroupCoordinator {
+                try await group.join(name) { $0.mqtt.retainedMessages = false }
+            }
+            let alice = try await join("alice")
+            let a = try await alice.startJoined(Gallery(galleryID: "no-retain"))
+            try await SharedState(a, key: "index", initialValue: 0).set(7)
+            let root = "\(GroupTopics.protocolRoot)/\(group.name)"
+            let retained = try await retainedTopics(broker, under: root)
+            #expect(retained.isEmpty, "\(retained)")
+            let late = try await join("late")
+            #expect(late.currentSessions(activityIdentifier: nil).map(\.id) == [a.id], "welcomed")
+            let l = try await late.joinSession(a.id, of: Gallery.self)
+            #expect(try SharedState(l, key: "index", initialValue: 0).value == 7, "caught up")
+            #expect(ids(l.activeParticipants) == ["alice", "late"])
+            await late.simulateCrash()
+            try await waitUntil("the will, not retained, still tells") { ids(a.activeParticipants) == ["alice"] }
+            await group.closeAll()
+            #expect(try await retainedTopics(broker, under: root).isEmpty)
+        }
+    }
 }

@@ -228,6 +228,20 @@ import Testing
 
     // MARK: - Publishing
 
+    /// A client configured without retained messages never uses them, whatever the broker announces.
+    @Test func retainedMessagesTurnedOffStayOff() async {
+        var machine = Machine(backoff: Self.backoff, servers: [Self.h], retainedMessages: false)
+        #expect(!machine.limits.retainAvailable, "before CONNACK too")
+        _ = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
+            _ = machine.onConnectRequested(waiter)
+            machine.onSocketOpened()
+            machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(retainAvailable: true), now: .now, random: 0)
+                .resumeAll()
+        }
+        #expect(!machine.limits.retainAvailable)
+        #expect(machine.checkPublish(qos: .atLeastOnce, retain: true, size: 10) == .failure(.retainUnavailable))
+    }
+
     @Test func whetherAPublishMayGoOut() async {
         var machine = makeMachine()
         #expect(machine.checkPublish(qos: .atLeastOnce, retain: false, size: 10) == .failure(.notConnected))

@@ -73,7 +73,8 @@ public final class GroupCoordinator: Sendable {
         }
         let lost = Wire.Presence(participant: configuration.participant, status: .lost, epoch: epoch, name: configuration.displayName)
         mqtt.will = MQTTClient.Will(
-            topic: topics.presence(configuration.participant), payload: Array(try Wire.encode(lost)), qos: .atLeastOnce, retain: true,
+            topic: topics.presence(configuration.participant), payload: Array(try Wire.encode(lost)), qos: .atLeastOnce,
+            retain: mqtt.retainedMessages,
             messageExpiry: UInt32(clamping: max(configuration.presenceTimeToLive.components.seconds, 1)))
         let client: MQTTClient
         do {

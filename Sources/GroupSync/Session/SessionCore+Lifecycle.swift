@@ -94,6 +94,8 @@ extension SessionCore {
     /// Ends the session for everyone and removes every retained message of it from the broker: what
     /// the broker's ACL lets us clear now, the rest when its owners see the end (or when it expires).
     func end() async {
+        // Someone who never joined has not read the session's member and state records: the broker shows them.
+        let stored = isJoined ? [] : await storedRecords()
         let (members, stateTopics, announcers) = machine.withLock { (Array($0.members.keys), $0.stateTopics, $0.announcers) }
         if isJoined {
             // Tell joined participants who ended it, before the announcement disappears.
@@ -112,11 +114,32 @@ extension SessionCore {
             .union(stateTopics)
             .union(announcers.filter { $0 != me }.map { topics.announcement(id, by: $0) })
             .union(context.retained.topics(under: sessionPrefix))
+            .union(stored)
         var clearedAll = true
         for topic in records.sorted() where await !context.retained.clear(topic) { clearedAll = false }
         // Nothing else is left on the broker: the ended copy is not needed either.
         if clearedAll { await context.retained.clear(ownCopyTopic) }
         context.report(self, .ended)
+    }
+
+    /// The topics of the session's records the broker stores (non-empty retained messages), read from
+    /// the replay of a short subscription; none if the broker cannot be asked. The broker sends a
+    /// subscription's retained messages right after its SUBACK and handles packets in order, so once the
+    /// SUBACK of a second subscription is back, the replay of the first is in.
+    private func storedRecords() async -> Set<String> {
+        let found = LockedValue<Set<String>>([])
+        let client = context.client
+        guard
+            let replay = try? await client.subscribe(
+                to: [TopicSubscription(sessionPrefix + "#")],
+                handler: { message in
+                    if message.retain && !message.payload.isEmpty { found.withLock { _ = $0.insert(message.topic) } }
+                })
+        else { return [] }
+        let barrier = try? await client.subscribe(to: [TopicSubscription(sessionPrefix + "end")], handler: { _ in })
+        barrier?.unsubscribe()
+        replay.unsubscribe()
+        return found.withLock { $0 }
     }
 
     /// The session ended elsewhere: clear what we own of it (under a strict ACL only we can).

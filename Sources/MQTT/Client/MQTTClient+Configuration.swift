@@ -105,6 +105,11 @@ extension MQTTClient {
         /// that never subscribes at QoS 2 may pick a small window (GroupSync's coordinators use 20).
         /// (0 is not a valid window; it is taken as 1.)
         public var receiveMaximum: UInt16 = .max
+        /// Whether this client uses the broker's retained messages (default). Off, it behaves as with a
+        /// broker that announces Retain Available 0: ``MQTTClient/retainAvailable`` is false and a retained
+        /// publish fails with ``MQTTError/retainUnavailable``. For brokers whose retained store is not
+        /// shared by every node or broker the clients use — an ejabberd cluster keeps one per node.
+        public var retainedMessages = true
 
         public init(
             host: String = "127.0.0.1", port: Int = 1883, clientID: String = MQTTClient.Configuration.randomClientID(),
@@ -201,6 +206,9 @@ extension MQTTClient {
                 throw .invalidConfiguration("port \(server.port) is out of range")
             }
             if let will, !Topic.isValidName(will.topic) { throw .invalidTopic(will.topic) }
+            if will?.retain == true && !retainedMessages {
+                throw .invalidConfiguration("a retained will on a client that does not use retained messages")
+            }
             if let tls, (tls.certificateFile == nil) != (tls.keyFile == nil) {
                 throw .invalidConfiguration("a TLS client certificate needs its key file, and the other way round")
             }

@@ -32,7 +32,9 @@ public final class MQTTClient: Sendable {
     /// Whether CONNACK was received and the connection is up now.
     public var isConnected: Bool { connection.state.withLock { $0.isConnected } }
 
-    /// Whether the broker stores retained messages (false when its CONNACK said `retain_available 0`).
+    /// Whether retained messages are used: the broker stores them (its CONNACK did not say
+    /// `retain_available 0`) and the configuration did not turn them off
+    /// (``Configuration/retainedMessages``).
     public var retainAvailable: Bool { connection.state.withLock { $0.limits.retainAvailable } }
     /// The largest packet the broker accepts (its CONNACK's Maximum Packet Size); nil when it set none.
     public var maximumPacketSize: Int? { connection.state.withLock { $0.limits.maximumPacketSize } }

@@ -87,10 +87,15 @@ struct ConnectionStateMachine {
     /// Which of `servers` the current or next attempt goes to.
     private(set) var server = 0
 
-    init(backoff: Backoff, servers: [MQTTClient.Server]) {
+    /// Whether the client uses retained messages at all (``MQTTClient/Configuration/retainedMessages``).
+    private let retainedMessages: Bool
+
+    init(backoff: Backoff, servers: [MQTTClient.Server], retainedMessages: Bool = true) {
         precondition(!servers.isEmpty)
         self.backoff = backoff
         self.servers = servers
+        self.retainedMessages = retainedMessages
+        self.limits.retainAvailable = retainedMessages
     }
 
     /// The broker the current or next attempt goes to.
@@ -384,6 +389,7 @@ struct ConnectionStateMachine {
         }
         state = .connected
         self.limits = limits
+        self.limits.retainAvailable = limits.retainAvailable && retainedMessages
         effects.restore = liveFilters
         effects.connectedSinks = subscriptions.values.map(\.sink).filter { $0.connected != nil }
         effects.events = [.connected(to: currentServer, sessionPresent: sessionPresent)]

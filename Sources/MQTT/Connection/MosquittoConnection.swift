@@ -49,7 +49,8 @@ final class MosquittoConnection: @unchecked Sendable {
         self.configuration = configuration
         self.handle = handle
         self.state = LockedValue(
-            ConnectionStateMachine(backoff: configuration.reconnect, servers: configuration.servers))
+            ConnectionStateMachine(
+                backoff: configuration.reconnect, servers: configuration.servers, retainedMessages: configuration.retainedMessages))
         mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
         do {
             try configure()

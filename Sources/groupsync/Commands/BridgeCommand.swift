@@ -7,7 +7,7 @@ enum BridgeCommand: Command {
     static let name = "bridge"
     static let summary = "bridge a session to a host program over JSON lines (stdin/stdout)"
     static let help = """
-        Usage: groupsync bridge [--timeout SEC] [--broker URL] [--group NAME] [--as ID] [--keepalive SEC]
+        Usage: groupsync bridge [--timeout SEC] [--broker URL] [--group NAME] [--as ID] [--no-retain] [--keepalive SEC]
 
         For a host program (Node, Electron, React Native, Python…): one JSON request per line on stdin,
         one JSON answer or event per line on stdout, nothing else on stdout (diagnostics go to stderr).
@@ -29,6 +29,7 @@ enum BridgeCommand: Command {
         start, join or watch. EOF on stdin (or SIGINT/SIGTERM) leaves the session and exits.
 
         \(CommonOptions.help)
+        \(CommonOptions.participantHelp)
 
           --timeout SEC     how long start and join wait for an announcement (default 10; a join's
                             "timeout" overrides it). Connecting gives up after the keepalive
@@ -44,7 +45,8 @@ enum BridgeCommand: Command {
     static let maximumLineLength = 1 << 20
 
     static func run(_ arguments: [String]) async throws -> Int32 {
-        let args = try Arguments(arguments, options: CommonOptions.names.union(["timeout"]), flags: [], positionals: 1)
+        let args = try Arguments(
+            arguments, options: CommonOptions.names.union(["timeout"]), flags: CommonOptions.participantFlags, positionals: 1)
         guard args.positionals.isEmpty else {
             throw UsageError("unexpected argument '\(args.positionals[0])': requests come on stdin")
         }

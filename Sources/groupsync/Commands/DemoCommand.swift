@@ -10,7 +10,8 @@ enum DemoCommand: Command {
     static let name = "demo"
     static let summary = "run the gallery demo on a private broker and print a verdict"
     static let help = """
-        Usage: groupsync demo [--playback] [--participants N] [--timeout SEC] [--broker URL] [--group NAME]
+        Usage: groupsync demo [--playback] [--participants N] [--timeout SEC] [--broker URL]… [--no-retain]
+                              [--group NAME]
 
         N participants (default 3) share one gallery index. Scripted: swipes, a simultaneous swipe by two
         participants, a late joiner, and one participant killed without leaving. Prints a timeline (who
@@ -23,7 +24,11 @@ enum DemoCommand: Command {
 
           --participants N  3 to 20 (default 3)
           --timeout SEC     give up when the whole script takes longer (default 60)
-          --broker URL      use this broker instead of starting a private mosquitto
+          --broker URL      use this broker instead of starting a private mosquitto. Repeated (or a
+                            comma list), for brokers that share the group's topics (bridged, or nodes
+                            of a cluster), each with its credentials: the participants are spread
+                            across them in turn, each with the others as its fallbacks
+          --no-retain       the participants use no retained messages (see `groupsync help join`)
           --group NAME      group name (default: demo-<random>)
 
         Ctrl-C or SIGTERM stops the demo at any point: its participants leave and the private mosquitto
@@ -35,16 +40,17 @@ enum DemoCommand: Command {
         """
 
     static func run(_ arguments: [String]) async throws -> Int32 {
-        let args = try Arguments(arguments, options: ["participants", "broker", "group", "timeout"], flags: ["playback"])
+        let args = try Arguments(arguments, options: ["participants", "broker", "group", "timeout"], flags: ["playback", "no-retain"])
         let count = try args.integer("participants", default: 3, range: 3...20)
         let timeout = Duration.seconds(try args.integer("timeout", default: 60, range: 1...3_600))
         let group = args.value("group") ?? "demo-\(String(UInt32.random(in: 0...UInt32.max), radix: 36))"
         let interruption = Interruption()
         Signals.onInterrupt { interruption.fire() }
         var broker: MosquittoBroker?
-        let url: String
-        if let given = args.value("broker") {
-            url = given
+        let urls: [String]
+        let given = args.allValues("broker").flatMap { $0.split(separator: ",").map(String.init) }
+        if !given.isEmpty {
+            urls = given
         } else {
             // Not raced: the start is bounded (10 s), and a broker once started is this command's to stop.
             do {
@@ -52,11 +58,17 @@ enum DemoCommand: Command {
             } catch {
                 throw CommandFailure("could not start mosquitto: \(error)", exitCode: 4)
             }
-            url = broker!.url
+            urls = [broker!.url]
         }
         let timeline = Timeline()
-        timeline.note("broker", broker.map { "private mosquitto on \($0.url) (set_tcp_nodelay true)" } ?? "using \(url)")
-        let stage = DemoStage(url: url, group: group, count: count, timeline: timeline)
+        let using = urls.map(CommonOptions.redacted).joined(separator: " and ")
+        timeline.note(
+            "broker",
+            broker.map { "private mosquitto on \($0.url) (set_tcp_nodelay true)" }
+                ?? (urls.count > 1 ? "using \(using), participants spread across them in turn" : "using \(using)"))
+        let retainedMessages = !args.has("no-retain")
+        if !retainedMessages { timeline.note("broker", "no retained messages: sessions found through welcomes and catch-ups") }
+        let stage = DemoStage(brokers: urls, group: group, count: count, timeline: timeline, retainedMessages: retainedMessages)
         let scenario: any DemoScript = args.has("playback") ? PlaybackDemo(stage: stage) : Scenario(stage: stage)
         let outcome: Result<Bool, any Error>
         do {

@@ -7,7 +7,7 @@ enum JoinCommand: Command {
     static let summary = "join or start a session; stdin lines set the shared value or send messages"
     static let help = """
         Usage: groupsync join ACTIVITY-ID [--session ID] [--key NAME] [--title TEXT] [--timeout SEC] \\
-                              [--broker URL] [--group NAME] [--as ID]
+                              [--broker URL] [--group NAME] [--as ID] [--no-retain]
 
         Joins the session with --session ID, else the first live session of ACTIVITY-ID, else starts
         one. Prints one line per event:
@@ -22,6 +22,7 @@ enum JoinCommand: Command {
         the session cleanly.
 
         \(CommonOptions.help)
+        \(CommonOptions.participantHelp)
           --session ID      join this session (wait for it to be announced)
           --key NAME        shared state key (default value)
           --title TEXT      title when starting a new session
@@ -33,7 +34,8 @@ enum JoinCommand: Command {
 
     static func run(_ arguments: [String]) async throws -> Int32 {
         let args = try Arguments(
-            arguments, options: CommonOptions.names.union(["session", "key", "title", "timeout"]), flags: [], positionals: 1)
+            arguments, options: CommonOptions.names.union(["session", "key", "title", "timeout"]), flags: CommonOptions.participantFlags,
+            positionals: 1)
         guard args.positionals.count == 1, let activityID = args.positionals.first else {
             throw UsageError("give exactly one ACTIVITY-ID")
         }

@@ -6,22 +6,37 @@ import MQTT
 /// What every demo script plays on: the broker, the group, how many participants, the printed
 /// timeline, and the participants' connections (all closed by ``closeAll()``, however the script ends).
 final class DemoStage: Sendable {
-    let url: String
+    /// The brokers' URLs: participants are spread across them in turn, each with the others as its
+    /// fallbacks.
+    let brokers: [String]
     let group: String
     let count: Int
     let timeline: Timeline
+    /// False: the participants use no retained messages (`--no-retain`).
+    let retainedMessages: Bool
     private let connected = LockedValue<[GroupCoordinator]>([])
 
-    init(url: String, group: String, count: Int, timeline: Timeline) {
-        self.url = url
+    init(brokers: [String], group: String, count: Int, timeline: Timeline, retainedMessages: Bool = true) {
+        precondition(!brokers.isEmpty)
+        self.brokers = brokers
         self.group = group
         self.count = count
         self.timeline = timeline
+        self.retainedMessages = retainedMessages
     }
 
-    /// Connects participant `name` on `clock`; an unreachable broker is the command's failure.
+    /// The broker list of the `index`th participant: the brokers from the `index`th on, round the list.
+    func url(forParticipant index: Int) -> String {
+        let first = index % brokers.count
+        return (brokers[first...] + brokers[..<first]).joined(separator: ",")
+    }
+
+    /// Connects participant `name` on `clock`, to the next broker in turn; an unreachable broker is the
+    /// command's failure.
     func connect(_ name: String, clock: any WallClock = SystemWallClock()) async throws -> GroupCoordinator {
-        let configuration = try GroupCoordinator.Configuration(broker: url, group: group, participant: name, clock: clock)
+        let url = url(forParticipant: connected.withLock { $0.count })
+        var configuration = try GroupCoordinator.Configuration(broker: url, group: group, participant: name, clock: clock)
+        configuration.mqtt.retainedMessages = retainedMessages
         let coordinator: GroupCoordinator
         do {
             coordinator = try await GroupCoordinator.connect(configuration)

@@ -126,6 +126,8 @@ final class PlaybackDemo: DemoScript {
         timeline.note(
             alice.name,
             "paused: everyone at \(String(format: "%.3f", alice.player.expectedMediaTime())) s (spread \(format(seconds: finalSpread)))")
+        await alice.session.withLock { $0! }.end()
+        timeline.note(alice.name, "ended the session: its records left the broker")
         for viewer in viewers { await viewer.coordinator.close() }
 
         let worstStart = startSpreads.map(\.spread).max() ?? .zero

@@ -102,6 +102,9 @@ final class Scenario: DemoScript {
 
         let finals = others.map { "\($0.name)=\($0.value.map(String.init) ?? "-")" }.joined(separator: " ")
         let converged = Set(others.map(\.value)).count == 1
+        // The session ends: its retained records leave the broker (bob's too), not only when they expire.
+        await late.session.withLock { $0! }.end()
+        timeline.note(late.name, "ended the session: its records left the broker")
         for participant in others { await participant.coordinator.close() }
 
         let p50 = latencies.sorted()[latencies.count / 2]

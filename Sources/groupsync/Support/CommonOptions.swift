@@ -6,6 +6,13 @@ import MQTT
 /// broker.
 struct CommonOptions {
     static let names: Set<String> = ["broker", "group", "as", "keepalive", "cafile", "cert", "key", "password-file"]
+    /// The flags of commands whose participant takes part in sessions (`join`, `bridge`).
+    static let participantFlags: Set<String> = ["no-retain"]
+    static let participantHelp = """
+          --no-retain       use no retained messages: sessions are found and joined through the
+                            participants' welcomes and catch-ups, as on a broker without them. For
+                            clusters whose nodes do not share their retained store (ejabberd)
+        """
     static let help = """
           --broker URL      mqtt://[user[:password]@]host[:port], or mqtts:// for TLS
                             (default: $GROUPSYNC_BROKER or mqtt://127.0.0.1:1883). Repeat it, or give
@@ -30,6 +37,8 @@ struct CommonOptions {
     var tls: MQTTClient.TLS?
     /// When the URL has none.
     var password: String?
+    /// False with `--no-retain`.
+    var retainedMessages: Bool
 
     init(_ arguments: Arguments, defaultParticipant: String = CommonOptions.stableParticipant()) throws(UsageError) {
         let brokers = arguments.allValues("broker")
@@ -39,6 +48,7 @@ struct CommonOptions {
         group = arguments.value("group") ?? "default"
         participant = arguments.value("as") ?? defaultParticipant
         keepAlive = try arguments.integer("keepalive", default: 5, range: 5...65_535)
+        retainedMessages = !arguments.has("no-retain")
         for (kind, value) in [("group", group), ("participant", participant)] where !Identifier.isValid(value) {
             throw UsageError("invalid \(kind) '\(value)': use 1–128 characters from A–Z a–z 0–9 . _ - : @ ~")
         }
@@ -70,6 +80,7 @@ struct CommonOptions {
         var configuration = try MQTTClient.Configuration(url: broker, tls: tls)
         if configuration.password == nil, let password { configuration.password = password }
         configuration.keepAlive = keepAlive
+        configuration.retainedMessages = retainedMessages
         return configuration
     }
 
@@ -78,6 +89,7 @@ struct CommonOptions {
         var configuration = try GroupCoordinator.Configuration(
             broker: broker, group: group, participant: participant, tls: tls, keepAlive: keepAlive)
         if configuration.mqtt.password == nil, let password { configuration.mqtt.password = password }
+        configuration.mqtt.retainedMessages = retainedMessages
         return configuration
     }
 
