@@ -18,6 +18,9 @@
 # - the distribution listener is bound to 127.0.0.1 (`-kernel inet_dist_use_interface`);
 # - the cookie is random, in DIR/.erlang.cookie (mode 400), found through HOME=DIR so it never
 #   appears on a command line.
+# - EJABBERD_NET_TICKTIME (seconds, default ejabberd's 60; its `net_ticktime` option) sets how long a node that stops answering
+#   without closing its connections (frozen, cut off) stays in the cluster: until then Mnesia
+#   transactions wait for it, so the other node accepts no new MQTT session (measured: ~60 s).
 # gs2 joins with `ejabberd_admin:join_cluster(<<"gs1@127.0.0.1">>)` called over RPC from a hidden,
 # short-lived control node (what `ejabberdctl join_cluster` does, without its user switching): it
 # stops ejabberd on gs2, replaces gs2's Mnesia schema with a copy of every table of gs1, and starts
@@ -77,6 +80,7 @@ dist_args() { # DIR NAME: the erl arguments that make a node distributed, loopba
     echo "-name $2@$HOST -start_epmd false -epmd_module gs_epmd -pa $1/ebin"
     echo "-gs_dist_ports $(cat "$1/dist_ports")"
     echo "-kernel inet_dist_use_interface {127,0,0,1}"
+    echo "-kernel net_ticktime ${EJABBERD_NET_TICKTIME:-60}"
 }
 
 control() { # DIR EXPR: evaluates EXPR on a hidden control node, prints the result (~p), 30 s deadline
@@ -124,6 +128,9 @@ start() { # DIR PORT1 PORT2
     for n in 1 2; do
         port=$([[ $n == 1 ]] && echo "$port1" || echo "$port2")
         write_config "$dir/$n" "$port"
+        # ejabberd sets net_ticktime again from its own option at start (a change that only takes
+        # effect after a transition of the old tick time); the VM starts with the same value.
+        echo "net_ticktime: ${EJABBERD_NET_TICKTIME:-60}" >>"$dir/$n/ejabberd.yml"
         local -a args
         mapfile -t args < <(dist_args "$dir" "gs$n" | tr ' ' '\n')
         HOME=$dir launch "$dir/$n" "$port" "${args[@]}"
