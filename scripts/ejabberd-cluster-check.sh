@@ -17,7 +17,8 @@
 # nothing and showed no one leaving; 1 otherwise. The runs with retained messages are reported but do
 # not count: the nodes share their retained store but each keeps its own index of retained topics, so
 # a subscriber is replayed only what was retained through its own node (each joiner sees only the
-# members on its node); GroupSync needs --no-retain on an ejabberd cluster. Needs Debian's ejabberd and mosquitto-clients; leaves nothing running.
+# members on its node); GroupSync needs --no-retain on an ejabberd cluster.
+# Needs Debian's ejabberd and mosquitto-clients; leaves nothing running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,29 +29,14 @@ if [[ -z $groupsync ]]; then
 fi
 groupsync=$(realpath "$groupsync")
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/groupsync-ejabberd-cluster.XXXXXX")
-declare -a bg=()
-# shellcheck disable=SC2317 # called by the EXIT trap
-cleanup() {
-    local p
-    for p in "${bg[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    scripts/ejabberd-cluster.sh stop "$work/cluster" >/dev/null 2>&1 || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+# shellcheck source=scripts/ejabberd-cluster-harness.sh
+source scripts/ejabberd-cluster-harness.sh ejabberd-cluster
 
 start_cluster() { # sets URL1 URL2
-    scripts/ejabberd-cluster.sh stop "$work/cluster" >/dev/null 2>&1 || true
-    rm -rf "$work/cluster"
+    scripts/ejabberd-cluster.sh stop "$WORK/cluster" >/dev/null 2>&1 || true
+    rm -rf "$WORK/cluster"
     local urls
-    mapfile -t urls < <(scripts/ejabberd-cluster.sh start "$work/cluster" "$(free_port)" "$(free_port)")
+    mapfile -t urls < <(scripts/ejabberd-cluster.sh start "$WORK/cluster" "$(free_port)" "$(free_port)")
     [[ ${#urls[@]} == 2 ]] || { echo "the cluster did not start" >&2; exit 1; }
     URL1=${urls[0]} URL2=${urls[1]}
 }
@@ -67,7 +53,7 @@ demos() {
                 local flags=(--participants "$participants" --broker "$URL1" --broker "$URL2" --timeout 60)
                 [[ $mode == playback ]] && flags+=(--playback)
                 [[ -n $retain ]] && flags+=("$retain")
-                local log=$work/demo-$mode-$participants$retain.log t0=$EPOCHREALTIME
+                local log=$WORK/demo-$mode-$participants$retain.log t0=$EPOCHREALTIME
                 local label="demo $mode ${retain:-(retained)}, $participants participants"
                 if "$groupsync" demo "${flags[@]}" >"$log" 2>&1; then
                     awk -v l="$label" -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "PASS  %s (%.2f s)\n", l, b - a }' >&2
@@ -92,7 +78,7 @@ demos() {
 stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
 
 failover() { # "" | --no-retain
-    local retain=$1 dir=$work/failover${1:-}
+    local retain=$1 dir=$WORK/failover${1:-}
     mkdir -p "$dir"
     start_cluster
     local group=cluster-$RANDOM$RANDOM names=(a1 b1 a2 b2) name
@@ -106,7 +92,7 @@ failover() { # "" | --no-retain
         [[ -n $retain ]] && args+=("$retain")
         mkfifo "$dir/$name.in"
         "$groupsync" "${args[@]}" <"$dir/$name.in" > >(stamp >"$dir/$name.out") 2> >(stamp >"$dir/$name.err") &
-        bg+=($!)
+        BG+=($!)
         echo $! >"$dir/$name.pid"
         local writer
         exec {writer}>"$dir/$name.in"
@@ -149,11 +135,11 @@ failover() { # "" | --no-retain
             done
         ) &
         senders+=($!)
-        bg+=($!)
+        BG+=($!)
     done
     sleep 1
     local killed=$EPOCHREALTIME
-    scripts/ejabberd-cluster.sh kill "$work/cluster" 1
+    scripts/ejabberd-cluster.sh kill "$WORK/cluster" 1
     sleep 4
     kill -KILL "${senders[@]}" 2>/dev/null || true
     wait "${senders[@]}" 2>/dev/null || true

@@ -12,24 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/groupsync-ejabberd-probe.XXXXXX")
-declare -a bg=()
-# shellcheck disable=SC2317 # called by the EXIT trap
-cleanup() {
-    local p
-    for p in "${bg[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    if [[ -f $work/cluster/2/ejabberd.pid ]]; then scripts/ejabberd-cluster.sh kill "$work/cluster" 2 2>/dev/null || true; fi
-    scripts/ejabberd-cluster.sh stop "$work/cluster" >/dev/null 2>&1 || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+# shellcheck source=scripts/ejabberd-cluster-harness.sh
+source scripts/ejabberd-cluster-harness.sh ejabberd-probe
 now() { echo "$EPOCHREALTIME"; }
 ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b - a) * 1000 }'; }
 say() { printf '%s\n' "$*"; }
@@ -37,11 +21,11 @@ say() { printf '%s\n' "$*"; }
 common=(-h 127.0.0.1 -u groupsync -P groupsync -V mqttv5)
 
 start_cluster() {
-    rm -rf "$work/cluster"
+    rm -rf "$WORK/cluster"
     P1=$(free_port) P2=$(free_port)
     local t0
     t0=$(now)
-    scripts/ejabberd-cluster.sh start "$work/cluster" "$P1" "$P2" >/dev/null
+    scripts/ejabberd-cluster.sh start "$WORK/cluster" "$P1" "$P2" >/dev/null
     say "cluster up on $P1 + $P2 in $(ms "$t0" "$(now)") ms"
 }
 
@@ -51,7 +35,8 @@ watch_bg() { # LOG PORT CLIENT-ID ARGS...
     shift 3
     mosquitto_sub "${common[@]}" -p "$port" -i "$id" -d -v "$@" </dev/null \
         > >(while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done >"$log") 2>&1 &
-    bg+=($!) # mosquitto_sub itself; the stamping loop ends with its output
+    BG+=($!) # mosquitto_sub itself; the stamping loop ends with its output
+    disown # killed by PID; no job notice
 }
 
 await_line() { # LOG PATTERN [SECONDS]: prints the first matching line's timestamp, or "none"
@@ -70,7 +55,7 @@ pub() { mosquitto_pub "${common[@]}" "$@"; }
 
 probe_routing() {
     say "--- live messages"
-    local log=$work/live.log n
+    local log=$WORK/live.log n
     watch_bg "$log" "$P2" live-sub -t probe/live -q 1
     await_line "$log" "received SUBACK" >/dev/null
     for n in $(seq 1 20); do pub -p "$P1" -t probe/live -q 1 -m "$(now)"; done
@@ -97,13 +82,14 @@ probe_routing() {
     say "after clearing probe/ret/two (set on node 2) on node 1: node 2 -> $(mosquitto_sub "${common[@]}" -p "$P2" -t probe/ret/two -W 1 -v 2>/dev/null | tr '\n' ' ' || true)"
 
     say "--- a will across nodes"
-    log=$work/will.log
+    log=$WORK/will.log
     watch_bg "$log" "$P2" will-sub -t 'probe/will/#' -q 1
     await_line "$log" "received SUBACK" >/dev/null
     mosquitto_sub "${common[@]}" -p "$P1" -i willer -t probe/nothing --will-topic probe/will/willer \
         --will-payload gone --will-qos 1 -k 60 >/dev/null 2>&1 &
     local willer=$!
-    bg+=("$willer")
+    BG+=("$willer")
+    disown
     sleep 0.5
     local t0
     t0=$(now)
@@ -118,13 +104,14 @@ probe_node_loss() { # term|kill
     local how=$1
     say "=== node 2: $how"
     start_cluster
-    local log1=$work/n1-$how.log log2=$work/n2-$how.log
+    local log1=$WORK/n1-$how.log log2=$WORK/n2-$how.log
     # On node 1: a watcher of everything (its own disconnects show as a new CONNECT).
     watch_bg "$log1" "$P1" watcher1 -t 'probe/#' -q 1 -k 5
     # On node 2: a client with a will, and a persistent session (session expiry 300 s) subscribed QoS 1.
     mosquitto_sub "${common[@]}" -p "$P2" -i willer2 -t probe/nothing --will-topic probe/will/willer2 \
         --will-payload gone --will-qos 1 -k 60 >/dev/null 2>&1 &
-    bg+=($!)
+    BG+=($!)
+    disown
     watch_bg "$log2" "$P2" watcher2 -t 'probe/#' -q 1 -k 5
     await_line "$log1" "received SUBACK" >/dev/null
     await_line "$log2" "received SUBACK" >/dev/null
@@ -138,9 +125,9 @@ probe_node_loss() { # term|kill
     local t0
     t0=$(now)
     case $how in
-        term) scripts/ejabberd-node.sh stop "$work/cluster/2" 2>/dev/null ;;
-        kill) scripts/ejabberd-cluster.sh kill "$work/cluster" 2 ;;
-        freeze) kill -STOP "$(cat "$work/cluster/2/ejabberd.pid")" ;;
+        term) scripts/ejabberd-node.sh stop "$WORK/cluster/2" 2>/dev/null ;;
+        kill) scripts/ejabberd-cluster.sh kill "$WORK/cluster" 2 ;;
+        freeze) kill -STOP "$(cat "$WORK/cluster/2/ejabberd.pid")" ;;
     esac
     say "node 2 ${how} done after $(ms "$t0" "$(now)") ms"
 
@@ -178,9 +165,9 @@ probe_node_loss() { # term|kill
     # Persistent sessions: persist1 (on node 1) must hold queued-before; persist2 was on node 2.
     say "persist1 resumes on node 1: $(mosquitto_sub "${common[@]}" -p "$P1" -i persist1 -c -x 300 -t probe/persist -q 1 -W 2 -v 2>/dev/null | tr '\n' ' ' || true)"
     say "persist2 (was on node 2) resumes on node 1: $(mosquitto_sub "${common[@]}" -p "$P1" -i persist2 -c -x 300 -t probe/persist -q 1 -W 2 -v -d 2>/dev/null | grep -E 'CONNACK|probe/persist' | tr '\n' ' ' || true)"
-    grep -E '\[(error|warning)\]' "$work/cluster/1/log/erl.out" | cut -c33-260 | sort | uniq -c | sort -rn | head -n 8 | sed 's/^/    node 1 log: /'
-    if [[ $how == freeze ]]; then scripts/ejabberd-cluster.sh kill "$work/cluster" 2; fi
-    scripts/ejabberd-cluster.sh stop "$work/cluster" >/dev/null 2>&1
+    grep -E '\[(error|warning)\]' "$WORK/cluster/1/log/erl.out" | cut -c33-260 | sort | uniq -c | sort -rn | head -n 8 | sed 's/^/    node 1 log: /'
+    if [[ $how == freeze ]]; then scripts/ejabberd-cluster.sh kill "$WORK/cluster" 2; fi
+    scripts/ejabberd-cluster.sh stop "$WORK/cluster" >/dev/null 2>&1
 }
 
 case ${1:-all} in
@@ -188,7 +175,7 @@ case ${1:-all} in
     all)
         start_cluster
         probe_routing
-        scripts/ejabberd-cluster.sh stop "$work/cluster" >/dev/null 2>&1
+        scripts/ejabberd-cluster.sh stop "$WORK/cluster" >/dev/null 2>&1
         probe_node_loss term
         probe_node_loss kill
         probe_node_loss freeze
