@@ -28,7 +28,7 @@ readonly EJABBERD_LIB=/usr/lib/x86_64-linux-gnu
 readonly USER_NAME=groupsync
 readonly PASSWORD=groupsync
 
-die() { echo "ejabberd-node: $*" >&2; exit 1; }
+die() { echo "${PROGRAM_NAME:-ejabberd-node}: $*" >&2; exit 1; }
 
 connack() { # PORT: one QoS 0 publish that needs a CONNACK first (a listener that never answers fails it)
     timeout 2 mosquitto_pub -h 127.0.0.1 -p "$1" -u "$USER_NAME" -P "$PASSWORD" -V mqttv5 \
@@ -69,17 +69,37 @@ EOF
 start() { # DIR PORT
     local dir=$1 port=$2
     [[ $port =~ ^[0-9]+$ ]] || die "port must be a number: $port"
+    check_installed
+    mkdir -p "$dir/spool" "$dir/log"
+    dir=$(cd "$dir" && pwd -P)
+    refuse_running "$dir" "$port"
+    write_config "$dir" "$port"
+    launch "$dir" "$port"
+    # Whatever ends this script before the node is ready (a failure, a deadline, a signal) stops it.
+    trap 'stop "$dir" >/dev/null 2>&1 || true' EXIT
+    trap 'exit 143' TERM
+    trap 'exit 130' INT
+    await_connack "$dir" "$port"
+    trap - EXIT TERM INT
+    echo "mqtt://$USER_NAME:$PASSWORD@127.0.0.1:$port"
+}
+
+check_installed() {
     [[ -d $EJABBERD_LIB/ejabberd-23.01 || -n $(compgen -G "$EJABBERD_LIB/ejabberd-*") ]] \
         || die "Debian's ejabberd is not installed (apt-get install -y ejabberd)"
     command -v mosquitto_pub >/dev/null || die "mosquitto_pub is needed (mosquitto-clients)"
-    mkdir -p "$dir/spool" "$dir/log"
-    dir=$(cd "$dir" && pwd -P)
-    if [[ -f $dir/ejabberd.pid ]] && is_node "$(cat "$dir/ejabberd.pid")" "$dir"; then
-        die "a node already runs from $dir (pid $(cat "$dir/ejabberd.pid"))"
-    fi
-    if connack "$port"; then die "something already answers MQTT on 127.0.0.1:$port"; fi
-    write_config "$dir" "$port"
+}
 
+refuse_running() { # DIR PORT
+    if [[ -f $1/ejabberd.pid ]] && is_node "$(cat "$1/ejabberd.pid")" "$1"; then
+        die "a node already runs from $1 (pid $(cat "$1/ejabberd.pid"))"
+    fi
+    if connack "$2"; then die "something already answers MQTT on 127.0.0.1:$2"; fi
+}
+
+launch() { # DIR PORT [ERL-ARG...]: the VM in the background (DIR absolute, config written)
+    local dir=$1 port=$2
+    shift 2
     (
         cd "$dir/spool"
         export EJABBERD_CONFIG_PATH=$dir/ejabberd.yml
@@ -89,17 +109,16 @@ start() { # DIR PORT
         export ERL_EPMD_ADDRESS=127.0.0.1 # only matters if something makes the node distributed
         export ERL_INETRC=/etc/ejabberd/inetrc
         exec erl +K true +P 250000 -noinput -noshell \
-            -mnesia dir "\"$dir/spool\"" -s ejabberd \
+            -mnesia dir "\"$dir/spool\"" "$@" -s ejabberd \
             </dev/null >"$dir/log/erl.out" 2>&1
     ) &
-    local pid=$!
-    echo "$pid" >"$dir/ejabberd.pid"
+    echo "$!" >"$dir/ejabberd.pid"
     echo "$port" >"$dir/port"
-    # Whatever ends this script before the node is ready (a failure, a deadline, a signal) stops it.
-    trap 'stop "$dir" >/dev/null 2>&1 || true' EXIT
-    trap 'exit 143' TERM
-    trap 'exit 130' INT
+}
 
+await_connack() { # DIR PORT: returns once the node answers MQTT; fails if it dies or 60 s pass
+    local dir=$1 port=$2 pid
+    pid=$(cat "$dir/ejabberd.pid")
     local deadline=$((SECONDS + 60))
     until connack "$port"; do
         if ! alive "$pid" || grep -q "Failed to open socket" "$dir/log/erl.out"; then
@@ -109,8 +128,6 @@ start() { # DIR PORT
         ((SECONDS < deadline)) || die "no CONNACK on 127.0.0.1:$port within 60 s (log in $dir/log)"
         sleep 0.1
     done
-    trap - EXIT TERM INT
-    echo "mqtt://$USER_NAME:$PASSWORD@127.0.0.1:$port"
 }
 
 alive() { # PID: exists and is not a zombie
@@ -134,7 +151,7 @@ descendants() { # PID: every process below PID, deepest last
 stop() { # DIR
     local dir=$1
     if [[ ! -f $dir/ejabberd.pid ]]; then
-        echo "ejabberd-node: no node recorded in $dir, nothing to stop" >&2
+        echo "${PROGRAM_NAME:-ejabberd-node}: no node recorded in $dir, nothing to stop" >&2
         return 0
     fi
     dir=$(cd "$dir" && pwd -P)
@@ -166,6 +183,9 @@ stop() { # DIR
     fi
     rm -f "$dir/ejabberd.pid"
 }
+
+# Sourced (by ejabberd-cluster.sh), it only defines the functions above.
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
 
 case ${1:-} in
     start) [[ $# -eq 3 ]] || die "usage: $0 start DIR PORT"; start "$2" "$3" ;;

@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# GroupSync across a two-node ejabberd cluster (scripts/ejabberd-cluster.sh), loopback only.
+#
+#   scripts/ejabberd-cluster-check.sh [GROUPSYNC-BINARY [demos|failover]]
+#       (default: builds and uses .build/debug/groupsync, runs both parts)
+#
+# 1. demos: `groupsync demo --broker URL1 --broker URL2` (participants spread across the nodes),
+#    gallery and playback, 3/10/20 participants, with and without --no-retain; PASS/FAIL each, and
+#    for the gallery the "active" list each joiner printed (a split membership shows there);
+# 2. failover, with and without --no-retain: `groupsync join` participants a1, a2 on node 1 and b1, b2
+#    on node 2, every one with both URLs (its own node first); each sends a numbered message (`!`)
+#    every 50 ms; node 1 is SIGKILLed; a1 and a2 move to node 2. Reported per pair sender -> receiver:
+#    messages sent / received / missing / duplicated, and the longest silence around the kill; and
+#    whether anyone saw a1 or a2 leave.
+#
+# Exit code: 0 when every --no-retain demo passed and the --no-retain failover lost nothing, duplicated
+# nothing and showed no one leaving; 1 otherwise. The runs with retained messages are reported but do
+# not count: the nodes share their retained store but each keeps its own index of retained topics, so
+# a subscriber is replayed only what was retained through its own node (each joiner sees only the
+# members on its node); GroupSync needs --no-retain on an ejabberd cluster.
+# Needs Debian's ejabberd and mosquitto-clients; leaves nothing running.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+groupsync=${1:-}
+if [[ -z $groupsync ]]; then
+    swift build --product groupsync >/dev/null
+    groupsync=.build/debug/groupsync
+fi
+groupsync=$(realpath "$groupsync")
+
+# shellcheck source=scripts/ejabberd-cluster-harness.sh
+source scripts/ejabberd-cluster-harness.sh ejabberd-cluster
+
+start_cluster() { # sets URL1 URL2
+    scripts/ejabberd-cluster.sh stop "$WORK/cluster" >/dev/null 2>&1 || true
+    rm -rf "$WORK/cluster"
+    local urls
+    mapfile -t urls < <(scripts/ejabberd-cluster.sh start "$WORK/cluster" "$(free_port)" "$(free_port)")
+    [[ ${#urls[@]} == 2 ]] || { echo "the cluster did not start" >&2; exit 1; }
+    URL1=${urls[0]} URL2=${urls[1]}
+}
+
+failed=0
+
+demos() {
+    start_cluster
+    echo "cluster: $URL1 + $URL2" >&2
+    local retain participants mode
+    for retain in "" --no-retain; do
+        for participants in 3 10 20; do
+            for mode in gallery playback; do
+                local flags=(--participants "$participants" --broker "$URL1" --broker "$URL2" --timeout 60)
+                [[ $mode == playback ]] && flags+=(--playback)
+                [[ -n $retain ]] && flags+=("$retain")
+                local log=$WORK/demo-$mode-$participants$retain.log t0=$EPOCHREALTIME
+                local label="demo $mode ${retain:-(retained)}, $participants participants"
+                if "$groupsync" demo "${flags[@]}" >"$log" 2>&1; then
+                    awk -v l="$label" -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "PASS  %s (%.2f s)\n", l, b - a }' >&2
+                elif [[ -z $retain ]]; then
+                    echo "FAIL  $label (not counted):" >&2
+                    grep -E 'demo failed|result:|late joiner:|position spread:' "$log" | sed 's/^/      /' >&2
+                else
+                    echo "FAIL  $label:" >&2
+                    tail -n 25 "$log" >&2
+                    failed=1
+                fi
+                if [[ $mode == gallery ]]; then
+                    # Each joiner's own view of who is active; everyone joined before the late joiner.
+                    grep -E ' joined; active: ' "$log" | awk '{ n = split($0, a, "active: "); m = split(a[2], b, ", ");
+                        printf "%s%s:%d", sep, $3, m; sep = " " } END { print "" }' | sed 's/^/      active at join: /' >&2
+                fi
+            done
+        done
+    done
+}
+
+stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
+
+failover() { # "" | --no-retain
+    local retain=$1 dir=$WORK/failover${1:-}
+    mkdir -p "$dir"
+    start_cluster
+    local group=cluster-$RANDOM$RANDOM names=(a1 b1 a2 b2) name
+    declare -A fd
+    local session=
+    for name in "${names[@]}"; do
+        local brokers=(--broker "$URL1" --broker "$URL2")
+        [[ $name == b* ]] && brokers=(--broker "$URL2" --broker "$URL1")
+        local args=(join com.example.gallery --group "$group" --as "$name" --timeout 30 "${brokers[@]}")
+        [[ -n $session ]] && args+=(--session "$session") || args+=(--title Cluster)
+        [[ -n $retain ]] && args+=("$retain")
+        mkfifo "$dir/$name.in"
+        "$groupsync" "${args[@]}" <"$dir/$name.in" > >(stamp >"$dir/$name.out") 2> >(stamp >"$dir/$name.err") &
+        BG+=($!)
+        echo $! >"$dir/$name.pid"
+        local writer
+        exec {writer}>"$dir/$name.in"
+        fd[$name]=$writer
+        if [[ -z $session ]]; then
+            local deadline=$((SECONDS + 30))
+            until session=$(awk '$2 == "session" { print $3; exit }' "$dir/$name.out" 2>/dev/null) && [[ -n $session ]]; do
+                ((SECONDS < deadline)) || { echo "FAIL  failover: no session from $name" >&2; [[ -z $retain ]] || failed=1; return; }
+                sleep 0.05
+            done
+        fi
+    done
+    # Everyone lists all four participants.
+    local deadline=$((SECONDS + 30)) all=0
+    while ((all < 4)); do
+        all=0
+        for name in "${names[@]}"; do
+            grep -qE ' participants (a1|a2|b1|b2)(,(a1|a2|b1|b2)){3}$' "$dir/$name.out" 2>/dev/null && all=$((all + 1))
+        done
+        if ((SECONDS >= deadline)); then
+            echo "FAIL  failover ${retain:-(retained)}: only $all of 4 saw everyone within 30 s; last lists:" >&2
+            [[ -z $retain ]] || failed=1
+            for name in "${names[@]}"; do
+                echo "  $name: $(grep ' participants ' "$dir/$name.out" | tail -n 1 | cut -d' ' -f3-)" >&2
+            done
+            break
+        fi
+        sleep 0.05
+    done
+    local joined=$EPOCHREALTIME
+    declare -a senders=()
+    for name in "${names[@]}"; do
+        (
+            i=0
+            while :; do
+                i=$((i + 1))
+                echo "!$name-$i" >&"${fd[$name]}"
+                echo "$EPOCHREALTIME $i" >>"$dir/$name.sent"
+                sleep 0.05
+            done
+        ) &
+        senders+=($!)
+        BG+=($!)
+    done
+    sleep 1
+    local killed=$EPOCHREALTIME
+    scripts/ejabberd-cluster.sh kill "$WORK/cluster" 1
+    sleep 4
+    kill -KILL "${senders[@]}" 2>/dev/null || true
+    wait "${senders[@]}" 2>/dev/null || true
+    sleep 2
+    local closing=$EPOCHREALTIME
+    for name in "${names[@]}"; do eval "exec ${fd[$name]}>&-"; done
+    for name in "${names[@]}"; do
+        local pid
+        pid=$(cat "$dir/$name.pid")
+        local deadline=$((SECONDS + 10))
+        while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.05; done
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+    awk -v r="${retain:-(retained, not counted)}" -v a="$joined" -v b="$killed" \
+        'BEGIN { printf "failover %s: all four listed everyone %.0f ms before node 1 was SIGKILLed (times below from the kill)\n", r, (b - a) * 1000 }' >&2
+    if ! python3 - "$dir" "$killed" "$closing" >&2 <<'EOF' && [[ -n $retain ]]; then failed=1; fi
+import sys, json, os, re
+d, killed, closing = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+names = ["a1", "a2", "b1", "b2"]
+ok = True
+sent = {n: [(float(t), int(i)) for t, i in (l.split() for l in open(f"{d}/{n}.sent"))] for n in names}
+for receiver in names:
+    got = {}
+    left = []
+    for line in open(f"{d}/{receiver}.out"):
+        t, _, rest = line.rstrip("\n").partition(" ")
+        m = re.match(r"message (\S+) (\{.*\})$", rest)
+        if m:
+            text = json.loads(m.group(2)).get("text", "")
+            s, _, i = text.rpartition("-")
+            got.setdefault(s, []).append((float(t), int(i)))
+        m = re.match(r"participants (.*)$", rest)
+        if m and killed < float(t) < closing:
+            at = f"+{(float(t) - killed) * 1000:.0f} ms"
+            present = set(m.group(1).split(","))
+            left.append(f"{at} {m.group(1)}")
+    for sender in names:
+        if sender == receiver:
+            continue
+        numbers = [i for _, i in got.get(sender, [])]
+        wanted = {i for _, i in sent[sender]}
+        missing = sorted(wanted - set(numbers))
+        dups = len(numbers) - len(set(numbers))
+        times = sorted(t for t, _ in got.get(sender, []))
+        gap, at = 0.0, 0.0
+        for x, y in zip(times, times[1:]):
+            if y - x > gap:
+                gap, at = y - x, x
+        after = [t for t in times if t > killed]
+        first = f"{(after[0] - killed) * 1000:.0f} ms" if after else "never"
+        line = (f"  {sender} -> {receiver}: sent {len(wanted)}, received {len(numbers)}, missing {len(missing)}"
+                f"{' ' + str(missing[:8]) if missing else ''}, duplicated {dups}, first after the kill {first}, "
+                f"longest silence {gap * 1000:.0f} ms from +{(at - killed) * 1000:.0f} ms")
+        print(line)
+        ok = ok and not missing and dups == 0
+    if left:
+        print(f"  {receiver} saw the participants change after the kill: {'; '.join(left)}")
+        ok = False
+for n in names:
+    err = [l.split(" ", 1)[1].strip() for l in open(f"{d}/{n}.err") if l.strip()]
+    if err:
+        print(f"  {n} stderr: " + " | ".join(err[:4]))
+print(f"  result: {'PASS' if ok else 'FAIL'}")
+sys.exit(0 if ok else 1)
+EOF
+}
+
+part=${2:-all}
+if [[ $part == all || $part == demos ]]; then demos; fi
+if [[ $part == all || $part == failover ]]; then
+    failover ""
+    failover --no-retain
+fi
+exit "$failed"
