@@ -213,6 +213,14 @@ final class SessionCore: Sendable {
             }
             let (now, retainAvailable) = (context.clock.milliseconds(), context.client.retainAvailable)
             apply { $0.onCatchUp(catchUp, from: sender, retainAvailable: retainAvailable, now: now) }
+            // Members known from a catch-up (where no member record is replayed) are owed what we send
+            // from now on, as members whose record we read are.
+            let members = machine.withLock { $0.members }
+            numbering.withLock { numbering in
+                for member in catchUp.members where member.participant != me && members[member.participant] == member.epoch {
+                    numbering.outbox.memberSeen(member.participant, epoch: member.epoch)
+                }
+            }
             return nil
         case "$end":
             guard machine.withLock({ $0.isMember(sender) }) else {
