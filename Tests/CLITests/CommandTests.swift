@@ -15,14 +15,24 @@ import Testing
         #expect(result.output.contains { $0.contains("joined late") })
     }
 
+    /// Whether the run judges absolute timings: not under a sanitizer (`GROUPSYNC_TIME_SCALE`), where
+    /// instrumented code runs several times slower. The playback demo's verdict holds its spreads to
+    /// fixed bounds (10 ms, 5 ms) that a user's machine keeps and an instrumented one need not.
+    static let judgesTimings = timeBound(.seconds(1)) == .seconds(1)
+
+    /// Whether a demo run passed, or — where timings are not judged — ran to its verdict.
+    static func demoSucceeded(_ result: (status: Int32, output: [String], errors: [String])) -> Bool {
+        result.status == 0 || (!judgesTimings && result.status == 1 && result.output.contains { $0.contains("result:") })
+    }
+
     /// Watching together on skewed clocks: the verdict prints the measured spreads and passes.
     @Test func playbackDemoStartsEveryoneTogether() async throws {
         let result = try await runCLI(["demo", "--playback"], timeout: .seconds(60))
-        #expect(result.status == 0, "\(result.errors)\n\(result.output.joined(separator: "\n"))")
+        #expect(Self.demoSucceeded(result), "\(result.errors)\n\(result.output.joined(separator: "\n"))")
         #expect(result.output.contains { $0.contains("start spread:") && $0.contains("play") && $0.contains("buffering over") })
         #expect(result.output.contains { $0.contains("position spread:") && $0.contains("p50") })
         #expect(result.output.contains { $0.contains("joined late; started") })
-        #expect(result.output.contains { $0.contains("result:") && $0.contains("PASS") })
+        #expect(result.output.contains { $0.contains("result:") && ($0.contains("PASS") || !Self.judgesTimings) })
         let help = try await runCLI(["help", "demo"])
         #expect(help.output.contains { $0.contains("--playback") })
 
@@ -50,7 +60,7 @@ import Testing
                 let result = try await runCLI(
                     ["demo", "--broker", a.url, "--broker", b.url, "--no-retain", "--participants", "4", "--group", group] + extra,
                     timeout: .seconds(60))
-                #expect(result.status == 0, "\(result.errors)\n\(result.output.joined(separator: "\n"))")
+                #expect(Self.demoSucceeded(result), "\(result.errors)\n\(result.output.joined(separator: "\n"))")
                 #expect(result.output.contains { $0.contains("participants spread across them") })
                 #expect(result.output.contains { $0.contains("ended the session") })
                 let probe = try MQTTClient(configuration: .init(url: b.url))
