@@ -157,15 +157,15 @@ import Testing
 
     /// Several brokers, by repeating `--broker` or in a comma list: a broker that is down is passed over.
     @Test func aListOfBrokersFromTheCommandLine() async throws {
-        let down = "mqtt://127.0.0.1:\(try FreePort.loopback())"
+        let closed = try ClosedPort()
         try await MosquittoBroker.withBroker { broker in
-            let down = broker.url(port: try FreePort.loopback())
+            let down = broker.url(port: closed.port)
             for arguments in [["--broker", down, "--broker", broker.url], ["--broker", "\(down),\(broker.url)"]] {
                 let result = try await runCLI(["sessions", "--json"] + arguments)
                 #expect(result.status == 0, "\(arguments): \(result.errors)")
             }
         }
-        let none = try await runCLI(["sessions", "--broker", down, "--broker", down])
+        let none = try await runCLI(["sessions", "--broker", closed.url, "--broker", closed.url])
         #expect(none.status == 3 && none.errors.count == 1, "\(none.errors)")
     }
 
