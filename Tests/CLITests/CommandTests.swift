@@ -135,8 +135,8 @@ import Testing
             let refused = try await runCLI(["sessions", "--broker", broker.url.replacingOccurrences(of: "://", with: "://alice:s3cret@")])
             #expect(refused.status == 3)
             #expect(refused.errors.joined().contains("alice:***@"))
-            let closed = try FreePort.loopback()
-            let unreachable = try await runCLI(["sessions", "--broker", "mqtt://alice:s3cret@127.0.0.1:\(closed)"])
+            let closed = try ClosedPort()
+            let unreachable = try await runCLI(["sessions", "--broker", "mqtt://alice:s3cret@127.0.0.1:\(closed.port)"])
             #expect(unreachable.status == 3)
             let invalid = try await runCLI(["sessions", "--broker", "mqtt://alice:s3cret@127.0.0.1:1883/x"])
             #expect(invalid.status == 2)
@@ -147,11 +147,11 @@ import Testing
     }
 
     @Test func anUnreachableBrokerIsOneReadableLine() async throws {
-        let port = try FreePort.loopback()
-        let result = try await runCLI(["sessions", "--broker", "mqtt://127.0.0.1:\(port)"])
+        let closed = try ClosedPort()
+        let result = try await runCLI(["sessions", "--broker", closed.url])
         #expect(result.status == 3)
         #expect(result.errors.count == 1)
-        #expect(result.errors.first?.contains("mqtt://127.0.0.1:\(port)") == true)
+        #expect(result.errors.first?.contains(closed.url) == true)
         #expect(result.errors.first?.contains("groupsync broker") == true)
     }
 

@@ -41,8 +41,6 @@ final class CLIProcess: Sendable {
     }
 
     var output: [String] { lines.lines }
-    /// Lines of stdout with the instant each was received.
-    var timedOutput: [(line: String, at: ContinuousClock.Instant)] { lines.timedLines }
     var errors: [String] { errorLines.lines }
     var pid: Int32 { child.pid }
     /// Whether the child has not exited yet.
@@ -117,14 +115,9 @@ func runCLI(
 
 /// Complete lines read from a pipe, safe from the pipe's reader thread and the test.
 final class LineBuffer: Sendable {
-    private let state = LockedValue<(lines: [String], arrivals: [ContinuousClock.Instant], pending: [UInt8], closed: Bool)>(
-        ([], [], [], false))
+    private let state = LockedValue<(lines: [String], pending: [UInt8], closed: Bool)>(([], [], false))
 
     var lines: [String] { state.withLock { $0.lines } }
-    /// The lines with when each was received (its newline, that is), for timing what a child prints.
-    var timedLines: [(line: String, at: ContinuousClock.Instant)] {
-        state.withLock { state in zip(state.lines, state.arrivals).map { ($0, $1) } }
-    }
     /// Whether the pipe reached end-of-file (the last line, even without a newline, is in `lines`).
     var isClosed: Bool { state.withLock { $0.closed } }
 
@@ -137,7 +130,6 @@ final class LineBuffer: Sendable {
         state.withLock { state in
             if !state.pending.isEmpty {
                 state.lines.append(String(decoding: state.pending, as: UTF8.self))
-                state.arrivals.append(.now)
                 state.pending = []
             }
             state.closed = true
@@ -145,13 +137,11 @@ final class LineBuffer: Sendable {
     }
 
     func append(_ chunk: [UInt8]) {
-        let now = ContinuousClock.now
         state.withLock { state in
             state.pending.append(contentsOf: chunk)
             var start = state.pending.startIndex
             while let newline = state.pending[start...].firstIndex(of: UInt8(ascii: "\n")) {
                 state.lines.append(String(decoding: state.pending[start..<newline], as: UTF8.self))
-                state.arrivals.append(now)
                 start = newline + 1
             }
             state.pending.removeSubrange(..<start)

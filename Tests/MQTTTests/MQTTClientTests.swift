@@ -219,8 +219,8 @@ import Testing
     }
 
     @Test(.needsOwnBroker("kills it")) func unreachableBrokerFailsFastAndDisconnectNeverHangs() async throws {
-        let port = try FreePort.loopback()
-        let client = try MQTTClient(configuration: .init(url: "mqtt://127.0.0.1:\(port)"))
+        let closed = try ClosedPort()
+        let client = try MQTTClient(configuration: .init(url: closed.url))
         await #expect(throws: MQTTError.self) { try await client.connect() }
         await client.disconnect()
         await client.disconnect()
