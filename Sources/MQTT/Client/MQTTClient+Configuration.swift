@@ -137,7 +137,7 @@ extension MQTTClient {
         /// credentials of the first (later ones may repeat them, not differ; a comma in a password is
         /// written `%2C`).
         public init(url: String, clientID: String = MQTTClient.Configuration.randomClientID(), tls: TLS? = nil) throws(MQTTError) {
-            let urls = url.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+            let urls = Configuration.urls(inList: url)
             try self.init(single: urls[0], clientID: clientID, tls: tls)
             for other in urls.dropFirst() {
                 let fallback = try Configuration(single: other, clientID: clientID, tls: tls)
@@ -177,12 +177,15 @@ extension MQTTClient {
             )
         }
 
+        /// The URLs of a comma-separated list, trimmed of spaces (an empty one stays, to be refused).
+        public static func urls(inList list: String) -> [String] {
+            list.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+        }
+
         /// `url` with its password, if any, replaced by `***`, for messages: no password ever appears in
         /// one.
         public static func redacted(_ url: String) -> String {
-            guard !url.contains(",") else {
-                return url.split(separator: ",", omittingEmptySubsequences: false).map { redacted(String($0)) }.joined(separator: ",")
-            }
+            guard !url.contains(",") else { return urls(inList: url).map(redacted).joined(separator: ",") }
             guard let scheme = url.range(of: "://"), let at = url[scheme.upperBound...].lastIndex(of: "@"),
                 let colon = url[scheme.upperBound..<at].firstIndex(of: ":")
             else { return url }

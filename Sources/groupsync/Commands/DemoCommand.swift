@@ -48,7 +48,7 @@ enum DemoCommand: Command {
         Signals.onInterrupt { interruption.fire() }
         var broker: MosquittoBroker?
         let urls: [String]
-        let given = args.allValues("broker").flatMap { $0.split(separator: ",").map(String.init) }
+        let given = args.allValues("broker").flatMap(MQTTClient.Configuration.urls(inList:))
         if !given.isEmpty {
             urls = given
         } else {
