@@ -40,3 +40,19 @@ extension MosquittoBroker {
         await sender.disconnect()
     }
 }
+
+extension MosquittoBroker {
+    /// Starts a broker and a second one bridged to it, waits for the bridge, runs `body` with
+    /// (first, bridged) and stops both, also when `body` throws.
+    public static func withBridgedBrokers<R>(
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: (_ first: MosquittoBroker, _ bridged: MosquittoBroker) async throws -> R
+    ) async throws -> R {
+        try await withBroker { first in
+            try await withBroker(.bridged(to: first.port)) { bridged in
+                try await bridged.waitForBridge(to: first)
+                return try await body(first, bridged)
+            }
+        }
+    }
+}

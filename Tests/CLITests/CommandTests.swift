@@ -53,24 +53,21 @@ import Testing
     /// records leave with its end.
     @Test(.needsOwnBroker("two bridged brokers"), arguments: [[], ["--playback"]])
     func theDemoSpreadsAcrossBrokersWithoutRetainedMessages(_ extra: [String]) async throws {
-        try await MosquittoBroker.withBroker { a in
-            try await MosquittoBroker.withBroker(.bridged(to: a.port)) { b in
-                try await b.waitForBridge(to: a)
-                let group = "spread-\(UInt32.random(in: 0...UInt32.max))"
-                let result = try await runCLI(
-                    ["demo", "--broker", a.url, "--broker", b.url, "--no-retain", "--participants", "4", "--group", group] + extra,
-                    timeout: .seconds(60))
-                #expect(Self.demoSucceeded(result), "\(result.errors)\n\(result.output.joined(separator: "\n"))")
-                #expect(result.output.contains { $0.contains("participants spread across them") })
-                #expect(result.output.contains { $0.contains("ended the session") })
-                let probe = try MQTTClient(configuration: .init(url: b.url))
-                try await probe.connect()
-                let retained = Collector(try await probe.subscribe(to: [TopicSubscription("groupsync/v2/\(group)/#")]))
-                try await probe.publish(to: "groupsync/v2/\(group)/marker", string: "m")
-                try await waitUntil("the marker") { retained.elements.contains { $0.topic.hasSuffix("/marker") } }
-                #expect(retained.elements.filter { !$0.topic.hasSuffix("/marker") }.isEmpty, "\(retained.elements.map(\.topic))")
-                await probe.disconnect()
-            }
+        try await MosquittoBroker.withBridgedBrokers { a, b in
+            let group = "spread-\(UInt32.random(in: 0...UInt32.max))"
+            let result = try await runCLI(
+                ["demo", "--broker", a.url, "--broker", b.url, "--no-retain", "--participants", "4", "--group", group] + extra,
+                timeout: .seconds(60))
+            #expect(Self.demoSucceeded(result), "\(result.errors)\n\(result.output.joined(separator: "\n"))")
+            #expect(result.output.contains { $0.contains("participants spread across them") })
+            #expect(result.output.contains { $0.contains("ended the session") })
+            let probe = try MQTTClient(configuration: .init(url: b.url))
+            try await probe.connect()
+            let retained = Collector(try await probe.subscribe(to: [TopicSubscription("groupsync/v2/\(group)/#")]))
+            try await probe.publish(to: "groupsync/v2/\(group)/marker", string: "m")
+            try await waitUntil("the marker") { retained.elements.contains { $0.topic.hasSuffix("/marker") } }
+            #expect(retained.elements.filter { !$0.topic.hasSuffix("/marker") }.isEmpty, "\(retained.elements.map(\.topic))")
+            await probe.disconnect()
         }
     }
 
