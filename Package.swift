@@ -17,6 +17,12 @@ let package = Package(
             pkgConfig: "libmosquitto",
             providers: [.apt(["libmosquitto-dev"]), .brew(["mosquitto"])]
         ),
+        // OpenSSL's libcrypto, for SHA-256 (the shared journal's content addresses): Debian's libssl-dev.
+        .systemLibrary(
+            name: "CCrypto",
+            pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"]), .brew(["openssl"])]
+        ),
         // A Swift 6 async MQTT client on top of libmosquitto, and (with `package` access) the repository's
         // one deadline helper, which every other target reaches through it.
         .target(name: "MQTT", dependencies: ["CMosquitto"]),
@@ -28,7 +34,7 @@ let package = Package(
         // Never a dependency of a shipped product.
         .target(name: "GroupSyncTestSupport", dependencies: ["BrokerSupport", "MQTT"]),
         // SharePlay-style group sessions over MQTT.
-        .target(name: "GroupSync", dependencies: ["MQTT"]),
+        .target(name: "GroupSync", dependencies: ["MQTT", "CCrypto"]),
         // The shipped tool: links BrokerSupport for `groupsync broker` and `demo`, never the test support.
         .executableTarget(name: "groupsync", dependencies: ["GroupSync", "MQTT", "BrokerSupport"]),
         .executableTarget(

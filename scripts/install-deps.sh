@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what GroupSync needs from Debian/Ubuntu packages, only when something is missing:
-# the mosquitto broker, its command-line clients, libmosquitto's headers (and openssl for the TLS tests,
+# the mosquitto broker, its command-line clients, libmosquitto's and libcrypto's headers (and openssl for the TLS tests,
 # paho-mqtt for the Python participant of the interoperability tests, docs/interop/participant.py).
 set -euo pipefail
 
@@ -8,6 +8,7 @@ missing=()
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
 command -v mosquitto_sub >/dev/null 2>&1 || missing+=(mosquitto-clients)
 pkg-config --exists libmosquitto 2>/dev/null || missing+=(libmosquitto-dev pkg-config)
+pkg-config --exists libcrypto 2>/dev/null || missing+=(libssl-dev pkg-config)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 /usr/bin/python3 -c 'import paho.mqtt' >/dev/null 2>&1 || missing+=(python3-paho-mqtt)
 

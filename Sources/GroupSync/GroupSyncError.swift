@@ -25,6 +25,23 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
     /// Playback has no group clock yet: no participant serving it has answered since the session was
     /// joined. Try again in a moment.
     case noGroupClock
+    /// A journal operation would exceed one of the journal's limits, named in the case; remove attachments
+    /// or raise the limit in ``GroupSessionJournal/Configuration``.
+    case journalLimitExceeded(JournalLimit)
+    /// Only an attachment's owner can remove it (the broker's ACL enforces it too).
+    case notAttachmentOwner(owner: String)
+    /// A load made no progress for the journal's `stallTimeout`: the broker no longer has the chunk and
+    /// nobody who owns it republished it (its owner left and its records expired, or the broker lost them
+    /// while the owner was away). Load it again once its owner is back.
+    case attachmentUnavailable(sha256: String, chunk: Int)
+    /// The loaded bytes' SHA-256 is not the attachment's, although every chunk matched its digest: the
+    /// owner's record is inconsistent. Nothing was returned.
+    case attachmentCorrupted(sha256: String)
+    /// The journal keeps its bytes as retained messages, which this broker (or this coordinator's
+    /// configuration) does not have. Use a broker with retained messages for sessions with a journal.
+    case journalNeedsRetainedMessages
+    /// A file could not be read or written; the message says which and why.
+    case file(String)
 
     public var description: String {
         switch self {
@@ -50,6 +67,20 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
             return "invalid argument: \(detail)"
         case .noGroupClock:
             return "the group clock is not synchronized yet (no participant serving it has answered); try again in a moment"
+        case let .journalLimitExceeded(limit):
+            return "journal limit exceeded: \(limit)"
+        case let .notAttachmentOwner(owner):
+            return "only the attachment's owner (\(owner)) can remove it"
+        case let .attachmentUnavailable(sha256, chunk):
+            return
+                "attachment \(sha256.prefix(12)) is unavailable: chunk \(chunk) did not arrive (its owner is away and the broker no longer has it); load it again once its owner is back"
+        case let .attachmentCorrupted(sha256):
+            return
+                "attachment \(sha256.prefix(12)) did not verify: its content's SHA-256 differs from its record; ask its owner to add it again"
+        case .journalNeedsRetainedMessages:
+            return "the journal needs a broker with retained messages (this one has none, or retainedMessages is off)"
+        case let .file(detail):
+            return "file error: \(detail)"
         }
     }
 }

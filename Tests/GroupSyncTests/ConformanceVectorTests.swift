@@ -98,6 +98,8 @@ import Testing
             return record(Wire.Member.self) { $0.matches(participant: participant) ? nil : "identity-mismatch" }
         case let .state(_, key, writer):
             return record(Wire.StateRecord.self) { $0.matches(key: key, writer: writer) ? nil : "identity-mismatch" }
+        case let .journal(_, attachment, owner):
+            return record(Wire.JournalRecord.self) { $0.matches(attachment: attachment, owner: owner) ? nil : "identity-mismatch" }
         case .broadcast, .direct:
             do throws(Wire.Rejection) {
                 let envelope = try Wire.readEnvelope(payload)

@@ -167,7 +167,8 @@ struct OwnedRetained {
         return due.sorted { $0.topic < $1.topic }
     }
 
-    /// Every live record, presence first, then announcement copies, member records and state records.
+    /// Every live record, presence first, then announcement copies, member records, state and journal
+    /// records, and attachments' chunks last (the bulk: what a newcomer needs first goes before it).
     mutating func inRepublishOrder(now: ContinuousClock.Instant) -> [(topic: String, record: Record)] {
         records = records.filter { !$0.value.isOver(at: now) }
         return records.map { ($0.key, $0.value) }.sorted {
@@ -179,6 +180,7 @@ struct OwnedRetained {
         if topic.contains("/presence/") { return 0 }
         if topic.contains("/session/") { return 1 }
         if topic.contains("/member/") { return 2 }
+        if topic.hasPrefix(GroupTopics.chunkProtocolRoot + "/") { return 4 }
         return 3
     }
 }

@@ -97,6 +97,7 @@ extension SessionCore {
         // Someone who never joined has not read the session's member and state records: the broker shows them.
         let stored = isJoined ? [] : await storedRecords()
         let (members, stateTopics, announcers) = machine.withLock { (Array($0.members.keys), $0.stateTopics, $0.announcers) }
+        let journalTopics = journal.withLock { $0.storedTopics(topics, session: id) }
         if isJoined {
             // Tell joined participants who ended it, before the announcement disappears.
             _ = try? await sendControl(.end, JSONValue.null, to: nil)
@@ -114,6 +115,8 @@ extension SessionCore {
             .union(stateTopics)
             .union(announcers.filter { $0 != me }.map { topics.announcement(id, by: $0) })
             .union(context.retained.topics(under: sessionPrefix))
+            .union(context.retained.topics(under: topics.chunkPrefix(id)))
+            .union(journalTopics)
             .union(stored)
         var clearedAll = true
         for topic in records.sorted() where await !context.retained.clear(topic) { clearedAll = false }
@@ -123,17 +126,26 @@ extension SessionCore {
     }
 
     /// The topics of the session's records the broker stores (non-empty retained messages), read from
-    /// the replay of a short subscription; none if the broker cannot be asked. The broker sends a
-    /// subscription's retained messages right after its SUBACK and handles packets in order, so once the
-    /// SUBACK of a second subscription is back, the replay of the first is in.
+    /// the replay of a short subscription, with the chunk topics its journal records name; none if the
+    /// broker cannot be asked. The broker sends a subscription's retained messages right after its SUBACK
+    /// and handles packets in order, so once the SUBACK of a second subscription is back, the replay of
+    /// the first is in.
     private func storedRecords() async -> Set<String> {
         let found = LockedValue<Set<String>>([])
-        let client = context.client
+        let (client, topics, session) = (context.client, topics, id)
         guard
             let replay = try? await client.subscribe(
                 to: [TopicSubscription(sessionPrefix + "#")],
                 handler: { message in
-                    if message.retain && !message.payload.isEmpty { found.withLock { _ = $0.insert(message.topic) } }
+                    guard message.retain && !message.payload.isEmpty else { return }
+                    var stored = [message.topic]
+                    if case let .journal(_, attachment, owner) = topics.parse(message.topic),
+                        let record = Wire.decode(Wire.JournalRecord.self, from: message.payload),
+                        record.matches(attachment: attachment, owner: owner)
+                    {
+                        stored = JournalStateMachine.topics(of: record, topics, session: session)
+                    }
+                    found.withLock { $0.formUnion(stored) }
                 })
         else { return [] }
         let barrier = try? await client.subscribe(to: [TopicSubscription(sessionPrefix + "end")], handler: { _ in })
@@ -159,8 +171,11 @@ extension SessionCore {
     private func clearOwnRecords() {
         let stateTopics = machine.withLock { $0.stateTopics }
         context.report(self, .ended)
-        let owned = Set(context.retained.topics(under: sessionPrefix) + [topics.member(id, me), ownCopyTopic])
-            .union(stateTopics.filter { $0.hasSuffix("/\(me)") })
+        let owned = Set(
+            context.retained.topics(under: sessionPrefix) + context.retained.topics(under: topics.chunkPrefix(id))
+                + [topics.member(id, me), ownCopyTopic]
+        )
+        .union(stateTopics.filter { $0.hasSuffix("/\(me)") })
         let retained = context.retained
         for topic in owned { retained.disown(topic) }
         context.tasks.spawn {
@@ -168,10 +183,11 @@ extension SessionCore {
         }
     }
 
-    /// Stops refreshing our copy of the announcement and our state records: they expire with the session
-    /// unless others keep it.
+    /// Stops refreshing our copy of the announcement, our state records and our attachments: they expire
+    /// with the session unless others keep it.
     private func releaseOwnRecords() {
-        for topic in context.retained.topics(under: sessionPrefix) + [ownCopyTopic] { context.retained.release(topic) }
+        let owned = context.retained.topics(under: sessionPrefix) + context.retained.topics(under: topics.chunkPrefix(id))
+        for topic in owned + [ownCopyTopic] { context.retained.release(topic) }
     }
 
     /// Marks the session over locally: its sequences end, its topics are no longer read, and it no
@@ -184,6 +200,7 @@ extension SessionCore {
             return machine.invalidate(reason)
         }
         guard !was.isInvalidated else { return false }
+        journal.withLock { $0.end() }.finishAll()
         stopReading()
         context.report(self, .invalidated(wasJoined: was == .joined))
         return true

@@ -20,6 +20,10 @@ final class SessionCore: Sendable {
     let clockService = LockedValue<ClockService?>(nil)
     /// The session's playback coordinator, once made (until the session is over).
     let playback = LockedValue<PlaybackCoordinator?>(nil)
+    /// The session's journal records, read while joined.
+    let journal = LockedValue(JournalStateMachine())
+    /// The session's journal, once made.
+    let journalView = LockedValue<GroupSessionJournal?>(nil)
 
     /// What the session's clock messages go to.
     struct ClockService: Sendable {
@@ -168,6 +172,14 @@ final class SessionCore: Sendable {
                 apply {
                     $0.onState(record, key: key, writer: writer, topic: message.topic, now: now, holdingValues: true)
                 }.catchUpTo
+        case let .journal(session, attachment, owner) where session == id:
+            let accepted = journal.withLock { journal in
+                let before = journal.rejected
+                journal.onRecord(message.payload, sha256: attachment, owner: owner)
+                return journal.rejected == before
+            }
+            if !accepted { reject() }
+            return
         case let .broadcast(session, sender) where session == id:
             catchUpTo = inbound(message.payload, from: sender, direct: false)
         case let .direct(session, recipient, sender) where session == id && recipient == me:

@@ -3,8 +3,12 @@ import Foundation
 /// The topic layout of protocol version 2 for one group (see docs/PROTOCOL.md). Every topic ends with
 /// the participant that publishes on it, so that a broker ACL (`pattern … %u`) makes identities
 /// unforgeable, and no topic has more than 8 levels.
+///
+/// The bytes of journal attachments live apart, under `groupsync/v2-chunks/<group>`, so that a reader of
+/// the group's tree (`groupsync/v2/<group>/#`: dashboards, `groupsync watch`) never receives them.
 public struct GroupTopics: Sendable, Hashable {
     public static let protocolRoot = "groupsync/v2"
+    public static let chunkProtocolRoot = "groupsync/v2-chunks"
 
     public let group: String
     /// `groupsync/v2/<group>`
@@ -13,7 +17,11 @@ public struct GroupTopics: Sendable, Hashable {
     public init(group: String) {
         self.group = group
         self.root = "\(GroupTopics.protocolRoot)/\(group)"
+        self.chunkRoot = "\(GroupTopics.chunkProtocolRoot)/\(group)"
     }
+
+    /// `groupsync/v2-chunks/<group>`
+    public let chunkRoot: String
 
     public func presence(_ participant: String) -> String { "\(root)/presence/\(participant)" }
     public var presenceFilter: String { "\(root)/presence/+" }
@@ -27,16 +35,26 @@ public struct GroupTopics: Sendable, Hashable {
     public func welcomeFilter(for recipient: String) -> String { "\(root)/welcome/\(recipient)/+" }
     public func member(_ session: String, _ participant: String) -> String { "\(root)/s/\(session)/member/\(participant)" }
     public func state(_ session: String, key: String, writer: String) -> String { "\(root)/s/\(session)/state/\(key)/\(writer)" }
+    /// `owner`'s journal record of the attachment whose SHA-256 is `attachment`.
+    public func journal(_ session: String, attachment: String, owner: String) -> String {
+        "\(root)/s/\(session)/journal/\(attachment)/\(owner)"
+    }
+    /// Chunk `index` (from 0) of `owner`'s attachment `attachment`: its bytes, exactly.
+    public func chunk(_ session: String, attachment: String, index: Int, owner: String) -> String {
+        "\(chunkRoot)/\(session)/\(attachment).\(index)/\(owner)"
+    }
+    /// `groupsync/v2-chunks/<group>/<session>/`: every chunk topic of the session starts with it.
+    public func chunkPrefix(_ session: String) -> String { "\(chunkRoot)/\(session)/" }
     public func broadcast(_ session: String, from sender: String) -> String { "\(root)/s/\(session)/all/\(sender)" }
     public func direct(_ session: String, to recipient: String, from sender: String) -> String {
         "\(root)/s/\(session)/to/\(recipient)/\(sender)"
     }
 
-    /// The filters a joined participant subscribes to for `session`: members, state, broadcasts, and the
-    /// direct messages addressed to `participant` only.
+    /// The filters a joined participant subscribes to for `session`: members, state, journal records,
+    /// broadcasts, and the direct messages addressed to `participant` only.
     public func sessionFilters(_ session: String, participant: String) -> (shared: [String], broadcast: String) {
         let base = "\(root)/s/\(session)"
-        return (["\(base)/member/+", "\(base)/state/+/+", "\(base)/to/\(participant)/+"], "\(base)/all/+")
+        return (["\(base)/member/+", "\(base)/state/+/+", "\(base)/journal/+/+", "\(base)/to/\(participant)/+"], "\(base)/all/+")
     }
 
     /// What a topic of this group is.
@@ -47,6 +65,7 @@ public struct GroupTopics: Sendable, Hashable {
         case welcome(recipient: String, sender: String)
         case member(session: String, participant: String)
         case state(session: String, key: String, writer: String)
+        case journal(session: String, attachment: String, owner: String)
         case broadcast(session: String, sender: String)
         case direct(session: String, recipient: String, sender: String)
     }
@@ -94,6 +113,8 @@ public struct GroupTopics: Sendable, Hashable {
                 return .broadcast(session: string(1), sender: string(3))
             case 5 where level(0, is: "s") && level(2, is: "state"):
                 return .state(session: string(1), key: string(3), writer: string(4))
+            case 5 where level(0, is: "s") && level(2, is: "journal"):
+                return .journal(session: string(1), attachment: string(3), owner: string(4))
             case 5 where level(0, is: "s") && level(2, is: "to"):
                 return .direct(session: string(1), recipient: string(3), sender: string(4))
             default:

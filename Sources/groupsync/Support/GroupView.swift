@@ -132,6 +132,20 @@ struct GroupView {
                 kind: "state", session: id, participant: writer,
                 text: "\(writer) set \(key) = \(json(record.value)) in \(id) (clock \(record.clock))",
                 fields: ["key": key, "value": jsonObject(record.value), "clock": record.clock.description])
+        case let .journal(id, attachment, owner):
+            if payload.isEmpty {
+                return Event(
+                    kind: "detach", session: id, participant: owner,
+                    text: "\(owner) removed attachment \(attachment.prefix(12)) from \(id)",
+                    fields: ["sha256": attachment])
+            }
+            guard let record = Wire.decode(Wire.JournalRecord.self, from: payload), record.sha256 == attachment else {
+                return invalid(message)
+            }
+            return Event(
+                kind: "attach", session: id, participant: owner,
+                text: "\(owner) attached \(record.name) (\(record.size) bytes, \(record.type), \(record.chunks.count) chunks) to \(id)",
+                fields: ["sha256": attachment, "name": record.name, "size": record.size, "type": record.type])
         case let .broadcast(id, sender):
             return messageEvent(message, session: id, sender: sender, recipient: nil)
         case let .direct(id, recipient, sender):

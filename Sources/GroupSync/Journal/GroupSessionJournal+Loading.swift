@@ -1,0 +1,195 @@
+import Foundation
+import MQTT
+
+extension GroupSessionJournal {
+    /// Loads `attachment` into memory and returns its bytes, verified: each chunk against its digest as it
+    /// arrives (a corrupted or forged one is fetched again), the whole against its SHA-256.
+    ///
+    /// `progress` is called on the loading task (never on the network thread) at the start, after each
+    /// verified chunk and after each rejected one. A load survives reconnects and broker restarts: it goes on where it was, with
+    /// nothing lost or handed over twice. It fails with ``GroupSyncError/attachmentUnavailable(sha256:chunk:)``
+    /// after ``Configuration/stallTimeout`` without a chunk, ``GroupSyncError/sessionInvalidated`` when the
+    /// session is over for us, and ``GroupSyncError/cancelled`` when its task is cancelled.
+    public func load(
+        _ attachment: JournalAttachment, progress: (@Sendable (JournalLoadProgress) -> Void)? = nil
+    ) async throws(GroupSyncError) -> Data {
+        var bytes = Data(capacity: attachment.size)
+        try await transfer(attachment, progress: progress) { chunk throws(GroupSyncError) in bytes.append(chunk) }
+        return bytes
+    }
+
+    /// Loads `attachment` into the file at `file`, streaming: at most ``Configuration/window`` chunks are
+    /// held in memory, whatever the attachment's size. The bytes go to `<file>.partial` first, which
+    /// replaces `file` once verified, so `file` never holds unverified bytes; a failed load removes it.
+    /// Otherwise as ``load(_:progress:)``.
+    public func load(
+        _ attachment: JournalAttachment, to file: URL, progress: (@Sendable (JournalLoadProgress) -> Void)? = nil
+    ) async throws(GroupSyncError) {
+        let partial = file.appendingPathExtension("partial")
+        let manager = FileManager.default
+        guard manager.createFile(atPath: partial.path, contents: nil), let handle = try? FileHandle(forWritingTo: partial) else {
+            throw .file("cannot create \(partial.path)")
+        }
+        do throws(GroupSyncError) {
+            try await transfer(attachment, progress: progress) { chunk throws(GroupSyncError) in
+                do {
+                    try handle.write(contentsOf: chunk)
+                } catch {
+                    throw .file("cannot write \(partial.path): \(error.localizedDescription)")
+                }
+            }
+            try? handle.close()
+            // rename(2) replaces an existing file atomically.
+            guard rename(partial.path, file.path) == 0 else {
+                throw GroupSyncError.file("cannot move \(partial.path) to \(file.path): \(String(cString: strerror(errno)))")
+            }
+        } catch {
+            try? handle.close()
+            try? manager.removeItem(at: partial)
+            throw error
+        }
+    }
+
+    /// What the load's loop reacts to.
+    private enum Event: Sendable {
+        /// A message on chunk `index`'s topic, for the request `request`.
+        case chunk(index: Int, request: Int, Data)
+        /// The broker acknowledged request `request` for chunk `index`.
+        case subscribed(index: Int, request: Int, MessageHandlerSubscription)
+        case retryDue(index: Int)
+        case tick
+        case cancelled
+    }
+
+    /// The load's loop: requests chunks by subscribing to their retained topics, a window at a time, as
+    /// ``TransferStateMachine`` says; verifies them; hands them to `deliver` in order.
+    private func transfer(
+        _ attachment: JournalAttachment, progress: (@Sendable (JournalLoadProgress) -> Void)?,
+        deliver: (Data) throws(GroupSyncError) -> Void
+    ) async throws(GroupSyncError) {
+        let client = core.context.client
+        guard client.retainAvailable else { throw .journalNeedsRetainedMessages }
+        guard !core.isInvalidated else { throw .sessionInvalidated }
+        guard attachment.size <= configuration.maximumAttachmentSize else {
+            throw .journalLimitExceeded(.attachmentSize(size: attachment.size, limit: configuration.maximumAttachmentSize))
+        }
+        guard configuration.window > 0 else { throw .invalidArgument("window must be positive") }
+        let record = attachment.record
+        let (clock, topics, session) = (core.context.clock, core.topics, core.id)
+        var machine = TransferStateMachine(
+            .init(
+                chunkCount: record.chunks.count, window: configuration.window,
+                stallTimeout: configuration.stallTimeout.components.seconds * 1_000
+                    + configuration.stallTimeout.components.attoseconds / 1_000_000_000_000_000),
+            now: clock.milliseconds())
+        let whole = SHA256()
+        func report() {
+            let done = min(machine.completedChunks * Int(record.chunkSize), attachment.size)
+            progress?(JournalLoadProgress(completedBytes: done, totalBytes: attachment.size, rejectedChunks: machine.rejected))
+        }
+
+        let (events, continuation) = AsyncStream.makeStream(of: Event.self)
+        // Request bookkeeping: each subscription is a request with its own number, so that a late
+        // acknowledgement of a request already given up is unsubscribed at once.
+        var current: [Int: Int] = [:]  // chunk → its live request
+        var subscriptions: [Int: MessageHandlerSubscription] = [:]  // request → subscription
+        var nextRequest = 0
+        let failure: GroupSyncError? = await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .milliseconds(250))
+                    continuation.yield(.tick)
+                }
+            }
+            func perform(_ action: TransferStateMachine.Action) throws(GroupSyncError) {
+                for index in action.unsubscribe {
+                    if let request = current.removeValue(forKey: index) { subscriptions.removeValue(forKey: request)?.unsubscribe() }
+                }
+                for chunk in action.deliver {
+                    whole.update(chunk)
+                    try deliver(chunk)
+                }
+                for index in action.subscribe {
+                    nextRequest += 1
+                    let request = nextRequest
+                    current[index] = request
+                    let topic = topics.chunk(session, attachment: record.sha256, index: index, owner: record.added.participant)
+                    group.addTask {
+                        guard
+                            let subscription = try? await client.subscribe(
+                                to: [TopicSubscription(topic, qos: .atLeastOnce)],
+                                handler: { message in
+                                    // A cleared chunk (the session ended, the owner removed it) is no chunk.
+                                    if !message.payload.isEmpty {
+                                        continuation.yield(.chunk(index: index, request: request, message.payload))
+                                    }
+                                })
+                        else { return }
+                        if case .terminated = continuation.yield(.subscribed(index: index, request: request, subscription)) {
+                            subscription.unsubscribe()
+                        }
+                    }
+                }
+                if let (index, delay) = action.retry {
+                    group.addTask {
+                        try? await Task.sleep(for: delay)
+                        continuation.yield(.retryDue(index: index))
+                    }
+                }
+                if !action.deliver.isEmpty || action.retry != nil { report() }
+                if let missing = action.failedAt { throw .attachmentUnavailable(sha256: record.sha256, chunk: missing) }
+            }
+
+            var failure: GroupSyncError?
+            report()
+            do throws(GroupSyncError) {
+                var action = machine.start()
+                try perform(action)
+                loop: while !action.done {
+                    guard
+                        let event = await withTaskCancellationHandler(
+                            operation: { await events.first { _ in true } },
+                            onCancel: { continuation.yield(.cancelled) })
+                    else { break }
+                    switch event {
+                    case let .chunk(index, _, data):
+                        let verified = index < record.chunks.count && SHA256.hex(data) == record.chunks[index]
+                        action = machine.onChunk(index, data, verified: verified, now: clock.milliseconds())
+                    case let .subscribed(index, request, subscription):
+                        if current[index] == request {
+                            subscriptions[request] = subscription
+                        } else {
+                            subscription.unsubscribe()
+                        }
+                        continue loop
+                    case let .retryDue(index):
+                        action = machine.onRetryDue(index)
+                    case .tick:
+                        if core.isInvalidated {
+                            try perform(machine.cancel())
+                            throw .sessionInvalidated
+                        }
+                        action = machine.onTick(now: clock.milliseconds())
+                    case .cancelled:
+                        try perform(machine.cancel())
+                        throw .cancelled
+                    }
+                    try perform(action)
+                }
+            } catch {
+                failure = error
+            }
+            // Every request ends: those acknowledged now, those still on their way as their
+            // acknowledgement comes (the stream is finished, so their yield is refused).
+            for subscription in subscriptions.values { subscription.unsubscribe() }
+            continuation.finish()
+            group.cancelAll()
+            for await event in events {
+                if case let .subscribed(_, _, subscription) = event { subscription.unsubscribe() }
+            }
+            return failure
+        }
+        if let failure { throw failure }
+        guard whole.finalize() == record.sha256 else { throw .attachmentCorrupted(sha256: record.sha256) }
+    }
+}

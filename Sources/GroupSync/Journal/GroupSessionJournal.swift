@@ -1,0 +1,153 @@
+import Foundation
+import MQTT
+
+/// Files and images shared with the whole session (the counterpart of GroupActivities'
+/// `GroupSessionJournal`): a participant adds an attachment, and every participant — late joiners
+/// included, after the owner left or crashed — sees it in ``attachments`` and can load it.
+///
+/// Get it from ``GroupSession/journal(configuration:)``.
+///
+/// - Where the bytes live: on the broker, as retained messages, in chunks of at most
+///   ``Configuration/chunkSize`` bytes, next to the owner's journal record (name, media type, size, the
+///   SHA-256 of the whole and of each chunk). So an attachment can be loaded while nobody who has it is
+///   online, at the cost of broker memory (bounded by ``Configuration/maximumSessionSize``).
+/// - Integrity: every chunk is checked against its digest as it arrives (a corrupted or forged one is
+///   rejected and fetched again), and the whole against its SHA-256 before a load returns.
+/// - Lifetime: an attachment lives as long as the owner's state records — refreshed while the owner is in
+///   the session, expiring a session TTL after it left — and ends with the session: ``GroupSession/end()``
+///   removes it from the broker. Only its owner can ``remove(_:)`` it.
+/// - Needs a broker with retained messages: on one without (or with the coordinator's `retainedMessages`
+///   off), adding and loading throw ``GroupSyncError/journalNeedsRetainedMessages``.
+public final class GroupSessionJournal: Sendable {
+    public let configuration: Configuration
+    let core: SessionCore
+
+    init(core: SessionCore, configuration: Configuration) {
+        self.core = core
+        self.configuration = configuration
+    }
+
+    // MARK: - Reading
+
+    /// The attachments now, in the order they were added (empty before `join()`).
+    public var currentAttachments: [JournalAttachment] { core.journal.withLock { $0.attachments } }
+
+    /// The current list of attachments first, then the list after every change (an attachment added or
+    /// removed by anyone, this participant included), in order. A slow consumer skips to the newest list.
+    /// Ends when the session is invalidated.
+    public var attachments: GroupUpdates<[JournalAttachment]> {
+        let inbox = Inbox<[JournalAttachment]>(keepingNewest: 1)
+        let (id, action) = core.journal.withLock { $0.addListener(inbox) }
+        action.finishAll()
+        if let id { inbox.onTermination { [core] in core.journal.withLock { $0.removeListener(id) } } }
+        return GroupUpdates(inbox)
+    }
+
+    // MARK: - Adding and removing
+
+    /// Adds `data` to the journal and returns once the broker holds all of it: every chunk, then the
+    /// record that makes it visible to everyone. Throws ``GroupSyncError/notJoined`` before `join()`, and
+    /// ``GroupSyncError/journalLimitExceeded(_:)`` naming the limit an attachment this size would exceed.
+    /// Adding the same bytes again replaces the attachment's name, media type and metadata. Cancelling
+    /// the task stops sending; chunks already sent expire with the session.
+    public func add(
+        _ data: Data, name: String, mediaType: String = "application/octet-stream", metadata: [String: String] = [:]
+    ) async throws(GroupSyncError) -> JournalAttachment {
+        guard core.isJoined else { throw core.isInvalidated ? .sessionInvalidated : .notJoined }
+        let client = core.context.client
+        guard client.retainAvailable else { throw .journalNeedsRetainedMessages }
+        guard configuration.chunkSize > 0, configuration.window > 0 else {
+            throw .invalidArgument("chunkSize and window must be positive")
+        }
+        let chunkSize = min(configuration.chunkSize, client.maximumPacketSize.map { $0 - Wire.envelopeAllowance } ?? .max)
+        let sha256 = SHA256.hex(data)
+        let (me, session, topics) = (core.me, core.id, core.topics)
+        try core.journal.withLock { journal throws(GroupSyncError) in
+            try journal.check(adding: data.count, sha256: sha256, owner: me, limits: configuration)
+        }
+        let ranges = stride(from: 0, to: data.count, by: chunkSize).map { $0..<min($0 + chunkSize, data.count) }
+        let base = data.startIndex
+        let chunks = ranges.map { data[(base + $0.lowerBound)..<(base + $0.upperBound)] }
+        let added = core.context.hlc.withLock { $0.tick(now: core.context.clock.milliseconds()) }
+        let record = Wire.JournalRecord(
+            sha256: sha256, name: name, type: mediaType, size: Int64(data.count), chunkSize: Int64(chunkSize),
+            chunks: chunks.map(SHA256.hex), added: added, metadata: metadata.isEmpty ? nil : metadata)
+        let payload = try Wire.encode(record)
+        if let limit = client.maximumPacketSize.map({ $0 - Wire.envelopeAllowance }), payload.count > limit {
+            throw .journalLimitExceeded(.recordSize(size: payload.count, limit: limit))
+        }
+        let lifetime = core.lifetime
+        // Chunks first, at most `window` unacknowledged at a time; the record once the broker holds them
+        // all, so that whoever sees the record finds every chunk.
+        var unacknowledged: [MQTTClient.PublishTicket] = []
+        defer { for ticket in unacknowledged { client.detach(ticket) } }
+        for (index, chunk) in chunks.enumerated() {
+            if Task.isCancelled { throw .cancelled }
+            let topic = topics.chunk(session, attachment: sha256, index: index, owner: me)
+            unacknowledged.append(try core.context.retained.enqueue(topic, Data(chunk), lifetime: lifetime))
+            if unacknowledged.count >= configuration.window {
+                try await acknowledge(unacknowledged.removeFirst())
+            }
+        }
+        while !unacknowledged.isEmpty { try await acknowledge(unacknowledged.removeFirst()) }
+        try await core.context.retained.publish(topics.journal(session, attachment: sha256, owner: me), payload, lifetime: lifetime)
+        core.journal.withLock { $0.onRecord(payload, sha256: sha256, owner: me) }
+        return JournalAttachment(record: record)
+    }
+
+    /// Adds the file at `file`, memory-mapped rather than read (the bytes stay on disk until sent), named
+    /// by its last path component unless `name` is given. See ``add(_:name:mediaType:metadata:)``.
+    public func add(
+        contentsOf file: URL, name: String? = nil, mediaType: String = "application/octet-stream", metadata: [String: String] = [:]
+    ) async throws(GroupSyncError) -> JournalAttachment {
+        let data: Data
+        do {
+            data = try Data(contentsOf: file, options: .alwaysMapped)
+        } catch {
+            throw .file("cannot read \(file.path): \(error.localizedDescription)")
+        }
+        return try await add(data, name: name ?? file.lastPathComponent, mediaType: mediaType, metadata: metadata)
+    }
+
+    /// Removes one of this participant's attachments for everyone: its record, then its chunks, are
+    /// cleared from the broker. Throws ``GroupSyncError/notAttachmentOwner(owner:)`` for someone else's
+    /// (the example ACL refuses that on the broker too). Loads of it in progress elsewhere fail once the
+    /// chunks they still need are gone.
+    public func remove(_ attachment: JournalAttachment) async throws(GroupSyncError) {
+        guard attachment.owner == core.context.me else { throw .notAttachmentOwner(owner: attachment.owner.id) }
+        guard !core.isInvalidated else { throw .sessionInvalidated }
+        let recordTopic = core.topics.journal(core.id, attachment: attachment.sha256, owner: attachment.owner.id)
+        core.context.retained.disown(recordTopic)
+        do {
+            try await core.context.client.publish(to: recordTopic, payload: Data(), qos: .atLeastOnce, retain: true)
+        } catch {
+            throw .connection(error)
+        }
+        core.journal.withLock { $0.onRecord(Data(), sha256: attachment.sha256, owner: attachment.owner.id) }
+        for topic in JournalStateMachine.topics(of: attachment.record, core.topics, session: core.id).dropFirst() {
+            await core.context.retained.clear(topic)
+        }
+    }
+
+    private func acknowledge(_ ticket: MQTTClient.PublishTicket) async throws(GroupSyncError) {
+        do {
+            _ = try await core.context.client.acknowledgement(of: ticket)
+        } catch {
+            throw .connection(error)
+        }
+    }
+}
+
+extension GroupSession {
+    /// The session's journal, made at the first call with `configuration` (later calls return the same
+    /// one, whatever their configuration). It may be made before or after `join()`; it lists attachments
+    /// once joined.
+    public func journal(configuration: GroupSessionJournal.Configuration = .init()) -> GroupSessionJournal {
+        core.journalView.withLock { existing in
+            if let existing { return existing }
+            let made = GroupSessionJournal(core: core, configuration: configuration)
+            existing = made
+            return made
+        }
+    }
+}

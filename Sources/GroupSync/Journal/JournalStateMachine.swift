@@ -1,0 +1,118 @@
+import Foundation
+import MQTT
+
+/// The journal of one session as this participant knows it: every attachment's record, from the journal
+/// topics' retained and live messages, and the sequences that follow the list. Pure logic: the session
+/// feeds it the records it reads, ``GroupSessionJournal`` what it adds and removes.
+struct JournalStateMachine {
+    enum State {
+        /// Following the session's journal topics.
+        case following(attachments: [JournalAttachment.ID: JournalAttachment])
+        /// The session is over for us: the list is empty and every sequence has ended.
+        case over
+    }
+
+    /// What the caller does after an input, outside the lock: nothing, or hand the new list to the
+    /// sequences (under the lock, in order) and finish the ended ones (outside it).
+    struct Action {
+        var finished: [Inbox<[JournalAttachment]>] = []
+        func finishAll() { for inbox in finished { inbox.finish() } }
+    }
+
+    private(set) var state = State.following(attachments: [:])
+    private var listeners = ListenerRegistry<Inbox<[JournalAttachment]>>()
+    /// Journal records rejected: malformed, inconsistent, or not matching their topic.
+    private(set) var rejected = 0
+
+    /// The attachments, in the order they were added (by their `added` clock).
+    var attachments: [JournalAttachment] {
+        guard case let .following(attachments) = state else { return [] }
+        return attachments.values.sorted { ($0.added, $0.owner.id) < ($1.added, $1.owner.id) }
+    }
+
+    func attachment(_ id: JournalAttachment.ID) -> JournalAttachment? {
+        guard case let .following(attachments) = state else { return nil }
+        return attachments[id]
+    }
+
+    /// The retained topics the journal's records stand on, with the chunk topics they name: what ending
+    /// the session clears.
+    func storedTopics(_ topics: GroupTopics, session: String) -> [String] {
+        guard case let .following(attachments) = state else { return [] }
+        return attachments.values.flatMap { attachment in
+            JournalStateMachine.topics(of: attachment.record, topics, session: session)
+        }
+    }
+
+    /// The journal record's topic and its chunks' topics.
+    static func topics(of record: Wire.JournalRecord, _ topics: GroupTopics, session: String) -> [String] {
+        let owner = record.added.participant
+        return [topics.journal(session, attachment: record.sha256, owner: owner)]
+            + record.chunks.indices.map { topics.chunk(session, attachment: record.sha256, index: $0, owner: owner) }
+    }
+
+    /// Throws the limit that adding `size` bytes by `owner` would exceed (an attachment that replaces
+    /// the owner's same content counts once).
+    func check(adding size: Int, sha256: String, owner: String, limits: GroupSessionJournal.Configuration) throws(GroupSyncError) {
+        guard size <= limits.maximumAttachmentSize else {
+            throw .journalLimitExceeded(.attachmentSize(size: size, limit: limits.maximumAttachmentSize))
+        }
+        guard case let .following(attachments) = state else { throw .sessionInvalidated }
+        let others = attachments.filter { $0.key != JournalAttachment.ID(owner: owner, sha256: sha256) }
+        let total = others.values.reduce(size) { $0 + $1.size }
+        guard total <= limits.maximumSessionSize else {
+            throw .journalLimitExceeded(.sessionSize(total: total, limit: limits.maximumSessionSize))
+        }
+        guard others.count + 1 <= limits.maximumAttachmentCount else {
+            throw .journalLimitExceeded(.attachmentCount(count: others.count + 1, limit: limits.maximumAttachmentCount))
+        }
+    }
+
+    // MARK: - Inputs
+
+    /// A message on `owner`'s journal topic of `sha256`: its record, or nil for an empty payload (removed).
+    /// A record that does not decode, is inconsistent or does not match its topic is rejected and changes
+    /// nothing.
+    /// The sequences receive the new list (in order: they are handed it under the caller's lock).
+    mutating func onRecord(_ payload: Data, sha256: String, owner: String) {
+        guard case var .following(attachments) = state else { return }
+        let id = JournalAttachment.ID(owner: owner, sha256: sha256)
+        if payload.isEmpty {
+            guard attachments.removeValue(forKey: id) != nil else { return }
+        } else {
+            guard let record = Wire.decode(Wire.JournalRecord.self, from: payload), record.matches(attachment: sha256, owner: owner)
+            else {
+                rejected += 1
+                return
+            }
+            let attachment = JournalAttachment(record: record)
+            guard attachments[id] != attachment else { return }  // a refresh
+            attachments[id] = attachment
+        }
+        state = .following(attachments: attachments)
+        publish()
+    }
+
+    /// A new sequence: it receives the current list at once, then every change.
+    mutating func addListener(_ inbox: Inbox<[JournalAttachment]>) -> (ListenerRegistry<Inbox<[JournalAttachment]>>.ID?, Action) {
+        guard case .following = state else { return (nil, Action(finished: [inbox])) }
+        inbox.yield(attachments)
+        return (listeners.add(inbox), Action())
+    }
+
+    mutating func removeListener(_ id: ListenerRegistry<Inbox<[JournalAttachment]>>.ID) {
+        _ = listeners.remove(id)
+    }
+
+    /// The session is over for us: the list empties and every sequence ends.
+    mutating func end() -> Action {
+        guard case .following = state else { return Action() }
+        state = .over
+        return Action(finished: listeners.removeAll())
+    }
+
+    private func publish() {
+        let list = attachments
+        listeners.forEach { _, inbox in inbox.yield(list) }
+    }
+}

@@ -1,0 +1,66 @@
+import Foundation
+
+extension Wire {
+    /// `…/s/<session>/journal/<sha256>/<owner>`, retained: one attachment of the session's journal, added
+    /// by `owner`. Its bytes are the chunks `groupsync/v2-chunks/<group>/<session>/<sha256>.<index>/<owner>`,
+    /// each exactly `chunkSize` bytes but the last; `chunks` lists each chunk's SHA-256 in order, and
+    /// `sha256` is the SHA-256 of the whole. An empty payload means the owner removed it.
+    public struct JournalRecord: Encodable, Sendable, Hashable {
+        public var v = Wire.version
+        /// SHA-256 of the whole content: 64 lowercase hexadecimal digits, the `<sha256>` topic level.
+        public var sha256: String
+        /// A file name for people (not a path).
+        public var name: String
+        /// The media type, e.g. `image/jpeg`.
+        public var type: String
+        /// Bytes.
+        public var size: Int64
+        /// Bytes per chunk (the last one may be shorter).
+        public var chunkSize: Int64
+        /// The SHA-256 of each chunk, in order: `ceil(size / chunkSize)` of them.
+        public var chunks: [String]
+        /// When the owner added it, on its hybrid logical clock (`p` is the owner): the journal's order.
+        public var added: HLCTimestamp
+        /// Anything else the owner's app says about it (string values).
+        public var metadata: [String: String]?
+
+        /// Whether the record is consistent: digests well formed, and as many chunks as the size needs.
+        var isConsistent: Bool {
+            guard size >= 0, chunkSize > 0, SHA256.isDigest(sha256), chunks.allSatisfy(SHA256.isDigest) else { return false }
+            return Int64(chunks.count) == (size + chunkSize - 1) / chunkSize
+        }
+    }
+}
+
+extension Wire.JournalRecord: Wire.Record {
+    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
+        guard case let .array(list) = try fields.value("chunks") else { throw .wrongShape }
+        var chunks: [String] = []
+        chunks.reserveCapacity(list.count)
+        for element in list {
+            guard case let .string(digest) = element else { throw .wrongShape }
+            chunks.append(digest)
+        }
+        var metadata: [String: String]?
+        if let value = fields["metadata"] {
+            guard case let .object(object) = value else { throw .wrongShape }
+            var strings: [String: String] = [:]
+            for (key, value) in object {
+                guard case let .string(text) = value else { throw .wrongShape }
+                strings[key] = text
+            }
+            metadata = strings
+        }
+        self.init(
+            sha256: try fields.string("sha256"), name: try fields.string("name"), type: try fields.string("type"),
+            size: try fields.int("size"), chunkSize: try fields.int("chunkSize"), chunks: chunks,
+            added: try HLCTimestamp(json: try fields.value("added")), metadata: metadata)
+        guard isConsistent else { throw .wrongShape }
+    }
+}
+
+extension Wire.JournalRecord {
+    /// Whether this record may stand on the journal topic of `attachment` owned by `owner`.
+    func matches(attachment: String, owner: String) -> Bool { sha256 == attachment && added.participant == owner }
+}

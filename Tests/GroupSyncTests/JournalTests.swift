@@ -1,0 +1,259 @@
+import BrokerSupport
+import Foundation
+import Synchronization
+import Testing
+
+@testable import GroupSync
+@testable import MQTT
+
+/// The shared journal against a real broker: attachments added, listed, loaded and removed; late
+/// joiners; a broker crash mid-transfer; corrupted chunks; the ACL; the limits; nothing left behind.
+@Suite(.timeLimit(.minutes(2))) struct JournalTests {
+    /// `count` bytes that compress badly and differ per call, made eight at a time: a byte-by-byte loop
+    /// in a debug build would hold one of the few threads every test shares for seconds.
+    static func bytes(_ count: Int) -> Data {
+        var generator = SystemRandomNumberGenerator()
+        var words = (0..<(count + 7) / 8).map { _ in generator.next() as UInt64 }
+        return words.withUnsafeMutableBytes { Data($0.prefix(count)) }
+    }
+
+    /// Small chunks, so that a few hundred kilobytes make many of them.
+    static let small = GroupSessionJournal.Configuration(chunkSize: 16 << 10, window: 4)
+
+    @Test func anAttachmentIsListedLoadedAndRemoved() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let (_, _, a, b) = try await group.pair(Gallery(galleryID: "journal"))
+            let (aliceJournal, bobJournal) = (a.journal(configuration: Self.small), b.journal(configuration: Self.small))
+            let lists = Collector(bobJournal.attachments)
+            defer { lists.cancel() }
+            try await lists.waitForCount(1)
+            #expect(lists.elements[0].isEmpty, "the current list comes first")
+
+            let photo = Self.bytes(100_000)
+            let added = try await aliceJournal.add(photo, name: "photo.jpg", mediaType: "image/jpeg", metadata: ["caption": "Lake"])
+            #expect(added.size == 100_000 && added.owner.id == "alice" && added.name == "photo.jpg")
+            #expect(aliceJournal.currentAttachments == [added], "the owner lists it once add() returns")
+            try await waitUntil("bob lists the photo") { lists.elements.last == [added] }
+            let listed = try #require(bobJournal.currentAttachments.first)
+            #expect(listed.mediaType == "image/jpeg" && listed.metadata == ["caption": "Lake"] && listed.sha256 == added.sha256)
+
+            let reports = LockedValue<[JournalLoadProgress]>([])
+            let loaded = try await bobJournal.load(listed) { progress in reports.withLock { $0.append(progress) } }
+            #expect(loaded == photo)
+            let progress = reports.withLock { $0 }
+            #expect(progress.first?.completedBytes == 0 && progress.last?.completedBytes == 100_000)
+            #expect(progress.map(\.completedBytes) == progress.map(\.completedBytes).sorted(), "progress only moves forward")
+            #expect(progress.count >= 7, "one report per chunk of 16 KiB, and one at the start")
+
+            let file = FileManager.default.temporaryDirectory.appendingPathComponent("groupsync-\(UUID().uuidString).jpg")
+            defer { try? FileManager.default.removeItem(at: file) }
+            try await bobJournal.load(listed, to: file)
+            #expect(try Data(contentsOf: file) == photo)
+            #expect(!FileManager.default.fileExists(atPath: file.path + ".partial"))
+
+            await #expect(throws: GroupSyncError.notAttachmentOwner(owner: "alice")) { try await bobJournal.remove(listed) }
+            try await aliceJournal.remove(added)
+            try await waitUntil("bob's list is empty again") { lists.elements.last == [] }
+            #expect(aliceJournal.currentAttachments.isEmpty)
+            await group.closeAll()
+        }
+    }
+
+    /// A newcomer sees the journal as part of `join()` and loads an attachment whose owner left or
+    /// crashed: the bytes are on the broker.
+    @Test(arguments: [false, true]) func aLateJoinerLoadsAfterTheOwnerIsGone(crashed: Bool) async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let a = try await alice.startJoined(Gallery(galleryID: "late"))
+            let photo = Self.bytes(200_000)
+            let added = try await a.journal(configuration: Self.small).add(photo, name: "late.png", mediaType: "image/png")
+            let bob = try await group.join("bob")
+            let b = try await bob.joinSession(a.id, of: Gallery.self)  // keeps the session alive
+            if crashed { await alice.simulateCrash() } else { await a.leave() }
+
+            let carol = try await group.join("carol")
+            let c = try await carol.joinSession(a.id, of: Gallery.self)
+            let journal = c.journal()
+            #expect(journal.currentAttachments.map(\.id) == [added.id], "listed once join() returns")
+            #expect(try await journal.load(journal.currentAttachments[0]) == photo)
+            _ = b
+            await group.closeAll()
+        }
+    }
+
+    /// The broker crashes (SIGKILL) in the middle of a load and comes back without the retained
+    /// messages: the owner republishes what it owns, and the load goes on where it was, with every byte
+    /// once.
+    @Test(.needsOwnBroker("kills and restarts it")) func aLoadSurvivesABrokerCrash() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let (_, _, a, b) = try await group.pair(Gallery(galleryID: "crash"))
+            let content = Self.bytes(2 << 20)
+            let added = try await a.journal(configuration: Self.small).add(content, name: "big.bin")
+            let journal = b.journal(configuration: GroupSessionJournal.Configuration(window: 2))
+            let crashed = Atomic(false)
+            let restart = LockedValue<Task<Void, any Error>?>(nil)
+            let file = FileManager.default.temporaryDirectory.appendingPathComponent("groupsync-\(UUID().uuidString).bin")
+            defer { try? FileManager.default.removeItem(at: file) }
+            try await journal.load(added, to: file) { progress in
+                if progress.completedBytes > content.count / 4, !crashed.exchange(true, ordering: .relaxed) {
+                    restart.withLock { $0 = Task { try await broker.restart(after: .crash) } }
+                }
+            }
+            let didCrash = crashed.load(ordering: .relaxed)
+            #expect(didCrash, "the broker crashed during the load")
+            try await restart.withLock { $0 }?.value
+            #expect(try Data(contentsOf: file) == content)
+            await group.closeAll()
+        }
+    }
+
+    /// A chunk on the broker that does not match its digest (here written by a raw client, on a broker
+    /// without ACL) is rejected, and fetched again until a good one arrives; the load never returns bad
+    /// bytes.
+    @Test func aCorruptedChunkIsRejectedAndFetchedAgain() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let (_, _, a, b) = try await group.pair(Gallery(galleryID: "corrupt"))
+            let content = Self.bytes(80_000)
+            let added = try await a.journal(configuration: Self.small).add(content, name: "doc.pdf")
+            let topic = GroupTopics(group: group.name).chunk(a.id, attachment: added.sha256, index: 2, owner: "alice")
+            var configuration = try MQTTClient.Configuration(url: broker.url)
+            configuration.clientID = broker.unique("forger")
+            let forger = try MQTTClient(configuration: configuration)
+            try await forger.connect()
+            var forged = content[(2 * 16_384)..<(3 * 16_384)]
+            forged[forged.startIndex] ^= 0xFF
+            try await forger.publish(to: topic, payload: Data(forged), qos: .atLeastOnce, retain: true)
+
+            let rejected = Atomic(0)
+            let load = Task {
+                try await b.journal().load(added) { progress in rejected.store(progress.rejectedChunks, ordering: .relaxed) }
+            }
+            try await waitUntil("the forged chunk is rejected") { rejected.load(ordering: .relaxed) >= 1 }
+            let good = content[(2 * 16_384)..<(3 * 16_384)]
+            try await forger.publish(to: topic, payload: Data(good), qos: .atLeastOnce, retain: true)
+            #expect(try await load.value == content)
+            await forger.disconnect()
+            await group.closeAll()
+        }
+    }
+
+    /// Under the example ACL, nobody but the owner can remove or overwrite an attachment: the broker
+    /// refuses it, and the attachment stays listed and loadable.
+    @Test(.needsOwnBroker("users and an ACL")) func onlyTheOwnerRemovesUnderTheACL() async throws {
+        let configuration = MosquittoBroker.Configuration(users: LifetimeTests.users, acl: LifetimeTests.acl)
+        try await MosquittoBroker.withBroker(configuration) { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice", LifetimeTests.login("alice"))
+            let bob = try await group.join("bob", LifetimeTests.login("bob"))
+            let a = try await alice.startJoined(Gallery(galleryID: "acl"))
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let content = Self.bytes(50_000)
+            let added = try await a.journal(configuration: Self.small).add(content, name: "mine.txt", mediaType: "text/plain")
+            try await waitUntil("bob lists it") { b.journal().currentAttachments.count == 1 }
+
+            var login = try MQTTClient.Configuration(url: broker.url)
+            (login.username, login.password) = ("mallory", LifetimeTests.users["mallory"])
+            let mallory = try MQTTClient(configuration: login)
+            try await mallory.connect()
+            let topics = GroupTopics(group: group.name)
+            let record = topics.journal(a.id, attachment: added.sha256, owner: "alice")
+            let chunk = topics.chunk(a.id, attachment: added.sha256, index: 0, owner: "alice")
+            await #expect(throws: MQTTError.notAuthorized(topic: record)) {
+                try await mallory.publish(to: record, payload: Data(), qos: .atLeastOnce, retain: true)
+            }
+            await #expect(throws: MQTTError.notAuthorized(topic: chunk)) {
+                try await mallory.publish(to: chunk, payload: Data("forged".utf8), qos: .atLeastOnce, retain: true)
+            }
+            await #expect(throws: GroupSyncError.notAttachmentOwner(owner: "alice")) { try await b.journal().remove(added) }
+            #expect(b.journal().currentAttachments.map(\.id) == [added.id])
+            #expect(try await b.journal().load(added) == content)
+
+            try await a.journal().remove(added)
+            try await waitUntil("the owner's remove reaches bob") { b.journal().currentAttachments.isEmpty }
+            await mallory.disconnect()
+            await group.closeAll()
+        }
+    }
+
+    /// Each limit is a typed error that names it, before anything is sent.
+    @Test func theLimitsAreTypedErrors() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let (_, _, a, b) = try await group.pair(Gallery(galleryID: "limits"))
+            let limits = GroupSessionJournal.Configuration(
+                chunkSize: 1_024, maximumAttachmentSize: 3_000, maximumSessionSize: 5_000, maximumAttachmentCount: 3)
+            let journal = a.journal(configuration: limits)
+            await #expect(throws: GroupSyncError.journalLimitExceeded(.attachmentSize(size: 3_001, limit: 3_000))) {
+                try await journal.add(Self.bytes(3_001), name: "too-big")
+            }
+            _ = try await journal.add(Self.bytes(3_000), name: "one")
+            await #expect(throws: GroupSyncError.journalLimitExceeded(.sessionSize(total: 5_001, limit: 5_000))) {
+                try await journal.add(Self.bytes(2_001), name: "over-the-session")
+            }
+            _ = try await journal.add(Self.bytes(1_000), name: "two")
+            _ = try await journal.add(Self.bytes(10), name: "three")
+            await #expect(throws: GroupSyncError.journalLimitExceeded(.attachmentCount(count: 4, limit: 3))) {
+                try await journal.add(Self.bytes(10), name: "four")
+            }
+            // A receiver holds loads to its own limit.
+            let big = try #require(journal.currentAttachments.first { $0.name == "one" })
+            try await waitUntil("bob lists three") {
+                b.journal(configuration: .init(maximumAttachmentSize: 2_000)).currentAttachments.count == 3
+            }
+            await #expect(throws: GroupSyncError.journalLimitExceeded(.attachmentSize(size: 3_000, limit: 2_000))) {
+                try await b.journal().load(big)
+            }
+            #expect(
+                GroupSyncError.journalLimitExceeded(.sessionSize(total: 5_001, limit: 5_000)).description.contains("maximumSessionSize"))
+            await group.closeAll()
+        }
+    }
+
+    /// `end()` removes every attachment — records and chunks, everyone's — from the broker, also under
+    /// the ACL (where each owner clears its own once it sees the end) and when the one who ends it never
+    /// joined.
+    @Test(
+        .needsOwnBroker("one case runs it with users and an ACL"),
+        arguments: [(acl: false, enderJoined: true), (acl: true, enderJoined: true), (acl: false, enderJoined: false)])
+    func endLeavesNothingRetained(acl: Bool, enderJoined: Bool) async throws {
+        let configuration = acl ? MosquittoBroker.Configuration(users: LifetimeTests.users, acl: LifetimeTests.acl) : .init()
+        try await MosquittoBroker.withBroker(configuration) { broker in
+            let group = Group(broker)
+            let login: (String) -> (inout GroupCoordinator.Configuration) -> Void = { acl ? LifetimeTests.login($0) : { _ in } }
+            let alice = try await group.join("alice", login("alice"))
+            let bob = try await group.join("bob", login("bob"))
+            let a = try await alice.startJoined(Gallery(galleryID: "end"))
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            _ = try await a.journal(configuration: Self.small).add(Self.bytes(40_000), name: "a1")
+            _ = try await a.journal().add(Self.bytes(1_000), name: "a2")
+            _ = try await b.journal(configuration: Self.small).add(Self.bytes(30_000), name: "b1")
+            let roots = ["\(GroupTopics.protocolRoot)/\(group.name)", "\(GroupTopics.chunkProtocolRoot)/\(group.name)"]
+            let (user, password) = acl ? ("bob", LifetimeTests.users["bob"]) : (nil, nil)
+            // Markers bob may write under each root.
+            let markers = ["\(roots[0])/alive/bob", "\(roots[1])/marker/m.0/bob"]
+            @Sendable func stored() async throws -> [String] {
+                var topics: [String] = []
+                for (root, marker) in zip(roots, markers) {
+                    topics += try await retainedTopics(broker, under: root, marker: marker, user: user, password: password)
+                }
+                return topics
+            }
+            #expect(try await stored().filter { $0.hasPrefix(roots[1]) }.count == 3 + 1 + 2)
+            if enderJoined {
+                await b.end()
+            } else {
+                let carol = try await group.join("carol", login("alice"))
+                let c = try await carol.firstSession(of: Gallery.self)
+                await c.end()
+            }
+            try await waitUntil(timeout: timeBound(.seconds(5)), "nothing of the session is left on the broker") {
+                try await stored().filter { $0.contains(a.id) }.isEmpty
+            }
+            await group.closeAll()
+        }
+    }
+}
