@@ -52,13 +52,46 @@ extension GroupSessionJournal {
 
     /// What the load's loop reacts to.
     private enum Event: Sendable {
-        /// A message on chunk `index`'s topic, for the request `request`.
-        case chunk(index: Int, request: Int, Data)
-        /// The broker acknowledged request `request` for chunk `index`.
-        case subscribed(index: Int, request: Int, MessageHandlerSubscription)
+        /// A message on chunk `index`'s topic.
+        case chunk(index: Int, Data)
+        /// Ask for chunk `index` again (after a rejection's backoff, or a subscription that failed).
         case retryDue(index: Int)
         case tick
         case cancelled
+    }
+
+    /// The chunk subscriptions of one load, shared with the tasks that make them. Each subscription is a
+    /// request with its own number: one given up before the broker acknowledged it is unsubscribed as soon
+    /// as it arrives, and once the load is over every one still live is.
+    private struct Requests {
+        var live: [Int: MessageHandlerSubscription] = [:]
+        /// Requests given up before their subscription arrived, with their chunk.
+        var abandoned: [Int: Int] = [:]
+        var closed = false
+
+        /// Takes the subscription of `request`, or marks it to be dropped when it comes.
+        mutating func abandon(_ request: Int, chunk: Int) -> MessageHandlerSubscription? {
+            if let subscription = live.removeValue(forKey: request) { return subscription }
+            abandoned[request] = chunk
+            return nil
+        }
+
+        /// Keeps the subscription of `request` unless the request was given up (then the caller drops it).
+        mutating func arrived(_ request: Int, _ subscription: MessageHandlerSubscription) -> Bool {
+            guard !closed, abandoned.removeValue(forKey: request) == nil else { return false }
+            live[request] = subscription
+            return true
+        }
+
+        /// Whether an earlier subscription to `chunk` is still on its way: a new one would share its filter
+        /// and so get no retained copy of its own.
+        func isArriving(_ chunk: Int) -> Bool { abandoned.values.contains(chunk) }
+
+        mutating func close() -> [MessageHandlerSubscription] {
+            closed = true
+            defer { live = [:] }
+            return Array(live.values)
+        }
     }
 
     /// The load's loop: requests chunks by subscribing to their retained topics, a window at a time, as
@@ -76,11 +109,11 @@ extension GroupSessionJournal {
         guard configuration.window > 0 else { throw .invalidArgument("window must be positive") }
         let record = attachment.record
         let (clock, topics, session) = (core.context.clock, core.topics, core.id)
+        let stall = configuration.stallTimeout
         var machine = TransferStateMachine(
             .init(
                 chunkCount: record.chunks.count, window: configuration.window,
-                stallTimeout: configuration.stallTimeout.components.seconds * 1_000
-                    + configuration.stallTimeout.components.attoseconds / 1_000_000_000_000_000),
+                stallTimeout: stall.components.seconds * 1_000 + stall.components.attoseconds / 1_000_000_000_000_000),
             now: clock.milliseconds())
         let whole = SHA256()
         func report() {
@@ -89,11 +122,9 @@ extension GroupSessionJournal {
         }
 
         let (events, continuation) = AsyncStream.makeStream(of: Event.self)
-        // Request bookkeeping: each subscription is a request with its own number, so that a late
-        // acknowledgement of a request already given up is unsubscribed at once.
+        let requests = LockedValue(Requests())
         var current: [Int: Int] = [:]  // chunk → its live request
-        var subscriptions: [Int: MessageHandlerSubscription] = [:]  // request → subscription
-        var nextRequest = 0
+        var lastRequest = 0
         let failure: GroupSyncError? = await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 while !Task.isCancelled {
@@ -101,35 +132,39 @@ extension GroupSessionJournal {
                     continuation.yield(.tick)
                 }
             }
-            func perform(_ action: TransferStateMachine.Action) throws(GroupSyncError) {
-                for index in action.unsubscribe {
-                    if let request = current.removeValue(forKey: index) { subscriptions.removeValue(forKey: request)?.unsubscribe() }
+            func giveUp(_ index: Int) {
+                guard let request = current.removeValue(forKey: index) else { return }
+                requests.withLock { $0.abandon(request, chunk: index) }?.unsubscribe()
+            }
+            func request(_ index: Int) {
+                giveUp(index)
+                lastRequest += 1
+                let request = lastRequest
+                current[index] = request
+                let topic = topics.chunk(session, attachment: record.sha256, index: index, owner: record.added.participant)
+                group.addTask {
+                    do {
+                        let subscription = try await client.subscribe(
+                            to: [TopicSubscription(topic, qos: .atLeastOnce)],
+                            handler: { message in
+                                // A cleared chunk (the session ended, the owner removed it) is no chunk.
+                                if !message.payload.isEmpty { continuation.yield(.chunk(index: index, message.payload)) }
+                            })
+                        if !requests.withLock({ $0.arrived(request, subscription) }) { subscription.unsubscribe() }
+                    } catch {
+                        // Refused or failed: ask again in a moment (the stall timeout bounds the attempts).
+                        try? await Task.sleep(for: .milliseconds(200))
+                        continuation.yield(.retryDue(index: index))
+                    }
                 }
+            }
+            func perform(_ action: TransferStateMachine.Action) throws(GroupSyncError) {
+                for index in action.unsubscribe { giveUp(index) }
                 for chunk in action.deliver {
                     whole.update(chunk)
                     try deliver(chunk)
                 }
-                for index in action.subscribe {
-                    nextRequest += 1
-                    let request = nextRequest
-                    current[index] = request
-                    let topic = topics.chunk(session, attachment: record.sha256, index: index, owner: record.added.participant)
-                    group.addTask {
-                        guard
-                            let subscription = try? await client.subscribe(
-                                to: [TopicSubscription(topic, qos: .atLeastOnce)],
-                                handler: { message in
-                                    // A cleared chunk (the session ended, the owner removed it) is no chunk.
-                                    if !message.payload.isEmpty {
-                                        continuation.yield(.chunk(index: index, request: request, message.payload))
-                                    }
-                                })
-                        else { return }
-                        if case .terminated = continuation.yield(.subscribed(index: index, request: request, subscription)) {
-                            subscription.unsubscribe()
-                        }
-                    }
-                }
+                for index in action.subscribe { request(index) }
                 if let (index, delay) = action.retry {
                     group.addTask {
                         try? await Task.sleep(for: delay)
@@ -142,27 +177,30 @@ extension GroupSessionJournal {
 
             var failure: GroupSyncError?
             report()
+            var iterator = events.makeAsyncIterator()
             do throws(GroupSyncError) {
                 var action = machine.start()
                 try perform(action)
-                loop: while !action.done {
-                    guard
-                        let event = await withTaskCancellationHandler(
-                            operation: { await events.first { _ in true } },
-                            onCancel: { continuation.yield(.cancelled) })
-                    else { break }
+                while !action.done {
+                    // The stream also ends when the task is cancelled.
+                    let event =
+                        await withTaskCancellationHandler {
+                            await iterator.next()
+                        } onCancel: {
+                            continuation.yield(.cancelled)
+                        } ?? .cancelled
                     switch event {
-                    case let .chunk(index, _, data):
+                    case let .chunk(index, data):
                         let verified = index < record.chunks.count && SHA256.hex(data) == record.chunks[index]
                         action = machine.onChunk(index, data, verified: verified, now: clock.milliseconds())
-                    case let .subscribed(index, request, subscription):
-                        if current[index] == request {
-                            subscriptions[request] = subscription
-                        } else {
-                            subscription.unsubscribe()
-                        }
-                        continue loop
                     case let .retryDue(index):
+                        if requests.withLock({ $0.isArriving(index) }) {  // not yet: its predecessor is still coming
+                            group.addTask {
+                                try? await Task.sleep(for: .milliseconds(20))
+                                continuation.yield(.retryDue(index: index))
+                            }
+                            continue
+                        }
                         action = machine.onRetryDue(index)
                     case .tick:
                         if core.isInvalidated {
@@ -179,16 +217,13 @@ extension GroupSessionJournal {
             } catch {
                 failure = error
             }
-            // Every request ends: those acknowledged now, those still on their way as their
-            // acknowledgement comes (the stream is finished, so their yield is refused).
-            for subscription in subscriptions.values { subscription.unsubscribe() }
             continuation.finish()
             group.cancelAll()
-            for await event in events {
-                if case let .subscribed(_, _, subscription) = event { subscription.unsubscribe() }
-            }
+            for subscription in requests.withLock({ $0.close() }) { subscription.unsubscribe() }
             return failure
         }
+        // Requests still on their way when the loop ended were dropped as they arrived (the group waited
+        // for them); none is left.
         if let failure { throw failure }
         guard whole.finalize() == record.sha256 else { throw .attachmentCorrupted(sha256: record.sha256) }
     }
