@@ -71,7 +71,8 @@ extension MosquittoBroker {
     }
 
     /// Clears, on an ``external`` broker that outlives the test, the retained records of the groups
-    /// named by ``unique(_:)``: `groupsync/v2/NAME/#` (GroupSync's protocol root) for each. Best effort
+    /// named by ``unique(_:)``: `groupsync/v2/NAME/#` (GroupSync's protocol root) and
+    /// `groupsync/v2-chunks/NAME/#` (journal chunks) for each. Best effort
     /// within 5 s: records left behind only take room, since every later test uses names of its own.
     func clearRetainedRecords() async {
         let names = uniqueNames.withLock { $0 }
@@ -81,7 +82,8 @@ extension MosquittoBroker {
             try await client.connect()
             let marker = "groupsync-test-cleanup/\(unique("marker"))"
             let subscription = try await client.subscribe(
-                to: names.map { TopicSubscription("groupsync/v2/\($0)/#") } + [TopicSubscription(marker)])
+                to: names.flatMap { [TopicSubscription("groupsync/v2/\($0)/#"), TopicSubscription("groupsync/v2-chunks/\($0)/#")] }
+                    + [TopicSubscription(marker)])
             try await client.publish(to: marker, string: "")
             let timeout = Task {
                 try await Task.sleep(for: .seconds(5))
