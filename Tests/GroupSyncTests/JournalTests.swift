@@ -83,13 +83,16 @@ import Testing
         }
     }
 
+    enum Interruption: Sendable, CaseIterable { case brokerCrash, droppedConnection }
+
     /// The broker crashes (SIGKILL) in the middle of a load and comes back without the retained
-    /// messages: the owner republishes what it owns, and the load goes on where it was, with every byte
-    /// once.
-    @Test(.needsOwnBroker("kills and restarts it")) func aLoadSurvivesABrokerCrash() async throws {
+    /// messages — the owner republishes what it owns — or the loader's connection drops: either way the
+    /// load goes on where it was, with every byte once.
+    @Test(.needsOwnBroker("kills and restarts it"), arguments: Interruption.allCases)
+    func aLoadSurvivesAnInterruption(_ interruption: Interruption) async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            let (_, _, a, b) = try await group.pair(Gallery(galleryID: "crash"))
+            let (_, bob, a, b) = try await group.pair(Gallery(galleryID: "crash"))
             let content = Self.bytes(2 << 20)
             let added = try await a.journal(configuration: Self.small).add(content, name: "big.bin")
             let journal = b.journal(configuration: GroupSessionJournal.Configuration(window: 2))
@@ -99,7 +102,10 @@ import Testing
             defer { try? FileManager.default.removeItem(at: file) }
             try await journal.load(added, to: file) { progress in
                 if progress.completedBytes > content.count / 4, !crashed.exchange(true, ordering: .relaxed) {
-                    restart.withLock { $0 = Task { try await broker.restart(after: .crash) } }
+                    switch interruption {
+                    case .brokerCrash: restart.withLock { $0 = Task { try await broker.restart(after: .crash) } }
+                    case .droppedConnection: bob.dropConnection()
+                    }
                 }
             }
             let didCrash = crashed.load(ordering: .relaxed)
@@ -175,6 +181,37 @@ import Testing
             try await a.journal().remove(added)
             try await waitUntil("the owner's remove reaches bob") { b.journal().currentAttachments.isEmpty }
             await mallory.disconnect()
+            await group.closeAll()
+        }
+    }
+
+    /// An attachment lives as long as its owner's records: kept while the owner is in the session, gone
+    /// from the broker a session TTL after the owner crashed.
+    @Test func anAttachmentExpiresWithItsOwnersRecords() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let a = try await alice.startJoined(Brief(name: "journal"))
+            _ = try await a.journal(configuration: Self.small).add(Self.bytes(40_000), name: "brief.bin")
+            let root = "\(GroupTopics.chunkProtocolRoot)/\(group.name)"
+            @Sendable func chunks() async throws -> [String] { try await retainedTopics(broker, under: root) }
+            try await Task.sleep(for: timeBound(.seconds(3)))  // an observation window past the TTL, not a wait for a condition
+            #expect(try await chunks().count == 3, "refreshed while the owner is in the session")
+            await alice.simulateCrash()
+            try await waitUntil(timeout: timeBound(.seconds(5)), "the chunks expire") { try await chunks().isEmpty }
+            await group.closeAll()
+        }
+    }
+
+    /// Without retained messages the bytes have nowhere to live: adding and loading say so.
+    @Test func withoutRetainedMessagesTheJournalSaysItIsUnavailable() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice") { $0.mqtt.retainedMessages = false }
+            let a = try await alice.startJoined(Gallery(galleryID: "no-retain"))
+            await #expect(throws: GroupSyncError.journalNeedsRetainedMessages) {
+                try await a.journal().add(Data("x".utf8), name: "x")
+            }
             await group.closeAll()
         }
     }
