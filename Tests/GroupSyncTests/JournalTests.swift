@@ -196,7 +196,8 @@ import Testing
             let root = "\(GroupTopics.chunkProtocolRoot)/\(group.name)"
             @Sendable func chunks() async throws -> [String] { try await retainedTopics(broker, under: root) }
             try await Task.sleep(for: timeBound(.seconds(3)))  // an observation window past the TTL, not a wait for a condition
-            #expect(try await chunks().count == 3, "refreshed while the owner is in the session")
+            let kept = try await chunks()
+            #expect(kept.count == 3, "refreshed while the owner is in the session: \(kept)")
             await alice.simulateCrash()
             try await waitUntil(timeout: timeBound(.seconds(5)), "the chunks expire") { try await chunks().isEmpty }
             await group.closeAll()
