@@ -196,7 +196,8 @@ import Testing
             let root = "\(GroupTopics.chunkProtocolRoot)/\(group.name)"
             @Sendable func chunks() async throws -> [String] { try await retainedTopics(broker, under: root) }
             try await Task.sleep(for: timeBound(.seconds(3)))  // an observation window past the TTL, not a wait for a condition
-            let kept = try await chunks()
+            // A set: a refresh that arrives live during the probe names a topic twice.
+            let kept = Set(try await chunks())
             #expect(kept.count == 3, "refreshed while the owner is in the session: \(kept)")
             await alice.simulateCrash()
             try await waitUntil(timeout: timeBound(.seconds(5)), "the chunks expire") { try await chunks().isEmpty }
@@ -280,7 +281,7 @@ import Testing
                 }
                 return topics
             }
-            #expect(try await stored().filter { $0.hasPrefix(roots[1]) }.count == 3 + 1 + 2)
+            #expect(Set(try await stored().filter { $0.hasPrefix(roots[1]) }).count == 3 + 1 + 2)
             if enderJoined {
                 await b.end()
             } else {
