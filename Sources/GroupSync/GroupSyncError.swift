@@ -34,6 +34,8 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
     /// nobody who owns it republished it (its owner left and its records expired, or the broker lost them
     /// while the owner was away). Load it again once its owner is back.
     case attachmentUnavailable(sha256: String, chunk: Int)
+    /// The attachment's owner removed it while it was loading (or before).
+    case attachmentRemoved(sha256: String)
     /// The loaded bytes' SHA-256 is not the attachment's, although every chunk matched its digest: the
     /// owner's record is inconsistent. Nothing was returned.
     case attachmentCorrupted(sha256: String)
@@ -74,6 +76,8 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
         case let .attachmentUnavailable(sha256, chunk):
             return
                 "attachment \(sha256.prefix(12)) is unavailable: chunk \(chunk) did not arrive (its owner is away and the broker no longer has it); load it again once its owner is back"
+        case let .attachmentRemoved(sha256):
+            return "attachment \(sha256.prefix(12)) was removed by its owner"
         case let .attachmentCorrupted(sha256):
             return
                 "attachment \(sha256.prefix(12)) did not verify: its content's SHA-256 differs from its record; ask its owner to add it again"

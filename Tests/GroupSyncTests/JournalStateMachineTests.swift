@@ -28,8 +28,10 @@ import Testing
         journal.onRecord(try Self.payload(early), sha256: early.sha256, owner: "alice")
         #expect(journal.attachments.map(\.owner.id) == ["alice", "bob"])
         journal.onRecord(try Self.payload(early), sha256: early.sha256, owner: "alice")  // a refresh changes nothing
+        #expect(journal.removed.isEmpty)
         journal.onRecord(Data(), sha256: late.sha256, owner: "bob")
         #expect(journal.attachments.map(\.owner.id) == ["alice"])
+        #expect(journal.removed == [JournalAttachment.ID(owner: "bob", sha256: late.sha256)])
         journal.end().finishAll()
         var lists: [[String]] = []
         while let list = await inbox.next() { lists.append(list.map(\.owner.id)) }

@@ -56,6 +56,7 @@ import Testing
             try await aliceJournal.remove(added)
             try await waitUntil("bob's list is empty again") { lists.elements.last == [] }
             #expect(aliceJournal.currentAttachments.isEmpty)
+            await #expect(throws: GroupSyncError.attachmentRemoved(sha256: added.sha256)) { try await bobJournal.load(listed) }
             await group.closeAll()
         }
     }

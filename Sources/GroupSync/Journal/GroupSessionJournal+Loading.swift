@@ -8,8 +8,9 @@ extension GroupSessionJournal {
     /// `progress` is called on the loading task (never on the network thread) at the start, after each
     /// verified chunk and after each rejected one. A load survives reconnects and broker restarts: it goes on where it was, with
     /// nothing lost or handed over twice. It fails with ``GroupSyncError/attachmentUnavailable(sha256:chunk:)``
-    /// after ``Configuration/stallTimeout`` without a chunk, ``GroupSyncError/sessionInvalidated`` when the
-    /// session is over for us, and ``GroupSyncError/cancelled`` when its task is cancelled.
+    /// after ``Configuration/stallTimeout`` without a chunk, ``GroupSyncError/attachmentRemoved(sha256:)``
+    /// when its owner removes it meanwhile, ``GroupSyncError/sessionInvalidated`` when the session is over
+    /// for us, and ``GroupSyncError/cancelled`` when its task is cancelled.
     public func load(
         _ attachment: JournalAttachment, progress: (@Sendable (JournalLoadProgress) -> Void)? = nil
     ) async throws(GroupSyncError) -> Data {
@@ -107,6 +108,7 @@ extension GroupSessionJournal {
             throw .journalLimitExceeded(.attachmentSize(size: attachment.size, limit: configuration.maximumAttachmentSize))
         }
         guard configuration.window > 0 else { throw .invalidArgument("window must be positive") }
+        guard !isRemoved(attachment) else { throw .attachmentRemoved(sha256: attachment.sha256) }
         let record = attachment.record
         let (clock, topics, session) = (core.context.clock, core.topics, core.id)
         let stall = configuration.stallTimeout
@@ -207,6 +209,10 @@ extension GroupSessionJournal {
                             try perform(machine.cancel())
                             throw .sessionInvalidated
                         }
+                        if isRemoved(attachment) {
+                            try perform(machine.cancel())
+                            throw .attachmentRemoved(sha256: record.sha256)
+                        }
                         action = machine.onTick(now: clock.milliseconds())
                     case .cancelled:
                         try perform(machine.cancel())
@@ -226,5 +232,10 @@ extension GroupSessionJournal {
         // for them); none is left.
         if let failure { throw failure }
         guard whole.finalize() == record.sha256 else { throw .attachmentCorrupted(sha256: record.sha256) }
+    }
+
+    /// Whether the journal saw `attachment` removed by its owner.
+    private func isRemoved(_ attachment: JournalAttachment) -> Bool {
+        core.journal.withLock { $0.removed.contains(attachment.id) }
     }
 }

@@ -80,17 +80,29 @@ public final class GroupSessionJournal: Sendable {
         // Chunks first, at most `window` unacknowledged at a time; the record once the broker holds them
         // all, so that whoever sees the record finds every chunk.
         var unacknowledged: [MQTTClient.PublishTicket] = []
-        defer { for ticket in unacknowledged { client.detach(ticket) } }
-        for (index, chunk) in chunks.enumerated() {
-            if Task.isCancelled { throw .cancelled }
-            let topic = topics.chunk(session, attachment: sha256, index: index, owner: me)
-            unacknowledged.append(try core.context.retained.enqueue(topic, Data(chunk), lifetime: lifetime))
-            if unacknowledged.count >= configuration.window {
-                try await acknowledge(unacknowledged.removeFirst())
+        var sent: [String] = []
+        do throws(GroupSyncError) {
+            for (index, chunk) in chunks.enumerated() {
+                if Task.isCancelled { throw .cancelled }
+                let topic = topics.chunk(session, attachment: sha256, index: index, owner: me)
+                unacknowledged.append(try core.context.retained.enqueue(topic, Data(chunk), lifetime: lifetime))
+                sent.append(topic)
+                if unacknowledged.count >= configuration.window {
+                    try await acknowledge(unacknowledged.removeFirst())
+                }
             }
+            while !unacknowledged.isEmpty { try await acknowledge(unacknowledged.removeFirst()) }
+            try await core.context.retained.publish(topics.journal(session, attachment: sha256, owner: me), payload, lifetime: lifetime)
+        } catch {
+            // No record names these chunks: nobody would ever load them. They are not kept, and go now.
+            for ticket in unacknowledged { client.detach(ticket) }
+            let (retained, abandoned) = (core.context.retained, sent)
+            for topic in abandoned { retained.release(topic) }
+            core.context.tasks.spawn {
+                for topic in abandoned { await retained.clear(topic) }
+            }
+            throw error
         }
-        while !unacknowledged.isEmpty { try await acknowledge(unacknowledged.removeFirst()) }
-        try await core.context.retained.publish(topics.journal(session, attachment: sha256, owner: me), payload, lifetime: lifetime)
         core.journal.withLock { $0.onRecord(payload, sha256: sha256, owner: me) }
         return JournalAttachment(record: record)
     }

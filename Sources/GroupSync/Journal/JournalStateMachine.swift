@@ -23,6 +23,9 @@ struct JournalStateMachine {
     private var listeners = ListenerRegistry<Inbox<[JournalAttachment]>>()
     /// Journal records rejected: malformed, inconsistent, or not matching their topic.
     private(set) var rejected = 0
+    /// Attachments removed while we followed the journal (until added again): a load of one fails at once
+    /// instead of waiting for chunks that are gone. An attachment not listed yet is not one of them.
+    private(set) var removed: Set<JournalAttachment.ID> = []
 
     /// The attachments, in the order they were added (by their `added` clock).
     var attachments: [JournalAttachment] {
@@ -79,6 +82,7 @@ struct JournalStateMachine {
         let id = JournalAttachment.ID(owner: owner, sha256: sha256)
         if payload.isEmpty {
             guard attachments.removeValue(forKey: id) != nil else { return }
+            removed.insert(id)
         } else {
             guard let record = Wire.decode(Wire.JournalRecord.self, from: payload), record.matches(attachment: sha256, owner: owner)
             else {
@@ -88,6 +92,7 @@ struct JournalStateMachine {
             let attachment = JournalAttachment(record: record)
             guard attachments[id] != attachment else { return }  // a refresh
             attachments[id] = attachment
+            removed.remove(id)
         }
         state = .following(attachments: attachments)
         publish()
