@@ -183,8 +183,8 @@ import Testing
         let files = ConformanceVectorTests.files
         #expect(
             Set(files).isSuperset(of: [
-                "announcement.json", "clock.json", "envelope.json", "json.json", "member.json", "playback.json", "presence.json",
-                "state.json", "topics.json",
+                "announcement.json", "clock.json", "envelope.json", "journal.json", "json.json", "member.json", "playback.json",
+                "presence.json", "state.json", "topics.json",
             ]))
         let codes = Set(
             try files.flatMap { try ConformanceVectorTests.vectors(in: $0) }.compactMap { vector -> String? in
