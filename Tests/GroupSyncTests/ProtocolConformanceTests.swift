@@ -323,10 +323,9 @@ import Testing
             let chunkSize = 65_536
             let chunks = stride(from: 0, to: content.count, by: chunkSize).map { content[$0..<min($0 + chunkSize, content.count)] }
             let sha256 = SHA256.hex(content)
-            for (index, chunk) in chunks.enumerated() {  // each acknowledged before the next: a window of 1
-                try await zoe.publish(
-                    to: "groupsync/v2-chunks/\(group.name)/\(a.id)/\(sha256).\(index)/zoe", payload: Data(chunk), qos: .atLeastOnce,
-                    retain: true, properties: expiry)
+            let chunkTopics = chunks.indices.map { "groupsync/v2-chunks/\(group.name)/\(a.id)/\(sha256).\($0)/zoe" }
+            for (topic, chunk) in zip(chunkTopics, chunks) {  // each acknowledged before the next: a window of 1
+                try await zoe.publish(to: topic, payload: Data(chunk), qos: .atLeastOnce, retain: true, properties: expiry)
             }
             let digests = chunks.map { "\"\(SHA256.hex(Data($0)))\"" }.joined(separator: ",")
             let now = Int64(Date().timeIntervalSince1970 * 1_000)
@@ -345,11 +344,7 @@ import Testing
 
             // Remove (the owner): the record first, then the chunks.
             try await zoe.publish(to: "\(root)/s/\(a.id)/journal/\(sha256)/zoe", payload: Data(), qos: .atLeastOnce, retain: true)
-            for index in chunks.indices {
-                try await zoe.publish(
-                    to: "groupsync/v2-chunks/\(group.name)/\(a.id)/\(sha256).\(index)/zoe", payload: Data(), qos: .atLeastOnce,
-                    retain: true)
-            }
+            for topic in chunkTopics { try await zoe.publish(to: topic, payload: Data(), qos: .atLeastOnce, retain: true) }
             try await waitUntil("alice's list is empty again") { lists.elements.last == [] }
             await zoe.disconnect()
             await group.closeAll()
