@@ -183,8 +183,8 @@ import Testing
         let files = ConformanceVectorTests.files
         #expect(
             Set(files).isSuperset(of: [
-                "announcement.json", "clock.json", "envelope.json", "json.json", "member.json", "playback.json", "presence.json",
-                "state.json", "topics.json",
+                "announcement.json", "clock.json", "envelope.json", "journal.json", "json.json", "member.json", "playback.json",
+                "presence.json", "state.json", "topics.json",
             ]))
         let codes = Set(
             try files.flatMap { try ConformanceVectorTests.vectors(in: $0) }.compactMap { vector -> String? in
@@ -196,9 +196,7 @@ import Testing
     /// Every playback example of PROTOCOL.md (a `$ping`, a `$pong`, a clock or timeline record) is what the
     /// Swift writer makes of what it says, byte for byte, and a valid value.
     @Test func thePlaybackExamplesOfTheDocumentAreWhatTheWriterMakes() throws {
-        let path = ConformanceVectorTests.directory.deletingLastPathComponent().appendingPathComponent("PROTOCOL.md")
-        let document = try String(contentsOf: path, encoding: .utf8)
-        let examples = document.split(separator: "\n").map(String.init).filter { line in
+        let examples = try ConformanceVectorTests.documentLines().filter { line in
             line.hasPrefix("{") && [#""type":"$ping""#, #""type":"$pong""#, #""key":"groupsync."#].contains { line.contains($0) }
         }
         #expect(examples.count == 5)
@@ -224,6 +222,22 @@ import Testing
             }
             #expect(rewritten == example)
         }
+    }
+
+    /// The journal record of PROTOCOL.md is consistent, and what the Swift writer makes of what it says.
+    @Test func theJournalExampleOfTheDocumentIsWhatTheWriterMakes() throws {
+        let examples = try ConformanceVectorTests.documentLines().filter { $0.hasPrefix(#"{"added":"#) }
+        #expect(examples.count == 1)
+        for example in examples {
+            let record = try Wire.read(Wire.JournalRecord.self, from: Data(example.utf8))
+            #expect(String(decoding: try Wire.encode(record), as: UTF8.self) == example)
+        }
+    }
+
+    /// The lines of docs/PROTOCOL.md.
+    static func documentLines() throws -> [String] {
+        let path = directory.deletingLastPathComponent().appendingPathComponent("PROTOCOL.md")
+        return try String(contentsOf: path, encoding: .utf8).split(separator: "\n").map(String.init)
     }
 
     /// The same files pass a reader written in another language (docs/conformance/run.py), when python3

@@ -88,6 +88,42 @@ struct InteropTests {
         }
     }
 
+    /// PROTOCOL.md, "Journal": py lists an attachment a Swift participant added and loads it, window by
+    /// window, after its owner left; when py ends the session, nothing of the journal stays on the broker.
+    @Test func aPythonParticipantLoadsAnAttachmentSwiftAdded() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let (alice, bob, a, _) = try await group.pair(Gallery(galleryID: "journal"))
+            // Chunks of 4 KiB: 49 of them, more than three of py's windows of 16.
+            let content = Data((0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) })
+            let added = try await a.journal(configuration: .init(chunkSize: 4_096)).add(
+                content, name: "notes.txt", mediaType: "text/plain", metadata: ["lang": "en"])
+            await a.leave()  // bob keeps the session; the bytes stay on the broker
+
+            let py = try PythonParticipant(broker, group: group.name, participant: "py", ["--session", a.id])
+            _ = try await py.event("joined")
+            let listed = try await py.event("attachment") { $0["sha256"] as? String == added.sha256 }
+            #expect(listed["owner"] as? String == "alice" && listed["name"] as? String == "notes.txt")
+            #expect(listed["size"] as? Int == content.count && listed["metadata"] as? [String: String] == ["lang": "en"])
+            let file = FileManager.default.temporaryDirectory.appendingPathComponent("groupsync-\(UUID().uuidString).txt")
+            defer { try? FileManager.default.removeItem(at: file) }
+            py.command(["op": "load", "sha256": added.sha256, "owner": "alice", "path": file.path])
+            let loaded = try await py.event("loaded")
+            #expect(loaded["rejected"] as? Int == 0)
+            #expect(try Data(contentsOf: file) == content)
+
+            py.command(["op": "end"])
+            _ = try await py.event("ended")
+            try await waitUntil("no chunk left on the broker") {
+                try await retainedTopics(broker, under: "groupsync/v2-chunks/\(group.name)").isEmpty
+            }
+            #expect(py.events("rejected").isEmpty, "py rejected: \(py.events("rejected"))")
+            #expect(alice.rejectedMessageCount == 0 && bob.rejectedMessageCount == 0, "Swift rejected some of py's records")
+            try await py.close()
+            await group.closeAll()
+        }
+    }
+
     @Test func aSwiftParticipantJoinsAPythonSession() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)

@@ -294,6 +294,121 @@ import Testing
             await group.closeAll()
         }
     }
+
+    /// PROTOCOL.md, "Journal": a participant written from the document alone adds an attachment — chunks
+    /// retained with the session's ttl as expiry, at most a window unacknowledged, then the record — and a
+    /// Swift participant lists and loads it.
+    @Test func aHandWrittenParticipantAddsAnAttachmentThatSwiftLoads() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let root = "groupsync/v2/\(group.name)"
+            let alice = try await group.join("alice")
+            let a = try await alice.startJoined(Gallery(galleryID: "attach"))
+            let lists = Collector(a.journal().attachments)
+            defer { lists.cancel() }
+
+            var configuration = try MQTTClient.Configuration(url: broker.url)
+            configuration.clientID = broker.unique("gs-zoe")
+            let zoe = try MQTTClient(configuration: configuration)
+            try await zoe.connect()
+            // The session's ttl, from its announcement: the lifetime of everything of the session.
+            let announcements = Collector(
+                try await zoe.subscribe(to: [TopicSubscription("\(root)/session/\(a.id)/+", qos: .atLeastOnce)]))
+            try await waitUntil("the announcement") { !announcements.elements.isEmpty }
+            let ttl = try #require(DocumentedReader.integer(try DocumentedReader.object(announcements.elements[0].payload)["ttl"]))
+            let expiry = MQTTProperties(messageExpiry: UInt32(ttl))
+
+            // Content: 3 chunks of 65,536 bytes, the last one shorter; digests as 64 lowercase hexadecimal digits.
+            let content = Data((0..<150_000).map { UInt8(truncatingIfNeeded: $0 &* 7919) })
+            let chunkSize = 65_536
+            let chunks = stride(from: 0, to: content.count, by: chunkSize).map { content[$0..<min($0 + chunkSize, content.count)] }
+            let sha256 = SHA256.hex(content)
+            let chunkTopics = chunks.indices.map { "groupsync/v2-chunks/\(group.name)/\(a.id)/\(sha256).\($0)/zoe" }
+            for (topic, chunk) in zip(chunkTopics, chunks) {  // each acknowledged before the next: a window of 1
+                try await zoe.publish(to: topic, payload: Data(chunk), qos: .atLeastOnce, retain: true, properties: expiry)
+            }
+            let digests = chunks.map { "\"\(SHA256.hex(Data($0)))\"" }.joined(separator: ",")
+            let now = Int64(Date().timeIntervalSince1970 * 1_000)
+            let record =
+                #"{"added":{"c":0,"p":"zoe","t":\#(now)},"chunkSize":\#(chunkSize),"chunks":[\#(digests)],"#
+                + #""metadata":{"caption":"from zoe"},"name":"pattern.bin","sha256":"\#(sha256)","size":\#(content.count),"#
+                + #""type":"application/octet-stream","v":2}"#
+            try await zoe.publish(
+                to: "\(root)/s/\(a.id)/journal/\(sha256)/zoe", string: record, qos: .atLeastOnce, retain: true, properties: expiry)
+
+            try await waitUntil("alice lists zoe's attachment") { lists.elements.last?.count == 1 }
+            let listed = try #require(a.journal().currentAttachments.first)
+            #expect(listed.owner.id == "zoe" && listed.name == "pattern.bin" && listed.size == content.count)
+            #expect(listed.metadata == ["caption": "from zoe"] && listed.sha256 == sha256)
+            #expect(try await a.journal().load(listed) == content)
+
+            // Remove (the owner): the record first, then the chunks.
+            try await zoe.publish(to: "\(root)/s/\(a.id)/journal/\(sha256)/zoe", payload: Data(), qos: .atLeastOnce, retain: true)
+            for topic in chunkTopics { try await zoe.publish(to: topic, payload: Data(), qos: .atLeastOnce, retain: true) }
+            try await waitUntil("alice's list is empty again") { lists.elements.last == [] }
+            await zoe.disconnect()
+            await group.closeAll()
+        }
+    }
+
+    /// PROTOCOL.md, "Journal": a raw client that follows the document alone reads the record a Swift
+    /// participant added, fetches every chunk from its exact topic and verifies the digests; `end()`
+    /// clears the record and the chunks.
+    @Test func aRawClientLoadsAnAttachmentSwiftAdded() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let root = "groupsync/v2/\(group.name)"
+            let alice = try await group.join("alice")
+            let a = try await alice.startJoined(Gallery(galleryID: "wire"))
+            let photo = Data((0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 8) })
+            _ = try await a.journal().add(photo, name: "photo.jpg", mediaType: "image/jpeg", metadata: ["caption": "Lake"])
+
+            let (raw, records) = try await rawSubscriber(broker, "\(root)/s/\(a.id)/journal/+/+")
+            try await waitUntil("the journal record") { !records.elements.isEmpty }
+            let message = records.elements[0]
+            let levels = message.topic.split(separator: "/").map(String.init)
+            let (attachment, owner) = (levels[6], levels[7])
+            #expect(message.retain && (message.properties.messageExpiry ?? 0) > 0, "retained, with an expiry")
+            let record = try DocumentedReader.object(message.payload)
+            #expect(Set(record.keys) == ["v", "sha256", "name", "type", "size", "chunkSize", "chunks", "added", "metadata"])
+            #expect(DocumentedReader.integer(record["v"]) == 2)
+            #expect(record["sha256"] as? String == attachment && (record["added"] as? [String: Any])?["p"] as? String == owner)
+            #expect(record["name"] as? String == "photo.jpg" && record["type"] as? String == "image/jpeg")
+            #expect(record["metadata"] as? [String: String] == ["caption": "Lake"])
+            let size = try #require(DocumentedReader.integer(record["size"]))
+            let chunkSize = try #require(DocumentedReader.integer(record["chunkSize"]))
+            let digests = try #require(record["chunks"] as? [String])
+            #expect(size == photo.count && chunkSize == 65_536 && digests.count == Int((size + chunkSize - 1) / chunkSize))
+            #expect(([attachment] + digests).allSatisfy { $0.utf8.count == 64 && $0.allSatisfy { "0123456789abcdef".contains($0) } })
+
+            // Load: one exact topic per chunk (both fit one window), verify each, then the whole.
+            let chunkTopics = digests.indices.map { "groupsync/v2-chunks/\(group.name)/\(a.id)/\(attachment).\($0)/\(owner)" }
+            let chunks = Collector(try await raw.subscribe(to: chunkTopics.map { TopicSubscription($0, qos: .atLeastOnce) }))
+            try await waitUntil("every chunk") { Set(chunks.elements.map(\.topic)) == Set(chunkTopics) }
+            var whole = Data()
+            for (index, topic) in chunkTopics.enumerated() {
+                let chunk = try #require(chunks.elements.first { $0.topic == topic })
+                #expect(chunk.retain && (chunk.properties.messageExpiry ?? 0) > 0)
+                #expect(SHA256.hex(chunk.payload) == digests[index], "chunk \(index)")
+                #expect(index == digests.count - 1 ? chunk.payload.count <= chunkSize : chunk.payload.count == chunkSize)
+                whole.append(chunk.payload)
+            }
+            #expect(SHA256.hex(whole) == attachment && whole == photo)
+            if ProcessInfo.processInfo.environment["GROUPSYNC_PRINT_WIRE"] != nil {
+                print("WIRE \(message.topic) \(message.string ?? "<binary>")")
+                for chunk in chunks.elements { print("WIRE \(chunk.topic) <\(chunk.payload.count) bytes>") }
+            }
+
+            // End: the record and its chunks are cleared.
+            await a.end()
+            try await waitUntil("the record and the chunks cleared") {
+                let cleared = Set(chunks.elements.filter(\.payload.isEmpty).map(\.topic))
+                return cleared == Set(chunkTopics) && records.elements.last?.payload.isEmpty == true
+            }
+            await raw.disconnect()
+            await group.closeAll()
+        }
+    }
 }
 
 /// A reader of protocol v2 written from docs/PROTOCOL.md alone: topic levels and `JSONSerialization`.

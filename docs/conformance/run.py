@@ -192,6 +192,29 @@ def state(value):
     return {"clock": clock(f.value("clock")), "key": f.str("key"), "v": VERSION, "value": f.value("value")}
 
 
+DIGEST = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def journal(value):
+    """A journal record (PROTOCOL.md#the-journal-record): consistent, or wrong-shape."""
+    f = Fields(value)
+    chunks = f.typed("chunks", list)
+    if not all(type(digest) is str for digest in chunks):
+        raise Rejected("wrong-shape")
+    record = {"added": clock(f.value("added")), "chunkSize": f.int("chunkSize"), "chunks": chunks, "name": f.str("name"),
+              "sha256": f.str("sha256"), "size": f.int("size"), "type": f.str("type"), "v": VERSION}
+    if "metadata" in f.object:
+        metadata = f.typed("metadata", dict)
+        if not all(type(text) is str for text in metadata.values()):
+            raise Rejected("wrong-shape")
+        record["metadata"] = metadata
+    size, chunk_size = record["size"], record["chunkSize"]
+    if (size < 0 or chunk_size <= 0 or not DIGEST.match(record["sha256"]) or not all(DIGEST.match(d) for d in chunks)
+            or len(chunks) != -(-size // chunk_size)):
+        raise Rejected("wrong-shape")
+    return record
+
+
 def envelope(value):
     f = Fields(value)
     record = {"body": f.value("body"), "epoch": f.int("epoch"), "reliable": f.typed("reliable", bool),
@@ -340,7 +363,8 @@ def meaning(record):
 
 
 def route(topic):
-    """The reader for a topic and the identity check of its record; None outside the layout."""
+    """The reader for a topic and the identity check of its record; None outside the layout (chunks, under
+    groupsync/v2-chunks, included: they are raw bytes, not records)."""
     levels = topic.split("/")
     if levels[:3] != ROOT.split("/") or not all(IDENTIFIER.match(level) for level in levels[3:]):
         return None
@@ -357,6 +381,8 @@ def route(topic):
             return member, lambda r: r["participant"] == participant
         case ["s", _, "state", key, writer]:
             return state, lambda r: r["key"] == key and r["clock"]["p"] == writer
+        case ["s", _, "journal", sha256, owner]:
+            return journal, lambda r: r["sha256"] == sha256 and r["added"]["p"] == owner
         case ["s", _, "all", _] | ["s", _, "to", _, _]:
             return envelope, lambda r: True
     return None

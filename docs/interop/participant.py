@@ -21,6 +21,7 @@ bounded outbox and recovered end to end (§Reliable delivery). Commands are JSON
     {"op":"set","key":"k","value":1}
     {"op":"send","type":"Chat","body":{"text":"hi"}}                  reliable, to everyone
     {"op":"send","type":"Chat","body":{...},"to":["alice"],"reliable":false}
+    {"op":"load","sha256":"…","owner":"alice","path":"/tmp/photo.jpg"}   an attachment of the journal
     {"op":"leave"}    {"op":"end"}    {"op":"close"}                   end of input also closes
 
 Events are JSON lines on stdout, each with an "event" field:
@@ -30,6 +31,8 @@ Events are JSON lines on stdout, each with an "event" field:
     value {session, key, value, writer}        message {session, type, from, body, direct, reliable}
     gap {session, from, stream, first, last, count}  (reliable messages the sender could not re-send)
     catchup {session, to}  (it answered a newcomer)
+    attachment {session, sha256, owner, name, type, size, metadata}    removed {session, sha256, owner}
+    loaded {session, sha256, owner, path, size, rejected}  (verified, at `path`; `rejected` bad chunks)
     sent {type, acknowledged}  (acknowledged by the broker, or queued while disconnected)
     left {session}    ended {session, by}    closed
     rejected {topic, reason}  (a message it ignored, with the docs/conformance code)    error {message}
@@ -38,11 +41,15 @@ Not implemented: brokers without retained messages (`retain_available false`, §
 §Brokers without retained messages: no welcomes), a silent sender's held messages (only its will, a
 cleared member record or a newer epoch end its streams), and in §End step 3 clearing the ended copy
 at once when the broker accepted every clear (paho 1.6 does not report PUBACK reason codes): it clears
-its ended copy when it sees the last other copy cleared.
+its ended copy when it sees the last other copy cleared. Of §Journal, it lists and loads attachments but
+adds none.
 """
 
 import argparse
 import collections
+import hashlib
+import os
+import re
 import json
 import random
 import string
@@ -67,6 +74,9 @@ OUTBOX_MESSAGES = 1000                  # §Reliable delivery: the outbox (Swift
 OUTBOX_BYTES = 8 * 1024 * 1024
 RESEND_RETRY, RESEND_RETRY_MAX = 1.0, 8.0   # s: an unanswered $resend again, the wait doubling
 PRESENCE_TTL = 3600                     # s, presence lifetime (§Lifetimes; Swift's default)
+WINDOW = 16                             # §Journal, "Loading": chunks asked for at once (Swift's default)
+STALL = 30.0                            # s without a verified chunk before a load fails
+DIGEST = re.compile(r"[0-9a-f]{64}\Z")   # §Journal: a SHA-256, 64 lowercase hexadecimal digits
 IDENTIFIER_CHARS = set(string.ascii_letters + string.digits + "._-:@~")
 METADATA_TYPES = {"generic", "watchTogether", "listenTogether", "workoutTogether", "shopTogether",
                   "exploreTogether", "createTogether", "learnTogether", "playTogether", "readTogether"}
@@ -281,6 +291,26 @@ def state_record(obj, key=None, writer=None):
     return name, clock(required(obj, "clock"), writer)
 
 
+def journal_record(obj, sha256, owner):
+    """§Journal, "The journal record": consistent, and matching its topic's `<sha256>` and `<owner>`."""
+    chunks = field(obj, "chunks", list)
+    metadata = field(obj, "metadata", dict, optional=True) or {}
+    if not all(type(d) is str for d in chunks) or not all(type(m) is str for m in metadata.values()):
+        raise Reject("wrong-shape")
+    size, chunk_size = integer(obj, "size"), integer(obj, "chunkSize")
+    name, kind, digest = field(obj, "name", str), field(obj, "type", str), field(obj, "sha256", str)
+    added = required(obj, "added")
+    if not isinstance(added, dict):
+        raise Reject("wrong-shape")
+    t, c, p = integer(added, "t"), integer(added, "c"), field(added, "p", str)
+    if (size < 0 or chunk_size < 1 or not DIGEST.match(digest) or not all(DIGEST.match(d) for d in chunks)
+            or len(chunks) != -(-size // chunk_size)):
+        raise Reject("wrong-shape")
+    if digest != sha256 or p != owner:
+        raise Reject("identity-mismatch")
+    return {"name": name, "type": kind, "size": size, "chunks": chunks, "metadata": metadata}
+
+
 def announcement(obj, session):
     if field(obj, "session", str) != session:
         raise Reject("identity-mismatch")
@@ -427,6 +457,17 @@ class Joined:
         self.streams = {}         # (sender, "all" | "direct") -> Stream, in the sender's member epoch
         self.active = None        # last reported active set
         self.own_copy_revision = None
+        self.attachments = {}     # (sha256, owner) -> journal record (§Journal)
+
+
+class Load:
+    """An attachment being loaded (§Journal, "Loading"): its chunk topics and what the network thread received."""
+
+    def __init__(self, topics):
+        self.topics = {topic: index for index, topic in enumerate(topics)}
+        self.pending = set()      # asked for, not verified
+        self.retry_at = {}        # index -> when to ask again for a rejected chunk (monotonic s)
+        self.arrived = []         # (index, payload)
 
 
 class Participant:
@@ -445,6 +486,7 @@ class Participant:
         self.presences = {}
         self.sessions = {}
         self.joined = None
+        self.loading = None       # the Load in progress, if any
         self.owned = {}      # topic -> {"payload", "ttl", "kept", "published" (monotonic s)}
         self.connected = False
         self.ever_connected = False
@@ -546,6 +588,11 @@ class Participant:
                               (("presence", "+"), ("alive", "+"), ("session", "+", "+"))])
             if self.joined:
                 client.subscribe(self.session_filters(self.joined.id))
+            if self.loading:  # §Journal, "Loading": the chunks still asked for
+                topics = sorted(t for t, i in self.loading.topics.items()
+                                if i in self.loading.pending and i not in self.loading.retry_at)
+                if topics:
+                    client.subscribe([(t, SubscribeOptions(qos=1)) for t in topics])
             # §Connect 5 on the first connection; §Reconnect: every owned retained message, presence
             # first, then announcement copies, member records, state records. Kept ones with their full
             # lifetime, the others with what is left of it.
@@ -587,9 +634,10 @@ class Participant:
             self.connected = False
 
     def session_filters(self, sid):
-        """§Join 1: the four filters, No Local on the broadcast one only."""
+        """§Join 1: the five filters, No Local on the broadcast one only."""
         return [(self.topic("s", sid, "member", "+"), SubscribeOptions(qos=1)),
                 (self.topic("s", sid, "state", "+", "+"), SubscribeOptions(qos=1)),
+                (self.topic("s", sid, "journal", "+", "+"), SubscribeOptions(qos=1)),
                 (self.topic("s", sid, "to", self.me, "+"), SubscribeOptions(qos=1)),
                 (self.topic("s", sid, "all", "+"), SubscribeOptions(qos=1, noLocal=True))]
 
@@ -655,6 +703,13 @@ class Participant:
     # --- receiving ---
 
     def on_message(self, client, userdata, msg):
+        with self.lock:
+            loading = self.loading
+            if loading and msg.topic in loading.topics:  # a chunk: raw bytes (§Journal, "Chunks")
+                if msg.payload:  # an empty one was cleared: no chunk
+                    loading.arrived.append((loading.topics[msg.topic], msg.payload))
+                    self.changed.notify_all()
+                return
         levels = msg.topic.split("/")
         if len(levels) < 5 or "/".join(levels[:3]) != self.root or not all(map(is_identifier, levels[3:])):
             return  # §Identifiers: outside the layout, or not an identifier: ignored
@@ -673,6 +728,8 @@ class Participant:
                         self.on_member(kind[1], msg)
                     elif kind[0] == "state" and len(kind) == 3:
                         self.on_state(kind[1], kind[2], msg)
+                    elif kind[0] == "journal" and len(kind) == 3:
+                        self.on_journal(kind[1], kind[2], msg.payload)
                     elif kind[0] == "all" and len(kind) == 2:
                         self.on_envelope(kind[1], msg.payload, direct=False)
                     elif kind[0] == "to" and len(kind) == 3 and kind[1] == self.me:
@@ -836,6 +893,23 @@ class Participant:
         rec = decode(msg.payload)
         _, stamp = state_record(rec, key, writer)
         self.apply_state(j, rec, stamp)
+
+    def on_journal(self, sha256, owner, payload):
+        """§Journal: a record lists the attachment, an empty payload removes it."""
+        j = self.joined
+        if not payload:
+            if j.attachments.pop((sha256, owner), None) is not None:
+                self.emit("removed", session=j.id, sha256=sha256, owner=owner)
+            return
+        rec = journal_record(decode(payload), sha256, owner)
+        if j.attachments.get((sha256, owner)) != rec:
+            j.attachments[(sha256, owner)] = rec
+            self.emit("attachment", session=j.id, sha256=sha256, owner=owner, name=rec["name"], type=rec["type"],
+                      size=rec["size"], metadata=rec["metadata"])
+
+    def chunk_topic(self, sid, sha256, index, owner):
+        """§Journal: `groupsync/v2-chunks/<group>/<session>/<sha256>.<index>/<owner>`."""
+        return f"groupsync/v{VERSION}-chunks/{self.args.group}/{sid}/{sha256}.{index}/{owner}"
 
     def apply_state(self, j, rec, stamp):
         self.observe(stamp)
@@ -1197,10 +1271,81 @@ class Participant:
                 self.clear(self.topic("s", j.id, "member", member))
             for topic in j.state_topics:
                 self.clear(topic)
+            for (sha256, owner), rec in j.attachments.items():  # the records, and the chunks they name
+                self.clear(self.topic("s", j.id, "journal", sha256, owner))
+                for index in range(len(rec["chunks"])):
+                    self.clear(self.chunk_topic(j.id, sha256, index, owner))
             self.client.unsubscribe([f for f, _ in self.session_filters(j.id)])
             self.joined = None
             session.ended = session.ended_by_me = True
             self.emit("ended", session=j.id, by=self.me)
+
+    def load(self, sha256, owner, path):
+        """§Journal, "Loading": exact chunk topics a window at a time; each chunk verified (a bad one asked
+        for again after a backoff), written in order to `<path>.partial`, renamed once the whole verifies."""
+        with self.lock:
+            j = self.joined
+            rec = j.attachments.get((sha256, owner)) if j else None
+            if rec is None:
+                self.emit("error", message=f"load: no attachment {sha256} of {owner}")
+                return
+            digests = rec["chunks"]
+            topics = [self.chunk_topic(j.id, sha256, index, owner) for index in range(len(digests))]
+            loading = self.loading = Load(topics)
+        whole, rejected, attempts, held = hashlib.sha256(), 0, {}, {}
+        next_index = requested = 0
+        progress = time.monotonic()
+        try:
+            with open(path + ".partial", "wb") as out, self.lock:
+                while next_index < len(digests):
+                    now = time.monotonic()
+                    if now - progress >= STALL:
+                        self.emit("error", message=f"load: chunk {next_index} of {sha256} unavailable")
+                        return
+                    ask = []
+                    while requested < min(next_index + WINDOW, len(digests)):
+                        loading.pending.add(requested)
+                        ask.append(requested)
+                        requested += 1
+                    for index, due in list(loading.retry_at.items()):
+                        if due <= now:
+                            del loading.retry_at[index]
+                            ask.append(index)
+                    if ask:
+                        self.client.subscribe([(topics[i], SubscribeOptions(qos=1)) for i in ask])
+                    if not loading.arrived:
+                        self.changed.wait(0.05)
+                    arrived, loading.arrived = loading.arrived, []
+                    for index, payload in arrived:
+                        if index not in loading.pending or index in loading.retry_at:
+                            continue  # a copy of a chunk taken, or one arriving after a rejection
+                        self.client.unsubscribe(topics[index])
+                        if hashlib.sha256(payload).hexdigest() != digests[index]:
+                            rejected += 1
+                            attempts[index] = attempts.get(index, 0) + 1
+                            loading.retry_at[index] = time.monotonic() + min(0.05 * 2 ** (attempts[index] - 1), 2.0)
+                            continue
+                        loading.pending.discard(index)
+                        held[index] = payload
+                        progress = time.monotonic()
+                    while next_index in held:
+                        chunk = held.pop(next_index)
+                        out.write(chunk)
+                        whole.update(chunk)
+                        next_index += 1
+            if whole.hexdigest() != sha256:
+                self.emit("error", message=f"load: {sha256} does not verify")
+                return
+            os.replace(path + ".partial", path)
+            self.emit("loaded", session=j.id, sha256=sha256, owner=owner, path=path, size=rec["size"],
+                      rejected=rejected)
+        finally:
+            with self.lock:
+                self.loading = None
+                if loading.pending:
+                    self.client.unsubscribe([topics[i] for i in sorted(loading.pending)])
+            if os.path.exists(path + ".partial"):
+                os.remove(path + ".partial")
 
     def on_unsubscribe(self, client, userdata, mid, properties=None, reasons=None):
         with self.lock:
@@ -1254,6 +1399,8 @@ class Participant:
                     info = self.leave()
                     if info is not None:
                         info.wait_for_publish(timeout=5)
+                elif op == "load":
+                    self.load(command["sha256"], command["owner"], command["path"])
                 elif op == "end":
                     self.end()
                 elif op == "close":
