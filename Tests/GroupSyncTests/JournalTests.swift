@@ -196,10 +196,12 @@ import Testing
             _ = try await a.journal(configuration: Self.small).add(Self.bytes(40_000), name: "brief.bin")
             let root = "\(GroupTopics.chunkProtocolRoot)/\(group.name)"
             @Sendable func chunks() async throws -> [String] { try await retainedTopics(broker, under: root) }
-            try await Task.sleep(for: timeBound(.seconds(3)))  // an observation window past the TTL, not a wait for a condition
-            // A set: a refresh that arrives live during the probe names a topic twice.
-            let kept = Set(try await chunks())
-            #expect(kept.count == 3, "refreshed while the owner is in the session: \(kept)")
+            // Kept: each chunk is published again, live, while alice is in the session.
+            let (watcher, seen) = try await rawSubscriber(broker, "\(root)/#")
+            try await waitUntil(timeout: timeBound(.seconds(5)), "every chunk is refreshed") {
+                Set(seen.elements.filter { !$0.retain }.map(\.topic)).count == 3
+            }
+            await watcher.disconnect()
             await alice.simulateCrash()
             try await waitUntil(timeout: timeBound(.seconds(5)), "the chunks expire") { try await chunks().isEmpty }
             await group.closeAll()
