@@ -106,6 +106,10 @@ import Testing
                 (#"{"id":13,"op":"playback","action":"seek","position":-1}"#, .int(13), "\"position\" must be"),
                 (#"{"id":14,"op":"start","activity":"a.b","playback":"yes"}"#, .int(14), "\"playback\" must be true or false"),
                 (#"{"id":15,"op":"playback","action":"play"}"#, .int(15), "not in a session"),
+                (#"{"id":16,"op":"attach"}"#, .int(16), "missing \"path\""),
+                (#"{"id":17,"op":"attach","path":"p.png","metadata":{"a":1}}"#, .int(17), "\"metadata\" must be an object of strings"),
+                (#"{"id":18,"op":"load","sha256":"xyz","path":"p"}"#, .int(18), "\"sha256\" must be a SHA-256"),
+                (#"{"id":19,"op":"detach","sha256":"abcd"}"#, .int(19), "not in a session"),
                 (huge, nil, "limit of 1048576 bytes"),
             ]
             for (index, malformed) in cases.enumerated() {

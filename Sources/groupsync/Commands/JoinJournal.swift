@@ -13,9 +13,11 @@ struct JoinJournal: Sendable {
     static let progressInterval: Duration = .seconds(1)
 
     static let help = """
-          !attach PATH      add the file to the session's journal (everyone, late joiners included, can load it)
+          !attach PATH      add the file to the session's journal, which everyone (late joiners included)
+                            can load: attached N OWNER SHA256 SIZE TYPE NAME
           !attachments      list the journal: attachment N OWNER SHA256 SIZE TYPE NAME
-          !load N|SHA PATH  load attachment N of the list (or the one whose SHA-256 starts with SHA) to PATH
+          !load N|SHA PATH  load attachment N (or the one whose SHA-256 starts with SHA) to PATH, verified:
+                            loading SHA DONE/TOTAL bytes (each second), loaded SHA256 SIZE bytes to PATH …
         """
 
     init(_ journal: GroupSessionJournal) {
