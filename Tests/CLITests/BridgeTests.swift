@@ -311,15 +311,12 @@ import Testing
     /// and a bridge that joins after the owner left loads it to a path, with progress.
     @Test func journalAddListLoadAndRemove() async throws {
         try await MosquittoBroker.withBroker { broker in
-            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("gs-bridge-journal-\(UUID())")
-            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-            defer { try? FileManager.default.removeItem(at: directory) }
+            let directory = try ScratchDirectory("gs-bridge-journal")
+            defer { directory.remove() }
             // Four chunks of the default 64 KiB.
             let photo = Data((0..<(200 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) })
-            let photoPath = directory.appendingPathComponent("photo.png").path
-            try photo.write(to: URL(fileURLWithPath: photoPath))
-            let notePath = directory.appendingPathComponent("note.bin").path
-            try Data("a note".utf8).write(to: URL(fileURLWithPath: notePath))
+            let photoPath = try directory.write(photo, as: "photo.png")
+            let notePath = try directory.write(Data("a note".utf8), as: "note.bin")
 
             let group = broker.unique("journal")
             let alice = try BridgeProcess("alice", broker: broker.url, group: group)
@@ -367,7 +364,7 @@ import Testing
             let carol = try BridgeProcess("carol", broker: broker.url, group: group)
             _ = try await carol.request("join", #""session":"\#(session)""#)
             #expect(carol.events.last { $0["event"] == "journal" }?["attachments"] == .array([.object(attachment)]), "listed before the ok")
-            let copyPath = directory.appendingPathComponent("copy.png").path
+            let copyPath = directory.path("copy.png")
             let started = try await carol.request("load", #""sha256":"\#(sha256)","owner":"alice","path":"\#(copyPath)""#)
             let load = try #require(started["load"]?.string)
             #expect(started["attachment"] == .object(attachment))
@@ -387,7 +384,7 @@ import Testing
 
             // A load that cannot write its file ends with an error event carrying the library's message.
             let failing = try await carol.request(
-                "load", #""sha256":"\#(sha256.prefix(8))","path":"\#(directory.path)/missing/dir/copy.png""#)
+                "load", #""sha256":"\#(sha256.prefix(8))","path":"\#(directory.path("missing/dir/copy.png"))""#)
             let failingLoad = try #require(failing["load"]?.string)
             let failed = try await carol.event("the failed load's end") { $0["load"] == .string(failingLoad) && $0["event"] == "error" }
             #expect(failed["message"]?.string?.contains("file error: cannot create") == true, "\(failed)")
@@ -497,6 +494,26 @@ private final class BridgeProcess: Sendable {
         }
         return events.first(where: predicate)!
     }
+}
+
+/// A fresh temporary directory for a test's files.
+struct ScratchDirectory {
+    let url: URL
+
+    init(_ prefix: String) throws {
+        url = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID())")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    func path(_ name: String) -> String { url.appendingPathComponent(name).path }
+
+    /// Writes `bytes` to the file `name` in the directory; returns its path.
+    func write(_ bytes: Data, as name: String) throws -> String {
+        try bytes.write(to: url.appendingPathComponent(name))
+        return path(name)
+    }
+
+    func remove() { try? FileManager.default.removeItem(at: url) }
 }
 
 private struct BridgeRequestFailed: Error, CustomStringConvertible {

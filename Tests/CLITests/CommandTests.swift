@@ -344,12 +344,10 @@ import Testing
     /// `join`'s journal: `!attach` adds a file that another participant, joining later, sees and loads.
     @Test func joinAttachesAndALaterJoinerLoads() async throws {
         try await MosquittoBroker.withBroker { broker in
-            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("gs-join-journal-\(UUID())")
-            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-            defer { try? FileManager.default.removeItem(at: directory) }
+            let directory = try ScratchDirectory("gs-join-journal")
+            defer { directory.remove() }
             let photo = Data((0..<(150 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 11) })
-            let path = directory.appendingPathComponent("tower.jpg").path
-            try photo.write(to: URL(fileURLWithPath: path))
+            let path = try directory.write(photo, as: "tower.jpg")
             let common = ["--broker", broker.url, "--group", broker.unique("attach")]
 
             let alice = try CLIProcess(["join", "com.example.board", "--as", "alice"] + common)
@@ -369,7 +367,7 @@ import Testing
             _ = try await carol.waitForLine { $0 == "attachment + alice \(sha256) \(photo.count) image/jpeg tower.jpg" }
             carol.send("!attachments")
             _ = try await carol.waitForLine { $0 == "attachment 1 alice \(sha256) \(photo.count) image/jpeg tower.jpg" }
-            let copy = directory.appendingPathComponent("copy.jpg").path
+            let copy = directory.path("copy.jpg")
             carol.send("!load 1 \(copy)")
             _ = try await carol.waitForLine { $0 == "loaded \(sha256) \(photo.count) bytes to \(copy) (SHA-256 verified)" }
             #expect(carol.output.contains { $0 == "loading \(sha256.prefix(12)) 0/\(photo.count) bytes" }, "the first progress line")

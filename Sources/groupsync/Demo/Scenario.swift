@@ -75,7 +75,12 @@ final class Scenario: DemoScript {
 
         // A new photo: alice adds it to the session's journal (the late joiner opens it below).
         let photo = DemoPhoto.png()
-        let added = stage.retainedMessages ? try await addPhoto(photo, by: alice, seenBy: early) : nil
+        var added: JournalAttachment?
+        do {
+            if stage.retainedMessages { added = try await addPhoto(photo, by: alice, seenBy: early) }
+        } catch GroupSyncError.journalNeedsRetainedMessages {
+            timeline.note(alice.name, "could not add a photo: the broker has no retained messages")
+        }
 
         // A late joiner catches up.
         let catchUpStart = ContinuousClock.now
@@ -87,7 +92,7 @@ final class Scenario: DemoScript {
         let lateFirst = late.seen.withLock { $0.first }
         let (photoVerdict, photoOK) =
             if let added { try await openPhoto(added, expecting: photo, by: late) } else {
-                ("skipped: the journal needs retained messages (--no-retain)", true)
+                ("skipped: the journal needs retained messages (--no-retain, or a broker without them)", true)
             }
 
         // bob is killed without leaving.
