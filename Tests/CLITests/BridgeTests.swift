@@ -106,6 +106,10 @@ import Testing
                 (#"{"id":13,"op":"playback","action":"seek","position":-1}"#, .int(13), "\"position\" must be"),
                 (#"{"id":14,"op":"start","activity":"a.b","playback":"yes"}"#, .int(14), "\"playback\" must be true or false"),
                 (#"{"id":15,"op":"playback","action":"play"}"#, .int(15), "not in a session"),
+                (#"{"id":16,"op":"attach"}"#, .int(16), "missing \"path\""),
+                (#"{"id":17,"op":"attach","path":"p.png","metadata":{"a":1}}"#, .int(17), "\"metadata\" must be an object of strings"),
+                (#"{"id":18,"op":"load","sha256":"xyz","path":"p"}"#, .int(18), "\"sha256\" must be a SHA-256"),
+                (#"{"id":19,"op":"detach","sha256":"abcd"}"#, .int(19), "not in a session"),
                 (huge, nil, "limit of 1048576 bytes"),
             ]
             for (index, malformed) in cases.enumerated() {
@@ -303,6 +307,98 @@ import Testing
         }
     }
 
+    /// The journal through bridges: a file added by path is listed everywhere, only its owner removes it,
+    /// and a bridge that joins after the owner left loads it to a path, with progress.
+    @Test func journalAddListLoadAndRemove() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let directory = try ScratchDirectory("gs-bridge-journal")
+            defer { directory.remove() }
+            // Four chunks of the default 64 KiB.
+            let photo = Data((0..<(200 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) })
+            let photoPath = try directory.write(photo, as: "photo.png")
+            let notePath = try directory.write(Data("a note".utf8), as: "note.bin")
+
+            let group = broker.unique("journal")
+            let alice = try BridgeProcess("alice", broker: broker.url, group: group)
+            let bob = try BridgeProcess("bob", broker: broker.url, group: group)
+            let session = try #require(try await alice.request("start", #""activity":"\#(Self.activity)""#)["session"]?.string)
+            _ = try await bob.request("join", #""session":"\#(session)""#)
+            #expect(bob.events.contains { $0["event"] == "journal" } == false, "an empty journal is not reported")
+
+            let attached = try await alice.request("attach", #""path":"\#(photoPath)","metadata":{"place":"Paris"}"#)
+            let attachment = try #require(attached["attachment"]?.object)
+            let sha256 = try #require(attachment["sha256"]?.string)
+            #expect(attachment["owner"] == "alice")
+            #expect(attachment["name"] == "photo.png")
+            #expect(attachment["type"] == "image/png", "guessed from the extension")
+            #expect(attachment["size"] == .int(Int64(photo.count)))
+            #expect(attachment["metadata"] == .object(["place": .string("Paris")]))
+            #expect(sha256.count == 64)
+            // Answers come after the effect: alice's journal event precedes her ok.
+            let aliceLines = alice.events
+            let listed = aliceLines.firstIndex { $0["event"] == "journal" }
+            let answer = aliceLines.firstIndex { $0["event"] == "ok" && $0["attachment"] != nil }
+            #expect(listed != nil && answer != nil && listed! < answer!)
+            _ = try await bob.event("bob's journal lists the photo") {
+                $0["event"] == "journal" && $0["attachments"] == .array([.object(attachment)])
+            }
+            #expect(try await bob.request("attachments")["attachments"] == .array([.object(attachment)]))
+
+            // Only the owner removes an attachment: bob's attempt is an error with the library's message.
+            let refused = try await bob.answer(bob.send("detach", #""sha256":"\#(sha256)","owner":"alice""#))
+            #expect(refused["event"] == "error")
+            #expect(refused["message"]?.string?.contains("only the attachment's owner (alice) can remove it") == true, "\(refused)")
+            let noted = try #require(try await alice.request("attach", #""path":"\#(notePath)","type":"text/plain""#)["attachment"]?.object)
+            #expect(noted["type"] == "text/plain")
+            _ = try await bob.event("bob lists two") { $0["event"] == "journal" && $0["attachments"]?.array?.count == 2 }
+            let removed = try await alice.request("detach", #""sha256":"\#(try #require(noted["sha256"]?.string).prefix(10))""#)
+            #expect(removed["attachment"] == .object(noted))
+            try await waitUntil("bob lists the photo alone again") {
+                let journals = bob.events.filter { $0["event"] == "journal" }
+                return journals.count >= 3 && journals.last?["attachments"] == .array([.object(attachment)])
+            }
+
+            // The owner leaves; carol joins later and loads the photo from the broker.
+            alice.cli.closeInput()
+            #expect(try await alice.cli.wait() == 0)
+            let carol = try BridgeProcess("carol", broker: broker.url, group: group)
+            _ = try await carol.request("join", #""session":"\#(session)""#)
+            #expect(carol.events.last { $0["event"] == "journal" }?["attachments"] == .array([.object(attachment)]), "listed before the ok")
+            let copyPath = directory.path("copy.png")
+            let started = try await carol.request("load", #""sha256":"\#(sha256)","owner":"alice","path":"\#(copyPath)""#)
+            let load = try #require(started["load"]?.string)
+            #expect(started["attachment"] == .object(attachment))
+            let loaded = try await carol.event("the load's end") {
+                $0["load"] == .string(load) && ($0["event"] == "loaded" || $0["event"] == "error")
+            }
+            #expect(loaded["event"] == "loaded", "\(loaded)")
+            #expect(loaded["size"] == .int(Int64(photo.count)))
+            #expect(loaded["path"] == .string(copyPath))
+            #expect(try Data(contentsOf: URL(fileURLWithPath: copyPath)) == photo)
+            let progress = carol.events.filter { $0["event"] == "progress" && $0["load"] == .string(load) }
+            #expect(progress.first?["done"] == .int(0), "the first report: nothing yet")
+            #expect(progress.last?["done"] == .int(Int64(photo.count)), "the last report: everything")
+            #expect(progress.allSatisfy { $0["total"] == .int(Int64(photo.count)) && $0["sha256"] == .string(sha256) })
+            let progressThenLoaded = carol.events.filter { $0["load"] == .string(load) }.map { $0["event"]?.string ?? "" }
+            #expect(progressThenLoaded.last == "loaded", "\(progressThenLoaded)")
+
+            // A load that cannot write its file ends with an error event carrying the library's message.
+            let failing = try await carol.request(
+                "load", #""sha256":"\#(sha256.prefix(8))","path":"\#(directory.path("missing/dir/copy.png"))""#)
+            let failingLoad = try #require(failing["load"]?.string)
+            let failed = try await carol.event("the failed load's end") { $0["load"] == .string(failingLoad) && $0["event"] == "error" }
+            #expect(failed["message"]?.string?.contains("file error: cannot create") == true, "\(failed)")
+            let unknown = try await carol.answer(carol.send("load", #""sha256":"abcd","path":"\#(copyPath)""#))
+            #expect(unknown["event"] == "error" && unknown["message"]?.string?.contains("no attachment abcd") == true)
+
+            for bridge in [bob, carol] {
+                bridge.cli.closeInput()
+                #expect(try await bridge.cli.wait() == 0)
+                #expect(bridge.unparsedLines.isEmpty, "stdout holds only JSON events: \(bridge.unparsedLines)")
+            }
+        }
+    }
+
     /// `join` and `bridge` exchange one documented message type (PROTOCOL.md, "The command-line tools on
     /// the wire"), so the two tools can talk to each other.
     @Test func joinAndBridgeMessageEachOther() async throws {
@@ -400,6 +496,26 @@ private final class BridgeProcess: Sendable {
     }
 }
 
+/// A fresh temporary directory for a test's files.
+struct ScratchDirectory {
+    let url: URL
+
+    init(_ prefix: String) throws {
+        url = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID())")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    func path(_ name: String) -> String { url.appendingPathComponent(name).path }
+
+    /// Writes `bytes` to the file `name` in the directory; returns its path.
+    func write(_ bytes: Data, as name: String) throws -> String {
+        try bytes.write(to: url.appendingPathComponent(name))
+        return path(name)
+    }
+
+    func remove() { try? FileManager.default.removeItem(at: url) }
+}
+
 private struct BridgeRequestFailed: Error, CustomStringConvertible {
     let op: String
     let answer: [String: JSONValue]
@@ -409,6 +525,16 @@ private struct BridgeRequestFailed: Error, CustomStringConvertible {
 extension JSONValue {
     fileprivate var string: String? {
         if case let .string(value) = self { return value }
+        return nil
+    }
+
+    fileprivate var object: [String: JSONValue]? {
+        if case let .object(value) = self { return value }
+        return nil
+    }
+
+    fileprivate var array: [JSONValue]? {
+        if case let .array(value) = self { return value }
         return nil
     }
 

@@ -13,6 +13,7 @@ import Testing
         #expect(result.output.contains { $0.contains("converged:") && $0.contains("yes") })
         #expect(result.output.contains { $0.contains("result:") && $0.contains("PASS") })
         #expect(result.output.contains { $0.contains("joined late") })
+        #expect(result.output.contains { $0.contains("shared photo:") && $0.contains("opened it") && $0.contains("SHA-256 verified") })
     }
 
     /// Whether the run judges absolute timings: not under a sanitizer (`GROUPSYNC_TIME_SCALE`), where
@@ -337,6 +338,47 @@ import Testing
             #expect(leftovers.isEmpty, "\(leftovers)")
             let missing = try await runCLI(["end", "nosuchsession", "--timeout", "1"] + common)
             #expect(missing.status == 1)
+        }
+    }
+
+    /// `join`'s journal: `!attach` adds a file that another participant, joining later, sees and loads.
+    @Test func joinAttachesAndALaterJoinerLoads() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let directory = try ScratchDirectory("gs-join-journal")
+            defer { directory.remove() }
+            let photo = Data((0..<(150 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 11) })
+            let path = try directory.write(photo, as: "tower.jpg")
+            let common = ["--broker", broker.url, "--group", broker.unique("attach")]
+
+            let alice = try CLIProcess(["join", "com.example.board", "--as", "alice"] + common)
+            let session = String(try await alice.waitForLine { $0.hasPrefix("session ") }.split(separator: " ")[1])
+            let bob = try CLIProcess(["join", "com.example.board", "--as", "bob", "--session", session] + common)
+            _ = try await alice.waitForLine { $0 == "participants alice,bob" }
+            alice.send("!attach \(path)")
+            let attached = try await alice.waitForLine { $0.hasPrefix("attached ") }
+            let fields = attached.split(separator: " ").map(String.init)
+            #expect(fields.count == 7 && fields[1] == "1" && fields[2] == "alice", "\(attached)")
+            #expect(Array(fields.dropFirst(4)) == ["\(photo.count)", "image/jpeg", "tower.jpg"], "\(attached)")
+            let sha256 = fields[3]
+            _ = try await bob.waitForLine { $0 == "attachment + alice \(sha256) \(photo.count) image/jpeg tower.jpg" }
+
+            // carol joins after the photo was added: it is listed, and she loads it by its number.
+            let carol = try CLIProcess(["join", "com.example.board", "--as", "carol", "--session", session] + common)
+            _ = try await carol.waitForLine { $0 == "attachment + alice \(sha256) \(photo.count) image/jpeg tower.jpg" }
+            carol.send("!attachments")
+            _ = try await carol.waitForLine { $0 == "attachment 1 alice \(sha256) \(photo.count) image/jpeg tower.jpg" }
+            let copy = directory.path("copy.jpg")
+            carol.send("!load 1 \(copy)")
+            _ = try await carol.waitForLine { $0 == "loaded \(sha256) \(photo.count) bytes to \(copy) (SHA-256 verified)" }
+            #expect(carol.output.contains { $0 == "loading \(sha256.prefix(12)) 0/\(photo.count) bytes" }, "the first progress line")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: copy)) == photo)
+            carol.send("!load ffff \(copy)")
+            try await waitUntil("carol's error") { carol.errors.contains { $0.contains("no attachment ffff") } }
+
+            for join in [carol, bob, alice] {
+                join.closeInput()
+                #expect(try await join.wait() == 0)
+            }
         }
     }
 

@@ -29,6 +29,10 @@ actor Bridge {
         /// This bridge's suspensions under way, by the ID its `suspend` answer gave.
         var suspensions: [String: PlaybackSuspension] = [:]
         var suspensionCount = 0
+        /// The session's journal, followed from the join on (Bridge+Journal.swift).
+        var journal: GroupSessionJournal?
+        /// Loads started, for their `load` IDs.
+        var loadCount = 0
     }
 
     private var options: CommonOptions
@@ -144,6 +148,14 @@ actor Bridge {
             return try await resume(suspension)
         case .position:
             return try await position()
+        case let .attach(path, name, mediaType, metadata):
+            return try await attach(path: path, name: name, mediaType: mediaType, metadata: metadata)
+        case .attachments:
+            return try attachments()
+        case let .load(sha256, owner, path):
+            return try load(sha256: sha256, owner: owner, path: path)
+        case let .detach(sha256, owner):
+            return try await detach(sha256: sha256, owner: owner)
         }
     }
 
@@ -258,6 +270,7 @@ actor Bridge {
         await discoverKeys(of: session)
         events.state(of: session)
         events.participants(of: session)
+        followJournal()
         for state in current?.states.values.sorted(by: { $0.key < $1.key }) ?? [] { events.value(of: state, in: session) }
         if let priming { await timelineKnown(priming) }
         return [

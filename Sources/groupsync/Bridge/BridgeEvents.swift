@@ -61,6 +61,8 @@ final class BridgeEvents: Sendable {
             memory.closed.remove(session.id)
             for channel in ["state/\(session.id)", "participants/\(session.id)"] { memory.last[channel] = nil }
             memory.last = memory.last.filter { !$0.key.hasPrefix("value/\(session.id)/") }
+            // An empty journal is not reported: its first `journal` event lists something.
+            memory.last["journal/\(session.id)"] = .array([])
         }
     }
 
@@ -115,6 +117,33 @@ final class BridgeEvents: Sendable {
                 "lateness_ms": .double(BridgeEvents.milliseconds(start.lateness)),
             ])
         }
+    }
+
+    /// Brings the `journal` event of `session` up to date with `journal`'s attachments.
+    func journal(of journal: GroupSessionJournal, in session: GroupSession<AnyGroupActivity>) {
+        memory.withLock { memory in
+            guard syncState(session, &memory) else { return }
+            let list = JSONValue.array(journal.currentAttachments.map(BridgeEvents.describe))
+            guard update("journal/\(session.id)", to: list, &memory) else { return }
+            write(["event": .string("journal"), "session": .string(session.id), "attachments": list])
+        }
+    }
+
+    /// An event of a load under way (`progress`, `loaded`, or its `error`): dropped once the session was
+    /// reported invalidated.
+    func load(_ event: String, _ fields: [String: JSONValue], in session: GroupSession<AnyGroupActivity>) {
+        memory.withLock { memory in
+            guard syncState(session, &memory) else { return }
+            write(fields.merging(["event": .string(event), "session": .string(session.id)]) { $1 })
+        }
+    }
+
+    static func describe(_ attachment: JournalAttachment) -> JSONValue {
+        .object([
+            "owner": .string(attachment.owner.id), "sha256": .string(attachment.sha256), "name": .string(attachment.name),
+            "type": .string(attachment.mediaType), "size": .int(Int64(attachment.size)),
+            "metadata": .object(attachment.metadata.mapValues(JSONValue.string)),
+        ])
     }
 
     /// `duration` in milliseconds, with a fraction.

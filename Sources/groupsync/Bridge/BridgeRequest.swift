@@ -25,6 +25,12 @@ struct BridgeRequest: Sendable {
         case end
         case set(key: String, value: JSONValue)
         case send(value: JSONValue, to: [String]?)
+        /// `name`, `mediaType`: nil for the file's name and the type guessed from its extension.
+        case attach(path: String, name: String?, mediaType: String?, metadata: [String: String])
+        case attachments
+        /// `sha256`: the content's SHA-256 or a prefix of it; `owner`: nil when only one owner's matches.
+        case load(sha256: String, owner: String?, path: String)
+        case detach(sha256: String, owner: String?)
     }
 
     /// What a `playback` request asks of the group's player.
@@ -44,6 +50,7 @@ struct BridgeRequest: Sendable {
 
     static let operations = [
         "ping", "configure", "watch", "start", "join", "leave", "end", "set", "send", "playback", "suspend", "resume", "position",
+        "attach", "attachments", "load", "detach",
     ]
 
     /// Parses one line (without its newline).
@@ -141,6 +148,18 @@ struct BridgeRequest: Sendable {
             return .resume(suspension: try fields.identifier("suspension"))
         case "position":
             return .position
+        case "attach":
+            return .attach(
+                path: try fields.required(fields.path("path"), "path"), name: try fields.string("name"),
+                mediaType: try fields.string("type"), metadata: try fields.strings("metadata") ?? [:])
+        case "attachments":
+            return .attachments
+        case "load":
+            return .load(
+                sha256: try fields.required(fields.digest("sha256"), "sha256"), owner: try fields.identifier("owner"),
+                path: try fields.required(fields.path("path"), "path"))
+        case "detach":
+            return .detach(sha256: try fields.required(fields.digest("sha256"), "sha256"), owner: try fields.identifier("owner"))
         default:
             throw Invalid(message: "unknown op '\(op)' (one of \(operations.joined(separator: ", ")))")
         }
@@ -216,6 +235,37 @@ struct BridgeRequest: Sendable {
                     return text
                 }
             case .some: throw Invalid(message: "\"\(name)\" must be an array of strings")
+            }
+        }
+
+        /// A non-empty file path.
+        func path(_ name: String) throws(Invalid) -> String? {
+            guard let value = try string(name) else { return nil }
+            guard !value.isEmpty else { throw Invalid(message: "\"\(name)\" is empty: give a file's path") }
+            return value
+        }
+
+        /// A SHA-256 in hexadecimal, or a prefix of one (at least 4 digits), lowercased.
+        func digest(_ name: String) throws(Invalid) -> String? {
+            guard let value = try string(name)?.lowercased() else { return nil }
+            guard (4...64).contains(value.count), value.allSatisfy(\.isHexDigit) else {
+                throw Invalid(message: "\"\(name)\" must be a SHA-256 in hexadecimal (or its first 4 to 64 digits)")
+            }
+            return value
+        }
+
+        /// An object whose values are strings.
+        func strings(_ name: String) throws(Invalid) -> [String: String]? {
+            switch object[name] {
+            case .none, .some(.null): return nil
+            case let .some(.object(values)):
+                var strings: [String: String] = [:]
+                for (key, value) in values {
+                    guard case let .string(text) = value else { throw Invalid(message: "\"\(name)\" must be an object of strings") }
+                    strings[key] = text
+                }
+                return strings
+            case .some: throw Invalid(message: "\"\(name)\" must be an object of strings")
             }
         }
 

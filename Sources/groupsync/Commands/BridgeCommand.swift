@@ -23,10 +23,13 @@ enum BridgeCommand: Command {
           {"id":10,"op":"playback","action":"play"}  (also pause, seek + position, rate + rate, item + item;
           "playback":true on start or join follows the media timeline from the join)
           {"id":11,"op":"suspend","reason":"buffering"}   {"id":12,"op":"resume"}   {"id":13,"op":"position"}
+          {"id":14,"op":"attach","path":"photo.png"}  (also "name", "type", "metadata")   {"id":15,"op":"attachments"}
+          {"id":16,"op":"load","sha256":"…","owner":"alice","path":"copy.png"}   {"id":17,"op":"detach","sha256":"…"}
 
-        Events: session, state, participants, value, message, timeline, start, error (see docs/BRIDGE.md). Messages travel
-        as the GroupSync type BridgeMessage {"value": <JSON>}. The broker connection is made at the first
-        start, join or watch. EOF on stdin (or SIGINT/SIGTERM) leaves the session and exits.
+        Events: session, state, participants, value, message, timeline, start, journal, progress, loaded,
+        error (see docs/BRIDGE.md). Messages travel as the GroupSync type BridgeMessage {"value": <JSON>}.
+        The broker connection is made at the first start, join or watch. EOF on stdin (or SIGINT/SIGTERM)
+        leaves the session and exits.
 
         \(CommonOptions.help)
         \(CommonOptions.participantHelp)

@@ -3,8 +3,9 @@ import Foundation
 import GroupSync
 import MQTT
 
-/// `groupsync demo`: the article's gallery, scripted — swipes, a simultaneous swipe conflict, a late
-/// joiner and a participant killed without leaving — with a timeline and a verdict; with `--playback`,
+/// `groupsync demo`: the article's gallery, scripted — swipes, a simultaneous swipe conflict, a photo
+/// added to the session's journal, a late joiner who opens it and a participant killed without leaving —
+/// with a timeline and a verdict; with `--playback`,
 /// watching together on skewed clocks instead (``PlaybackDemo``).
 enum DemoCommand: Command {
     static let name = "demo"
@@ -14,8 +15,9 @@ enum DemoCommand: Command {
                               [--group NAME]
 
         N participants (default 3) share one gallery index. Scripted: swipes, a simultaneous swipe by two
-        participants, a late joiner, and one participant killed without leaving. Prints a timeline (who
-        did what, what each saw, latencies) and a verdict.
+        participants, a photo added to the session's journal, a late joiner who opens it, and one
+        participant killed without leaving. Prints a timeline (who did what, what each saw, latencies)
+        and a verdict. Without retained messages the photo is skipped (the journal needs them).
 
         --playback: N participants watch together instead, with clocks off by up to ±10 minutes and
         drifting up to ±100 ppm: play, seek, a rate change, a buffering suspension and its release, a late
@@ -34,7 +36,8 @@ enum DemoCommand: Command {
         Ctrl-C or SIGTERM stops the demo at any point: its participants leave and the private mosquitto
         stops.
 
-        Exit codes: 0 everything converged and the crash was detected (--playback: within the bounds); 1 otherwise (a timeout included);
+        Exit codes: 0 everything converged, the photo arrived intact and the crash was detected
+        (--playback: within the bounds); 1 otherwise (a timeout included);
         2 usage error; 3 broker unreachable; 4 mosquitto not installed (sudo apt-get install mosquitto);
         130 interrupted.
         """

@@ -15,11 +15,13 @@ enum JoinCommand: Command {
           participants <id>,<id>,…
           state <key> <json>
           message <sender> <json>
+          attachment +|- <owner> <sha256> <size> <type> <name>   (added to or removed from the journal)
           ended <by>
         Each line on stdin that is JSON sets the shared value under --key (default "value"); a line
-        starting with "!" sends the rest as a message {"text": …} to everyone. Messages travel as the
-        type BridgeMessage (docs/BRIDGE.md): `join` and `bridge` read each other's. EOF or Ctrl-C leaves
-        the session cleanly.
+        starting with "!" sends the rest as a message {"text": …} to everyone, except the journal's:
+        \(JoinJournal.help)
+        Messages travel as the type BridgeMessage (docs/BRIDGE.md): `join` and `bridge` read each other's.
+        The journal needs a broker with retained messages. EOF or Ctrl-C leaves the session cleanly.
 
         \(CommonOptions.help)
         \(CommonOptions.participantHelp)
@@ -72,7 +74,9 @@ enum JoinCommand: Command {
         Output.line("session \(session.id) \(activityID) joined")
         let state = try SharedState(session, key: key, initialValue: JSONValue.null)
         let messenger = GroupSessionMessenger(session: session)
+        let journal = JoinJournal(session.journal())
         let followers = [
+            journal.follow(),
             Task {
                 for await participants in session.activeParticipantUpdates() {
                     Output.line("participants \(participants.map(\.id).sorted().joined(separator: ","))")
@@ -99,6 +103,7 @@ enum JoinCommand: Command {
             while let line = readLine() {
                 let trimmed = line.trimmingCharacters(in: .whitespaces)
                 if trimmed.isEmpty { continue }
+                if await journal.handle(trimmed) { continue }
                 do {
                     if trimmed.hasPrefix("!") {
                         try await messenger.send(BridgeMessage(value: .object(["text": .string(String(trimmed.dropFirst()))])))
@@ -116,6 +121,7 @@ enum JoinCommand: Command {
         for await _ in done.stream { break }
         input.cancel()
         ended.cancel()
+        journal.cancelLoads()
         await session.leave()
         for follower in followers { follower.cancel() }
         await coordinator.close()

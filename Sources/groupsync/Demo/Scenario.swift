@@ -73,6 +73,15 @@ final class Scenario: DemoScript {
             participant.seen.withLock { $0.count - start } <= 2
         }
 
+        // A new photo: alice adds it to the session's journal (the late joiner opens it below).
+        let photo = DemoPhoto.png()
+        var added: JournalAttachment?
+        do {
+            if stage.retainedMessages { added = try await addPhoto(photo, by: alice, seenBy: early) }
+        } catch GroupSyncError.journalNeedsRetainedMessages {
+            timeline.note(alice.name, "could not add a photo: the broker has no retained messages")
+        }
+
         // A late joiner catches up.
         let catchUpStart = ContinuousClock.now
         try await join(late)
@@ -81,6 +90,10 @@ final class Scenario: DemoScript {
             late.name,
             "joined late and had \(late.value.map(String.init) ?? "nothing") after \(format(catchUp)) (the first value its screen showed)")
         let lateFirst = late.seen.withLock { $0.first }
+        let (photoVerdict, photoOK) =
+            if let added { try await openPhoto(added, expecting: photo, by: late) } else {
+                ("skipped: the journal needs retained messages (--no-retain, or a broker without them)", true)
+            }
 
         // bob is killed without leaving.
         let others = participants.filter { $0 !== bob }
@@ -118,10 +131,51 @@ final class Scenario: DemoScript {
         Output.line(
             "  late joiner:      caught up in \(format(catchUp)), first value shown \(lateFirst.map(String.init) ?? "-") (expected \(winner))"
         )
+        Output.line("  shared photo:     \(photoVerdict)")
         Output.line("  crash detection:  \(format(crashDetection))")
-        let ok = converged && jitterFree && lateFirst == winner && crashDetection < .seconds(3)
+        let ok = converged && jitterFree && lateFirst == winner && photoOK && crashDetection < .seconds(3)
         Output.line("  result:           \(ok ? "PASS" : "FAIL")")
         return ok
+    }
+
+    /// `owner` adds `photo` to the journal; returns once every one of `others` lists it.
+    private func addPhoto(_ photo: Data, by owner: Participant, seenBy others: [Participant]) async throws -> JournalAttachment {
+        let started = ContinuousClock.now
+        let journal = owner.session.withLock { $0! }.journal()
+        let attachment = try await journal.add(photo, name: DemoPhoto.name, mediaType: DemoPhoto.mediaType)
+        let chunks = (photo.count + journal.configuration.chunkSize - 1) / journal.configuration.chunkSize
+        timeline.note(owner.name, "added \(attachment.name) to the journal (\(photo.count) bytes, \(chunks) chunks on the broker)")
+        try await waitUntil(timeout: .seconds(5), "everyone lists the photo") {
+            others.allSatisfy { participant in
+                participant.session.withLock { $0! }.journal().currentAttachments.contains { $0.id == attachment.id }
+            }
+        }
+        timeline.note("", "every journal lists \(attachment.name) after \(format(ContinuousClock.now - started))")
+        return attachment
+    }
+
+    /// `participant`, who joined after `attachment` was added, finds it in its journal and loads it; the
+    /// verdict's line, and whether the bytes are those added.
+    private func openPhoto(_ attachment: JournalAttachment, expecting photo: Data, by participant: Participant) async throws -> (
+        String, Bool
+    ) {
+        let started = ContinuousClock.now
+        let journal = participant.session.withLock { $0! }.journal()
+        try await waitUntil(timeout: .seconds(5), "\(participant.name) lists the photo") {
+            journal.currentAttachments.contains { $0.id == attachment.id }
+        }
+        let listed = journal.currentAttachments.first { $0.id == attachment.id }!
+        let bytes = try await journal.load(listed)
+        let opened = ContinuousClock.now - started
+        let same = bytes == photo && listed.size == photo.count && listed.sha256 == attachment.sha256
+        timeline.note(
+            participant.name,
+            "opened \(listed.name) from the journal after \(format(opened)): \(bytes.count) bytes, SHA-256 \(listed.sha256.prefix(12))… verified"
+        )
+        let verdict =
+            "\(attachment.owner.id) added \(attachment.name) (\(photo.count) bytes); \(participant.name), joining late, opened it in \(format(opened)): "
+            + (same ? "the same bytes, SHA-256 verified" : "DIFFERENT BYTES")
+        return (verdict, same)
     }
 
     private func join(_ participant: Participant) async throws {
