@@ -10,7 +10,7 @@ struct BenchOptions: Sendable {
 
     enum Section: String, Sendable, CaseIterable {
         case latency, latencyProcesses = "latency-processes", throughput, fanout, lateJoin = "late-join", convergence, crash, failover,
-            memory, playback
+            memory, playback, journal
     }
 
     static let help = """
@@ -32,6 +32,10 @@ struct BenchOptions: Sendable {
           memory       resident size of 300 participants in one session, and of one in 1,000 sessions
           playback     10 participants with skewed, drifting clocks follow one PlaybackCoordinator:
                        position spread, start spread, play() until started, suspension
+          journal      a 10 MiB attachment until 10 joined participants loaded it, vs raw; a late
+                       joiner loading 10 MiB after its owner left; a receiver's peak memory while
+                       loading 100 MiB (and 10 MiB) to disk, in a process of its own.
+                       --quick: 4 MiB, 4 MiB, 20 MiB (and 2 MiB)
 
           --quick        fewer samples, 20 participants instead of 100, 100 for memory
                          (under a minute in a release build)
@@ -62,6 +66,8 @@ struct BenchOptions: Sendable {
     var memoryChild: MemoryBenchmark.Kind?
     var memoryChildCount = 0
     var cleanExit = false
+    /// Internal: load one journal attachment to a file in this (child) process and print its memory.
+    var journalChild: JournalReceiver.Request?
 
     init(_ arguments: [String]) throws {
         var index = 0
@@ -109,6 +115,11 @@ struct BenchOptions: Sendable {
                 }
                 memoryChildCount = number
             case "--clean-exit": cleanExit = true
+            case "--journal-child":
+                guard let request = JournalReceiver.Request(argument: try value(argument)) else {
+                    throw UsageError(description: "bad --journal-child")
+                }
+                journalChild = request
             default:
                 throw UsageError(description: "unknown argument '\(argument)' (see --help)")
             }
@@ -145,6 +156,12 @@ struct BenchOptions: Sendable {
     /// the full run holds 300.
     var memoryParticipants: Int { pick(300, 100, 10) }
     var memorySessions: Int { pick(1_000, 100, 10) }
+    var journal: JournalBenchmark.Plan {
+        .init(
+            receivers: pick(10, 10, 3), fanoutBytes: pick(10 << 20, 4 << 20, 1 << 20), rounds: pick(5, 3, 1),
+            lateJoinerBytes: pick(10 << 20, 4 << 20, 1 << 20), lateJoinerSamples: pick(3, 2, 1),
+            receiverBytes: pick(100 << 20, 20 << 20, 4 << 20))
+    }
     var playback: PlaybackBenchmark.Plan {
         .init(
             participants: pick(10, 10, 4), playSeconds: pick(30, 5, 1),

@@ -29,6 +29,10 @@ struct BenchReport {
         /// Playback goals (issue 21), absolute: position spread p99 on loopback, start spread p99 (ms).
         static let positionSpreadP99Ms = 1.0
         static let startSpreadP99Ms = 3.0
+        /// Journal goals (issue 23): the fan-out against raw; a receiver's memory growth while loading to
+        /// disk, in windows (`window × chunkSize`), whatever the attachment's size.
+        static let journalFanout = 1.5
+        static let journalGrowthWindows = 8.0
     }
 
     /// The GroupSync QoS 1 messenger round trip of this run (twice the one-way p50), in ms: the scale to
@@ -191,7 +195,37 @@ struct BenchReport {
                     target: "≤ round trip \(format(playback.roundTrip)) + processing = \(format(playback.suspensionBound)) ms",
                     verdict: playback.suspension <= playback.suspensionBound))
         }
+        if let journal = results.journal {
+            rows += journalRows(journal)
+        }
         return rows
+    }
+
+    private func journalRows(_ journal: BenchResults.Journal) -> [Row] {
+        let fanout = journal.fanout / journal.rawFanout
+        let (receiver, small) = (journal.receiver, journal.receiverSmall)
+        // Bounded by the window, not by the size: ten times the bytes may cost at most one window more.
+        let growthBound = small.growthBytes + journal.windowBytes
+        return [
+            Row(
+                metric: "journal: \(mebibytes(journal.fanoutBytes, digits: 0)) MiB to \(journal.receivers), all loaded (ms)",
+                groupSync: format(journal.fanout), raw: format(journal.rawFanout), ratio: ratio(fanout),
+                target: "≤ \(Bound.journalFanout)× raw", verdict: fanout <= Bound.journalFanout),
+            Row(
+                metric: "journal: of which add (ms)", groupSync: format(journal.add),
+                target: "listed at all \(format(journal.listed)) ms, a load \(format(journal.load)) ms"),
+            Row(
+                metric: "journal: to each receiver (MiB/s)", groupSync: format(journal.fanoutRate), raw: format(journal.rawFanoutRate),
+                ratio: ratio(journal.fanoutRate / journal.rawFanoutRate)),
+            Row(
+                metric: "journal: late joiner, join + load \(mebibytes(journal.lateJoinerBytes, digits: 0)) MiB (ms)",
+                groupSync: format(journal.lateJoiner), target: "load alone \(format(journal.lateJoinerLoad)) ms"),
+            Row(
+                metric: "journal: receiver growth, \(mebibytes(journal.receiverBytes, digits: 0)) MiB to disk (MiB)",
+                groupSync: mebibytes(receiver.growthBytes, digits: 1),
+                target: "≤ \(mebibytes(small.growthBytes, digits: 1)) at \(mebibytes(journal.receiverBytes / 10, digits: 0)) MiB + a window (\(mebibytes(journal.windowBytes, digits: 0)) MiB)",
+                verdict: receiver.growthBytes <= growthBound),
+        ]
     }
 
     // MARK: - Table
@@ -325,6 +359,24 @@ struct BenchReport {
                     + "by the suspending participant until the others' values() have it, \(format(playback.stateFanout)) ms (median), "
                     + "less half a round trip; group-time spread (the clocks alone, without the rate) p50 "
                     + "\(format(playback.groupTimeP50, digits: 3)) ms, p99 \(format(playback.groupTimeP99, digits: 3)) ms")
+        }
+        if let journal = results.journal {
+            lines.append(
+                "journal: \(journal.receivers) receivers and an owner, each a coordinator with its own connection; \(journal.rounds) rounds "
+                    + "of \(journal.fanoutBytes) random bytes (a new attachment each, removed after), chunks of \(journal.chunkSize) bytes, "
+                    + "window \(journal.window); timed from the start of add until the last receiver's load (into memory) returned; "
+                    + "raw: one libmosquitto publisher, the same bytes in the same chunks at QoS 1 (\(journal.window) in flight) to "
+                    + "\(journal.receivers) subscribers (QoS 1, not retained), until the last callback had every byte; rounds alternate; "
+                    + "late joiner: \(journal.lateJoinerSamples) fresh owners each add \(journal.lateJoinerBytes) bytes, leave and close, "
+                    + "then a fresh participant joins and loads it (connect not timed); CPU of the bench process per round "
+                    + "\(format(journal.cpu)) ms (GroupSync), \(format(journal.rawCPU)) ms (raw)")
+            for (size, child) in [(journal.receiverBytes / 10, journal.receiverSmall), (journal.receiverBytes, journal.receiver)] {
+                lines.append(
+                    "journal receiver: a child process (this binary, `--journal-child`) loads \(size) bytes to a file in "
+                        + "\(format(child.loadMilliseconds)) ms; resident \(mebibytes(child.baselineBytes, digits: 1)) MiB once joined, "
+                        + "peak \(mebibytes(child.peakBytes, digits: 1)) MiB"
+                        + (child.peakReset ? " (peak reset after the baseline)" : " (peak not reset: includes joining)"))
+            }
         }
         lines += results.notes
         return lines
@@ -484,6 +536,29 @@ struct BenchReport {
                     "max_drift_ppm": number(playback.maxDriftPPM),
                 ] as [String: Any]
         }
+        if let journal = results.journal {
+            let (receiver, small) = (journal.receiver, journal.receiverSmall)
+            root["journal"] =
+                [
+                    "fanout_10mib_ms": number(journal.fanout), "raw_fanout_10mib_ms": number(journal.rawFanout),
+                    "fanout_ratio": number(journal.fanout / journal.rawFanout),
+                    "fanout_mb_per_s": number(journal.fanoutRate), "raw_fanout_mb_per_s": number(journal.rawFanoutRate),
+                    "fanout_add_ms": number(journal.add), "fanout_listed_ms": number(journal.listed),
+                    "fanout_load_ms": number(journal.load), "fanout_cpu_ms": number(journal.cpu),
+                    "raw_fanout_cpu_ms": number(journal.rawCPU), "fanout_bytes": journal.fanoutBytes,
+                    "receivers": journal.receivers, "rounds": journal.rounds, "chunk_bytes": journal.chunkSize,
+                    "window": journal.window,
+                    "late_joiner_10mib_ms": number(journal.lateJoiner), "late_joiner_load_ms": number(journal.lateJoinerLoad),
+                    "late_joiner_bytes": journal.lateJoinerBytes, "late_joiner_samples": journal.lateJoinerSamples,
+                    "receiver_peak_mb": number(mebibytes(receiver.peakBytes)),
+                    "receiver_baseline_mb": number(mebibytes(receiver.baselineBytes)),
+                    "receiver_growth_mb": number(mebibytes(receiver.growthBytes)), "receiver_peak_reset": receiver.peakReset,
+                    "receiver_load_ms": number(receiver.loadMilliseconds), "receiver_bytes": journal.receiverBytes,
+                    "receiver_small_growth_mb": number(mebibytes(small.growthBytes)),
+                    "receiver_small_bytes": journal.receiverBytes / 10,
+                    "window_mb": number(mebibytes(journal.windowBytes)),
+                ] as [String: Any]
+        }
         var targets: [String: Any] = [:]
         for row in rows {
             guard let verdict = row.verdict else { continue }
@@ -504,6 +579,8 @@ struct BenchReport {
     }
 
     private func mebibytes(_ bytes: Int) -> Double { Double(bytes) / 1_048_576 }
+
+    private func mebibytes(_ bytes: Int, digits: Int) -> String { format(mebibytes(bytes), digits: digits) }
 
     private func format(_ value: Double, digits: Int? = nil) -> String {
         guard value.isFinite else { return "n/a" }

@@ -171,6 +171,40 @@ struct BenchResults: Sendable {
         var suspensionBound: Double { roundTrip + max(stateFanout - roundTrip / 2, 0) }
     }
 
+    /// The shared journal (``JournalBenchmark``); times in ms (medians), sizes in bytes.
+    struct Journal: Sendable {
+        var receivers: Int
+        var chunkSize: Int
+        var window: Int
+        var fanoutBytes: Int
+        var rounds: Int
+        /// The start of `add` until the last receiver's `load` returned.
+        var fanout = Double.nan
+        /// The raw libmosquitto floor (``RawJournal``): the first publish until the last subscriber had every byte.
+        var rawFanout = Double.nan
+        /// `add` alone; the start of `add` until the last receiver had the attachment listed; one
+        /// receiver's `load` from its listing (median over every receiver of every round).
+        var add = Double.nan
+        var listed = Double.nan
+        var load = Double.nan
+        /// CPU time of the bench process (all participants, or all raw clients) during a round.
+        var cpu = Double.nan
+        var rawCPU = Double.nan
+        var lateJoinerBytes: Int
+        var lateJoinerSamples: Int
+        /// A late joiner's `join()` until its load returned; its load alone.
+        var lateJoiner = Double.nan
+        var lateJoinerLoad = Double.nan
+        var receiverBytes: Int
+        /// The receiver process loading `receiverBytes` to disk, and loading a tenth of that.
+        var receiver = JournalReceiver.Measurement.none
+        var receiverSmall = JournalReceiver.Measurement.none
+        var windowBytes: Int { window * chunkSize }
+        /// MiB/s each receiver got: the attachment's size over the fan-out time.
+        var fanoutRate: Double { Double(fanoutBytes) / 1_048_576 / (fanout / 1_000) }
+        var rawFanoutRate: Double { Double(fanoutBytes) / 1_048_576 / (rawFanout / 1_000) }
+    }
+
     struct Environment: Sendable {
         var mode: String
         var date: String
@@ -197,6 +231,7 @@ struct BenchResults: Sendable {
     var failover: Failover?
     var memory: Memory?
     var playback: Playback?
+    var journal: Journal?
     var failures: [String] = []
     var notes: [String] = []
 }

@@ -20,6 +20,9 @@ enum GroupSyncBench {
             print(BenchOptions.help)
             return 0
         }
+        if let request = options.journalChild, let url = options.broker {
+            return await JournalReceiver.child(request, url: url)
+        }
         if let kind = options.memoryChild, let url = options.broker {
             FileLimit.raise(to: 4 * options.memoryChildCount + 256)
             return await MemoryBenchmark.child(kind: kind, count: options.memoryChildCount, url: url, cleanExit: options.cleanExit)
@@ -174,6 +177,15 @@ enum GroupSyncBench {
         if sections.contains(.playback) {
             results.playback = await section("playback", &failures) {
                 try await PlaybackBenchmark.run(url: url, group: "bp-\(run)", plan: options.playback)
+            }
+        }
+        if sections.contains(.journal) {
+            let plan = options.journal
+            results.journal = await section(
+                "journal (\(plan.fanoutBytes >> 20) MiB to \(plan.receivers), late joiner \(plan.lateJoinerBytes >> 20) MiB, "
+                    + "receiver memory \(plan.receiverBytes >> 20) MiB)", &failures
+            ) {
+                try await JournalBenchmark.run(url: url, group: "bj-\(run)", plan: plan)
             }
         }
         if sections.contains(.memory) {

@@ -11,6 +11,26 @@ enum SystemInfo {
         return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
     }
 
+    /// A size field of /proc/self/status (`VmHWM`, `VmRSS`: kB there) in bytes.
+    static func statusBytes(_ field: String) -> Int? {
+        guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return nil }
+        for line in text.split(separator: "\n") where line.hasPrefix(field + ":") {
+            return line.split(separator: " ").dropFirst().first.flatMap { Int($0) }.map { $0 * 1_024 }
+        }
+        return nil
+    }
+
+    /// The peak resident size of this process (`VmHWM`), in bytes.
+    static func peakResidentBytes() -> Int? { statusBytes("VmHWM") }
+
+    /// Resets the peak resident size to the current one (writes `5` to /proc/self/clear_refs); false if
+    /// the kernel refused.
+    static func resetPeakResident() -> Bool {
+        guard let handle = FileHandle(forWritingAtPath: "/proc/self/clear_refs") else { return false }
+        defer { try? handle.close() }
+        return (try? handle.write(contentsOf: Data("5".utf8))) != nil
+    }
+
     static var cpuModel: String {
         guard let text = try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8) else { return "unknown" }
         for line in text.split(separator: "\n") where line.hasPrefix("model name") {

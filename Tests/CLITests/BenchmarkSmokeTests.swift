@@ -27,6 +27,9 @@ import Testing
             "playback.position_spread.p50_ms", "playback.position_spread.p99_ms", "playback.start_spread.p50_ms",
             "playback.start_spread.p99_ms", "playback.command_to_started_ms", "playback.lead_ms", "playback.suspension_ms",
             "playback.round_trip_ms",
+            "journal.fanout_10mib_ms", "journal.raw_fanout_10mib_ms", "journal.fanout_mb_per_s", "journal.raw_fanout_mb_per_s",
+            "journal.fanout_add_ms", "journal.late_joiner_10mib_ms", "journal.late_joiner_load_ms",
+            "journal.receiver_peak_mb", "journal.receiver_baseline_mb", "journal.receiver_growth_mb", "journal.window_mb",
         ] + ratioKeys
 
     /// Every figure with a raw libmosquitto reference has its ratio to it (GroupSync / raw).
@@ -39,6 +42,7 @@ import Testing
         "fanout.p50_ratio", "fanout.p99_ratio", "fanout.max_ratio",
         "late_join.p50_ratio", "late_join.p99_ratio",
         "convergence.ratio", "convergence.p99_ratio", "convergence.max_ratio",
+        "journal.fanout_ratio",
     ]
 
     /// The bench built next to the test bundle.
