@@ -127,7 +127,9 @@ extension GroupSessionJournal {
         let requests = LockedValue(Requests())
         var current: [Int: Int] = [:]  // chunk → its live request
         var lastRequest = 0
-        let failure: GroupSyncError? = await withTaskGroup(of: Void.self) { group in
+        // A discarding group: each chunk's request is a child task, and a plain group would keep every
+        // finished child until the load ends — memory growing with the attachment's size.
+        let failure: GroupSyncError? = await withDiscardingTaskGroup(returning: GroupSyncError?.self) { group in
             group.addTask {
                 while !Task.isCancelled {
                     try? await Task.sleep(for: .milliseconds(250))
