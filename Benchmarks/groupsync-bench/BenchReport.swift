@@ -223,7 +223,8 @@ struct BenchReport {
             Row(
                 metric: "journal: receiver growth, \(mebibytes(journal.receiverBytes, digits: 0)) MiB to disk (MiB)",
                 groupSync: mebibytes(receiver.growthBytes, digits: 1),
-                target: "≤ \(mebibytes(small.growthBytes, digits: 1)) at \(mebibytes(journal.receiverBytes / 10, digits: 0)) MiB + a window (\(mebibytes(journal.windowBytes, digits: 0)) MiB)",
+                target:
+                    "≤ \(mebibytes(small.growthBytes, digits: 1)) at \(mebibytes(journal.receiverBytes / 10, digits: 0)) MiB + a window (\(mebibytes(journal.windowBytes, digits: 0)) MiB)",
                 verdict: receiver.growthBytes <= growthBound),
         ]
     }

@@ -173,7 +173,8 @@ enum JournalBenchmark {
     /// it. Returns the newcomer's `join()` and load times (ms).
     private static func lateJoiner(_ cluster: SessionCluster, data: Data, sample: Int) async throws -> (join: Double, load: Double) {
         let name = "late-\(sample)"
-        let ownerCoordinator = try await GroupCoordinator.connect(.init(broker: cluster.url, group: cluster.group, participant: "jo\(sample)"))
+        let ownerCoordinator = try await GroupCoordinator.connect(
+            .init(broker: cluster.url, group: cluster.group, participant: "jo\(sample)"))
         do {
             let session = try await SessionCluster.findSession(ownerCoordinator, id: cluster.sessionID)
             try await session.join()
@@ -198,7 +199,8 @@ enum JournalBenchmark {
             let loaded = MonotonicClock.nanoseconds()
             guard bytes.count == data.count else { throw Failure(description: "\(name): loaded \(bytes.count) bytes of \(data.count)") }
             await session.leave()
-            outcome = .success((MonotonicClock.milliseconds(from: start, to: joined), MonotonicClock.milliseconds(from: joined, to: loaded)))
+            outcome = .success(
+                (MonotonicClock.milliseconds(from: start, to: joined), MonotonicClock.milliseconds(from: joined, to: loaded)))
         } catch {
             outcome = .failure(error)
         }

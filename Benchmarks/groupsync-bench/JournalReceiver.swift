@@ -73,7 +73,8 @@ enum JournalReceiver {
         }
         let written = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? nil
         guard written == size else {
-            throw JournalBenchmark.Failure(description: "journal receiver child left \(written.map { "\($0) bytes" } ?? "no file") at \(file), not \(size) bytes")
+            throw JournalBenchmark.Failure(
+                description: "journal receiver child left \(written.map { "\($0) bytes" } ?? "no file") at \(file), not \(size) bytes")
         }
         return Measurement(baselineBytes: baseline, peakBytes: peak, peakReset: reset == "1", loadMilliseconds: load)
     }

@@ -61,40 +61,6 @@ extension GroupSessionJournal {
         case cancelled
     }
 
-    /// The chunk subscriptions of one load, shared with the tasks that make them. Each subscription is a
-    /// request with its own number: one given up before the broker acknowledged it is unsubscribed as soon
-    /// as it arrives, and once the load is over every one still live is.
-    private struct Requests {
-        var live: [Int: MessageHandlerSubscription] = [:]
-        /// Requests given up before their subscription arrived, with their chunk.
-        var abandoned: [Int: Int] = [:]
-        var closed = false
-
-        /// Takes the subscription of `request`, or marks it to be dropped when it comes.
-        mutating func abandon(_ request: Int, chunk: Int) -> MessageHandlerSubscription? {
-            if let subscription = live.removeValue(forKey: request) { return subscription }
-            abandoned[request] = chunk
-            return nil
-        }
-
-        /// Keeps the subscription of `request` unless the request was given up (then the caller drops it).
-        mutating func arrived(_ request: Int, _ subscription: MessageHandlerSubscription) -> Bool {
-            guard !closed, abandoned.removeValue(forKey: request) == nil else { return false }
-            live[request] = subscription
-            return true
-        }
-
-        /// Whether an earlier subscription to `chunk` is still on its way: a new one would share its filter
-        /// and so get no retained copy of its own.
-        func isArriving(_ chunk: Int) -> Bool { abandoned.values.contains(chunk) }
-
-        mutating func close() -> [MessageHandlerSubscription] {
-            closed = true
-            defer { live = [:] }
-            return Array(live.values)
-        }
-    }
-
     /// The load's loop: requests chunks by subscribing to their retained topics, a window at a time, as
     /// ``TransferStateMachine`` says; verifies them; hands them to `deliver` in order.
     private func transfer(
@@ -124,7 +90,7 @@ extension GroupSessionJournal {
         }
 
         let (events, continuation) = AsyncStream.makeStream(of: Event.self)
-        let requests = LockedValue(Requests())
+        let requests = LockedValue(ChunkRequests<MessageHandlerSubscription>())
         var current: [Int: Int] = [:]  // chunk → its live request
         var lastRequest = 0
         // A discarding group: each chunk's request is a child task, and a plain group would keep every
@@ -157,6 +123,7 @@ extension GroupSessionJournal {
                         if !requests.withLock({ $0.arrived(request, subscription) }) { subscription.unsubscribe() }
                     } catch {
                         // Refused or failed: ask again in a moment (the stall timeout bounds the attempts).
+                        requests.withLock { $0.fail(request) }
                         try? await Task.sleep(for: .milliseconds(200))
                         continuation.yield(.retryDue(index: index))
                     }
