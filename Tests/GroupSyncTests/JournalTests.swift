@@ -221,6 +221,33 @@ import Testing
         }
     }
 
+    /// On a broker whose packets stop at 128 KB, the default chunks fit, a larger configured chunk is cut
+    /// to fit, and a record too long for one packet is a typed error before anything is sent.
+    @Test(.needsOwnBroker("a packet limit of 128 KB")) func aBrokerWith128KBPacketsCarriesTheJournal() async throws {
+        try await MosquittoBroker.withBroker(MosquittoBroker.Configuration(extraLines: ["max_packet_size 131072"])) { broker in
+            let group = Group(broker)
+            let sessions = try await group.joinOneSession(["alice", "bob", "carol"], Gallery(galleryID: "128k"))
+            // Each session's journal keeps the configuration it was first made with.
+            let (alice, bob) = (sessions[0].journal(), sessions[1].journal(configuration: .init(chunkSize: 1 << 20)))
+            let carol = sessions[2].journal(configuration: .init(chunkSize: 16))
+            let content = Self.bytes(1 << 20)
+            let defaults = try await alice.add(content, name: "one-mib.bin")
+            #expect(defaults.record.chunkSize == 64 << 10)
+            let cut = try await bob.add(Self.bytes(300_000), name: "cut.bin")
+            #expect(cut.record.chunkSize < 131_072 && cut.record.chunks.count == 3, "\(cut.record.chunkSize) × \(cut.record.chunks.count)")
+            try await waitUntil("carol lists both") { carol.currentAttachments.count == 2 }
+            #expect(try await carol.load(defaults) == content)
+            #expect(try await alice.load(cut).count == 300_000)
+            await #expect {
+                try await carol.add(Self.bytes(200_000), name: "t")
+            } throws: { error in
+                guard case .journalLimitExceeded(.recordSize)? = error as? GroupSyncError else { return false }
+                return true
+            }
+            await group.closeAll()
+        }
+    }
+
     /// Each limit is a typed error that names it, before anything is sent.
     @Test func theLimitsAreTypedErrors() async throws {
         try await MosquittoBroker.withBroker { broker in
