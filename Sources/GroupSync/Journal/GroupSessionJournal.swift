@@ -65,9 +65,8 @@ public final class GroupSessionJournal: Sendable {
         try core.journal.withLock { journal throws(GroupSyncError) in
             try journal.check(adding: data.count, sha256: sha256, owner: me, limits: configuration)
         }
-        let ranges = stride(from: 0, to: data.count, by: chunkSize).map { $0..<min($0 + chunkSize, data.count) }
-        let base = data.startIndex
-        let chunks = ranges.map { data[(base + $0.lowerBound)..<(base + $0.upperBound)] }
+        // Slices share `data`'s bytes: the owner keeps (and refreshes) one copy of the attachment.
+        let chunks = stride(from: data.startIndex, to: data.endIndex, by: chunkSize).map { data[$0..<min($0 + chunkSize, data.endIndex)] }
         let added = core.context.hlc.withLock { $0.tick(now: core.context.clock.milliseconds()) }
         let record = Wire.JournalRecord(
             sha256: sha256, name: name, type: mediaType, size: Int64(data.count), chunkSize: Int64(chunkSize),
@@ -85,7 +84,7 @@ public final class GroupSessionJournal: Sendable {
             for (index, chunk) in chunks.enumerated() {
                 if Task.isCancelled { throw .cancelled }
                 let topic = topics.chunk(session, attachment: sha256, index: index, owner: me)
-                unacknowledged.append(try core.context.retained.enqueue(topic, Data(chunk), lifetime: lifetime))
+                unacknowledged.append(try core.context.retained.enqueue(topic, chunk, lifetime: lifetime))
                 sent.append(topic)
                 if unacknowledged.count >= configuration.window {
                     try await acknowledge(unacknowledged.removeFirst())
@@ -103,7 +102,7 @@ public final class GroupSessionJournal: Sendable {
             }
             throw error
         }
-        core.journal.withLock { $0.onRecord(payload, sha256: sha256, owner: me) }
+        _ = core.journal.withLock { $0.onRecord(payload, sha256: sha256, owner: me) }
         return JournalAttachment(record: record)
     }
 
@@ -135,7 +134,7 @@ public final class GroupSessionJournal: Sendable {
         } catch {
             throw .connection(error)
         }
-        core.journal.withLock { $0.onRecord(Data(), sha256: attachment.sha256, owner: attachment.owner.id) }
+        _ = core.journal.withLock { $0.onRecord(Data(), sha256: attachment.sha256, owner: attachment.owner.id) }
         for topic in JournalStateMachine.topics(of: attachment.record, core.topics, session: core.id).dropFirst() {
             await core.context.retained.clear(topic)
         }

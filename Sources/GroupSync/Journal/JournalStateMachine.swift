@@ -73,29 +73,31 @@ struct JournalStateMachine {
 
     // MARK: - Inputs
 
-    /// A message on `owner`'s journal topic of `sha256`: its record, or nil for an empty payload (removed).
-    /// A record that does not decode, is inconsistent or does not match its topic is rejected and changes
-    /// nothing.
-    /// The sequences receive the new list (in order: they are handed it under the caller's lock).
-    mutating func onRecord(_ payload: Data, sha256: String, owner: String) {
-        guard case var .following(attachments) = state else { return }
+    /// A message on `owner`'s journal topic of `sha256`: its record, or an empty payload (removed).
+    /// A record that does not decode, is inconsistent or does not match its topic is rejected (returns
+    /// false) and changes nothing. The sequences receive the new list (in order: they are handed it under
+    /// the caller's lock).
+    @discardableResult
+    mutating func onRecord(_ payload: Data, sha256: String, owner: String) -> Bool {
+        guard case var .following(attachments) = state else { return true }
         let id = JournalAttachment.ID(owner: owner, sha256: sha256)
         if payload.isEmpty {
-            guard attachments.removeValue(forKey: id) != nil else { return }
+            guard attachments.removeValue(forKey: id) != nil else { return true }
             removed.insert(id)
         } else {
             guard let record = Wire.decode(Wire.JournalRecord.self, from: payload), record.matches(attachment: sha256, owner: owner)
             else {
                 rejected += 1
-                return
+                return false
             }
             let attachment = JournalAttachment(record: record)
-            guard attachments[id] != attachment else { return }  // a refresh
+            guard attachments[id] != attachment else { return true }  // a refresh
             attachments[id] = attachment
             removed.remove(id)
         }
         state = .following(attachments: attachments)
         publish()
+        return true
     }
 
     /// A new sequence: it receives the current list at once, then every change.

@@ -114,8 +114,7 @@ extension SessionCore {
         let records = Set((members + [me]).map { topics.member(id, $0) })
             .union(stateTopics)
             .union(announcers.filter { $0 != me }.map { topics.announcement(id, by: $0) })
-            .union(context.retained.topics(under: sessionPrefix))
-            .union(context.retained.topics(under: topics.chunkPrefix(id)))
+            .union(ownedRecordTopics)
             .union(journalTopics)
             .union(stored)
         var clearedAll = true
@@ -171,11 +170,8 @@ extension SessionCore {
     private func clearOwnRecords() {
         let stateTopics = machine.withLock { $0.stateTopics }
         context.report(self, .ended)
-        let owned = Set(
-            context.retained.topics(under: sessionPrefix) + context.retained.topics(under: topics.chunkPrefix(id))
-                + [topics.member(id, me), ownCopyTopic]
-        )
-        .union(stateTopics.filter { $0.hasSuffix("/\(me)") })
+        let owned = Set(ownedRecordTopics + [topics.member(id, me), ownCopyTopic])
+            .union(stateTopics.filter { $0.hasSuffix("/\(me)") })
         let retained = context.retained
         for topic in owned { retained.disown(topic) }
         context.tasks.spawn {
@@ -186,8 +182,12 @@ extension SessionCore {
     /// Stops refreshing our copy of the announcement, our state records and our attachments: they expire
     /// with the session unless others keep it.
     private func releaseOwnRecords() {
-        let owned = context.retained.topics(under: sessionPrefix) + context.retained.topics(under: topics.chunkPrefix(id))
-        for topic in owned + [ownCopyTopic] { context.retained.release(topic) }
+        for topic in ownedRecordTopics + [ownCopyTopic] { context.retained.release(topic) }
+    }
+
+    /// The retained records of the session we own: under its topics, and its attachments' chunks.
+    private var ownedRecordTopics: [String] {
+        context.retained.topics(under: sessionPrefix) + context.retained.topics(under: topics.chunkPrefix(id))
     }
 
     /// Marks the session over locally: its sequences end, its topics are no longer read, and it no

@@ -173,12 +173,7 @@ final class SessionCore: Sendable {
                     $0.onState(record, key: key, writer: writer, topic: message.topic, now: now, holdingValues: true)
                 }.catchUpTo
         case let .journal(session, attachment, owner) where session == id:
-            let accepted = journal.withLock { journal in
-                let before = journal.rejected
-                journal.onRecord(message.payload, sha256: attachment, owner: owner)
-                return journal.rejected == before
-            }
-            if !accepted { reject() }
+            if !journal.withLock({ $0.onRecord(message.payload, sha256: attachment, owner: owner) }) { reject() }
             return
         case let .broadcast(session, sender) where session == id:
             catchUpTo = inbound(message.payload, from: sender, direct: false)
