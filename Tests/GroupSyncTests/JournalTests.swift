@@ -9,12 +9,22 @@ import Testing
 /// The shared journal against a real broker: attachments added, listed, loaded and removed; late
 /// joiners; a broker crash mid-transfer; corrupted chunks; the ACL; the limits; nothing left behind.
 @Suite(.timeLimit(.minutes(2))) struct JournalTests {
-    /// `count` bytes that compress badly and differ per call, made eight at a time: a byte-by-byte loop
-    /// in a debug build would hold one of the few threads every test shares for seconds.
+    /// `count` bytes that compress badly and differ per call, from a SplitMix64 generator with a random
+    /// seed: a byte-by-byte loop, or a system call per word, would hold one of the few threads every test
+    /// shares for a good part of a second in a debug build, and delay other tests' refreshes.
     static func bytes(_ count: Int) -> Data {
-        var generator = SystemRandomNumberGenerator()
-        var words = (0..<(count + 7) / 8).map { _ in generator.next() as UInt64 }
-        return words.withUnsafeMutableBytes { Data($0.prefix(count)) }
+        var state = UInt64.random(in: .min ... .max)
+        var data = Data(count: (count + 7) / 8 * 8)
+        data.withUnsafeMutableBytes { buffer in
+            for word in 0..<buffer.count / 8 {
+                state &+= 0x9E37_79B9_7F4A_7C15
+                var z = state
+                z = (z ^ (z &>> 30)) &* 0xBF58_476D_1CE4_E5B9
+                z = (z ^ (z &>> 27)) &* 0x94D0_49BB_1331_11EB
+                buffer.storeBytes(of: z ^ (z &>> 31), toByteOffset: word * 8, as: UInt64.self)
+            }
+        }
+        return data.prefix(count)
     }
 
     /// Small chunks, so that a few hundred kilobytes make many of them.

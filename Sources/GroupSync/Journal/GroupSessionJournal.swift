@@ -60,6 +60,13 @@ public final class GroupSessionJournal: Sendable {
             throw .invalidArgument("chunkSize and window must be positive")
         }
         let chunkSize = min(configuration.chunkSize, client.maximumPacketSize.map { $0 - Wire.envelopeAllowance } ?? .max)
+        let packetLimit = client.maximumPacketSize.map { $0 - Wire.envelopeAllowance }
+        // The record lists 67 bytes per chunk (a quoted digest and a comma): one that cannot fit the
+        // broker's packets is refused before anything is hashed.
+        let chunkCount = (data.count + chunkSize - 1) / chunkSize
+        if let limit = packetLimit, chunkCount * 67 > limit {
+            throw .journalLimitExceeded(.recordSize(size: chunkCount * 67, limit: limit))
+        }
         let sha256 = SHA256.hex(data)
         let (me, session, topics) = (core.me, core.id, core.topics)
         try core.journal.withLock { journal throws(GroupSyncError) in
@@ -72,7 +79,7 @@ public final class GroupSessionJournal: Sendable {
             sha256: sha256, name: name, type: mediaType, size: Int64(data.count), chunkSize: Int64(chunkSize),
             chunks: chunks.map(SHA256.hex), added: added, metadata: metadata.isEmpty ? nil : metadata)
         let payload = try Wire.encode(record)
-        if let limit = client.maximumPacketSize.map({ $0 - Wire.envelopeAllowance }), payload.count > limit {
+        if let limit = packetLimit, payload.count > limit {
             throw .journalLimitExceeded(.recordSize(size: payload.count, limit: limit))
         }
         let lifetime = core.lifetime
