@@ -1,11 +1,11 @@
 import Foundation
 import MQTT
 
-/// The retained messages this participant publishes (presence, announcement copies, member and state
-/// records). Each carries an MQTT 5 message expiry, so that the broker removes it once nobody keeps it;
-/// while this participant keeps a record it refreshes it before it expires, and republishes it after
-/// every reconnect (a broker restarted without persistence forgets it). Shared by the coordinator and
-/// its sessions.
+/// The retained messages this participant publishes (presence, announcement copies, member, state and
+/// journal records, and its attachments' chunks). Each carries an MQTT 5 message expiry, so that the
+/// broker removes it once nobody keeps it; while this participant keeps a record it refreshes it before
+/// it expires, and republishes it after every reconnect (a broker restarted without persistence forgets
+/// it). Shared by the coordinator and its sessions.
 final class RetainedRecords: Sendable {
     private let client: MQTTClient
     private let owned = LockedValue(OwnedRetained())

@@ -77,11 +77,10 @@ extension GroupSessionJournal {
         guard !isRemoved(attachment) else { throw .attachmentRemoved(sha256: attachment.sha256) }
         let record = attachment.record
         let (clock, topics, session) = (core.context.clock, core.topics, core.id)
-        let stall = configuration.stallTimeout
         var machine = TransferStateMachine(
             .init(
                 chunkCount: record.chunks.count, window: configuration.window,
-                stallTimeout: stall.components.seconds * 1_000 + stall.components.attoseconds / 1_000_000_000_000_000),
+                stallTimeout: configuration.stallTimeout.nanoseconds / 1_000_000),
             now: clock.milliseconds())
         let whole = SHA256()
         func report() {
