@@ -83,8 +83,8 @@ extension GroupSessionJournal {
                 stallTimeout: configuration.stallTimeout.nanoseconds / 1_000_000),
             now: clock.milliseconds())
         let whole = SHA256()
-        func report() {
-            let done = min(machine.completedChunks * Int(record.chunkSize), attachment.size)
+        func report(completedChunks: Int) {
+            let done = min(completedChunks * Int(record.chunkSize), attachment.size)
             progress?(JournalLoadProgress(completedBytes: done, totalBytes: attachment.size, rejectedChunks: machine.rejected))
         }
 
@@ -130,9 +130,13 @@ extension GroupSessionJournal {
             }
             func perform(_ action: TransferStateMachine.Action) throws(GroupSyncError) {
                 for index in action.unsubscribe { giveUp(index) }
-                for chunk in action.deliver {
+                // One report per chunk, even when an action hands over several (a chunk that arrived
+                // after its successors releases them all).
+                let before = machine.completedChunks - action.deliver.count
+                for (offset, chunk) in action.deliver.enumerated() {
                     whole.update(chunk)
                     try deliver(chunk)
+                    report(completedChunks: before + offset + 1)
                 }
                 for index in action.subscribe { request(index) }
                 if let (index, delay) = action.retry {
@@ -141,12 +145,12 @@ extension GroupSessionJournal {
                         continuation.yield(.retryDue(index: index))
                     }
                 }
-                if !action.deliver.isEmpty || action.retry != nil { report() }
+                if action.retry != nil { report(completedChunks: machine.completedChunks) }
                 if let missing = action.failedAt { throw .attachmentUnavailable(sha256: record.sha256, chunk: missing) }
             }
 
             var failure: GroupSyncError?
-            report()
+            report(completedChunks: 0)
             var iterator = events.makeAsyncIterator()
             do throws(GroupSyncError) {
                 var action = machine.start()
