@@ -75,15 +75,20 @@ enum JoinCommand: Command {
         let state = try SharedState(session, key: key, initialValue: JSONValue.null)
         let messenger = GroupSessionMessenger(session: session)
         let journal = JoinJournal(session.journal())
+        // Both sequences start with the current value: those two come first, the state before the
+        // participants, so that every run prints its start alike; then each sequence is followed.
+        var values = state.values().makeAsyncIterator()
+        let participantUpdates = session.activeParticipantUpdates().makeAsyncIterator()
+        if let value = await values.next() { Output.line("state \(key) \(json(value))") }
+        if let participants = await participantUpdates.next() { Output.line(Self.participantsLine(participants)) }
         let followers = [
             journal.follow(),
             Task {
-                for await participants in session.activeParticipantUpdates() {
-                    Output.line("participants \(participants.map(\.id).sorted().joined(separator: ","))")
-                }
+                while let participants = await participantUpdates.next() { Output.line(Self.participantsLine(participants)) }
             },
-            Task {
-                for await value in state.values() { Output.line("state \(key) \(json(value))") }
+            Task { [values] in
+                var values = values
+                while let value = await values.next() { Output.line("state \(key) \(json(value))") }
             },
             Task {
                 for await (message, context) in messenger.messages(of: BridgeMessage.self) {
@@ -141,6 +146,10 @@ enum JoinCommand: Command {
             activityIdentifier: activityID, value: .object([:]), metadata: .init(title: title ?? activityID))
         for await session in coordinator.sessions(activityIdentifier: activityID) where session.id == id { return session }
         throw CommandFailure("session \(id) was not delivered")
+    }
+
+    static func participantsLine(_ participants: Set<Participant>) -> String {
+        "participants \(participants.map(\.id).sorted().joined(separator: ","))"
     }
 
     static func json(_ value: JSONValue?) -> String {
