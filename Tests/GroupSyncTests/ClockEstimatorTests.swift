@@ -19,9 +19,24 @@ import Testing
     @Test func symmetricDelaysGiveTheExactOffset() {
         var estimator = ClockEstimator()
         #expect(estimator.offset(atLocal: 0) == nil)
-        Self.exchange(&estimator, local: 1_000_000, offset: 600_000_000_000, out: 150_000, back: 150_000)
-        #expect(estimator.offset(atLocal: 2_000_000) == 600_000_000_000)
+        for i in 1...4 {
+            Self.exchange(&estimator, local: Int64(i) * 5_000_000, offset: 600_000_000_000, out: 150_000, back: 150_000)
+        }
+        #expect(estimator.offset(atLocal: 21_000_000) == 600_000_000_000)
         #expect(estimator.shortestRoundTrip == 300_000)
+    }
+
+    /// One exchange delayed one way is off by half the delay: a first estimate waits for a few, and the
+    /// shortest of them wins.
+    @Test func aFirstEstimateWaitsForEnoughExchanges() {
+        var estimator = ClockEstimator()
+        let offset: Int64 = 42_000_000_000
+        Self.exchange(&estimator, local: 0, offset: offset, out: 200_000, back: 14_000_000)
+        for i in 1..<ClockEstimator.settlingExchanges {
+            #expect(estimator.offset(atLocal: Int64(i) * 5_000_000) == nil, "\(i) exchanges")
+            Self.exchange(&estimator, local: Int64(i) * 5_000_000, offset: offset, out: 200_000, back: 200_000)
+        }
+        #expect(estimator.offset(atLocal: 20_000_000) == offset, "the delayed exchange does not count")
     }
 
     /// An exchange delayed one way (a queue, a late task) is off by half its extra delay: the shortest

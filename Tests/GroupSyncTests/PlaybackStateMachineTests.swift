@@ -19,7 +19,10 @@ import Testing
         _ = machine.onActive([me, reference], atLocal: local)
         let action = machine.onClockRecord(.init(reference: reference, base: "b"), atLocal: local)
         #expect(action.synchronize)
-        _ = machine.onPong(from: reference, sent: local, received: local + offset + ms, replied: local + offset + ms, back: local + 2 * ms)
+        for _ in 0..<ClockEstimator.settlingExchanges {
+            _ = machine.onPong(
+                from: reference, sent: local, received: local + offset + ms, replied: local + offset + ms, back: local + 2 * ms)
+        }
         return machine
     }
 

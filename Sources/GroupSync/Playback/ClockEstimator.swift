@@ -8,8 +8,10 @@
 /// their own moment, so that a calm start does not outshine every later exchange of a busier time. Once
 /// the counted exchanges span ``driftSpan``, a least-squares line through their offsets gives the offset
 /// and follows the drift between the two clocks (up to ``maximumDrift``); before, the newest of them are
-/// averaged. The estimate is computed when an exchange is added, so reading it costs nothing. All times
-/// in nanoseconds.
+/// averaged. There is no estimate before ``settlingExchanges`` exchanges: one alone may have been delayed
+/// one way (a busy machine, a bridge between brokers) and be off by milliseconds, and a late joiner would
+/// start that far from the others. The estimate is computed when an exchange is added, so reading it costs
+/// nothing. All times in nanoseconds.
 struct ClockEstimator: Sendable, Equatable {
     struct Sample: Sendable, Equatable {
         /// When the answer arrived (local `t3`).
@@ -33,6 +35,8 @@ struct ClockEstimator: Sendable, Equatable {
 
     /// How many samples are kept.
     static let capacity = 64
+    /// The exchanges needed for a first estimate: half of the burst a follower starts with (5 ms apart).
+    static let settlingExchanges = 4
     /// Samples are judged against the others made within this time of them.
     static let window: Int64 = 4_000_000_000
     /// A sample counts when its round trip exceeds the shortest of its window by at most this share (or
@@ -72,9 +76,9 @@ struct ClockEstimator: Sendable, Equatable {
     /// The longest round trip among the kept samples.
     var longestRoundTrip: Int64? { samples.map(\.roundTrip).max() }
 
-    /// The estimated offset (group − local) at local time `local`; nil without samples.
+    /// The estimated offset (group − local) at local time `local`; nil before ``settlingExchanges``.
     func offset(atLocal local: Int64) -> Int64? {
-        guard let line else { return nil }
+        guard samples.count >= ClockEstimator.settlingExchanges, let line else { return nil }
         return Int64((line.offset + line.slope * Double(local &- line.anchor)).rounded())
     }
 
