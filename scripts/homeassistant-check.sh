@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks `groupsync dashboard` against a real Home Assistant (core 2024.3.3): plays sessions with real
 # participants on a private mosquitto and fails when Home Assistant logs a WARNING or ERROR about the
-# dashboard's payloads. Optional and slow: neither `swift test` nor .ci/run depends on it.
+# dashboard's payloads. Not part of `swift test`; CI (.ci/run) runs it last.
 #
 #   scripts/homeassistant-check.sh
 #
@@ -42,6 +42,17 @@ if [ ! -f "$stamp" ]; then
     if [ -z "$python" ]; then
         echo "Home Assistant $ha_version needs Python 3.11 or 3.12 (python3.11 / python3.12 on PATH)" >&2
         exit 2
+    fi
+    # Debian ships venv's pip bootstrap apart, in python3-venv.
+    if ! "$python" -c 'import ensurepip' >/dev/null 2>&1; then
+        if ! command -v apt-get >/dev/null 2>&1; then
+            echo "$python lacks ensurepip (Debian: python3-venv); install it with your package manager" >&2
+            exit 2
+        fi
+        sudo=""
+        if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
     fi
     echo "Installing Home Assistant $ha_version into $venv (once; about 700 MB; log: $venv/install.log)" >&2
     mkdir -p "$venv"
