@@ -113,6 +113,29 @@ import Testing
         #expect(bob.lead == .milliseconds(31), "three 2 ms round trips plus 25 ms")
     }
 
+    /// A command that arrives after its start (a slow link): the timeline is taken as it is, and the start
+    /// delivered at once is as late as the command, at the position the timeline has then — not behind.
+    @Test func aCommandReceivedAfterItsStartJumpsToTheRightPosition() throws {
+        let offset = -600 * Self.second  // the group clock ten minutes behind bob's
+        var bob = Self.following("bob", offset: offset)
+        let local = 30 * Self.second
+        let now = try #require(bob.groupTime(atLocal: local))
+        var play = bob.effectiveTimeline
+        play.position = 12
+        play.anchor = now + .milliseconds(-300)  // alice scheduled it 300 ms ago
+        play.rate = 2
+        play.intendedRate = 2
+        let received = bob.onTimelineRecord(play.record, valid: true, atLocal: local)
+        #expect(received.timelineChanged && received.writeTimeline == nil, "followed, not rewritten")
+        #expect(bob.effectiveTimeline == play)
+
+        let start = PlaybackCoordinator.start(of: bob.effectiveTimeline, atGroup: now.nanoseconds)
+        #expect(start.scheduled == play.anchor && start.rate == 2)
+        #expect(start.lateness == .milliseconds(300))
+        #expect(abs(start.mediaTime - 12.6) < 1e-9, "two media seconds per second for the 300 ms missed")
+        #expect(start.mediaTime == play.mediaTime(at: now), "where everyone else is now")
+    }
+
     // MARK: - Records received
 
     @Test func invalidRecordsAreRejectedAndTheLastValidTimelineStays() throws {
@@ -175,4 +198,5 @@ import Testing
         let (_, alone) = alice.beginSuspension("scrubbing", atLocal: 8 * Self.second)
         #expect(alone.writeTimeline == nil)
     }
+
 }

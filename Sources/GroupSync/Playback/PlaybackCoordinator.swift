@@ -127,7 +127,7 @@ public final class PlaybackCoordinator: Sendable {
     }
 
     /// The start of `timeline` delivered at group time `now` (nanoseconds).
-    private static func start(of timeline: PlaybackTimeline, atGroup now: Int64) -> PlaybackStart {
+    static func start(of timeline: PlaybackTimeline, atGroup now: Int64) -> PlaybackStart {
         let instant = GroupInstant(nanoseconds: now)
         return PlaybackStart(
             item: timeline.item, mediaTime: timeline.mediaTime(at: instant), rate: timeline.rate, scheduled: timeline.anchor,
