@@ -199,4 +199,32 @@ import Testing
         #expect(alone.writeTimeline == nil)
     }
 
+    /// The reference holds the group and is gone (left or crashed): the follower that takes over the clock
+    /// also lets go of it, at once, so the group starts again from where it waited; the next one in line
+    /// does the same after its stagger if no claim came.
+    @Test func theParticipantThatTakesOverTheClockReleasesAGoneReference() throws {
+        let local = 30 * Self.second
+        var waiting = PlaybackTimeline.initial(base: "b")
+        waiting.position = 42
+        waiting.anchor = GroupInstant(nanoseconds: local)
+        waiting.intendedRate = 1
+        waiting.waitingFor = ["alice"]
+
+        var bob = Self.following("bob", offset: 5 * Self.second)
+        _ = bob.onActive(["alice", "bob", "carol"], atLocal: local)
+        #expect(bob.onTimelineRecord(waiting.record, valid: true, atLocal: local).writeTimeline == nil, "not ours to release yet")
+        let takeover = bob.onActive(["bob", "carol"], atLocal: local + Self.second)
+        #expect(takeover.writeClock == .init(reference: "bob", base: "b"))
+        let released = try #require(takeover.writeTimeline)
+        #expect(released.waitingFor.isEmpty && released.rate == 1 && released.position == 42)
+        let now = try #require(bob.groupTime(atLocal: local + Self.second))
+        #expect(released.anchor == now + .milliseconds(40), "one start, a lead ahead")
+
+        var carol = Self.following("carol", offset: 5 * Self.second)
+        _ = carol.onActive(["alice", "bob", "carol"], atLocal: local)
+        _ = carol.onTimelineRecord(waiting.record, valid: true, atLocal: local)
+        #expect(carol.onActive(["bob", "carol"], atLocal: local + Self.second) == Machine.Action(), "bob's turn first")
+        let late = carol.onTick(atLocal: local + Self.second + Machine.takeoverStagger)
+        #expect(late.writeClock?.reference == "carol" && late.writeTimeline?.waitingFor == [], "nobody claimed: carol does, and releases")
+    }
 }
