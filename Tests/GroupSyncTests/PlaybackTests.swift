@@ -183,8 +183,100 @@ struct Movie: GroupActivity {
             _ = players[1].beginSuspension(for: .buffering)
             try await waitUntil("waiting for bob") { players[0].timeline.waitingFor == ["bob"] }
             let bob = try #require(group.coordinators.first { $0.localParticipant.id == "bob" })
+            let crashed = ContinuousClock.now
             await bob.simulateCrash()
-            try await waitUntil(timeout: .seconds(10), "released") { [players[0], players[2]].allSatisfy { $0.timeline.isPlaying } }
+            try await waitUntil(timeout: .seconds(20), "released") { [players[0], players[2]].allSatisfy { $0.timeline.isPlaying } }
+            let bound = Self.crashDetectionBound(group)
+            #expect(ContinuousClock.now - crashed < bound, "released within the crash-detection bound \(bound)")
+        }
+    }
+
+    /// How long a crashed participant may stay in the others' active sets (README, PROTOCOL.md "Crash"):
+    /// 1.5 × keepalive — the bound for a frozen process; one whose socket closes goes within about a
+    /// second — scaled under sanitizers.
+    static func crashDetectionBound(_ group: Group) -> Duration {
+        timeBound(.milliseconds(group.coordinators[0].configuration.mqtt.keepAlive * 1_500))
+    }
+
+    /// What the others saw when a participant that held the group went away.
+    struct Departure {
+        /// From the departure until every other participant had its new start.
+        var elapsed: Duration
+        /// The others' new starts, in the order of the players.
+        var restarts: [PlaybackStart]
+        /// The timeline while the group waited.
+        var waiting: PlaybackTimeline
+    }
+
+    /// The group plays; `players[holder]` buffers until everyone waits for it, then goes away through
+    /// `depart` (leaving, crashing): returns what the others saw, once every one of them started again.
+    static func holdThenDepart(
+        _ players: [(session: GroupSession<Movie>, playback: PlaybackCoordinator)], holder: Int, depart: () async throws -> Void
+    ) async throws -> Departure {
+        let others = players.indices.filter { $0 != holder }.map { players[$0].playback }
+        let starts = others.map { Collector($0.starts()) }
+        defer { for collector in starts { collector.cancel() } }
+        try await others[0].play()
+        try await waitUntil("started") { starts.allSatisfy { $0.count == 1 } }
+        let name = players[holder].session.localParticipant.id
+        _ = players[holder].playback.beginSuspension(for: .buffering)
+        try await waitUntil("everyone waits for \(name)") {
+            players.allSatisfy { !$0.playback.timeline.isPlaying && $0.playback.timeline.waitingFor == [name] }
+        }
+        let waiting = others[0].timeline
+        let departed = ContinuousClock.now
+        try await depart()
+        try await waitUntil(timeout: .seconds(20), "the others start again") { starts.allSatisfy { $0.count == 2 } }
+        return Departure(elapsed: ContinuousClock.now - departed, restarts: starts.map { $0.elements[1] }, waiting: waiting)
+    }
+
+    /// The others start again together: one scheduled start, from where they waited (a start delivered
+    /// late, under load, is as far ahead as it is late), on the clock they waited on.
+    static func expectOneRestart(_ departure: Departure, of others: [PlaybackCoordinator]) {
+        let restarts = departure.restarts
+        #expect(Set(restarts.map(\.scheduled)).count == 1, "one scheduled start: \(restarts)")
+        #expect(
+            restarts.allSatisfy { $0.rate == 1 && abs($0.mediaTime - $0.lateness.seconds - departure.waiting.position) < 1e-6 },
+            "\(restarts)")
+        #expect(others.allSatisfy { $0.timeline.waitingFor.isEmpty && $0.timeline.base == departure.waiting.base })
+    }
+
+    /// A buffering participant that leaves stops holding the group at once (its member record is
+    /// cleared), far within the crash-detection bound: the others start again together.
+    @Test func aSuspendedParticipantThatLeavesReleasesTheGroup() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            defer { Task { await group.closeAll() } }
+            let players = try await Self.players(group, ["alice", "bob", "carol"])
+            let departure = try await Self.holdThenDepart(players, holder: 1) { await players[1].session.leave() }
+            let others = [players[0].playback, players[2].playback]
+            // Leaving is seen one broker trip later and the restart comes a lead after that: well within
+            // the crash-detection bound (7.5 s for the default keepalive).
+            #expect(departure.elapsed < timeBound(.seconds(1)), "released \(departure.elapsed) after bob left")
+            Self.expectOneRestart(departure, of: others)
+            #expect(others.allSatisfy { $0.clockReference?.id == "alice" })
+        }
+    }
+
+    /// The buffering participant is the one that serves the clock, and crashes: another takes the clock
+    /// over (the same one) and releases the group within the crash-detection bound; the others start
+    /// again together.
+    @Test func aSuspendedClockReferenceThatCrashesReleasesTheGroup() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            defer { Task { await group.closeAll() } }
+            let players = try await Self.players(group, ["alice", "bob", "carol"])
+            #expect(players[1].playback.clockReference?.id == "alice")
+            let alice = try #require(group.coordinators.first { $0.localParticipant.id == "alice" })
+            let departure = try await Self.holdThenDepart(players, holder: 0) { await alice.simulateCrash() }
+            let others = [players[1].playback, players[2].playback]
+            let bound = Self.crashDetectionBound(group)
+            #expect(departure.elapsed < bound, "released \(departure.elapsed) after alice crashed; bound \(bound)")
+            Self.expectOneRestart(departure, of: others)
+            try await waitUntil("bob or carol serves the clock") {
+                Set(others.compactMap { $0.clockReference?.id }).count == 1 && others.allSatisfy { $0.clockReference?.id != "alice" }
+            }
+            try await Self.waitForAgreement(others)
         }
     }
 
