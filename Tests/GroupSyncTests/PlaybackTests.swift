@@ -297,6 +297,48 @@ struct Movie: GroupActivity {
         }
     }
 
+    /// A follower keeps checking its offset against the reference for as long as it follows it — a burst,
+    /// then every 100 ms until it follows the drift, then every synchronization interval — and the
+    /// reference answers each time, so clocks that drift apart (here 400 ppm) stay in agreement.
+    @Test func aFollowerKeepsEstimatingItsOffset() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            defer { Task { await group.closeAll() } }
+            let (raw, direct) = try await rawSubscriber(broker, "groupsync/v2/\(group.name)/s/+/to/+/+")
+            let alice = try await group.join("alice", clock: SystemWallClock(offset: .seconds(-600)))
+            let bob = try await group.join("bob", clock: SystemWallClock(offset: .seconds(600), drift: 400))
+            let a = try await alice.startJoined(Movie(title: "m"))
+            let b = try await bob.joinSession(a.id, of: Movie.self)
+            let players = [a, b].map { $0.playbackCoordinator() }
+            try await waitUntil("bob follows alice's clock") { players[1].clockReference?.id == "alice" && players[1].groupTime() != nil }
+            try await players[0].play()
+
+            // The `t0`s (bob's clock, ms) of the exchanges of `type` on the direct topics ending in `path`.
+            @Sendable func exchanges(_ type: String, on path: String) -> [Double] {
+                direct.elements.filter { $0.topic.hasSuffix(path) }.compactMap { message in
+                    let envelope = try? JSONSerialization.jsonObject(with: message.payload) as? [String: Any]
+                    guard envelope?["type"] as? String == type else { return nil }
+                    return ((envelope?["body"] as? [String: Any])?["t0"] as? NSNumber)?.doubleValue
+                }
+            }
+            // Into the interval's pace (the drift is fitted once the samples span 3 s), and on for a while.
+            // Gaps are read from bob's clock, as sent: within a few ms of the schedule even under load.
+            let interval = players[1].configuration.synchronizationInterval.seconds * 1_000
+            try await waitUntil(timeout: timeBound(.seconds(15)), "bob pings every \(interval) ms, 5 s after his first") {
+                let pings = exchanges("$ping", on: "/to/alice/bob")
+                guard pings.count > 9, let first = pings.first, let last = pings.last else { return false }
+                return last - first >= 5_000 && last - pings[pings.count - 2] >= interval - 20
+            }
+            let pings = exchanges("$ping", on: "/to/alice/bob")
+            let gaps = zip(pings.dropFirst(), pings).map { $0 - $1 }
+            #expect(gaps.dropFirst(7).allSatisfy { $0 >= 80 }, "after the burst of 8, at most every 100 ms: \(gaps)")
+            #expect(gaps.max()! < timeBound(.seconds(1)).seconds * 1_000, "bob fell silent for \(gaps.max()!) ms: \(gaps)")
+            try await waitUntil("alice answered every ping") { Set(exchanges("$pong", on: "/to/bob/alice")).isSuperset(of: pings) }
+            try await Self.waitForAgreement(players)
+            await raw.disconnect()
+        }
+    }
+
     /// A participant that joins while the group plays starts at once, at the position everyone is at.
     @Test func aLateJoinerStartsAtTheRightPosition() async throws {
         try await MosquittoBroker.withBroker { broker in
