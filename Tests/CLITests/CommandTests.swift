@@ -168,22 +168,53 @@ import Testing
     }
 
     /// `groupsync broker` stops on Ctrl-C (SIGINT) and SIGTERM, exits 0 and leaves no configuration file.
+    /// mosquitto's log comes on standard error as it is written; standard output holds only the banner.
     @Test(arguments: [SIGINT, SIGTERM])
     func theBrokerStopsOnASignal(_ number: Int32) async throws {
         let port = try FreePort.loopback()
         let broker = try CLIProcess(["broker", "--port", "\(port)"])
         let banner = try await broker.waitForLine { $0.hasPrefix("groupsync broker: mosquitto on") }
-        let config = try #require(banner.split(separator: " ").first { $0.hasSuffix(".conf);") }).dropLast(2)
-        #expect(FileManager.default.fileExists(atPath: String(config)))
+        let config = String(try #require(banner.split(separator: " ").first { $0.hasSuffix(".conf);") }).dropLast(2))
+        #expect(FileManager.default.fileExists(atPath: config))
         try await waitUntil(timeout: .seconds(5), "mosquitto accepts connections") {
             let client = try MQTTClient(configuration: .init(url: "mqtt://127.0.0.1:\(port)"))
             guard (try? await client.connect()) != nil else { return false }
             await client.disconnect()
             return true
         }
+        // While it runs, not in a burst at its exit.
+        try await waitUntil(timeout: .seconds(5), "mosquitto's log on stderr (have: \(broker.errors.suffix(5)))") {
+            broker.errors.contains { $0.contains("Opening ipv4 listen socket on port \(port)") }
+                && broker.errors.contains { $0.contains("mosquitto version") && $0.contains("running") }
+        }
         broker.signal(number)
         #expect(try await withTimeLimit(.seconds(5), "the broker stops") { try await broker.wait() } == 0)
-        #expect(!FileManager.default.fileExists(atPath: String(config)), "its configuration is removed")
+        #expect(broker.output == [banner], "stdout holds the banner only: \(broker.output)")
+        #expect(!FileManager.default.fileExists(atPath: config), "its configuration is removed")
+        #expect(Self.processes(withArgument: config).isEmpty, "no mosquitto is left running")
+    }
+
+    /// A signal that comes just after the banner — while mosquitto is being spawned — still stops it:
+    /// `groupsync broker` exits 0, and neither mosquitto nor its configuration is left behind.
+    @Test(arguments: [SIGINT, SIGTERM])
+    func theBrokerStopsOnASignalWhileStarting(_ number: Int32) async throws {
+        let broker = try CLIProcess(["broker", "--port", "\(try FreePort.loopback())"])
+        let banner = try await broker.waitForLine { $0.hasPrefix("groupsync broker: mosquitto on") }
+        broker.signal(number)
+        let config = String(try #require(banner.split(separator: " ").first { $0.hasSuffix(".conf);") }).dropLast(2))
+        #expect(try await withTimeLimit(.seconds(5), "the broker stops") { try await broker.wait() } == 0)
+        #expect(!FileManager.default.fileExists(atPath: config), "its configuration is removed")
+        #expect(Self.processes(withArgument: config).isEmpty, "no mosquitto is left running")
+    }
+
+    /// The PIDs of the running processes (this user's, as /proc shows them) with `argument` on their
+    /// command line.
+    static func processes(withArgument argument: String) -> [Int32] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap { entry -> Int32? in
+            guard let pid = Int32(entry), let data = FileManager.default.contents(atPath: "/proc/\(entry)/cmdline") else { return nil }
+            return data.split(separator: 0).contains { String(decoding: $0, as: UTF8.self) == argument } ? pid : nil
+        }
     }
 
     /// The demo stops on Ctrl-C or SIGTERM: against a broker that never answers it exits 130 at once (or

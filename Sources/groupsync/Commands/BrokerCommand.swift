@@ -1,5 +1,6 @@
 import BrokerSupport
 import Foundation
+import MQTT
 
 /// `groupsync broker`: runs mosquitto in the foreground with the project's tuned configuration.
 enum BrokerCommand: Command {
@@ -31,6 +32,18 @@ enum BrokerCommand: Command {
         guard let executable = MosquittoBroker.findExecutable() else {
             throw CommandFailure("mosquitto is not installed: sudo apt-get install mosquitto", exitCode: 4)
         }
+        // Installed before the configuration is written and mosquitto spawned: a Ctrl-C or SIGTERM at any
+        // point stops mosquitto (at once if it runs, else as soon as it is spawned, or it is never
+        // spawned) and the configuration is removed. A signal's default action would kill this process
+        // alone, leaving mosquitto running and its configuration behind.
+        let child = LockedValue<(pid: pid_t?, stopping: Bool)>((nil, false))
+        Signals.onInterrupt {
+            let pid = child.withLock { child in
+                child.stopping = true
+                return child.pid
+            }
+            if let pid { kill(pid, SIGTERM) }
+        }
         var lines = [
             "# Written by `groupsync broker`.",
             "listener \(port) \(bind)",
@@ -55,24 +68,34 @@ enum BrokerCommand: Command {
         Output.line(
             "groupsync broker: mosquitto on mqtt://\(bind == "0.0.0.0" ? "127.0.0.1" : bind):\(port) (config \(config)); Ctrl-C to stop")
         defer { try? FileManager.default.removeItem(atPath: config) }
-        // A child of ours, started with a clean signal mask (a bare exec would inherit this process's
-        // blocked signals, and mosquitto would ignore Ctrl-C); our SIGINT and SIGTERM are passed on.
+        if child.withLock({ $0.stopping }) { return 0 }
+        // A child of ours, started with a clean signal mask and default signal handlers (a bare exec would
+        // inherit this process's blocked and ignored signals, and mosquitto would ignore Ctrl-C); our
+        // SIGINT and SIGTERM are passed on. Its standard output goes to our standard error, with its log.
         let pid: pid_t
         do {
             pid = try Spawn.process(
-                executable, ["-c", config], stdin: .nullDevice, stdout: .descriptor(STDOUT_FILENO), stderr: .descriptor(STDERR_FILENO),
+                executable, ["-c", config], stdin: .nullDevice, stdout: .descriptor(STDERR_FILENO), stderr: .descriptor(STDERR_FILENO),
                 newProcessGroup: false)
         } catch {
             throw CommandFailure("could not start \(executable): \(error)", exitCode: 4)
         }
-        Signals.onInterrupt { kill(pid, SIGTERM) }
+        // A signal that came while it was being spawned saw no PID: it is passed on now.
+        if child.withLock({ child in
+            child.pid = pid
+            return child.stopping
+        }) {
+            kill(pid, SIGTERM)
+        }
         let status = await Task.detached { () -> Int32 in
             var status: Int32 = 0
             while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
             return status
         }.value
-        // Exited: its code (mosquitto exits 0 on SIGINT and SIGTERM); killed by signal N: 128 + N.
-        return status & 0x7F == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
+        // Exited: its code (mosquitto exits 0 on SIGINT and SIGTERM); killed by signal N: 128 + N — except
+        // by the SIGTERM we passed on, which kills a mosquitto that has not installed its handlers yet.
+        if status & 0x7F == 0 { return (status >> 8) & 0xFF }
+        return status & 0x7F == SIGTERM && child.withLock({ $0.stopping }) ? 0 : 128 + (status & 0x7F)
     }
 
     /// The host part of the websockets `listener` line for `bind`: none for every address, else the name
