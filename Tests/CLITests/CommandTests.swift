@@ -295,7 +295,9 @@ import Testing
     }
 
     /// Against a frozen broker (it takes the TCP connection and never answers), every command that
-    /// connects gives up after `--timeout`, and Ctrl-C or SIGTERM ends its wait at once.
+    /// connects gives up after `--timeout`, and Ctrl-C or SIGTERM ends its wait at once. Either way the
+    /// attempt is stopped before the command exits (its DISCONNECT is sent): no libmosquitto or TLS work
+    /// runs on its network thread while the process runs its exit handlers.
     @Test(
         .needsOwnBroker("freezes it"),
         arguments: [["sessions"], ["watch"], ["dashboard"], ["join", "com.example.board"], ["end", "somesession"]])
@@ -304,14 +306,17 @@ import Testing
             broker.pause()
             defer { broker.resume() }
             let common = ["--broker", broker.url, "--group", "frozen"]
-            let late = try await runCLI(command + ["--timeout", "1"] + common, timeout: .seconds(10))
-            #expect(late.status == 1 && late.errors.contains { $0.contains("timed out") }, "\(late.errors)")
+            let debug = ["GROUPSYNC_MQTT_DEBUG": "1"]
+            let late = try await runCLI(command + ["--timeout", "1"] + common, environment: debug, timeout: .seconds(10))
+            #expect(late.status == 1 && late.errors.contains { $0.contains("timed out") }, "\(late.errors.suffix(3))")
+            #expect(late.errors.contains { $0.contains("sending DISCONNECT") }, "the attempt was stopped: \(late.errors.suffix(3))")
             for number in [SIGINT, SIGTERM] {
                 // libmosquitto's log says when the CONNECT went out: the signal handling is in place by then.
-                let waiting = try CLIProcess(command + ["--timeout", "60"] + common, environment: ["GROUPSYNC_MQTT_DEBUG": "1"])
+                let waiting = try CLIProcess(command + ["--timeout", "60"] + common, environment: debug)
                 try await waitUntil("its CONNECT is sent") { waiting.errors.contains { $0.contains("sending CONNECT") } }
                 waiting.signal(number)
                 #expect(try await withTimeLimit(.seconds(5), "\(command) stops") { try await waiting.wait() } == 130)
+                #expect(waiting.errors.contains { $0.contains("sending DISCONNECT") }, "the attempt was stopped")
             }
         }
     }

@@ -55,6 +55,31 @@ import Testing
         #expect(machine.isStopped)
     }
 
+    /// A cancelled first connect stops the network thread and fails with `cancelled` once the thread has
+    /// ended; a cancellation after CONNACK changes nothing.
+    @Test func aCancelledFirstConnectFailsWhenTheThreadEnds() async {
+        var machine = makeMachine()
+        let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
+            _ = machine.onConnectRequested(waiter)
+            machine.onSocketOpened()
+            let (first, second) = (machine.onConnectCancelled(), machine.onConnectCancelled())
+            #expect(first && !second, "the network thread is stopped, once")
+            #expect(machine.nextStep == .exit)
+            let late = machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: .now, random: 0)
+            #expect(late.connectResult == nil, "a CONNACK after the cancellation does not connect")
+            machine.onStopped().resumeAll()
+        }
+        #expect(failure(result) == .cancelled)
+        #expect(machine.isStopped)
+
+        var connected = await connected()
+        let afterConnack = connected.onConnectCancelled()
+        #expect(!afterConnack && connected.isConnected)
+        var idle = makeMachine()
+        let beforeConnect = idle.onConnectCancelled()
+        #expect(!beforeConnect, "before connect() there is nothing to stop")
+    }
+
     @Test func aRefusedFirstConnackFailsConnect() async {
         var machine = makeMachine()
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in

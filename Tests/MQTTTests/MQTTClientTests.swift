@@ -390,6 +390,27 @@ import Testing
         await client.disconnect()
     }
 
+    /// Cancelling the task that waits in connect() to a broker that never answers stops the attempt: the
+    /// connect fails with `cancelled` once the network thread has ended — well before the keepalive
+    /// would end it — and the client is stopped.
+    @Test func cancellingAConnectStopsTheAttempt() async throws {
+        let (listener, address) = Self.loopbackListener(backlog: 8)
+        defer { close(listener) }
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        var configuration = try MQTTClient.Configuration(url: "mqtt://127.0.0.1:\(port)")
+        configuration.keepAlive = 60
+        let client = try MQTTClient(configuration: configuration)
+        let attempt = Task { try await client.connect() }
+        try await waitUntil(timeout: .seconds(5), "the CONNECT waits for its CONNACK") {
+            client.connection.state.withLock { if case .firstConnect(_, socketOpen: true) = $0.state { true } else { false } }
+        }
+        let start = ContinuousClock.now
+        attempt.cancel()
+        await #expect(throws: MQTTError.cancelled) { try await attempt.value }
+        #expect(ContinuousClock.now - start < timeBound(.seconds(3)))
+        #expect(client.connection.state.withLock { $0.isStopped }, "the network thread has ended")
+    }
+
     /// A listening TCP socket on a free loopback port that never accepts, and its address.
     static func loopbackListener(backlog: Int32) -> (descriptor: Int32, address: sockaddr_in) {
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

@@ -46,15 +46,29 @@ public final class MQTTClient: Sendable {
     /// Connects and returns once the broker accepted (CONNACK). Fails at once, without retrying, when the
     /// broker is unreachable, refuses the credentials or the TLS handshake fails; reconnects after a
     /// successful first connection are automatic. Call it once.
+    ///
+    /// Cancelling the waiting task before CONNACK stops the attempt as ``disconnect()`` would (a
+    /// DISCONNECT follows the CONNECT if the socket is open) and fails with ``MQTTError/cancelled`` once
+    /// the network thread has ended — which can take about a second against a broker that never answers,
+    /// or as long as the kernel's TCP connect to a host that never answers. The client is then stopped.
     public func connect() async throws(MQTTError) {
         let connection = self.connection
-        let result = await withCheckedContinuation { (waiter: ConnectionStateMachine.ConnectWaiter) in
-            let started = connection.state.withLock { $0.onConnectRequested(waiter) }
-            if started {
-                connection.startNetworkThread()
-            } else {
-                waiter.resume(returning: .failure(.invalidConfiguration("connect() was already called on this client")))
+        let cancel: @Sendable () -> Void = {
+            if connection.state.withLock({ $0.onConnectCancelled() }) { connection.requestStop() }
+        }
+        let result = await withTaskCancellationHandler {
+            await withCheckedContinuation { (waiter: ConnectionStateMachine.ConnectWaiter) in
+                let started = connection.state.withLock { $0.onConnectRequested(waiter) }
+                if started {
+                    connection.startNetworkThread()
+                    // A cancellation that came before the attempt existed found nothing to stop.
+                    if Task.isCancelled { cancel() }
+                } else {
+                    waiter.resume(returning: .failure(.invalidConfiguration("connect() was already called on this client")))
+                }
             }
+        } onCancel: {
+            cancel()
         }
         try result.get()
     }

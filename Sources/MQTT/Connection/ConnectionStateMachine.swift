@@ -161,6 +161,15 @@ struct ConnectionStateMachine {
         return true
     }
 
+    /// The task waiting in the first `connect()` was cancelled. Returns whether the network thread must be
+    /// stopped: the connect then fails with ``MQTTError/cancelled`` once the thread has ended, as a failed
+    /// first connect does. Nothing changes once the first connect is over (or before it started).
+    mutating func onConnectCancelled() -> Bool {
+        guard case let .firstConnect(waiter, _) = state else { return false }
+        state = .stopping(connectWaiter: waiter, connectFailure: .cancelled, stopWaiters: [:])
+        return true
+    }
+
     /// Whether a PUBLISH of `size` bytes at `qos` may be handed to libmosquitto now; on success, the
     /// connection generation it is sent on. QoS ≥ 1 may be queued while reconnecting (libmosquitto
     /// sends it once connected); QoS 0 only goes out on a live connection.

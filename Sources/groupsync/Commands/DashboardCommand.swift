@@ -85,7 +85,8 @@ enum DashboardCommand: Command {
             interrupt.yield()
         }
         let client = try await interruption.race(timeout: timeout, waitingFor: "the broker") {
-            try await connect(common, will: start.will)
+            try await common.connectObserver(
+                will: MQTTClient.Will(topic: start.will.topic, payload: Array(start.will.payload.utf8), qos: .atLeastOnce, retain: true))
         }
         let marker = "groupsync-observer/\(client.configuration.clientID)"
         let (inputs, feed) = AsyncStream.makeStream(of: Input.self)
@@ -171,18 +172,6 @@ enum DashboardCommand: Command {
     }
 
     /// Connects a plain MQTT client (an observer) whose will marks the dashboard offline.
-    private static func connect(_ common: CommonOptions, will: DashboardProjection.Publication) async throws(CommandFailure) -> MQTTClient {
-        do {
-            var configuration = try common.mqttConfiguration()
-            configuration.will = MQTTClient.Will(topic: will.topic, payload: Array(will.payload.utf8), qos: .atLeastOnce, retain: true)
-            let client = try MQTTClient(configuration: configuration)
-            try await client.connect()
-            return client
-        } catch {
-            throw CommonOptions.failure(.connection(error), broker: common.broker)
-        }
-    }
-
     private static func publish(_ publications: [DashboardProjection.Publication], client: MQTTClient, verbose: Bool) async {
         for publication in publications {
             if verbose { Output.line(publication.description) }

@@ -109,23 +109,40 @@ struct CommonOptions {
     }
 
     /// Connects a coordinator, turning connection errors into one readable line (exit code 3).
+    ///
+    /// Cancelled (a race given up, see ``Interruption/race(timeout:waitingFor:_:)``), it stops connecting;
+    /// a connection made all the same is closed before it throws, since nobody would close it.
     func connect() async throws(CommandFailure) -> GroupCoordinator {
+        let coordinator: GroupCoordinator
         do {
-            return try await GroupCoordinator.connect(try coordinatorConfiguration())
+            coordinator = try await GroupCoordinator.connect(try coordinatorConfiguration())
         } catch {
             throw CommonOptions.failure(error, broker: broker)
         }
+        if Task.isCancelled {
+            await coordinator.close()
+            throw CommandFailure("cancelled while connecting to \(CommonOptions.redacted(broker))")
+        }
+        return coordinator
     }
 
-    /// Connects a plain MQTT client (for observers that must not appear as participants).
-    func connectObserver() async throws(CommandFailure) -> MQTTClient {
+    /// Connects a plain MQTT client (for observers that must not appear as participants), with `will` if
+    /// given. Cancelled, it behaves as ``connect()``.
+    func connectObserver(will: MQTTClient.Will? = nil) async throws(CommandFailure) -> MQTTClient {
+        let client: MQTTClient
         do {
-            let client = try MQTTClient(configuration: try mqttConfiguration())
+            var configuration = try mqttConfiguration()
+            if let will { configuration.will = will }
+            client = try MQTTClient(configuration: configuration)
             try await client.connect()
-            return client
         } catch {
             throw CommonOptions.failure(.connection(error), broker: broker)
         }
+        if Task.isCancelled {
+            await client.disconnect()
+            throw CommandFailure("cancelled while connecting to \(CommonOptions.redacted(broker))")
+        }
+        return client
     }
 
     static func failure(_ error: GroupSyncError, broker: String) -> CommandFailure {

@@ -39,22 +39,31 @@ final class Interruption: Sendable {
         return stream
     }
 
+    /// How long a race waits for its cancelled operation to end before it gives up on it.
+    static let cancellationGrace = Duration.seconds(2)
+
     /// Runs `operation` until it returns, the interruption comes (exit code 130), or `timeout` passes (a
-    /// failure that names `what` was awaited; nil: no timeout). Returns at once in the two last cases,
-    /// without waiting for `operation` to notice its cancellation: a connect to a frozen broker may never
-    /// notice, and the command is about to exit anyway.
+    /// failure that names `what` was awaited; nil: no timeout).
+    ///
+    /// In the two last cases `operation` is cancelled, and the race returns once it has ended, or after
+    /// ``cancellationGrace`` if it does not notice its cancellation (work stuck on a frozen broker). A
+    /// connect ends when cancelled (``MQTTClient/connect()``), after its network thread let go of
+    /// libmosquitto's handle: a command that exits next never runs libmosquitto's or OpenSSL's teardown
+    /// on that thread concurrently with `exit()`'s, which can crash in `SSL_free`.
     func race<Result: Sendable>(
         timeout: Duration?, waitingFor what: String, _ operation: @escaping @Sendable () async throws -> Result
     ) async throws -> Result {
         let outcome = Outcome<Result>()
-        let tasks = [
-            Task {
-                do {
-                    outcome.settle(.success(try await operation()))
-                } catch {
-                    outcome.settle(.failure(error))
-                }
-            },
+        let ended = Outcome<Void>()
+        let work = Task {
+            defer { ended.settle(.success(())) }
+            do {
+                outcome.settle(.success(try await operation()))
+            } catch {
+                outcome.settle(.failure(error))
+            }
+        }
+        let watchers = [
             Task { [self] in
                 for await _ in stream() {}
                 if !Task.isCancelled { outcome.settle(.failure(CommandFailure("interrupted", exitCode: 130))) }
@@ -66,8 +75,19 @@ final class Interruption: Sendable {
                 outcome.settle(.failure(CommandFailure("timed out after \(seconds) s waiting for \(what) (see --timeout)")))
             },
         ]
-        defer { for task in tasks { task.cancel() } }
-        return try await outcome.value()
+        defer { for watcher in watchers { watcher.cancel() } }
+        do {
+            return try await outcome.value()
+        } catch {
+            work.cancel()
+            let giveUp = Task {
+                try await Task.sleep(for: Interruption.cancellationGrace)
+                ended.settle(.success(()))
+            }
+            try? await ended.value()
+            giveUp.cancel()
+            throw error
+        }
     }
 }
 
