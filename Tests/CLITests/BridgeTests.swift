@@ -270,7 +270,8 @@ import Testing
     }
 
     /// A join waits for its session's announcement no longer than `--timeout`; Ctrl-C or SIGTERM ends that
-    /// wait at once, with an error answer, and the bridge exits 0 — a frozen broker's too.
+    /// wait at once, with an error answer, and the bridge exits 0 — a frozen broker's too, and connecting
+    /// to a frozen broker gives up after `--timeout` as well.
     @Test(.needsOwnBroker("reads its log to see a client connect")) func waitsEndOnTimeoutOrSignal() async throws {
         try await MosquittoBroker.withBroker { broker in
             let impatient = try BridgeProcess("carol", broker: broker.url, group: broker.unique("waits"), options: ["--timeout", "1"])
@@ -304,6 +305,21 @@ import Testing
                 #expect(try await withTimeLimit(.seconds(5), "the bridge stops") { try await waiting.cli.wait() } == 0)
                 #expect(try await waiting.answer(id)["event"] == "error")
             }
+
+            // Connecting waits no longer than --timeout either: the request gets its error answer, the
+            // bridge goes on, and once the broker answers again the next request connects.
+            let patient = try BridgeProcess("frank", broker: broker.url, group: broker.unique("waits"), options: ["--timeout", "1"])
+            let began = ContinuousClock.now
+            let timedOut = try await patient.answer(patient.send("watch", #""activity":"\#(Self.activity)""#))
+            let message = timedOut["message"]?.string ?? ""
+            #expect(timedOut["event"] == "error" && message.contains("timed out after 1 s waiting for the broker"), "\(timedOut)")
+            #expect(ContinuousClock.now - began < timeBound(.seconds(5)))
+            _ = try await patient.request("ping")
+            broker.resume()
+            let watching = try await patient.request("watch", #""activity":"\#(Self.activity)""#)
+            #expect(watching["sessions"] == .array([]))
+            patient.cli.closeInput()
+            #expect(try await patient.cli.wait() == 0)
         }
     }
 

@@ -37,8 +37,8 @@ actor Bridge {
 
     private var options: CommonOptions
     let events: BridgeEvents
-    /// How long a request waits for an announcement (`--timeout`): `start` for its own, `join` unless it
-    /// gives its own `timeout`.
+    /// How long a request waits for the broker's answer to the connection, and for an announcement
+    /// (`--timeout`): `start` for its own, `join` unless it gives its own `timeout`.
     private let timeout: Duration
     /// Ctrl-C or SIGTERM: ends a connection attempt at once, even one to a broker that never answers.
     private let interruption: Interruption
@@ -186,9 +186,10 @@ actor Bridge {
         if let coordinator { return coordinator }
         let options = self.options
         do {
-            // No timeout of its own: an attempt left behind could still connect, a second participant
-            // under this one's ID. libmosquitto gives up on a broker that never answers after the keepalive.
-            let connected = try await interruption.race(timeout: nil, waitingFor: "the broker") { try await options.connect() }
+            // At most --timeout (a broker that never answers). The race cancels the attempt and waits for
+            // it to end, so an attempt given up on never connects later as a second participant under
+            // this one's ID: the next request that needs the broker makes a fresh attempt.
+            let connected = try await interruption.race(timeout: timeout, waitingFor: "the broker") { try await options.connect() }
             coordinator = connected
             return connected
         } catch {

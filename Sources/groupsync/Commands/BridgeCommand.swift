@@ -34,8 +34,10 @@ enum BridgeCommand: Command {
         \(CommonOptions.help)
         \(CommonOptions.participantHelp)
 
-          --timeout SEC     how long start and join wait for an announcement (default 10; a join's
-                            "timeout" overrides it). Connecting gives up after the keepalive
+          --timeout SEC     how long connecting to the broker may take, and how long start and join
+                            wait for an announcement (default 10; a join's "timeout" overrides the
+                            latter). A connection that times out is the request's error answer; the
+                            next start, join or watch tries again
 
         Options give the defaults that "configure" may override. Lines over 1 MiB are rejected.
 
