@@ -160,6 +160,23 @@ import Testing
         }
     }
 
+    /// Without `--as`, the bridge is the same participant on every run (USER@HOST-bridge), so that a
+    /// rerun takes its own place instead of leaving records behind; it is not the `join` of the same user.
+    @Test func theDefaultParticipantIDIsStableAcrossRuns() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = broker.unique("stable")
+            var ids: [String] = []
+            for _ in 0..<2 {
+                let bridge = try BridgeProcess(nil, broker: broker.url, group: group)
+                let started = try await bridge.request("start", #""activity":"\#(Self.activity)""#)
+                ids.append(started["participant"]?.string ?? "")
+                bridge.cli.closeInput()
+                #expect(try await bridge.cli.wait() == 0)
+            }
+            #expect(ids[0] == ids[1] && ids[0].contains("@") && ids[0].hasSuffix("-bridge"), "\(ids)")
+        }
+    }
+
     /// Watching together: the hosts play the media, the bridges say when. Both get their `start` at the
     /// same real instant (as this test receives the lines), pauses land on one position, a buffering
     /// suspension holds the other bridge and its end restarts both; a bridge that asks for playback only
@@ -459,8 +476,10 @@ private final class BridgeProcess: Sendable {
     let cli: CLIProcess
     private let nextID = LockedValue(100)
 
-    init(_ participant: String, broker: String, group: String, options: [String] = [], environment: [String: String] = [:]) throws {
-        cli = try CLIProcess(["bridge", "--broker", broker, "--group", group, "--as", participant] + options, environment: environment)
+    /// A bridge for `participant` (nil: its default ID, without `--as`).
+    init(_ participant: String?, broker: String, group: String, options: [String] = [], environment: [String: String] = [:]) throws {
+        cli = try CLIProcess(
+            ["bridge", "--broker", broker, "--group", group] + (participant.map { ["--as", $0] } ?? []) + options, environment: environment)
     }
 
     /// Every line on stdout, parsed.
