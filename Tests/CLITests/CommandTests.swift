@@ -124,6 +124,23 @@ import Testing
             #expect(wrongCA.status == 3)
             #expect(try await runCLI(["sessions", "--broker", url]).status == 2, "mqtts:// without a CA is a usage error")
         }
+        // A broker that requires a client certificate: refused without one (exit 3), accepted with the
+        // test CA's client certificate and key, by flags or by environment; a certificate without its
+        // key, or without a CA, is a usage error.
+        let requiring = MosquittoBroker.Configuration(tls: .init(pki, requireClientCertificate: true))
+        try await MosquittoBroker.withBroker(requiring) { broker in
+            let common = ["sessions", "--json", "--broker", broker.url, "--cafile", pki.caCert]
+            let withoutCertificate = try await runCLI(common)
+            #expect(withoutCertificate.status == 3, "\(withoutCertificate.errors)")
+            let byFlags = try await runCLI(common + ["--cert", pki.clientCert, "--key", pki.clientKey])
+            #expect(byFlags.status == 0, "\(byFlags.errors)")
+            let byEnvironment = try await runCLI(common, environment: ["GROUPSYNC_CERT": pki.clientCert, "GROUPSYNC_KEY": pki.clientKey])
+            #expect(byEnvironment.status == 0, "\(byEnvironment.errors)")
+            let withoutKey = try await runCLI(common + ["--cert", pki.clientCert])
+            #expect(withoutKey.status == 2, "\(withoutKey.errors)")
+            let withoutCA = try await runCLI(["sessions", "--broker", broker.url, "--cert", pki.clientCert, "--key", pki.clientKey])
+            #expect(withoutCA.status == 2, "\(withoutCA.errors)")
+        }
     }
 
     /// No password ever appears in what the CLI prints: not for a broker it cannot reach, not for one that

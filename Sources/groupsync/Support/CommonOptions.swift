@@ -54,9 +54,15 @@ struct CommonOptions {
         }
         let environment = ProcessInfo.processInfo.environment
         if let caFile = arguments.value("cafile") ?? environment["GROUPSYNC_CAFILE"] {
-            tls = MQTTClient.TLS(
-                caFile: caFile, certificateFile: arguments.value("cert") ?? environment["GROUPSYNC_CERT"],
-                keyFile: arguments.value("key") ?? environment["GROUPSYNC_KEY"])
+            let (certificate, key) = (
+                arguments.value("cert") ?? environment["GROUPSYNC_CERT"], arguments.value("key") ?? environment["GROUPSYNC_KEY"]
+            )
+            guard (certificate == nil) == (key == nil) else {
+                throw UsageError("a client certificate needs its key: give both --cert and --key (or $GROUPSYNC_CERT and $GROUPSYNC_KEY)")
+            }
+            tls = MQTTClient.TLS(caFile: caFile, certificateFile: certificate, keyFile: key)
+        } else if arguments.value("cert") != nil || arguments.value("key") != nil {
+            throw UsageError("--cert and --key are for mqtts:// brokers: give the CA with --cafile too")
         }
         if let file = arguments.value("password-file") {
             guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
