@@ -93,6 +93,7 @@ import Testing
             ["sessions", "extra"], ["join", "com.example.a", "com.example.b"], ["watch", "x"],
             ["sessions", "--broker", "http://127.0.0.1:1883"], ["sessions", "--broker", "127.0.0.1:1883"],
             ["join", "com.example.a", "--broker", "mqtt://127.0.0.1:1883/path"], ["sessions", "--group", "a", "--group", "b"],
+            ["demo", "--broker", "http://127.0.0.1:1883"], ["demo", "--broker", "127.0.0.1:1883"], ["demo", "--cafile", "ca.pem"],
         ] {
             let result = try await runCLI(arguments)
             #expect(result.status == 2, "\(arguments): \(result.errors)")
@@ -122,6 +123,10 @@ import Testing
             #expect(byEnvironment.status == 0, "\(byEnvironment.errors)")
             let wrongCA = try await runCLI(["sessions", "--broker", url, "--cafile", pki.wrongCACert, "--password-file", passwordFile])
             #expect(wrongCA.status == 3)
+            // The demo takes the same options for the broker it is given.
+            let demo = try await runCLI(
+                ["demo", "--broker", url, "--cafile", pki.caCert, "--password-file", passwordFile], timeout: .seconds(60))
+            #expect(demo.status == 0, "\(demo.errors)\n\(demo.output.joined(separator: "\n"))")
             #expect(try await runCLI(["sessions", "--broker", url]).status == 2, "mqtts:// without a CA is a usage error")
         }
         // A broker that requires a client certificate: refused without one (exit 3), accepted with the

@@ -32,6 +32,9 @@ enum DemoCommand: Command {
                             across them in turn, each with the others as its fallbacks
           --no-retain       the participants use no retained messages (see `groupsync help join`)
           --group NAME      group name (default: demo-<random>)
+          --password-file F, --cafile F, --cert F, --key F
+                            with --broker: the password and TLS files, as for every other command
+                            (see `groupsync help join`)
 
         Ctrl-C or SIGTERM stops the demo at any point: its participants leave and the private mosquitto
         stops.
@@ -43,10 +46,18 @@ enum DemoCommand: Command {
         """
 
     static func run(_ arguments: [String]) async throws -> Int32 {
-        let args = try Arguments(arguments, options: ["participants", "broker", "group", "timeout"], flags: ["playback", "no-retain"])
+        let args = try Arguments(
+            arguments, options: ["participants", "broker", "group", "timeout", "password-file", "cafile", "cert", "key"],
+            flags: ["playback", "no-retain"])
         let count = try args.integer("participants", default: 3, range: 3...20)
         let timeout = Duration.seconds(try args.integer("timeout", default: 60, range: 1...3_600))
         let group = args.value("group") ?? "demo-\(String(UInt32.random(in: 0...UInt32.max), radix: 36))"
+        // Given brokers are checked, and their credentials read, as every other command does: a URL that
+        // cannot be a broker is a usage error (exit 2).
+        let common = args.allValues("broker").isEmpty ? nil : try CommonOptions(args)
+        if common == nil, let stray = ["password-file", "cafile", "cert", "key"].first(where: { args.value($0) != nil }) {
+            throw UsageError("--\(stray) is for a broker given with --broker (the private mosquitto needs none)")
+        }
         let interruption = Interruption()
         Signals.onInterrupt { interruption.fire() }
         var broker: MosquittoBroker?
@@ -71,7 +82,9 @@ enum DemoCommand: Command {
                 ?? (urls.count > 1 ? "using \(using), participants spread across them in turn" : "using \(using)"))
         let retainedMessages = !args.has("no-retain")
         if !retainedMessages { timeline.note("broker", "no retained messages: sessions found through welcomes and catch-ups") }
-        let stage = DemoStage(brokers: urls, group: group, count: count, timeline: timeline, retainedMessages: retainedMessages)
+        let stage = DemoStage(
+            brokers: urls, group: group, count: count, timeline: timeline, retainedMessages: retainedMessages, tls: common?.tls,
+            password: common?.password)
         let scenario: any DemoScript = args.has("playback") ? PlaybackDemo(stage: stage) : Scenario(stage: stage)
         let outcome: Result<Bool, any Error>
         do {

@@ -14,15 +14,24 @@ final class DemoStage: Sendable {
     let timeline: Timeline
     /// False: the participants use no retained messages (`--no-retain`).
     let retainedMessages: Bool
+    /// For mqtts:// brokers (`--cafile`, `--cert`, `--key`).
+    let tls: MQTTClient.TLS?
+    /// For brokers whose URL has none (`--password-file`, `GROUPSYNC_PASSWORD`).
+    let password: String?
     private let connected = LockedValue<[GroupCoordinator]>([])
 
-    init(brokers: [String], group: String, count: Int, timeline: Timeline, retainedMessages: Bool = true) {
+    init(
+        brokers: [String], group: String, count: Int, timeline: Timeline, retainedMessages: Bool = true, tls: MQTTClient.TLS? = nil,
+        password: String? = nil
+    ) {
         precondition(!brokers.isEmpty)
         self.brokers = brokers
         self.group = group
         self.count = count
         self.timeline = timeline
         self.retainedMessages = retainedMessages
+        self.tls = tls
+        self.password = password
     }
 
     /// The broker list of the `index`th participant: the brokers from the `index`th on, round the list.
@@ -35,8 +44,9 @@ final class DemoStage: Sendable {
     /// command's failure.
     func connect(_ name: String, clock: any WallClock = SystemWallClock()) async throws -> GroupCoordinator {
         let url = url(forParticipant: connected.withLock { $0.count })
-        var configuration = try GroupCoordinator.Configuration(broker: url, group: group, participant: name, clock: clock)
+        var configuration = try GroupCoordinator.Configuration(broker: url, group: group, participant: name, tls: tls, clock: clock)
         configuration.mqtt.retainedMessages = retainedMessages
+        if configuration.mqtt.password == nil, let password { configuration.mqtt.password = password }
         let coordinator: GroupCoordinator
         do {
             coordinator = try await GroupCoordinator.connect(configuration)
