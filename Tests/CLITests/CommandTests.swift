@@ -88,6 +88,15 @@ import Testing
         let help = try await runCLI(["help", "join"])
         #expect(help.status == 0 && help.output.first?.hasPrefix("Usage: groupsync join") == true)
         #expect(try await runCLI(["help", "nope"]).status == 2)
+        for arguments in [["help"], ["--help"], ["-h"]] {
+            let usage = try await runCLI(arguments)
+            #expect(usage.status == 0 && usage.output.contains { $0.hasPrefix("Usage: groupsync <command>") }, "\(arguments)")
+        }
+        for arguments in [["help", "join", "extra"], ["--help", "x"], ["-h", "join"], ["help", "nope", "extra"]] {
+            let result = try await runCLI(arguments)
+            #expect(result.status == 2 && result.output.isEmpty, "\(arguments): \(result.output.prefix(2))")
+            #expect(result.errors.first?.contains("unexpected argument") == true, "\(arguments): \(result.errors.prefix(2))")
+        }
         // Unexpected arguments and URLs that cannot name a broker are usage errors, not unreachable brokers.
         for arguments in [
             ["sessions", "extra"], ["join", "com.example.a", "com.example.b"], ["watch", "x"],

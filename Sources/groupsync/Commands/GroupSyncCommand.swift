@@ -54,6 +54,11 @@ enum GroupSyncCommand {
             exit(0)
         }
         guard let name = arguments.first, !["-h", "--help", "help"].contains(name) else {
+            // `help`, `--help`, `-h` alone; with more than `help COMMAND`, a usage error, as anywhere else.
+            if arguments.count > 1 {
+                Output.error("groupsync: unexpected argument '\(arguments[arguments.first == "help" ? 2 : 1])'\n\n\(usage)")
+                exit(2)
+            }
             Output.line(usage)
             exit(arguments.isEmpty ? 2 : 0)
         }
