@@ -172,6 +172,32 @@ import Testing
             for result in [refused, unreachable, invalid] {
                 #expect(!(result.output + result.errors).joined().contains("s3cret"), "\(result.errors)")
             }
+
+            // A password from --password-file or GROUPSYNC_PASSWORD, refused: not in the messages, nor in
+            // libmosquitto's debug log of the CONNECT.
+            let directory = try ScratchDirectory("gs-cli-password")
+            defer { directory.remove() }
+            let passwordFile = try directory.write(Data("s3cret\n".utf8), as: "password")
+            let user = broker.url.replacingOccurrences(of: "://", with: "://alice@")
+            let debug = ["GROUPSYNC_MQTT_DEBUG": "1"]
+            let runs: [(arguments: [String], environment: [String: String])] = [
+                (["sessions", "--broker", user, "--password-file", passwordFile], debug),
+                (["sessions", "--broker", user], debug.merging(["GROUPSYNC_PASSWORD": "s3cret"]) { $1 }),
+                (["join", "com.example.board", "--broker", user, "--password-file", passwordFile], debug),
+                (["bridge", "--broker", user], debug.merging(["GROUPSYNC_PASSWORD": "s3cret"]) { $1 }),
+                (["demo", "--broker", user, "--password-file", passwordFile], debug),
+            ]
+            for (arguments, environment) in runs {
+                let isBridge = arguments[0] == "bridge"
+                let result = try await runCLI(
+                    arguments, input: isBridge ? #"{"id":1,"op":"watch","activity":"com.example.board"}"# : nil, environment: environment)
+                let everything = (result.output + result.errors).joined(separator: "\n")
+                // The bridge answers the refusal on stdout and exits 0 at the end of its input.
+                #expect(result.status == (isBridge ? 0 : 3), "\(arguments[0]): \(result.errors.suffix(3))")
+                #expect(everything.contains("alice@") && everything.contains("ot authorized"), "\(arguments[0]) was refused")
+                #expect(result.errors.contains { $0.contains("sending CONNECT") }, "\(arguments[0]) logged its CONNECT")
+                #expect(!everything.contains("s3cret"), "\(arguments[0])")
+            }
         }
     }
 
