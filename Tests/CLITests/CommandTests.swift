@@ -331,22 +331,54 @@ import Testing
         return found
     }
 
-    /// `join --session` for a session nobody announced gives up after `--timeout`, and Ctrl-C or SIGTERM
-    /// ends the wait at once (exit 130).
-    @Test(.needsOwnBroker("reads its log to see a client connect")) func waitingForASessionEndsOnTimeoutOrSignal() async throws {
+    /// `join --session` and `end` for a session nobody announced give up after `--timeout`, and Ctrl-C or
+    /// SIGTERM ends the wait at once (exit 130).
+    @Test(arguments: [["join", "com.example.board", "--session", "nosuchsession"], ["end", "nosuchsession"]])
+    func waitingForASessionEndsOnTimeoutOrSignal(_ command: [String]) async throws {
         try await MosquittoBroker.withBroker { broker in
-            let common = ["--broker", broker.url, "--group", "waits"]
-            let late = try CLIProcess(["join", "com.example.board", "--session", "nosuchsession", "--timeout", "1"] + common)
-            #expect(try await withTimeLimit(.seconds(5), "join gives up") { try await late.wait() } == 1)
-            #expect(late.errors.contains { $0.contains("timed out") && $0.contains("session nosuchsession") })
-            @Sendable func connections() -> Int { broker.logText.components(separatedBy: "New client connected").count }
-            for number in [SIGINT, SIGTERM] {
-                let before = connections()
-                let waiting = try CLIProcess(["join", "com.example.board", "--session", "nosuchsession"] + common)
-                // Connected: its signal handling is in place, and it waits for the session.
-                try await waitUntil("connected") { connections() > before }
+            let group = broker.unique("waits")
+            let common = ["--broker", broker.url, "--group", group]
+            let late = try CLIProcess(command + ["--timeout", "1"] + common)
+            #expect(try await withTimeLimit(.seconds(5), "\(command[0]) gives up") { try await late.wait() } == 1)
+            #expect(late.errors.contains { $0.contains("timed out") && $0.contains("session nosuchsession") }, "\(late.errors)")
+            // The command's participant says it is online once connected: from then on it waits for the session.
+            let probe = try MQTTClient(configuration: .init(url: broker.url))
+            try await probe.connect()
+            let presence = Collector(try await probe.subscribe(to: [TopicSubscription("groupsync/v2/\(group)/presence/+")]))
+            for (index, number) in [SIGINT, SIGTERM].enumerated() {
+                let participant = "waiter\(index)"
+                let waiting = try CLIProcess(command + ["--as", participant] + common)
+                try await waitUntil("\(participant) is online") {
+                    presence.elements.contains { $0.topic.hasSuffix("/\(participant)") && $0.string?.contains("online") == true }
+                }
                 waiting.signal(number)
-                #expect(try await withTimeLimit(.seconds(5), "join stops") { try await waiting.wait() } == 130)
+                #expect(try await withTimeLimit(.seconds(5), "\(command[0]) stops") { try await waiting.wait() } == 130)
+            }
+            await probe.disconnect()
+        }
+    }
+
+    /// `sessions` waits for the group's retained records (until its own marker message comes back) no
+    /// longer than `--timeout`, and Ctrl-C or SIGTERM ends that wait at once (exit 130). The broker's ACL
+    /// lets it publish its marker but never delivers it, so it waits for good.
+    @Test(.needsOwnBroker("an ACL")) func waitingForTheGroupsRecordsEndsOnTimeoutOrSignal() async throws {
+        let acl = "topic readwrite groupsync/#\ntopic write groupsync-observer/#\n"
+        try await MosquittoBroker.withBroker(.init(acl: acl)) { broker in
+            let common = ["sessions", "--broker", broker.url, "--group", broker.unique("records")]
+            let debug = ["GROUPSYNC_MQTT_DEBUG": "1"]
+            let late = try await runCLI(common + ["--timeout", "1"], environment: debug)
+            #expect(
+                late.status == 1 && late.errors.contains { $0.contains("timed out") && $0.contains("the group's records") },
+                "\(late.errors.suffix(3))")
+            for number in [SIGINT, SIGTERM] {
+                let waiting = try CLIProcess(common, environment: debug)
+                // libmosquitto logs the broker's PUBACK of the marker: from then on it waits for the records.
+                try await waitUntil("the marker is acknowledged (stderr: \(waiting.errors.suffix(3)))") {
+                    waiting.errors.contains { $0.contains("received PUBACK") }
+                }
+                waiting.signal(number)
+                #expect(try await withTimeLimit(.seconds(5), "sessions stops") { try await waiting.wait() } == 130)
+                #expect(waiting.output.isEmpty, "no listing: \(waiting.output)")
             }
         }
     }
