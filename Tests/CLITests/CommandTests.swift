@@ -154,6 +154,15 @@ import Testing
             #expect(withoutKey.status == 2, "\(withoutKey.errors)")
             let withoutCA = try await runCLI(["sessions", "--broker", broker.url, "--cert", pki.clientCert, "--key", pki.clientKey])
             #expect(withoutCA.status == 2, "\(withoutCA.errors)")
+            // join's --key is its state key: there the certificate's key comes from the environment.
+            let join = try CLIProcess(
+                ["join", "com.example.board", "--key", "page", "--broker", broker.url, "--cafile", pki.caCert, "--cert", pki.clientCert],
+                environment: ["GROUPSYNC_KEY": pki.clientKey])
+            _ = try await join.waitForLine { $0.hasPrefix("session ") }
+            join.send("3")
+            _ = try await join.waitForLine { $0 == "state page 3" }
+            join.closeInput()
+            #expect(try await join.wait() == 0, "\(join.errors)")
         }
     }
 

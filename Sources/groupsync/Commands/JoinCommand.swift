@@ -23,7 +23,7 @@ enum JoinCommand: Command {
         Messages travel as the type BridgeMessage (docs/BRIDGE.md): `join` and `bridge` read each other's.
         The journal needs a broker with retained messages. EOF or Ctrl-C leaves the session cleanly.
 
-        \(CommonOptions.help)
+        \(CommonOptions.help(keyOption: false))
         \(CommonOptions.participantHelp)
           --session ID      join this session (wait for it to be announced)
           --key NAME        shared state key (default value)
@@ -42,7 +42,7 @@ enum JoinCommand: Command {
             throw UsageError("give exactly one ACTIVITY-ID")
         }
         guard Identifier.isValid(activityID) else { throw UsageError("invalid ACTIVITY-ID '\(activityID)'") }
-        let common = try CommonOptions(args)
+        let common = try CommonOptions(args, keyOption: false)
         let timeout = Duration.seconds(try args.integer("timeout", default: 30, range: 1...86_400))
         // Installed first: a Ctrl-C while connecting, waiting for the session or joining ends that wait.
         let done = AsyncStream<Void>.makeStream()
