@@ -84,6 +84,7 @@ enum DashboardCommand: Command {
             interruption.fire()
             interrupt.yield()
         }
+        // An observer (not a participant) whose will marks the dashboard offline.
         let client = try await interruption.race(timeout: timeout, waitingFor: "the broker") {
             try await common.connectObserver(
                 will: MQTTClient.Will(topic: start.will.topic, payload: Array(start.will.payload.utf8), qos: .atLeastOnce, retain: true))
@@ -171,7 +172,6 @@ enum DashboardCommand: Command {
         return 0
     }
 
-    /// Connects a plain MQTT client (an observer) whose will marks the dashboard offline.
     private static func publish(_ publications: [DashboardProjection.Publication], client: MQTTClient, verbose: Bool) async {
         for publication in publications {
             if verbose { Output.line(publication.description) }
