@@ -154,10 +154,11 @@ import Testing
             #expect(withoutKey.status == 2, "\(withoutKey.errors)")
             let withoutCA = try await runCLI(["sessions", "--broker", broker.url, "--cert", pki.clientCert, "--key", pki.clientKey])
             #expect(withoutCA.status == 2, "\(withoutCA.errors)")
-            // join's --key is its state key: there the certificate's key comes from the environment.
-            let join = try CLIProcess(
-                ["join", "com.example.board", "--key", "page", "--broker", broker.url, "--cafile", pki.caCert, "--cert", pki.clientCert],
-                environment: ["GROUPSYNC_KEY": pki.clientKey])
+            // join's state key has an option of its own: --key is the certificate's key there too.
+            let join = try CLIProcess([
+                "join", "com.example.board", "--state-key", "page", "--broker", broker.url, "--cafile", pki.caCert, "--cert",
+                pki.clientCert, "--key", pki.clientKey,
+            ])
             _ = try await join.waitForLine { $0.hasPrefix("session ") }
             join.send("3")
             _ = try await join.waitForLine { $0 == "state page 3" }

@@ -28,7 +28,8 @@ import Testing
             try await recorder.waitForMessages("the group's sensor config") { $0.latest[groupConfig]?.isEmpty == false }
 
             // A session starts: alice opens it, bob joins.
-            let alice = try CLIProcess(["join", "com.example.board", "--as", "alice", "--title", "Movie night", "--key", "page"] + common)
+            let alice = try CLIProcess(
+                ["join", "com.example.board", "--as", "alice", "--title", "Movie night", "--state-key", "page"] + common)
             let line = try await alice.waitForLine { $0.hasPrefix("session ") }
             let id = String(line.split(separator: " ")[1])
             let session = "\(flat)/session/\(id)"
@@ -40,7 +41,7 @@ import Testing
             try await recorder.wait(for: "\(session)/participant_list", toBe: #"["alice"]"#)
             _ = try await dashboard.waitForLine { $0 == "session \(id) published" }
 
-            let bob = try CLIProcess(["join", "com.example.board", "--as", "bob", "--session", id, "--key", "volume"] + common)
+            let bob = try CLIProcess(["join", "com.example.board", "--as", "bob", "--session", id, "--state-key", "volume"] + common)
             _ = try await alice.waitForLine { $0 == "participants alice,bob" }
             try await recorder.wait(for: "\(session)/participants", toBe: "2")
             try await recorder.wait(for: "\(session)/participant_list", toBe: #"["alice","bob"]"#)
@@ -140,7 +141,7 @@ import Testing
             #expect(retained["\(flat)/availability"] == "online")
 
             // The next session of the activity has the same entities, showing it.
-            let dave = try CLIProcess(["join", "com.example.board", "--as", "dave", "--key", "volume"] + common)
+            let dave = try CLIProcess(["join", "com.example.board", "--as", "dave", "--state-key", "volume"] + common)
             let next = try #require(try await dave.waitForLine { $0.hasPrefix("session ") }.split(separator: " ").dropFirst().first)
             #expect(next != id)
             try await recorder.waitForMessages("the participants sensor shows the next session") {
@@ -225,7 +226,7 @@ import Testing
             let common = ["--broker", broker.url, "--group", group]
             let dashboard = try CLIProcess(["dashboard"] + common)
             _ = try await dashboard.waitForLine { $0.hasPrefix("synchronized:") }
-            let alice = try CLIProcess(["join", "com.example.board", "--as", "alice", "--key", "page"] + common)
+            let alice = try CLIProcess(["join", "com.example.board", "--as", "alice", "--state-key", "page"] + common)
             let line = try await alice.waitForLine { $0.hasPrefix("session ") }
             let id = String(line.split(separator: " ")[1])
             alice.send("7")

@@ -6,7 +6,7 @@ enum JoinCommand: Command {
     static let name = "join"
     static let summary = "join or start a session; stdin lines set the shared value or send messages"
     static let help = """
-        Usage: groupsync join ACTIVITY-ID [--session ID] [--key NAME] [--title TEXT] [--timeout SEC] \\
+        Usage: groupsync join ACTIVITY-ID [--session ID] [--state-key NAME] [--title TEXT] [--timeout SEC] \\
                               [--broker URL] [--group NAME] [--as ID] [--no-retain]
 
         Joins the session with --session ID, else the first live session of ACTIVITY-ID, else starts
@@ -17,16 +17,17 @@ enum JoinCommand: Command {
           message <sender> <json>
           attachment +|- <owner> <sha256> <size> <type> <name>   (added to or removed from the journal)
           ended <by>
-        Each line on stdin that is JSON sets the shared value under --key (default "value"); a line
+        Each line on stdin that is JSON sets the shared value under --state-key (default "value"); a line
         starting with "!" sends the rest as a message {"text": …} to everyone, except the journal's:
         \(JoinJournal.help)
         Messages travel as the type BridgeMessage (docs/BRIDGE.md): `join` and `bridge` read each other's.
         The journal needs a broker with retained messages. EOF or Ctrl-C leaves the session cleanly.
 
-        \(CommonOptions.help(keyOption: false))
+        \(CommonOptions.help)
         \(CommonOptions.participantHelp)
           --session ID      join this session (wait for it to be announced)
-          --key NAME        shared state key (default value)
+          --state-key NAME  the shared state key the lines on stdin set and `state` lines show
+                            (default value)
           --title TEXT      title when starting a new session
           --timeout SEC     how long to wait for the broker, the session and the join (default 30)
 
@@ -36,13 +37,14 @@ enum JoinCommand: Command {
 
     static func run(_ arguments: [String]) async throws -> Int32 {
         let args = try Arguments(
-            arguments, options: CommonOptions.names.union(["session", "key", "title", "timeout"]), flags: CommonOptions.participantFlags,
+            arguments, options: CommonOptions.names.union(["session", "state-key", "title", "timeout"]),
+            flags: CommonOptions.participantFlags,
             positionals: 1)
         guard args.positionals.count == 1, let activityID = args.positionals.first else {
             throw UsageError("give exactly one ACTIVITY-ID")
         }
         guard Identifier.isValid(activityID) else { throw UsageError("invalid ACTIVITY-ID '\(activityID)'") }
-        let common = try CommonOptions(args, keyOption: false)
+        let common = try CommonOptions(args)
         let timeout = Duration.seconds(try args.integer("timeout", default: 30, range: 1...86_400))
         // Installed first: a Ctrl-C while connecting, waiting for the session or joining ends that wait.
         let done = AsyncStream<Void>.makeStream()
@@ -51,8 +53,8 @@ enum JoinCommand: Command {
             interruption.fire()
             done.continuation.yield()
         }
-        let key = args.value("key") ?? "value"
-        guard Identifier.isValid(key) else { throw UsageError("invalid --key '\(key)'") }
+        let key = args.value("state-key") ?? "value"
+        guard Identifier.isValid(key) else { throw UsageError("invalid --state-key '\(key)'") }
         let coordinator = try await interruption.race(timeout: timeout, waitingFor: "the broker") { try await common.connect() }
         let sessionID = args.value("session")
         let session: GroupSession<AnyGroupActivity>

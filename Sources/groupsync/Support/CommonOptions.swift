@@ -13,36 +13,21 @@ struct CommonOptions {
                             participants' welcomes and catch-ups, as on a broker without them. For
                             clusters whose nodes do not share their retained store (ejabberd)
         """
-    static let help = help(keyOption: true)
-
-    /// The options' help; without `keyOption` for a command whose `--key` means something else (`join`:
-    /// the state key), where the client certificate's key comes from `$GROUPSYNC_KEY` only.
-    static func help(keyOption: Bool) -> String {
-        let certificate =
-            keyOption
-            ? """
-              --cert F, --key F mqtts: a client certificate and its key, for brokers that require one
-                                ($GROUPSYNC_CERT, $GROUPSYNC_KEY)
-            """
-            : """
-              --cert F          mqtts: a client certificate, for brokers that require one ($GROUPSYNC_CERT);
-                                its key from $GROUPSYNC_KEY (here --key is the state key)
-            """
-        return """
-              --broker URL      mqtt://[user[:password]@]host[:port], or mqtts:// for TLS
-                                (default: $GROUPSYNC_BROKER or mqtt://127.0.0.1:1883). Repeat it, or give
-                                a comma list, for brokers that share the group's topics (bridged, or nodes
-                                of a cluster): when one fails, the participant moves to the next
-              --password-file F the password, from the first line of F (else $GROUPSYNC_PASSWORD; a password
-                                in the URL wins). No password is ever printed
-              --cafile F        mqtts: the CA certificate the broker's is checked against ($GROUPSYNC_CAFILE)
-            \(certificate)
-              --group NAME      the group, like a call everyone is in (default: default)
-              --as ID           this participant's ID (default: USER@HOST, the same on every run, so that
-                                a rerun takes its own place instead of leaving records behind)
-              --keepalive SEC   seconds; a frozen participant vanishes after 1.5 × this (default 5)
-            """
-    }
+    static let help = """
+          --broker URL      mqtt://[user[:password]@]host[:port], or mqtts:// for TLS
+                            (default: $GROUPSYNC_BROKER or mqtt://127.0.0.1:1883). Repeat it, or give
+                            a comma list, for brokers that share the group's topics (bridged, or nodes
+                            of a cluster): when one fails, the participant moves to the next
+          --password-file F the password, from the first line of F (else $GROUPSYNC_PASSWORD; a password
+                            in the URL wins). No password is ever printed
+          --cafile F        mqtts: the CA certificate the broker's is checked against ($GROUPSYNC_CAFILE)
+          --cert F, --key F mqtts: a client certificate and its key, for brokers that require one
+                            ($GROUPSYNC_CERT, $GROUPSYNC_KEY)
+          --group NAME      the group, like a call everyone is in (default: default)
+          --as ID           this participant's ID (default: USER@HOST, the same on every run, so that
+                            a rerun takes its own place instead of leaving records behind)
+          --keepalive SEC   seconds; a frozen participant vanishes after 1.5 × this (default 5)
+        """
 
     var broker: String
     var group: String
@@ -55,10 +40,8 @@ struct CommonOptions {
     /// False with `--no-retain`.
     var retainedMessages: Bool
 
-    /// The options in `arguments`. `keyOption` false: the command's `--key` is its own (see
-    /// ``help(keyOption:)``), and the client certificate's key comes from `$GROUPSYNC_KEY` only.
-    init(_ arguments: Arguments, defaultParticipant: String = CommonOptions.stableParticipant(), keyOption: Bool = true) throws(UsageError)
-    {
+    /// The options in `arguments`.
+    init(_ arguments: Arguments, defaultParticipant: String = CommonOptions.stableParticipant()) throws(UsageError) {
         let brokers = arguments.allValues("broker")
         broker =
             !brokers.isEmpty
@@ -71,13 +54,12 @@ struct CommonOptions {
             throw UsageError("invalid \(kind) '\(value)': use 1–128 characters from A–Z a–z 0–9 . _ - : @ ~")
         }
         let environment = ProcessInfo.processInfo.environment
-        let keyFlag = keyOption ? arguments.value("key") : nil
+        let keyFlag = arguments.value("key")
         if let caFile = arguments.value("cafile") ?? environment["GROUPSYNC_CAFILE"] {
             let certificate = arguments.value("cert") ?? environment["GROUPSYNC_CERT"]
             let key = keyFlag ?? environment["GROUPSYNC_KEY"]
             guard (certificate == nil) == (key == nil) else {
-                let how = keyOption ? "--cert and --key (or $GROUPSYNC_CERT and $GROUPSYNC_KEY)" : "--cert and $GROUPSYNC_KEY"
-                throw UsageError("a client certificate needs its key: give both \(how)")
+                throw UsageError("a client certificate needs its key: give both --cert and --key (or $GROUPSYNC_CERT and $GROUPSYNC_KEY)")
             }
             tls = MQTTClient.TLS(caFile: caFile, certificateFile: certificate, keyFile: key)
         } else if arguments.value("cert") != nil || keyFlag != nil {
