@@ -81,6 +81,26 @@ import Testing
         #expect(abs(estimate - Int64(Double(later) * drift)) < 20_000, "\(estimate)")
     }
 
+    /// The same within seconds of the burst, with exchanges 100 ms apart as a follower makes them before
+    /// its drift is fitted: two seconds later the estimate has not stayed with the burst, which would be
+    /// 400 µs off by then at 200 ppm.
+    @Test func theDriftIsFollowedSoonAfterACalmStart() throws {
+        var estimator = ClockEstimator()
+        let drift = 200e-6
+        for i in 0..<8 {
+            let local = Int64(i) * 5_000_000
+            Self.exchange(&estimator, local: local, offset: Int64(Double(local) * drift), out: 50_000, back: 50_000)
+        }
+        for tenth in 1...20 {
+            let local = Int64(tenth) * 100_000_000
+            Self.exchange(&estimator, local: local, offset: Int64(Double(local) * drift), out: 150_000, back: 150_000)
+        }
+        #expect(estimator.fitsDrift)
+        let later: Int64 = 2_050_000_000
+        let estimate = try #require(estimator.offset(atLocal: later))
+        #expect(abs(estimate - Int64(Double(later) * drift)) < 20_000, "\(estimate)")
+    }
+
     @Test func impossibleExchangesAreIgnored() {
         var estimator = ClockEstimator()
         let negative = estimator.add(sent: 10, received: 100, replied: 100, back: 5)

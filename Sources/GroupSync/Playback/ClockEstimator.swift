@@ -3,12 +3,13 @@
 /// `t2`, we receive at local `t3`. One exchange gives the offset `((t1 − t0) + (t2 − t3)) / 2`, wrong by
 /// at most half the round trip `(t3 − t0) − (t2 − t1)`, and by less the more symmetric the two trips.
 ///
-/// Filter: an exchange counts only if its round trip is close to the shortest among the exchanges made
-/// around the same time (within ``window``): those least delayed by queues and scheduling, judged against
-/// their own moment, so that a calm start does not outshine every later exchange of a busier time. Once
-/// the counted exchanges span ``driftSpan``, a least-squares line through their offsets gives the offset
-/// and follows the drift between the two clocks (up to ``maximumDrift``); before, the newest of them are
-/// averaged. There is no estimate before ``settlingExchanges`` exchanges: one alone may have been delayed
+/// Filter: an exchange counts only if its round trip is close to the shortest one, those least delayed by
+/// queues and scheduling. Each is judged against its own moment: another exchange's round trip weighs in
+/// lengthened by twice ``typicalDrift`` times the time between the two (what the clocks may have drifted
+/// apart meanwhile, both ways), so that a calm start does not outshine the exchanges of a busier time a
+/// little later. Once the counted exchanges span ``driftSpan``, a least-squares line through their offsets
+/// gives the offset and follows the drift between the two clocks (up to ``maximumDrift``); before, the
+/// newest of them are averaged. There is no estimate before ``settlingExchanges`` exchanges: one alone may have been delayed
 /// one way (a busy machine, a bridge between brokers) and be off by milliseconds, and a late joiner would
 /// start that far from the others. The estimate is computed when an exchange is added, so reading it costs
 /// nothing. All times in nanoseconds.
@@ -37,15 +38,15 @@ struct ClockEstimator: Sendable, Equatable {
     static let capacity = 64
     /// The exchanges needed for a first estimate: half of the burst a follower starts with (5 ms apart).
     static let settlingExchanges = 4
-    /// Samples are judged against the others made within this time of them.
-    static let window: Int64 = 4_000_000_000
-    /// A sample counts when its round trip exceeds the shortest of its window by at most this share (or
-    /// 50 µs, if more).
-    static let roundTripSlack = 0.5
+    /// A sample counts when its round trip exceeds the shortest (as judged from its moment) by at most this
+    /// share (or 50 µs, if more).
+    static let roundTripSlack = 0.25
     /// Drift is fitted once the counted samples span at least this long.
-    static let driftSpan: Int64 = 3_000_000_000
+    static let driftSpan: Int64 = 1_000_000_000
     /// The largest drift believed between two clocks: 500 ppm (real clocks stay within 100).
     static let maximumDrift = 500e-6
+    /// The drift between two real clocks, each within 100 ppm of real time.
+    static let typicalDrift = 200e-6
 
     /// Adds one exchange; returns false (and ignores it) when its round trip is negative (clocks that
     /// jumped) or longer than ten seconds.
@@ -85,7 +86,10 @@ struct ClockEstimator: Sendable, Equatable {
     /// The samples that count (see the type's documentation).
     static func counted(_ samples: [Sample]) -> [Sample] {
         samples.filter { sample in
-            let shortest = samples.lazy.filter { abs($0.local &- sample.local) <= window }.map(\.roundTrip).min() ?? sample.roundTrip
+            let shortest =
+                samples.lazy.map { other in
+                    other.roundTrip &+ Int64(2 * typicalDrift * Double(abs(other.local &- sample.local)))
+                }.min() ?? sample.roundTrip
             return sample.roundTrip <= shortest + max(Int64(Double(shortest) * roundTripSlack), 50_000)
         }
     }
