@@ -128,8 +128,9 @@ func rawSubscriber(
     return (client, messages)
 }
 
-/// The topics the broker stores retained under `root`: what a fresh subscriber receives before its own
-/// `marker` (a topic the user may publish to) comes back.
+/// The topics the broker stores retained under `root`: what a fresh subscriber receives flagged retained
+/// before its own `marker` (a topic the user may publish to) comes back; live messages that arrive
+/// meanwhile (a heartbeat) are not flagged.
 func retainedTopics(
     _ broker: MosquittoBroker, under root: String, marker: String? = nil, user: String? = nil, password: String? = nil
 ) async throws -> [String] {
@@ -138,7 +139,7 @@ func retainedTopics(
     try await probe.publish(to: marker, string: "m")
     try await waitUntil("the probe's marker") { seen.elements.contains { $0.topic == marker } }
     await probe.disconnect()
-    return seen.elements.prefix { $0.topic != marker }.map(\.topic)
+    return seen.elements.prefix { $0.topic != marker }.filter(\.retain).map(\.topic)
 }
 
 extension Trait where Self == ConditionTrait {
