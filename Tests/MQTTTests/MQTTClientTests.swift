@@ -411,6 +411,20 @@ import Testing
         #expect(client.connection.state.withLock { $0.isStopped }, "the network thread has ended")
     }
 
+    /// A connect called from a task already cancelled makes no attempt at all: no connection reaches the
+    /// listener, and the client never starts.
+    @Test func aConnectAlreadyCancelledMakesNoAttempt() async throws {
+        let (listener, address) = Self.loopbackListener(backlog: 8)
+        defer { close(listener) }
+        let client = try MQTTClient(configuration: .init(url: "mqtt://127.0.0.1:\(Int(UInt16(bigEndian: address.sin_port)))"))
+        let attempt = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            try await client.connect()
+        }
+        await #expect(throws: MQTTError.cancelled) { try await attempt.value }
+        #expect(client.connection.state.withLock { if case .idle = $0.state { true } else { false } }, "never started")
+    }
+
     /// A listening TCP socket on a free loopback port that never accepts, and its address.
     static func loopbackListener(backlog: Int32) -> (descriptor: Int32, address: sockaddr_in) {
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

@@ -62,6 +62,11 @@ public final class GroupCoordinator: Sendable {
 
     /// Connects to the broker, announces this participant as online and starts following the group.
     /// Throws ``GroupSyncError/connection(_:)`` when the broker cannot be reached or refuses us.
+    ///
+    /// Cancelling the calling task stops the attempt: before the broker accepted, it fails with
+    /// `.connection(.cancelled)` once the connection's thread has ended; after, the coordinator leaves
+    /// cleanly (no will, no records left) and it throws ``GroupSyncError/cancelled``. Either way nothing
+    /// stays connected.
     public static func connect(_ configuration: Configuration) async throws(GroupSyncError) -> GroupCoordinator {
         try Identifier.validate(configuration.group, kind: "group")
         try Identifier.validate(configuration.participant, kind: "participant")
@@ -88,6 +93,10 @@ public final class GroupCoordinator: Sendable {
         } catch {
             await client.disconnect()
             throw error
+        }
+        if Task.isCancelled {
+            await coordinator.close()
+            throw .cancelled
         }
         return coordinator
     }

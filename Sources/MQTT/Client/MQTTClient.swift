@@ -52,6 +52,8 @@ public final class MQTTClient: Sendable {
     /// the network thread has ended — which can take about a second against a broker that never answers,
     /// or as long as the kernel's TCP connect to a host that never answers. The client is then stopped.
     public func connect() async throws(MQTTError) {
+        // Already cancelled: no attempt at all (a TCP connect, once started, may take the kernel's time).
+        guard !Task.isCancelled else { throw .cancelled }
         let connection = self.connection
         let cancel: @Sendable () -> Void = {
             if connection.state.withLock({ $0.onConnectCancelled() }) { connection.requestStop() }

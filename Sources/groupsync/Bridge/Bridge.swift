@@ -187,9 +187,12 @@ actor Bridge {
         let options = self.options
         do {
             // At most --timeout (a broker that never answers). The race cancels the attempt and waits for
-            // it to end, so an attempt given up on never connects later as a second participant under
-            // this one's ID: the next request that needs the broker makes a fresh attempt.
-            let connected = try await interruption.race(timeout: timeout, waitingFor: "the broker") { try await options.connect() }
+            // it to end (up to its grace); one that connects all the same is closed at once, so it does not
+            // stay as a second participant under this one's ID. The next request that needs the broker
+            // makes a fresh attempt.
+            let connected = try await interruption.race(timeout: timeout, waitingFor: "the broker", discard: CommonOptions.close) {
+                try await options.connect()
+            }
             coordinator = connected
             return connected
         } catch {

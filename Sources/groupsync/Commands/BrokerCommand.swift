@@ -90,6 +90,8 @@ enum BrokerCommand: Command {
         let status = await Task.detached { () -> Int32 in
             var status: Int32 = 0
             while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+            // Reaped: its PID may be reused, so a later signal must not be passed on to it.
+            child.withLock { $0.pid = nil }
             return status
         }.value
         // Exited: its code (mosquitto exits 0 on SIGINT and SIGTERM); killed by signal N: 128 + N — except

@@ -85,7 +85,7 @@ enum DashboardCommand: Command {
             interrupt.yield()
         }
         // An observer (not a participant) whose will marks the dashboard offline.
-        let client = try await interruption.race(timeout: timeout, waitingFor: "the broker") {
+        let client = try await interruption.race(timeout: timeout, waitingFor: "the broker", discard: CommonOptions.disconnect) {
             try await common.connectObserver(
                 will: MQTTClient.Will(topic: start.will.topic, payload: Array(start.will.payload.utf8), qos: .atLeastOnce, retain: true))
         }

@@ -27,7 +27,9 @@ enum EndCommand: Command {
         let timeout = Duration.seconds(try args.integer("timeout", default: 10, range: 1...86_400))
         let interruption = Interruption()
         Signals.onInterrupt { interruption.fire() }
-        let coordinator = try await interruption.race(timeout: timeout, waitingFor: "the broker") { try await common.connect() }
+        let coordinator = try await interruption.race(timeout: timeout, waitingFor: "the broker", discard: CommonOptions.close) {
+            try await common.connect()
+        }
         do {
             let session = try await interruption.race(timeout: timeout, waitingFor: "session \(sessionID)") {
                 for await session in coordinator.sessions(activityIdentifier: nil) where session.id == sessionID { return session }

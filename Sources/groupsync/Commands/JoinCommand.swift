@@ -55,7 +55,9 @@ enum JoinCommand: Command {
         }
         let key = args.value("state-key") ?? "value"
         guard Identifier.isValid(key) else { throw UsageError("invalid --state-key '\(key)'") }
-        let coordinator = try await interruption.race(timeout: timeout, waitingFor: "the broker") { try await common.connect() }
+        let coordinator = try await interruption.race(timeout: timeout, waitingFor: "the broker", discard: CommonOptions.close) {
+            try await common.connect()
+        }
         let sessionID = args.value("session")
         let session: GroupSession<AnyGroupActivity>
         do {

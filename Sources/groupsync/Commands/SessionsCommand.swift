@@ -27,7 +27,9 @@ enum SessionsCommand: Command {
         let timeout = Duration.seconds(try args.integer("timeout", default: 10, range: 1...86_400))
         let interruption = Interruption()
         Signals.onInterrupt { interruption.fire() }
-        let client = try await interruption.race(timeout: timeout, waitingFor: "the broker") { try await common.connectObserver() }
+        let client = try await interruption.race(timeout: timeout, waitingFor: "the broker", discard: CommonOptions.disconnect) {
+            try await common.connectObserver()
+        }
         do {
             return try await list(client, common: common, timeout: timeout, interruption: interruption, args: args)
         } catch {

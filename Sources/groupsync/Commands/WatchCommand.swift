@@ -31,7 +31,8 @@ enum WatchCommand: Command {
         Signals.onInterrupt { interruption.fire() }
         var view = GroupView(group: common.group)
         let root = view.topics.root
-        let (client, subscription) = try await interruption.race(timeout: timeout, waitingFor: "the broker") {
+        let disconnect: @Sendable ((MQTTClient, MQTTSubscription)) async -> Void = { await $0.0.disconnect() }
+        let (client, subscription) = try await interruption.race(timeout: timeout, waitingFor: "the broker", discard: disconnect) {
             let client = try await common.connectObserver()
             return (client, try await client.subscribe(to: [TopicSubscription("\(root)/#", qos: .atLeastOnce)]))
         }

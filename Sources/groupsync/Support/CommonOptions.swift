@@ -117,20 +117,19 @@ struct CommonOptions {
 
     /// Connects a coordinator, turning connection errors into one readable line (exit code 3).
     ///
-    /// Cancelled (a race given up, see ``Interruption/race(timeout:waitingFor:_:)``), it stops connecting;
-    /// a connection made all the same is closed before it throws, since nobody would close it.
+    /// What a race that gave up on ``connect()`` does with a coordinator connected all the same.
+    static let close: @Sendable (GroupCoordinator) async -> Void = { await $0.close() }
+    /// What a race that gave up on ``connectObserver(will:)`` does with a client connected all the same.
+    static let disconnect: @Sendable (MQTTClient) async -> Void = { await $0.disconnect() }
+
+    /// Cancelled (a race given up, see ``Interruption/race(timeout:waitingFor:discard:_:)``), it stops
+    /// connecting and leaves nothing connected (``GroupCoordinator/connect(_:)``).
     func connect() async throws(CommandFailure) -> GroupCoordinator {
-        let coordinator: GroupCoordinator
         do {
-            coordinator = try await GroupCoordinator.connect(try coordinatorConfiguration())
+            return try await GroupCoordinator.connect(try coordinatorConfiguration())
         } catch {
             throw CommonOptions.failure(error, broker: broker)
         }
-        if Task.isCancelled {
-            await coordinator.close()
-            throw CommandFailure("cancelled while connecting to \(CommonOptions.redacted(broker))")
-        }
-        return coordinator
     }
 
     /// Connects a plain MQTT client (for observers that must not appear as participants), with `will` if

@@ -46,19 +46,23 @@ final class Interruption: Sendable {
     /// failure that names `what` was awaited; nil: no timeout).
     ///
     /// In the two last cases `operation` is cancelled, and the race returns once it has ended, or after
-    /// ``cancellationGrace`` if it does not notice its cancellation (work stuck on a frozen broker). A
-    /// connect ends when cancelled (``MQTTClient/connect()``), after its network thread let go of
-    /// libmosquitto's handle: a command that exits next never runs libmosquitto's or OpenSSL's teardown
-    /// on that thread concurrently with `exit()`'s, which can crash in `SSL_free`.
+    /// ``cancellationGrace`` if it does not notice its cancellation (work stuck on a frozen broker, or a
+    /// TCP connect the kernel has not given up on). A connect ends when cancelled
+    /// (``MQTTClient/connect()``) after its network thread let go of libmosquitto's handle, so a command
+    /// that exits next runs no libmosquitto or OpenSSL teardown concurrently with `exit()`'s (which can
+    /// crash in `SSL_free`) — unless the attempt outlived the grace. A result `operation` returns after
+    /// the race was lost goes to `discard` (a connection given up on is closed, not left behind).
     func race<Result: Sendable>(
-        timeout: Duration?, waitingFor what: String, _ operation: @escaping @Sendable () async throws -> Result
+        timeout: Duration?, waitingFor what: String, discard: (@Sendable (Result) async -> Void)? = nil,
+        _ operation: @escaping @Sendable () async throws -> Result
     ) async throws -> Result {
         let outcome = Outcome<Result>()
         let ended = Outcome<Void>()
         let work = Task {
             defer { ended.settle(.success(())) }
             do {
-                outcome.settle(.success(try await operation()))
+                let result = try await operation()
+                if !outcome.settle(.success(result)) { await discard?(result) }
             } catch {
                 outcome.settle(.failure(error))
             }
@@ -95,14 +99,17 @@ final class Interruption: Sendable {
 private final class Outcome<Value: Sendable>: Sendable {
     private let state = Mutex<(result: Result<Value, any Error>?, waiter: CheckedContinuation<Value, any Error>?)>((nil, nil))
 
-    func settle(_ result: Result<Value, any Error>) {
-        let waiter = state.withLock { state -> CheckedContinuation<Value, any Error>? in
-            guard state.result == nil else { return nil }
+    /// Settles the outcome unless it was settled already; returns whether `result` is the outcome.
+    @discardableResult
+    func settle(_ result: Result<Value, any Error>) -> Bool {
+        let (settled, waiter) = state.withLock { state -> (Bool, CheckedContinuation<Value, any Error>?) in
+            guard state.result == nil else { return (false, nil) }
             state.result = result
             defer { state.waiter = nil }
-            return state.waiter
+            return (true, state.waiter)
         }
         waiter?.resume(with: result)
+        return settled
     }
 
     func value() async throws -> Value {
