@@ -43,7 +43,7 @@ if [ ! -f "$stamp" ]; then
         echo "Home Assistant $ha_version needs Python 3.11 or 3.12 (python3.11 / python3.12 on PATH)" >&2
         exit 2
     fi
-    # Debian ships venv's pip bootstrap apart, in python3-venv.
+    # Debian ships venv's pip bootstrap apart, in python3-venv (python3.N-venv for python3.N).
     if ! "$python" -c 'import ensurepip' >/dev/null 2>&1; then
         if ! command -v apt-get >/dev/null 2>&1; then
             echo "$python lacks ensurepip (Debian: python3-venv); install it with your package manager" >&2
@@ -52,7 +52,12 @@ if [ ! -f "$stamp" ]; then
         sudo=""
         if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
         $sudo apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+        # python3.11 needs python3.11-venv; python3, the default, python3-venv.
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$python-venv" >/dev/null
+        if ! "$python" -c 'import ensurepip' >/dev/null 2>&1; then
+            echo "$python still lacks ensurepip after installing $python-venv" >&2
+            exit 2
+        fi
     fi
     echo "Installing Home Assistant $ha_version into $venv (once; about 700 MB; log: $venv/install.log)" >&2
     mkdir -p "$venv"

@@ -6,7 +6,8 @@ extension GroupSessionJournal {
     /// arrives (a corrupted or forged one is fetched again), the whole against its SHA-256.
     ///
     /// `progress` is called on the loading task (never on the network thread) at the start, after each
-    /// verified chunk and after each rejected one. A load survives reconnects and broker restarts: it goes on where it was, with
+    /// verified chunk is handed over (in order: one that arrived early waits for its predecessors) and
+    /// after each rejected one. A load survives reconnects and broker restarts: it goes on where it was, with
     /// nothing lost or handed over twice. It fails with ``GroupSyncError/attachmentUnavailable(sha256:chunk:)``
     /// after ``Configuration/stallTimeout`` without a chunk, ``GroupSyncError/attachmentRemoved(sha256:)``
     /// when its owner removes it meanwhile, ``GroupSyncError/sessionInvalidated`` when the session is over

@@ -117,7 +117,7 @@ struct PlaybackStateMachine {
         guard case let .follower(reference, provisional) = role, sender == reference else { return Action() }
         let hadOffset = estimator.offset(atLocal: t3) != nil || provisional != nil
         guard estimator.add(sent: t0, received: t1, replied: t2, back: t3) else { return Action() }
-        guard !hadOffset else { return Action() }
+        guard !hadOffset, estimator.offset(atLocal: t3) != nil else { return Action() }
         // The group clock became known: a start may be scheduled, a waiting state written.
         var action = Action(timelineChanged: true)
         action.merge(reconcileWaiting(atLocal: t3))
