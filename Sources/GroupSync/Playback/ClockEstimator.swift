@@ -9,10 +9,10 @@
 /// apart meanwhile, both ways), so that a calm start does not outshine the exchanges of a busier time a
 /// little later. Once the counted exchanges span ``driftSpan``, a least-squares line through their offsets
 /// gives the offset and follows the drift between the two clocks (up to ``maximumDrift``); before, the
-/// newest of them are averaged. There is no estimate before ``settlingExchanges`` exchanges: one alone may have been delayed
-/// one way (a busy machine, a bridge between brokers) and be off by milliseconds, and a late joiner would
-/// start that far from the others. The estimate is computed when an exchange is added, so reading it costs
-/// nothing. All times in nanoseconds.
+/// newest of them are averaged. There is no estimate before ``settlingExchanges`` exchanges: one alone may
+/// have been delayed one way (a busy machine, a bridge between brokers) and be off by milliseconds, and a
+/// late joiner would start that far from the others. The estimate is computed when an exchange is added,
+/// so reading it costs nothing. All times in nanoseconds.
 struct ClockEstimator: Sendable, Equatable {
     struct Sample: Sendable, Equatable {
         /// When the answer arrived (local `t3`).

@@ -51,6 +51,7 @@ public final class MQTTClient: Sendable {
     /// DISCONNECT follows the CONNECT if the socket is open) and fails with ``MQTTError/cancelled`` once
     /// the network thread has ended — which can take about a second against a broker that never answers,
     /// or as long as the kernel's TCP connect to a host that never answers. The client is then stopped.
+    /// Called from a task already cancelled, it fails with ``MQTTError/cancelled`` without an attempt.
     public func connect() async throws(MQTTError) {
         // Already cancelled: no attempt at all (a TCP connect, once started, may take the kernel's time).
         guard !Task.isCancelled else { throw .cancelled }

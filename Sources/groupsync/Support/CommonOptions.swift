@@ -115,13 +115,12 @@ struct CommonOptions {
         MQTTClient.Configuration.redacted(url)
     }
 
-    /// Connects a coordinator, turning connection errors into one readable line (exit code 3).
-    ///
     /// What a race that gave up on ``connect()`` does with a coordinator connected all the same.
     static let close: @Sendable (GroupCoordinator) async -> Void = { await $0.close() }
     /// What a race that gave up on ``connectObserver(will:)`` does with a client connected all the same.
     static let disconnect: @Sendable (MQTTClient) async -> Void = { await $0.disconnect() }
 
+    /// Connects a coordinator, turning connection errors into one readable line (exit code 3).
     /// Cancelled (a race given up, see ``Interruption/race(timeout:waitingFor:discard:_:)``), it stops
     /// connecting and leaves nothing connected (``GroupCoordinator/connect(_:)``).
     func connect() async throws(CommandFailure) -> GroupCoordinator {
