@@ -59,10 +59,12 @@ struct InteropTests {
             try await waitUntil("py's last write everywhere") { sa.value == 6 && sb.value == 6 }
             let newcomer = try #require(
                 (1...500).map { "n\($0)" }.first { rendezvousWinner(newcomer: $0, among: ["alice", "bob", "py"]) == "py" })
-            let newcomerCoordinator = try await group.join(newcomer)
+            // A catch-up timeout far above the bound: a join inside the bound was released by py's
+            // $catchup, however slowly a loaded machine runs py.
+            let newcomerCoordinator = try await group.join(newcomer) { $0.catchUpTimeout = .seconds(20) }
             let joining = ContinuousClock.now
             let n = try await newcomerCoordinator.joinSession(a.id, of: Gallery.self)
-            #expect(ContinuousClock.now - joining < timeBound(.seconds(1.5)), "py's $catchup accepted (no catch-up timeout)")
+            #expect(ContinuousClock.now - joining < timeBound(.seconds(10)), "py's $catchup accepted (no catch-up timeout)")
             #expect(try SharedState(n, key: "index", initialValue: 0).value == 6, "the newcomer starts with the current value")
             _ = try await py.event("catchup") { $0["to"] as? String == newcomer }
             try await waitUntil("everyone active everywhere") {
@@ -134,10 +136,12 @@ struct InteropTests {
             py.command(["op": "set", "key": "index", "value": 9])
             _ = try await py.event("value") { $0["value"] as? Int == 9 }
 
-            let alice = try await group.join("alice")
+            // A catch-up timeout far above the bound: a join inside the bound was released by py's
+            // $catchup, however slowly a loaded machine runs py.
+            let alice = try await group.join("alice") { $0.catchUpTimeout = .seconds(20) }
             let joining = ContinuousClock.now
             let a = try await alice.joinSession(id, of: Gallery.self)
-            #expect(ContinuousClock.now - joining < timeBound(.seconds(1.5)), "py's $catchup accepted (no catch-up timeout)")
+            #expect(ContinuousClock.now - joining < timeBound(.seconds(10)), "py's $catchup accepted (no catch-up timeout)")
             #expect(a.activity.galleryID == "py")
             #expect(try SharedState(a, key: "index", initialValue: 0).value == 9, "caught up by py")
             _ = try await py.event("catchup") { $0["to"] as? String == "alice" }
