@@ -171,7 +171,7 @@ enum PlaybackBenchmark {
             let real = realNanoseconds()
             var positions: [Double] = [], instants: [Int64] = []
             for (coordinator, clock) in zip(coordinators, clocks) {
-                let local = Self.reading(of: clock, atReal: real)
+                let local = clock.nanoseconds(atSystemTime: real)
                 let instant = coordinator.groupTime(atLocal: local)
                 instants.append(instant?.nanoseconds ?? 0)
                 positions.append(coordinator.expectedMediaTime(at: instant))
@@ -193,15 +193,6 @@ enum PlaybackBenchmark {
     /// `clock`'s reading at the real instant `real` (in the past): read now, less the real time since.
     /// Read between two real readings less than 20 µs apart, so that a preemption between the reads (ten
     /// participants share two cores) cannot pass for a clock error.
-    private static func reading(of clock: SystemWallClock, atReal real: Int64) -> Int64 {
-        while true {
-            let before = realNanoseconds()
-            let reading = clock.nanoseconds()
-            let after = realNanoseconds()
-            if after &- before < 20_000 { return reading &- (before / 2 &+ after / 2 &- real) }
-        }
-    }
-
     // MARK: - Suspension
 
     /// `samples` times while playing: one participant (in turn) begins a buffering suspension; until

@@ -36,12 +36,16 @@ public struct SystemWallClock: WallClock {
         return nanoseconds >= 0 ? nanoseconds / 1_000_000 : (nanoseconds &- 999_999) / 1_000_000
     }
 
-    public func nanoseconds() -> Int64 {
-        let real = SystemWallClock.realNanoseconds()
+    public func nanoseconds() -> Int64 { nanoseconds(atSystemTime: SystemWallClock.realNanoseconds()) }
+
+    /// What this clock reads when the system clock reads `system` (nanoseconds since 1970), exactly: to
+    /// compare several skewed clocks at one instant, read the system clock once (for example
+    /// `SystemWallClock().nanoseconds()`) and ask each clock for its reading then.
+    public func nanoseconds(atSystemTime system: Int64) -> Int64 {
         let (seconds, attoseconds) = offset.components
-        let shifted = real &+ seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000
+        let shifted = system &+ seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000
         guard drift != 0 else { return shifted }
-        return shifted &+ Int64((Double(real &- origin) * drift / 1_000_000).rounded())
+        return shifted &+ Int64((Double(system &- origin) * drift / 1_000_000).rounded())
     }
 
     private static func realNanoseconds() -> Int64 {

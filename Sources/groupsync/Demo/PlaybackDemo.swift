@@ -178,29 +178,32 @@ final class PlaybackDemo: DemoScript {
         return (instants.max()! - instants.min()!, anchor)
     }
 
-    /// Position spreads (seconds) at ten instants 20 ms apart: every participant's expected media time,
-    /// each read brought back to the first read's real instant (the reads are microseconds apart).
+    /// Position spreads (seconds) at ten instants 20 ms apart: every participant's expected media time at
+    /// its own clock's reading for one real instant (the bench's measure, exact however the reads are
+    /// scheduled).
     private func samplePositions(_ viewers: [Viewer]) async throws -> [Double] {
         var spreads: [Double] = []
         for _ in 0..<10 {
             try await Task.sleep(for: .milliseconds(20))
-            let first = ContinuousClock.now
-            let positions = viewers.map { viewer in
-                let at = ContinuousClock.now
-                let player = viewer.player
-                return player.expectedMediaTime() - player.timeline.rate * (at - first).seconds
-            }
-            spreads.append(spread(positions))
+            let now = SystemWallClock().nanoseconds()
+            spreads.append(
+                spread(
+                    viewers.map { viewer in
+                        let player = viewer.player
+                        return player.expectedMediaTime(at: player.groupTime(atLocal: viewer.clock.nanoseconds(atSystemTime: now)))
+                    }))
         }
         return spreads
     }
 
-    /// How far each participant's estimate of the group time is from the reference's clock (read back to back).
+    /// How far each participant's estimate of the group time is from the reference's clock, at one real
+    /// instant.
     private func clockErrors(_ viewers: [Viewer]) -> String {
         guard let reference = viewers.first(where: { $0.name == viewers[0].player.clockReference?.id }) else { return "" }
+        let now = SystemWallClock().nanoseconds()
         let errors = viewers.filter { $0 !== reference }.map { viewer in
-            let estimate = viewer.player.groupTime()!.nanoseconds
-            let actual = reference.clock.nanoseconds()
+            let estimate = viewer.player.groupTime(atLocal: viewer.clock.nanoseconds(atSystemTime: now))!.nanoseconds
+            let actual = reference.clock.nanoseconds(atSystemTime: now)
             return "\(viewer.name) \(format(.nanoseconds(abs(estimate - actual))))"
         }
         return "estimate error " + errors.joined(separator: ", ")
