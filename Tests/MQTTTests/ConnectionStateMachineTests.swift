@@ -294,9 +294,9 @@ import Testing
         _ machine: inout Machine, mid: Int32, qos: QoS, generation: Int? = nil, cancelled: Bool = false,
         then: (inout Machine) -> [Machine.PublishOutcome] = { _ in [] }
     ) async -> Result<PublishReceipt, MQTTError> {
-        await withUnsafeContinuation { (waiter: Machine.PublishWaiter) in
+        await withUnsafeContinuation { continuation in
             var outcomes = machine.onPublishRegistered(
-                mid: mid, qos: qos, generation: generation ?? machine.generation, cancelled: cancelled, waiter)
+                mid: mid, qos: qos, generation: generation ?? machine.generation, cancelled: cancelled, .task(continuation))
             if outcomes.isEmpty { outcomes = then(&machine) }
             for (waiter, result) in outcomes { waiter.resume(returning: result) }
         }
@@ -305,10 +305,10 @@ import Testing
     @Test func aPublishIsAcknowledgedBeforeOrAfterItsSenderWaits() async {
         var machine = await connected()
         let after = await outcome(&machine, mid: 1, qos: .atLeastOnce) { machine in
-            [machine.onPublishAcknowledged(mid: 1, reasonCode: 16)].compactMap { $0 }
+            [machine.onPublishAcknowledged(mid: 1, reasonCode: 16, now: .now)].compactMap { $0 }
         }
         #expect(after.map(\.noMatchingSubscribers) == .success(true))
-        #expect(machine.onPublishAcknowledged(mid: 2, reasonCode: 135) == nil, "nobody waits yet")
+        #expect(machine.onPublishAcknowledged(mid: 2, reasonCode: 135, now: .now) == nil, "nobody waits yet")
         #expect(await outcome(&machine, mid: 2, qos: .atLeastOnce) == .failure(.notAuthorized(topic: "")))
     }
 
@@ -322,14 +322,32 @@ import Testing
         #expect(await outcome(&machine, mid: 2, qos: .atMostOnce, generation: 0) == .failure(.connectionLost))
         let qos1 = await outcome(&machine, mid: 3, qos: .atLeastOnce) { machine in
             #expect(machine.onConnectionLost(reason: "again", now: .now, random: 0).publishResults.isEmpty, "QoS 1 stays queued")
-            return [machine.onPublishAcknowledged(mid: 3, reasonCode: 0)].compactMap { $0 }
+            return [machine.onPublishAcknowledged(mid: 3, reasonCode: 0, now: .now)].compactMap { $0 }
         }
-        #expect(qos1 == .success(PublishReceipt(reasonCode: 0)))
+        #expect(qos1.map(\.reasonCode) == .success(0))
         let stopped = await outcome(&machine, mid: 4, qos: .atLeastOnce) { machine in
             _ = machine.onDropped()
             return machine.onStopped().publishResults
         }
         #expect(stopped == .failure(.disconnected))
+    }
+
+    @Test func aHandlerLearnsWhenTheMessageLeftEvenAfterTheFact() async {
+        var machine = await connected()
+        let told = LockedValue<[Result<PublishReceipt, MQTTError>]>([])
+        let handler = Machine.PublishWaiter.handler { result in told.withLock { $0.append(result) } }
+        // Written before its sender registered: the receipt still carries the moment of the write.
+        let written = ContinuousClock.now
+        #expect(machine.onPublishAcknowledged(mid: 1, reasonCode: 0, now: written) == nil)
+        for (waiter, result) in machine.onPublishRegistered(mid: 1, qos: .atMostOnce, generation: machine.generation, handler) {
+            waiter.resume(returning: result)
+        }
+        #expect(told.withLock { $0 } == [.success(PublishReceipt(reasonCode: 0, completed: written))])
+        // Registered first: told when the write comes.
+        #expect(machine.onPublishRegistered(mid: 2, qos: .atMostOnce, generation: machine.generation, handler).isEmpty)
+        let later = written + .milliseconds(3)
+        machine.onPublishAcknowledged(mid: 2, reasonCode: 0, now: later).map { $0.waiter.resume(returning: $0.result) }
+        #expect(told.withLock { $0.last } == .success(PublishReceipt(reasonCode: 0, completed: later)))
     }
 
     @Test func aCancelledSendLeavesNothingForALaterMessageWithItsID() async {
@@ -339,15 +357,15 @@ import Testing
             [machine.onPublishCancelled(mid: 5)].compactMap { $0 }
         }
         #expect(cancelled == .failure(.cancelled))
-        #expect(machine.onPublishAcknowledged(mid: 5, reasonCode: 0) == nil)
+        #expect(machine.onPublishAcknowledged(mid: 5, reasonCode: 0, now: .now) == nil)
         // Cancelled before it registered: the same.
         #expect(await outcome(&machine, mid: 7, qos: .atLeastOnce, cancelled: true) == .failure(.cancelled))
-        #expect(machine.onPublishAcknowledged(mid: 7, reasonCode: 0) == nil)
+        #expect(machine.onPublishAcknowledged(mid: 7, reasonCode: 0, now: .now) == nil)
         // A later message with the same ID waits for its own acknowledgement.
         let later = await outcome(&machine, mid: 7, qos: .atLeastOnce) { machine in
-            [machine.onPublishAcknowledged(mid: 7, reasonCode: 1)].compactMap { $0 }
+            [machine.onPublishAcknowledged(mid: 7, reasonCode: 1, now: .now)].compactMap { $0 }
         }
-        #expect(later == .success(PublishReceipt(reasonCode: 1)))
+        #expect(later.map(\.reasonCode) == .success(1))
         // A cancellation that finds nothing registered records nothing either.
         #expect(machine.onPublishCancelled(mid: 9) == nil)
     }

@@ -335,7 +335,13 @@ public final class PlaybackCoordinator: Sendable {
             return true
         }
         guard due else { return }
-        core.sendControl(.ping, Wire.Ping(t0: GroupInstant(nanoseconds: localNow).milliseconds), to: reference)
+        let (sent, monotonic) = (localNow, ContinuousClock.now)
+        let t0 = GroupInstant(nanoseconds: sent).milliseconds
+        let key = GroupInstant(milliseconds: t0).nanoseconds  // what the answer's t0 will read as
+        machine.withLock { $0.onPingSent(t0: key) }
+        core.sendControl(.ping, Wire.Ping(t0: t0), to: reference) { [machine] left in
+            machine.withLock { $0.onPingLeft(t0: key, atLocal: sent &+ (left - monotonic).nanoseconds) }
+        }
     }
 
     /// The machine after one input, with the records it asked for already written.

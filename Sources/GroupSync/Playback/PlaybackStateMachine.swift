@@ -78,6 +78,13 @@ struct PlaybackStateMachine {
     private var referenceGoneSince: Int64?
     /// Timeline and clock records rejected as invalid.
     private(set) var rejected = 0
+    /// Our `$ping`s not answered yet, by the `t0` they carry (nanoseconds), with when each left for the
+    /// broker (local) once the connection wrote it. An exchange is timed from that moment, not from `t0`:
+    /// the wait for our network thread to wake up and write it (milliseconds on a busy machine, and on the
+    /// way out only) would otherwise count as a slower trip out and skew the offset by half of it.
+    private var pings: [Int64: Int64?] = [:]
+    /// The most `$ping`s remembered: an older one's answer is timed from its `t0`.
+    static let rememberedPings = 16
 
     init(me: String, initiator: String, waitingReasons: Set<String>, lead: Duration?) {
         self.me = me
@@ -112,11 +119,30 @@ struct PlaybackStateMachine {
         return GroupInstant(nanoseconds: local &+ offset)
     }
 
-    /// A `$pong` from `sender`: one exchange with the reference (ignored from anyone else).
+    /// We sent a `$ping` carrying `t0`.
+    mutating func onPingSent(t0: Int64) {
+        pings[t0] = .some(nil)
+        if pings.count > PlaybackStateMachine.rememberedPings, let oldest = pings.keys.min() { pings[oldest] = nil }
+    }
+
+    /// The `$ping` carrying `t0` left for the broker at local time `local`.
+    mutating func onPingLeft(t0: Int64, atLocal local: Int64) {
+        guard let index = pings.index(forKey: t0) else { return }
+        pings.values[index] = local
+    }
+
+    /// A `$pong` from `sender` to our `$ping` carrying `t0`: one exchange with the reference (ignored from
+    /// anyone else), timed from when that ping left. An answer to a ping still unwritten as far as we know
+    /// cannot be timed and is ignored; one to a ping we do not remember is timed from its `t0`.
     mutating func onPong(from sender: String, sent t0: Int64, received t1: Int64, replied t2: Int64, back t3: Int64) -> Action {
         guard case let .follower(reference, provisional) = role, sender == reference else { return Action() }
+        var sent = t0
+        if let index = pings.index(forKey: t0) {
+            guard let left = pings.remove(at: index).value else { return Action() }
+            sent = left
+        }
         let hadOffset = estimator.offset(atLocal: t3) != nil || provisional != nil
-        guard estimator.add(sent: t0, received: t1, replied: t2, back: t3) else { return Action() }
+        guard estimator.add(sent: sent, received: t1, replied: t2, back: t3) else { return Action() }
         guard !hadOffset, estimator.offset(atLocal: t3) != nil else { return Action() }
         // The group clock became known: a start may be scheduled, a waiting state written.
         var action = Action(timelineChanged: true)

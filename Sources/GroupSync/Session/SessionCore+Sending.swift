@@ -132,6 +132,17 @@ extension SessionCore {
         if let ticket = try? enqueueControl(control, body, to: recipient) { context.client.detach(ticket) }
     }
 
+    /// Sends a control message without waiting; `left` is told the moment it was written to the socket (on
+    /// the network thread, which it must not hold up), unless it could not be.
+    func sendControl(
+        _ control: Control, _ body: some Encodable, to recipient: String?, left: @escaping @Sendable (ContinuousClock.Instant) -> Void
+    ) {
+        guard let ticket = try? enqueueControl(control, body, to: recipient) else { return }
+        context.client.onOutcome(of: ticket) { outcome in
+            if case let .success(receipt) = outcome { left(receipt.completed) }
+        }
+    }
+
     /// Sends a control message and returns once the broker acknowledged it.
     func sendControl(_ control: Control, _ body: some Encodable, to recipient: String?) async throws(GroupSyncError) {
         let ticket = try enqueueControl(control, body, to: recipient)

@@ -156,19 +156,31 @@ public final class MQTTClient: Sendable {
     }
 
     /// Gives up on a ticket's acknowledgement without waiting (a fire-and-forget publish): the client
-    /// forgets it when it comes. Use either this or ``acknowledgement(of:)`` once per ticket.
+    /// forgets it when it comes. Use this, ``acknowledgement(of:)`` or ``onOutcome(of:_:)`` once per ticket.
     package func detach(_ ticket: PublishTicket) {
         connection.state.withLock { $0.onPublishDetached(mid: ticket.mid, qos: ticket.qos) }
+    }
+
+    /// Hands a ticket's outcome to `handler` instead of awaiting it: called on the network thread when the
+    /// message is written (QoS 0) or acknowledged (QoS ≥ 1), or at once on this thread when its outcome is
+    /// known already — its receipt's `completed` says when either way. `handler` must return at once (it
+    /// can hold up the connection). Use this, ``detach(_:)`` or ``acknowledgement(of:)`` once per ticket.
+    package func onOutcome(of ticket: PublishTicket, _ handler: @escaping @Sendable (Result<PublishReceipt, MQTTError>) -> Void) {
+        let outcomes = connection.state.withLock {
+            $0.onPublishRegistered(mid: ticket.mid, qos: ticket.qos, generation: ticket.generation, .handler(handler))
+        }
+        for (waiter, result) in outcomes { waiter.resume(returning: result) }
     }
 
     /// The asynchronous half: waits until the message was written (QoS 0) or acknowledged (QoS ≥ 1).
     package func acknowledgement(of ticket: PublishTicket) async throws(MQTTError) -> PublishReceipt {
         let connection = self.connection
         let result = await withTaskCancellationHandler {
-            await withUnsafeContinuation { (waiter: ConnectionStateMachine.PublishWaiter) in
+            await withUnsafeContinuation { continuation in
                 let outcomes = connection.state.withLock {
                     $0.onPublishRegistered(
-                        mid: ticket.mid, qos: ticket.qos, generation: ticket.generation, cancelled: Task.isCancelled, waiter)
+                        mid: ticket.mid, qos: ticket.qos, generation: ticket.generation, cancelled: Task.isCancelled,
+                        .task(continuation))
                 }
                 for (waiter, result) in outcomes { waiter.resume(returning: result) }
             }

@@ -4,10 +4,24 @@
 /// guards this value.
 struct ConnectionStateMachine {
     typealias ConnectWaiter = CheckedContinuation<Result<Void, MQTTError>, Never>
-    /// Unchecked, unlike the others: one is made for every reliable message sent. It is resumed exactly
-    /// once because this machine holds it in one place — a `waiting` entry, taken out when it goes into
-    /// an outcome (acknowledged, failed, cancelled, or the connection closed) — and outcomes are run once.
-    typealias PublishWaiter = UnsafeContinuation<Result<PublishReceipt, MQTTError>, Never>
+    /// Who is told a publish's outcome. It is told exactly once because this machine holds it in one
+    /// place — a `waiting` entry, taken out when it goes into an outcome (acknowledged, failed, cancelled,
+    /// or the connection closed) — and outcomes are run once.
+    enum PublishWaiter: Sendable {
+        /// A task awaiting it. Unchecked, unlike the other continuations: one is made for every reliable
+        /// message sent, and the machine guarantees the single resume.
+        case task(UnsafeContinuation<Result<PublishReceipt, MQTTError>, Never>)
+        /// A function called where the outcome becomes known: on the network thread for a write or an
+        /// acknowledgement, so it must return at once.
+        case handler(@Sendable (Result<PublishReceipt, MQTTError>) -> Void)
+
+        func resume(returning result: Result<PublishReceipt, MQTTError>) {
+            switch self {
+            case let .task(continuation): continuation.resume(returning: result)
+            case let .handler(handler): handler(result)
+            }
+        }
+    }
     typealias SubscribeWaiter = CheckedContinuation<Result<[Int], MQTTError>, Never>
     typealias StopWaiter = CheckedContinuation<Void, Never>
     typealias PublishOutcome = (waiter: PublishWaiter, result: Result<PublishReceipt, MQTTError>)
@@ -449,10 +463,11 @@ struct ConnectionStateMachine {
         return effects
     }
 
-    mutating func onPublishAcknowledged(mid: Int32, reasonCode: Int) -> PublishOutcome? {
+    /// Message `mid` was written (QoS 0) or acknowledged (QoS ≥ 1) at `now`, with `reasonCode`.
+    mutating func onPublishAcknowledged(mid: Int32, reasonCode: Int, now: ContinuousClock.Instant) -> PublishOutcome? {
         let result: Result<PublishReceipt, MQTTError>
         switch reasonCode {
-        case 0..<128: result = .success(PublishReceipt(reasonCode: reasonCode))
+        case 0..<128: result = .success(PublishReceipt(reasonCode: reasonCode, completed: now))
         case 135: result = .failure(.notAuthorized(topic: ""))
         case 149: result = .failure(.payloadTooLarge(size: -1, limit: limits.maximumPacketSize ?? -1))
         default: result = .failure(.publishRefused(topic: "", reasonCode: reasonCode))

@@ -19,7 +19,10 @@ extension MosquittoConnection {
         }
         mosquitto_publish_v5_callback_set(handle) { _, context, mid, reasonCode, _ in
             let connection = MosquittoConnection.from(context)
-            if let (waiter, result) = connection.state.withLock({ $0.onPublishAcknowledged(mid: mid, reasonCode: Int(reasonCode)) }) {
+            let now = ContinuousClock.now
+            if let (waiter, result) = connection.state.withLock({
+                $0.onPublishAcknowledged(mid: mid, reasonCode: Int(reasonCode), now: now)
+            }) {
                 waiter.resume(returning: result)
             }
         }

@@ -63,6 +63,9 @@ public struct MQTTMessage: Sendable, Hashable {
 public struct PublishReceipt: Sendable, Hashable {
     /// MQTT 5 reason code of the PUBACK/PUBREC (0 for QoS 0 and MQTT 3.1.1).
     public var reasonCode: Int
+    /// When the network thread learned the outcome: right after writing a QoS 0 message to the socket, on
+    /// reading the acknowledgement of a QoS ≥ 1 one. For a QoS 0 message, the moment it left.
+    public var completed: ContinuousClock.Instant
     /// The broker reported that no subscription matched (reason code 16). Only known for QoS ≥ 1 on MQTT 5.
     public var noMatchingSubscribers: Bool { reasonCode == 16 }
 }
