@@ -39,6 +39,31 @@ import Testing
         #expect(estimator.offset(atLocal: 20_000_000) == offset, "the delayed exchange does not count")
     }
 
+    /// A stalled thread holds a whole burst up on one way, each ping less than the one before (the pings
+    /// queue and go at once): no estimate until one exchange is short enough to bound the error.
+    @Test func aStalledBurstIsNotAnEstimate() throws {
+        var estimator = ClockEstimator()
+        let offset: Int64 = 7_000_000_000
+        for i in 0..<8 {
+            let stall = Int64(40 - 5 * i) * 1_000_000
+            Self.exchange(&estimator, local: Int64(i) * 5_000_000, offset: offset, out: 200_000 + stall, back: 200_000)
+            #expect(estimator.offset(atLocal: Int64(i) * 5_000_000) == nil, "exchange \(i), \(stall / 1_000_000) ms stalled")
+        }
+        Self.exchange(&estimator, local: 45_000_000, offset: offset, out: 200_000, back: 200_000)
+        let estimate = try #require(estimator.offset(atLocal: 46_000_000))
+        #expect(estimate == offset, "only the quiet exchange counts")
+    }
+
+    /// Over a distant broker no round trip is short: enough exchanges settle the estimate anyway.
+    @Test func aDistantReferenceSettlesAfterMoreExchanges() {
+        var estimator = ClockEstimator()
+        for i in 0..<ClockEstimator.patientExchanges {
+            #expect(estimator.offset(atLocal: Int64(i) * 5_000_000) == nil)
+            Self.exchange(&estimator, local: Int64(i) * 5_000_000, offset: 5_000_000, out: 20_000_000, back: 20_000_000)
+        }
+        #expect(estimator.offset(atLocal: 80_000_000) == 5_000_000)
+    }
+
     /// An exchange delayed one way (a queue, a late task) is off by half its extra delay: the shortest
     /// round trips win, so it does not count.
     @Test func theShortestRoundTripsWin() {

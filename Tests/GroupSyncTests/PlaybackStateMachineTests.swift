@@ -86,6 +86,23 @@ import Testing
         #expect(carol.estimator.samples.map(\.offset) == [offset - Self.ms / 2], "a ping not remembered (any more): timed from t0")
     }
 
+    /// Exchanges too slow to settle the estimate keep the burst going.
+    @Test func anUnsettledEstimateAsksForMoreExchanges() {
+        let start = 10 * Self.second
+        var bob = Self.machine("bob")
+        _ = bob.onActive(["bob", "alice"], atLocal: start)
+        _ = bob.onClockRecord(.init(reference: "alice", base: "b"), atLocal: start)
+        for i in 0..<Int64(ClockEstimator.settlingExchanges) {
+            let t0 = start + i * 5 * Self.ms
+            let action = bob.onPong(from: "alice", sent: t0, received: t0 + 9 * Self.ms, replied: t0 + 9 * Self.ms, back: t0 + 10 * Self.ms)
+            #expect(action.exchangeAgain && !action.timelineChanged, "a 10 ms round trip settles nothing")
+        }
+        let t0 = start + 30 * Self.ms
+        let settled = bob.onPong(from: "alice", sent: t0, received: t0 + Self.ms / 2, replied: t0 + Self.ms / 2, back: t0 + Self.ms)
+        #expect(!settled.exchangeAgain && settled.timelineChanged, "a 1 ms one does: the group clock is known")
+        #expect(bob.offset(atLocal: t0) != nil)
+    }
+
     /// The reference leaves: a follower with an offset takes over at once, with the same clock; one
     /// without waits, then starts a new clock.
     @Test func theClockSurvivesItsReference() throws {

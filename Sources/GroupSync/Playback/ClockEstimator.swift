@@ -9,10 +9,15 @@
 /// apart meanwhile, both ways), so that a calm start does not outshine the exchanges of a busier time a
 /// little later. Once the counted exchanges span ``driftSpan``, a least-squares line through their offsets
 /// gives the offset and follows the drift between the two clocks (up to ``maximumDrift``); before, the
-/// newest of them are averaged. There is no estimate before ``settlingExchanges`` exchanges: one alone may
-/// have been delayed one way (a busy machine, a bridge between brokers) and be off by milliseconds, and a
-/// late joiner would start that far from the others. The estimate is computed when an exchange is added,
-/// so reading it costs nothing. All times in nanoseconds.
+/// newest of them are averaged.
+///
+/// There is no estimate until it is settled (``isSettled``): ``settlingExchanges`` exchanges, one of which
+/// took at most ``settledRoundTrip``. One exchange alone may have been delayed one way (a busy machine, a
+/// bridge between brokers) and be off by milliseconds, and a stalled thread can delay a whole burst by
+/// tens of milliseconds; a late joiner would start that far from the others. An estimate is wrong by at
+/// most half its best round trip, so a short one bounds the error. Over a distant broker, where no round
+/// trip is that short, ``patientExchanges`` settle it whatever they took. The estimate is computed when
+/// an exchange is added, so reading it costs nothing. All times in nanoseconds.
 struct ClockEstimator: Sendable, Equatable {
     struct Sample: Sendable, Equatable {
         /// When the answer arrived (local `t3`).
@@ -36,8 +41,12 @@ struct ClockEstimator: Sendable, Equatable {
 
     /// How many samples are kept.
     static let capacity = 64
-    /// The exchanges needed for a first estimate: half of the burst a follower starts with (5 ms apart).
+    /// The fewest exchanges for a first estimate: half of the burst a follower starts with (5 ms apart).
     static let settlingExchanges = 4
+    /// A round trip short enough to settle the estimate: its error is then at most 1 ms.
+    static let settledRoundTrip: Int64 = 2_000_000
+    /// The exchanges that settle the estimate whatever their round trips.
+    static let patientExchanges = 16
     /// A sample counts when its round trip exceeds the shortest (as judged from its moment) by at most this
     /// share (or 50 µs, if more).
     static let roundTripSlack = 0.25
@@ -77,9 +86,15 @@ struct ClockEstimator: Sendable, Equatable {
     /// The longest round trip among the kept samples.
     var longestRoundTrip: Int64? { samples.map(\.roundTrip).max() }
 
-    /// The estimated offset (group − local) at local time `local`; nil before ``settlingExchanges``.
+    /// Whether there is an estimate (see the type's documentation).
+    var isSettled: Bool {
+        samples.count >= ClockEstimator.patientExchanges
+            || samples.count >= ClockEstimator.settlingExchanges && (shortestRoundTrip ?? .max) <= ClockEstimator.settledRoundTrip
+    }
+
+    /// The estimated offset (group − local) at local time `local`; nil until ``isSettled``.
     func offset(atLocal local: Int64) -> Int64? {
-        guard samples.count >= ClockEstimator.settlingExchanges, let line else { return nil }
+        guard isSettled, let line else { return nil }
         return Int64((line.offset + line.slope * Double(local &- line.anchor)).rounded())
     }
 

@@ -371,6 +371,7 @@ public final class PlaybackCoordinator: Sendable {
     private func perform(_ written: Written) {
         for record in written.records { core.enqueue(record) }
         if written.action.synchronize { outputs.withLock { $0.burst = 8 } }
+        if written.action.exchangeAgain { outputs.withLock { $0.burst = max($0.burst, 1) } }
         if written.action.timelineChanged { refresh() }
     }
 

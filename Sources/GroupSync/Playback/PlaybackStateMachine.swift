@@ -35,12 +35,15 @@ struct PlaybackStateMachine {
         var timelineChanged = false
         /// Exchange with the reference now, several times (it is new to us).
         var synchronize = false
+        /// Exchange with the reference once more: our estimate is not settled yet.
+        var exchangeAgain = false
 
         mutating func merge(_ other: Action) {
             writeClock = other.writeClock ?? writeClock
             writeTimeline = other.writeTimeline ?? writeTimeline
             timelineChanged = timelineChanged || other.timelineChanged
             synchronize = synchronize || other.synchronize
+            exchangeAgain = exchangeAgain || other.exchangeAgain
         }
     }
 
@@ -143,6 +146,7 @@ struct PlaybackStateMachine {
         }
         let hadOffset = estimator.offset(atLocal: t3) != nil || provisional != nil
         guard estimator.add(sent: sent, received: t1, replied: t2, back: t3) else { return Action() }
+        guard estimator.isSettled else { return Action(exchangeAgain: true) }
         guard !hadOffset, estimator.offset(atLocal: t3) != nil else { return Action() }
         // The group clock became known: a start may be scheduled, a waiting state written.
         var action = Action(timelineChanged: true)
