@@ -306,7 +306,7 @@ import Testing
                 let id = waiting.send("join", #""session":"nosuchsession""#)
                 try await waitUntil("connected") { connections() > before }
                 waiting.cli.signal(number)
-                #expect(try await withTimeLimit(.seconds(5), "the bridge stops") { try await waiting.cli.wait() } == 0)
+                #expect(try await withTimeLimit(timeBound(.seconds(5)), "the bridge stops") { try await waiting.cli.wait() } == 0)
                 #expect(try await waiting.answer(id)["event"] == "error")
             }
 
@@ -319,7 +319,7 @@ import Testing
                 let id = waiting.send("join", #""session":"nosuchsession""#)
                 try await waitUntil("its CONNECT is sent") { waiting.cli.errors.contains { $0.contains("sending CONNECT") } }
                 waiting.cli.signal(number)
-                #expect(try await withTimeLimit(.seconds(5), "the bridge stops") { try await waiting.cli.wait() } == 0)
+                #expect(try await withTimeLimit(timeBound(.seconds(5)), "the bridge stops") { try await waiting.cli.wait() } == 0)
                 #expect(try await waiting.answer(id)["event"] == "error")
             }
 

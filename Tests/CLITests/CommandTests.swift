@@ -43,7 +43,7 @@ import Testing
         let url = try #require(banner.split(separator: " ").first { $0.hasPrefix("mqtt://") })
         _ = try await demo.waitForLine { $0.contains("joined; active") }
         demo.signal(SIGINT)
-        let status = try await withTimeLimit(.seconds(10), "the demo stops") { try await demo.wait() }
+        let status = try await withTimeLimit(timeBound(.seconds(10)), "the demo stops") { try await demo.wait() }
         #expect(status == 130 || status == 0, "interrupted, or done before the signal came")
         let client = try MQTTClient(configuration: .init(url: String(url)))
         await #expect(throws: MQTTError.self, "its private broker stopped") { try await client.connect() }
@@ -255,7 +255,7 @@ import Testing
                 && broker.errors.contains { $0.contains("mosquitto version") && $0.contains("running") }
         }
         broker.signal(number)
-        #expect(try await withTimeLimit(.seconds(5), "the broker stops") { try await broker.wait() } == 0)
+        #expect(try await withTimeLimit(timeBound(.seconds(5)), "the broker stops") { try await broker.wait() } == 0)
         #expect(broker.output == [banner], "stdout holds the banner only: \(broker.output)")
         #expect(!FileManager.default.fileExists(atPath: config), "its configuration is removed")
         #expect(Self.processes(withArgument: config).isEmpty, "no mosquitto is left running")
@@ -269,7 +269,7 @@ import Testing
         let banner = try await broker.waitForLine { $0.hasPrefix("groupsync broker: mosquitto on") }
         broker.signal(number)
         let config = String(try #require(banner.split(separator: " ").first { $0.hasSuffix(".conf);") }).dropLast(2))
-        #expect(try await withTimeLimit(.seconds(5), "the broker stops") { try await broker.wait() } == 0)
+        #expect(try await withTimeLimit(timeBound(.seconds(5)), "the broker stops") { try await broker.wait() } == 0)
         #expect(!FileManager.default.fileExists(atPath: config), "its configuration is removed")
         #expect(Self.processes(withArgument: config).isEmpty, "no mosquitto is left running")
     }
@@ -296,7 +296,7 @@ import Testing
                 let waiting = try CLIProcess(["demo", "--broker", broker.url], environment: ["GROUPSYNC_MQTT_DEBUG": "1"])
                 try await waitUntil("its CONNECT is sent") { waiting.errors.contains { $0.contains("sending CONNECT") } }
                 waiting.signal(number)
-                #expect(try await withTimeLimit(.seconds(5), "the demo stops") { try await waiting.wait() } == 130)
+                #expect(try await withTimeLimit(timeBound(.seconds(5)), "the demo stops") { try await waiting.wait() } == 130)
             }
         }
         for number in [SIGINT, SIGTERM] {
@@ -304,7 +304,7 @@ import Testing
             let banner = try await demo.waitForLine { $0.contains("private mosquitto on mqtt://") }
             let url = try #require(banner.split(separator: " ").first { $0.hasPrefix("mqtt://") })
             demo.signal(number)
-            let status = try await withTimeLimit(.seconds(10), "the demo stops") { try await demo.wait() }
+            let status = try await withTimeLimit(timeBound(.seconds(10)), "the demo stops") { try await demo.wait() }
             #expect(status == 130 || status == 0, "interrupted, or done before the signal came")
             let client = try MQTTClient(configuration: .init(url: String(url)))
             await #expect(throws: MQTTError.self, "its private broker stopped") { try await client.connect() }
@@ -323,7 +323,7 @@ import Testing
         let loopback: Set<String> = ["0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"]
         #expect(addresses.isSubset(of: loopback), "listening on \(addresses)")
         broker.signal(SIGTERM)
-        #expect(try await withTimeLimit(.seconds(5), "the broker stops") { try await broker.wait() } == 0)
+        #expect(try await withTimeLimit(timeBound(.seconds(5)), "the broker stops") { try await broker.wait() } == 0)
     }
 
     /// The local addresses (hex, as /proc/net/tcp and tcp6 write them) of the sockets listening on `port`.
@@ -349,7 +349,7 @@ import Testing
             let group = broker.unique("waits")
             let common = ["--broker", broker.url, "--group", group]
             let late = try CLIProcess(command + ["--timeout", "1"] + common)
-            #expect(try await withTimeLimit(.seconds(5), "\(command[0]) gives up") { try await late.wait() } == 1)
+            #expect(try await withTimeLimit(timeBound(.seconds(5)), "\(command[0]) gives up") { try await late.wait() } == 1)
             #expect(late.errors.contains { $0.contains("timed out") && $0.contains("session nosuchsession") }, "\(late.errors)")
             // The command's participant says it is online once connected: from then on it waits for the session.
             let probe = try MQTTClient(configuration: .init(url: broker.url))
@@ -362,7 +362,7 @@ import Testing
                     presence.elements.contains { $0.topic.hasSuffix("/\(participant)") && $0.string?.contains("online") == true }
                 }
                 waiting.signal(number)
-                #expect(try await withTimeLimit(.seconds(5), "\(command[0]) stops") { try await waiting.wait() } == 130)
+                #expect(try await withTimeLimit(timeBound(.seconds(5)), "\(command[0]) stops") { try await waiting.wait() } == 130)
             }
             await probe.disconnect()
         }
@@ -387,7 +387,7 @@ import Testing
                     waiting.errors.contains { $0.contains("received PUBACK") }
                 }
                 waiting.signal(number)
-                #expect(try await withTimeLimit(.seconds(5), "sessions stops") { try await waiting.wait() } == 130)
+                #expect(try await withTimeLimit(timeBound(.seconds(5)), "sessions stops") { try await waiting.wait() } == 130)
                 #expect(waiting.output.isEmpty, "no listing: \(waiting.output)")
             }
         }
@@ -414,7 +414,7 @@ import Testing
                 let waiting = try CLIProcess(command + ["--timeout", "60"] + common, environment: debug)
                 try await waitUntil("its CONNECT is sent") { waiting.errors.contains { $0.contains("sending CONNECT") } }
                 waiting.signal(number)
-                #expect(try await withTimeLimit(.seconds(5), "\(command) stops") { try await waiting.wait() } == 130)
+                #expect(try await withTimeLimit(timeBound(.seconds(5)), "\(command) stops") { try await waiting.wait() } == 130)
                 #expect(waiting.errors.contains { $0.contains("sending DISCONNECT") }, "the attempt was stopped")
             }
         }

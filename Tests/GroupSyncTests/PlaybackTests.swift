@@ -100,7 +100,7 @@ struct Movie: GroupActivity {
             players.append((session, session.playbackCoordinator()))
         }
         let all = players.map(\.1)
-        try await waitUntil("one group clock") {
+        try await waitUntil(timeout: timeBound(.seconds(5)), "one group clock") {
             all.allSatisfy { $0.groupTime() != nil } && Set(all.compactMap { $0.clockReference?.id }).count == 1
         }
         return players.map { (session: $0.0, playback: $0.1) }
