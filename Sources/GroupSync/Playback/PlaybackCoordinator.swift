@@ -339,9 +339,10 @@ public final class PlaybackCoordinator: Sendable {
         let t0 = GroupInstant(nanoseconds: sent).milliseconds
         let key = GroupInstant(milliseconds: t0).nanoseconds  // what the answer's t0 will read as
         machine.withLock { $0.onPingSent(t0: key) }
-        core.sendControl(.ping, Wire.Ping(t0: t0), to: reference) { [machine] left in
+        let queued = core.sendControl(.ping, Wire.Ping(t0: t0), to: reference) { [machine] left in
             machine.withLock { $0.onPingLeft(t0: key, atLocal: sent &+ (left - monotonic).nanoseconds) }
         }
+        if let queued { machine.withLock { $0.onPingQueued(t0: key, atLocal: sent &+ (queued - monotonic).nanoseconds) } }
     }
 
     /// The machine after one input, with the records it asked for already written.

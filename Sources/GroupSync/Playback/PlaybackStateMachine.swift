@@ -81,13 +81,20 @@ struct PlaybackStateMachine {
     private var referenceGoneSince: Int64?
     /// Timeline and clock records rejected as invalid.
     private(set) var rejected = 0
-    /// Our `$ping`s not answered yet, by the `t0` they carry (nanoseconds), with when each left for the
-    /// broker (local) once the connection wrote it. An exchange is timed from that moment, not from `t0`:
-    /// the wait for our network thread to wake up and write it (milliseconds on a busy machine, and on the
-    /// way out only) would otherwise count as a slower trip out and skew the offset by half of it.
-    private var pings: [Int64: Int64?] = [:]
-    /// The most `$ping`s remembered: an older one's answer is timed from its `t0`.
+    /// Our `$ping`s not answered yet, by the `t0` they carry (nanoseconds).
+    private var pings: [Int64: PendingPing] = [:]
+    /// The most `$ping`s remembered: an older one's answer is timed from its `t0` alone.
     static let rememberedPings = 16
+
+    /// A `$ping` of ours, with when (local) the connection took it and when it was written to the socket,
+    /// once known. The wait between the two is the network thread's: milliseconds on a busy machine, and
+    /// on the way out only, since the reference answers from its network thread. Counted as a slower trip
+    /// out, it would skew the offset by half of it, so an exchange is timed from `t0` moved by that wait.
+    /// The rest of sending (encoding, the write itself) happens both ways and cancels out.
+    private struct PendingPing {
+        var queued: Int64?
+        var left: Int64?
+    }
 
     init(me: String, initiator: String, waitingReasons: Set<String>, lead: Duration?) {
         self.me = me
@@ -124,25 +131,31 @@ struct PlaybackStateMachine {
 
     /// We sent a `$ping` carrying `t0`.
     mutating func onPingSent(t0: Int64) {
-        pings[t0] = .some(nil)
+        pings[t0] = PendingPing()
         if pings.count > PlaybackStateMachine.rememberedPings, let oldest = pings.keys.min() { pings[oldest] = nil }
     }
 
-    /// The `$ping` carrying `t0` left for the broker at local time `local`.
+    /// The connection took the `$ping` carrying `t0` at local time `local`.
+    mutating func onPingQueued(t0: Int64, atLocal local: Int64) {
+        pings[t0]?.queued = local
+    }
+
+    /// The `$ping` carrying `t0` was written to the socket at local time `local`.
     mutating func onPingLeft(t0: Int64, atLocal local: Int64) {
-        guard let index = pings.index(forKey: t0) else { return }
-        pings.values[index] = local
+        pings[t0]?.left = local
     }
 
     /// A `$pong` from `sender` to our `$ping` carrying `t0`: one exchange with the reference (ignored from
-    /// anyone else), timed from when that ping left. An answer to a ping still unwritten as far as we know
-    /// cannot be timed and is ignored; one to a ping we do not remember is timed from its `t0`.
+    /// anyone else), timed from `t0` moved by the ping's wait for the network thread (``PendingPing``).
+    /// An answer to a ping whose wait is not known yet is ignored; one to a ping we do not remember is
+    /// timed from its `t0`.
     mutating func onPong(from sender: String, sent t0: Int64, received t1: Int64, replied t2: Int64, back t3: Int64) -> Action {
         guard case let .follower(reference, provisional) = role, sender == reference else { return Action() }
         var sent = t0
         if let index = pings.index(forKey: t0) {
-            guard let left = pings.remove(at: index).value else { return Action() }
-            sent = left
+            let ping = pings.remove(at: index).value
+            guard let queued = ping.queued, let left = ping.left else { return Action() }
+            sent = t0 &+ max(0, left &- queued)
         }
         let hadOffset = estimator.offset(atLocal: t3) != nil || provisional != nil
         guard estimator.add(sent: sent, received: t1, replied: t2, back: t3) else { return Action() }

@@ -132,15 +132,18 @@ extension SessionCore {
         if let ticket = try? enqueueControl(control, body, to: recipient) { context.client.detach(ticket) }
     }
 
-    /// Sends a control message without waiting; `left` is told the moment it was written to the socket (on
-    /// the network thread, which it must not hold up), unless it could not be.
+    /// Sends a control message without waiting. Returns when the connection took it (nil: it could not),
+    /// and tells `left` the moment it was written to the socket (on the network thread, which it must not
+    /// hold up; possibly before this returns), unless it could not be.
     func sendControl(
         _ control: Control, _ body: some Encodable, to recipient: String?, left: @escaping @Sendable (ContinuousClock.Instant) -> Void
-    ) {
-        guard let ticket = try? enqueueControl(control, body, to: recipient) else { return }
+    ) -> ContinuousClock.Instant? {
+        guard let ticket = try? enqueueControl(control, body, to: recipient) else { return nil }
+        let queued = ContinuousClock.now
         context.client.onOutcome(of: ticket) { outcome in
             if case let .success(receipt) = outcome { left(receipt.completed) }
         }
+        return queued
     }
 
     /// Sends a control message and returns once the broker acknowledged it.
