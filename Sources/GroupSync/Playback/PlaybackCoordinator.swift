@@ -316,9 +316,10 @@ public final class PlaybackCoordinator: Sendable {
         }
     }
 
-    /// Sends a `$ping` to the reference when one is due: every 5 ms during a burst, every 100 ms until
-    /// the estimate follows the drift, then every synchronization interval (to the 50 ms tick).
-    private func ping(atLocal local: Int64) {
+    /// Sends a `$ping` to the reference when one is due — every 5 ms during a burst, every 100 ms until
+    /// the estimate follows the drift, then every synchronization interval (to the 50 ms tick) — or at
+    /// once when `now`.
+    private func ping(atLocal local: Int64, now: Bool = false) {
         let (role, fitted) = machine.withLock { ($0.role, $0.estimator.fitsDrift) }
         guard case let .follower(reference, _) = role else {
             outputs.withLock { $0.burst = 0 }  // serving the clock: no burst to finish
@@ -328,7 +329,7 @@ public final class PlaybackCoordinator: Sendable {
         let due = outputs.withLock { outputs -> Bool in
             if outputs.burst > 0 {
                 outputs.burst -= 1
-            } else if local &- outputs.lastPing < interval {
+            } else if !now && local &- outputs.lastPing < interval {
                 return false
             }
             outputs.lastPing = local
@@ -339,10 +340,12 @@ public final class PlaybackCoordinator: Sendable {
         let t0 = GroupInstant(nanoseconds: sent).milliseconds
         let key = GroupInstant(milliseconds: t0).nanoseconds  // what the answer's t0 will read as
         machine.withLock { $0.onPingSent(t0: key) }
-        let queued = core.sendControl(.ping, Wire.Ping(t0: t0), to: reference) { [machine] left in
-            machine.withLock { $0.onPingLeft(t0: key, atLocal: sent &+ (left - monotonic).nanoseconds) }
+        let queued = core.sendControl(.ping, Wire.Ping(t0: t0), to: reference) { [weak self] left in
+            guard let self else { return }
+            // On the network thread: library code only, none of it waits.
+            self.perform(self.update { $0.onPingLeft(t0: key, atLocal: sent &+ (left - monotonic).nanoseconds) })
         }
-        if let queued { machine.withLock { $0.onPingQueued(t0: key, atLocal: sent &+ (queued - monotonic).nanoseconds) } }
+        if let queued { perform(update { $0.onPingQueued(t0: key, atLocal: sent &+ (queued - monotonic).nanoseconds) }) }
     }
 
     /// The machine after one input, with the records it asked for already written.
@@ -367,12 +370,13 @@ public final class PlaybackCoordinator: Sendable {
     }
 
     /// Carries out the rest of what the machine asked for: its records handed to the connection at once
-    /// (a suspension pauses the others one broker trip later), a burst of exchanges, the player's outputs
-    /// refreshed.
+    /// (a suspension pauses the others one broker trip later), a burst of exchanges or one more at once
+    /// (from an answer, on the network thread: it leaves without waiting for that thread), the player's
+    /// outputs refreshed.
     private func perform(_ written: Written) {
         for record in written.records { core.enqueue(record) }
         if written.action.synchronize { outputs.withLock { $0.burst = 8 } }
-        if written.action.exchangeAgain { outputs.withLock { $0.burst = max($0.burst, 1) } }
+        if written.action.exchangeAgain { ping(atLocal: localNow, now: true) }
         if written.action.timelineChanged { refresh() }
     }
 

@@ -90,10 +90,20 @@ struct PlaybackStateMachine {
     /// once known. The wait between the two is the network thread's: milliseconds on a busy machine, and
     /// on the way out only, since the reference answers from its network thread. Counted as a slower trip
     /// out, it would skew the offset by half of it, so an exchange is timed from `t0` moved by that wait.
-    /// The rest of sending (encoding, the write itself) happens both ways and cancels out.
+    /// The rest of sending (encoding, the write itself) happens both ways and cancels out. An answer can
+    /// come before both moments are recorded (they are told from two threads): it waits here for them.
     private struct PendingPing {
         var queued: Int64?
         var left: Int64?
+        var answer: Answer?
+    }
+
+    /// A `$pong`'s times (see ``onPong(from:sent:received:replied:back:)``).
+    private struct Answer {
+        var sender: String
+        var received: Int64
+        var replied: Int64
+        var back: Int64
     }
 
     init(me: String, initiator: String, waitingReasons: Set<String>, lead: Duration?) {
@@ -136,29 +146,44 @@ struct PlaybackStateMachine {
     }
 
     /// The connection took the `$ping` carrying `t0` at local time `local`.
-    mutating func onPingQueued(t0: Int64, atLocal local: Int64) {
+    mutating func onPingQueued(t0: Int64, atLocal local: Int64) -> Action {
         pings[t0]?.queued = local
+        return timeAnsweredPing(t0)
     }
 
     /// The `$ping` carrying `t0` was written to the socket at local time `local`.
-    mutating func onPingLeft(t0: Int64, atLocal local: Int64) {
+    mutating func onPingLeft(t0: Int64, atLocal local: Int64) -> Action {
         pings[t0]?.left = local
+        return timeAnsweredPing(t0)
     }
 
-    /// A `$pong` from `sender` to our `$ping` carrying `t0`: one exchange with the reference (ignored from
-    /// anyone else), timed from `t0` moved by the ping's wait for the network thread (``PendingPing``).
-    /// An answer to a ping whose wait is not known yet is ignored; one to a ping we do not remember is
-    /// timed from its `t0`.
+    /// A `$pong` from `sender` to our `$ping` carrying `t0`: the reference received it at group `t1`
+    /// and answered at group `t2`, and the answer arrived at local `t3`. One exchange with the reference
+    /// (ignored from anyone else), timed from `t0` moved by the ping's wait for the network thread
+    /// (``PendingPing``), once that wait is known; an answer to a ping we do not remember is timed from
+    /// its `t0`.
     mutating func onPong(from sender: String, sent t0: Int64, received t1: Int64, replied t2: Int64, back t3: Int64) -> Action {
-        guard case let .follower(reference, provisional) = role, sender == reference else { return Action() }
-        var sent = t0
-        if let index = pings.index(forKey: t0) {
-            let ping = pings.remove(at: index).value
-            guard let queued = ping.queued, let left = ping.left else { return Action() }
-            sent = t0 &+ max(0, left &- queued)
+        let answer = Answer(sender: sender, received: t1, replied: t2, back: t3)
+        guard pings[t0] != nil else { return exchange(sent: t0, answer) }
+        pings[t0]?.answer = answer
+        return timeAnsweredPing(t0)
+    }
+
+    /// The exchange of the `$ping` carrying `t0`, once it was answered and its wait is known.
+    private mutating func timeAnsweredPing(_ t0: Int64) -> Action {
+        guard let ping = pings[t0], let queued = ping.queued, let left = ping.left, let answer = ping.answer else {
+            return Action()
         }
+        pings[t0] = nil
+        return exchange(sent: t0 &+ max(0, left &- queued), answer)
+    }
+
+    /// One exchange, sent at local `sent`: a sample for the estimate when it answers the reference.
+    private mutating func exchange(sent: Int64, _ answer: Answer) -> Action {
+        guard case let .follower(reference, provisional) = role, answer.sender == reference else { return Action() }
+        let t3 = answer.back
         let hadOffset = estimator.offset(atLocal: t3) != nil || provisional != nil
-        guard estimator.add(sent: sent, received: t1, replied: t2, back: t3) else { return Action() }
+        guard estimator.add(sent: sent, received: answer.received, replied: answer.replied, back: t3) else { return Action() }
         guard estimator.isSettled else { return Action(exchangeAgain: true) }
         guard !hadOffset, estimator.offset(atLocal: t3) != nil else { return Action() }
         // The group clock became known: a start may be scheduled, a waiting state written.
