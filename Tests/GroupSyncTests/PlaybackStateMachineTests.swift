@@ -101,6 +101,15 @@ import Testing
         _ = carol.onClockRecord(.init(reference: "alice", base: "b"), atLocal: start)
         _ = carol.onPong(from: "alice", sent: start, received: start + offset, replied: start + offset, back: start + Self.ms)
         #expect(carol.estimator.samples.map(\.offset) == [offset - Self.ms / 2], "a ping not remembered: timed from t0")
+        // An answer from anyone but the reference does not take the place of the reference's.
+        carol.onPingSent(t0: start + Self.second)
+        _ = carol.onPingQueued(t0: start + Self.second, atLocal: start + Self.second)
+        _ = carol.onPingLeft(t0: start + Self.second, atLocal: start + Self.second)
+        _ = carol.onPong(from: "mallory", sent: start + Self.second, received: 0, replied: 0, back: start + Self.second + Self.ms)
+        _ = carol.onPong(
+            from: "alice", sent: start + Self.second, received: start + Self.second + offset, replied: start + Self.second + offset,
+            back: start + Self.second + Self.ms)
+        #expect(carol.estimator.samples.count == 2 && carol.estimator.samples.allSatisfy { $0.offset == offset - Self.ms / 2 })
     }
 
     /// Exchanges too slow to settle the estimate keep the burst going.

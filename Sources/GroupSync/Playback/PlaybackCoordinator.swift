@@ -316,10 +316,9 @@ public final class PlaybackCoordinator: Sendable {
         }
     }
 
-    /// Sends a `$ping` to the reference when one is due — every 5 ms during a burst, every 100 ms until
-    /// the estimate follows the drift, then every synchronization interval (to the 50 ms tick) — or at
-    /// once when `now`.
-    private func ping(atLocal local: Int64, now: Bool = false) {
+    /// Sends a `$ping` to the reference when one is due: every 5 ms during a burst, every 100 ms until
+    /// the estimate follows the drift, then every synchronization interval (to the 50 ms tick).
+    private func ping(atLocal local: Int64) {
         let (role, fitted) = machine.withLock { ($0.role, $0.estimator.fitsDrift) }
         guard case let .follower(reference, _) = role else {
             outputs.withLock { $0.burst = 0 }  // serving the clock: no burst to finish
@@ -329,7 +328,7 @@ public final class PlaybackCoordinator: Sendable {
         let due = outputs.withLock { outputs -> Bool in
             if outputs.burst > 0 {
                 outputs.burst -= 1
-            } else if !now && local &- outputs.lastPing < interval {
+            } else if local &- outputs.lastPing < interval {
                 return false
             }
             outputs.lastPing = local
@@ -370,13 +369,14 @@ public final class PlaybackCoordinator: Sendable {
     }
 
     /// Carries out the rest of what the machine asked for: its records handed to the connection at once
-    /// (a suspension pauses the others one broker trip later), a burst of exchanges or one more at once
-    /// (from an answer, on the network thread: it leaves without waiting for that thread), the player's
-    /// outputs refreshed.
+    /// (a suspension pauses the others one broker trip later), a burst of exchanges or one more, the
+    /// player's outputs refreshed.
     private func perform(_ written: Written) {
         for record in written.records { core.enqueue(record) }
         if written.action.synchronize { outputs.withLock { $0.burst = 8 } }
-        if written.action.exchangeAgain { ping(atLocal: localNow, now: true) }
+        // At the next tick, not at once: pings spread over time are likelier to find a quiet moment
+        // than a chain of them caught in the same stall.
+        if written.action.exchangeAgain { outputs.withLock { $0.burst = max($0.burst, 1) } }
         if written.action.timelineChanged { refresh() }
     }
 

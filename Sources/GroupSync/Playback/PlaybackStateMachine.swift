@@ -163,6 +163,7 @@ struct PlaybackStateMachine {
     /// (``PendingPing``), once that wait is known; an answer to a ping we do not remember is timed from
     /// its `t0`.
     mutating func onPong(from sender: String, sent t0: Int64, received t1: Int64, replied t2: Int64, back t3: Int64) -> Action {
+        guard case let .follower(reference, _) = role, sender == reference else { return Action() }
         let answer = Answer(sender: sender, received: t1, replied: t2, back: t3)
         guard pings[t0] != nil else { return exchange(sent: t0, answer) }
         pings[t0]?.answer = answer
