@@ -56,7 +56,7 @@ import Testing
             @Sendable func counts() -> [[Int]] { arrivals.map { receiver in names.map { receiver.count(from: $0) } } }
             @Sendable func flows(_ what: String) async throws {
                 let before = counts()
-                try await waitUntil(timeout: .seconds(10), pollEvery: .milliseconds(10), "traffic flows \(what)") {
+                try await waitUntil(timeout: timeBound(.seconds(10)), pollEvery: .milliseconds(10), "traffic flows \(what)") {
                     let now = counts()
                     return names.indices.allSatisfy { r in names.indices.allSatisfy { s in r == s || now[r][s] >= before[r][s] + 30 } }
                 }

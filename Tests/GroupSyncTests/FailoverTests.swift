@@ -52,7 +52,7 @@ import Testing
             }
             @Sendable func flows(_ what: String) async throws {
                 let before = [arrivals[1].count(from: "alice"), arrivals[0].count(from: "bob")]
-                try await waitUntil(timeout: .seconds(10), pollEvery: .milliseconds(10), "traffic flows \(what)") {
+                try await waitUntil(timeout: timeBound(.seconds(10)), pollEvery: .milliseconds(10), "traffic flows \(what)") {
                     arrivals[1].count(from: "alice") >= before[0] + 30 && arrivals[0].count(from: "bob") >= before[1] + 30
                 }
             }

@@ -41,7 +41,7 @@ import Testing
                 }
             }
             for restart in 1...10 {
-                try await waitUntil(timeout: .seconds(5), "traffic flows before restart \(restart)") {
+                try await waitUntil(timeout: timeBound(.seconds(5)), "traffic flows before restart \(restart)") {
                     received.allSatisfy { $0.count > restart * 20 }
                 }
                 try await broker.restart()
