@@ -36,12 +36,13 @@ struct Movie: GroupActivity {
             }
             #expect(coordinators[0].clockReference?.id == "alice", "the initiator serves the clock")
 
-            let starts = coordinators.map { coordinator in
+            let starts = zip(["alice", "bob", "carol"], coordinators).map { name, coordinator in
                 let recorded = LockedValue<[(start: PlaybackStart, real: Int64, group: GroupInstant?)]>([])
                 let sequence = coordinator.starts()
                 let task = Task {
                     for await start in sequence {
-                        let (real, group) = (Self.real(), coordinator.groupTime())
+                        let real = Self.real()
+                        let group = coordinator.groupTime(atLocal: clocks[name]!.nanoseconds(atSystemTime: real))
                         recorded.withLock { $0.append((start, real, group)) }
                     }
                 }
@@ -50,15 +51,22 @@ struct Movie: GroupActivity {
             defer { for (_, task) in starts { task.cancel() } }
             try await coordinators[1].play()
             try await waitUntil("everyone started") { starts.allSatisfy { !$0.0.withLock { $0 }.isEmpty } }
-            let reals = starts.map { $0.0.withLock { $0[0].real } }
-            let spread = Duration.nanoseconds(reals.max()! - reals.min()!)
+            // The real instant of each delivery: the moment this test's task read the start, less its own
+            // wait to be scheduled after the delivery (the group time it read then, past the start's
+            // lateness). What is left is the coordinator's doing: its clock estimate and its timer.
+            let delivered = starts.map { recorded, _ in
+                let (start, real, group) = recorded.withLock { $0[0] }
+                let wokeLate = (group ?? start.scheduled) - start.scheduled - start.lateness
+                return real - wokeLate.nanoseconds
+            }
+            let spread = Duration.nanoseconds(delivered.max()! - delivered.min()!)
             #expect(spread < timeBound(.milliseconds(25)), "start spread \(spread)")
             // Each start comes at its instant on its participant's own clock: never before it (the group
             // time read on receipt has reached it, give or take a refinement of the offset), and late only
             // by how long the machine takes to run the timer — a fraction of a millisecond when quiet, but
-            // the whole suite in parallel on two cores delays every task alike, by up to a tenth of a
-            // second (the spread above stays small), hence the loose bound: it still catches a start tied
-            // to anything but its instant, such as a wrong offset (the clocks are minutes apart).
+            // up to a tenth of a second with the whole suite in parallel on two cores, hence the loose
+            // bound: it still catches a start tied to anything but its instant, such as a wrong offset
+            // (the clocks are minutes apart).
             for (recorded, _) in starts {
                 let (start, _, received) = recorded.withLock { $0[0] }
                 #expect(start.rate == 1)
@@ -70,8 +78,7 @@ struct Movie: GroupActivity {
             // At one real instant, every participant expects the same media time.
             let instant = Self.real()
             let positions = zip(["alice", "bob", "carol"], coordinators).map { name, coordinator -> Double in
-                let local = instant + clocks[name]!.nanoseconds() - Self.real()  // this participant's clock at `instant`
-                return coordinator.expectedMediaTime(at: coordinator.groupTime(atLocal: local))
+                coordinator.expectedMediaTime(at: coordinator.groupTime(atLocal: clocks[name]!.nanoseconds(atSystemTime: instant)))
             }
             #expect(positions.max()! - positions.min()! < timeBound(.milliseconds(5)).seconds, "position spread \(positions)")
 
