@@ -190,9 +190,6 @@ enum PlaybackBenchmark {
         return (Percentiles(spreads), Percentiles(groupTimes), transitions, commands)
     }
 
-    /// `clock`'s reading at the real instant `real` (in the past): read now, less the real time since.
-    /// Read between two real readings less than 20 µs apart, so that a preemption between the reads (ten
-    /// participants share two cores) cannot pass for a clock error.
     // MARK: - Suspension
 
     /// `samples` times while playing: one participant (in turn) begins a buffering suspension; until

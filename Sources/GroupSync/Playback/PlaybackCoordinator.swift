@@ -316,8 +316,9 @@ public final class PlaybackCoordinator: Sendable {
         }
     }
 
-    /// Sends a `$ping` to the reference when one is due: every 5 ms during a burst, every 100 ms until
-    /// the estimate follows the drift, then every synchronization interval (to the 50 ms tick).
+    /// Sends a `$ping` to the reference when one is due: every 5 ms during a burst, one more at the next
+    /// tick for each answer while the estimate is not settled, every 100 ms until the estimate follows the
+    /// drift, then every synchronization interval (to the 50 ms tick).
     private func ping(atLocal local: Int64) {
         let (role, fitted) = machine.withLock { ($0.role, $0.estimator.fitsDrift) }
         guard case let .follower(reference, _) = role else {
