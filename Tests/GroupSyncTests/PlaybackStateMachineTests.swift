@@ -300,9 +300,9 @@ import Testing
         #expect(late.writeClock?.reference == "carol" && late.writeTimeline?.waitingFor == [], "nobody claimed: carol does, and releases")
 
         // bob's claim was only slow: the two claims and releases cross, and carol's win. bob follows her
-        // clock, keeping his offset, and her release: a start a lead after hers, from the same position.
+        // clock, keeping his offset, and her release: the same position, started one stagger later.
         let second = try #require(late.writeTimeline)
-        #expect(second.anchor != released.anchor && second.position == 42 && second.rate == 1)
+        #expect(second.anchor == released.anchor + .nanoseconds(Machine.takeoverStagger) && second.position == 42 && second.rate == 1)
         #expect(bob.onClockRecord(.init(reference: "carol", base: "b"), atLocal: local + 2 * Self.second).synchronize && !bob.isReference)
         #expect(bob.onTimelineRecord(second.record, valid: true, atLocal: local + 2 * Self.second).writeTimeline == nil)
         #expect(bob.effectiveTimeline == second)
