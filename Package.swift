@@ -17,7 +17,8 @@ let package = Package(
             pkgConfig: "libmosquitto",
             providers: [.apt(["libmosquitto-dev"]), .brew(["mosquitto"])]
         ),
-        // OpenSSL's libcrypto, for SHA-256 (the shared journal's content addresses): Debian's libssl-dev.
+        // OpenSSL's libcrypto, for SHA-256 (the shared journal's content addresses) and for initializing
+        // OpenSSL before libmosquitto does (see `OpenSSLLibrary`): Debian's libssl-dev.
         .systemLibrary(
             name: "CCrypto",
             pkgConfig: "libcrypto",
@@ -25,7 +26,7 @@ let package = Package(
         ),
         // A Swift 6 async MQTT client on top of libmosquitto, and (with `package` access) the repository's
         // one deadline helper, which every other target reaches through it.
-        .target(name: "MQTT", dependencies: ["CMosquitto"]),
+        .target(name: "MQTT", dependencies: ["CMosquitto", "CCrypto"]),
         // Starts and stops a real mosquitto broker: what `groupsync demo` needs, shared with the tests and
         // the bench. (It uses the MQTT target's LockedValue: ThreadSanitizer cannot
         // see Synchronization.Mutex on Linux.)

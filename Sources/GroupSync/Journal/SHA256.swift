@@ -1,5 +1,6 @@
 import CCrypto
 import Foundation
+import MQTT
 
 /// SHA-256 through OpenSSL's libcrypto (its EVP interface), which uses the processor's SHA extensions
 /// where it has them: the journal hashes every byte it sends and twice every byte it loads (each chunk,
@@ -11,6 +12,7 @@ final class SHA256 {
     private let context: OpaquePointer
 
     init() {
+        OpenSSLLibrary.initializeOnce()
         // Only fails when out of memory.
         guard let context = EVP_MD_CTX_new(), EVP_DigestInit_ex(context, EVP_sha256(), nil) == 1 else {
             fatalError("OpenSSL could not set up a SHA-256 digest")

@@ -184,9 +184,11 @@ final class MosquittoConnection: @unchecked Sendable {
     }
 }
 
-/// `mosquitto_lib_init` must run once per process before any client exists.
+/// `mosquitto_lib_init` must run once per process before any client exists (after OpenSSL's own set-up,
+/// see ``OpenSSLLibrary``).
 enum MosquittoLibrary {
     private static let initialized: Bool = {
+        OpenSSLLibrary.initializeOnce()
         mosquitto_lib_init()
         return true
     }()
