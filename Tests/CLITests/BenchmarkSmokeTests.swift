@@ -5,7 +5,7 @@ import Testing
 
 /// `groupsync-bench` runs end to end and prints the JSON its users (and BENCHMARKS.md) rely on. Not a
 /// timed test: it asserts nothing about speed, only that every documented key is there and a number.
-@Suite(.timeLimit(.minutes(3))) struct BenchmarkSmokeTests {
+@Suite(.timeLimit(.minutes(timeLimitMinutes(3)))) struct BenchmarkSmokeTests {
     /// Every key BENCHMARKS.md documents, as paths into the JSON object.
     static let requiredKeys =
         [
@@ -87,7 +87,7 @@ import Testing
             executable, ["--quick", "--json"],
             output: .handler { chunk in output.withLock { $0 += chunk } },
             errors: .handler { chunk in errorOutput.withLock { $0 += chunk } })
-        let termination = await process.wait(until: .after(.seconds(180)))  // the suite's time limit
+        let termination = await process.wait(until: .after(timeBound(.seconds(180))))  // the suite's time limit
         let data = Data(output.withLock { $0 })
         let errors = String(decoding: errorOutput.withLock { $0 }, as: UTF8.self)
         let text = String(decoding: data, as: UTF8.self)

@@ -6,7 +6,7 @@ import Synchronization
 import Testing
 
 /// `groupsync bridge` driven as a host program would: JSON lines in, JSON lines out (docs/BRIDGE.md).
-@Suite(.timeLimit(.minutes(2))) struct BridgeTests {
+@Suite(.timeLimit(.minutes(timeLimitMinutes(2)))) struct BridgeTests {
     static let activity = "com.example.gallery"
 
     @Test func twoBridgesStayInSync() async throws {

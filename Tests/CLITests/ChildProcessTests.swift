@@ -4,7 +4,7 @@ import MQTT
 import Testing
 
 /// What `ChildProcess` (the tests' posix_spawn-based child processes) guarantees.
-@Suite(.timeLimit(.minutes(1))) struct ChildProcessTests {
+@Suite(.timeLimit(.minutes(timeLimitMinutes(1)))) struct ChildProcessTests {
     /// Output and error, each read to the end by the time `wait` returns, and the exit status.
     @Test func exitStatusAndBothOutputsReadToTheEnd() async throws {
         let output = LineBuffer(), errors = LineBuffer()

@@ -4,7 +4,7 @@ import GroupSync
 import Testing
 
 /// A participant in another process dies or freezes: everyone else's `activeParticipants` drops it.
-@Suite(.timeLimit(.minutes(1))) struct CrashDetectionTests {
+@Suite(.timeLimit(.minutes(timeLimitMinutes(1)))) struct CrashDetectionTests {
     /// Alice joins in this process; the victim is a `groupsync join` child process.
     func withVictim(_ body: (GroupSession<AnyGroupActivity>, CLIProcess) async throws -> Void) async throws {
         try await MosquittoBroker.withBroker { broker in

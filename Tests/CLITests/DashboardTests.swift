@@ -7,7 +7,7 @@ import Testing
 
 /// `groupsync dashboard`: Home Assistant discovery and flat topics, against a real broker, and its
 /// projection alone (through `--replay`, which runs the same projection without a broker).
-@Suite(.timeLimit(.minutes(2))) struct DashboardTests {
+@Suite(.timeLimit(.minutes(timeLimitMinutes(2)))) struct DashboardTests {
     // MARK: - Against a broker
 
     @Test(.needsOwnBroker("asserts on the whole homeassistant/ and groupsync/dashboard/ trees, which every dashboard on a broker shares"))

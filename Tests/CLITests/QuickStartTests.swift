@@ -4,7 +4,7 @@ import Testing
 
 /// README's "Try it in one minute", played as written: two `groupsync join`s and `mosquitto_sub` print what
 /// the README shows, up to the session's ID, times and what the README cuts with `…`.
-@Suite(.needsOwnBroker("compares every message of the group with the README's capture"), .timeLimit(.minutes(1)))
+@Suite(.needsOwnBroker("compares every message of the group with the README's capture"), .timeLimit(.minutes(timeLimitMinutes(1))))
 struct QuickStartTests {
     static let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("README.md")

@@ -6,7 +6,7 @@ import Testing
 @testable import MQTT
 
 /// Garbage and impostors under the group's root change nothing and are counted.
-@Suite(.timeLimit(.minutes(2))) struct BadInputTests {
+@Suite(.timeLimit(.minutes(timeLimitMinutes(2)))) struct BadInputTests {
     /// A deterministic generator (SplitMix64), so that a failing input can be reproduced from the seed.
     struct SeededGenerator: RandomNumberGenerator {
         var state: UInt64

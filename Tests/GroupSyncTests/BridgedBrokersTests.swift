@@ -7,7 +7,7 @@ import Testing
 
 /// Two mosquitto brokers joined by a mosquitto bridge (`topic groupsync/# both 1`), with participants on
 /// each side: one session works across them. The configuration is the one docs/SCALING.md shows.
-@Suite(.needsOwnBroker("two bridged brokers"), .timeLimit(.minutes(1))) struct BridgedBrokersTests {
+@Suite(.needsOwnBroker("two bridged brokers"), .timeLimit(.minutes(timeLimitMinutes(1)))) struct BridgedBrokersTests {
     @Test func oneSessionWorksAcrossTwoBridgedBrokers() async throws {
         try await MosquittoBroker.withBridgedBrokers { a, b in
             let onA = Group(a, name: "bridged")

@@ -7,7 +7,7 @@ import Testing
 /// broker had not saved yet) mixed with graceful stops (SIGTERM), with persistence on and off. The promise
 /// checked is end to end: every message whose `send` returned reaches every other joined participant
 /// exactly once, in its sender's order.
-@Suite(.needsOwnBroker("crashes and restarts it"), .timeLimit(.minutes(3))) struct BrokerCrashTests {
+@Suite(.needsOwnBroker("crashes and restarts it"), .timeLimit(.minutes(timeLimitMinutes(3)))) struct BrokerCrashTests {
     typealias Numbered = ReliabilityTests.Numbered
 
     /// Ten restarts alternating a crash and a graceful stop, beginning with a crash.

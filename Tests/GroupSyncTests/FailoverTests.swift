@@ -8,7 +8,8 @@ import Testing
 /// A participant given a list of brokers that share the group's topics (two mosquittos joined by a
 /// bridge, as docs/SCALING.md shows) moves to the next one when its broker dies, keeping its identity,
 /// its epoch and its sessions; reliable delivery stays end to end.
-@Suite(.needsOwnBroker("two bridged brokers, one of them killed or cut off"), .timeLimit(.minutes(1))) struct FailoverTests {
+@Suite(.needsOwnBroker("two bridged brokers, one of them killed or cut off"), .timeLimit(.minutes(timeLimitMinutes(1))))
+struct FailoverTests {
     typealias Numbered = ReliabilityTests.Numbered
     typealias Arrivals = BrokerCrashTests.Arrivals
 

@@ -6,7 +6,7 @@ import Testing
 @testable import MQTT
 
 /// Sessions, presence and the messenger between coordinators on a real mosquitto.
-@Suite(.timeLimit(.minutes(1))) struct GroupSessionTests {
+@Suite(.timeLimit(.minutes(timeLimitMinutes(1)))) struct GroupSessionTests {
     @Test func initiatorAndInviteeReceiveTheSessionThroughTheSamePath() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)

@@ -6,7 +6,7 @@ import Testing
 @testable import GroupSync
 
 /// The queue under every `messages(of:)` sequence: AsyncStream's semantics, without a broker.
-@Suite(.timeLimit(.minutes(1))) struct InboxTests {
+@Suite(.timeLimit(.minutes(timeLimitMinutes(1)))) struct InboxTests {
     final class Flag: Sendable {
         let count = Atomic<Int>(0)
         func raise() { count.add(1, ordering: .relaxed) }

@@ -10,7 +10,7 @@ import Testing
 /// Skipped when no python3 with paho-mqtt is installed (scripts/install-deps.sh installs it).
 @Suite(
     .enabled(if: PythonParticipant.interpreter != nil, PythonParticipant.missingReason),
-    .timeLimit(.minutes(1)))
+    .timeLimit(.minutes(timeLimitMinutes(1))))
 struct InteropTests {
     @Test func aPythonParticipantJoinsASwiftSessionBothWays() async throws {
         try await MosquittoBroker.withBroker { broker in

@@ -8,7 +8,7 @@ import Testing
 
 /// The shared journal against a real broker: attachments added, listed, loaded and removed; late
 /// joiners; a broker crash mid-transfer; corrupted chunks; the ACL; the limits; nothing left behind.
-@Suite(.timeLimit(.minutes(2))) struct JournalTests {
+@Suite(.timeLimit(.minutes(timeLimitMinutes(2)))) struct JournalTests {
     /// `count` bytes that compress badly and differ per call, from a SplitMix64 generator with a random
     /// seed: a byte-by-byte loop, or a system call per word, would hold one of the few threads every test
     /// shares for a good part of a second in a debug build, and delay other tests' refreshes.

@@ -15,7 +15,7 @@ struct Brief: GroupActivity {
 
 /// What the broker keeps, and for how long; what forged records can and cannot do (PROTOCOL.md,
 /// "Lifetimes" and "Plausibility").
-@Suite(.timeLimit(.minutes(2))) struct LifetimeTests {
+@Suite(.timeLimit(.minutes(timeLimitMinutes(2)))) struct LifetimeTests {
     static let acl = try! String(
         contentsOf: DocumentedReader.repository.appendingPathComponent("deploy/mosquitto/acl.example"), encoding: .utf8)
     static let users = ["alice": "alice-pw", "bob": "bob-pw", "mallory": "mallory-pw"]

@@ -11,7 +11,7 @@ struct Movie: GroupActivity {
 
 /// Coordinated playback against a real broker: participants whose clocks disagree by minutes follow one
 /// timeline and start together.
-@Suite(.timeLimit(.minutes(2))) struct PlaybackTests {
+@Suite(.timeLimit(.minutes(timeLimitMinutes(2)))) struct PlaybackTests {
     /// Real time in nanoseconds, to compare what skewed participants do at the same instant.
     static func real() -> Int64 { SystemWallClock().nanoseconds() }
 
@@ -60,7 +60,9 @@ struct Movie: GroupActivity {
                 return real - wokeLate.nanoseconds
             }
             let spread = Duration.nanoseconds(delivered.max()! - delivered.min()!)
-            #expect(spread < timeBound(.milliseconds(25)), "start spread \(spread)")
+            // Under a sanitizer one timer can wait a tenth of a second or more longer than the others for a
+            // thread (``judgesTimings``): there, each start is held to the lateness bound below.
+            #expect(spread < .milliseconds(25) || !judgesTimings, "start spread \(spread)")
             // Each start comes at its instant on its participant's own clock: never before it (the group
             // time read on receipt has reached it, give or take a refinement of the offset), and late only
             // by how long the machine takes to run the timer — a fraction of a millisecond when quiet, but

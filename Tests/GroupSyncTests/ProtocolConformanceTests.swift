@@ -10,7 +10,7 @@ import Testing
 /// and takes part in a session as a participant written in another language would.
 ///
 /// Set `GROUPSYNC_PRINT_WIRE=1` to print every captured message (how the examples in the document were made).
-@Suite(.timeLimit(.minutes(1))) struct ProtocolConformanceTests {
+@Suite(.timeLimit(.minutes(timeLimitMinutes(1)))) struct ProtocolConformanceTests {
     @Test func aRawClientDecodesEveryPayloadWithTheDocumentedRules() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)

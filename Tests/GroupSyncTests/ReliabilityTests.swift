@@ -7,7 +7,7 @@ import Testing
 @testable import MQTT
 
 /// Faults on real brokers: restarts, a frozen broker, crashes while others write.
-@Suite(.timeLimit(.minutes(3))) struct ReliabilityTests {
+@Suite(.timeLimit(.minutes(timeLimitMinutes(3)))) struct ReliabilityTests {
     struct Numbered: Codable, Sendable, Equatable {
         var from: String
         var n: Int

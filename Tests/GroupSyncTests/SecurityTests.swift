@@ -6,7 +6,7 @@ import Testing
 @testable import MQTT
 
 /// The secure configuration: passwords, the example ACL and TLS, as in deploy/mosquitto/mosquitto.secure.conf.
-@Suite(.needsOwnBroker("TLS, users and an ACL"), .timeLimit(.minutes(1))) struct SecurityTests {
+@Suite(.needsOwnBroker("TLS, users and an ACL"), .timeLimit(.minutes(timeLimitMinutes(1)))) struct SecurityTests {
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
     static let users = ["alice": "alice-pw", "bob": "bob-pw", "mallory": "mallory-pw"]

@@ -7,7 +7,7 @@ import Testing
 @testable import MQTT
 
 /// Shared state convergence, late joiners and clean-up on a real mosquitto.
-@Suite(.timeLimit(.minutes(2))) struct SharedStateTests {
+@Suite(.timeLimit(.minutes(timeLimitMinutes(2)))) struct SharedStateTests {
     @Test func crossingUpdatesConvergeWithoutJumpingBack() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)

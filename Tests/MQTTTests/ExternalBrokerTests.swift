@@ -6,7 +6,7 @@ import Testing
 
 /// What `withBroker` does when `GROUPSYNC_TEST_BROKER` names a broker: here a mosquitto of the test's
 /// own stands for that broker (the variable itself is process-wide, so it is not set).
-@Suite(.needsOwnBroker("wraps a mosquitto of its own as the external broker"), .timeLimit(.minutes(1)))
+@Suite(.needsOwnBroker("wraps a mosquitto of its own as the external broker"), .timeLimit(.minutes(timeLimitMinutes(1))))
 struct ExternalBrokerTests {
     @Test func aURLMustNameOnePlainBroker() throws {
         let broker = try ExternalBroker(url: "mqtt://user:pw@127.0.0.1:18830")

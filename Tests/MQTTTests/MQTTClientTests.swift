@@ -5,7 +5,7 @@ import Testing
 @testable import MQTT
 
 /// The client against a real mosquitto started for each test.
-@Suite(.timeLimit(.minutes(1))) struct MQTTClientTests {
+@Suite(.timeLimit(.minutes(timeLimitMinutes(1)))) struct MQTTClientTests {
     @Test(arguments: [QoS.atMostOnce, .atLeastOnce, .exactlyOnce])
     func publishAndReceive(qos: QoS) async throws {
         try await MosquittoBroker.withBroker { broker in

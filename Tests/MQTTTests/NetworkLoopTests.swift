@@ -6,7 +6,7 @@ import Testing
 
 /// The network thread's loop: wake-ups, a connection cut under publishers, TLS records holding many
 /// packets, keepalive, and `select()`'s descriptor limit.
-@Suite(.timeLimit(.minutes(1))) struct NetworkLoopTests {
+@Suite(.timeLimit(.minutes(timeLimitMinutes(1)))) struct NetworkLoopTests {
     /// A packet queued by another thread wakes the loop at once (through libmosquitto's socket pair),
     /// and so does a stop request.
     @Test func publishSubscribeAndStopWakeTheLoopAtOnce() async throws {
@@ -17,7 +17,9 @@ import Testing
             // One after the other: a packet left for the loop's one-second timeout instead of a wake-up
             // takes about a second per round trip (measured with the wake-up removed); woken at once,
             // a round trip takes well under a millisecond, plus this loop's 5 ms polling and the load of
-            // the tests running in parallel. The median ignores a round trip that a busy machine stalls.
+            // the tests running in parallel. The median ignores a round trip that a busy machine stalls;
+            // the fastest one, which a stall can only slow, tells the two apart under a sanitizer too,
+            // where the whole suite starting at once can stall half of them for a second.
             var roundTrips: [Duration] = []
             for i in 1...20 {
                 let start = ContinuousClock.now
@@ -25,7 +27,8 @@ import Testing
                 try await messages.waitForCount(i)
                 roundTrips.append(ContinuousClock.now - start)
             }
-            #expect(roundTrips.sorted()[10] < timeBound(.milliseconds(300)), "round trips: \(roundTrips)")
+            #expect(roundTrips.min()! < .milliseconds(300), "round trips: \(roundTrips)")
+            #expect(roundTrips.sorted()[10] < .milliseconds(300) || !judgesTimings, "round trips: \(roundTrips)")
             #expect(messages.elements.map { $0.string } == (1...20).map { "\($0)" })
             let stopping = ContinuousClock.now
             await a.disconnect()
