@@ -56,9 +56,15 @@ import Testing
             @Sendable func counts() -> [[Int]] { arrivals.map { receiver in names.map { receiver.count(from: $0) } } }
             @Sendable func flows(_ what: String) async throws {
                 let before = counts()
-                try await waitUntil(timeout: timeBound(.seconds(10)), pollEvery: .milliseconds(10), "traffic flows \(what)") {
-                    let now = counts()
-                    return names.indices.allSatisfy { r in names.indices.allSatisfy { s in r == s || now[r][s] >= before[r][s] + 30 } }
+                do {
+                    try await waitUntil(timeout: timeBound(.seconds(10)), pollEvery: .milliseconds(10), "traffic flows \(what)") {
+                        let now = counts()
+                        return names.indices.allSatisfy { r in names.indices.allSatisfy { s in r == s || now[r][s] >= before[r][s] + 30 } }
+                    }
+                } catch let error as DeadlineExceeded {
+                    let highest = arrivals.map { receiver in names.map { receiver.highest(from: $0) } }
+                    Issue.record("received per receiver and sender (\(names)): \(before) before, \(counts()) now; highest now \(highest)")
+                    throw error
                 }
             }
             for (index, shutdown) in restarts.enumerated() {
@@ -71,7 +77,7 @@ import Testing
             for sender in senders { sent.append(try await withTimeLimit(.seconds(15), "a sender stops") { await sender.value }) }
             let delivered = sent.map(\.delivered)
             // Recovery gets a bounded time; what has not arrived by then counts as lost.
-            try? await waitUntil(timeout: .seconds(5), pollEvery: .milliseconds(20), "every sent message arrives") {
+            try? await waitUntil(timeout: timeBound(.seconds(5)), pollEvery: .milliseconds(20), "every sent message arrives") {
                 arrivals.enumerated().allSatisfy { r, receiver in
                     names.indices.allSatisfy { s in r == s || delivered[s].isSubset(of: receiver.numbers(from: names[s])) }
                 }
