@@ -246,8 +246,8 @@ struct Movie: GroupActivity {
         let starts = others.map { Collector($0.starts()) }
         defer { for collector in starts { collector.cancel() } }
         try await others[0].play()
-        // The holder too must have the play: a hold written before it arrives is on the timeline before
-        // the play, and, stamped later, wins over it.
+        // The holder too must have the play: a hold written before the play arrives is written on the
+        // paused timeline and, stamped later, wins over the play.
         try await waitUntil("started") { starts.allSatisfy { $0.count == 1 } && players.allSatisfy { $0.playback.timeline.isPlaying } }
         let name = players[holder].session.localParticipant.id
         _ = players[holder].playback.beginSuspension(for: .buffering)
