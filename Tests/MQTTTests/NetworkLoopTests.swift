@@ -17,9 +17,9 @@ import Testing
             // One after the other: a packet left for the loop's one-second timeout instead of a wake-up
             // takes about a second per round trip (measured with the wake-up removed); woken at once,
             // a round trip takes well under a millisecond, plus this loop's 5 ms polling and the load of
-            // the tests running in parallel. The median ignores a round trip that a busy machine stalls;
-            // the fastest one, which a stall can only slow, tells the two apart under a sanitizer too,
-            // where the whole suite starting at once can stall half of them for a second.
+            // the tests running in parallel. The median ignores a round trip that a busy machine stalls.
+            // Under a sanitizer, with the whole suite starting at once, even the fastest of the 20 can take
+            // a third of a second: there only the plain run tells the two apart (``judgesTimings``).
             var roundTrips: [Duration] = []
             for i in 1...20 {
                 let start = ContinuousClock.now
@@ -27,7 +27,6 @@ import Testing
                 try await messages.waitForCount(i)
                 roundTrips.append(ContinuousClock.now - start)
             }
-            #expect(roundTrips.min()! < .milliseconds(300), "round trips: \(roundTrips)")
             #expect(roundTrips.sorted()[10] < .milliseconds(300) || !judgesTimings, "round trips: \(roundTrips)")
             #expect(messages.elements.map { $0.string } == (1...20).map { "\($0)" })
             let stopping = ContinuousClock.now
