@@ -386,11 +386,8 @@ final class PythonParticipant: Sendable {
         timeout: Duration = .seconds(5), _ description: String, _ condition: @Sendable () async throws -> Bool,
         else diagnosis: () async throws -> String
     ) async throws {
-        do {
-            try await MQTT.waitUntil(timeout: timeout, description, condition)
-        } catch let error as DeadlineExceeded {
-            Issue.record("\(try await diagnosis())\npy's output:\n\(transcript)")
-            throw error
+        try await GroupSyncTests.waitUntil(timeout: timeout, description, condition) {
+            "\(try await diagnosis())\npy's output:\n\(transcript)"
         }
     }
 

@@ -113,6 +113,19 @@ extension GroupCoordinator {
 
 func ids(_ participants: Set<Participant>) -> Set<String> { Set(participants.map(\.id)) }
 
+/// `waitUntil`, recording `diagnosis` (what the test saw instead) as an issue when the deadline passes.
+func waitUntil(
+    timeout: Duration = .seconds(5), pollEvery: Duration = .milliseconds(5), _ description: String,
+    _ condition: @Sendable () async throws -> Bool, else diagnosis: () async throws -> String
+) async throws {
+    do {
+        try await MQTT.waitUntil(timeout: timeout, pollEvery: pollEvery, description, condition)
+    } catch let error as DeadlineExceeded {
+        Issue.record(Comment(rawValue: try await diagnosis()))
+        throw error
+    }
+}
+
 /// A raw MQTT client (not GroupSync) subscribed to `filter`.
 func rawSubscriber(
     _ broker: MosquittoBroker, _ filter: String, user: String? = nil, password: String? = nil
