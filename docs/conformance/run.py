@@ -20,6 +20,16 @@ INT64 = range(-(1 << 63), 1 << 63)
 IDENTIFIER = re.compile(r"[A-Za-z0-9._\-:@~]{1,128}\Z")
 VERSION = 2
 ROOT = "groupsync/v2/g"
+# The range of every integer field (PROTOCOL.md#ranges), inclusive; a number outside is out-of-range.
+TIME = range(0, 9_000_000_000_000 + 1)    # ms since 1970: epochs, createdAt, a clock's t (the year 2255)
+COUNTER = range(0, 1 << 32)               # a clock's c
+TTL = range(1, 1 << 32)                   # seconds: what an MQTT 5 Message Expiry Interval carries
+INTERVAL = range(1, 32_767_500 + 1)       # heartbeat ms: half of MQTT's longest keepalive (65,535 s)
+SEQ = range(1, 1 << 62)                   # an envelope's seq
+POSITION = range(0, 1 << 62)              # $resend from/to, $skip through/lost, $position all/direct
+SIZE = range(0, (1 << 53) + 1)            # a journal record's size in bytes
+CHUNK_SIZE = range(1, 268_435_455 + 1)    # a chunk fits one MQTT packet
+INSTANT = 9e12                            # $ping/$pong instants: finite, within ±9e12 ms
 ACTIVITY_TYPES = {"generic", "watchTogether", "listenTogether", "workoutTogether", "shopTogether",
                   "exploreTogether", "createTogether", "learnTogether", "playTogether", "readTogether"}
 
@@ -91,6 +101,17 @@ def parse(payload):
     return value
 
 
+def int_field(value, bounds):
+    """An integer (its type first: not-an-integer, wrong-shape), then within its range (out-of-range)."""
+    if type(value) is float:
+        raise Rejected("not-an-integer")
+    if type(value) is not int:
+        raise Rejected("wrong-shape")
+    if value not in bounds:
+        raise Rejected("out-of-range")
+    return value
+
+
 class Fields:
     def __init__(self, value, record=True):
         if not isinstance(value, dict):
@@ -106,13 +127,8 @@ class Fields:
             raise Rejected("wrong-shape")
         return self.object[key]
 
-    def int(self, key):
-        value = self.value(key)
-        if type(value) is float:
-            raise Rejected("not-an-integer")
-        if type(value) is not int:
-            raise Rejected("wrong-shape")
-        return value
+    def int(self, key, bounds):
+        return int_field(self.value(key), bounds)
 
     def typed(self, key, kind):
         value = self.value(key)
@@ -126,8 +142,8 @@ class Fields:
     def optional_str(self, key):
         return None if key not in self.object else self.str(key)
 
-    def optional_int(self, key):
-        return None if key not in self.object else self.int(key)
+    def optional_int(self, key, bounds):
+        return None if key not in self.object else self.int(key, bounds)
 
     def optional_bool(self, key):
         return None if key not in self.object else self.typed(key, bool)
@@ -135,18 +151,18 @@ class Fields:
 
 def clock(value):
     f = Fields(value, record=False)
-    return {"c": f.int("c"), "p": f.str("p"), "t": f.int("t")}
+    return {"c": f.int("c", COUNTER), "p": f.str("p"), "t": f.int("t", TIME)}
 
 
 def presence(value):
     f = Fields(value)
-    record = {"epoch": f.int("epoch"), "participant": f.str("participant"), "status": f.str("status"), "v": VERSION}
+    record = {"epoch": f.int("epoch", TIME), "participant": f.str("participant"), "status": f.str("status"), "v": VERSION}
     if record["status"] not in ("online", "lost"):
         raise Rejected("wrong-shape")
     name = f.optional_str("name")
     if name is not None:
         record["name"] = name
-    interval = f.optional_int("interval")
+    interval = f.optional_int("interval", INTERVAL)
     if interval is not None:
         record["interval"] = interval
     return record
@@ -154,7 +170,7 @@ def presence(value):
 
 def heartbeat(value):
     f = Fields(value)
-    return {"epoch": f.int("epoch"), "interval": f.int("interval"), "v": VERSION}
+    return {"epoch": f.int("epoch", TIME), "interval": f.int("interval", INTERVAL), "v": VERSION}
 
 
 def announcement(value):
@@ -168,8 +184,8 @@ def announcement(value):
     if subtitle is not None:
         meta["subtitle"] = subtitle
     record = {"activity": {"data": activity.value("data"), "metadata": meta, "type": activity.str("type")},
-            "createdAt": f.int("createdAt"), "createdBy": f.str("createdBy"), "revision": clock(f.value("revision")),
-            "session": f.str("session"), "ttl": f.int("ttl"), "v": VERSION}
+            "createdAt": f.int("createdAt", TIME), "createdBy": f.str("createdBy"), "revision": clock(f.value("revision")),
+            "session": f.str("session"), "ttl": f.int("ttl", TTL), "v": VERSION}
     ended = f.optional_bool("ended")
     if ended is not None:
         record["ended"] = ended
@@ -184,7 +200,7 @@ def welcome(value):
 
 def member(value):
     f = Fields(value)
-    return {"epoch": f.int("epoch"), "participant": f.str("participant"), "v": VERSION}
+    return {"epoch": f.int("epoch", TIME), "participant": f.str("participant"), "v": VERSION}
 
 
 def state(value):
@@ -196,20 +212,21 @@ DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 
 
 def journal(value):
-    """A journal record (PROTOCOL.md#the-journal-record): consistent, or wrong-shape."""
+    """A journal record (PROTOCOL.md#the-journal-record): size and chunkSize in their ranges (out-of-range), then
+    consistent (wrong-shape)."""
     f = Fields(value)
     chunks = f.typed("chunks", list)
     if not all(type(digest) is str for digest in chunks):
         raise Rejected("wrong-shape")
-    record = {"added": clock(f.value("added")), "chunkSize": f.int("chunkSize"), "chunks": chunks, "name": f.str("name"),
-              "sha256": f.str("sha256"), "size": f.int("size"), "type": f.str("type"), "v": VERSION}
+    record = {"added": clock(f.value("added")), "chunkSize": f.int("chunkSize", CHUNK_SIZE), "chunks": chunks, "name": f.str("name"),
+              "sha256": f.str("sha256"), "size": f.int("size", SIZE), "type": f.str("type"), "v": VERSION}
     if "metadata" in f.object:
         metadata = f.typed("metadata", dict)
         if not all(type(text) is str for text in metadata.values()):
             raise Rejected("wrong-shape")
         record["metadata"] = metadata
     size, chunk_size = record["size"], record["chunkSize"]
-    if (size < 0 or chunk_size <= 0 or not DIGEST.match(record["sha256"]) or not all(DIGEST.match(d) for d in chunks)
+    if (not DIGEST.match(record["sha256"]) or not all(DIGEST.match(d) for d in chunks)
             or len(chunks) != -(-size // chunk_size)):
         raise Rejected("wrong-shape")
     return record
@@ -217,9 +234,9 @@ def journal(value):
 
 def envelope(value):
     f = Fields(value)
-    record = {"body": f.value("body"), "epoch": f.int("epoch"), "reliable": f.typed("reliable", bool),
+    record = {"body": f.value("body"), "epoch": f.int("epoch", TIME), "reliable": f.typed("reliable", bool),
               "type": f.str("type"), "v": VERSION}
-    seq = f.optional_int("seq")
+    seq = f.optional_int("seq", SEQ)
     if seq is not None:
         record["seq"] = seq
     stream = f.optional_str("stream")
@@ -250,29 +267,21 @@ def catchup_body(body):
 
 
 def resend_body(body):
-    record = {"from": body.int("from"), "stream": stream_name(body)}
-    to = body.optional_int("to")
+    record = {"from": body.int("from", POSITION), "stream": stream_name(body)}
+    to = body.optional_int("to", POSITION)
     if to is not None:
         record["to"] = to
     return record
 
 
-def int_field(value):
-    if type(value) is float:
-        raise Rejected("not-an-integer")
-    if type(value) is not int:
-        raise Rejected("wrong-shape")
-    return value
-
-
 def skip_body(body):
-    through = body.int("through")
+    through = body.int("through", POSITION)
     lost = []
     for pair in body.typed("lost", list):
         if type(pair) is not list or len(pair) != 2:
             raise Rejected("wrong-shape")
-        first, last = int_field(pair[0]), int_field(pair[1])
-        if not 1 <= first <= last <= through:
+        first, last = int_field(pair[0], POSITION), int_field(pair[1], POSITION)
+        if not 1 <= first <= last <= through:  # each bound's range first, then their order
             raise Rejected("wrong-shape")
         lost.append([first, last])
     return {"lost": lost, "stream": stream_name(body), "through": through}
@@ -280,14 +289,17 @@ def skip_body(body):
 
 def position_body(body):
     direct = body.typed("direct", dict)
-    return {"all": body.int("all"), "direct": {name: int_field(seq) for name, seq in direct.items()}}
+    return {"all": body.int("all", POSITION), "direct": {name: int_field(seq, POSITION) for name, seq in direct.items()}}
 
 
 def instant(body, key):
-    """A finite number of milliseconds since 1970, integer or not, within ±9e12 (Wire+Clock.swift)."""
+    """A number of milliseconds since 1970, integer or not (wrong-shape otherwise), finite and within ±9e12
+    (out-of-range otherwise)."""
     value = body.value(key)
-    if type(value) not in (int, float) or not math.isfinite(value) or abs(value) > 9e12:
+    if type(value) not in (int, float):
         raise Rejected("wrong-shape")
+    if not math.isfinite(value) or abs(value) > INSTANT:
+        raise Rejected("out-of-range")
     return value
 
 

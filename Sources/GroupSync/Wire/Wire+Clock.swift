@@ -39,7 +39,7 @@ extension Wire.Fields {
         case let .double(value): number = value
         default: throw .wrongShape
         }
-        guard number.isFinite, abs(number) <= GroupInstant.maximumMilliseconds else { throw .wrongShape }
+        guard number.isFinite, abs(number) <= GroupInstant.maximumMilliseconds else { throw .outOfRange }
         return number
     }
 }

@@ -54,7 +54,8 @@ extension Wire.JournalRecord: Wire.Record {
         }
         self.init(
             sha256: try fields.string("sha256"), name: try fields.string("name"), type: try fields.string("type"),
-            size: try fields.int("size"), chunkSize: try fields.int("chunkSize"), chunks: chunks,
+            size: try fields.int("size", in: Wire.Bounds.size), chunkSize: try fields.int("chunkSize", in: Wire.Bounds.chunkSize),
+            chunks: chunks,
             added: try HLCTimestamp(json: try fields.value("added")), metadata: metadata)
         guard isConsistent else { throw .wrongShape }
     }

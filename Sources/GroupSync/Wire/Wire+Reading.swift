@@ -24,6 +24,8 @@ extension Wire {
         case badVersion = "bad-version"
         /// A fraction, an exponent or a value beyond 64 bits where an integer is expected.
         case notAnInteger = "not-an-integer"
+        /// A number outside the range docs/PROTOCOL.md states for its field (``Wire/Bounds``).
+        case outOfRange = "out-of-range"
         /// Not an object, or a field missing or of another type.
         case wrongShape = "wrong-shape"
     }
@@ -60,8 +62,16 @@ extension Wire {
             return value
         }
 
-        func int(_ key: String) throws(Rejection) -> Int64 {
-            try Fields.integer(try value(key))
+        /// An integer field within `bounds` (docs/PROTOCOL.md, "Ranges"): a value outside is `out-of-range`.
+        func int(_ key: String, in bounds: ClosedRange<Int64>) throws(Rejection) -> Int64 {
+            try Fields.integer(try value(key), in: bounds)
+        }
+
+        /// A JSON integer within `bounds`.
+        static func integer(_ value: JSONValue, in bounds: ClosedRange<Int64>) throws(Rejection) -> Int64 {
+            let number = try integer(value)
+            guard bounds.contains(number) else { throw .outOfRange }
+            return number
         }
 
         /// A JSON integer: a number with a fraction or an exponent is not one; anything else is another type.
@@ -82,8 +92,8 @@ extension Wire {
             self[key] == nil ? nil : try string(key)
         }
 
-        func optionalInt(_ key: String) throws(Rejection) -> Int64? {
-            self[key] == nil ? nil : try int(key)
+        func optionalInt(_ key: String, in bounds: ClosedRange<Int64>) throws(Rejection) -> Int64? {
+            self[key] == nil ? nil : try int(key, in: bounds)
         }
 
         func optionalBool(_ key: String) throws(Rejection) -> Bool? {
@@ -132,7 +142,9 @@ extension JSONValue: Wire.Readable {
 
 extension HLCTimestamp: Wire.Record {
     public init(fields: Wire.Fields) throws(Wire.Rejection) {
-        self.init(time: try fields.int("t"), counter: try fields.int("c"), participant: try fields.string("p"))
+        self.init(
+            time: try fields.int("t", in: Wire.Bounds.time), counter: try fields.int("c", in: Wire.Bounds.counter),
+            participant: try fields.string("p"))
     }
 }
 
@@ -141,14 +153,15 @@ extension Wire.Presence: Wire.Record {
         try fields.checkVersion()
         self.init(
             participant: try fields.string("participant"), status: try fields.enum("status", Status.self),
-            epoch: try fields.int("epoch"), name: try fields.optionalString("name"), interval: try fields.optionalInt("interval"))
+            epoch: try fields.int("epoch", in: Wire.Bounds.time), name: try fields.optionalString("name"),
+            interval: try fields.optionalInt("interval", in: Wire.Bounds.interval))
     }
 }
 
 extension Wire.Heartbeat: Wire.Record {
     public init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()
-        self.init(epoch: try fields.int("epoch"), interval: try fields.int("interval"))
+        self.init(epoch: try fields.int("epoch", in: Wire.Bounds.time), interval: try fields.int("interval", in: Wire.Bounds.interval))
     }
 }
 
@@ -165,8 +178,8 @@ extension Wire.Announcement: Wire.Record {
                     title: try metadata.string("title"), subtitle: try metadata.optionalString("subtitle"),
                     type: GroupActivityMetadata.ActivityType(rawValue: try metadata.string("type")) ?? .generic),
                 data: try activity.value("data")),
-            createdBy: try fields.string("createdBy"), createdAt: try fields.int("createdAt"),
-            revision: try HLCTimestamp(json: try fields.value("revision")), ttl: try fields.int("ttl"),
+            createdBy: try fields.string("createdBy"), createdAt: try fields.int("createdAt", in: Wire.Bounds.time),
+            revision: try HLCTimestamp(json: try fields.value("revision")), ttl: try fields.int("ttl", in: Wire.Bounds.ttl),
             ended: try fields.optionalBool("ended"))
     }
 }
@@ -183,7 +196,7 @@ extension Wire.Welcome: Wire.Record {
 extension Wire.Member: Wire.Record {
     public init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()
-        self.init(participant: try fields.string("participant"), epoch: try fields.int("epoch"))
+        self.init(participant: try fields.string("participant"), epoch: try fields.int("epoch", in: Wire.Bounds.time))
     }
 }
 
@@ -202,7 +215,8 @@ extension Wire.EnvelopeHeader: Wire.Record {
         let stream = try fields.optionalString("stream")
         guard stream == nil || stream == "all" else { throw .wrongShape }
         self.init(
-            type: try fields.string("type"), epoch: try fields.int("epoch"), seq: try fields.optionalInt("seq"),
+            type: try fields.string("type"), epoch: try fields.int("epoch", in: Wire.Bounds.time),
+            seq: try fields.optionalInt("seq", in: Wire.Bounds.seq),
             reliable: try fields.bool("reliable"), stream: stream)
     }
 }

@@ -75,21 +75,21 @@ extension Wire.Fields {
 extension Wire.Resend: Wire.Record {
     init(fields: Wire.Fields) throws(Wire.Rejection) {
         stream = try fields.streamName()
-        from = try fields.int("from")
-        to = try fields.optionalInt("to")
+        from = try fields.int("from", in: Wire.Bounds.position)
+        to = try fields.optionalInt("to", in: Wire.Bounds.position)
     }
 }
 
 extension Wire.Skip: Wire.Record {
     init(fields: Wire.Fields) throws(Wire.Rejection) {
         stream = try fields.streamName()
-        through = try fields.int("through")
+        through = try fields.int("through", in: Wire.Bounds.position)
         guard case let .array(ranges) = try fields.value("lost") else { throw .wrongShape }
         var lost: [[Int64]] = []
         for range in ranges {
             guard case let .array(bounds) = range, bounds.count == 2 else { throw .wrongShape }
             var pair: [Int64] = []
-            for bound in bounds { pair.append(try Wire.Fields.integer(bound)) }
+            for bound in bounds { pair.append(try Wire.Fields.integer(bound, in: Wire.Bounds.position)) }
             guard pair[0] >= 1, pair[0] <= pair[1], pair[1] <= through else { throw .wrongShape }
             lost.append(pair)
         }
@@ -99,10 +99,10 @@ extension Wire.Skip: Wire.Record {
 
 extension Wire.Position: Wire.Record {
     init(fields: Wire.Fields) throws(Wire.Rejection) {
-        all = try fields.int("all")
+        all = try fields.int("all", in: Wire.Bounds.position)
         guard case let .object(entries) = try fields.value("direct") else { throw .wrongShape }
         var direct: [String: Int64] = [:]
-        for (recipient, value) in entries { direct[recipient] = try Wire.Fields.integer(value) }
+        for (recipient, value) in entries { direct[recipient] = try Wire.Fields.integer(value, in: Wire.Bounds.position) }
         self.direct = direct
     }
 }
