@@ -58,24 +58,84 @@ import Testing
         #expect(machine.online == ["alice": 10, "bob": 5])
     }
 
+    /// The participants `expireSilent` reports gone at `time`.
+    static func silent(_ machine: inout Machine, at time: Duration, ownInterval: Int64? = 2_500) -> [String] {
+        machine.expireSilent(now: Self.t0 + time, ownInterval: ownInterval).changes.compactMap {
+            if case let .changed(participant, nil) = $0 { return participant }
+            return nil
+        }
+    }
+
     @Test func aForgedEpochNeitherEvictsNorSilencesAParticipant() {
         var machine = Machine(me: "alice", myEpoch: 10)
-        _ = machine.onPresence("bob", Self.presence("bob", epoch: 5), wallNow: Self.wall, now: Self.t0)
-        #expect(machine.onPresence("bob", Self.presence("bob", .lost, epoch: 6), wallNow: Self.wall, now: Self.t0) == .none)
-        #expect(
-            machine.onPresence("bob", Self.presence("bob", .lost, epoch: .max), wallNow: Self.wall, now: Self.t0) == .rejected)
-        #expect(
-            machine.onHeartbeat("bob", .init(epoch: .max, interval: 2_500), wallNow: Self.wall, now: Self.t0) == .rejected)
-        // A forged online record of a newer epoch takes over, but it sends no heartbeats: the real
-        // connection's heartbeats win again once it falls silent.
-        #expect(
-            machine.onPresence("bob", Self.presence("bob", epoch: 6), wallNow: Self.wall, now: Self.t0)
-                == .changed(participant: "bob", epoch: 6))
-        #expect(machine.onHeartbeat("bob", .init(epoch: 5, interval: 2_500), wallNow: Self.wall, now: Self.t0 + .seconds(2)) == .none)
-        #expect(
-            machine.onHeartbeat("bob", .init(epoch: 5, interval: 2_500), wallNow: Self.wall, now: Self.t0 + .seconds(8))
-                == .changed(participant: "bob", epoch: 5))
+        func presence(_ record: Wire.Presence, at time: Duration = .zero) -> Machine.PresenceAction {
+            machine.onPresence("bob", record, wallNow: Self.wall, now: Self.t0 + time)
+        }
+        func heartbeat(epoch: Int64, at time: Duration) -> Machine.PresenceAction {
+            machine.onHeartbeat("bob", .init(epoch: epoch, interval: 2_500), wallNow: Self.wall, now: Self.t0 + time)
+        }
+        _ = presence(Self.presence("bob", epoch: 5))
+        #expect(heartbeat(epoch: 5, at: .zero) == .none, "bob's connection proves itself")
+        #expect(presence(Self.presence("bob", .lost, epoch: 6)) == .none)
+        #expect(presence(Self.presence("bob", .lost, epoch: .max)) == .rejected)
+        #expect(heartbeat(epoch: .max, at: .zero) == .rejected)
+        // A forged online record of a newer epoch, with or without an interval, only challenges the
+        // live connection: nothing changes, and it is forgotten once it stays silent.
+        #expect(presence(Self.presence("bob", epoch: 6)) == .none)
+        #expect(presence(Self.presence("bob", epoch: Self.wall + 4 * 3_600_000, interval: nil)) == .none)
         #expect(machine.online["bob"] == 5)
+        #expect(heartbeat(epoch: 5, at: .seconds(2)) == .none)
+        #expect(heartbeat(epoch: 5, at: .seconds(4)) == .none)
+        #expect(Self.silent(&machine, at: .seconds(8)).isEmpty)
+        #expect(
+            machine.onPresence("bob", Self.presence("bob", .lost, epoch: 5), wallNow: Self.wall, now: Self.t0 + .seconds(9))
+                == .changed(participant: "bob", epoch: nil), "the forged challenger was forgotten: nobody takes bob's place")
+    }
+
+    @Test func aNewProcessTakesOverWhenTheOldOneIsGoneOrItProvesItself() {
+        var machine = Machine(me: "alice", myEpoch: 10)
+        func presence(_ record: Wire.Presence, at time: Duration = .zero) -> Machine.PresenceAction {
+            machine.onPresence("bob", record, wallNow: Self.wall, now: Self.t0 + time)
+        }
+        func heartbeat(epoch: Int64, at time: Duration) -> Machine.PresenceAction {
+            machine.onHeartbeat("bob", .init(epoch: epoch, interval: 2_500), wallNow: Self.wall, now: Self.t0 + time)
+        }
+        _ = presence(Self.presence("bob", epoch: 5))
+        _ = heartbeat(epoch: 5, at: .zero)
+        #expect(presence(Self.presence("bob", epoch: 7), at: .seconds(1)) == .none, "a challenger")
+        #expect(presence(Self.presence("bob", .lost, epoch: 5), at: .seconds(1)) == .changed(participant: "bob", epoch: 7), "the old will")
+        #expect(heartbeat(epoch: 7, at: .seconds(2)) == .none)
+        #expect(heartbeat(epoch: 9, at: .seconds(2)) == .none, "a newer challenger's first heartbeat")
+        #expect(heartbeat(epoch: 9, at: .seconds(4)) == .changed(participant: "bob", epoch: 9), "its second one")
+        // A silent connection's challenger takes its place.
+        _ = presence(Self.presence("bob", epoch: 11), at: .seconds(5))
+        #expect(Self.silent(&machine, at: .seconds(12)).isEmpty, "9 is silent, 11 takes over")
+        #expect(machine.online["bob"] == 11)
+    }
+
+    @Test func aConnectionKnownOnlyFromItsRecordGivesWayToOneThatSendsHeartbeats() {
+        // A newcomer reads a forged retained record of bob with a newer epoch and no interval, which
+        // would never fall silent: bob's next heartbeat takes his place back.
+        var machine = Machine(me: "alice", myEpoch: 10)
+        _ = machine.onPresence("bob", Self.presence("bob", epoch: 900, interval: nil), wallNow: Self.wall, now: Self.t0)
+        #expect(
+            machine.onHeartbeat("bob", .init(epoch: 5, interval: 2_500), wallNow: Self.wall, now: Self.t0 + .seconds(1))
+                == .changed(participant: "bob", epoch: 5))
+        #expect(
+            machine.onPresence("bob", Self.presence("bob", epoch: 900, interval: nil), wallNow: Self.wall, now: Self.t0 + .seconds(2))
+                == .none, "the confirmed connection is only challenged from now on")
+    }
+
+    @Test func aForgedNewerEpochOfOurOwnIsOverwrittenUnlessItSendsHeartbeats() {
+        var machine = Machine(me: "alice", myEpoch: 10)
+        #expect(machine.onPresence("alice", Self.presence("alice", epoch: 20), wallNow: Self.wall, now: Self.t0) == .none)
+        #expect(machine.expireSilent(now: Self.t0 + .seconds(6), ownInterval: 2_500).republishOwn == false)
+        #expect(machine.expireSilent(now: Self.t0 + .seconds(8), ownInterval: 2_500).republishOwn, "no heartbeat of it in 7 s")
+        #expect(machine.expireSilent(now: Self.t0 + .seconds(20), ownInterval: 2_500).republishOwn == false, "once")
+        // Another process of ours that sends heartbeats is left alone.
+        _ = machine.onPresence("alice", Self.presence("alice", epoch: 30), wallNow: Self.wall, now: Self.t0 + .seconds(20))
+        _ = machine.onHeartbeat("alice", .init(epoch: 30, interval: 2_500), wallNow: Self.wall, now: Self.t0 + .seconds(22))
+        #expect(machine.expireSilent(now: Self.t0 + .seconds(40), ownInterval: 2_500).republishOwn == false)
     }
 
     @Test func ourOwnPresenceIsRepublishedWhenOverwritten() {
@@ -97,18 +157,18 @@ import Testing
         _ = machine.onPresence("bob", Self.presence("bob", epoch: 1, interval: 1_000), wallNow: Self.wall, now: Self.t0)
         _ = machine.onPresence("carol", Self.presence("carol", epoch: 1, interval: 15_000), wallNow: Self.wall, now: Self.t0)
         _ = machine.onPresence("dave", Self.presence("dave", epoch: 1, interval: nil), wallNow: Self.wall, now: Self.t0)
-        #expect(machine.expireSilent(now: Self.t0 + .milliseconds(2_400)).isEmpty)
-        #expect(machine.expireSilent(now: Self.t0 + .milliseconds(2_600)) == ["bob"], "three of its 1 s intervals less 0.5 s")
-        #expect(machine.expireSilent(now: Self.t0 + .seconds(44)).isEmpty, "a 15 s interval: 44.5 s of silence")
+        #expect(Self.silent(&machine, at: .milliseconds(2_400)).isEmpty)
+        #expect(Self.silent(&machine, at: .milliseconds(2_600)) == ["bob"], "three of its 1 s intervals less 0.5 s")
+        #expect(Self.silent(&machine, at: .seconds(44)).isEmpty, "a 15 s interval: 44.5 s of silence")
         _ = machine.onHeartbeat("carol", .init(epoch: 1, interval: 15_000), wallNow: Self.wall, now: Self.t0 + .seconds(40))
-        #expect(machine.expireSilent(now: Self.t0 + .seconds(80)).isEmpty, "heard at 40 s")
-        #expect(machine.expireSilent(now: Self.t0 + .seconds(85)) == ["carol"])
+        #expect(Self.silent(&machine, at: .seconds(80)).isEmpty, "heard at 40 s")
+        #expect(Self.silent(&machine, at: .seconds(85)) == ["carol"])
         #expect(machine.online == ["alice": 10, "dave": 1], "without heartbeats only its will removes it")
         machine.onReconnected(now: Self.t0 + .seconds(100))
         #expect(
             machine.onHeartbeat("bob", .init(epoch: 1, interval: 1_000), wallNow: Self.wall, now: Self.t0 + .seconds(101))
                 == .changed(participant: "bob", epoch: 1), "back with its next heartbeat")
-        #expect(machine.expireSilent(now: Self.t0 + .milliseconds(103_400)).isEmpty)
+        #expect(Self.silent(&machine, at: .milliseconds(103_400)).isEmpty)
     }
 
     // MARK: - Sessions
@@ -247,12 +307,44 @@ import Testing
             return
         }
         #expect(listeners.count == 1)
-        guard case .changed = machine.announce("s1", Self.announcement("s1", type: "com.example.forged", revision: 10), by: "mallory")
+        guard case .rejected = machine.announce("s1", Self.announcement("s1", type: "com.example.forged", revision: 10), by: "mallory")
         else {
-            Issue.record("from now on a copy of another type is the session object's to reject, as foreign")
+            Issue.record("from now on a copy of another type is rejected, its revision never merged")
+            return
+        }
+        guard case .rejected = machine.announce("s1", Self.announcement("s1", type: "com.example.forged", ended: true), by: "mallory")
+        else {
+            Issue.record("a foreign copy that says the session ended does not end it")
             return
         }
         #expect(machine.addListener(Self.listener("com.example.a").0).sessions == ["s1"])
+    }
+
+    @Test func onlyTheCreatorChoosesTheLifetime() {
+        var machine = Machine(me: "alice", myEpoch: 10)
+        func announcement(ttl: Int64, revision: Int64 = 2) -> Wire.Announcement {
+            var copy = Self.announcement("s1", revision: revision)
+            copy.ttl = ttl
+            return copy
+        }
+        guard case .new = machine.announce("s1", announcement(ttl: 1, revision: 1), by: "mallory") else {
+            Issue.record("a copy of a session not seen yet")
+            return
+        }
+        guard case .retyped = machine.announce("s1", announcement(ttl: 60)) else {
+            Issue.record("the creator's own copy says what the lifetime is")
+            return
+        }
+        for (ttl, publisher) in [(1, "mallory"), (4_294_967_295, "carol"), (61, "bob")] {
+            guard case .rejected = machine.announce("s1", announcement(ttl: Int64(ttl), revision: 3), by: publisher) else {
+                Issue.record("a copy with another ttl (\(ttl) by \(publisher)) is rejected")
+                return
+            }
+        }
+        guard case .changed = machine.announce("s1", announcement(ttl: 60, revision: 3), by: "carol") else {
+            Issue.record("a copy that agrees")
+            return
+        }
     }
 
     @Test func aSessionExpiresWhenNobodyRefreshesAnyCopy() {

@@ -35,7 +35,7 @@ import Testing
 
     /// `name` joined with epoch `epoch` and is online with it.
     static func present(_ name: String, epoch: Int64 = 7, in machine: inout Machine) {
-        _ = machine.onPresence(name, epoch: epoch)
+        _ = machine.onPresence(name, epoch: epoch, now: 1_000)
         _ = machine.onMember(name, Wire.Member(participant: name, epoch: epoch), retained: true, now: 1_000)
     }
 
@@ -223,6 +223,24 @@ import Testing
 
     // MARK: - Participants
 
+    @Test func aMemberRecordOfAnotherEpochDoesNotEvictAnActiveMember() {
+        // Issue 31, case 4: without the ACL, bob's member record with his epoch + 1 would make him
+        // inactive and reject his messages. It is held back until bob's connection has that epoch.
+        var machine = Self.joined()
+        Self.present("bob", epoch: 7, in: &machine)
+        #expect(Set(machine.active.map(\.id)) == ["alice", "bob"])
+        #expect(!machine.admitsMember("bob", epoch: 8, now: 1_000))
+        #expect(machine.onMember("bob", Wire.Member(participant: "bob", epoch: 8), retained: true, now: 1_000).participants.isEmpty)
+        #expect(Set(machine.active.map(\.id)) == ["alice", "bob"] && machine.members["bob"] == 7)
+        let (chat, payload) = Self.envelope(epoch: 7, seq: 1)
+        _ = machine.addListener(.init(kind: .messages(type: "Chat"), inbox: Inbox()))
+        #expect(machine.onMessage(chat, payload: payload, sender: "bob", direct: false, now: 1_000).messages == ["bob"], "not silenced")
+        // A real restart: the new connection's presence comes, and the record held back for it counts.
+        let restarted = machine.onPresence("bob", epoch: 8, now: 1_000)
+        #expect(restarted.memberAdopted?.epoch == 8)
+        #expect(Set(machine.active.map(\.id)) == ["alice", "bob"] && machine.members["bob"] == 8)
+    }
+
     @Test func activeMeansJoinedWithTheLiveConnection() {
         var machine = Self.joined()
         let inbox = Inbox<Machine.Update>()
@@ -230,14 +248,14 @@ import Testing
         #expect(
             machine.onMember("bob", Wire.Member(participant: "bob", epoch: 2), retained: true, now: 1_000).participants.isEmpty,
             "no presence yet")
-        #expect(machine.onPresence("bob", epoch: 2).participants == [["alice", "bob"]])
-        #expect(machine.onPresence("bob", epoch: 3).participants == [["alice"]], "a newer connection did not join")
+        #expect(machine.onPresence("bob", epoch: 2, now: 1_000).participants == [["alice", "bob"]])
+        #expect(machine.onPresence("bob", epoch: 3, now: 1_000).participants == [["alice"]], "a newer connection did not join")
         #expect(
             machine.onMember("bob", Wire.Member(participant: "bob", epoch: 3), retained: false, now: 1_000).participants == [
                 ["alice", "bob"]
             ])
         #expect(machine.onMember("bob", nil, retained: false, now: 1_000).participants == [["alice"]], "left")
-        #expect(machine.onPresence("alice", epoch: nil).participants.isEmpty, "our own presence is ours to know")
+        #expect(machine.onPresence("alice", epoch: nil, now: 1_000).participants.isEmpty, "our own presence is ours to know")
     }
 
     @Test func aLiveJoinProvesTheConnectionAndAsksTheResponderForACatchUp() {
@@ -272,13 +290,13 @@ import Testing
             "not deduplicated")
         #expect(machine.onMessage(first, payload: payload, sender: "mallory", direct: false, now: 1_000).messages.isEmpty)
         #expect(machine.rejected == 1, "only members may message the session")
-        for epoch: Int64 in [6, 8, .max] {
+        for epoch: Int64 in [6, 8, Wire.Bounds.time.upperBound] {
             let (other, otherPayload) = Self.envelope(epoch: epoch, seq: 9)
             #expect(
                 machine.onMessage(other, payload: otherPayload, sender: "bob", direct: false, now: 1_000).messages.isEmpty,
                 "not the epoch bob joined with")
         }
-        let (absurd, absurdPayload) = Self.envelope(seq: 1 << 62)
+        let (absurd, absurdPayload) = Self.envelope(seq: 1 + 1_000_001)
         #expect(
             machine.onMessage(absurd, payload: absurdPayload, sender: "bob", direct: false, now: 1_000).messages.isEmpty, "a forged jump")
         #expect(machine.rejected == 5)

@@ -289,6 +289,35 @@ import Testing
         #expect(late.heldCount(of: "x", .all) == 0)
     }
 
+    @Test func aForgedSeqFarAheadIsDroppedOnTheSendersPosition() {
+        // Issue 31, case 5: an envelope with the sender's epoch and seq = cursor + 999,999 is held and its
+        // gap asked for; the real sender answers that request with its position, below the forged seq.
+        let outbox = Self.outbox(sending: 3)
+        var receiver = Receiver()
+        _ = Self.receive([1, 2, 3], into: &receiver)
+        let forged = Self.receive(3 + 999_999, into: &receiver)
+        #expect(forged.requests == [Self.ask(from: 4, to: 3 + 999_998)])
+        #expect(Self.answer(forged.requests[0], by: outbox, to: &receiver).events.isEmpty)
+        #expect(receiver.heldCount(of: "x", .all) == 0, "the forged message is dropped")
+        #expect(receiver.rejected == 1, "and counted")
+        #expect(receiver.tick(now: Self.now + 60_000).requests.isEmpty, "nothing is asked for any more")
+        #expect(Self.receive([4, 5], into: &receiver).events == ["4", "5"], "the sender's next messages come through")
+    }
+
+    @Test func aLostSenderWithAForgedSeqHeldIsNotSilencedWhenItComesBack() {
+        // The sender is frozen (it cannot answer) while a forged seq is held; it is lost, so what is
+        // held comes out — but the cursor stays where the sender vouched for, and its later messages
+        // still come through once it thaws.
+        var receiver = Receiver()
+        _ = Self.receive([1, 2], into: &receiver)
+        _ = receiver.position(from: "x", epoch: Self.epoch, all: 2, direct: 0, now: Self.now)
+        _ = Self.receive([4, 2 + 500_000], into: &receiver)
+        #expect(Self.text(receiver.senderLost("x").events) == ["gap 3-3", "4", "gap 5-500001", "500002"])
+        #expect(receiver.cursor(of: "x", .all) == 2, "not beyond what the sender stated")
+        #expect(Self.receive([3, 4, 5, 6], into: &receiver).events == ["3", "5", "6"], "4 was given out already")
+        #expect(Self.receive([2 + 500_000], into: &receiver).events.isEmpty, "nor is the forged one given out twice")
+    }
+
     @Test func tooManyHeldMessagesGiveUpTheLowestGap() {
         var receiver = Receiver(configuration: .init(maximumHeld: 3))
         _ = Self.receive([1, 3, 4, 5], into: &receiver)

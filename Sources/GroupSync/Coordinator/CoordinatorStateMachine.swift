@@ -36,6 +36,14 @@ struct CoordinatorStateMachine {
         var listeners = ListenerRegistry<Listener>()
 
         var online: [String: Int64] { connections.mapValues(\.epoch) }
+
+        /// `participant`'s connection is gone: its challenger, if any, takes its place.
+        mutating func replaceGone(_ participant: String) -> PresenceAction {
+            guard let gone = connections.removeValue(forKey: participant) else { return .none }
+            guard let challenger = gone.challenger else { return .changed(participant: participant, epoch: nil) }
+            connections[participant] = challenger.connection
+            return .changed(participant: participant, epoch: challenger.epoch)
+        }
     }
 
     /// One participant's live connection.
@@ -45,18 +53,45 @@ struct CoordinatorStateMachine {
         var lastHeard: ContinuousClock.Instant
         /// Its heartbeat interval (ms) as it states it; nil when it sends none (never judged by silence).
         var interval: Int64?
+        /// A heartbeat of this epoch was heard: the connection proved itself with its own traffic, which a
+        /// presence record (retained, possibly forged) alone does not.
+        var confirmed = false
+        /// A newer epoch read from a presence record while this connection was confirmed and heard: it
+        /// takes over only once it proves itself (two heartbeats) or this one is gone.
+        var challenger: Challenger?
 
         /// Silent for three intervals less half a second (1.5 × keepalive − 0.5 s for the usual
         /// interval of keepalive / 2), but never less than a second: gone.
         func isSilent(at now: ContinuousClock.Instant) -> Bool {
             guard let interval else { return false }
-            return now - lastHeard > max(.milliseconds(interval * 3 - 500), .seconds(1))
+            return now - lastHeard > Connection.silence(interval: interval)
+        }
+
+        /// How long a connection that states `interval` may be silent. The interval's range (at most
+        /// 32,767,500 ms) keeps the product far from overflowing.
+        static func silence(interval: Int64) -> Duration {
+            max(.milliseconds(interval * 3 - 500), .seconds(1))
+        }
+    }
+
+    /// A newer connection epoch of a participant that is not (yet) taken for its live connection.
+    struct Challenger {
+        var epoch: Int64
+        var interval: Int64?
+        var lastHeard: ContinuousClock.Instant
+        /// Heartbeats of this epoch heard so far.
+        var heartbeats = 0
+
+        var connection: Connection {
+            Connection(epoch: epoch, lastHeard: lastHeard, interval: interval, confirmed: heartbeats > 0)
         }
     }
 
     /// An announced session: its kind of activity and when each publisher's copy expires (wall-clock ms).
     struct Announced {
         var activityType: String
+        /// The records' lifetime (seconds), chosen by the creator: every copy says the same.
+        var ttl: Int64
         var copies: [String: Int64]
         /// The type was read from its creator's own copy (its publisher is its `createdBy`), not from a
         /// copy of someone else's that could be foreign.
@@ -97,7 +132,8 @@ struct CoordinatorStateMachine {
         /// The last copy from before the end of an ended session was cleared: its ended copy is no longer
         /// needed to hide one.
         case settled
-        /// It names another session than its topic, an invalid activity type, or an implausible revision.
+        /// It names another session than its topic, an invalid activity type, or an implausible revision;
+        /// or it disagrees with the session on what only its creator chooses: the activity type or the `ttl`.
         case rejected
     }
 
@@ -147,39 +183,108 @@ struct CoordinatorStateMachine {
                 return .rejected
             }
         }
-        if participant == me {
-            // We read our own topic, so this connection is alive: it must say so. A cleared record, a
-            // late will (of this or an older connection) or an older retained record is overwritten; a
-            // newer connection of the same participant (another process) is left alone.
-            if let presence, presence.epoch > myEpoch || (presence.epoch == myEpoch && presence.status == .online) {
-                return .none
-            }
-            return isClosed ? .none : .republishOwn
-        }
+        if participant == me { return onOwnPresence(presence, now: now) }
         guard let presence else { return remove(participant) }
         switch presence.status {
-        case .online: return heard(participant, epoch: presence.epoch, interval: presence.interval, now: now)
-        case .lost: return online[participant] == presence.epoch ? remove(participant) : .none
+        case .online: return heard(participant, epoch: presence.epoch, interval: presence.interval, byHeartbeat: false, now: now)
+        case .lost: return lost(participant, epoch: presence.epoch, now: now)
         }
+    }
+
+    /// Our own topic: this connection is alive, so it must say so. A cleared record, a late will (of this
+    /// or an older connection) or an older retained record is overwritten at once. A newer epoch may be
+    /// another process of ours, left alone while it proves itself with heartbeats; one that does not
+    /// within the silence bound of our own interval is a forgery, overwritten then (``expireSilent(now:)``).
+    private mutating func onOwnPresence(_ presence: Wire.Presence?, now: ContinuousClock.Instant) -> PresenceAction {
+        guard !isClosed else { return .none }
+        guard let presence, presence.epoch >= myEpoch, presence.epoch > myEpoch || presence.status == .online else {
+            return .republishOwn
+        }
+        if presence.epoch > myEpoch, presence.status == .online {
+            let me = self.me
+            modifyGroup { group in
+                if group.connections[me]?.challenger?.epoch != presence.epoch {
+                    group.connections[me]?.challenger = Challenger(epoch: presence.epoch, interval: presence.interval, lastHeard: now)
+                }
+            }
+        }
+        return .none
     }
 
     /// A heartbeat of `participant`: its connection `epoch` is alive, and sends one every `interval` ms.
     mutating func onHeartbeat(
         _ participant: String, _ heartbeat: Wire.Heartbeat, wallNow: Int64, now: ContinuousClock.Instant
     ) -> PresenceAction {
-        guard Self.isPlausible(epoch: heartbeat.epoch, now: wallNow), heartbeat.interval > 0 else { return .rejected }
-        guard participant != me else { return .none }
-        return heard(participant, epoch: heartbeat.epoch, interval: heartbeat.interval, now: now)
+        guard Self.isPlausible(epoch: heartbeat.epoch, now: wallNow) else { return .rejected }
+        guard participant != me else {
+            // Another process of ours proves itself: leave its presence alone.
+            let me = self.me
+            modifyGroup { group in
+                if group.connections[me]?.challenger?.epoch == heartbeat.epoch { group.connections[me]?.challenger?.heartbeats += 1 }
+            }
+            return .none
+        }
+        return heard(participant, epoch: heartbeat.epoch, interval: heartbeat.interval, byHeartbeat: true, now: now)
     }
 
-    /// `participant`'s connection `epoch` is alive. An older epoch than the current one is a stale
-    /// process (or the current one is forged): it takes over only once the current one falls silent.
-    private mutating func heard(_ participant: String, epoch: Int64, interval: Int64?, now: ContinuousClock.Instant) -> PresenceAction {
+    /// `participant`'s connection `epoch` is alive (`byHeartbeat`: its own traffic says so; otherwise a
+    /// presence record, which anyone could have published without the ACL).
+    ///
+    /// - The current epoch is refreshed.
+    /// - A silent current connection gives way to any epoch.
+    /// - A newer epoch takes over a connection that is not confirmed by its heartbeats (or sends none);
+    ///   a confirmed one it only challenges, and takes over once it sent two heartbeats or the current
+    ///   one is gone: a single forged record never hides a live participant.
+    /// - An older epoch is a stale process, ignored — unless its heartbeat answers a newer epoch that never
+    ///   sent one (a presence record only, possibly forged): the connection that proves itself wins.
+    private mutating func heard(
+        _ participant: String, epoch: Int64, interval: Int64?, byHeartbeat: Bool, now: ContinuousClock.Instant
+    ) -> PresenceAction {
         modifyGroup { group in
-            let current = group.connections[participant]
-            if let current, epoch < current.epoch, !current.isSilent(at: now) { return .none }
-            group.connections[participant] = Connection(epoch: epoch, lastHeard: now, interval: interval)
-            return current?.epoch == epoch ? .none : .changed(participant: participant, epoch: epoch)
+            guard var current = group.connections[participant], !current.isSilent(at: now) else {
+                let previous = group.connections[participant]
+                let confirmed = byHeartbeat || (previous?.epoch == epoch && previous?.confirmed == true)
+                group.connections[participant] = Connection(epoch: epoch, lastHeard: now, interval: interval, confirmed: confirmed)
+                return previous?.epoch == epoch ? .none : .changed(participant: participant, epoch: epoch)
+            }
+            if epoch == current.epoch {
+                current.lastHeard = now
+                if byHeartbeat || interval != nil { current.interval = interval }
+                current.confirmed = current.confirmed || byHeartbeat
+                group.connections[participant] = current
+                return .none
+            }
+            if epoch > current.epoch, current.confirmed, current.interval != nil {
+                var challenger =
+                    current.challenger?.epoch == epoch ? current.challenger! : Challenger(epoch: epoch, interval: interval, lastHeard: now)
+                challenger.lastHeard = now
+                if byHeartbeat || interval != nil { challenger.interval = interval }
+                if byHeartbeat { challenger.heartbeats += 1 }
+                guard challenger.heartbeats >= 2 else {
+                    if current.challenger == nil || current.challenger!.epoch <= epoch { current.challenger = challenger }
+                    group.connections[participant] = current
+                    return .none
+                }
+                group.connections[participant] = challenger.connection
+                return .changed(participant: participant, epoch: epoch)
+            }
+            if epoch < current.epoch, !(byHeartbeat && !current.confirmed) { return .none }
+            group.connections[participant] = Connection(epoch: epoch, lastHeard: now, interval: interval, confirmed: byHeartbeat)
+            return .changed(participant: participant, epoch: epoch)
+        } ?? .none
+    }
+
+    /// A will of `participant`'s connection `epoch`: that connection is gone (its challenger, if any, takes
+    /// its place); a will of any other connection changes nothing.
+    private mutating func lost(_ participant: String, epoch: Int64, now: ContinuousClock.Instant) -> PresenceAction {
+        modifyGroup { group in
+            guard let current = group.connections[participant] else { return .none }
+            if current.challenger?.epoch == epoch {
+                group.connections[participant]?.challenger = nil
+                return .none
+            }
+            guard current.epoch == epoch else { return .none }
+            return group.replaceGone(participant)
         } ?? .none
     }
 
@@ -191,14 +296,33 @@ struct CoordinatorStateMachine {
 
     /// A participant not heard of for three of its own heartbeat intervals is gone (frozen, or cut off)
     /// even before the broker's keepalive check publishes its will; it comes back with its next
-    /// heartbeat. Returns the participants that are gone, sorted.
-    mutating func expireSilent(now: ContinuousClock.Instant) -> [String] {
+    /// heartbeat. A newer epoch that challenged it takes its place. Returns what changed, sorted by
+    /// participant, and whether our own presence must be published again: a newer epoch of ours that did
+    /// not prove itself with heartbeats within our own silence bound is no other process of ours.
+    mutating func expireSilent(now: ContinuousClock.Instant, ownInterval: Int64?) -> (changes: [PresenceAction], republishOwn: Bool) {
         let me = self.me
         return modifyGroup { group in
-            let silent = group.connections.filter { $0.key != me && $0.value.isSilent(at: now) }.keys.sorted()
-            for participant in silent { group.connections[participant] = nil }
-            return silent
-        } ?? []
+            var changes: [PresenceAction] = []
+            for participant in group.connections.keys.sorted() where participant != me {
+                let connection = group.connections[participant]!
+                if connection.isSilent(at: now) {
+                    changes.append(group.replaceGone(participant))
+                } else if let challenger = connection.challenger,
+                    now - challenger.lastHeard > Connection.silence(interval: challenger.interval ?? connection.interval ?? 2_500)
+                {
+                    // A challenger that fell silent (or never sent anything but its record) is forgotten.
+                    group.connections[participant]?.challenger = nil
+                }
+            }
+            var republishOwn = false
+            if let challenger = group.connections[me]?.challenger, challenger.heartbeats == 0,
+                now - challenger.lastHeard > Connection.silence(interval: ownInterval ?? challenger.interval ?? 2_500)
+            {
+                group.connections[me]?.challenger = nil
+                republishOwn = true
+            }
+            return (changes.filter { $0 != .none }, republishOwn)
+        } ?? ([], false)
     }
 
     /// Whether we welcome `newcomer` (a new connection of it just came online) on a broker without
@@ -243,6 +367,20 @@ struct CoordinatorStateMachine {
             Identifier.isValid(announcement.activity.type)
         else { return .rejected }
         return modifyGroup { group in
+            let type = announcement.activity.type
+            let fromCreator = publisher == announcement.createdBy
+            let listeners = group.listeners.filter { $0.wants(type) }.map(\.inbox)
+            if let session = group.sessions[sessionID], type != session.activityType || announcement.ttl != session.ttl {
+                // Only the creator chooses the kind of activity and the lifetime. Its own copy decides what
+                // the session is when the session was taken from someone else's copy; any other copy that
+                // disagrees is rejected (it changes nothing, not even the clock).
+                guard fromCreator, !session.typeFromCreator else { return .rejected }
+                if announcement.ended != true {
+                    group.sessions[sessionID] = Announced(
+                        activityType: type, ttl: announcement.ttl, copies: [publisher: expiresAt], typeFromCreator: true)
+                    return .retyped(listeners: listeners, presence: group.online)
+                }
+            }
             if announcement.ended == true {
                 let live = group.sessions.removeValue(forKey: sessionID)
                 var ended = group.ended[sessionID] ?? Ended(expiresAt: expiresAt, copies: [])
@@ -258,20 +396,13 @@ struct CoordinatorStateMachine {
                 group.ended[sessionID]?.copies.insert(publisher)
                 return .none
             }
-            let type = announcement.activity.type
-            let fromCreator = publisher == announcement.createdBy
-            let listeners = group.listeners.filter { $0.wants(type) }.map(\.inbox)
             guard var session = group.sessions[sessionID] else {
-                group.sessions[sessionID] = Announced(activityType: type, copies: [publisher: expiresAt], typeFromCreator: fromCreator)
+                group.sessions[sessionID] = Announced(
+                    activityType: type, ttl: announcement.ttl, copies: [publisher: expiresAt], typeFromCreator: fromCreator)
                 return .new(listeners: listeners, presence: group.online)
             }
-            if type != session.activityType && fromCreator && !session.typeFromCreator {
-                // A foreign copy was read first: the creator's own copy decides what the session is.
-                group.sessions[sessionID] = Announced(activityType: type, copies: [publisher: expiresAt], typeFromCreator: true)
-                return .retyped(listeners: listeners, presence: group.online)
-            }
             session.copies[publisher] = expiresAt
-            session.typeFromCreator = session.typeFromCreator || (fromCreator && type == session.activityType)
+            session.typeFromCreator = session.typeFromCreator || fromCreator
             group.sessions[sessionID] = session
             return .changed
         } ?? .none

@@ -106,7 +106,8 @@ extension GroupCoordinator {
     /// Our heartbeat interval (ms): keepalive / 2, so that a frozen participant is dropped within 1.5 ×
     /// keepalive of its last heartbeat; nil without heartbeats.
     var heartbeatInterval: Int64? {
-        configuration.presenceHeartbeats ? Int64(configuration.mqtt.keepAlive) * 500 : nil
+        // Within the interval's range (PROTOCOL.md): a keepalive above MQTT's 65,535 s is not one.
+        configuration.presenceHeartbeats ? Int64(min(max(configuration.mqtt.keepAlive, 1), 65_535)) * 500 : nil
     }
 
     /// Sends a heartbeat every interval and drops participants silent for three of their own intervals,
@@ -128,7 +129,9 @@ extension GroupCoordinator {
                 while !Task.isCancelled {
                     try? await Task.sleep(for: .milliseconds(250))
                     guard client.isConnected else { continue }
-                    forwardPresence(state.withLock { $0.machine.expireSilent(now: .now) }.map { ($0, nil) })
+                    let (changes, republishOwn) = state.withLock { $0.machine.expireSilent(now: .now, ownInterval: heartbeatInterval) }
+                    for change in changes { perform(change) }
+                    if republishOwn { perform(.republishOwn) }
                 }
             })
     }

@@ -77,7 +77,8 @@ extension GroupCoordinator {
         let now = configuration.clock.milliseconds()
         let announcement = Wire.Announcement(
             session: sessionID, activity: activity, createdBy: localParticipant.id, createdAt: now,
-            revision: hlc.withLock { $0.tick(now: now) }, ttl: max(timeToLive.components.seconds, 1))
+            revision: hlc.withLock { $0.tick(now: now) },
+            ttl: min(max(timeToLive.components.seconds, Wire.Bounds.ttl.lowerBound), Wire.Bounds.ttl.upperBound))
         try await retained.publish(
             topics.announcement(sessionID, by: localParticipant.id), try Wire.encode(announcement), lifetime: announcement.lifetime)
         return sessionID

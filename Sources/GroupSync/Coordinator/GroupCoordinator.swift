@@ -221,7 +221,9 @@ public final class GroupCoordinator: Sendable {
     var sessionContext: SessionContext {
         SessionContext(
             client: client, topics: topics, me: localParticipant, epoch: epoch, clock: configuration.clock, hlc: hlc,
-            outbox: configuration.outbox, catchUpTimeout: configuration.catchUpTimeout, onRejected: configuration.onRejected,
+            outbox: configuration.outbox, catchUpTimeout: configuration.catchUpTimeout,
+            positionInterval: .milliseconds(heartbeatInterval ?? Int64(min(max(configuration.mqtt.keepAlive, 1), 65_535)) * 500),
+            onRejected: configuration.onRejected,
             retained: retained, tasks: tasks, report: { [weak self] core, event in self?.onSessionEvent(core, event) })
     }
 }

@@ -71,6 +71,11 @@ final class RetainedRecords: Sendable {
         owned.withLock { $0.records[topic] != nil }
     }
 
+    /// The payload of the record on `topic` while we keep it (nil when we do not).
+    func keptPayload(of topic: String) -> Data? {
+        owned.withLock { $0.records[topic].flatMap { $0.refreshing ? $0.payload : nil } }
+    }
+
     /// Whether we own the record on `topic` and keep refreshing it.
     func keeps(_ topic: String) -> Bool {
         owned.withLock { $0.records[topic]?.refreshing == true }

@@ -107,7 +107,7 @@ public struct GroupMessages<Message: Codable & Sendable>: AsyncSequence, Sendabl
                 if let message = Self.decode(inbound) {
                     return (message, .init(source: inbound.sender))
                 }
-                core.reject()
+                core.rejectBody(of: inbound)
             }
             return nil
         }

@@ -3,12 +3,34 @@
 /// numbered *and* handed to the connection, so that each stream's wire order is its `seq` order. Kept
 /// for the life of the coordinator, across leaving and joining the session again, so that numbers never
 /// restart within a connection epoch.
+///
+/// It also says when to state the streams' position: a receiver whose broker dropped the tail of a burst
+/// (a queue overflow, with the receiver still connected) sees no later message that would show the gap,
+/// so after each burst of reliable messages the sender states its position twice — one `interval` and
+/// three `interval`s after the last message — and then nothing until the next one.
 struct MessageNumbering {
     var outbox: OutboxStateMachine
     private var unreliable: Int64 = 0
+    /// How long after the last reliable message the position is first stated.
+    let positionInterval: Duration
+    /// When the position is stated next, ascending; empty while nothing was sent since it was last stated.
+    private var positionDue: [ContinuousClock.Instant] = []
 
-    init(outbox: OutboxStateMachine.Configuration = .init()) {
+    init(outbox: OutboxStateMachine.Configuration = .init(), positionInterval: Duration = .milliseconds(2_500)) {
         self.outbox = OutboxStateMachine(configuration: outbox)
+        self.positionInterval = positionInterval
+    }
+
+    /// A reliable message was numbered at `now`: the position is stated after the quiet spell that follows.
+    mutating func numberedReliable(at now: ContinuousClock.Instant) {
+        positionDue = [now + positionInterval, now + positionInterval * 3]
+    }
+
+    /// Whether the position is due at `now` (then it is not due again until its next time).
+    mutating func isPositionDue(at now: ContinuousClock.Instant) -> Bool {
+        guard let first = positionDue.first, first <= now else { return false }
+        positionDue.removeAll { $0 <= now }
+        return true
     }
 
     mutating func nextUnreliable() -> Int64 {

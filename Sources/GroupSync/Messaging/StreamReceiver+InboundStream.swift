@@ -37,13 +37,20 @@ extension StreamReceiver {
         private(set) var held: [Int64: Message] = [:]
         /// Nil when nothing known is missing.
         private(set) var request: Pending?
+        /// The sender's latest seq as it stated it (`$position`): what it vouches for. Held messages
+        /// beyond a stated position are forged; a flush never moves the cursor beyond it.
+        private(set) var stated: Int64 = 0
+        /// Seqs beyond the cursor already given out by a ``flush(_:)`` (the sender was lost and the
+        /// sender had not vouched for them): a copy of one is a duplicate, and the cursor passes over
+        /// them. At most ``Configuration/maximumHeld``.
+        private(set) var deliveredAhead: Set<Int64> = []
 
         mutating func receive(_ message: Message, seq: Int64, now: Int64, _ configuration: Configuration, _ output: inout Output) {
             guard seq >= 1, seq <= Reliable.maximumSeq else {
                 output.rejected += 1
                 return
             }
-            guard held[seq] == nil else { return }
+            guard held[seq] == nil, !deliveredAhead.contains(seq) else { return }
             guard let cursor else {
                 if seq == 1 {
                     output.items.append(.message(seq, message))
@@ -97,12 +104,23 @@ extension StreamReceiver {
             }
         }
 
-        /// The sender's latest seq in this stream is `latest`.
+        /// The sender's latest seq in this stream is `latest`: held messages beyond it are forged (dropped
+        /// and counted), and what is missing up to it is asked for.
         mutating func position(_ latest: Int64, now: Int64, _ configuration: Configuration, _ output: inout Output) {
             guard latest >= 0, latest <= Reliable.maximumSeq else {
                 output.rejected += 1
                 return
             }
+            if let cursor, latest - cursor > configuration.sequenceWindow {
+                output.rejected += 1
+                return
+            }
+            stated = max(stated, latest)
+            let forged = held.keys.filter { $0 > latest }
+            for seq in forged { held[seq] = nil }
+            output.rejected += forged.count
+            // A request beyond the sender's latest (for a forged seq) goes again, within it.
+            if let through = request?.through, through > latest { request = nil }
             guard let cursor else {
                 guard latest >= 1 else { return }
                 if let request, request.through < latest {
@@ -116,11 +134,7 @@ extension StreamReceiver {
                 }
                 return
             }
-            guard latest > cursor, held[latest] == nil else { return }
-            guard latest - cursor <= configuration.sequenceWindow else {
-                output.rejected += 1
-                return
-            }
+            guard latest > cursor, held[latest] == nil, !deliveredAhead.contains(latest) else { return }
             ask(through: latest, now: now, configuration, &output)
         }
 
@@ -159,11 +173,20 @@ extension StreamReceiver {
             }
         }
 
-        /// Gives up on what is missing: ``finish(_:)``, then the cursor stands after everything given out.
+        /// Gives up on what is missing (the sender is lost): ``finish(_:)``. The cursor moves after what
+        /// was given out only as far as the sender vouched for (its stated position); what was given out
+        /// beyond is remembered, so that a copy of it is a duplicate while the sender's later messages —
+        /// should it turn out alive — still come through: a forged seq far ahead never silences it.
         mutating func flush(_ output: inout Output) {
             finish(&output)
             let highest = max(held.keys.max() ?? 0, request?.through ?? 0)
-            if let cursor { self.cursor = max(cursor, highest) } else if highest > 0 { self.cursor = highest }
+            let settled = min(highest, max(cursor ?? 0, stated))
+            if let cursor {
+                self.cursor = max(cursor, settled)
+            } else if settled > 0 {
+                cursor = settled
+            }
+            for seq in held.keys where seq > (cursor ?? 0) { deliveredAhead.insert(seq) }
             held = [:]
             request = nil
         }
@@ -223,10 +246,15 @@ extension StreamReceiver {
         /// is missing.
         private mutating func deliverContiguous(_ output: inout Output) {
             guard var cursor else { return }
-            while let message = held.removeValue(forKey: cursor + 1) {
+            while true {
+                if let message = held.removeValue(forKey: cursor + 1) {
+                    output.items.append(.message(cursor + 1, message))
+                } else if deliveredAhead.remove(cursor + 1) == nil {
+                    break
+                }
                 cursor += 1
-                output.items.append(.message(cursor, message))
             }
+            if !deliveredAhead.isEmpty { deliveredAhead = deliveredAhead.filter { $0 > cursor } }
             self.cursor = cursor
             if let request, request.through <= cursor { self.request = nil }
         }

@@ -29,6 +29,8 @@ struct SessionContext: Sendable {
     /// The bounds of each session's outbox.
     let outbox: OutboxStateMachine.Configuration
     let catchUpTimeout: Duration
+    /// How long after our last reliable message we state our streams' position (the heartbeat interval).
+    let positionInterval: Duration
     let onRejected: (@Sendable (_ topic: String, _ payloadSize: Int) -> Void)?
     let retained: RetainedRecords
     let tasks: BackgroundTasks

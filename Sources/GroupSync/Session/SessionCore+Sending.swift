@@ -39,6 +39,7 @@ extension SessionCore {
         let client = context.client
         let epoch = context.epoch
         return try numbering.withLock { numbering throws(GroupSyncError) -> [MQTTClient.PublishTicket] in
+            if reliable { numbering.numberedReliable(at: .now) }
             var tickets: [MQTTClient.PublishTicket] = []
             tickets.reserveCapacity(destinations.count)
             do throws(GroupSyncError) {

@@ -41,7 +41,7 @@ final class SessionCore: Sendable {
         context: SessionContext, announcement: Wire.Announcement, publisher: String, presence: [String: Int64],
         numbering: LockedValue<MessageNumbering>? = nil
     ) {
-        self.numbering = numbering ?? LockedValue(MessageNumbering(outbox: context.outbox))
+        self.numbering = numbering ?? LockedValue(MessageNumbering(outbox: context.outbox, positionInterval: context.positionInterval))
         self.id = announcement.session
         self.activityType = announcement.activity.type
         self.context = context
@@ -111,7 +111,13 @@ final class SessionCore: Sendable {
     }
 
     func onPresence(_ participant: String, epoch: Int64?) {
-        applyReceiving { $0.onPresence(participant, epoch: epoch) }
+        let now = context.clock.milliseconds()
+        // A member record held back for this epoch may take effect: the mark comes first, as for any
+        // member seen (no message of ours falls between the two: the network thread sends none).
+        if let epoch, machine.withLock({ $0.heldMembers[participant] == epoch }) {
+            numbering.withLock { $0.outbox.memberSeen(participant, epoch: epoch) }
+        }
+        applyReceiving { $0.onPresence(participant, epoch: epoch, now: now) }
     }
 
     /// A copy of the announcement by `publisher`. When it is newer than ours, ours is updated too, so
@@ -147,6 +153,7 @@ final class SessionCore: Sendable {
         case let .member(session, participant) where session == id:
             let now = context.clock.milliseconds()
             if message.payload.isEmpty {
+                if participant == me { return restoreOwnMemberRecord() }
                 numbering.withLock { $0.outbox.memberLeft(participant) }
                 catchUpTo = applyReceiving { $0.onMember(participant, nil, retained: message.retain, now: now) }.catchUpTo
             } else if let record = Wire.decode(Wire.Member.self, from: message.payload), record.matches(participant: participant) {
@@ -154,11 +161,16 @@ final class SessionCore: Sendable {
                     if record.epoch == context.epoch {
                         let retainAvailable = context.client.retainAvailable
                         apply { $0.onBarrierPassed(retainAvailable: retainAvailable) }
+                    } else {
+                        restoreOwnMemberRecord()
                     }
                     return
                 }
-                // Owed what we send from now on (the mark is taken before the machine sees the member).
-                numbering.withLock { $0.outbox.memberSeen(participant, epoch: record.epoch) }
+                // Owed what we send from now on (the mark is taken before the machine sees the member),
+                // if the record takes effect: a record held back or rejected moves no mark.
+                if machine.withLock({ $0.admitsMember(participant, epoch: record.epoch, now: now) }) {
+                    numbering.withLock { $0.outbox.memberSeen(participant, epoch: record.epoch) }
+                }
                 catchUpTo = applyReceiving { $0.onMember(participant, record, retained: message.retain, now: now) }.catchUpTo
             } else {
                 return reject()
@@ -263,6 +275,16 @@ final class SessionCore: Sendable {
         }
     }
 
+    /// Network thread: our member record was overwritten or cleared by someone else (only possible
+    /// without the ACL) while we keep it: publish it again, so that nobody — a newcomer reading the
+    /// retained record included — takes us for gone.
+    private func restoreOwnMemberRecord() {
+        let topic = topics.member(id, me)
+        guard isJoined, let payload = context.retained.keptPayload(of: topic) else { return }
+        let (retained, lifetime) = (context.retained, lifetime)
+        context.tasks.spawn { try? await retained.publish(topic, payload, lifetime: lifetime) }
+    }
+
     /// Our connection is back: our position to everyone (a receiver behind it asks for the rest), and
     /// from every member what follows what we have of it.
     func onReconnected() {
@@ -273,11 +295,17 @@ final class SessionCore: Sendable {
         applyReceiving { $0.onReconnected(now: now) }
     }
 
-    /// Time passes: requests still unanswered are sent again.
+    /// Time passes: requests still unanswered are sent again, and after a quiet spell following our last
+    /// reliable message we state our streams' position, so that a receiver that lost their tail (a
+    /// broker's queue overflowed) asks for it.
     func tick() {
         guard isJoined else { return }
         let now = context.clock.milliseconds()
         applyReceiving { $0.onTick(now: now) }
+        let position = numbering.withLock { numbering in
+            numbering.isPositionDue(at: .now) ? numbering.outbox.position : nil
+        }
+        if let position { sendControl(.position, Wire.Position(position), to: nil) }
     }
 
     /// Network thread, at the end of each burst: shows the newest of the values held during it. Values
@@ -288,5 +316,15 @@ final class SessionCore: Sendable {
 
     func reject() {
         machine.withLock { $0.onRejected() }
+    }
+
+    /// A message handed to a consumer whose body did not decode as the consumer's type: counted and
+    /// reported like every rejected message (the consumer's task, never the network thread).
+    func rejectBody(of message: SessionStateMachine.InboundMessage) {
+        reject()
+        guard let onRejected = context.onRejected else { return }
+        let topic =
+            message.direct ? topics.direct(id, to: me, from: message.sender.id) : topics.broadcast(id, from: message.sender.id)
+        onRejected(topic, message.payload.count)
     }
 }

@@ -12,6 +12,8 @@ struct SessionStateMachine {
         /// Where the envelope's body is in `payload`.
         var body: Range<Int>
         var sender: Participant
+        /// Read on our direct topic (not the sender's broadcast topic).
+        var direct: Bool
     }
 
     /// What the session's inboxes receive: each sequence takes its own kind.
@@ -79,6 +81,8 @@ struct SessionStateMachine {
         var clocks: [HLCTimestamp] = []
         /// `$resend` requests to send.
         var resend: [StreamReceiver<InboundMessage>.Request] = []
+        /// A member record held back took effect: the member is owed what we send from now on.
+        var memberAdopted: (participant: String, epoch: Int64)?
 
         /// Hands updates over. An inbox never runs consumer code, so this may run under the session's
         /// lock — which keeps every sequence in the machine's order.
@@ -102,6 +106,10 @@ struct SessionStateMachine {
     private(set) var announcers: Set<String>
     /// Joined participants and the connection epoch they joined with.
     private(set) var members: [String: Int64] = [:]
+    /// Member records held back: an active member's record of another epoch than its live connection's
+    /// (a forgery, or a new process whose presence has not come yet). It counts once the participant's
+    /// connection has that epoch.
+    private(set) var heldMembers: [String: Int64] = [:]
     /// Live connections: participant → epoch of its online presence.
     private(set) var presence: [String: Int64]
     /// The winning record per key.
@@ -229,10 +237,25 @@ struct SessionStateMachine {
 
     // MARK: - Inputs from the wire
 
+    /// Whether a member record of `participant` with `epoch` would take effect: plausible at `now`, and
+    /// not replacing the record of an active member with another epoch than its live connection's.
+    func admitsMember(_ participant: String, epoch: Int64, now: Int64) -> Bool {
+        guard participant != me, CoordinatorStateMachine.isPlausible(epoch: epoch, now: now) else { return false }
+        return !displacesActiveMember(participant, epoch: epoch)
+    }
+
+    private func displacesActiveMember(_ participant: String, epoch: Int64) -> Bool {
+        members[participant] != epoch && active.contains(Participant(id: participant)) && presence[participant] != epoch
+    }
+
     /// A member record (`nil`: cleared, the participant left), read at wall-clock time `now` (ms).
     /// `retained`: a stored copy replayed by the broker, not a live join — only a live join makes someone
     /// send a catch-up. A member's reliable messages are followed from its record on, and forgotten when
     /// it leaves (what is held of them comes out, with the gaps).
+    ///
+    /// A record that would replace an active member's epoch with another than its live connection's is
+    /// held back until the connection has that epoch: a record alone (possibly forged) never makes an
+    /// active participant inactive.
     mutating func onMember(_ participant: String, _ record: Wire.Member?, retained: Bool, now: Int64) -> Action {
         var action = Action()
         guard participant != me else { return action }
@@ -241,9 +264,13 @@ struct SessionStateMachine {
                 rejected += 1
                 return action
             }
+            guard !displacesActiveMember(participant, epoch: record.epoch) else {
+                heldMembers[participant] = record.epoch
+                return action
+            }
+            heldMembers[participant] = nil
             guard members[participant] != record.epoch else { return action }
-            members[participant] = record.epoch
-            receive(into: &action) { $0.senderSeen(participant, epoch: record.epoch, now: now) }
+            adoptMember(participant, epoch: record.epoch, now: now, into: &action)
             if presence[participant] == nil && !retained {
                 // A live join proves the connection is alive even when presence was not retained.
                 presence[participant] = record.epoch
@@ -252,6 +279,7 @@ struct SessionStateMachine {
                 action.catchUpTo = participant
             }
         } else {
+            heldMembers[participant] = nil
             guard members.removeValue(forKey: participant) != nil else { return action }
             receive(into: &action) { $0.senderGone(participant) }
         }
@@ -259,13 +287,24 @@ struct SessionStateMachine {
         return action
     }
 
+    private mutating func adoptMember(_ participant: String, epoch: Int64, now: Int64, into action: inout Action) {
+        members[participant] = epoch
+        receive(into: &action) { $0.senderSeen(participant, epoch: epoch, now: now) }
+    }
+
     /// The group's presence changed: `epoch` of the live connection, or nil when it is gone. A gone
-    /// sender can re-send nothing: what is held of its messages comes out, with the gaps.
-    mutating func onPresence(_ participant: String, epoch: Int64?) -> Action {
+    /// sender can re-send nothing: what is held of its messages comes out, with the gaps. A member record
+    /// held back for this epoch takes effect now.
+    mutating func onPresence(_ participant: String, epoch: Int64?, now: Int64) -> Action {
         var action = Action()
         guard participant != me, presence[participant] != epoch else { return action }
         presence[participant] = epoch
         if epoch == nil { receive(into: &action) { $0.senderLost(participant) } }
+        if let epoch, heldMembers[participant] == epoch {
+            heldMembers[participant] = nil
+            adoptMember(participant, epoch: epoch, now: now, into: &action)
+            action.memberAdopted = (participant, epoch)
+        }
         updateActive(participant, into: &action)
         return action
     }
@@ -351,7 +390,8 @@ struct SessionStateMachine {
             rejected += 1
             return action
         }
-        let message = InboundMessage(type: header.type, payload: payload, body: envelope.body, sender: Participant(id: sender))
+        let message = InboundMessage(
+            type: header.type, payload: payload, body: envelope.body, sender: Participant(id: sender), direct: direct)
         guard header.reliable else {
             deliver(message, into: &action)
             return action
@@ -436,15 +476,15 @@ struct SessionStateMachine {
     }
 
     /// A copy of the announcement by `publisher`; a newer revision is an activity change. The session's
-    /// kind of activity never changes: one that does is rejected.
+    /// kind of activity and its `ttl` never change: a copy that changes either is rejected.
     mutating func onAnnouncement(_ new: Wire.Announcement, from publisher: String) -> Action {
         var action = Action()
-        announcers.insert(publisher)
-        guard new.revision > announcement.revision else { return action }
-        guard new.activity.type == announcement.activity.type else {
+        guard new.activity.type == announcement.activity.type, new.ttl == announcement.ttl else {
             rejected += 1
             return action
         }
+        announcers.insert(publisher)
+        guard new.revision > announcement.revision else { return action }
         announcement = new
         listeners.forEach { _, listener in
             if listener.kind == .activity { action.deliveries.append((listener.inbox, .activity(new.activity.data))) }
