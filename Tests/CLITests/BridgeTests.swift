@@ -455,6 +455,132 @@ import Testing
         }
     }
 
+    /// Every message the bridge's participant rejects is a `rejected` event with its topic and size, always
+    /// (`GROUPSYNC_LOG_REJECTED` still logs it on stderr as well): a malformed payload on the session's
+    /// broadcast topic, reported by both bridges, and a `BridgeMessage` from a member whose body does not
+    /// decode, reported by its recipient.
+    @Test func rejectedMessagesAreEvents() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = broker.unique("rejected")
+            let alice = try BridgeProcess("alice", broker: broker.url, group: group)
+            let bob = try BridgeProcess("bob", broker: broker.url, group: group, environment: ["GROUPSYNC_LOG_REJECTED": "1"])
+            let session = try #require(try await alice.request("start", #""activity":"\#(Self.activity)""#)["session"]?.string)
+            _ = try await bob.request("join", #""session":"\#(session)""#)
+            let mallory = try await Self.rawClient(broker)
+
+            let malformed = "groupsync/v2/\(group)/s/\(session)/all/mallory"
+            try await mallory.publish(to: malformed, string: "not json")
+            for bridge in [alice, bob] {
+                let rejected = try await bridge.event("the rejection of \(malformed)") {
+                    $0["event"] == "rejected" && $0["topic"] == .string(malformed)
+                }
+                #expect(rejected == ["event": .string("rejected"), "topic": .string(malformed), "size": .int(8)])
+            }
+            try await waitUntil("bob's log of it (stderr: \(bob.cli.errors.suffix(3)))") {
+                bob.cli.errors.contains("groupsync: rejected 8 bytes on \(malformed)")
+            }
+            if ProcessInfo.processInfo.environment["GROUPSYNC_LOG_REJECTED"] == nil {
+                #expect(!alice.cli.errors.contains { $0.contains("rejected") }, "no log without the variable: \(alice.cli.errors)")
+            }
+
+            // In alice's name and epoch, well-formed but for its body: rejected when bob's bridge decodes it.
+            let epoch = try await Self.memberEpoch(of: "alice", group: group, session: session, mallory)
+            let direct = "groupsync/v2/\(group)/s/\(session)/to/bob/alice"
+            let undecodable = #"{"body":{"text":"no value"},"epoch":\#(epoch),"reliable":false,"seq":1,"type":"BridgeMessage","v":2}"#
+            try await mallory.publish(to: direct, string: undecodable, qos: .atMostOnce)
+            let rejected = try await bob.event("the rejection of the undecodable body") {
+                $0["event"] == "rejected" && $0["topic"] == .string(direct)
+            }
+            #expect(rejected["size"] == .int(Int64(undecodable.utf8.count)))
+            #expect(!bob.events.contains { $0["event"] == "message" }, "nothing delivered")
+            await mallory.disconnect()
+
+            for bridge in [alice, bob] {
+                bridge.cli.closeInput()
+                #expect(try await bridge.cli.wait() == 0)
+                #expect(bridge.unparsedLines.isEmpty, "stdout holds only JSON events: \(bridge.unparsedLines)")
+            }
+        }
+    }
+
+    /// Reliable messages that will never arrive are a `gap` event in their place. alice's bridge sends bob
+    /// three messages to everyone and one to him alone; then a `$skip` in alice's name and member epoch,
+    /// on bob's direct topic — what her process sends once a broker lost messages that have left her
+    /// outbox — says the next two of each stream are lost for good. bob's bridge reports both gaps, and
+    /// alice's next broadcasts, seqs 4 and 5 (the gap's), are passed over: her sixth follows the gap.
+    @Test func lostMessagesAreGapEvents() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = broker.unique("gaps")
+            let alice = try BridgeProcess("alice", broker: broker.url, group: group)
+            let bob = try BridgeProcess("bob", broker: broker.url, group: group)
+            let session = try #require(try await alice.request("start", #""activity":"\#(Self.activity)""#)["session"]?.string)
+            _ = try await bob.request("join", #""session":"\#(session)""#)
+            _ = try await alice.event("participants alice, bob") {
+                $0["event"] == "participants" && $0["participants"] == names("alice", "bob")
+            }
+            for n in 1...3 { _ = try await alice.request("send", #""value":{"n":\#(n)}"#) }
+            _ = try await alice.request("send", #""value":{"n":"direct"},"to":["bob"]"#)
+            @Sendable func received() -> [JSONValue] {
+                bob.events.filter { $0["event"] == "message" && $0["from"] == "alice" }.compactMap { $0["value"]?.object?["n"] }
+            }
+            try await waitUntil("bob has alice's four messages (has \(received()))") { received().count == 4 }
+
+            let mallory = try await Self.rawClient(broker)
+            let epoch = try await Self.memberEpoch(of: "alice", group: group, session: session, mallory)
+            let direct = "groupsync/v2/\(group)/s/\(session)/to/bob/alice"
+            for (stream, through, lost) in [("all", 5, "[4,5]"), ("direct", 3, "[2,3]")] {
+                let body = #"{"lost":[\#(lost)],"stream":"\#(stream)","through":\#(through)}"#
+                try await mallory.publish(to: direct, string: #"{"body":\#(body),"epoch":\#(epoch),"reliable":true,"type":"$skip","v":2}"#)
+            }
+            await mallory.disconnect()
+            for toEveryone in [true, false] {
+                let gap = try await bob.event("the gap of alice's \(toEveryone ? "broadcasts" : "direct messages")") {
+                    $0["event"] == "gap" && $0["to_everyone"] == .bool(toEveryone)
+                }
+                #expect(
+                    gap == [
+                        "event": .string("gap"), "session": .string(session), "from": .string("alice"), "count": .int(2),
+                        "to_everyone": .bool(toEveryone),
+                    ])
+            }
+
+            for n in 4...6 { _ = try await alice.request("send", #""value":{"n":\#(n)}"#) }
+            try await waitUntil("bob has alice's sixth message (has \(received()))") { received().contains(.int(6)) }
+            #expect(received().filter { $0 != .string("direct") } == [.int(1), .int(2), .int(3), .int(6)], "4 and 5 were the gap's")
+            let lines = bob.events
+            let gap = try #require(lines.firstIndex { $0["event"] == "gap" && $0["to_everyone"] == .bool(true) })
+            let sixth = try #require(lines.firstIndex { $0["event"] == "message" && $0["value"]?.object?["n"] == .int(6) })
+            #expect(gap < sixth)
+            #expect(!lines.contains { $0["event"] == "rejected" }, "the skips were well-formed")
+
+            for bridge in [alice, bob] {
+                bridge.cli.closeInput()
+                #expect(try await bridge.cli.wait() == 0)
+                #expect(bridge.unparsedLines.isEmpty, "stdout holds only JSON events: \(bridge.unparsedLines)")
+            }
+        }
+    }
+
+    /// A plain MQTT client, connected: what anyone without an ACL can publish.
+    private static func rawClient(_ broker: MosquittoBroker) async throws -> MQTTClient {
+        let client = try MQTTClient(configuration: .init(url: broker.url))
+        try await client.connect()
+        return client
+    }
+
+    /// The `epoch` of `participant`'s member record in `session`, read from the broker as any subscriber
+    /// can (the record is retained).
+    private static func memberEpoch(of participant: String, group: String, session: String, _ client: MQTTClient) async throws -> Int64 {
+        let topic = "groupsync/v2/\(group)/s/\(session)/member/\(participant)"
+        let subscription = try await client.subscribe(to: [TopicSubscription(topic)])
+        let records = Collector(subscription)
+        try await waitUntil("\(participant)'s member record") { !records.elements.isEmpty }
+        subscription.unsubscribe()
+        let record = try #require(Wire.decode(JSONValue.self, from: records.elements[0].payload)?.object)
+        guard case let .int(epoch)? = record["epoch"] else { throw MemberRecordWithoutEpoch(record: record) }
+        return epoch
+    }
+
     @Test func pythonSampleHostSucceeds() async throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let script = root.appendingPathComponent("Examples/bridge_host.py").path
@@ -549,6 +675,10 @@ struct ScratchDirectory {
     }
 
     func remove() { try? FileManager.default.removeItem(at: url) }
+}
+
+private struct MemberRecordWithoutEpoch: Error {
+    let record: [String: JSONValue]
 }
 
 private struct BridgeRequestFailed: Error, CustomStringConvertible {

@@ -35,9 +35,13 @@ import Testing
     // MARK: - Presence
 
     @Test func presenceFollowsTheLiveConnection() {
+        // Participants without heartbeats: a newer epoch takes over at once (see the forgery tests for
+        // those that send heartbeats).
         var machine = Machine(me: "alice", myEpoch: 10)
         func on(_ participant: String, _ presence: Wire.Presence?, at time: Duration = .zero) -> Machine.PresenceAction {
-            machine.onPresence(participant, presence, wallNow: Self.wall, now: Self.t0 + time)
+            var presence = presence
+            presence?.interval = nil
+            return machine.onPresence(participant, presence, wallNow: Self.wall, now: Self.t0 + time)
         }
         #expect(machine.online == ["alice": 10])
         #expect(on("bob", Self.presence("bob", epoch: 5)) == .changed(participant: "bob", epoch: 5))
@@ -113,16 +117,27 @@ import Testing
         #expect(machine.online["bob"] == 11)
     }
 
+    @Test func aSingleForgedHeartbeatNeverTakesAPlaceBeforeTheFirstRealOne() {
+        // bob's connection has not sent a heartbeat yet: a forged older or newer one changes nothing.
+        var machine = Machine(me: "alice", myEpoch: 10)
+        _ = machine.onPresence("bob", Self.presence("bob", epoch: 500), wallNow: Self.wall, now: Self.t0)
+        #expect(machine.onHeartbeat("bob", .init(epoch: 0, interval: 2_500), wallNow: Self.wall, now: Self.t0) == .none)
+        #expect(machine.onHeartbeat("bob", .init(epoch: 900, interval: 2_500), wallNow: Self.wall, now: Self.t0) == .none)
+        #expect(machine.onPresence("bob", Self.presence("bob", epoch: 901), wallNow: Self.wall, now: Self.t0) == .none)
+        #expect(machine.online["bob"] == 500)
+    }
+
     @Test func aConnectionKnownOnlyFromItsRecordGivesWayToOneThatSendsHeartbeats() {
         // A newcomer reads a forged retained record of bob with a newer epoch and no interval, which
         // would never fall silent: bob's next heartbeat takes his place back.
         var machine = Machine(me: "alice", myEpoch: 10)
         _ = machine.onPresence("bob", Self.presence("bob", epoch: 900, interval: nil), wallNow: Self.wall, now: Self.t0)
+        #expect(machine.onHeartbeat("bob", .init(epoch: 5, interval: 2_500), wallNow: Self.wall, now: Self.t0 + .seconds(1)) == .none)
         #expect(
-            machine.onHeartbeat("bob", .init(epoch: 5, interval: 2_500), wallNow: Self.wall, now: Self.t0 + .seconds(1))
-                == .changed(participant: "bob", epoch: 5))
+            machine.onHeartbeat("bob", .init(epoch: 5, interval: 2_500), wallNow: Self.wall, now: Self.t0 + .seconds(3))
+                == .changed(participant: "bob", epoch: 5), "its second heartbeat")
         #expect(
-            machine.onPresence("bob", Self.presence("bob", epoch: 900, interval: nil), wallNow: Self.wall, now: Self.t0 + .seconds(2))
+            machine.onPresence("bob", Self.presence("bob", epoch: 900, interval: nil), wallNow: Self.wall, now: Self.t0 + .seconds(4))
                 == .none, "the confirmed connection is only challenged from now on")
     }
 

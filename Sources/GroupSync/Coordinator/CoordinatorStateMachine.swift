@@ -51,7 +51,8 @@ struct CoordinatorStateMachine {
         var epoch: Int64
         /// When it was last heard of: its presence (retained or live) or a heartbeat.
         var lastHeard: ContinuousClock.Instant
-        /// Its heartbeat interval (ms) as it states it; nil when it sends none (never judged by silence).
+        /// Its heartbeat interval (ms): the largest it stated; nil when it sends none (never judged by
+        /// silence).
         var interval: Int64?
         /// A heartbeat of this epoch was heard: the connection proved itself with its own traffic, which a
         /// presence record (retained, possibly forged) alone does not.
@@ -230,13 +231,15 @@ struct CoordinatorStateMachine {
     /// `participant`'s connection `epoch` is alive (`byHeartbeat`: its own traffic says so; otherwise a
     /// presence record, which anyone could have published without the ACL).
     ///
-    /// - The current epoch is refreshed.
-    /// - A silent current connection gives way to any epoch.
-    /// - A newer epoch takes over a connection that is not confirmed by its heartbeats (or sends none);
-    ///   a confirmed one it only challenges, and takes over once it sent two heartbeats or the current
-    ///   one is gone: a single forged record never hides a live participant.
-    /// - An older epoch is a stale process, ignored — unless its heartbeat answers a newer epoch that never
-    ///   sent one (a presence record only, possibly forged): the connection that proves itself wins.
+    /// - The current epoch is refreshed; a silent current connection gives way to any epoch.
+    /// - A newer epoch takes the place of a connection that sends no heartbeats at once. One that does
+    ///   send them it only challenges: the challenger takes over once it sent two heartbeats, or when the
+    ///   current connection is gone (its will, or silence).
+    /// - An older epoch is a stale process, ignored — unless the current connection never sent a
+    ///   heartbeat (it is known from a record only, possibly forged): then the older one challenges it
+    ///   with its heartbeats, the same way.
+    ///
+    /// So a single forged record or heartbeat never takes a live participant's place.
     private mutating func heard(
         _ participant: String, epoch: Int64, interval: Int64?, byHeartbeat: Bool, now: ContinuousClock.Instant
     ) -> PresenceAction {
@@ -249,27 +252,29 @@ struct CoordinatorStateMachine {
             }
             if epoch == current.epoch {
                 current.lastHeard = now
-                if byHeartbeat || interval != nil { current.interval = interval }
+                // Judged by the largest interval this connection stated: a forged smaller one never makes
+                // a live participant flap.
+                if let interval { current.interval = max(current.interval ?? interval, interval) }
                 current.confirmed = current.confirmed || byHeartbeat
                 group.connections[participant] = current
                 return .none
             }
-            if epoch > current.epoch, current.confirmed, current.interval != nil {
-                var challenger =
-                    current.challenger?.epoch == epoch ? current.challenger! : Challenger(epoch: epoch, interval: interval, lastHeard: now)
-                challenger.lastHeard = now
-                if byHeartbeat || interval != nil { challenger.interval = interval }
-                if byHeartbeat { challenger.heartbeats += 1 }
-                guard challenger.heartbeats >= 2 else {
-                    if current.challenger == nil || current.challenger!.epoch <= epoch { current.challenger = challenger }
-                    group.connections[participant] = current
-                    return .none
-                }
-                group.connections[participant] = challenger.connection
+            if epoch > current.epoch, current.interval == nil {
+                group.connections[participant] = Connection(epoch: epoch, lastHeard: now, interval: interval, confirmed: byHeartbeat)
                 return .changed(participant: participant, epoch: epoch)
             }
-            if epoch < current.epoch, !(byHeartbeat && !current.confirmed) { return .none }
-            group.connections[participant] = Connection(epoch: epoch, lastHeard: now, interval: interval, confirmed: byHeartbeat)
+            if epoch < current.epoch, !byHeartbeat || current.confirmed { return .none }
+            var challenger =
+                current.challenger?.epoch == epoch ? current.challenger! : Challenger(epoch: epoch, interval: interval, lastHeard: now)
+            challenger.lastHeard = now
+            if let interval { challenger.interval = max(challenger.interval ?? interval, interval) }
+            if byHeartbeat { challenger.heartbeats += 1 }
+            guard challenger.heartbeats >= 2 else {
+                current.challenger = challenger
+                group.connections[participant] = current
+                return .none
+            }
+            group.connections[participant] = challenger.connection
             return .changed(participant: participant, epoch: epoch)
         } ?? .none
     }

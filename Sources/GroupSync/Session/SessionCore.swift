@@ -141,9 +141,11 @@ final class SessionCore: Sendable {
         guard let onRejected = context.onRejected else { return process(message) }
         let before = rejectedCount
         process(message)
-        if rejectedCount > before {
+        // Once per rejection: a `$position` can show several held messages to be forged.
+        let rejections = rejectedCount - before
+        if rejections > 0 {
             let (topic, size) = (message.topic, message.payload.count)
-            Task { onRejected(topic, size) }  // app code: never on the network thread
+            Task { for _ in 0..<rejections { onRejected(topic, size) } }  // app code: never on the network thread
         }
     }
 

@@ -185,13 +185,16 @@ actor Bridge {
     private func connect() async throws(Failure) -> GroupCoordinator {
         if let coordinator { return coordinator }
         let options = self.options
+        // Every message the participant rejects is a `rejected` event, besides GROUPSYNC_LOG_REJECTED's log.
+        let events = self.events
+        let report: @Sendable (String, Int) -> Void = { topic, size in events.rejected(topic: topic, size: size) }
         do {
             // At most --timeout (a broker that never answers). The race cancels the attempt and waits for
             // it to end (up to its grace); one that connects all the same is closed at once, so it does not
             // stay as a second participant under this one's ID. The next request that needs the broker
             // makes a fresh attempt.
             let connected = try await interruption.race(timeout: timeout, waitingFor: "the broker", discard: CommonOptions.close) {
-                try await options.connect()
+                try await options.connect(reportingRejections: report)
             }
             coordinator = connected
             return connected
@@ -234,8 +237,9 @@ actor Bridge {
     {
         let id = session.id
         let messenger = GroupSessionMessenger(session: session)
-        // Registered before join(): no message that arrives once joined is missed.
+        // Registered before join(): no message (nor gap) that arrives once joined is missed.
         let messages = messenger.messages(of: BridgeMessage.self)
+        let gaps = messenger.gaps()
         let stateUpdates = session.stateUpdates()
         let events = self.events
         events.open(session)
@@ -249,6 +253,10 @@ actor Bridge {
         joined.tasks.append(
             Task.detached {
                 for await (message, context) in messages { events.message(message.value, from: context.source.id, in: session) }
+            })
+        joined.tasks.append(
+            Task.detached {
+                for await gap in gaps { events.gap(gap, in: session) }
             })
         current = joined
         // Made before join(): the timeline and a start under way come with the join's catch-up.

@@ -99,6 +99,25 @@ final class BridgeEvents: Sendable {
         }
     }
 
+    /// A `gap` event: `gap.count` reliable messages of `gap.source` that will never arrive (dropped once
+    /// the session was reported invalidated).
+    func gap(_ gap: GroupSessionMessenger.Gap, in session: GroupSession<AnyGroupActivity>) {
+        memory.withLock { memory in
+            guard syncState(session, &memory) else { return }
+            write([
+                "event": .string("gap"), "session": .string(session.id), "from": .string(gap.source.id), "count": .int(gap.count),
+                "to_everyone": .bool(gap.toEveryone),
+            ])
+        }
+    }
+
+    /// A `rejected` event: the bridge's participant rejected the message of `size` bytes on `topic`
+    /// (malformed, forged, out of range, a body that does not decode…). Not tied to the joined session:
+    /// rejected group records (presence, announcements) are reported too.
+    func rejected(topic: String, size: Int) {
+        write(["event": .string("rejected"), "topic": .string(topic), "size": .int(Int64(size))])
+    }
+
     /// Brings the `timeline` event of `session` up to date with `coordinator`'s timeline.
     func timeline(of coordinator: PlaybackCoordinator, in session: GroupSession<AnyGroupActivity>) {
         memory.withLock { _ = syncTimeline(coordinator.timeline, of: session, &$0) }

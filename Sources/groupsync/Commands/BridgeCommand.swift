@@ -26,10 +26,10 @@ enum BridgeCommand: Command {
           {"id":14,"op":"attach","path":"photo.png"}  (also "name", "type", "metadata")   {"id":15,"op":"attachments"}
           {"id":16,"op":"load","sha256":"…","owner":"alice","path":"copy.png"}   {"id":17,"op":"detach","sha256":"…"}
 
-        Events: session, state, participants, value, message, timeline, start, journal, progress, loaded,
-        error (see docs/BRIDGE.md). Messages travel as the GroupSync type BridgeMessage {"value": <JSON>}.
-        The broker connection is made at the first start, join or watch. EOF on stdin (or SIGINT/SIGTERM)
-        leaves the session and exits.
+        Events: session, state, participants, value, message, gap, timeline, start, journal, progress,
+        loaded, rejected, error (see docs/BRIDGE.md). Messages travel as the GroupSync type
+        BridgeMessage {"value": <JSON>}. The broker connection is made at the first start, join or
+        watch. EOF on stdin (or SIGINT/SIGTERM) leaves the session and exits.
 
         \(CommonOptions.help)
         \(CommonOptions.participantHelp)

@@ -123,9 +123,22 @@ struct CommonOptions {
     /// Connects a coordinator, turning connection errors into one readable line (exit code 3).
     /// Cancelled (a race given up, see ``Interruption/race(timeout:waitingFor:discard:_:)``), it stops
     /// connecting and leaves nothing connected (``GroupCoordinator/connect(_:)``).
-    func connect() async throws(CommandFailure) -> GroupCoordinator {
+    ///
+    /// `reportingRejections` is called for every message the participant rejects, in addition to (not
+    /// instead of) the log that `GROUPSYNC_LOG_REJECTED` turns on.
+    func connect(
+        reportingRejections report: (@Sendable (_ topic: String, _ payloadSize: Int) -> Void)? = nil
+    ) async throws(CommandFailure) -> GroupCoordinator {
         do {
-            return try await GroupCoordinator.connect(try coordinatorConfiguration())
+            var configuration = try coordinatorConfiguration()
+            if let report {
+                let log = configuration.onRejected
+                configuration.onRejected = { topic, size in
+                    log?(topic, size)
+                    report(topic, size)
+                }
+            }
+            return try await GroupCoordinator.connect(configuration)
         } catch {
             throw CommonOptions.failure(error, broker: broker)
         }
