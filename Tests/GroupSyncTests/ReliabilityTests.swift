@@ -13,6 +13,62 @@ import Testing
         var n: Int
     }
 
+    /// A burst that overflows the broker's queue for a receiver that stays connected loses its tail there,
+    /// and no later message shows the gap: the sender's position, stated after a quiet interval, does.
+    /// What the outbox still has comes again; what it does not is a gap event — never silence.
+    @Test(.needsOwnBroker("limits its queues"), arguments: [1_000, 20])
+    func aLostTailIsRecoveredOrReported(outbox: Int) async throws {
+        var config = MosquittoBroker.Configuration()
+        config.extraLines = ["max_inflight_messages 1", "max_queued_messages 10"]
+        try await MosquittoBroker.withBroker(config) { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let bob = try await group.join("bob") { $0.outboxLimits = (outbox, 8 << 20) }
+            let a = try await alice.startJoined(Gallery(galleryID: "tail"))
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let received = Collector(GroupSessionMessenger(session: a).messages(of: Numbered.self))
+            let gaps = Collector(GroupSessionMessenger(session: a).gaps())
+            let messenger = GroupSessionMessenger(session: b)
+            let count = 300
+            // alice's network thread stalls for the whole burst (a handler of this test's blocks it): the
+            // broker holds one message in flight and ten queued for her and drops the rest, tail included.
+            let stall = DispatchSemaphore(value: 0)
+            let stalled = Flag()
+            let hook = try await alice.client.subscribe(
+                to: [TopicSubscription("\(group.name)/stall")],
+                handler: { _ in
+                    stalled.set()
+                    stall.wait()
+                })
+            let (poke, _) = try await rawSubscriber(broker, "\(group.name)/unused")
+            try await poke.publish(to: "\(group.name)/stall", string: "stall")
+            try await waitUntil("alice's network thread stalls") { stalled.isSet }
+            for n in 1...count { try await messenger.send(Numbered(from: "bob", n: n)) }
+            stall.signal()
+            // Nothing follows the burst that could show what is missing; what the broker kept arrives.
+            try await waitUntil("what the broker kept arrives") { received.count >= 11 }
+            let atOnce = received.count
+            hook.unsubscribe()
+            await poke.disconnect()
+            @Sendable func accounted() -> Int { received.count + gaps.elements.reduce(0) { $0 + Int($1.count) } }
+            try await waitUntil(timeout: timeBound(.seconds(15)), "every message arrives or is reported") {
+                accounted() >= count
+            } else: {
+                "\(received.count) received (\(atOnce) before recovery), gaps \(gaps.elements.map(\.count))"
+            }
+            #expect(atOnce < count, "the broker dropped part of the burst (else this test shows nothing)")
+            #expect(Set(received.elements.map(\.message.n)).count == received.count, "nothing twice")
+            if outbox >= count {
+                #expect(received.count == count && gaps.elements.isEmpty, "the outbox had everything")
+            } else {
+                #expect(!gaps.elements.isEmpty && accounted() == count)
+            }
+            received.cancel()
+            gaps.cancel()
+            await group.closeAll()
+        }
+    }
+
     @Test(.needsOwnBroker("restarts it")) func tenBrokerRestartsLoseAndDuplicateNothing() async throws {
         var config = MosquittoBroker.Configuration()
         config.persistence = true
