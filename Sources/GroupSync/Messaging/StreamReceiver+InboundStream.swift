@@ -134,8 +134,10 @@ extension StreamReceiver {
                 }
                 return
             }
-            guard latest > cursor, held[latest] == nil, !deliveredAhead.contains(latest) else { return }
-            ask(through: latest, now: now, configuration, &output)
+            // Up to the sender's latest, or below it when it is held: what is missing there is asked for.
+            let through = held[latest] != nil || deliveredAhead.contains(latest) ? latest - 1 : latest
+            guard through > cursor else { return }
+            ask(through: through, now: now, configuration, &output)
         }
 
         /// Asks for everything after the cursor; the pending request counts as sent now.
