@@ -214,6 +214,7 @@ import Testing
             let a = try await alice.startJoined(Gallery(galleryID: "acl"))
             let b = try await bob.joinSession(a.id, of: Gallery.self)
             try await SharedState(a, key: "index", initialValue: 0).set(1)
+            try await waitUntil("alice's write reaches bob") { try SharedState(b, key: "index", initialValue: 0).value == 1 }
             try await SharedState(b, key: "index", initialValue: 0).set(2)
             try await waitUntil("bob's write reaches alice") { try SharedState(a, key: "index", initialValue: 0).value == 2 }
             let aliceChats = Collector(GroupSessionMessenger(session: a).messages(of: Chat.self))

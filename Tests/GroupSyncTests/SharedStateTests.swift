@@ -93,6 +93,9 @@ import Testing
             let group = Group(broker)
             let (_, _, a, b) = try await group.pair(Gallery(galleryID: "late"))
             try await SharedState(a, key: "index", initialValue: 0).set(5)
+            // Bob's update follows alice's causally only once he has seen it: two updates in the same
+            // millisecond are concurrent, and either may win.
+            try await waitUntil("bob has 5") { try SharedState(b, key: "index", initialValue: 0).value == 5 }
             try await SharedState(b, key: "index", initialValue: 0).set(9)
             try await waitUntil("converged") { try SharedState(a, key: "index", initialValue: 0).value == 9 }
             let late = try await group.join("late")
