@@ -304,6 +304,18 @@ import Testing
         #expect(Self.receive([4, 5], into: &receiver).events == ["4", "5"], "the sender's next messages come through")
     }
 
+    /// A position older than one already stated (a QoS 1 copy the broker sent again after a reconnect)
+    /// drops nothing: the message held beyond it was sent after it.
+    @Test func aLatePositionBelowAStatedOneDropsNothing() {
+        var receiver = Receiver()
+        _ = Self.receive([1, 3], into: &receiver)
+        #expect(receiver.position(from: "x", epoch: Self.epoch, all: 3, direct: 0, now: Self.now).requests.isEmpty)
+        let late = receiver.position(from: "x", epoch: Self.epoch, all: 2, direct: 0, now: Self.now)
+        #expect(late.requests.isEmpty && late.events.isEmpty)
+        #expect(receiver.heldCount(of: "x", .all) == 1 && receiver.rejected == 0)
+        #expect(Self.text(Self.receive(2, into: &receiver).events) == ["2", "3"])
+    }
+
     @Test func aLostSenderWithAForgedSeqHeldIsNotSilencedWhenItComesBack() {
         // The sender is frozen (it cannot answer) while a forged seq is held; it is lost, so what is
         // held comes out — but the cursor stays where the sender vouched for, and its later messages
@@ -352,6 +364,30 @@ import Testing
 
         _ = Self.receive([1, 2], into: &receiver)
         #expect(receiver.tick(now: start + 100_000).requests.isEmpty)
+    }
+
+    /// A request answered in part each round (the rest dropped on the way, as by a receiver's full queue
+    /// at the broker) is sent again after the first delay, not a doubled one: the rest comes in as many
+    /// rounds as it takes, a second apart.
+    @Test func aRequestAnsweredInPartIsSentAgainSoon() {
+        var receiver = Receiver()
+        let start = Self.now
+        _ = Self.receive(1, now: start, into: &receiver)
+        #expect(Self.receive(30, now: start, into: &receiver).requests == [Self.ask(from: 2, to: 29)])
+        #expect(receiver.tick(now: start + 1_000).requests == [Self.ask(from: 2, to: 29)])
+        // Nothing came: the delay doubles.
+        #expect(receiver.tick(now: start + 2_999).requests.isEmpty)
+        #expect(receiver.tick(now: start + 3_000).requests == [Self.ask(from: 2, to: 29)])
+        // Part came: asked again for the rest after the first delay.
+        #expect(Self.receive(Array(2...11), into: &receiver).events == (2...11).map(String.init))
+        #expect(receiver.tick(now: start + 6_999).requests.isEmpty)
+        #expect(receiver.tick(now: start + 7_000).requests == [Self.ask(from: 12, to: 29)])
+        _ = Self.receive(Array(12...20), into: &receiver)
+        #expect(receiver.tick(now: start + 8_000).requests == [Self.ask(from: 21, to: 29)])
+        #expect(receiver.tick(now: start + 9_000).requests == [Self.ask(from: 21, to: 29)])
+        // Nothing more: doubling again.
+        #expect(receiver.tick(now: start + 10_999).requests.isEmpty)
+        #expect(receiver.tick(now: start + 11_000).requests == [Self.ask(from: 21, to: 29)])
     }
 
     // MARK: - Loss, duplication and reordering end to end

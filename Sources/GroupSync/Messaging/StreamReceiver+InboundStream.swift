@@ -28,6 +28,10 @@ extension StreamReceiver {
             var sentAt: Int64
             /// How long after `sentAt` it is sent again.
             var retryDelay: Int64
+            /// The cursor when it was last sent: an answer that moved it (part of what was asked came, the
+            /// rest was dropped on the way, as by a broker's full queue) makes the next retry come after
+            /// the first delay again instead of a doubled one.
+            var cursorWhenSent: Int64?
         }
 
         /// The last seq delivered or passed over; nil until the first message, skip or overflow fixes where
@@ -105,7 +109,8 @@ extension StreamReceiver {
         }
 
         /// The sender's latest seq in this stream is `latest`: held messages beyond it are forged (dropped
-        /// and counted), and what is missing up to it is asked for.
+        /// and counted), and what is missing up to it is asked for. A position below one stated before
+        /// changes nothing.
         mutating func position(_ latest: Int64, now: Int64, _ configuration: Configuration, _ output: inout Output) {
             guard latest >= 0, latest <= Reliable.maximumSeq else {
                 output.rejected += 1
@@ -115,7 +120,10 @@ extension StreamReceiver {
                 output.rejected += 1
                 return
             }
-            stated = max(stated, latest)
+            // Below a position already stated it is an old one come late (a QoS 1 copy sent again after
+            // a reconnect): the messages held beyond it may have been sent after it.
+            guard latest >= stated else { return }
+            stated = latest
             let forged = held.keys.filter { $0 > latest }
             for seq in forged { held[seq] = nil }
             output.rejected += forged.count
@@ -146,17 +154,23 @@ extension StreamReceiver {
             if request != nil {
                 request?.sentAt = now
                 request?.retryDelay = configuration.retryInterval
+                request?.cursorWhenSent = cursor
             }
         }
 
-        /// Sends the pending request again once its retry delay has passed, and doubles the delay.
+        /// Sends the pending request again once its retry delay has passed. The delay doubles while nothing
+        /// asked for comes, and starts over while each round brings part of it.
         mutating func retry(now: Int64, _ configuration: Configuration, _ output: inout Output) {
             guard var pending = request, now - pending.sentAt >= pending.retryDelay else { return }
             output.asks.append((cursor.map { $0 + 1 } ?? 0, pending.through))
+            let progressed = cursor != pending.cursorWhenSent
             pending.sentAt = now
+            pending.cursorWhenSent = cursor
             pending.retryDelay =
-                pending.retryDelay > configuration.maximumRetryInterval / 2
-                ? configuration.maximumRetryInterval : pending.retryDelay * 2
+                progressed
+                ? configuration.retryInterval
+                : pending.retryDelay > configuration.maximumRetryInterval / 2
+                    ? configuration.maximumRetryInterval : pending.retryDelay * 2
             request = pending
         }
 
@@ -285,14 +299,14 @@ extension StreamReceiver {
                 self.request?.through = through
             } else {
                 output.asks.append((cursor + 1, through))
-                request = Pending(through: through, sentAt: now, retryDelay: configuration.retryInterval)
+                request = Pending(through: through, sentAt: now, retryDelay: configuration.retryInterval, cursorWhenSent: cursor)
             }
         }
 
         /// Asks where the stream starts, from 0 (wherever the sender owes this receiver) through `through`.
         private mutating func askForStart(through: Int64, now: Int64, _ configuration: Configuration, _ output: inout Output) {
             output.asks.append((0, through))
-            request = Pending(through: through, sentAt: now, retryDelay: configuration.retryInterval)
+            request = Pending(through: through, sentAt: now, retryDelay: configuration.retryInterval, cursorWhenSent: cursor)
         }
     }
 }
