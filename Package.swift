@@ -7,7 +7,7 @@ let package = Package(
     products: [
         .library(name: "GroupSync", targets: ["GroupSync"]),
         .library(name: "MQTT", targets: ["MQTT"]),
-        .executable(name: "groupsync", targets: ["groupsync"]),
+        .executable(name: "groupsync", targets: ["GroupSyncCLI"]),
         .executable(name: "groupsync-bench", targets: ["groupsync-bench"]),
     ],
     targets: [
@@ -37,7 +37,7 @@ let package = Package(
         // SharePlay-style group sessions over MQTT.
         .target(name: "GroupSync", dependencies: ["MQTT", "CCrypto"]),
         // The shipped tool: links BrokerSupport for `groupsync broker` and `demo`, never the test support.
-        .executableTarget(name: "groupsync", dependencies: ["GroupSync", "MQTT", "BrokerSupport"]),
+        .executableTarget(name: "GroupSyncCLI", dependencies: ["GroupSync", "MQTT", "BrokerSupport"]),
         .executableTarget(
             name: "groupsync-bench",
             dependencies: ["GroupSync", "MQTT", "BrokerSupport", "GroupSyncTestSupport", "CMosquitto"],
