@@ -84,7 +84,7 @@ struct QuickStartTests {
             #expect(normalized(bob.output) == bobShown)
             // The wire in any order (the two joins publish concurrently), each shown line matching one
             // message: whole, or up to the README's `…`.
-            // A sender states its position (`$position`) one and three heartbeat intervals after its last
+            // A sender states its position (`$position`) 1, 3, 9 and 27 heartbeat intervals after its last
             // reliable message: whether that falls within the run depends on its pace, so the README
             // mentions it without showing it.
             var unmatched = normalized(wire.output).filter { !$0.contains(#""type":"$position""#) }

@@ -375,6 +375,42 @@ import Testing
         #expect(machine.addListener(Self.listener().0).sessions.isEmpty)
     }
 
+    // MARK: - The timer
+
+    /// Each input asks the timer for what it may have made due; a wake-up then finds the next moment from
+    /// the whole state. Nothing is asked while nothing can fall due: no periodic wake-up.
+    @Test func theTimerIsAskedForTheNextSilenceAndExpiryOnly() {
+        var machine = Machine(me: "alice", myEpoch: 10)
+        #expect(machine.takeWakeRequest() == .init(), "alone: nothing to wake for")
+        #expect(machine.nextWake(ownInterval: 2_500) == .init())
+        let silence = Machine.Connection.silence(interval: 2_500)
+        _ = machine.onPresence("bob", Self.presence("bob", epoch: 5), wallNow: Self.wall, now: Self.t0)
+        #expect(machine.takeWakeRequest() == .init(silence: Self.t0 + silence))
+        #expect(machine.takeWakeRequest() == .init(), "taken once")
+        // A heartbeat later asks for a later wake-up; the earliest of several inputs is kept.
+        let beat = Wire.Heartbeat(epoch: 5, interval: 2_500)
+        _ = machine.onHeartbeat("bob", beat, wallNow: Self.wall, now: Self.t0 + .seconds(2))
+        _ = machine.onHeartbeat("bob", beat, wallNow: Self.wall, now: Self.t0 + .seconds(3))
+        #expect(machine.takeWakeRequest() == .init(silence: Self.t0 + .seconds(2) + silence))
+        #expect(machine.nextWake(ownInterval: 2_500) == .init(silence: Self.t0 + .seconds(3) + silence), "from the last heard")
+        // A participant with a longer interval is due later; a rejected record asks nothing.
+        _ = machine.onPresence("carol", Self.presence("carol", epoch: 5, interval: 10_000), wallNow: Self.wall, now: Self.t0)
+        #expect(machine.takeWakeRequest().silence == Self.t0 + Machine.Connection.silence(interval: 10_000))
+        _ = machine.onPresence("dave", Self.presence("mallory", epoch: 1), wallNow: Self.wall, now: Self.t0)
+        #expect(machine.takeWakeRequest() == .init())
+        // Sessions: when the last copy expires, and an ended one when its ended copy does.
+        _ = machine.announce("s1", Self.announcement("s1"), expiresAt: 5_000)
+        _ = machine.announce("s1", Self.announcement("s1"), by: "carol", expiresAt: 8_000)
+        #expect(machine.takeWakeRequest().expiry == 5_000, "asked by the first copy")
+        #expect(machine.nextWake(ownInterval: 2_500).expiry == 8_000, "the session lives as long as its last copy")
+        _ = machine.announce("s2", Self.announcement("s2", ended: true), expiresAt: 7_000)
+        #expect(machine.nextWake(ownInterval: 2_500).expiry == 7_000)
+        // Once silent and expired, nothing is left to wake for.
+        _ = machine.expireSilent(now: Self.t0 + .seconds(60), ownInterval: 2_500)
+        _ = machine.expireSessions(now: 9_000)
+        #expect(machine.nextWake(ownInterval: 2_500) == .init())
+    }
+
     @Test func removedListenersGetNothingAndCloseEndsTheRest() {
         var machine = Machine(me: "alice", myEpoch: 10)
         let (first, firstInbox) = Self.listener()

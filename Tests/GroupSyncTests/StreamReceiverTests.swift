@@ -366,6 +366,23 @@ import Testing
         #expect(receiver.tick(now: start + 100_000).requests.isEmpty)
     }
 
+    /// A request made or sent again says when it is due again (`retryAt`): the session's timer wakes
+    /// then, and at no other time while nothing is pending.
+    @Test func requestsSayWhenTheyAreDueAgain() {
+        var receiver = Receiver()
+        let start = Self.now
+        #expect(receiver.nextRetry == nil)
+        #expect(Self.receive(1, now: start, into: &receiver).retryAt == nil, "in order: nothing to ask")
+        #expect(Self.receive(3, now: start, into: &receiver).retryAt == start + 1_000)
+        #expect(receiver.nextRetry == start + 1_000)
+        let again = receiver.tick(now: start + 1_000)
+        #expect(again.requests.count == 1 && again.retryAt == start + 3_000, "the delay doubles")
+        #expect(receiver.tick(now: start + 2_000) == .init(), "not due: nothing, no retryAt")
+        #expect(receiver.nextRetry == start + 3_000)
+        _ = Self.receive(2, now: start, into: &receiver)
+        #expect(receiver.nextRetry == nil, "answered")
+    }
+
     /// A request answered in part each round (the rest dropped on the way, as by a receiver's full queue
     /// at the broker) is sent again after the first delay, not a doubled one: the rest comes in as many
     /// rounds as it takes, a second apart.

@@ -138,9 +138,28 @@ struct CoordinatorStateMachine {
         case rejected
     }
 
+    /// What the coordinator's one timer is asked to wake for (see ``takeWakeRequest()``).
+    struct WakeRequest: Equatable {
+        /// A connection or challenger may fall silent by then.
+        var silence: ContinuousClock.Instant?
+        /// An announcement copy or an ended session expires by then (wall-clock ms).
+        var expiry: Int64?
+
+        mutating func formEarliest(_ other: WakeRequest) {
+            silence = [silence, other.silence].compactMap { $0 }.min()
+            expiry = [expiry, other.expiry].compactMap { $0 }.min()
+        }
+    }
+
+    /// The interval a connection is judged by when neither it nor anything else states one (the
+    /// default keepalive's half, in ms).
+    static let assumedInterval: Int64 = 2_500
+
     let me: String
     let myEpoch: Int64
     private(set) var state: State
+    /// What the inputs since the last ``takeWakeRequest()`` asked to be woken for.
+    private var wakeRequest = WakeRequest()
 
     init(me: String, myEpoch: Int64) {
         self.me = me
@@ -184,6 +203,7 @@ struct CoordinatorStateMachine {
                 return .rejected
             }
         }
+        if let presence, presence.status == .online { wake(forSilenceOf: presence.interval, heardAt: now) }
         if participant == me { return onOwnPresence(presence, now: now) }
         guard let presence else { return remove(participant) }
         switch presence.status {
@@ -217,6 +237,7 @@ struct CoordinatorStateMachine {
         _ participant: String, _ heartbeat: Wire.Heartbeat, wallNow: Int64, now: ContinuousClock.Instant
     ) -> PresenceAction {
         guard Self.isPlausible(epoch: heartbeat.epoch, now: wallNow) else { return .rejected }
+        wake(forSilenceOf: heartbeat.interval, heardAt: now)
         guard participant != me else {
             // Another process of ours proves itself: leave its presence alone.
             let me = self.me
@@ -313,7 +334,8 @@ struct CoordinatorStateMachine {
                 if connection.isSilent(at: now) {
                     changes.append(group.replaceGone(participant))
                 } else if let challenger = connection.challenger,
-                    now - challenger.lastHeard > Connection.silence(interval: challenger.interval ?? connection.interval ?? 2_500)
+                    now - challenger.lastHeard
+                        > Connection.silence(interval: challenger.interval ?? connection.interval ?? Self.assumedInterval)
                 {
                     // A challenger that fell silent (or never sent anything but its record) is forgotten.
                     group.connections[participant]?.challenger = nil
@@ -321,13 +343,47 @@ struct CoordinatorStateMachine {
             }
             var republishOwn = false
             if let challenger = group.connections[me]?.challenger, challenger.heartbeats == 0,
-                now - challenger.lastHeard > Connection.silence(interval: ownInterval ?? challenger.interval ?? 2_500)
+                now - challenger.lastHeard > Connection.silence(interval: ownInterval ?? challenger.interval ?? Self.assumedInterval)
             {
                 group.connections[me]?.challenger = nil
                 republishOwn = true
             }
             return (changes.filter { $0 != .none }, republishOwn)
         } ?? ([], false)
+    }
+
+    /// The timer requests made by the inputs since the last call, which the coordinator schedules. An
+    /// input asks for what it may have made due (a connection heard may fall silent one silence bound
+    /// later); a wake-up finds what is actually due, then asks ``nextWake(ownInterval:)`` for the next.
+    mutating func takeWakeRequest() -> WakeRequest {
+        defer { wakeRequest = WakeRequest() }
+        return wakeRequest
+    }
+
+    /// When the next connection or challenger can fall silent and the next session copy expires, from
+    /// the whole state (after a wake-up, or a reconnect that gave everyone a fresh grace period).
+    func nextWake(ownInterval: Int64?) -> WakeRequest {
+        guard case let .open(group) = state else { return WakeRequest() }
+        var next = WakeRequest()
+        for (participant, connection) in group.connections {
+            if participant != me, let interval = connection.interval {
+                next.formEarliest(WakeRequest(silence: connection.lastHeard + Connection.silence(interval: interval)))
+            }
+            if let challenger = connection.challenger {
+                let interval = participant == me ? ownInterval ?? challenger.interval : challenger.interval ?? connection.interval
+                let bound = Connection.silence(interval: interval ?? Self.assumedInterval)
+                next.formEarliest(WakeRequest(silence: challenger.lastHeard + bound))
+            }
+        }
+        for session in group.sessions.values {
+            if let last = session.copies.values.max() { next.formEarliest(WakeRequest(expiry: last)) }
+        }
+        for ended in group.ended.values { next.formEarliest(WakeRequest(expiry: ended.expiresAt)) }
+        return next
+    }
+
+    private mutating func wake(forSilenceOf interval: Int64?, heardAt now: ContinuousClock.Instant) {
+        wakeRequest.formEarliest(WakeRequest(silence: now + Connection.silence(interval: interval ?? Self.assumedInterval)))
     }
 
     /// Whether we welcome `newcomer` (a new connection of it just came online) on a broker without
@@ -371,7 +427,16 @@ struct CoordinatorStateMachine {
         guard announcement.matches(session: sessionID), announcement.revision.isPlausible(now: now),
             Identifier.isValid(announcement.activity.type)
         else { return .rejected }
-        return modifyGroup { group in
+        let action = acceptAnnouncement(sessionID, publisher: publisher, announcement, expiresAt: expiresAt)
+        if case .rejected = action { return action }
+        wakeRequest.formEarliest(WakeRequest(expiry: expiresAt))
+        return action
+    }
+
+    private mutating func acceptAnnouncement(
+        _ sessionID: String, publisher: String, _ announcement: Wire.Announcement, expiresAt: Int64
+    ) -> AnnouncementAction {
+        modifyGroup { group in
             let type = announcement.activity.type
             let fromCreator = publisher == announcement.createdBy
             let listeners = group.listeners.filter { $0.wants(type) }.map(\.inbox)

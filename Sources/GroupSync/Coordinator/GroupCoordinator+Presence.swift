@@ -18,12 +18,16 @@ extension GroupCoordinator {
             }
         }
         let wallNow = configuration.clock.milliseconds()
-        let (action, welcomes) = state.withLock { state in
+        let (action, welcomes, wake) = state.withLock { state in
             let action = state.machine.onPresence(participant, presence, wallNow: wallNow, now: .now)
+            let wake = state.machine.takeWakeRequest()
             // A new connection came online where nothing is retained: it cannot know the group unless told.
-            guard !client.retainAvailable, case .changed(_, _?) = action, presence?.status == .online else { return (action, false) }
-            return (action, state.machine.isWelcomeResponder(for: participant))
+            guard !client.retainAvailable, case .changed(_, _?) = action, presence?.status == .online else {
+                return (action, false, wake)
+            }
+            return (action, state.machine.isWelcomeResponder(for: participant), wake)
         }
+        armUpkeep(wake)
         perform(action)
         if welcomes { tasks.spawn { [self] in await welcome(participant) } }
     }
@@ -59,7 +63,7 @@ extension GroupCoordinator {
         guard let welcome = Wire.decode(Wire.Welcome.self, from: message.payload) else { return countRejection() }
         let wallNow = configuration.clock.milliseconds()
         for presence in welcome.presences where presence.participant != localParticipant.id {
-            perform(state.withLock { $0.machine.onPresence(presence.participant, presence, wallNow: wallNow, now: .now) })
+            perform(presenceInput { $0.onPresence(presence.participant, presence, wallNow: wallNow, now: .now) })
         }
         for announcement in welcome.sessions {
             onCopy(announcement.session, publisher: sender, announcement, lifetime: announcement.ttl)
@@ -82,7 +86,16 @@ extension GroupCoordinator {
     func onHeartbeatMessage(_ participant: String, _ message: MQTTMessage) {
         guard let heartbeat = Wire.decode(Wire.Heartbeat.self, from: message.payload) else { return countRejection() }
         let wallNow = configuration.clock.milliseconds()
-        perform(state.withLock { $0.machine.onHeartbeat(participant, heartbeat, wallNow: wallNow, now: .now) })
+        perform(presenceInput { $0.onHeartbeat(participant, heartbeat, wallNow: wallNow, now: .now) })
+    }
+
+    /// Feeds one presence input to the machine and arms the timer for what it asks.
+    private func presenceInput(
+        _ input: (inout CoordinatorStateMachine) -> CoordinatorStateMachine.PresenceAction
+    ) -> CoordinatorStateMachine.PresenceAction {
+        let (action, wake) = state.withLock { state in (input(&state.machine), state.machine.takeWakeRequest()) }
+        armUpkeep(wake)
+        return action
     }
 
     private func perform(_ action: CoordinatorStateMachine.PresenceAction) {
@@ -110,8 +123,7 @@ extension GroupCoordinator {
         configuration.presenceHeartbeats ? Int64(min(max(configuration.mqtt.keepAlive, 1), 65_535)) * 500 : nil
     }
 
-    /// Sends a heartbeat every interval and drops participants silent for three of their own intervals,
-    /// while connected.
+    /// Sends a heartbeat every interval while connected.
     func startHeartbeats(every interval: Int64) {
         let heartbeat = Wire.Heartbeat(epoch: epoch, interval: interval)
         tasks.add(
@@ -124,16 +136,19 @@ extension GroupCoordinator {
                     _ = try? await client.publish(to: topics.heartbeat(localParticipant.id), payload: payload, qos: .atMostOnce)
                 }
             })
-        tasks.add(
-            Task { [self] in
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: .milliseconds(250))
-                    guard client.isConnected else { continue }
-                    let (changes, republishOwn) = state.withLock { $0.machine.expireSilent(now: .now, ownInterval: heartbeatInterval) }
-                    for change in changes { perform(change) }
-                    if republishOwn { perform(.republishOwn) }
-                }
-            })
+    }
+
+    /// The timer's work for presence: participants silent for three of their own intervals are dropped
+    /// (only while connected: meanwhile we hear nobody, and a reconnect gives everyone a fresh grace
+    /// period), and a forged newer epoch of ours is overwritten.
+    func expireSilentParticipants(_ machine: inout CoordinatorStateMachine) -> [CoordinatorStateMachine.PresenceAction] {
+        guard client.isConnected else { return [] }
+        let (changes, republishOwn) = machine.expireSilent(now: .now, ownInterval: heartbeatInterval)
+        return changes + (republishOwn ? [.republishOwn] : [])
+    }
+
+    func performPresence(_ actions: [CoordinatorStateMachine.PresenceAction]) {
+        for action in actions { perform(action) }
     }
 
     var onlinePresence: Wire.Presence {

@@ -107,20 +107,27 @@ extension GroupCoordinator {
     /// `publisher`'s copy of an announcement (nil: cleared), which lives `lifetime` seconds from now.
     func onCopy(_ sessionID: String, publisher: String, _ announcement: Wire.Announcement?, lifetime: Int64) {
         let (context, now) = (sessionContext, configuration.clock.milliseconds())
-        let (action, core, replaced) = state.withLock { state -> (CoordinatorStateMachine.AnnouncementAction, SessionCore?, SessionCore?) in
+        typealias Outcome = (CoordinatorStateMachine.AnnouncementAction, SessionCore?, SessionCore?)
+        let ((action, core, replaced), wake) = state.withLock { state -> (Outcome, CoordinatorStateMachine.WakeRequest) in
             let action = state.machine.onAnnouncement(
                 sessionID, publisher: publisher, announcement, expiresAt: now + lifetime * 1000, now: now)
+            let outcome: Outcome
             switch action {
             case let .new(_, presence), let .retyped(_, presence):
-                guard let announcement else { return (.none, nil, nil) }
+                guard let announcement else {
+                    outcome = (.none, nil, nil)
+                    break
+                }
                 let core = SessionCore(context: context, announcement: announcement, publisher: publisher, presence: presence)
                 let replaced = state.cores.updateValue(core, forKey: sessionID)
-                return (action, core, replaced)
-            case .changed: return (action, state.cores[sessionID], nil)
-            case .ended: return (action, state.cores.removeValue(forKey: sessionID), nil)
-            case .none, .rejected, .settled: return (action, nil, nil)
+                outcome = (action, core, replaced)
+            case .changed: outcome = (action, state.cores[sessionID], nil)
+            case .ended: outcome = (action, state.cores.removeValue(forKey: sessionID), nil)
+            case .none, .rejected, .settled: outcome = (action, nil, nil)
             }
+            return (outcome, state.machine.takeWakeRequest())
         }
+        armUpkeep(wake)
         switch (action, announcement) {
         case let (.new(listeners, _), announcement?), let (.retyped(listeners, _), announcement?):
             hlc.withLock { $0.observe(announcement.revision, now: now) }
@@ -146,25 +153,33 @@ extension GroupCoordinator {
         if retained.owns(ours) { tasks.spawn { [retained] in await retained.clear(ours) } }
     }
 
-    /// The sessions' upkeep, every quarter second until the coordinator closes: forgets the sessions
-    /// whose every announcement copy expired (nobody kept them), and, while connected, sends again the
-    /// requests for missing messages that stayed unanswered.
-    func startSessionUpkeep() {
-        tasks.add(
-            Task { [self] in
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: .milliseconds(250))
-                    let now = configuration.clock.milliseconds()
-                    let (expired, cores) = state.withLock { state in
-                        (
-                            state.machine.expireSessions(now: now).compactMap { state.cores.removeValue(forKey: $0) },
-                            Array(state.cores.values)
-                        )
-                    }
-                    for core in expired { core.onExpired() }
-                    if client.isConnected { for core in cores { core.tick() } }
-                }
-            })
+    /// The coordinator's one timer: wakes when the machine says something may be due (a participant
+    /// falling silent, a session's last copy expiring), does it, and sleeps until the next such moment.
+    func startUpkeep() {
+        upkeep.onWake { [weak self] in self?.performUpkeep() }
+        performUpkeep()
+    }
+
+    private func performUpkeep() {
+        let now = configuration.clock.milliseconds()
+        let (presence, expired, next) = state.withLock { state in
+            let presence = expireSilentParticipants(&state.machine)
+            let expired = state.machine.expireSessions(now: now).compactMap { state.cores.removeValue(forKey: $0) }
+            _ = state.machine.takeWakeRequest()  // the whole state is scanned instead
+            return (presence, expired, state.machine.nextWake(ownInterval: heartbeatInterval))
+        }
+        armUpkeep(next)
+        performPresence(presence)
+        for core in expired { core.onExpired() }
+    }
+
+    /// Schedules the timer for what the machine asked.
+    func armUpkeep(_ request: CoordinatorStateMachine.WakeRequest) {
+        upkeep.schedule(at: request.silence)
+        if let expiry = request.expiry {
+            // Wall-clock ms to the monotonic clock; a millisecond late, so that the copy has expired by then.
+            upkeep.schedule(after: .milliseconds(max(expiry &- configuration.clock.milliseconds(), 0) + 1))
+        }
     }
 
     /// What a session object reports (outside its lock).

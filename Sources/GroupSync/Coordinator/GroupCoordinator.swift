@@ -27,6 +27,8 @@ public final class GroupCoordinator: Sendable {
     let sharing = LockedValue(SharingGate())
     let retained: RetainedRecords
     let tasks = BackgroundTasks()
+    /// The one timer of the coordinator's machine (see ``startUpkeep()``).
+    let upkeep = WakeUp()
     let groupSubscription = LockedValue<MessageHandlerSubscription?>(nil)
     /// Set while `connect()` waits for its own presence to come back.
     let presenceEcho = LockedValue<Inbox<Void>?>(nil)
@@ -143,7 +145,11 @@ public final class GroupCoordinator: Sendable {
             Task { [self] in
                 for await event in events {
                     guard case let .connected(_, sessionPresent) = event else { continue }
-                    state.withLock { $0.machine.onReconnected(now: .now) }
+                    let next = state.withLock { state in
+                        state.machine.onReconnected(now: .now)
+                        return state.machine.nextWake(ownInterval: heartbeatInterval)
+                    }
+                    armUpkeep(next)
                     if !sessionPresent { await forgetSessionsEndedWhileAway() }
                     await retained.republishAll()
                     // The broker may have lost messages meanwhile: recover them end to end.
@@ -155,7 +161,7 @@ public final class GroupCoordinator: Sendable {
         try await publishPresenceAndAwaitWelcome()
         if let interval = heartbeatInterval { startHeartbeats(every: interval) }
         tasks.add(Task { [retained] in await retained.refreshUntilCancelled() })
-        startSessionUpkeep()
+        startUpkeep()
     }
 
     /// Leaves every joined session, removes this participant's presence (a clean exit, not a crash), ends
@@ -177,6 +183,7 @@ public final class GroupCoordinator: Sendable {
         groupSubscription.withLock { $0?.unsubscribe() }
         await client.disconnect(expireSession: true)
         tasks.cancelAll()
+        upkeep.cancel()
         sharing.withLock { $0.close() }.perform()
     }
 
@@ -184,6 +191,7 @@ public final class GroupCoordinator: Sendable {
     package func simulateCrash() async {
         await client.abort()
         tasks.cancelAll()
+        upkeep.cancel()
     }
 
     /// Messages from the wire that were malformed, forged or stale and so ignored.

@@ -6,8 +6,9 @@
 ///
 /// It also says when to state the streams' position: a receiver whose broker dropped the tail of a burst
 /// (a queue overflow, with the receiver still connected) sees no later message that would show the gap,
-/// so after each burst of reliable messages the sender states its position twice — one `interval` and
-/// three `interval`s after the last message — and then nothing until the next one.
+/// so after each burst of reliable messages the sender states its position 1, 3, 9 and 27 `interval`s
+/// after the last message — the later ones for a receiver stalled through the first ones, whose queue
+/// dropped them too — and then nothing until the next one.
 struct MessageNumbering {
     var outbox: OutboxStateMachine
     private var unreliable: Int64 = 0
@@ -23,7 +24,7 @@ struct MessageNumbering {
 
     /// A reliable message was numbered at `now`: the position is stated after the quiet spell that follows.
     mutating func numberedReliable(at now: ContinuousClock.Instant) {
-        positionDue = [now + positionInterval, now + positionInterval * 3]
+        positionDue = MessageNumbering.positionSchedule.map { now + positionInterval * $0 }
     }
 
     /// Whether the position is due at `now` (then it is not due again until its next time).
@@ -32,6 +33,12 @@ struct MessageNumbering {
         positionDue.removeAll { $0 <= now }
         return true
     }
+
+    /// When the position is due next; nil while nothing was sent since it was last stated.
+    var nextPositionDue: ContinuousClock.Instant? { positionDue.first }
+
+    /// When the position is stated after the last reliable message, in intervals.
+    static let positionSchedule = [1, 3, 9, 27]
 
     mutating func nextUnreliable() -> Int64 {
         unreliable += 1

@@ -67,6 +67,9 @@ struct StreamReceiver<Message> {
         var events: [Event] = []
         /// To publish, in this order.
         var requests: [Request] = []
+        /// When (ms) a request made or sent again now is due to be sent again, unless answered: call
+        /// ``tick(now:)`` then. The earliest of the input's requests.
+        var retryAt: Int64?
     }
 
     /// One sender: the epoch followed and its streams.
@@ -218,6 +221,11 @@ struct StreamReceiver<Message> {
         return action
     }
 
+    /// When the next request still unanswered is due to be sent again (ms); nil when none is pending.
+    var nextRetry: Int64? {
+        senders.values.lazy.flatMap(\.streams.values).compactMap { $0.request.map { $0.sentAt &+ $0.retryDelay } }.min()
+    }
+
     /// Runs `body` on both streams of every sender followed, senders in name order.
     private mutating func eachStream(
         _ body: (inout InboundStream, Configuration, inout InboundStream.Output) -> Void
@@ -247,6 +255,10 @@ struct StreamReceiver<Message> {
         }
         for ask in output.asks {
             action.requests.append(Request(sender: sender, resend: .init(stream: stream, from: ask.from, to: ask.to)))
+        }
+        if !output.asks.isEmpty, let pending = senders[sender]?.streams[stream]?.request {
+            let due = pending.sentAt &+ pending.retryDelay
+            action.retryAt = min(action.retryAt ?? due, due)
         }
     }
 }

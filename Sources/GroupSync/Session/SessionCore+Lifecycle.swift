@@ -200,6 +200,7 @@ extension SessionCore {
             return machine.invalidate(reason)
         }
         guard !was.isInvalidated else { return false }
+        timer.cancel()
         journal.withLock { $0.end() }.finishAll()
         stopReading()
         context.report(self, .invalidated(wasJoined: was == .joined))

@@ -38,6 +38,7 @@ extension SessionCore {
         }
         let client = context.client
         let epoch = context.epoch
+        if reliable { timer.schedule(after: context.positionInterval) }
         return try numbering.withLock { numbering throws(GroupSyncError) -> [MQTTClient.PublishTicket] in
             if reliable { numbering.numberedReliable(at: .now) }
             var tickets: [MQTTClient.PublishTicket] = []

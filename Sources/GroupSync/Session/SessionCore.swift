@@ -24,6 +24,9 @@ final class SessionCore: Sendable {
     let journal = LockedValue(JournalStateMachine())
     /// The session's journal, once made.
     let journalView = LockedValue<GroupSessionJournal?>(nil)
+    /// Wakes the session when a request is due to be sent again or our position to be stated
+    /// (``tick()``); cancelled when the session is over for us.
+    let timer = WakeUp()
 
     /// What the session's clock messages go to.
     struct ClockService: Sendable {
@@ -49,6 +52,7 @@ final class SessionCore: Sendable {
         self.machine = LockedValue(
             SessionStateMachine(
                 me: context.me.id, myEpoch: context.epoch, announcement: announcement, announcer: publisher, presence: presence))
+        timer.onWake { [weak self] in self?.tick() }
     }
 
     var me: String { context.me.id }
@@ -71,7 +75,13 @@ final class SessionCore: Sendable {
     func applyReceiving(_ input: (inout SessionStateMachine) -> SessionStateMachine.Action) -> SessionStateMachine.Action {
         let action = apply(input)
         for request in action.resend { sendControl(.resend, Wire.Resend(request.resend), to: request.sender) }
+        if let due = action.retryAt { wake(atWallClock: due) }
         return action
+    }
+
+    /// Schedules the timer for wall-clock time `milliseconds` (the receiver's times are wall-clock).
+    private func wake(atWallClock milliseconds: Int64) {
+        timer.schedule(after: .milliseconds(max(milliseconds &- context.clock.milliseconds(), 0)))
     }
 
     /// Feeds one input to the state machine. Its values are handed over while the lock is held, so every
@@ -297,17 +307,20 @@ final class SessionCore: Sendable {
         applyReceiving { $0.onReconnected(now: now) }
     }
 
-    /// Time passes: requests still unanswered are sent again, and after a quiet spell following our last
-    /// reliable message we state our streams' position, so that a receiver that lost their tail (a
-    /// broker's queue overflowed) asks for it.
+    /// The timer's work: requests still unanswered are sent again, and after a quiet spell following our
+    /// last reliable message we state our streams' position, so that a receiver that lost their tail (a
+    /// broker's queue overflowed) asks for it. Then it sleeps until the next of either. While disconnected
+    /// nothing is due: the reconnect asks for everything and states the position anyway.
     func tick() {
-        guard isJoined else { return }
+        guard isJoined, context.client.isConnected else { return }
         let now = context.clock.milliseconds()
         applyReceiving { $0.onTick(now: now) }
-        let position = numbering.withLock { numbering in
-            numbering.isPositionDue(at: .now) ? numbering.outbox.position : nil
+        let (position, nextPosition) = numbering.withLock { numbering in
+            (numbering.isPositionDue(at: .now) ? numbering.outbox.position : nil, numbering.nextPositionDue)
         }
         if let position { sendControl(.position, Wire.Position(position), to: nil) }
+        timer.schedule(at: nextPosition)
+        if let retry = machine.withLock({ $0.nextRetry }) { wake(atWallClock: retry) }
     }
 
     /// Network thread, at the end of each burst: shows the newest of the values held during it. Values

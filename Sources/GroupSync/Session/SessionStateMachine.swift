@@ -81,6 +81,9 @@ struct SessionStateMachine {
         var clocks: [HLCTimestamp] = []
         /// `$resend` requests to send.
         var resend: [StreamReceiver<InboundMessage>.Request] = []
+        /// Wake up at this wall-clock time (ms) to send requests again that are still unanswered then
+        /// (``onTick(now:)``).
+        var retryAt: Int64?
         /// A member record held back took effect: the member is owed what we send from now on.
         var memberAdopted: (participant: String, epoch: Int64)?
 
@@ -434,6 +437,12 @@ struct SessionStateMachine {
         return action
     }
 
+    /// When the next unanswered request is due to be sent again (wall-clock ms); nil when none is.
+    var nextRetry: Int64? {
+        if case let .joined(joined) = phase { return joined.receiver.nextRetry }
+        return nil
+    }
+
     /// Time passes: requests whose gap stayed open are sent again.
     mutating func onTick(now: Int64) -> Action {
         var action = Action()
@@ -454,6 +463,7 @@ struct SessionStateMachine {
         else { return }
         rejected += rejections
         action.resend.append(contentsOf: result.requests)
+        if let due = result.retryAt { action.retryAt = min(action.retryAt ?? due, due) }
         for event in result.events {
             switch event {
             case let .message(message, _, _, _):
