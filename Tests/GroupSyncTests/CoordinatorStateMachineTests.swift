@@ -491,9 +491,10 @@ import Testing
         var owned = OwnedRetained()
         owned.own("a", .init(payload: Data("a".utf8), lifetime: .seconds(12), refreshing: true, published: Self.t0))
         owned.own("b", .init(payload: Data("b".utf8), lifetime: .seconds(6), refreshing: true, published: Self.t0))
-        #expect(owned.shortestLifetime == .seconds(6))
+        #expect(owned.nextRefresh == Self.t0 + .seconds(2), "the timer wakes for b first")
         #expect(owned.due(now: Self.t0 + .seconds(1)).isEmpty)
         #expect(owned.due(now: Self.t0 + .seconds(2)).map(\.topic) == ["b"])
+        #expect(owned.nextRefresh == Self.t0 + .seconds(4), "then for a and b again")
         #expect(owned.due(now: Self.t0 + .seconds(3)).isEmpty, "refreshed at 2 s")
         owned.release("b")
         #expect(owned.due(now: Self.t0 + .seconds(4)).map(\.topic) == ["a"], "b is no longer refreshed")
@@ -502,6 +503,8 @@ import Testing
         #expect(left[1].record.properties(at: Self.t0 + .seconds(5)).messageExpiry == 3, "what is left of b's lifetime")
         #expect(left[0].record.properties(at: Self.t0 + .seconds(5)).messageExpiry == 12)
         #expect(owned.inRepublishOrder(now: Self.t0 + .seconds(8)).map(\.topic) == ["a"], "b's lifetime is over")
+        owned.release("a")
+        #expect(owned.nextRefresh == nil, "nothing kept: no wake-up")
     }
 }
 

@@ -141,8 +141,10 @@ extension GroupCoordinator {
     /// The timer's work for presence: participants silent for three of their own intervals are dropped
     /// (only while connected: meanwhile we hear nobody, and a reconnect gives everyone a fresh grace
     /// period), and a forged newer epoch of ours is overwritten.
-    func expireSilentParticipants(_ machine: inout CoordinatorStateMachine) -> [CoordinatorStateMachine.PresenceAction] {
-        guard client.isConnected else { return [] }
+    func expireSilentParticipants(
+        _ machine: inout CoordinatorStateMachine, connected: Bool
+    ) -> [CoordinatorStateMachine.PresenceAction] {
+        guard connected else { return [] }
         let (changes, republishOwn) = machine.expireSilent(now: .now, ownInterval: heartbeatInterval)
         return changes + (republishOwn ? [.republishOwn] : [])
     }

@@ -161,9 +161,9 @@ extension GroupCoordinator {
     }
 
     private func performUpkeep() {
-        let now = configuration.clock.milliseconds()
+        let (now, connected) = (configuration.clock.milliseconds(), client.isConnected)
         let (presence, expired, next) = state.withLock { state in
-            let presence = expireSilentParticipants(&state.machine)
+            let presence = expireSilentParticipants(&state.machine, connected: connected)
             let expired = state.machine.expireSessions(now: now).compactMap { state.cores.removeValue(forKey: $0) }
             _ = state.machine.takeWakeRequest()  // the whole state is scanned instead
             return (presence, expired, state.machine.nextWake(ownInterval: heartbeatInterval))

@@ -160,7 +160,7 @@ public final class GroupCoordinator: Sendable {
         // without retained messages, as the participant that welcomes us does.
         try await publishPresenceAndAwaitWelcome()
         if let interval = heartbeatInterval { startHeartbeats(every: interval) }
-        tasks.add(Task { [retained] in await retained.refreshUntilCancelled() })
+        retained.startRefreshing()
         startUpkeep()
     }
 
@@ -184,6 +184,7 @@ public final class GroupCoordinator: Sendable {
         await client.disconnect(expireSession: true)
         tasks.cancelAll()
         upkeep.cancel()
+        retained.stopRefreshing()
         sharing.withLock { $0.close() }.perform()
     }
 
@@ -192,6 +193,7 @@ public final class GroupCoordinator: Sendable {
         await client.abort()
         tasks.cancelAll()
         upkeep.cancel()
+        retained.stopRefreshing()
     }
 
     /// Messages from the wire that were malformed, forged or stale and so ignored.

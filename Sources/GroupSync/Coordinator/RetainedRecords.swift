@@ -9,6 +9,8 @@ import MQTT
 final class RetainedRecords: Sendable {
     private let client: MQTTClient
     private let owned = LockedValue(OwnedRetained())
+    /// Wakes when the next kept record is due for its refresh.
+    private let timer = WakeUp()
 
     init(client: MQTTClient) {
         self.client = client
@@ -34,6 +36,7 @@ final class RetainedRecords: Sendable {
     {
         let record = OwnedRetained.Record(payload: payload, lifetime: lifetime, refreshing: refreshing, published: .now)
         owned.withLock { $0.own(topic, record) }
+        if refreshing { timer.schedule(at: record.published + lifetime / 3) }
         do {
             return try client.enqueuePublish(
                 to: topic, payload: payload, qos: .atLeastOnce, retain: client.retainAvailable, properties: record.properties(at: .now))
@@ -91,16 +94,27 @@ final class RetainedRecords: Sendable {
         await publish(owned.withLock { $0.inRepublishOrder(now: .now) })
     }
 
-    /// Refreshes the records due, until cancelled: each kept record a third of its lifetime after it was
-    /// last published, so that a refresh that comes late (a busy machine, a reconnect) still arrives well
-    /// before the broker drops the record. Checks six times per shortest lifetime (at most every second).
-    func refreshUntilCancelled() async {
-        while !Task.isCancelled {
-            let pause = owned.withLock { $0.shortestLifetime.map { min($0 / 6, .seconds(1)) } } ?? .seconds(1)
-            try? await Task.sleep(for: pause)
-            guard client.isConnected else { continue }
-            await publish(owned.withLock { $0.due(now: .now) })
+    /// Refreshes the records due, until ``stopRefreshing()``: each kept record a third of its lifetime
+    /// after it was last published, so that a refresh that comes late (a busy machine, a reconnect) still
+    /// arrives well before the broker drops the record. The timer wakes when the next one is due, and
+    /// every second while the connection is down (the reconnect republishes everything anyway).
+    func startRefreshing() {
+        timer.onWake { [weak self] in
+            guard let self else { return }
+            Task { await self.refresh() }
         }
+        timer.schedule(at: owned.withLock { $0.nextRefresh })
+    }
+
+    func stopRefreshing() {
+        timer.cancel()
+    }
+
+    private func refresh() async {
+        guard client.isConnected else { return timer.schedule(after: .seconds(1)) }
+        let due = owned.withLock { $0.due(now: .now) }
+        await publish(due)
+        timer.schedule(at: owned.withLock { $0.nextRefresh })
     }
 
     /// Publishes again what is still owned of `records`. Each is handed to the connection under the lock
@@ -156,8 +170,9 @@ struct OwnedRetained {
         records.keys.filter { $0.hasPrefix(prefix) }.sorted()
     }
 
-    var shortestLifetime: Duration? {
-        records.values.lazy.filter(\.refreshing).map(\.lifetime).min()
+    /// When the next kept record is due for its refresh; nil when none is kept.
+    var nextRefresh: ContinuousClock.Instant? {
+        records.values.lazy.filter(\.refreshing).map { $0.published + $0.lifetime / 3 }.min()
     }
 
     /// The kept records whose refresh is due at `now` (marked as published now); records whose lifetime

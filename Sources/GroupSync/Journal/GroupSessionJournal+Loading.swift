@@ -58,7 +58,12 @@ extension GroupSessionJournal {
         case chunk(index: Int, Data)
         /// Ask for chunk `index` again (after a rejection's backoff, or a subscription that failed).
         case retryDue(index: Int)
-        case tick
+        /// The stall deadline the machine named has come (or passed: it may have moved since).
+        case stallDue
+        /// The attachment's owner removed it.
+        case removed
+        /// The session is over for us.
+        case invalidated
         case cancelled
     }
 
@@ -96,11 +101,22 @@ extension GroupSessionJournal {
         // A discarding group: each chunk's request is a child task, and a plain group would keep every
         // finished child until the load ends — memory growing with the attachment's size.
         let failure: GroupSyncError? = await withDiscardingTaskGroup(returning: GroupSyncError?.self) { group in
-            group.addTask {
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: .milliseconds(250))
-                    continuation.yield(.tick)
+            // Nothing polls: the journal's list says when the attachment is removed and ends with the
+            // session; the stall timer wakes at the machine's deadline.
+            let journalList = attachments
+            group.addTask { [self] in
+                for await _ in journalList where isRemoved(attachment) {
+                    continuation.yield(.removed)
+                    return
                 }
+                if !Task.isCancelled { continuation.yield(.invalidated) }
+            }
+            let stall = WakeUp()
+            stall.onWake { continuation.yield(.stallDue) }
+            defer { stall.cancel() }
+            func armStall() {
+                guard let deadline = machine.stallDeadline else { return }
+                stall.schedule(after: .milliseconds(max(deadline &- clock.milliseconds(), 0)))
             }
             func giveUp(_ index: Int) {
                 guard let request = current.removeValue(forKey: index) else { return }
@@ -156,6 +172,7 @@ extension GroupSessionJournal {
             do throws(GroupSyncError) {
                 var action = machine.start()
                 try perform(action)
+                armStall()
                 while !action.done {
                     // The stream also ends when the task is cancelled.
                     let event =
@@ -177,16 +194,15 @@ extension GroupSessionJournal {
                             continue
                         }
                         action = machine.onRetryDue(index)
-                    case .tick:
-                        if core.isInvalidated {
-                            try perform(machine.cancel())
-                            throw .sessionInvalidated
-                        }
-                        if isRemoved(attachment) {
-                            try perform(machine.cancel())
-                            throw .attachmentRemoved(sha256: record.sha256)
-                        }
+                    case .stallDue:
                         action = machine.onTick(now: clock.milliseconds())
+                        armStall()
+                    case .removed:
+                        try perform(machine.cancel())
+                        throw .attachmentRemoved(sha256: record.sha256)
+                    case .invalidated:
+                        try perform(machine.cancel())
+                        throw .sessionInvalidated
                     case .cancelled:
                         try perform(machine.cancel())
                         throw .cancelled

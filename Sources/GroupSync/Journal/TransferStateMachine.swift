@@ -121,7 +121,14 @@ struct TransferStateMachine {
         return Action(subscribe: [index])
     }
 
-    /// Time passes: a load without progress for `stallTimeout` fails.
+    /// When (ms) the load fails unless a chunk comes first: ``onTick(now:)`` is due then. nil once it
+    /// ended.
+    var stallDeadline: Int64? {
+        guard case let .loading(loading) = state else { return nil }
+        return loading.lastProgress &+ configuration.stallTimeout
+    }
+
+    /// Time passes (at ``stallDeadline``): a load without progress for `stallTimeout` fails.
     mutating func onTick(now: Int64) -> Action {
         guard case let .loading(loading) = state, now - loading.lastProgress >= configuration.stallTimeout else { return Action() }
         let missing = loading.pending.min() ?? loading.next

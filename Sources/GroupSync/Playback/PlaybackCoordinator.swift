@@ -27,8 +27,19 @@ public final class PlaybackCoordinator: Sendable {
 
     public let configuration: Configuration
     let core: SessionCore
-    private let machine: LockedValue<PlaybackStateMachine>
-    private let outputs = LockedValue(Outputs())
+    /// The machine and what this side hands out, under one lock.
+    private let state: LockedValue<State>
+    /// Wakes when the machine has something to do without an input (a `$ping`, a takeover).
+    private let timer = WakeUp()
+    /// Wakes at the scheduled start, to the nanosecond the scheduler allows: a late start is a start out
+    /// of step with the group, so it is not left to the priority of whoever scheduled it (often the
+    /// network thread).
+    private let startTimer = WakeUp(tolerance: .zero, priority: .high)
+
+    private struct State {
+        var machine: PlaybackStateMachine
+        var outputs = Outputs()
+    }
 
     /// What this side hands out: the sequences' inboxes and the pending start.
     private struct Outputs {
@@ -41,27 +52,27 @@ public final class PlaybackCoordinator: Sendable {
         /// so that a timeline that plays is not first shown paused for want of its clock.
         var timelineRead = false
         var clockRead = false
-        /// The timeline the start timer is (or was) for, and the timer.
+        /// The timeline whose start is (or was) scheduled, and whether that start is still to come.
         var scheduled: PlaybackTimeline?
-        var timer: Task<Void, Never>?
-        /// Exchanges left in a burst with the reference.
-        var burst = 0
-        var lastPing: Int64 = 0
+        var startPending = false
+        /// Commands waiting for the group clock.
+        var clockWaiters: [Inbox<Void>] = []
         var ended = false
     }
 
     init(core: SessionCore, configuration: Configuration) {
         self.core = core
         self.configuration = configuration
-        self.machine = LockedValue(
-            PlaybackStateMachine(
-                me: core.me, initiator: core.announcement.createdBy,
-                waitingReasons: Set(configuration.suspensionReasonsThatTriggerWaiting.map(\.rawValue)),
-                lead: configuration.lead))
-        let machine = self.machine
+        let state = LockedValue(
+            State(
+                machine: PlaybackStateMachine(
+                    me: core.me, initiator: core.announcement.createdBy,
+                    waitingReasons: Set(configuration.suspensionReasonsThatTriggerWaiting.map(\.rawValue)),
+                    lead: configuration.lead)))
+        self.state = state
         core.clockService.withLock {
             $0 = SessionCore.ClockService(
-                groupTime: { local in machine.withLock { $0.answerPing(atLocal: local) } },
+                groupTime: { local in state.withLock { $0.machine.answerPing(atLocal: local) } },
                 pong: { [weak self] sender, pong, arrival in
                     guard let self else { return }
                     let (t0, t1, t2) = (
@@ -72,28 +83,30 @@ public final class PlaybackCoordinator: Sendable {
                     self.perform(self.update { $0.onPong(from: sender, sent: t0, received: t1, replied: t2, back: arrival) })
                 })
         }
+        timer.onWake { [weak self] in self?.wake() }
+        startTimer.onWake { [weak self] in self?.startDue() }
         follow()
     }
 
     // MARK: - Reading
 
     /// The timeline the player follows now (paused at zero until the shared one is known).
-    public var timeline: PlaybackTimeline { machine.withLock { $0.effectiveTimeline } }
+    public var timeline: PlaybackTimeline { state.withLock { $0.machine.effectiveTimeline } }
 
     /// The current timeline first — once the session is joined and caught up — then every change, from
     /// anyone, in the order applied; equal consecutive timelines are not repeated. A slow consumer skips
     /// to the newest. Ends when the session is invalidated or the iterating task is cancelled.
     public func timelines() -> GroupUpdates<PlaybackTimeline> {
         let inbox = Inbox<PlaybackTimeline>(keepingNewest: 1)
-        let registry = outputs
-        let ended = registry.withLock { outputs -> Bool in
-            guard !outputs.ended else { return true }
-            outputs.nextID += 1
-            let id = outputs.nextID
-            outputs.timelines[id] = inbox
-            inbox.onTermination { registry.withLock { _ = $0.timelines.removeValue(forKey: id) } }
+        let registry = self.state
+        let ended = registry.withLock { state -> Bool in
+            guard !state.outputs.ended else { return true }
+            state.outputs.nextID += 1
+            let id = state.outputs.nextID
+            state.outputs.timelines[id] = inbox
+            inbox.onTermination { registry.withLock { _ = $0.outputs.timelines.removeValue(forKey: id) } }
             // Yielded under the lock: a change handed out meanwhile comes after it, never before.
-            if let current = outputs.emitted { inbox.yield(current) }
+            if let current = state.outputs.emitted { inbox.yield(current) }
             return false
         }
         if ended { inbox.finish() }
@@ -108,16 +121,18 @@ public final class PlaybackCoordinator: Sendable {
     public func starts() -> GroupUpdates<PlaybackStart> {
         let inbox = Inbox<PlaybackStart>()
         let local = localNow
-        let (timeline, offset) = machine.withLock { ($0.effectiveTimeline, $0.offset(atLocal: local)) }
-        let registry = outputs
-        let ended = registry.withLock { outputs -> Bool in
-            guard !outputs.ended else { return true }
-            outputs.nextID += 1
-            let id = outputs.nextID
-            outputs.starts[id] = inbox
-            inbox.onTermination { registry.withLock { _ = $0.starts.removeValue(forKey: id) } }
-            // Started already (its timer fired): this consumer starts late, now. A pending one comes to all.
-            if let offset, outputs.scheduled == timeline, outputs.timer == nil, timeline.isPlaying {
+        let registry = self.state
+        let ended = registry.withLock { state -> Bool in
+            guard !state.outputs.ended else { return true }
+            state.outputs.nextID += 1
+            let id = state.outputs.nextID
+            state.outputs.starts[id] = inbox
+            inbox.onTermination { registry.withLock { _ = $0.outputs.starts.removeValue(forKey: id) } }
+            // Started already (its instant came): this consumer starts late, now. A pending one comes to all.
+            let timeline = state.machine.effectiveTimeline
+            if let offset = state.machine.offset(atLocal: local), state.outputs.scheduled == timeline, !state.outputs.startPending,
+                timeline.isPlaying
+            {
                 inbox.yield(PlaybackCoordinator.start(of: timeline, atGroup: local &+ offset))
             }
             return false
@@ -138,7 +153,8 @@ public final class PlaybackCoordinator: Sendable {
     /// group clock is not known yet.
     public func expectedMediaTime(at instant: GroupInstant? = nil) -> Double {
         let local = localNow
-        return machine.withLock { machine in
+        return state.withLock { state in
+            let machine = state.machine
             let timeline = machine.effectiveTimeline
             guard let at = instant ?? machine.groupTime(atLocal: local) else { return timeline.position }
             return timeline.mediaTime(at: at)
@@ -148,31 +164,31 @@ public final class PlaybackCoordinator: Sendable {
     /// The group time now; nil until the group clock is known.
     public func groupTime() -> GroupInstant? {
         let local = localNow
-        return machine.withLock { $0.groupTime(atLocal: local) }
+        return state.withLock { $0.machine.groupTime(atLocal: local) }
     }
 
     /// The group time at `nanoseconds` (since 1970) on this participant's clock (its
     /// ``GroupCoordinator/Configuration/clock``); nil until the group clock is known.
     public func groupTime(atLocal nanoseconds: Int64) -> GroupInstant? {
-        machine.withLock { $0.groupTime(atLocal: nanoseconds) }
+        state.withLock { $0.machine.groupTime(atLocal: nanoseconds) }
     }
 
     /// The participant that serves the group clock, once known.
     public var clockReference: Participant? {
-        machine.withLock { $0.clock.map { Participant(id: $0.reference) } }
+        state.withLock { $0.machine.clock.map { Participant(id: $0.reference) } }
     }
 
     /// The lead a start scheduled now would get.
-    public var lead: Duration { machine.withLock { $0.lead } }
+    public var lead: Duration { state.withLock { $0.machine.lead } }
 
     /// This participant's suspensions under way, by reason.
     public var suspensionReasons: [PlaybackSuspension.Reason] {
-        machine.withLock { $0.suspensions.sorted { $0.key < $1.key }.map { PlaybackSuspension.Reason($0.value) } }
+        state.withLock { $0.machine.suspensions.sorted { $0.key < $1.key }.map { PlaybackSuspension.Reason($0.value) } }
     }
 
     /// Timeline and clock records rejected as invalid (out-of-range numbers, a malformed value, a clock
     /// claimed for someone else).
-    public var rejectedRecordCount: Int { machine.withLock { $0.rejected } }
+    public var rejectedRecordCount: Int { state.withLock { $0.machine.rejected } }
 
     // MARK: - Commands
 
@@ -211,9 +227,8 @@ public final class PlaybackCoordinator: Sendable {
     private func command(_ command: PlaybackStateMachine.Command) async throws(GroupSyncError) {
         guard core.isJoined else { throw core.isInvalidated ? .sessionInvalidated : .notJoined }
         // Right after joining the group clock may still be coming: wait for it a little.
-        let deadline = ContinuousClock.now + PlaybackCoordinator.clockPatience
-        while groupTime() == nil && ContinuousClock.now < deadline && !Task.isCancelled {
-            try? await Task.sleep(for: .milliseconds(5))
+        if let waiter = clockWaiter() {
+            await withTimeout(PlaybackCoordinator.clockPatience) { _ = await waiter.next() }
         }
         let local = localNow
         var failed = false
@@ -255,8 +270,8 @@ public final class PlaybackCoordinator: Sendable {
 
     private var localNow: Int64 { core.context.clock.nanoseconds() }
 
-    /// Starts the tasks that feed the machine: the two records, the active participants, time; and the
-    /// one that ends everything with the session.
+    /// Starts the tasks that feed the machine: the two records, the active participants; and the one
+    /// that ends everything with the session. Time comes from the timer, armed after every input.
     private func follow() {
         let core = self.core
         let participants = Inbox.Consumer(core.listen(.participants, keepingNewest: 1))
@@ -284,17 +299,6 @@ public final class PlaybackCoordinator: Sendable {
             }
             shutdown()
         }
-        tasks.spawn { [self] in
-            // Time: takeovers that waited, and the exchanges with the reference.
-            while !Task.isCancelled && !core.isInvalidated {
-                // Every 5 ms during a burst of exchanges, else every 50 ms.
-                try? await Task.sleep(for: .milliseconds(outputs.withLock { $0.burst > 0 } ? 5 : 50))
-                guard core.isJoined else { continue }
-                let local = localNow
-                perform(self.update { $0.onTick(atLocal: local) })
-                ping(atLocal: local)
-            }
-        }
     }
 
     /// Feeds every value of the record `key` (nil: none) to the machine through `input`, then marks it
@@ -308,44 +312,58 @@ public final class PlaybackCoordinator: Sendable {
             while let next = await updates.inbox.next() {
                 guard case let .value(record) = next else { continue }
                 let local = localNow
-                let written = update { input(&$0, record, local) }
-                outputs.withLock { $0[keyPath: read] = true }
+                let written = updateState { state in
+                    state.outputs[keyPath: read] = true
+                    return input(&state.machine, record, local)
+                }
                 perform(written)
                 refresh()
             }
         }
     }
 
-    /// Sends a `$ping` to the reference when one is due: every 5 ms during a burst, one more at the next
-    /// tick for each answer while the estimate is not settled, every 100 ms until the estimate follows the
-    /// drift, then every synchronization interval (to the 50 ms tick).
+    /// How often a follower exchanges with the reference once its estimate follows the drift. The same
+    /// while paused: the estimate extrapolates from recent exchanges, and sparser ones put starts tens of
+    /// milliseconds apart.
+    private func pingInterval(_ state: State) -> Int64 {
+        configuration.synchronizationInterval.nanoseconds
+    }
+
+    /// The timer's work: the machine's tick (a takeover whose patience ran out), then the `$ping` due.
+    private func wake() {
+        guard core.isJoined else { return }
+        let local = localNow
+        perform(update { $0.onTick(atLocal: local) })
+        ping(atLocal: local)
+        armTimer()
+    }
+
+    /// Schedules the timer for the machine's next moment.
+    private func armTimer() {
+        let local = localNow
+        let next = state.withLock { state in
+            state.outputs.ended ? nil : state.machine.nextWake(atLocal: local, pingInterval: pingInterval(state))
+        }
+        guard let next else { return }
+        timer.schedule(after: .nanoseconds(max(next &- local, 0)))
+    }
+
+    /// Sends a `$ping` to the reference when the machine says one is due.
     private func ping(atLocal local: Int64) {
-        let (role, fitted) = machine.withLock { ($0.role, $0.estimator.fitsDrift) }
-        guard case let .follower(reference, _) = role else {
-            outputs.withLock { $0.burst = 0 }  // serving the clock: no burst to finish
-            return
-        }
-        let interval = fitted ? configuration.synchronizationInterval.nanoseconds : 100_000_000
-        let due = outputs.withLock { outputs -> Bool in
-            if outputs.burst > 0 {
-                outputs.burst -= 1
-            } else if local &- outputs.lastPing < interval {
-                return false
-            }
-            outputs.lastPing = local
-            return true
-        }
-        guard due else { return }
+        let reference = state.withLock { state in state.machine.takePing(atLocal: local, interval: pingInterval(state)) }
+        guard let reference else { return }
         let (sent, monotonic) = (localNow, ContinuousClock.now)
         let t0 = GroupInstant(nanoseconds: sent).milliseconds
         let key = GroupInstant(milliseconds: t0).nanoseconds  // what the answer's t0 will read as
-        machine.withLock { $0.onPingSent(t0: key) }
+        state.withLock { $0.machine.onPingSent(t0: key) }
         let queued = core.sendControl(.ping, Wire.Ping(t0: t0), to: reference) { [weak self] left in
             guard let self else { return }
             // On the network thread: library code only, none of it waits.
             self.perform(self.update { $0.onPingLeft(t0: key, atLocal: sent &+ (left - monotonic).nanoseconds) })
         }
-        if let queued { perform(update { $0.onPingQueued(t0: key, atLocal: sent &+ (queued - monotonic).nanoseconds) }) }
+        if let queued {
+            perform(update { $0.onPingQueued(t0: key, atLocal: sent &+ (queued - monotonic).nanoseconds) })
+        }
     }
 
     /// The machine after one input, with the records it asked for already written.
@@ -357,9 +375,9 @@ public final class PlaybackCoordinator: Sendable {
     /// Feeds one input to the machine and writes the records it asks for under the same lock, so that
     /// they are stamped by the hybrid logical clock in the order the machine changed: a later change never
     /// loses to an earlier one written by another task.
-    private func update(_ input: (inout PlaybackStateMachine) -> PlaybackStateMachine.Action) -> Written {
-        machine.withLock { machine in
-            let action = input(&machine)
+    private func updateState(_ input: (inout State) -> PlaybackStateMachine.Action) -> Written {
+        state.withLock { state in
+            let action = input(&state)
             var records: [Wire.StateRecord] = []
             if let clock = action.writeClock, let record = write(PlaybackCoordinator.clockKey, clock) { records.append(record) }
             if let timeline = action.writeTimeline, let record = write(PlaybackCoordinator.timelineKey, timeline.record) {
@@ -369,16 +387,36 @@ public final class PlaybackCoordinator: Sendable {
         }
     }
 
+    private func update(_ input: (inout PlaybackStateMachine) -> PlaybackStateMachine.Action) -> Written {
+        updateState { input(&$0.machine) }
+    }
+
     /// Carries out the rest of what the machine asked for: its records handed to the connection at once
-    /// (a suspension pauses the others one broker trip later), a burst of exchanges or one more, the
-    /// player's outputs refreshed.
+    /// (a suspension pauses the others one broker trip later), the player's outputs refreshed, commands
+    /// waiting for the clock released once it is known, the timers armed for what the input changed.
     private func perform(_ written: Written) {
         for record in written.records { core.enqueue(record) }
-        if written.action.synchronize { outputs.withLock { $0.burst = 8 } }
-        // At the next tick, not at once: pings spread over time are likelier to find a quiet moment
-        // than a chain of them caught in the same stall.
-        if written.action.exchangeAgain { outputs.withLock { $0.burst = max($0.burst, 1) } }
         if written.action.timelineChanged { refresh() }
+        let local = localNow
+        let waiters = state.withLock { state -> [Inbox<Void>] in
+            guard state.machine.offset(atLocal: local) != nil, !state.outputs.clockWaiters.isEmpty else { return [] }
+            defer { state.outputs.clockWaiters = [] }
+            return state.outputs.clockWaiters
+        }
+        for waiter in waiters { waiter.finish() }
+        armTimer()
+        armStart()
+    }
+
+    /// An inbox that ends once the group clock is known; nil when it is already.
+    private func clockWaiter() -> Inbox<Void>? {
+        let local = localNow
+        return state.withLock { state in
+            guard state.machine.offset(atLocal: local) == nil, !state.outputs.ended else { return nil }
+            let waiter = Inbox<Void>()
+            state.outputs.clockWaiters.append(waiter)
+            return waiter
+        }
     }
 
     /// Writes one of playback's records (applied here at once); nil when not joined.
@@ -389,71 +427,81 @@ public final class PlaybackCoordinator: Sendable {
 
     /// Hands the timeline to ``timelines()`` if it changed (once both records were read), and schedules
     /// its start if it plays (once per timeline: a start pending or delivered is not scheduled again).
-    /// The timeline is read under the outputs' lock, so that of two refreshes the later one hands out the
-    /// later timeline; the timer is made under it too, so that it cannot fire before it is recorded.
+    /// Under the lock, so that of two refreshes the later one hands out the later timeline.
     private func refresh() {
         let local = localNow
-        let cancelled = outputs.withLock { outputs -> Task<Void, Never>? in
-            guard !outputs.ended else { return nil }
-            let (timeline, clockKnown) = machine.withLock { ($0.effectiveTimeline, $0.offset(atLocal: local) != nil) }
-            if outputs.emitted != timeline && outputs.timelineRead && outputs.clockRead {
-                outputs.emitted = timeline
-                for inbox in outputs.timelines.values { inbox.yield(timeline) }
+        state.withLock { state in
+            guard !state.outputs.ended else { return }
+            let timeline = state.machine.effectiveTimeline
+            let clockKnown = state.machine.offset(atLocal: local) != nil
+            if state.outputs.emitted != timeline && state.outputs.timelineRead && state.outputs.clockRead {
+                state.outputs.emitted = timeline
+                for inbox in state.outputs.timelines.values { inbox.yield(timeline) }
             }
-            if timeline.isPlaying && clockKnown && outputs.scheduled == timeline { return nil }
-            let previous = outputs.timer
-            outputs.scheduled = timeline.isPlaying && clockKnown ? timeline : nil
-            outputs.timer =
-                outputs.scheduled == nil
-                ? nil
-                : Task { [weak self] in
-                    guard let self else { return }
-                    await self.fire(timeline)
-                }
-            return previous
+            if timeline.isPlaying && clockKnown && state.outputs.scheduled == timeline { return }
+            state.outputs.scheduled = timeline.isPlaying && clockKnown ? timeline : nil
+            state.outputs.startPending = state.outputs.scheduled != nil
         }
-        cancelled?.cancel()
+        armStart()
     }
 
-    /// Waits until `timeline`'s anchor comes on the local clock (re-reading the offset as it goes), then
-    /// hands the start to ``starts()``.
-    private func fire(_ timeline: PlaybackTimeline) async {
-        while !Task.isCancelled {
-            let local = localNow
-            guard let offset = machine.withLock({ $0.offset(atLocal: local) }) else { return }
-            let remaining = timeline.anchor.nanoseconds &- offset &- local
-            if remaining <= 0 {
-                let start = PlaybackCoordinator.start(of: timeline, atGroup: local &+ offset)
-                let inboxes = outputs.withLock { outputs -> [Inbox<PlaybackStart>] in
-                    guard outputs.scheduled == timeline, !outputs.ended else { return [] }
-                    outputs.timer = nil
-                    return Array(outputs.starts.values)
-                }
-                for inbox in inboxes { inbox.yield(start) }
-                return
-            }
-            // Long waits in steps, so that a refined offset moves the instant; the last one exactly.
-            let step = min(remaining, 20_000_000)
-            try? await Task.sleep(until: .now + .nanoseconds(step), tolerance: .zero, clock: .continuous)
+    /// Schedules the start timer at the pending start's instant on the local clock, as the current
+    /// offset puts it (every refinement of the offset moves it); delivers it at once when it has come.
+    private func armStart() {
+        let local = localNow
+        let remaining = state.withLock { state -> Int64? in
+            guard state.outputs.startPending, let timeline = state.outputs.scheduled,
+                let offset = state.machine.offset(atLocal: local)
+            else { return nil }
+            return timeline.anchor.nanoseconds &- offset &- local
+        }
+        guard let remaining else { return }
+        if remaining > 0 {
+            startTimer.schedule(after: .nanoseconds(remaining))
+        } else {
+            startDue()
         }
     }
 
-    /// The session is over: every sequence ends, the timer stops, the clock answers no more.
+    /// The start timer fired: hands the start to ``starts()`` when its instant has come on the local
+    /// clock (re-reading the offset), or waits again for the instant the refined offset gives.
+    private func startDue() {
+        let local = localNow
+        let (start, inboxes, early) = state.withLock { state -> (PlaybackStart?, [Inbox<PlaybackStart>], Bool) in
+            guard state.outputs.startPending, !state.outputs.ended, let timeline = state.outputs.scheduled,
+                let offset = state.machine.offset(atLocal: local)
+            else { return (nil, [], false) }
+            guard timeline.anchor.nanoseconds &- offset &- local <= 0 else { return (nil, [], true) }
+            state.outputs.startPending = false
+            return (PlaybackCoordinator.start(of: timeline, atGroup: local &+ offset), Array(state.outputs.starts.values), false)
+        }
+        if early { return armStart() }
+        guard let start else { return }
+        for inbox in inboxes { inbox.yield(start) }
+        armTimer()  // paused pace again
+    }
+
+    /// The session is over: every sequence ends, the timers stop, the clock answers no more.
     private func shutdown() {
         core.clockService.withLock { $0 = nil }
         core.playback.withLock { $0 = nil }
-        let (timelines, starts, timer) = outputs.withLock { outputs in
-            outputs.ended = true
+        timer.cancel()
+        startTimer.cancel()
+        let (timelines, starts, waiters) = state.withLock { state in
+            state.outputs.ended = true
             defer {
-                outputs.timelines = [:]
-                outputs.starts = [:]
-                outputs.timer = nil
+                state.outputs.timelines = [:]
+                state.outputs.starts = [:]
+                state.outputs.clockWaiters = []
+                state.outputs.startPending = false
             }
-            return (Array(outputs.timelines.values), Array(outputs.starts.values), outputs.timer)
+            return (
+                Array(state.outputs.timelines.values), Array(state.outputs.starts.values), state.outputs.clockWaiters
+            )
         }
-        timer?.cancel()
         for inbox in timelines { inbox.finish() }
         for inbox in starts { inbox.finish() }
+        for waiter in waiters { waiter.finish() }
     }
 }
 

@@ -1,7 +1,9 @@
 /// One participant's side of coordinated playback, as a value: the group clock (which participant serves
 /// it, and our offset to it) and the shared timeline, with the commands and suspensions that change it.
 /// Each input returns an ``Action``: records to write and whether the timeline the player follows
-/// changed. It never publishes, sleeps or resumes anything; ``PlaybackCoordinator`` does, outside its lock.
+/// changed. It also says when it next has something to do (``nextWake(atLocal:pingInterval:)``: a
+/// `$ping` due, a takeover whose patience runs out), and ``onTick(atLocal:)`` is the input for that
+/// moment. It never publishes, sleeps or resumes anything; ``PlaybackCoordinator`` does, outside its lock.
 ///
 /// Times: `local` is this participant's wall clock in nanoseconds, group instants are `local + offset`.
 struct PlaybackStateMachine {
@@ -33,17 +35,11 @@ struct PlaybackStateMachine {
         var writeTimeline: PlaybackTimeline?
         /// The timeline the player follows (``effectiveTimeline``) may have changed, or became usable.
         var timelineChanged = false
-        /// Exchange with the reference now, several times (it is new to us).
-        var synchronize = false
-        /// Exchange with the reference once more: our estimate is not settled yet.
-        var exchangeAgain = false
 
         mutating func merge(_ other: Action) {
             writeClock = other.writeClock ?? writeClock
             writeTimeline = other.writeTimeline ?? writeTimeline
             timelineChanged = timelineChanged || other.timelineChanged
-            synchronize = synchronize || other.synchronize
-            exchangeAgain = exchangeAgain || other.exchangeAgain
         }
     }
 
@@ -83,6 +79,17 @@ struct PlaybackStateMachine {
     private(set) var rejected = 0
     /// Our `$ping`s not answered yet, by the `t0` they carry (nanoseconds).
     private var pings: [Int64: PendingPing] = [:]
+    /// Exchanges with the reference left to make at the burst's pace: ``burstLength`` when the reference
+    /// is new to us, one more after each answer while the estimate is not settled.
+    private(set) var burst = 0
+    /// When (local) our last `$ping` was due; nil before the first.
+    private var lastPing: Int64?
+    static let burstLength = 8
+    /// The pace of a burst. Not faster: pings spread over time are likelier to find a quiet moment than
+    /// a chain of them caught in the same stall.
+    static let burstSpacing: Int64 = 5_000_000
+    /// The pace after a burst until the estimate follows the drift between the clocks.
+    static let fittingInterval: Int64 = 100_000_000
     /// The most `$ping`s remembered: an older one's answer is timed from its `t0` alone.
     static let rememberedPings = 16
 
@@ -185,7 +192,10 @@ struct PlaybackStateMachine {
         let t3 = answer.back
         let hadOffset = estimator.offset(atLocal: t3) != nil || provisional != nil
         guard estimator.add(sent: sent, received: answer.received, replied: answer.replied, back: t3) else { return Action() }
-        guard estimator.isSettled else { return Action(exchangeAgain: true) }
+        guard estimator.isSettled else {
+            burst = max(burst, 1)
+            return Action()
+        }
         guard !hadOffset, estimator.offset(atLocal: t3) != nil else { return Action() }
         // The group clock became known: a start may be scheduled, a waiting state written.
         var action = Action(timelineChanged: true)
@@ -230,7 +240,7 @@ struct PlaybackStateMachine {
             default:
                 role = .follower(reference: record.reference, provisional: sameBase ? current : nil)
                 estimator.reset()
-                action.synchronize = true
+                burst = Self.burstLength
             }
         }
         referenceGoneSince = nil
@@ -246,7 +256,42 @@ struct PlaybackStateMachine {
         return action
     }
 
-    /// Time passes: a takeover that waited for patience, a waiting state not yet written.
+    /// When (local) this participant next has something to do without an input: a `$ping` due (every
+    /// `pingInterval` once the estimate follows the drift), a takeover whose patience runs out. nil:
+    /// nothing until the next input.
+    func nextWake(atLocal local: Int64, pingInterval: Int64) -> Int64? {
+        [nextPing(interval: pingInterval), nextTakeover(atLocal: local)].compactMap { $0 }.min()
+    }
+
+    /// When the next `$ping` to the reference is due; nil when we follow no reference.
+    func nextPing(interval: Int64) -> Int64? {
+        guard case .follower = role else { return nil }
+        guard let lastPing else { return 0 }  // at once
+        if burst > 0 { return lastPing &+ Self.burstSpacing }
+        return lastPing &+ (estimator.fitsDrift ? interval : Self.fittingInterval)
+    }
+
+    /// The reference to send a `$ping` to at `local`, when one is due (see ``nextPing(interval:)``); it
+    /// counts as sent (its `t0` is given to ``onPingSent(t0:)``).
+    mutating func takePing(atLocal local: Int64, interval: Int64) -> String? {
+        guard case let .follower(reference, _) = role, let due = nextPing(interval: interval), local >= due else { return nil }
+        if burst > 0 { burst -= 1 }
+        lastPing = local
+        return reference
+    }
+
+    /// When ``checkReference(atLocal:)`` will claim the clock, if nothing changes meanwhile.
+    private func nextTakeover(atLocal local: Int64) -> Int64? {
+        guard let clock else { return referenceGoneSince.map { $0 &+ PlaybackStateMachine.firstClaimPatience } }
+        guard clock.reference != me, !active.isEmpty, !active.contains(clock.reference) else { return nil }
+        let since = referenceGoneSince ?? local
+        guard offset(atLocal: local) != nil else { return since &+ PlaybackStateMachine.takeoverPatience }
+        let rank = Int64(active.sorted().firstIndex(of: me) ?? 0)
+        return since &+ rank * PlaybackStateMachine.takeoverStagger
+    }
+
+    /// Time passes (at the moment ``nextWake(atLocal:pingInterval:)`` named): a takeover that waited for
+    /// patience, a waiting state not yet written.
     mutating func onTick(atLocal local: Int64) -> Action {
         var action = checkReference(atLocal: local)
         action.merge(reconcileWaiting(atLocal: local))
@@ -281,6 +326,7 @@ struct PlaybackStateMachine {
         clock = record
         role = .reference(offset: offset)
         referenceGoneSince = nil
+        burst = 0
         return Action(writeClock: record, timelineChanged: true)
     }
 
@@ -318,8 +364,11 @@ struct PlaybackStateMachine {
         return action
     }
 
-    /// Writes `timeline` as ours: applied here at once.
+    /// Writes `timeline` as ours: applied here at once, exactly as the others read it from the record
+    /// (the anchor goes out in milliseconds with a fraction, finer than a double keeps), so that our own
+    /// record coming back is the same timeline, not a new one to start again.
     private mutating func write(_ new: PlaybackTimeline) -> Action {
+        let new = PlaybackTimeline(new.record) ?? new
         timeline = new
         if new.intendedRate != 0 { playRate = new.intendedRate }
         return Action(writeTimeline: new, timelineChanged: true)

@@ -21,9 +21,13 @@ final class WakeUp: Sendable {
     private let state = LockedValue(State())
     /// How late a wake-up may come (nil: the system's default, which lets it coalesce with others).
     private let tolerance: Duration?
+    /// The priority of the handler's task, whoever scheduled it (nil: the scheduler's, which on
+    /// libmosquitto's network thread is none).
+    private let priority: TaskPriority?
 
-    init(tolerance: Duration? = nil) {
+    init(tolerance: Duration? = nil, priority: TaskPriority? = nil) {
         self.tolerance = tolerance
+        self.priority = priority
     }
 
     /// Sets what runs at each wake-up, once, before the first ``schedule(at:)``.
@@ -34,13 +38,13 @@ final class WakeUp: Sendable {
     /// Wakes at `deadline` unless a wake-up at or before it is pending; nil asks for nothing.
     func schedule(at deadline: ContinuousClock.Instant?) {
         guard let deadline else { return }
-        let tolerance = self.tolerance
+        let (tolerance, priority) = (self.tolerance, self.priority)
         let replaced = state.withLock { state -> Task<Void, Never>? in
             guard !state.cancelled, state.deadline.map({ deadline < $0 }) ?? true else { return nil }
             let previous = state.task
             state.deadline = deadline
             // Made under the lock, so it cannot fire before it is recorded.
-            state.task = Task { [weak self] in
+            state.task = Task(priority: priority) { [weak self] in
                 try? await Task.sleep(until: deadline, tolerance: tolerance, clock: .continuous)
                 guard !Task.isCancelled else { return }
                 self?.fire(deadline)
