@@ -10,7 +10,7 @@ struct BenchOptions: Sendable {
 
     enum Section: String, Sendable, CaseIterable {
         case latency, latencyProcesses = "latency-processes", throughput, fanout, lateJoin = "late-join", convergence, crash, failover,
-            memory, playback, journal
+            memory, playback, journal, idle
     }
 
     static let help = """
@@ -32,6 +32,9 @@ struct BenchOptions: Sendable {
           memory       resident size of 300 participants in one session, and of one in 1,000 sessions
           playback     10 participants with skewed, drifting clocks follow one PlaybackCoordinator:
                        position spread, start spread, play() until started, suspension
+          idle         100 joined sessions in this process doing nothing, then with a playback
+                       coordinator each: wake-ups per second and CPU per minute over 15 s each
+                       (--quick: 10 sessions, 2 s)
           journal      a 10 MiB attachment until 10 joined participants loaded it, vs raw; a late
                        joiner loading 10 MiB after its owner left; a receiver's peak memory while
                        loading 100 MiB (and 10 MiB) to disk, in a process of its own.

@@ -120,6 +120,16 @@ struct BenchReport {
                     target: "≤ \(format(Bound.crashSeconds, digits: 0)) s (max \(format(crash.max, digits: 3)) s)",
                     verdict: crash.max <= Bound.crashSeconds))
         }
+        if let idle = results.idle {
+            rows += [
+                Row(
+                    metric: "idle, \(idle.sessions) sessions: wake-ups/s", groupSync: format(idle.plain.wakeupsPerSecond),
+                    target: "CPU \(format(idle.plain.cpuSecondsPerMinute, digits: 2)) s/min"),
+                Row(
+                    metric: "idle, with playback coordinators: wake-ups/s", groupSync: format(idle.playback.wakeupsPerSecond),
+                    target: "CPU \(format(idle.playback.cpuSecondsPerMinute, digits: 2)) s/min"),
+            ]
+        }
         if let failover = results.failover {
             rows += [
                 Row(
@@ -480,6 +490,16 @@ struct BenchReport {
                 [
                     "p50_s": number(crash.p50, digits: 4), "max_s": number(crash.max, digits: 4), "samples": crash.samples,
                     "observers": crash.observers, "method": crash.method,
+                ] as [String: Any]
+        }
+        if let idle = results.idle {
+            root["idle"] =
+                [
+                    "sessions": idle.sessions, "seconds": number(idle.seconds),
+                    "wakeups_per_s": number(idle.plain.wakeupsPerSecond), "cpu_s_per_min": number(idle.plain.cpuSecondsPerMinute),
+                    "playback_wakeups_per_s": number(idle.playback.wakeupsPerSecond),
+                    "playback_cpu_s_per_min": number(idle.playback.cpuSecondsPerMinute),
+                    "synchronization_interval_s": number(idle.synchronizationInterval),
                 ] as [String: Any]
         }
         if let failover = results.failover {

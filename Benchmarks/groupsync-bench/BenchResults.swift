@@ -120,6 +120,15 @@ struct BenchResults: Sendable {
         var keepAlive: Int
     }
 
+    /// Idle sessions (``IdleBenchmark``).
+    struct Idle: Sendable {
+        var sessions: Int
+        var seconds: Double
+        var plain: IdleBenchmark.Figures
+        var playback: IdleBenchmark.Figures
+        var synchronizationInterval: Double
+    }
+
     struct Memory: Sendable {
         var participantsBytes: Int?
         /// The participants asked for; ``participantsReached`` those the child process got connected.
@@ -230,6 +239,7 @@ struct BenchResults: Sendable {
     var crash: Crash?
     var failover: Failover?
     var memory: Memory?
+    var idle: Idle?
     var playback: Playback?
     var journal: Journal?
     var failures: [String] = []

@@ -188,6 +188,12 @@ enum GroupSyncBench {
                 try await JournalBenchmark.run(url: url, group: "bj-\(run)", plan: plan)
             }
         }
+        if sections.contains(.idle) {
+            let (count, seconds) = options.mode == .full ? (100, 15.0) : (10, 2.0)
+            results.idle = await section("idle (\(count) sessions)", &failures) {
+                try await IdleBenchmark.run(url: url, group: "bi-\(run)", sessions: count, seconds: seconds)
+            }
+        }
         if sections.contains(.memory) {
             Log.progress("memory (\(options.memoryParticipants) participants, \(options.memorySessions) sessions)…")
             let (memory, errors) = await MemoryBenchmark.run(

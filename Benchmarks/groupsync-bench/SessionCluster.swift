@@ -79,7 +79,9 @@ final class SessionCluster: Sendable {
     }
 
     /// The session `id` as `coordinator` sees it, once announced to it.
-    static func findSession(_ coordinator: GroupCoordinator, id: String) async throws -> GroupSession<AnyGroupActivity> {
+    static func findSession(
+        _ coordinator: GroupCoordinator, id: String, activity: String = SessionCluster.activity
+    ) async throws -> GroupSession<AnyGroupActivity> {
         if let known = coordinator.currentSessions(activityIdentifier: activity).first(where: { $0.id == id }) {
             return known
         }

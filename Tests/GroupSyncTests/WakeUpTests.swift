@@ -20,14 +20,14 @@ import Testing
         timer.schedule(at: start + .seconds(5))
         timer.schedule(at: start + .milliseconds(50))  // replaces it
         timer.schedule(at: start + .seconds(1))  // met by the pending one
-        try await waitUntil("the early wake-up") { wakes.count == 1 }
+        try await waitUntil(timeout: timeBound(.seconds(5)), "the early wake-up") { wakes.count == 1 }
         #expect(wakes.times.withLock { $0[0] } - start >= .milliseconds(50))
         // Nothing else was pending: the next wake-up is the one asked for after the first, not the
         // second or the first deadline.
         timer.schedule(at: start + .milliseconds(1_200))
-        try await waitUntil("the next wake-up") { wakes.count == 2 }
+        try await waitUntil(timeout: timeBound(.seconds(5)), "the next wake-up") { wakes.count == 2 }
         #expect(wakes.times.withLock { $0[1] } - start >= .milliseconds(1_200), "the 1 s deadline woke nothing")
-        timer.cancel()
+        timer.cancel()  // also keeps the timer alive until here: a timer wakes only while its owner holds it
     }
 
     @Test func nothingComesAfterCancel() async throws {
@@ -42,7 +42,8 @@ import Testing
         let marked = Wakes()
         marker.onWake { marked.times.withLock { $0.append(.now) } }
         marker.schedule(after: .milliseconds(100))
-        try await waitUntil("the marker") { marked.count == 1 }
+        try await waitUntil(timeout: timeBound(.seconds(5)), "the marker") { marked.count == 1 }
         #expect(wakes.count == 0)
+        withExtendedLifetime((timer, marker)) {}  // a timer wakes only while its owner holds it
     }
 }
