@@ -1,7 +1,7 @@
 import MQTT  // LockedValue
 
 /// Tells the bench when every one of a set of participants has seen a given value, and when the last of
-/// them saw it — notified by each participant's `values()` consumer the moment it gets the value (no
+/// them saw it — notified by each participant's `valueUpdates()` consumer the moment it gets the value (no
 /// polling).
 final class ArrivalHub: Sendable {
     struct Timeout: Error, CustomStringConvertible {

@@ -367,7 +367,7 @@ struct BenchReport {
                     + "start spread: \(playback.starts) scheduled play()s, max \(format(playback.startMax, digits: 3)) ms, largest lateness "
                     + "\(format(playback.maxLateness, digits: 3)) ms; suspension: median of \(playback.suspensions), max "
                     + "\(format(playback.suspensionMax)) ms; round trip: GroupSync messenger QoS 1, p50; processing: a SharedState.set "
-                    + "by the suspending participant until the others' values() have it, \(format(playback.stateFanout)) ms (median), "
+                    + "by the suspending participant until the others' valueUpdates() have it, \(format(playback.stateFanout)) ms (median), "
                     + "less half a round trip; group-time spread (the clocks alone, without the rate) p50 "
                     + "\(format(playback.groupTimeP50, digits: 3)) ms, p99 \(format(playback.groupTimeP99, digits: 3)) ms")
         }

@@ -4,8 +4,8 @@ import GroupSyncTestSupport
 
 /// 5. Convergence: every participant of the cluster writes the same key at once (a different value
 /// each). Measured: from the last write until every participant shows the same value (the arrival of
-/// each one's final value, as its `values()` consumer saw it), and how many values each participant's
-/// `values()` yielded during the burst.
+/// each one's final value, as its `valueUpdates()` consumer saw it), and how many values each participant's
+/// `valueUpdates()` yielded during the burst.
 ///
 /// Beside it, the raw libmosquitto floor (``RawConvergence``): as many raw clients, each publishing one
 /// message of a state record's size at once, timed until every client has all of them. GroupSync and raw

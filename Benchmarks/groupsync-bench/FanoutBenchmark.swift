@@ -1,7 +1,7 @@
 import Foundation
 import GroupSync
 
-/// 3. Fan-out: one participant sets the shared state; the time until the last of the others' `values()`
+/// 3. Fan-out: one participant sets the shared state; the time until the last of the others' `valueUpdates()`
 /// consumers has the new value (each consumer notifies the ``ArrivalHub`` the moment it gets it).
 ///
 /// Beside it, the raw libmosquitto floor (``RawFanout``): as many raw clients as participants, one of them

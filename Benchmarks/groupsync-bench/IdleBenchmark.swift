@@ -75,4 +75,3 @@ enum IdleBenchmark {
         return seconds(usage.ru_utime) + seconds(usage.ru_stime)
     }
 }
-

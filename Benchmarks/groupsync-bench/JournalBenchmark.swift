@@ -134,7 +134,7 @@ enum JournalBenchmark {
     private static func fanoutRound(_ cluster: SessionCluster, owner: GroupSessionJournal, data: Data, name: String) async throws -> Round {
         let receivers = cluster.members.dropFirst().map { $0.session.journal() }
         // Listening before the add starts: each sequence yields the current list, then every change.
-        let updates = receivers.map(\.attachments)
+        let updates = receivers.map { $0.attachmentUpdates() }
         let size = data.count
         return try await withThrowingTaskGroup(of: (listed: UInt64, loaded: UInt64).self) { group in
             for (journal, attachments) in zip(receivers, updates) {
@@ -193,7 +193,7 @@ enum JournalBenchmark {
             let journal = session.journal()
             let start = MonotonicClock.nanoseconds()
             try await session.join()
-            let attachment = try await firstAttachment(named: name, in: journal.attachments)
+            let attachment = try await firstAttachment(named: name, in: journal.attachmentUpdates())
             let joined = MonotonicClock.nanoseconds()
             let bytes = try await withTimeLimit(.seconds(120), "\(name) loaded") { try await journal.load(attachment) }
             let loaded = MonotonicClock.nanoseconds()

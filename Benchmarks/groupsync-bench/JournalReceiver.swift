@@ -90,7 +90,7 @@ enum JournalReceiver {
                 let session = try await SessionCluster.findSession(coordinator, id: request.session)
                 try await session.join()
                 let journal = session.journal()
-                let attachment = try await JournalBenchmark.firstAttachment(named: request.name, in: journal.attachments)
+                let attachment = try await JournalBenchmark.firstAttachment(named: request.name, in: journal.attachmentUpdates())
                 let baseline = SystemInfo.residentBytes()
                 let reset = SystemInfo.resetPeakResident()
                 let start = MonotonicClock.nanoseconds()

@@ -48,7 +48,7 @@ enum LateJoinBenchmark {
                 if state.value != expected {
                     stale += 1
                     try await withTimeLimit(.seconds(5), "\(name) gets the current value") {
-                        for await value in state.values() where value == expected { return }
+                        for await value in state.valueUpdates() where value == expected { return }
                     }
                     end = MonotonicClock.nanoseconds()
                 }

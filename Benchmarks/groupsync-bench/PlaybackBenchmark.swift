@@ -12,9 +12,9 @@ import GroupSyncTestSupport
 /// - Start spread: for one scheduled `play()`, the real-time spread of the `starts()` deliveries; command
 ///   to started: from `play()` until the last delivery.
 /// - Suspension: from one participant's `beginSuspension(for: .buffering)` until every participant's
-///   `timelines()` has yielded a paused timeline; shown against a broker round trip (GroupSync messenger,
+///   `timelineUpdates()` has yielded a paused timeline; shown against a broker round trip (GroupSync messenger,
 ///   QoS 1) and the processing of one state record by everyone: a `SharedState.set` by the same
-///   participant until every other one's `values()` has it, measured in turn with the suspensions.
+///   participant until every other one's `valueUpdates()` has it, measured in turn with the suspensions.
 enum PlaybackBenchmark {
     /// The largest skew and drift given to a participant's clock.
     static let maxSkew = Duration.seconds(600)
@@ -193,9 +193,9 @@ enum PlaybackBenchmark {
     // MARK: - Suspension
 
     /// `samples` times while playing: one participant (in turn) begins a buffering suspension; until
-    /// every participant's `timelines()` has yielded a paused one (ms). The suspension then ends and the
+    /// every participant's `timelineUpdates()` has yielded a paused one (ms). The suspension then ends and the
     /// group starts again before the next sample, and the same participant sets the shared state: until
-    /// every other participant's `values()` has it (ms), the processing of one record by everyone.
+    /// every other participant's `valueUpdates()` has it (ms), the processing of one record by everyone.
     private static func measureSuspensions(
         _ cluster: SessionCluster, _ coordinators: [PlaybackCoordinator], _ recorders: [StartRecorder], samples: Int
     ) async throws -> (suspensions: [Double], fanouts: [Double]) {
@@ -204,7 +204,7 @@ enum PlaybackBenchmark {
         _ = try await waitForStarts(recorders, after: before)
         var times: [Double] = [], fanouts: [Double] = []
         for sample in 0..<samples {
-            let updates = coordinators.map { $0.timelines() }
+            let updates = coordinators.map { $0.timelineUpdates() }
             let start = MonotonicClock.nanoseconds()
             let suspender = (sample + 1) % coordinators.count
             let suspension = coordinators[suspender].beginSuspension(for: .buffering)

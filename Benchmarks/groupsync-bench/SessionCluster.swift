@@ -4,7 +4,7 @@ import GroupSyncTestSupport
 
 /// N participants in one process — N coordinators, N broker connections — all joined to one session, as
 /// `groupsync demo` drives them. Optionally each holds a `SharedState<Int>` under ``stateKey`` whose
-/// `values()` a ``ValueWatcher`` consumes.
+/// `valueUpdates()` a ``ValueWatcher`` consumes.
 final class SessionCluster: Sendable {
     static let activity = "com.example.bench"
     static let stateKey = "value"
@@ -60,7 +60,7 @@ final class SessionCluster: Sendable {
             if sharedState {
                 let shared = try SharedState(sessions[index], key: stateKey, initialValue: 0)
                 state = shared
-                watcher = ValueWatcher(index: index, values: shared.values(), hub: hub)
+                watcher = ValueWatcher(index: index, values: shared.valueUpdates(), hub: hub)
             }
             members.append(
                 ClusterMember(
@@ -71,7 +71,7 @@ final class SessionCluster: Sendable {
         if sharedState {
             let members = members
             // Every watcher got its first value (the caught-up one) before anything is measured.
-            try await waitUntil(timeout: .seconds(10), pollEvery: .microseconds(200), "every participant's values() started") {
+            try await waitUntil(timeout: .seconds(10), pollEvery: .microseconds(200), "every participant's valueUpdates() started") {
                 members.allSatisfy { ($0.watcher?.count ?? 0) > 0 }
             }
         }

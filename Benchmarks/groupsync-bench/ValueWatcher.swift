@@ -1,7 +1,7 @@
 import GroupSync
 import MQTT  // LockedValue
 
-/// Consumes one participant's `SharedState.values()` in a task of its own, as an app's view would, and
+/// Consumes one participant's `SharedState.valueUpdates()` in a task of its own, as an app's view would, and
 /// keeps what it saw: the latest value, when it arrived, and every value in order. Tells the
 /// ``ArrivalHub`` about each one.
 final class ValueWatcher: Sendable {

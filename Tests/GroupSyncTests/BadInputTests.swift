@@ -175,7 +175,7 @@ import Testing
             let state = try SharedState(b, key: "index", initialValue: 0)
             try await SharedState(a, key: "index", initialValue: 0).set(5)
             try await waitUntil("bob at 5") { state.value == 5 }
-            let values = Collector(state.values())
+            let values = Collector(state.valueUpdates())
             let chats = Collector(GroupSessionMessenger(session: b).messages(of: Chat.self))
             let participants = Collector(b.activeParticipantUpdates())
             try await values.waitForCount(1)

@@ -53,9 +53,9 @@ import Testing
             GroupCoordinator.setShared(alice)
             defer { GroupCoordinator.setShared(nil) }
             #expect(await Gallery(galleryID: "x").prepareForActivation() == .activationPreferred)
-            #expect(try await Gallery(galleryID: "x").activate())
+            let id = try await Gallery(galleryID: "x").activate()
             try await sessions.waitForCount(1)
-            #expect(sessions.elements[0].activity.galleryID == "x")
+            #expect(sessions.elements[0].activity.galleryID == "x" && sessions.elements[0].id == id)
             await group.closeAll()
         }
     }

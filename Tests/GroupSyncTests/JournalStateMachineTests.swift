@@ -31,7 +31,7 @@ import Testing
         #expect(journal.removed.isEmpty)
         journal.onRecord(Data(), sha256: late.sha256, owner: "bob")
         #expect(journal.attachments.map(\.owner.id) == ["alice"])
-        #expect(journal.removed == [JournalAttachment.ID(owner: "bob", sha256: late.sha256)])
+        #expect(journal.removed == [JournalAttachment.ID(owner: Participant(id: "bob"), sha256: late.sha256)])
         journal.end().finishAll()
         var lists: [[String]] = []
         while let list = await inbox.next() { lists.append(list.map(\.owner.id)) }

@@ -35,7 +35,7 @@ import Testing
             let group = Group(broker)
             let (_, _, a, b) = try await group.pair(Gallery(galleryID: "journal"))
             let (aliceJournal, bobJournal) = (a.journal(configuration: Self.small), b.journal(configuration: Self.small))
-            let lists = Collector(bobJournal.attachments)
+            let lists = Collector(bobJournal.attachmentUpdates())
             defer { lists.cancel() }
             try await lists.waitForCount(1)
             #expect(lists.elements[0].isEmpty, "the current list comes first")
@@ -43,9 +43,9 @@ import Testing
             let photo = Self.bytes(100_000)
             let added = try await aliceJournal.add(photo, name: "photo.jpg", mediaType: "image/jpeg", metadata: ["caption": "Lake"])
             #expect(added.size == 100_000 && added.owner.id == "alice" && added.name == "photo.jpg")
-            #expect(aliceJournal.currentAttachments == [added], "the owner lists it once add() returns")
+            #expect(aliceJournal.attachments == [added], "the owner lists it once add() returns")
             try await waitUntil("bob lists the photo") { lists.elements.last == [added] }
-            let listed = try #require(bobJournal.currentAttachments.first)
+            let listed = try #require(bobJournal.attachments.first)
             #expect(listed.mediaType == "image/jpeg" && listed.metadata == ["caption": "Lake"] && listed.sha256 == added.sha256)
 
             let reports = LockedValue<[JournalLoadProgress]>([])
@@ -65,7 +65,7 @@ import Testing
             await #expect(throws: GroupSyncError.notAttachmentOwner(owner: "alice")) { try await bobJournal.remove(listed) }
             try await aliceJournal.remove(added)
             try await waitUntil("bob's list is empty again") { lists.elements.last == [] }
-            #expect(aliceJournal.currentAttachments.isEmpty)
+            #expect(aliceJournal.attachments.isEmpty)
             await #expect(throws: GroupSyncError.attachmentRemoved(sha256: added.sha256)) { try await bobJournal.load(listed) }
             await group.closeAll()
         }
@@ -87,8 +87,8 @@ import Testing
             let carol = try await group.join("carol")
             let c = try await carol.joinSession(a.id, of: Gallery.self)
             let journal = c.journal()
-            #expect(journal.currentAttachments.map(\.id) == [added.id], "listed once join() returns")
-            #expect(try await journal.load(journal.currentAttachments[0]) == photo)
+            #expect(journal.attachments.map(\.id) == [added.id], "listed once join() returns")
+            #expect(try await journal.load(journal.attachments[0]) == photo)
             _ = b
             await group.closeAll()
         }
@@ -170,7 +170,7 @@ import Testing
             let b = try await bob.joinSession(a.id, of: Gallery.self)
             let content = Self.bytes(50_000)
             let added = try await a.journal(configuration: Self.small).add(content, name: "mine.txt", mediaType: "text/plain")
-            try await waitUntil("bob lists it") { b.journal().currentAttachments.count == 1 }
+            try await waitUntil("bob lists it") { b.journal().attachments.count == 1 }
 
             var login = try MQTTClient.Configuration(url: broker.url)
             (login.username, login.password) = ("mallory", LifetimeTests.users["mallory"])
@@ -186,11 +186,11 @@ import Testing
                 try await mallory.publish(to: chunk, payload: Data("forged".utf8), qos: .atLeastOnce, retain: true)
             }
             await #expect(throws: GroupSyncError.notAttachmentOwner(owner: "alice")) { try await b.journal().remove(added) }
-            #expect(b.journal().currentAttachments.map(\.id) == [added.id])
+            #expect(b.journal().attachments.map(\.id) == [added.id])
             #expect(try await b.journal().load(added) == content)
 
             try await a.journal().remove(added)
-            try await waitUntil("the owner's remove reaches bob") { b.journal().currentAttachments.isEmpty }
+            try await waitUntil("the owner's remove reaches bob") { b.journal().attachments.isEmpty }
             await mallory.disconnect()
             await group.closeAll()
         }
@@ -245,7 +245,7 @@ import Testing
             #expect(defaults.record.chunkSize == 64 << 10)
             let cut = try await bob.add(Self.bytes(300_000), name: "cut.bin")
             #expect(cut.record.chunkSize < 131_072 && cut.record.chunks.count == 3, "\(cut.record.chunkSize) × \(cut.record.chunks.count)")
-            try await waitUntil("carol lists both") { carol.currentAttachments.count == 2 }
+            try await waitUntil("carol lists both") { carol.attachments.count == 2 }
             #expect(try await carol.load(defaults) == content)
             #expect(try await alice.load(cut).count == 300_000)
             await #expect {
@@ -279,9 +279,9 @@ import Testing
                 try await journal.add(Self.bytes(10), name: "four")
             }
             // A receiver holds loads to its own limit.
-            let big = try #require(journal.currentAttachments.first { $0.name == "one" })
+            let big = try #require(journal.attachments.first { $0.name == "one" })
             try await waitUntil("bob lists three") {
-                b.journal(configuration: .init(maximumAttachmentSize: 2_000)).currentAttachments.count == 3
+                b.journal(configuration: .init(maximumAttachmentSize: 2_000)).attachments.count == 3
             }
             await #expect(throws: GroupSyncError.journalLimitExceeded(.attachmentSize(size: 3_000, limit: 2_000))) {
                 try await b.journal().load(big)

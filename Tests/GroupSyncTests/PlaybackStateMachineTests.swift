@@ -280,7 +280,7 @@ import Testing
         var bob = Self.machine("bob")
         _ = bob.onClockRecord(.init(reference: "alice", base: "new"), atLocal: 0)
         let old = PlaybackTimeline(
-            item: "m", position: 12, rate: 1, anchor: GroupInstant(nanoseconds: 5), intendedRate: 1, waitingFor: [], base: "old")
+            item: "m", position: 12, rate: 1, anchor: GroupInstant(nanoseconds: 5), intendedRate: 1, waitingIDs: [], base: "old")
         _ = bob.onTimelineRecord(old.record, valid: true, atLocal: 0)
         #expect(bob.effectiveTimeline.rate == 0 && bob.effectiveTimeline.position == 12 && bob.effectiveTimeline.item == "m")
     }
@@ -294,21 +294,21 @@ import Testing
         _ = try alice.command(.play, atLocal: Self.second)
         let (id, held) = alice.beginSuspension("buffering", atLocal: 3 * Self.second)
         let waiting = try #require(held.writeTimeline)
-        #expect(waiting.waitingFor == ["alice"] && waiting.rate == 0 && waiting.intendedRate == 1)
+        #expect(waiting.waitingIDs == ["alice"] && waiting.rate == 0 && waiting.intendedRate == 1)
         #expect(abs(waiting.position - 1.96) < 1e-9, "paused where it was")
         #expect(try alice.command(.play, atLocal: 4 * Self.second).writeTimeline?.rate == 0, "a play while waiting only intends")
 
         // bob holds the group too (his record wins; ours is dropped from it): we put ourselves back.
         var crossing = waiting
-        crossing.waitingFor = ["bob"]
+        crossing.waitingIDs = ["bob"]
         let back = try #require(alice.onTimelineRecord(crossing.record, valid: true, atLocal: 5 * Self.second).writeTimeline)
-        #expect(back.waitingFor == ["alice", "bob"])
+        #expect(back.waitingIDs == ["alice", "bob"])
 
         let released = try #require(alice.endSuspension(id, atLocal: 6 * Self.second).writeTimeline)
-        #expect(released.waitingFor == ["bob"] && released.rate == 0, "bob still holds it")
+        #expect(released.waitingIDs == ["bob"] && released.rate == 0, "bob still holds it")
         // bob is gone: the reference lets go of him, and the group starts again after the lead.
         let restart = try #require(alice.onActive(["alice"], atLocal: 7 * Self.second).writeTimeline)
-        #expect(restart.waitingFor.isEmpty && restart.rate == 1)
+        #expect(restart.waitingIDs.isEmpty && restart.rate == 1)
         #expect(restart.anchor == GroupInstant(nanoseconds: 7 * Self.second) + .milliseconds(40))
         #expect(restart.position == waiting.position)
 
@@ -326,7 +326,7 @@ import Testing
         waiting.position = 42
         waiting.anchor = GroupInstant(nanoseconds: local)
         waiting.intendedRate = 1
-        waiting.waitingFor = ["alice"]
+        waiting.waitingIDs = ["alice"]
 
         var bob = Self.following("bob", offset: 5 * Self.second)
         _ = bob.onActive(["alice", "bob", "carol"], atLocal: local)
@@ -334,7 +334,7 @@ import Testing
         let takeover = bob.onActive(["bob", "carol"], atLocal: local + Self.second)
         #expect(takeover.writeClock == .init(reference: "bob", base: "b"))
         let released = try #require(takeover.writeTimeline)
-        #expect(released.waitingFor.isEmpty && released.rate == 1 && released.position == 42)
+        #expect(released.waitingIDs.isEmpty && released.rate == 1 && released.position == 42)
         let now = try #require(bob.groupTime(atLocal: local + Self.second))
         #expect(released.anchor == now + .milliseconds(40), "one start, a lead ahead")
 
@@ -343,7 +343,7 @@ import Testing
         _ = carol.onTimelineRecord(waiting.record, valid: true, atLocal: local)
         #expect(carol.onActive(["bob", "carol"], atLocal: local + Self.second) == Machine.Action(), "bob's turn first")
         let late = carol.onTick(atLocal: local + Self.second + Machine.takeoverStagger)
-        #expect(late.writeClock?.reference == "carol" && late.writeTimeline?.waitingFor == [], "nobody claimed: carol does, and releases")
+        #expect(late.writeClock?.reference == "carol" && late.writeTimeline?.waitingIDs == [], "nobody claimed: carol does, and releases")
 
         // bob's claim was only slow: the two claims and releases cross, and carol's win. bob follows her
         // clock, keeping his offset, and her release: the same position, started one stagger later.

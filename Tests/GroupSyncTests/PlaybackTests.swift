@@ -187,7 +187,7 @@ struct Movie: GroupActivity {
             try await waitUntil("started") { starts.allSatisfy { $0.elements.count == 1 } }
 
             let buffering = players[1].beginSuspension(for: .buffering)
-            try await waitUntil("everyone waits") { players.allSatisfy { !$0.timeline.isPlaying && $0.timeline.waitingFor == ["bob"] } }
+            try await waitUntil("everyone waits") { players.allSatisfy { !$0.timeline.isPlaying && $0.timeline.waitingIDs == ["bob"] } }
             #expect(Set(players.map(\.timeline.position)).count == 1, "at one position")
             try await players[2].play()  // only an intention while bob buffers
             #expect(players.allSatisfy { !$0.timeline.isPlaying })
@@ -207,7 +207,7 @@ struct Movie: GroupActivity {
             #expect(players[0].timeline.isPlaying)
             scrubbing.end()
             _ = players[1].beginSuspension(for: .buffering)
-            try await waitUntil("waiting for bob") { players[0].timeline.waitingFor == ["bob"] }
+            try await waitUntil("waiting for bob") { players[0].timeline.waitingIDs == ["bob"] }
             let bob = try #require(group.coordinators.first { $0.localParticipant.id == "bob" })
             let crashed = ContinuousClock.now
             await bob.simulateCrash()
@@ -252,7 +252,7 @@ struct Movie: GroupActivity {
         let name = players[holder].session.localParticipant.id
         _ = players[holder].playback.beginSuspension(for: .buffering)
         try await waitUntil("everyone waits for \(name)") {
-            players.allSatisfy { !$0.playback.timeline.isPlaying && $0.playback.timeline.waitingFor == [name] }
+            players.allSatisfy { !$0.playback.timeline.isPlaying && $0.playback.timeline.waitingIDs == [name] }
         }
         let waiting = others[0].timeline
         let departed = ContinuousClock.now
@@ -278,7 +278,7 @@ struct Movie: GroupActivity {
         #expect(
             restarts.allSatisfy { $0.rate == 1 && abs($0.mediaTime - $0.lateness.seconds - departure.waiting.position) < 1e-6 },
             "\(restarts)")
-        #expect(others.allSatisfy { $0.timeline.waitingFor.isEmpty && $0.timeline.base == departure.waiting.base })
+        #expect(others.allSatisfy { $0.timeline.waitingIDs.isEmpty && $0.timeline.base == departure.waiting.base })
     }
 
     /// A buffering participant that leaves stops holding the group at once (its member record is
@@ -380,7 +380,7 @@ struct Movie: GroupActivity {
             let session = try await carol.joinSession(players[0].session.id, of: Movie.self)
             let playback = session.playbackCoordinator()
             let starts = Collector(playback.starts())
-            let timelines = Collector(playback.timelines())
+            let timelines = Collector(playback.timelineUpdates())
             defer {
                 starts.cancel()
                 timelines.cancel()

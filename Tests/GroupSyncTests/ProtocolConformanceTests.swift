@@ -305,7 +305,7 @@ import Testing
             let root = "groupsync/v2/\(group.name)"
             let alice = try await group.join("alice")
             let a = try await alice.startJoined(Gallery(galleryID: "attach"))
-            let lists = Collector(a.journal().attachments)
+            let lists = Collector(a.journal().attachmentUpdates())
             defer { lists.cancel() }
 
             var configuration = try MQTTClient.Configuration(url: broker.url)
@@ -338,7 +338,7 @@ import Testing
                 to: "\(root)/s/\(a.id)/journal/\(sha256)/zoe", string: record, qos: .atLeastOnce, retain: true, properties: expiry)
 
             try await waitUntil("alice lists zoe's attachment") { lists.elements.last?.count == 1 }
-            let listed = try #require(a.journal().currentAttachments.first)
+            let listed = try #require(a.journal().attachments.first)
             #expect(listed.owner.id == "zoe" && listed.name == "pattern.bin" && listed.size == content.count)
             #expect(listed.metadata == ["caption": "from zoe"] && listed.sha256 == sha256)
             #expect(try await a.journal().load(listed) == content)

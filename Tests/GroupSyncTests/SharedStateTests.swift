@@ -14,8 +14,8 @@ import Testing
             let (_, _, a, b) = try await group.pair(Gallery(galleryID: "x"))
             let sa = try SharedState(a, key: "index", initialValue: 0)
             let sb = try SharedState(b, key: "index", initialValue: 0)
-            let seenA = Collector(sa.values())
-            let seenB = Collector(sb.values())
+            let seenA = Collector(sa.valueUpdates())
+            let seenB = Collector(sb.valueUpdates())
             try await seenA.waitForCount(1)
             try await seenB.waitForCount(1)
             for burst in 1...100 {
@@ -106,7 +106,7 @@ import Testing
             let l = try await late.joinSession(a.id, of: Gallery.self)
             #expect(l.activity.galleryID == "late")
             let state = try SharedState(l, key: "index", initialValue: 0)
-            let first = Collector(state.values())
+            let first = Collector(state.valueUpdates())
             try await first.waitForCount(1)
             #expect(first.elements[0] == 9, "the first element is the current value")
             #expect(ids(l.activeParticipants) == ["alice", "bob", "late"])
@@ -151,7 +151,7 @@ import Testing
             try await sa.set(1)
             let sb = try SharedState(b, key: "index", initialValue: 0)
             try await waitUntil("bob has 1") { sb.value == 1 }
-            let seenB = Collector(sb.values())
+            let seenB = Collector(sb.valueUpdates())
             try await waitUntil("bob at 1") { seenB.last == 1 }
             try await sa.set(2)
             try await waitUntil("bob at 2") { seenB.last == 2 }

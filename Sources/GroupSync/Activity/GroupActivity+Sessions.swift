@@ -16,12 +16,13 @@ extension GroupActivity {
         return await coordinator.prepareForActivation(self)
     }
 
-    /// Announces a session of this activity to the shared coordinator's group. Returns true once the
-    /// announcement is on the broker; the session then arrives through ``sessions()``.
+    /// Announces a session of this activity to the shared coordinator's group and returns its ID once the
+    /// announcement is on the broker; the session then arrives through ``sessions()``, to this participant
+    /// too. Throws ``GroupSyncError/noCoordinator`` before ``GroupCoordinator/setShared(_:)``, and what
+    /// ``GroupCoordinator/activate(_:)`` throws.
     @discardableResult
-    public func activate() async throws(GroupSyncError) -> Bool {
+    public func activate() async throws(GroupSyncError) -> String {
         guard let coordinator = GroupCoordinator.shared else { throw .noCoordinator }
-        try await coordinator.activate(self)
-        return true
+        return try await coordinator.activate(self)
     }
 }

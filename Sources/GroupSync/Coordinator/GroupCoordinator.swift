@@ -17,9 +17,9 @@ import MQTT
 public final class GroupCoordinator: Sendable {
     public let group: String
     public let localParticipant: Participant
-    public let topics: GroupTopics
+    package let topics: GroupTopics
     /// This connection's epoch (ms since 1970 when it was made).
-    public let epoch: Int64
+    package let epoch: Int64
     let client: MQTTClient
     let configuration: Configuration
     let hlc: LockedValue<HybridLogicalClock>

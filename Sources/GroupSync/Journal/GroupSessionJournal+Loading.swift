@@ -103,7 +103,7 @@ extension GroupSessionJournal {
         let failure: GroupSyncError? = await withDiscardingTaskGroup(returning: GroupSyncError?.self) { group in
             // Nothing polls: the journal's list says when the attachment is removed and ends with the
             // session; the stall timer wakes at the machine's deadline.
-            let journalList = attachments
+            let journalList = attachmentUpdates()
             group.addTask { [self] in
                 for await _ in journalList where isRemoved(attachment) {
                     continuation.yield(.removed)

@@ -30,12 +30,12 @@ public final class GroupSessionJournal: Sendable {
     // MARK: - Reading
 
     /// The attachments now, in the order they were added (empty before `join()`).
-    public var currentAttachments: [JournalAttachment] { core.journal.withLock { $0.attachments } }
+    public var attachments: [JournalAttachment] { core.journal.withLock { $0.attachments } }
 
     /// The current list of attachments first, then the list after every change (an attachment added or
     /// removed by anyone, this participant included), in order. A slow consumer skips to the newest list.
     /// Ends when the session is invalidated.
-    public var attachments: GroupUpdates<[JournalAttachment]> {
+    public func attachmentUpdates() -> GroupUpdates<[JournalAttachment]> {
         let inbox = Inbox<[JournalAttachment]>(keepingNewest: 1)
         let (id, action) = core.journal.withLock { $0.addListener(inbox) }
         action.finishAll()

@@ -5,16 +5,16 @@ import Foundation
 public struct JournalAttachment: Sendable, Hashable, Identifiable, CustomStringConvertible {
     /// An attachment is its owner's: two participants adding the same bytes make two attachments.
     public struct ID: Sendable, Hashable, CustomStringConvertible {
-        public let owner: String
+        public let owner: Participant
         /// SHA-256 of the content, 64 lowercase hexadecimal digits.
         public let sha256: String
 
-        public init(owner: String, sha256: String) {
+        public init(owner: Participant, sha256: String) {
             self.owner = owner
             self.sha256 = sha256
         }
 
-        public var description: String { "\(owner)/\(sha256.prefix(12))" }
+        public var description: String { "\(owner.id)/\(sha256.prefix(12))" }
     }
 
     /// The owner's journal record, as it is on the wire.
@@ -24,7 +24,7 @@ public struct JournalAttachment: Sendable, Hashable, Identifiable, CustomStringC
         self.record = record
     }
 
-    public var id: ID { ID(owner: record.added.participant, sha256: record.sha256) }
+    public var id: ID { ID(owner: owner, sha256: record.sha256) }
     /// Who added it; only the owner can remove it.
     public var owner: Participant { Participant(id: record.added.participant) }
     /// SHA-256 of the content, 64 lowercase hexadecimal digits: what ``GroupSessionJournal/load(_:progress:)``

@@ -61,7 +61,7 @@ struct JournalStateMachine {
             throw .journalLimitExceeded(.attachmentSize(size: size, limit: limits.maximumAttachmentSize))
         }
         guard case let .following(attachments) = state else { throw .sessionInvalidated }
-        let others = attachments.filter { $0.key != JournalAttachment.ID(owner: owner, sha256: sha256) }
+        let others = attachments.filter { $0.key != JournalAttachment.ID(owner: Participant(id: owner), sha256: sha256) }
         let total = others.values.reduce(size) { $0 + $1.size }
         guard total <= limits.maximumSessionSize else {
             throw .journalLimitExceeded(.sessionSize(total: total, limit: limits.maximumSessionSize))
@@ -80,7 +80,7 @@ struct JournalStateMachine {
     @discardableResult
     mutating func onRecord(_ payload: Data, sha256: String, owner: String) -> Bool {
         guard case var .following(attachments) = state else { return true }
-        let id = JournalAttachment.ID(owner: owner, sha256: sha256)
+        let id = JournalAttachment.ID(owner: Participant(id: owner), sha256: sha256)
         if payload.isEmpty {
             guard attachments.removeValue(forKey: id) != nil else { return true }
             removed.insert(id)

@@ -7,7 +7,7 @@ import MQTT
 /// participants' own clocks disagree (by minutes, and drifting).
 ///
 /// Get it from ``GroupSession/playbackCoordinator(configuration:)``, then drive the local player from
-/// two sequences: ``timelines()`` (pause, position, item — the current timeline first) and ``starts()``
+/// two sequences: ``timelineUpdates()`` (pause, position, item — the current timeline first) and ``starts()``
 /// (start the media now, at this position and rate: delivered at the scheduled instant).
 ///
 /// - Timeline: shared like ``SharedState`` (the record `groupsync.playback`), so crossing commands
@@ -46,7 +46,7 @@ public final class PlaybackCoordinator: Sendable {
         var timelines: [Int: Inbox<PlaybackTimeline>] = [:]
         var starts: [Int: Inbox<PlaybackStart>] = [:]
         var nextID = 0
-        /// The last timeline given to ``timelines()``; nil until the shared one is known.
+        /// The last timeline given to ``timelineUpdates()``; nil until the shared one is known.
         var emitted: PlaybackTimeline?
         /// Whether each record has been read once since joining: the timeline is handed out only then,
         /// so that a timeline that plays is not first shown paused for want of its clock.
@@ -96,7 +96,7 @@ public final class PlaybackCoordinator: Sendable {
     /// The current timeline first — once the session is joined and caught up — then every change, from
     /// anyone, in the order applied; equal consecutive timelines are not repeated. A slow consumer skips
     /// to the newest. Ends when the session is invalidated or the iterating task is cancelled.
-    public func timelines() -> GroupUpdates<PlaybackTimeline> {
+    public func timelineUpdates() -> GroupUpdates<PlaybackTimeline> {
         let inbox = Inbox<PlaybackTimeline>(keepingNewest: 1)
         let registry = self.state
         let ended = registry.withLock { state -> Bool in
@@ -425,7 +425,7 @@ public final class PlaybackCoordinator: Sendable {
         return core.write(key: key, value: json)
     }
 
-    /// Hands the timeline to ``timelines()`` if it changed (once both records were read), and schedules
+    /// Hands the timeline to ``timelineUpdates()`` if it changed (once both records were read), and schedules
     /// its start if it plays (once per timeline: a start pending or delivered is not scheduled again).
     /// Under the lock, so that of two refreshes the later one hands out the later timeline.
     private func refresh() {

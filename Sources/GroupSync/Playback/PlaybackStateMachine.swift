@@ -405,13 +405,13 @@ struct PlaybackStateMachine {
             next.rate = 0
             next.intendedRate = 0
         case let .seek(position):
-            let playing = current.intendedRate != 0 && current.waitingFor.isEmpty
+            let playing = current.intendedRate != 0 && current.waitingIDs.isEmpty
             next.position = position
             next.anchor = playing ? start : now
             next.rate = playing ? current.intendedRate : 0
         case let .item(item, position):
             next = PlaybackTimeline(
-                item: item, position: position, rate: 0, anchor: now, intendedRate: 0, waitingFor: current.waitingFor, base: clock.base)
+                item: item, position: position, rate: 0, anchor: now, intendedRate: 0, waitingIDs: current.waitingIDs, base: clock.base)
         }
         return write(next)
     }
@@ -423,7 +423,7 @@ struct PlaybackStateMachine {
         next.position = current.mediaTime(at: start)
         next.anchor = start
         next.intendedRate = rate
-        next.rate = current.waitingFor.isEmpty ? rate : 0
+        next.rate = current.waitingIDs.isEmpty ? rate : 0
         return next
     }
 
@@ -450,13 +450,13 @@ struct PlaybackStateMachine {
     private mutating func reconcileWaiting(atLocal local: Int64) -> Action {
         let current = effectiveTimeline
         let holding = holdsTheGroup
-        guard holding != current.waitingFor.contains(me), let now = groupTime(atLocal: local) else { return Action() }
+        guard holding != current.waitingIDs.contains(me), let now = groupTime(atLocal: local) else { return Action() }
         if holding {
             var next = current
             next.position = current.mediaTime(at: now)
             next.anchor = now
             next.rate = 0
-            next.waitingFor.insert(me)
+            next.waitingIDs.insert(me)
             return write(next)
         }
         return write(released(current, removing: [me], at: now))
@@ -466,7 +466,7 @@ struct PlaybackStateMachine {
     private mutating func dropDepartedWaiters(atLocal local: Int64) -> Action {
         let current = effectiveTimeline
         guard isReference, !active.isEmpty, let now = groupTime(atLocal: local) else { return Action() }
-        let gone = current.waitingFor.filter { !active.contains($0) && $0 != me }
+        let gone = current.waitingIDs.filter { !active.contains($0) && $0 != me }
         guard !gone.isEmpty else { return Action() }
         return write(released(current, removing: gone, at: now))
     }
@@ -475,8 +475,8 @@ struct PlaybackStateMachine {
     /// intends to play, it starts again after the lead, from where it waited.
     private func released(_ current: PlaybackTimeline, removing participants: Set<String>, at now: GroupInstant) -> PlaybackTimeline {
         var next = current
-        next.waitingFor.subtract(participants)
-        if next.waitingFor.isEmpty && current.intendedRate != 0 {
+        next.waitingIDs.subtract(participants)
+        if next.waitingIDs.isEmpty && current.intendedRate != 0 {
             next.anchor = now + lead
             next.rate = current.intendedRate
         }

@@ -16,11 +16,14 @@ public struct PlaybackTimeline: Sendable, Hashable {
     public var anchor: GroupInstant
     /// The rate the group plays at once nobody holds it: 0 after a pause, the rate of the last play.
     public var intendedRate: Double
-    /// Participants whose suspension makes the group wait (at `position`, with `rate` 0).
-    public var waitingFor: Set<String>
+    /// The IDs of ``waitingFor``, as the record carries them.
+    var waitingIDs: Set<String>
     /// Which group clock `anchor` is on (see ``PlaybackCoordinator``): a timeline on another one is taken
     /// as paused at `position`.
     var base: String
+
+    /// Participants whose suspension makes the group wait (at `position`, with `rate` 0).
+    public var waitingFor: Set<Participant> { Set(waitingIDs.map(Participant.init(id:))) }
 
     /// Whether the media moves now or will at `anchor`.
     public var isPlaying: Bool { rate != 0 }
@@ -34,7 +37,7 @@ public struct PlaybackTimeline: Sendable, Hashable {
     /// Paused at zero, no item: a session whose timeline nobody has set yet.
     static func initial(base: String) -> PlaybackTimeline {
         PlaybackTimeline(
-            item: nil, position: 0, rate: 0, anchor: GroupInstant(nanoseconds: 0), intendedRate: 0, waitingFor: [], base: base)
+            item: nil, position: 0, rate: 0, anchor: GroupInstant(nanoseconds: 0), intendedRate: 0, waitingIDs: [], base: base)
     }
 
     /// The largest rate a timeline may have, either way.
@@ -60,7 +63,7 @@ extension PlaybackTimeline {
 
     var record: Record {
         Record(
-            item: item, position: position, rate: rate, at: anchor.milliseconds, intent: intendedRate, waiting: waitingFor.sorted(),
+            item: item, position: position, rate: rate, at: anchor.milliseconds, intent: intendedRate, waiting: waitingIDs.sorted(),
             base: base)
     }
 
@@ -77,6 +80,6 @@ extension PlaybackTimeline {
         else { return nil }
         self.init(
             item: record.item, position: record.position, rate: record.rate, anchor: GroupInstant(milliseconds: record.at),
-            intendedRate: record.intent, waitingFor: Set(record.waiting), base: record.base)
+            intendedRate: record.intent, waitingIDs: Set(record.waiting), base: record.base)
     }
 }

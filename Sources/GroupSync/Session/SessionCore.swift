@@ -85,7 +85,7 @@ final class SessionCore: Sendable {
     }
 
     /// Feeds one input to the state machine. Its values are handed over while the lock is held, so every
-    /// sequence receives updates in the order the machine applied them (a consumer of `values()` never
+    /// sequence receives updates in the order the machine applied them (a consumer of `valueUpdates()` never
     /// ends on an older value than the machine holds); handing over never runs consumer code. Sequences
     /// are finished after the lock is released, since their termination handlers take it. Received
     /// clocks are merged before anything is handed over.

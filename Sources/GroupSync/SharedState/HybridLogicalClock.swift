@@ -45,17 +45,17 @@ public struct HLCTimestamp: Sendable, Hashable, Comparable, Codable, CustomStrin
 /// next local timestamp is larger than everything seen. A participant whose wall clock runs ahead
 /// therefore pulls everyone's clocks forward with its writes instead of winning forever, and one whose
 /// clock runs behind still produces timestamps newer than what it has seen.
-public struct HybridLogicalClock: Sendable, Hashable {
-    public let participant: String
-    public private(set) var latest: HLCTimestamp
+package struct HybridLogicalClock: Sendable, Hashable {
+    package let participant: String
+    package private(set) var latest: HLCTimestamp
 
-    public init(participant: String) {
+    package init(participant: String) {
         self.participant = participant
         self.latest = HLCTimestamp(time: 0, counter: 0, participant: participant)
     }
 
     /// A timestamp for a local event at wall-clock time `now` (milliseconds).
-    public mutating func tick(now: Int64) -> HLCTimestamp {
+    package mutating func tick(now: Int64) -> HLCTimestamp {
         if now > latest.time {
             latest = HLCTimestamp(time: now, counter: 0, participant: participant)
         } else {
@@ -66,7 +66,7 @@ public struct HybridLogicalClock: Sendable, Hashable {
 
     /// Merges a received timestamp (`now` is the local wall-clock time in milliseconds). Callers merge
     /// only timestamps that are ``HLCTimestamp/isPlausible(now:)``; the arithmetic wraps rather than traps.
-    public mutating func observe(_ remote: HLCTimestamp, now: Int64) {
+    package mutating func observe(_ remote: HLCTimestamp, now: Int64) {
         let time = max(latest.time, remote.time, now)
         let counter: Int64
         if time == latest.time && time == remote.time {

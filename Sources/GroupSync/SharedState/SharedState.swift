@@ -9,7 +9,7 @@ import MQTT
 ///   make a participant's value jump back. A participant whose wall clock is wrong neither wins forever
 ///   nor is ignored: clocks merge on every received write.
 /// - Late joiners: `join()` returns with the current value in place (retained state per writer, plus a
-///   catch-up from exactly one existing participant), so ``values()`` starts with it.
+///   catch-up from exactly one existing participant), so ``valueUpdates()`` starts with it.
 /// - Leaving keeps this participant's last value visible to the others; `end()` removes it everywhere.
 public final class SharedState<Value: Codable & Sendable & Equatable>: Sendable {
     public let key: String
@@ -89,7 +89,7 @@ public final class SharedState<Value: Codable & Sendable & Equatable>: Sendable 
     /// The current value first — once the session is joined and caught up — then every change, from
     /// anyone, in the order applied; equal consecutive values are not repeated. Ends when the session is
     /// invalidated or the iterating task is cancelled. A slow consumer skips to the latest value.
-    public func values() -> SharedStateValues<Value> {
+    public func valueUpdates() -> SharedStateValues<Value> {
         SharedStateValues(updates: .init(core.listen(.values(key: key), keepingNewest: 1)), initialValue: initialValue)
     }
 }

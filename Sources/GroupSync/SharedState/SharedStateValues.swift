@@ -1,4 +1,4 @@
-/// The values of a ``SharedState``: see ``SharedState/values()``.
+/// The values of a ``SharedState``: see ``SharedState/valueUpdates()``.
 ///
 /// Each value is decoded in the iterating task, when it asks for the next one; a consumer that falls
 /// behind skips to the latest value instead of replaying every intermediate one. Only one task may

@@ -6,59 +6,59 @@ import Foundation
 ///
 /// The bytes of journal attachments live apart, under `groupsync/v2-chunks/<group>`, so that a reader of
 /// the group's tree (`groupsync/v2/<group>/#`: dashboards, `groupsync watch`) never receives them.
-public struct GroupTopics: Sendable, Hashable {
-    public static let protocolRoot = "groupsync/v2"
-    public static let chunkProtocolRoot = "groupsync/v2-chunks"
+package struct GroupTopics: Sendable, Hashable {
+    package static let protocolRoot = "groupsync/v2"
+    package static let chunkProtocolRoot = "groupsync/v2-chunks"
 
-    public let group: String
+    package let group: String
     /// `groupsync/v2/<group>`
-    public let root: String
+    package let root: String
 
-    public init(group: String) {
+    package init(group: String) {
         self.group = group
         self.root = "\(GroupTopics.protocolRoot)/\(group)"
         self.chunkRoot = "\(GroupTopics.chunkProtocolRoot)/\(group)"
     }
 
     /// `groupsync/v2-chunks/<group>`
-    public let chunkRoot: String
+    package let chunkRoot: String
 
-    public func presence(_ participant: String) -> String { "\(root)/presence/\(participant)" }
-    public var presenceFilter: String { "\(root)/presence/+" }
-    public func heartbeat(_ participant: String) -> String { "\(root)/alive/\(participant)" }
-    public var heartbeatFilter: String { "\(root)/alive/+" }
+    package func presence(_ participant: String) -> String { "\(root)/presence/\(participant)" }
+    package var presenceFilter: String { "\(root)/presence/+" }
+    package func heartbeat(_ participant: String) -> String { "\(root)/alive/\(participant)" }
+    package var heartbeatFilter: String { "\(root)/alive/+" }
     /// `publisher`'s copy of `session`'s announcement.
-    public func announcement(_ session: String, by publisher: String) -> String { "\(root)/session/\(session)/\(publisher)" }
-    public var announcementFilter: String { "\(root)/session/+/+" }
+    package func announcement(_ session: String, by publisher: String) -> String { "\(root)/session/\(session)/\(publisher)" }
+    package var announcementFilter: String { "\(root)/session/+/+" }
     /// Where `sender` welcomes `recipient` to the group on a broker without retained messages.
-    public func welcome(to recipient: String, from sender: String) -> String { "\(root)/welcome/\(recipient)/\(sender)" }
-    public func welcomeFilter(for recipient: String) -> String { "\(root)/welcome/\(recipient)/+" }
-    public func member(_ session: String, _ participant: String) -> String { "\(root)/s/\(session)/member/\(participant)" }
-    public func state(_ session: String, key: String, writer: String) -> String { "\(root)/s/\(session)/state/\(key)/\(writer)" }
+    package func welcome(to recipient: String, from sender: String) -> String { "\(root)/welcome/\(recipient)/\(sender)" }
+    package func welcomeFilter(for recipient: String) -> String { "\(root)/welcome/\(recipient)/+" }
+    package func member(_ session: String, _ participant: String) -> String { "\(root)/s/\(session)/member/\(participant)" }
+    package func state(_ session: String, key: String, writer: String) -> String { "\(root)/s/\(session)/state/\(key)/\(writer)" }
     /// `owner`'s journal record of the attachment whose SHA-256 is `attachment`.
-    public func journal(_ session: String, attachment: String, owner: String) -> String {
+    package func journal(_ session: String, attachment: String, owner: String) -> String {
         "\(root)/s/\(session)/journal/\(attachment)/\(owner)"
     }
     /// Chunk `index` (from 0) of `owner`'s attachment `attachment`: its bytes, exactly.
-    public func chunk(_ session: String, attachment: String, index: Int, owner: String) -> String {
+    package func chunk(_ session: String, attachment: String, index: Int, owner: String) -> String {
         "\(chunkRoot)/\(session)/\(attachment).\(index)/\(owner)"
     }
     /// `groupsync/v2-chunks/<group>/<session>/`: every chunk topic of the session starts with it.
-    public func chunkPrefix(_ session: String) -> String { "\(chunkRoot)/\(session)/" }
-    public func broadcast(_ session: String, from sender: String) -> String { "\(root)/s/\(session)/all/\(sender)" }
-    public func direct(_ session: String, to recipient: String, from sender: String) -> String {
+    package func chunkPrefix(_ session: String) -> String { "\(chunkRoot)/\(session)/" }
+    package func broadcast(_ session: String, from sender: String) -> String { "\(root)/s/\(session)/all/\(sender)" }
+    package func direct(_ session: String, to recipient: String, from sender: String) -> String {
         "\(root)/s/\(session)/to/\(recipient)/\(sender)"
     }
 
     /// The filters a joined participant subscribes to for `session`: members, state, journal records,
     /// broadcasts, and the direct messages addressed to `participant` only.
-    public func sessionFilters(_ session: String, participant: String) -> (shared: [String], broadcast: String) {
+    package func sessionFilters(_ session: String, participant: String) -> (shared: [String], broadcast: String) {
         let base = "\(root)/s/\(session)"
         return (["\(base)/member/+", "\(base)/state/+/+", "\(base)/journal/+/+", "\(base)/to/\(participant)/+"], "\(base)/all/+")
     }
 
     /// What a topic of this group is.
-    public enum Kind: Sendable, Hashable {
+    package enum Kind: Sendable, Hashable {
         case presence(participant: String)
         case heartbeat(participant: String)
         case announcement(session: String, publisher: String)
@@ -73,7 +73,7 @@ public struct GroupTopics: Sendable, Hashable {
     /// Parses a topic of this group; nil for anything else, including levels that are not valid identifiers.
     /// It runs for every received message: one pass over the topic's bytes, without allocating except for
     /// the identifiers it returns.
-    public func parse(_ topic: String) -> Kind? {
+    package func parse(_ topic: String) -> Kind? {
         var topic = topic
         return topic.withUTF8 { bytes in
             var root = root

@@ -5,24 +5,24 @@ extension Wire {
     /// by `owner`. Its bytes are the chunks `groupsync/v2-chunks/<group>/<session>/<sha256>.<index>/<owner>`,
     /// each exactly `chunkSize` bytes but the last; `chunks` lists each chunk's SHA-256 in order, and
     /// `sha256` is the SHA-256 of the whole. An empty payload means the owner removed it.
-    public struct JournalRecord: Encodable, Sendable, Hashable {
-        public var v = Wire.version
+    package struct JournalRecord: Encodable, Sendable, Hashable {
+        package var v = Wire.version
         /// SHA-256 of the whole content: 64 lowercase hexadecimal digits, the `<sha256>` topic level.
-        public var sha256: String
+        package var sha256: String
         /// A file name for people (not a path).
-        public var name: String
+        package var name: String
         /// The media type, e.g. `image/jpeg`.
-        public var type: String
+        package var type: String
         /// Bytes.
-        public var size: Int64
+        package var size: Int64
         /// Bytes per chunk (the last one may be shorter).
-        public var chunkSize: Int64
+        package var chunkSize: Int64
         /// The SHA-256 of each chunk, in order: `ceil(size / chunkSize)` of them.
-        public var chunks: [String]
+        package var chunks: [String]
         /// When the owner added it, on its hybrid logical clock (`p` is the owner): the journal's order.
-        public var added: HLCTimestamp
+        package var added: HLCTimestamp
         /// Anything else the owner's app says about it (string values).
-        public var metadata: [String: String]?
+        package var metadata: [String: String]?
 
         /// Whether the record is consistent: digests well formed, and as many chunks as the size needs.
         var isConsistent: Bool {
@@ -33,7 +33,7 @@ extension Wire {
 }
 
 extension Wire.JournalRecord: Wire.Record {
-    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()
         guard case let .array(list) = try fields.value("chunks") else { throw .wrongShape }
         var chunks: [String] = []

@@ -5,7 +5,7 @@ import Foundation
 /// integers); optional fields are absent or of their type; other fields are ignored.
 extension Wire {
     /// Why a payload is rejected: the codes of docs/conformance/README.md.
-    public enum Rejection: String, Error, Sendable, Hashable, CaseIterable {
+    package enum Rejection: String, Error, Sendable, Hashable, CaseIterable {
         /// Larger than ``Wire/maximumPayload``.
         case tooLarge = "too-large"
         /// Starts with a UTF-8 byte order mark.
@@ -31,7 +31,7 @@ extension Wire {
     }
 
     /// An object's members, looked up by name (records have a handful: a linear search beats hashing).
-    public struct Fields: Sendable {
+    package struct Fields: Sendable {
         let keys: [String]
         let values: [JSONValue]
 
@@ -121,27 +121,27 @@ extension Wire {
 }
 
 extension Wire.Readable {
-    public static func read(_ data: Data) throws(Wire.Rejection) -> Self {
+    package static func read(_ data: Data) throws(Wire.Rejection) -> Self {
         try Self(json: try JSONParser.parse(data))
     }
 }
 
 extension Wire.Record {
-    public init(json: JSONValue) throws(Wire.Rejection) {
+    package init(json: JSONValue) throws(Wire.Rejection) {
         try self.init(fields: try Wire.Fields(json))
     }
 
-    public static func read(_ data: Data) throws(Wire.Rejection) -> Self {
+    package static func read(_ data: Data) throws(Wire.Rejection) -> Self {
         try Self(fields: try JSONParser.parseObject(data).fields)
     }
 }
 
 extension JSONValue: Wire.Readable {
-    public init(json: JSONValue) { self = json }
+    package init(json: JSONValue) { self = json }
 }
 
 extension HLCTimestamp: Wire.Record {
-    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
         self.init(
             time: try fields.int("t", in: Wire.Bounds.time), counter: try fields.int("c", in: Wire.Bounds.counter),
             participant: try fields.string("p"))
@@ -149,7 +149,7 @@ extension HLCTimestamp: Wire.Record {
 }
 
 extension Wire.Presence: Wire.Record {
-    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()
         self.init(
             participant: try fields.string("participant"), status: try fields.enum("status", Status.self),
@@ -159,14 +159,14 @@ extension Wire.Presence: Wire.Record {
 }
 
 extension Wire.Heartbeat: Wire.Record {
-    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()
         self.init(epoch: try fields.int("epoch", in: Wire.Bounds.time), interval: try fields.int("interval", in: Wire.Bounds.interval))
     }
 }
 
 extension Wire.Announcement: Wire.Record {
-    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()
         let activity = try Wire.Fields(try fields.value("activity"))
         let metadata = try Wire.Fields(try activity.value("metadata"))
@@ -185,7 +185,7 @@ extension Wire.Announcement: Wire.Record {
 }
 
 extension Wire.Welcome: Wire.Record {
-    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()
         self.init(
             presences: try fields.array("presences", of: Wire.Presence.self),
@@ -194,14 +194,14 @@ extension Wire.Welcome: Wire.Record {
 }
 
 extension Wire.Member: Wire.Record {
-    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()
         self.init(participant: try fields.string("participant"), epoch: try fields.int("epoch", in: Wire.Bounds.time))
     }
 }
 
 extension Wire.StateRecord: Wire.Record {
-    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()
         self.init(key: try fields.string("key"), value: try fields.value("value"), clock: try HLCTimestamp(json: try fields.value("clock")))
     }
@@ -209,7 +209,7 @@ extension Wire.StateRecord: Wire.Record {
 
 extension Wire.EnvelopeHeader: Wire.Record {
     /// The header of an envelope; its `body` must be there (any JSON value).
-    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()
         _ = try fields.value("body")
         let stream = try fields.optionalString("stream")
@@ -223,7 +223,7 @@ extension Wire.EnvelopeHeader: Wire.Record {
 
 extension Wire.CatchUp: Wire.Record {
     /// A `$catchup` body (not a record: no `v` of its own; each listed record has one).
-    public init(fields: Wire.Fields) throws(Wire.Rejection) {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
         self.init(
             states: try fields.array("states", of: Wire.StateRecord.self), members: try fields.array("members", of: Wire.Member.self),
             more: try fields.optionalBool("more"))

@@ -2,97 +2,97 @@ import Foundation
 
 /// The JSON payloads of protocol version 2 (docs/PROTOCOL.md). Every payload carries `"v": 2`; a
 /// payload with another version, or that fails to decode, is rejected and counted, never applied.
-public enum Wire {
-    public static let version = 2
+package enum Wire {
+    package static let version = 2
 
     /// `…/presence/<participant>`, retained. Online while the connection lives; the connection's will
     /// replaces it with `"status": "lost"` and the same epoch. An empty payload means offline (clean exit).
-    public struct Presence: Encodable, Sendable, Hashable {
-        public var v = Wire.version
-        public var participant: String
-        public var status: Status
+    package struct Presence: Encodable, Sendable, Hashable {
+        package var v = Wire.version
+        package var participant: String
+        package var status: Status
         /// Identifies the coordinator's connection, kept across its automatic reconnects (ms since 1970
         /// when the coordinator connected, increasing per participant): a will or a retained message with
         /// an older epoch never overrides a newer one.
-        public var epoch: Int64
-        public var name: String?
+        package var epoch: Int64
+        package var name: String?
         /// How often the participant sends a ``Heartbeat`` (ms); nil when it sends none. Receivers judge
         /// its silence by this interval, not by their own.
-        public var interval: Int64?
+        package var interval: Int64?
 
-        public enum Status: String, Encodable, Sendable { case online, lost }
+        package enum Status: String, Encodable, Sendable { case online, lost }
     }
 
     /// `…/alive/<participant>`, QoS 0, never retained: "this connection is alive", every `interval` ms.
-    public struct Heartbeat: Encodable, Sendable, Hashable {
-        public var v = Wire.version
-        public var epoch: Int64
-        public var interval: Int64
+    package struct Heartbeat: Encodable, Sendable, Hashable {
+        package var v = Wire.version
+        package var epoch: Int64
+        package var interval: Int64
     }
 
     /// `…/session/<session>/<publisher>`, retained: one participant's copy of the announcement. The copy
     /// with the largest revision is the session's; one with `ended` says the session ended.
-    public struct Announcement: Encodable, Sendable, Hashable {
-        public var v = Wire.version
-        public var session: String
-        public var activity: Activity
-        public var createdBy: String
+    package struct Announcement: Encodable, Sendable, Hashable {
+        package var v = Wire.version
+        package var session: String
+        package var activity: Activity
+        package var createdBy: String
         /// ms since 1970.
-        public var createdAt: Int64
+        package var createdAt: Int64
         /// Increases with every activity change; the highest wins.
-        public var revision: HLCTimestamp
+        package var revision: HLCTimestamp
         /// Seconds every retained record of the session lives on the broker unless its owner refreshes it.
-        public var ttl: Int64
+        package var ttl: Int64
         /// Present (true) on the copy of the participant that ended the session.
-        public var ended: Bool?
+        package var ended: Bool?
 
         /// How long the session's retained records live after their last refresh.
         var lifetime: Duration { .seconds(max(ttl, 1)) }
 
-        public struct Activity: Encodable, Sendable, Hashable {
+        package struct Activity: Encodable, Sendable, Hashable {
             /// The activity's `activityIdentifier`.
-            public var type: String
-            public var metadata: GroupActivityMetadata
+            package var type: String
+            package var metadata: GroupActivityMetadata
             /// The activity value itself, as the app encoded it.
-            public var data: JSONValue
+            package var data: JSONValue
         }
     }
 
     /// `…/s/<session>/member/<participant>`, retained: this participant joined with the connection
     /// `epoch`. An empty payload means it left.
-    public struct Member: Encodable, Sendable, Hashable {
-        public var v = Wire.version
-        public var participant: String
-        public var epoch: Int64
+    package struct Member: Encodable, Sendable, Hashable {
+        package var v = Wire.version
+        package var participant: String
+        package var epoch: Int64
     }
 
     /// `…/s/<session>/state/<key>/<writer>`, retained: the writer's latest value for `key`. Readers keep,
     /// per key, the record with the largest clock.
-    public struct StateRecord: Encodable, Sendable, Hashable {
-        public var v = Wire.version
-        public var key: String
-        public var value: JSONValue
-        public var clock: HLCTimestamp
+    package struct StateRecord: Encodable, Sendable, Hashable {
+        package var v = Wire.version
+        package var key: String
+        package var value: JSONValue
+        package var clock: HLCTimestamp
     }
 
     /// The header of an envelope, on `…/msg/all/<sender>` and `…/msg/to/<recipient>/<sender>`: an
     /// application message, or a control message whose type starts with `$`. Its `body` is read apart
     /// (``Wire/decodeEnvelope(_:)``); ``EnvelopeBytes`` writes the whole envelope.
-    public struct EnvelopeHeader: Sendable, Hashable {
-        public var v = Wire.version
+    package struct EnvelopeHeader: Sendable, Hashable {
+        package var v = Wire.version
         /// The message type: the Swift type's name for app messages; `$catchup` and `$end` for control.
-        public var type: String
+        package var type: String
         /// The sender's connection epoch.
-        public var epoch: Int64
+        package var epoch: Int64
         /// A reliable app message's place in its stream (the sender's broadcasts, or its direct messages
         /// to one recipient: 1, 2, 3… per session and sender epoch); an unreliable one's number among the
         /// sender's unreliable messages; nil for a control message, which is in no stream.
-        public var seq: Int64?
-        public var reliable: Bool
+        package var seq: Int64?
+        package var reliable: Bool
         /// `"all"` on a broadcast re-sent to one receiver on its direct topic; nil otherwise (the topic says).
-        public var stream: String?
+        package var stream: String?
 
-        public init(type: String, epoch: Int64, seq: Int64?, reliable: Bool, stream: String? = nil) {
+        package init(type: String, epoch: Int64, seq: Int64?, reliable: Bool, stream: String? = nil) {
             self.type = type
             self.epoch = epoch
             self.seq = seq
@@ -103,24 +103,24 @@ public enum Wire {
 
     /// `…/welcome/<recipient>/<sender>`, QoS 1, never retained: on a broker without retained messages,
     /// what a newcomer to the group would have read from them, sent by one participant that knows.
-    public struct Welcome: Encodable, Sendable, Hashable {
-        public var v = Wire.version
+    package struct Welcome: Encodable, Sendable, Hashable {
+        package var v = Wire.version
         /// The online presence of every participant the sender knows to be online, itself included.
-        public var presences: [Presence]
+        package var presences: [Presence]
         /// The current announcement of every live session the sender knows.
-        public var sessions: [Announcement]
+        package var sessions: [Announcement]
     }
 
     /// Body of `$catchup`: what a newcomer needs, sent by one existing participant to the newcomer only.
-    public struct CatchUp: Encodable, Sendable, Hashable {
+    package struct CatchUp: Encodable, Sendable, Hashable {
         /// The winning record of every key.
-        public var states: [StateRecord]
+        package var states: [StateRecord]
         /// The sender's view of who is active, with their connection epochs.
-        public var members: [Member]
+        package var members: [Member]
         /// True on every part but the last, when the catch-up does not fit one message.
-        public var more: Bool?
+        package var more: Bool?
 
-        public init(states: [StateRecord], members: [Member], more: Bool? = nil) {
+        package init(states: [StateRecord], members: [Member], more: Bool? = nil) {
             self.states = states
             self.members = members
             self.more = more
@@ -138,7 +138,7 @@ public enum Wire {
     static let decoder = JSONDecoder()
 
     /// `value` as payload bytes.
-    public static func encode(_ value: some Encodable) throws(GroupSyncError) -> Data {
+    package static func encode(_ value: some Encodable) throws(GroupSyncError) -> Data {
         do {
             return try encoder.encode(value)
         } catch {
@@ -147,7 +147,7 @@ public enum Wire {
     }
 
     /// Larger payloads are rejected before parsing (10 MiB).
-    public static let maximumPayload = 10 << 20
+    package static let maximumPayload = 10 << 20
 
     /// What an MQTT packet holds besides a control message's body: the fixed header, a topic of at most 8
     /// identifiers, the properties and the envelope's header fields.
@@ -177,7 +177,7 @@ public enum Wire {
     }
 
     /// A value read from a payload with the rules of docs/PROTOCOL.md ("Decoding rules").
-    public protocol Readable {
+    package protocol Readable {
         /// Builds the value from a parsed JSON value, or says why it is not one.
         init(json: JSONValue) throws(Rejection)
         /// Reads a whole payload.
@@ -186,30 +186,30 @@ public enum Wire {
 
     /// A protocol record: a JSON object, read field by field. Reading a whole payload takes the members
     /// of its top-level object without building that object.
-    public protocol Record: Readable {
+    package protocol Record: Readable {
         /// Builds the record from an object's members, or says why they are not one.
         init(fields: Fields) throws(Rejection)
     }
 
     /// Reads `data` as a `T`, or says why it is rejected.
-    public static func read<T: Readable>(_ type: T.Type, from data: Data) throws(Rejection) -> T {
+    package static func read<T: Readable>(_ type: T.Type, from data: Data) throws(Rejection) -> T {
         try T.read(data)
     }
 
     /// Reads `data` as a `T`; nil when it is rejected (see ``read(_:from:)`` for the reason).
-    public static func decode<T: Readable>(_ type: T.Type, from data: Data) -> T? {
+    package static func decode<T: Readable>(_ type: T.Type, from data: Data) -> T? {
         try? T.read(data)
     }
 
     /// Encodes any Codable app value as a ``JSONValue``.
-    public static func jsonValue(_ value: some Encodable) throws(GroupSyncError) -> JSONValue {
+    package static func jsonValue(_ value: some Encodable) throws(GroupSyncError) -> JSONValue {
         let data = try encode(value)
         guard let json = try? JSONParser.parse(data) else { throw .encodingFailed("not strict JSON") }
         return json
     }
 
     /// Decodes an app value from a ``JSONValue`` with `JSONDecoder`, as it would from the payload.
-    public static func value<T: Decodable>(_ type: T.Type, from json: JSONValue) -> T? {
+    package static func value<T: Decodable>(_ type: T.Type, from json: JSONValue) -> T? {
         var text: [UInt8] = []
         JSONWriter.append(json, to: &text)
         return try? decoder.decode(type, from: Data(text))

@@ -14,7 +14,7 @@ extension Bridge {
         guard let joined = current, joined.journal == nil else { return }
         let session = joined.session
         let journal = session.journal()
-        let lists = journal.attachments
+        let lists = journal.attachmentUpdates()
         let events = self.events
         current?.journal = journal
         current?.tasks.append(
@@ -46,7 +46,7 @@ extension Bridge {
 
     func attachments() throws(Failure) -> [String: JSONValue] {
         let (joined, journal) = try requireJournal()
-        return ["session": .string(joined.session.id), "attachments": .array(journal.currentAttachments.map(BridgeEvents.describe))]
+        return ["session": .string(joined.session.id), "attachments": .array(journal.attachments.map(BridgeEvents.describe))]
     }
 
     /// Starts loading an attachment to `path` and answers at once: the load goes on beside the requests
@@ -105,7 +105,7 @@ extension Bridge {
     private static func attachment(
         _ sha256: String, owner: String?, in journal: GroupSessionJournal, of session: GroupSession<AnyGroupActivity>
     ) throws(Failure) -> JournalAttachment {
-        let matches = journal.currentAttachments.filter { $0.sha256.hasPrefix(sha256) && (owner == nil || $0.owner.id == owner) }
+        let matches = journal.attachments.filter { $0.sha256.hasPrefix(sha256) && (owner == nil || $0.owner.id == owner) }
         let what = "\(sha256.prefix(12))\(sha256.count < 64 ? "…" : "")\(owner.map { " of \($0)" } ?? "")"
         guard let first = matches.first else { throw Failure("no attachment \(what) in the journal of session \(session.id)") }
         guard matches.count == 1 else {

@@ -23,7 +23,7 @@ extension Bridge {
         let session = joined.session
         let coordinator = session.playbackCoordinator()
         let (primed, known) = AsyncStream<Void>.makeStream()
-        let (timelines, starts) = (coordinator.timelines(), coordinator.starts())
+        let (timelines, starts) = (coordinator.timelineUpdates(), coordinator.starts())
         let events = self.events
         current?.playback = coordinator
         current?.tasks.append(

@@ -296,7 +296,7 @@ actor Bridge {
         guard let joined = current, joined.session.id == id else { return nil }
         if let state = joined.states[key] { return state }
         guard let state = try? SharedState(joined.session, key: key, initialValue: BridgeEvents.unset) else { return nil }
-        let values = state.values()
+        let values = state.valueUpdates()
         let session = joined.session
         let events = self.events
         current?.states[key] = state

@@ -142,7 +142,7 @@ final class BridgeEvents: Sendable {
     func journal(of journal: GroupSessionJournal, in session: GroupSession<AnyGroupActivity>) {
         memory.withLock { memory in
             guard syncState(session, &memory) else { return }
-            let list = JSONValue.array(journal.currentAttachments.map(BridgeEvents.describe))
+            let list = JSONValue.array(journal.attachments.map(BridgeEvents.describe))
             guard update("journal/\(session.id)", to: list, &memory) else { return }
             write(["event": .string("journal"), "session": .string(session.id), "attachments": list])
         }
@@ -174,7 +174,8 @@ final class BridgeEvents: Sendable {
         [
             "item": timeline.item.map(JSONValue.string) ?? .null, "position": .double(timeline.position), "rate": .double(timeline.rate),
             "anchor": .double(timeline.anchor.milliseconds), "playing": .bool(timeline.isPlaying),
-            "intended_rate": .double(timeline.intendedRate), "waiting": .array(timeline.waitingFor.sorted().map(JSONValue.string)),
+            "intended_rate": .double(timeline.intendedRate),
+            "waiting": .array(timeline.waitingFor.map(\.id).sorted().map(JSONValue.string)),
         ]
     }
 

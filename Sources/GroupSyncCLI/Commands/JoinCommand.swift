@@ -81,7 +81,7 @@ enum JoinCommand: Command {
         let journal = JoinJournal(session.journal())
         // Both sequences start with the current value: those two come first, the state before the
         // participants, so that every run prints its start alike; then each sequence is followed.
-        var values = state.values().makeAsyncIterator()
+        var values = state.valueUpdates().makeAsyncIterator()
         let participantUpdates = session.activeParticipantUpdates().makeAsyncIterator()
         if let value = await values.next() { Output.line("state \(key) \(json(value))") }
         if let participants = await participantUpdates.next() { Output.line(Self.participantsLine(participants)) }

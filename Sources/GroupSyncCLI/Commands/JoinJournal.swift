@@ -36,7 +36,7 @@ struct JoinJournal: Sendable {
             }
             await attach(NSString(string: rest).expandingTildeInPath)
         case "!attachments":
-            let attachments = journal.currentAttachments
+            let attachments = journal.attachments
             if attachments.isEmpty { Output.line("attachments none") }
             for (index, attachment) in attachments.enumerated() { Output.line("attachment \(index + 1) \(Self.describe(attachment))") }
         case "!load":
@@ -55,7 +55,7 @@ struct JoinJournal: Sendable {
     /// Prints a line for every attachment added to or removed from the journal, by anyone (those there
     /// at the join first), until cancelled.
     func follow() -> Task<Void, Never> {
-        let lists = journal.attachments
+        let lists = journal.attachmentUpdates()
         return Task {
             var known: [JournalAttachment] = []
             for await list in lists {
@@ -74,7 +74,7 @@ struct JoinJournal: Sendable {
     private func attach(_ path: String) async {
         do {
             let attachment = try await journal.add(contentsOf: URL(fileURLWithPath: path), mediaType: MediaType.guess(for: path))
-            let number = journal.currentAttachments.firstIndex { $0.id == attachment.id }.map { "\($0 + 1)" } ?? "-"
+            let number = journal.attachments.firstIndex { $0.id == attachment.id }.map { "\($0 + 1)" } ?? "-"
             Output.line("attached \(number) \(Self.describe(attachment))")
         } catch {
             Output.error("could not attach \(path): \(error)")
@@ -83,7 +83,7 @@ struct JoinJournal: Sendable {
 
     /// Starts loading the attachment `which` (a number in the list, or a prefix of a SHA-256) to `path`.
     private func load(_ which: String, to path: String) {
-        let attachments = journal.currentAttachments
+        let attachments = journal.attachments
         let matches: [JournalAttachment]
         if let number = Int(which), number >= 1 {
             matches = number <= attachments.count ? [attachments[number - 1]] : []

@@ -95,7 +95,7 @@ final class PlaybackDemo: DemoScript {
         let suspended = ContinuousClock.now
         let suspension = bob.player.beginSuspension(for: .buffering)
         try await waitUntil(timeout: .seconds(5), pollEvery: .microseconds(200), "everyone waits for bob") {
-            early.allSatisfy { $0.player.timeline.waitingFor.contains(bob.name) && !$0.player.timeline.isPlaying }
+            early.allSatisfy { $0.player.timeline.waitingFor.contains(Participant(id: bob.name)) && !$0.player.timeline.isPlaying }
         }
         let holding = ContinuousClock.now - suspended
         let pausedSpread = spread(early.map { $0.player.expectedMediaTime() })

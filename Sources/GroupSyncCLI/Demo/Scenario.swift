@@ -23,7 +23,7 @@ final class Scenario: DemoScript {
         }
 
         var value: Int? { index.withLock { $0?.value } }
-        /// What the screen shows now: the last value its `values()` loop received (it may lag `value`).
+        /// What the screen shows now: the last value its `valueUpdates()` loop received (it may lag `value`).
         var shown: Int? { seen.withLock { $0.last } }
     }
 
@@ -147,7 +147,7 @@ final class Scenario: DemoScript {
         timeline.note(owner.name, "added \(attachment.name) to the journal (\(photo.count) bytes, \(chunks) chunks on the broker)")
         try await waitUntil(timeout: .seconds(5), "everyone lists the photo") {
             others.allSatisfy { participant in
-                participant.session.withLock { $0! }.journal().currentAttachments.contains { $0.id == attachment.id }
+                participant.session.withLock { $0! }.journal().attachments.contains { $0.id == attachment.id }
             }
         }
         timeline.note("", "every journal lists \(attachment.name) after \(format(ContinuousClock.now - started))")
@@ -162,9 +162,9 @@ final class Scenario: DemoScript {
         let started = ContinuousClock.now
         let journal = participant.session.withLock { $0! }.journal()
         try await waitUntil(timeout: .seconds(5), "\(participant.name) lists the photo") {
-            journal.currentAttachments.contains { $0.id == attachment.id }
+            journal.attachments.contains { $0.id == attachment.id }
         }
-        let listed = journal.currentAttachments.first { $0.id == attachment.id }!
+        let listed = journal.attachments.first { $0.id == attachment.id }!
         let bytes = try await journal.load(listed)
         let opened = ContinuousClock.now - started
         let same = bytes == photo && listed.size == photo.count && listed.sha256 == attachment.sha256
@@ -186,7 +186,7 @@ final class Scenario: DemoScript {
         let first = LockedValue(true)
         let ready = AsyncStream<Void>.makeStream()
         Task {
-            for await value in state.values() {
+            for await value in state.valueUpdates() {
                 participant.seen.withLock { $0.append(value) }
                 let isFirst = first.withLock { isFirst in
                     defer { isFirst = false }
