@@ -54,17 +54,12 @@ enum IdleBenchmark {
         Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 
-    /// Voluntary context switches of every thread of this process: each is a thread going to sleep, so
-    /// as many wake-ups.
+    /// Voluntary context switches of this process, over all its threads, ended ones included: each is a
+    /// thread going to sleep, so as many wake-ups.
     private static func voluntarySwitches() -> Int {
-        guard let threads = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task") else { return 0 }
-        return threads.reduce(0) { sum, thread in
-            guard let status = try? String(contentsOfFile: "/proc/self/task/\(thread)/status", encoding: .utf8),
-                let line = status.split(separator: "\n").first(where: { $0.hasPrefix("voluntary_ctxt_switches:") }),
-                let count = Int(line.split(separator: "\t").last?.trimmingCharacters(in: .whitespaces) ?? "")
-            else { return sum }
-            return sum + count
-        }
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        return usage.ru_nvcsw
     }
 
     /// User and system CPU time of this process, in seconds.
