@@ -97,20 +97,10 @@ public final class PlaybackCoordinator: Sendable {
     /// anyone, in the order applied; equal consecutive timelines are not repeated. A slow consumer skips
     /// to the newest. Ends when the session is invalidated or the iterating task is cancelled.
     public func timelineUpdates() -> GroupUpdates<PlaybackTimeline> {
-        let inbox = Inbox<PlaybackTimeline>(keepingNewest: 1)
-        let registry = self.state
-        let ended = registry.withLock { state -> Bool in
-            guard !state.outputs.ended else { return true }
-            state.outputs.nextID += 1
-            let id = state.outputs.nextID
-            state.outputs.timelines[id] = inbox
-            inbox.onTermination { registry.withLock { _ = $0.outputs.timelines.removeValue(forKey: id) } }
-            // Yielded under the lock: a change handed out meanwhile comes after it, never before.
-            if let current = state.outputs.emitted { inbox.yield(current) }
-            return false
+        register(Inbox(keepingNewest: 1), in: \.timelines) { state in
+            // Handed out under the lock: a change handed out meanwhile comes after it, never before.
+            state.outputs.emitted
         }
-        if ended { inbox.finish() }
-        return GroupUpdates(inbox)
     }
 
     /// Scheduled starts, each delivered when its group instant comes on this participant's clock (or at
@@ -119,22 +109,31 @@ public final class PlaybackCoordinator: Sendable {
     /// a start whose timeline is replaced before its instant (a pause, a seek) never comes. Ends with the
     /// session.
     public func starts() -> GroupUpdates<PlaybackStart> {
-        let inbox = Inbox<PlaybackStart>()
         let local = localNow
+        return register(Inbox(), in: \.starts) { state in
+            // Started already (its instant came): this consumer starts late, now. A pending one comes to all.
+            let timeline = state.machine.effectiveTimeline
+            guard let offset = state.machine.offset(atLocal: local), state.outputs.scheduled == timeline,
+                !state.outputs.startPending, timeline.isPlaying
+            else { return nil }
+            return PlaybackCoordinator.start(of: timeline, atGroup: local &+ offset)
+        }
+    }
+
+    /// A new sequence: `inbox` among the outputs at `inboxes` until its consumer stops, given `first` at
+    /// once when there is one; finished at once when the session is over.
+    private func register<Element: Sendable>(
+        _ inbox: Inbox<Element>, in inboxes: WritableKeyPath<Outputs, [Int: Inbox<Element>]> & Sendable,
+        first: (State) -> Element?
+    ) -> GroupUpdates<Element> {
         let registry = self.state
         let ended = registry.withLock { state -> Bool in
             guard !state.outputs.ended else { return true }
             state.outputs.nextID += 1
             let id = state.outputs.nextID
-            state.outputs.starts[id] = inbox
-            inbox.onTermination { registry.withLock { _ = $0.outputs.starts.removeValue(forKey: id) } }
-            // Started already (its instant came): this consumer starts late, now. A pending one comes to all.
-            let timeline = state.machine.effectiveTimeline
-            if let offset = state.machine.offset(atLocal: local), state.outputs.scheduled == timeline, !state.outputs.startPending,
-                timeline.isPlaying
-            {
-                inbox.yield(PlaybackCoordinator.start(of: timeline, atGroup: local &+ offset))
-            }
+            state.outputs[keyPath: inboxes][id] = inbox
+            inbox.onTermination { registry.withLock { _ = $0.outputs[keyPath: inboxes].removeValue(forKey: id) } }
+            if let element = first(state) { inbox.yield(element) }
             return false
         }
         if ended { inbox.finish() }
