@@ -12,9 +12,9 @@ extension GroupCoordinator {
         }
         if participant == localParticipant.id {
             if message.retain {
-                replay.withLock { $0?.ownPresence = true }
+                state.withLock { $0.replay?.ownPresence = true }
             } else if presence?.epoch == epoch, presence?.status == .online {
-                presenceEcho.withLock { $0 }?.yield(())  // our own publish coming back live
+                state.withLock { $0.presenceEcho }?.yield(())  // our own publish coming back live
             }
         }
         let wallNow = configuration.clock.milliseconds()
@@ -68,7 +68,7 @@ extension GroupCoordinator {
         for announcement in welcome.sessions {
             onCopy(announcement.session, publisher: sender, announcement, lifetime: announcement.ttl)
         }
-        welcomed.withLock { $0 }?.yield(())
+        state.withLock { $0.welcomed }?.yield(())
     }
 
     /// Publishes our presence and waits until it comes back; on a broker without retained messages, then
@@ -76,8 +76,8 @@ extension GroupCoordinator {
     func publishPresenceAndAwaitWelcome() async throws(GroupSyncError) {
         guard !client.retainAvailable else { return try await publishPresenceAndAwaitEcho() }
         let inbox = Inbox<Void>()
-        welcomed.withLock { $0 = inbox }
-        defer { welcomed.withLock { $0 = nil } }
+        state.withLock { $0.welcomed = inbox }
+        defer { state.withLock { $0.welcomed = nil } }
         try await publishPresenceAndAwaitEcho()
         await withTimeout(configuration.catchUpTimeout) { _ = await inbox.next() }
     }
@@ -167,8 +167,8 @@ extension GroupCoordinator {
     /// announcement the broker delivered on (re)subscribing is in by then.
     func publishPresenceAndAwaitEcho() async throws(GroupSyncError) {
         let echo = Inbox<Void>()
-        presenceEcho.withLock { $0 = echo }
-        defer { presenceEcho.withLock { $0 = nil } }
+        state.withLock { $0.presenceEcho = echo }
+        defer { state.withLock { $0.presenceEcho = nil } }
         try await publishPresence()
         await withTimeout(.seconds(5)) { _ = await echo.next() }
     }

@@ -92,7 +92,7 @@ extension GroupCoordinator {
     /// Network thread: `publisher`'s copy of an announcement (an empty payload: cleared).
     func onAnnouncementMessage(_ sessionID: String, publisher: String, _ message: MQTTMessage) {
         if message.retain && !message.payload.isEmpty && publisher == localParticipant.id {
-            _ = replay.withLock { $0?.announcements.insert(sessionID) }
+            _ = state.withLock { $0.replay?.announcements.insert(sessionID) }
         }
         var announcement: Wire.Announcement?
         if !message.payload.isEmpty {
@@ -186,9 +186,9 @@ extension GroupCoordinator {
     func onSessionEvent(_ core: SessionCore, _ event: SessionContext.Event) {
         switch event {
         case .joined:
-            sharing.withLock { $0.onJoined(core.id) }.perform()
+            state.withLock { $0.sharing.onJoined(core.id) }.perform()
         case let .invalidated(wasJoined):
-            if wasJoined { sharing.withLock { $0.onLeft(core.id) }.perform() }
+            if wasJoined { state.withLock { $0.sharing.onLeft(core.id) }.perform() }
         case .left:
             // A fresh, waiting session object replaces the left one, for `sessions()` listeners that
             // start from now on and for `currentSessions` — listeners that already got the session do
@@ -218,9 +218,9 @@ extension GroupCoordinator {
         // The replay is being recorded since the CONNACK (on the network thread, before any message).
         try? await publishPresenceAndAwaitEcho()
         guard
-            let seen = replay.withLock({ replay in
-                defer { replay = nil }
-                return replay
+            let seen = state.withLock({ state in
+                defer { state.replay = nil }
+                return state.replay
             }), seen.ownPresence
         else { return }
         let (prefix, suffix) = ("\(topics.root)/session/", "/\(localParticipant.id)")

@@ -1,15 +1,15 @@
 extension GroupCoordinator {
     /// Whether any session is joined right now.
-    public var isSharing: Bool { sharing.withLock { $0.isSharing } }
+    public var isSharing: Bool { state.withLock { $0.sharing.isSharing } }
 
     /// `true` while at least one session is joined: the current value first, then each change. A slow
     /// consumer skips to the latest value. Ends when the coordinator closes, when the iterating task is
     /// cancelled, or when the sequence is dropped.
     public func sharingUpdates() -> GroupUpdates<Bool> {
         let inbox = Inbox<Bool>(keepingNewest: 1)
-        let (id, action) = sharing.withLock { $0.addListener(inbox) }
+        let (id, action) = state.withLock { $0.sharing.addListener(inbox) }
         action.perform()
-        if let id { inbox.onTermination { [weak self] in self?.sharing.withLock { $0.removeListener(id) } } }
+        if let id { inbox.onTermination { [weak self] in self?.state.withLock { $0.sharing.removeListener(id) } } }
         return GroupUpdates(inbox)
     }
 
@@ -17,6 +17,6 @@ extension GroupCoordinator {
     /// an interstitial ad that must not cut into a shared moment. Work still waiting when the coordinator
     /// closes runs then.
     public func deferWhileSharing(_ work: @escaping @Sendable () async -> Void) {
-        sharing.withLock { $0.onDefer(work) }.perform()
+        state.withLock { $0.sharing.onDefer(work) }.perform()
     }
 }

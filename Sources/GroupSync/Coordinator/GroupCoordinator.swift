@@ -24,30 +24,31 @@ public final class GroupCoordinator: Sendable {
     let configuration: Configuration
     let hlc: LockedValue<HybridLogicalClock>
     let state: LockedValue<CoordinatorState>
-    let sharing = LockedValue(SharingGate())
     let retained: RetainedRecords
     let tasks = BackgroundTasks()
     /// The one timer of the coordinator's machine (see ``startUpkeep()``).
     let upkeep = WakeUp()
-    let groupSubscription = LockedValue<MessageHandlerSubscription?>(nil)
-    /// Set while `connect()` waits for its own presence to come back.
-    let presenceEcho = LockedValue<Inbox<Void>?>(nil)
-    /// Set while `connect()` waits for a welcome (on a broker without retained messages).
-    let welcomed = LockedValue<Inbox<Void>?>(nil)
-    /// What the broker replayed as retained after a reconnect without session, while it is collected.
-    let replay = LockedValue<Replay?>(nil)
 
     struct Replay {
         var announcements: Set<String> = []
         var ownPresence = false
     }
 
-    /// The machine, the session objects for the session IDs it holds, and the count of group messages
-    /// rejected, under one lock.
+    /// Everything of the coordinator that changes, under one lock: the machine, the session objects for
+    /// the session IDs it holds, the sharing gate, the count of group messages rejected, and what
+    /// `connect()` and a reconnect wait for.
     struct CoordinatorState {
         var machine: CoordinatorStateMachine
         var cores: [String: SessionCore] = [:]
+        var sharing = SharingGate()
         var rejected = 0
+        var groupSubscription: MessageHandlerSubscription?
+        /// Set while `connect()` waits for its own presence to come back.
+        var presenceEcho: Inbox<Void>?
+        /// Set while `connect()` waits for a welcome (on a broker without retained messages).
+        var welcomed: Inbox<Void>?
+        /// What the broker replayed as retained after a reconnect without session, while it is collected.
+        var replay: Replay?
     }
 
     private init(configuration: Configuration, client: MQTTClient, epoch: Int64) {
@@ -135,12 +136,12 @@ public final class GroupCoordinator: Sendable {
                 connected: { [weak self] sessionPresent in
                     // Before the retained replay of the new connection: record it if the broker lost our
                     // MQTT session (see forgetSessionsEndedWhileAway).
-                    self?.replay.withLock { $0 = sessionPresent ? nil : Replay() }
+                    self?.state.withLock { $0.replay = sessionPresent ? nil : Replay() }
                 })
         } catch {
             throw .connection(error)
         }
-        groupSubscription.withLock { $0 = subscription }
+        state.withLock { $0.groupSubscription = subscription }
         tasks.add(
             Task { [self] in
                 for await event in events {
@@ -180,12 +181,12 @@ public final class GroupCoordinator: Sendable {
             await retained.clear(topics.presence(localParticipant.id))
         }
         for core in open { core.invalidate(.coordinatorClosed) }
-        groupSubscription.withLock { $0?.unsubscribe() }
+        state.withLock { $0.groupSubscription }?.unsubscribe()
         await client.disconnect(expireSession: true)
         tasks.cancelAll()
         upkeep.cancel()
         retained.stopRefreshing()
-        sharing.withLock { $0.close() }.perform()
+        state.withLock { $0.sharing.close() }.perform()
     }
 
     /// Dies as a crashed process would: no leave, no clean disconnect; the broker publishes the will.
