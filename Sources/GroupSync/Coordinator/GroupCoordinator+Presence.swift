@@ -126,16 +126,15 @@ extension GroupCoordinator {
     /// Sends a heartbeat every interval while connected.
     func startHeartbeats(every interval: Int64) {
         let heartbeat = Wire.Heartbeat(epoch: epoch, interval: interval)
-        tasks.add(
-            Task { [self] in
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: .milliseconds(interval))
-                    // Not once close() began: a heartbeat after the goodbye would bring us back for a while.
-                    guard client.isConnected, !state.withLock({ $0.machine.isClosed }), let payload = try? Wire.encode(heartbeat)
-                    else { continue }
-                    _ = try? await client.publish(to: topics.heartbeat(localParticipant.id), payload: payload, qos: .atMostOnce)
-                }
-            })
+        tasks.spawn { [self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(interval))
+                // Not once close() began: a heartbeat after the goodbye would bring us back for a while.
+                guard client.isConnected, !state.withLock({ $0.machine.isClosed }), let payload = try? Wire.encode(heartbeat)
+                else { continue }
+                _ = try? await client.publish(to: topics.heartbeat(localParticipant.id), payload: payload, qos: .atMostOnce)
+            }
+        }
     }
 
     /// The timer's work for presence: participants silent for three of their own intervals are dropped

@@ -142,21 +142,20 @@ public final class GroupCoordinator: Sendable {
             throw .connection(error)
         }
         state.withLock { $0.groupSubscription = subscription }
-        tasks.add(
-            Task { [self] in
-                for await event in events {
-                    guard case let .connected(_, sessionPresent) = event else { continue }
-                    let next = state.withLock { state in
-                        state.machine.onReconnected(now: .now)
-                        return state.machine.nextWake(ownInterval: heartbeatInterval)
-                    }
-                    armUpkeep(next)
-                    if !sessionPresent { await forgetSessionsEndedWhileAway() }
-                    await retained.republishAll()
-                    // The broker may have lost messages meanwhile: recover them end to end.
-                    for core in state.withLock({ Array($0.cores.values) }) { core.onReconnected() }
+        tasks.spawn { [self] in
+            for await event in events {
+                guard case let .connected(_, sessionPresent) = event else { continue }
+                let next = state.withLock { state in
+                    state.machine.onReconnected(now: .now)
+                    return state.machine.nextWake(ownInterval: heartbeatInterval)
                 }
-            })
+                armUpkeep(next)
+                if !sessionPresent { await forgetSessionsEndedWhileAway() }
+                await retained.republishAll()
+                // The broker may have lost messages meanwhile: recover them end to end.
+                for core in state.withLock({ Array($0.cores.values) }) { core.onReconnected() }
+            }
+        }
         // After connect() returns, the coordinator knows the group as the broker does — or, on a broker
         // without retained messages, as the participant that welcomes us does.
         try await publishPresenceAndAwaitWelcome()
