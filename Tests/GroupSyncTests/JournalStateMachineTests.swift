@@ -16,23 +16,36 @@ import Testing
             chunks: chunks, added: HLCTimestamp(time: time, counter: 0, participant: owner))
     }
 
-    static func payload(_ record: Wire.JournalRecord) throws -> Data { try Wire.encode(record) }
+    /// The list an action hands over, as owners; nil when it hands over none.
+    static func published(_ action: JournalStateMachine.Action) -> [String]? {
+        guard case let .publish(list, _) = action else { return nil }
+        return list.map(\.owner.id)
+    }
 
-    @Test func recordsAreListedInTheOrderTheyWereAddedAndRemovedByAnEmptyPayload() async throws {
+    @Test func recordsAreListedInTheOrderTheyWereAddedAndRemovedWhenCleared() async throws {
         var journal = JournalStateMachine()
         let inbox = Inbox<[JournalAttachment]>()
-        _ = journal.addListener(inbox)
+        let (id, first) = journal.addListener(inbox)
+        #expect(id != nil && Self.published(first) == [], "the current list at once")
+        first.deliver()
         let late = Self.record(Data("second".utf8), owner: "bob", time: 20)
         let early = Self.record(Data("first".utf8), owner: "alice", time: 10)
-        journal.onRecord(try Self.payload(late), sha256: late.sha256, owner: "bob")
-        journal.onRecord(try Self.payload(early), sha256: early.sha256, owner: "alice")
-        #expect(journal.attachments.map(\.owner.id) == ["alice", "bob"])
-        journal.onRecord(try Self.payload(early), sha256: early.sha256, owner: "alice")  // a refresh changes nothing
+        var actions = [journal.onRecord(late, sha256: late.sha256, owner: "bob")]
+        actions.append(journal.onRecord(early, sha256: early.sha256, owner: "alice"))
+        #expect(actions.map(Self.published) == [["bob"], ["alice", "bob"]])
+        #expect(Self.published(journal.onRecord(early, sha256: early.sha256, owner: "alice")) == nil, "a refresh changes nothing")
         #expect(journal.removed.isEmpty)
-        journal.onRecord(Data(), sha256: late.sha256, owner: "bob")
-        #expect(journal.attachments.map(\.owner.id) == ["alice"])
+        actions.append(journal.onRecord(nil, sha256: late.sha256, owner: "bob"))
+        #expect(Self.published(actions[2]) == ["alice"])
         #expect(journal.removed == [JournalAttachment.ID(owner: Participant(id: "bob"), sha256: late.sha256)])
-        journal.end().finishAll()
+        for action in actions { action.deliver() }
+        let end = journal.end()
+        guard case let .finish(ended) = end else {
+            Issue.record("end() finishes the sequences: \(end)")
+            return
+        }
+        #expect(ended.count == 1)
+        end.finishAll()
         var lists: [[String]] = []
         while let list = await inbox.next() { lists.append(list.map(\.owner.id)) }
         #expect(lists == [[], ["bob"], ["alice", "bob"], ["alice"]])
@@ -44,24 +57,32 @@ import Testing
     @Test func recordsThatDoNotMatchTheirTopicAreRejected() throws {
         var journal = JournalStateMachine()
         let record = Self.record(Data("content".utf8), owner: "alice")
-        journal.onRecord(try Self.payload(record), sha256: record.sha256, owner: "mallory")
-        journal.onRecord(try Self.payload(record), sha256: String(repeating: "0", count: 64), owner: "alice")
         var short = record
         short.chunks.removeLast()
-        journal.onRecord(try Self.payload(short), sha256: record.sha256, owner: "alice")
         var upper = record
         upper.chunks[0] = upper.chunks[0].uppercased()
-        journal.onRecord(try Self.payload(upper), sha256: record.sha256, owner: "alice")
-        journal.onRecord(Data(#"{"v":2}"#.utf8), sha256: record.sha256, owner: "alice")
+        // As the session reads them: decoded by the strict reader first, a payload it refuses is malformed.
+        func read(_ payload: Data, sha256: String, owner: String) -> JournalStateMachine.Action {
+            guard let decoded = Wire.decode(Wire.JournalRecord.self, from: payload) else { return journal.onMalformedRecord() }
+            return journal.onRecord(decoded, sha256: sha256, owner: owner)
+        }
+        let actions = [
+            read(try Wire.encode(record), sha256: record.sha256, owner: "mallory"),
+            read(try Wire.encode(record), sha256: String(repeating: "0", count: 64), owner: "alice"),
+            read(try Wire.encode(short), sha256: record.sha256, owner: "alice"),
+            read(try Wire.encode(upper), sha256: record.sha256, owner: "alice"),
+            read(Data(#"{"v":2}"#.utf8), sha256: record.sha256, owner: "alice"),
+        ]
+        #expect(actions.allSatisfy { if case .rejected = $0 { true } else { false } })
         #expect(journal.rejected == 5 && journal.attachments.isEmpty)
-        journal.onRecord(try Self.payload(record), sha256: record.sha256, owner: "alice")
+        #expect(Self.published(read(try Wire.encode(record), sha256: record.sha256, owner: "alice")) == ["alice"])
         #expect(journal.rejected == 5 && journal.attachments.count == 1)
     }
 
     @Test func theLimitsCountEveryonesAttachments() throws {
         var journal = JournalStateMachine()
         let bobs = Self.record(Data(repeating: 1, count: 60), owner: "bob")
-        journal.onRecord(try Self.payload(bobs), sha256: bobs.sha256, owner: "bob")
+        #expect(Self.published(journal.onRecord(bobs, sha256: bobs.sha256, owner: "bob")) == ["bob"])
         let limits = GroupSessionJournal.Configuration(maximumAttachmentSize: 50, maximumSessionSize: 100, maximumAttachmentCount: 2)
         #expect(throws: GroupSyncError.journalLimitExceeded(.attachmentSize(size: 51, limit: 50))) {
             try journal.check(adding: 51, sha256: "x", owner: "alice", limits: limits)
@@ -73,7 +94,9 @@ import Testing
         // Adding bob's own content again replaces it: it counts once.
         try journal.check(adding: 50, sha256: bobs.sha256, owner: "bob", limits: limits)
         let alices = Self.record(Data(repeating: 2, count: 10), owner: "alice")
-        journal.onRecord(try Self.payload(alices), sha256: alices.sha256, owner: "alice")
+        #expect(
+            Self.published(journal.onRecord(alices, sha256: alices.sha256, owner: "alice")) == ["alice", "bob"],
+            "added at the same time: by owner")
         #expect(throws: GroupSyncError.journalLimitExceeded(.attachmentCount(count: 3, limit: 2))) {
             try journal.check(adding: 1, sha256: "y", owner: "carol", limits: limits)
         }
@@ -83,7 +106,7 @@ import Testing
     @Test func storedTopicsNameEveryChunk() throws {
         var journal = JournalStateMachine()
         let record = Self.record(Data("0123456789".utf8), owner: "alice")
-        journal.onRecord(try Self.payload(record), sha256: record.sha256, owner: "alice")
+        #expect(Self.published(journal.onRecord(record, sha256: record.sha256, owner: "alice")) == ["alice"])
         let topics = GroupTopics(group: "g")
         #expect(
             journal.storedTopics(topics, session: "s") == [

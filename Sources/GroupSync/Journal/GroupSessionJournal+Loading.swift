@@ -146,35 +146,43 @@ extension GroupSessionJournal {
                 }
             }
             func perform(_ action: TransferStateMachine.Action) throws(GroupSyncError) {
-                for index in action.unsubscribe { giveUp(index) }
                 // One report per chunk, even when an action hands over several (a chunk that arrived
                 // after its successors releases them all).
-                let before = machine.completedChunks - action.deliver.count
-                for (offset, chunk) in action.deliver.enumerated() {
-                    whole.update(chunk)
-                    try deliver(chunk)
-                    report(completedChunks: before + offset + 1)
-                }
-                for index in action.subscribe { request(index) }
-                if let (index, delay) = action.retry {
-                    group.addTask {
-                        try? await Task.sleep(for: delay)
-                        continuation.yield(.retryDue(index: index))
+                var completed = machine.completedChunks - action.count { if case .deliver = $0 { true } else { false } }
+                for effect in action {
+                    switch effect {
+                    case let .unsubscribe(index):
+                        giveUp(index)
+                    case let .deliver(chunk):
+                        whole.update(chunk)
+                        try deliver(chunk)
+                        completed += 1
+                        report(completedChunks: completed)
+                    case let .subscribe(index):
+                        request(index)
+                    case let .retry(index, delay):
+                        group.addTask {
+                            try? await Task.sleep(for: delay)
+                            continuation.yield(.retryDue(index: index))
+                        }
+                        report(completedChunks: machine.completedChunks)
+                    case .complete:
+                        break
+                    case let .fail(missing):
+                        throw .attachmentUnavailable(sha256: record.sha256, chunk: missing)
                     }
                 }
-                if action.retry != nil { report(completedChunks: machine.completedChunks) }
-                if let missing = action.failedAt { throw .attachmentUnavailable(sha256: record.sha256, chunk: missing) }
             }
 
             var failure: GroupSyncError?
             report(completedChunks: 0)
             var iterator = events.makeAsyncIterator()
             do throws(GroupSyncError) {
-                var action = machine.start()
-                try perform(action)
+                try perform(machine.start())
                 armStall()
-                while !action.done {
+                while !machine.isOver {
                     // The stream also ends when the task is cancelled.
+                    let action: TransferStateMachine.Action
                     let event =
                         await withTaskCancellationHandler {
                             await iterator.next()

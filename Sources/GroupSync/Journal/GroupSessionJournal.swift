@@ -37,7 +37,11 @@ public final class GroupSessionJournal: Sendable {
     /// Ends when the session is invalidated.
     public func attachmentUpdates() -> GroupUpdates<[JournalAttachment]> {
         let inbox = Inbox<[JournalAttachment]>(keepingNewest: 1)
-        let (id, action) = core.journal.withLock { $0.addListener(inbox) }
+        let (id, action) = core.journal.withLock { journal in
+            let (id, action) = journal.addListener(inbox)
+            action.deliver()
+            return (id, action)
+        }
         action.finishAll()
         if let id { inbox.onTermination { [core] in core.journal.withLock { $0.removeListener(id) } } }
         return GroupUpdates(inbox)
@@ -109,7 +113,7 @@ public final class GroupSessionJournal: Sendable {
             }
             throw error
         }
-        _ = core.journal.withLock { $0.onRecord(payload, sha256: sha256, owner: me) }
+        core.journal.withLock { $0.onRecord(record, sha256: sha256, owner: me).deliver() }
         return JournalAttachment(record: record)
     }
 
@@ -141,7 +145,7 @@ public final class GroupSessionJournal: Sendable {
         } catch {
             throw .connection(error)
         }
-        _ = core.journal.withLock { $0.onRecord(Data(), sha256: attachment.sha256, owner: attachment.owner.id) }
+        core.journal.withLock { $0.onRecord(nil, sha256: attachment.sha256, owner: attachment.owner.id).deliver() }
         for topic in JournalStateMachine.topics(of: attachment.record, core.topics, session: core.id).dropFirst() {
             await core.context.retained.clear(topic)
         }

@@ -3,7 +3,8 @@ import MQTT
 
 /// The journal of one session as this participant knows it: every attachment's record, from the journal
 /// topics' retained and live messages, and the sequences that follow the list. Pure logic: the session
-/// feeds it the records it reads, ``GroupSessionJournal`` what it adds and removes.
+/// feeds it the records it reads (decoded), ``GroupSessionJournal`` what it adds and removes; each input
+/// says which sequences get which list, and the caller hands it over.
 struct JournalStateMachine {
     enum State {
         /// Following the session's journal topics.
@@ -12,11 +13,28 @@ struct JournalStateMachine {
         case over
     }
 
-    /// What the caller does after an input, outside the lock: nothing, or hand the new list to the
-    /// sequences (under the lock, in order) and finish the ended ones (outside it).
-    struct Action {
-        var finished: [Inbox<[JournalAttachment]>] = []
-        func finishAll() { for inbox in finished { inbox.finish() } }
+    /// What the caller does after an input.
+    enum Action {
+        case none
+        /// Hand `list` to these sequences: under the caller's lock (``deliver()``), so that every
+        /// sequence gets the lists in the order the machine made them.
+        case publish([JournalAttachment], to: [Inbox<[JournalAttachment]>])
+        /// End these sequences: outside the caller's lock (``finishAll()``), since their termination
+        /// handlers take it.
+        case finish([Inbox<[JournalAttachment]>])
+        /// The record was not one (malformed, inconsistent, or not matching its topic): count and
+        /// report it; nothing changed.
+        case rejected
+
+        func deliver() {
+            guard case let .publish(list, inboxes) = self else { return }
+            for inbox in inboxes { inbox.yield(list) }
+        }
+
+        func finishAll() {
+            guard case let .finish(inboxes) = self else { return }
+            for inbox in inboxes { inbox.finish() }
+        }
     }
 
     private(set) var state = State.following(attachments: [:])
@@ -73,38 +91,36 @@ struct JournalStateMachine {
 
     // MARK: - Inputs
 
-    /// A message on `owner`'s journal topic of `sha256`: its record, or an empty payload (removed).
-    /// A record that does not decode, is inconsistent or does not match its topic is rejected (returns
-    /// false) and changes nothing. The sequences receive the new list (in order: they are handed it under
-    /// the caller's lock).
-    @discardableResult
-    mutating func onRecord(_ payload: Data, sha256: String, owner: String) -> Bool {
-        guard case var .following(attachments) = state else { return true }
+    /// A record on `owner`'s journal topic of `sha256` (nil: the topic was cleared, the attachment
+    /// removed). One that is inconsistent or does not match its topic is rejected and changes nothing;
+    /// a change gives the new list to every sequence.
+    mutating func onRecord(_ record: Wire.JournalRecord?, sha256: String, owner: String) -> Action {
+        guard case var .following(attachments) = state else { return .none }
         let id = JournalAttachment.ID(owner: Participant(id: owner), sha256: sha256)
-        if payload.isEmpty {
-            guard attachments.removeValue(forKey: id) != nil else { return true }
-            removed.insert(id)
-        } else {
-            guard let record = Wire.decode(Wire.JournalRecord.self, from: payload), record.matches(attachment: sha256, owner: owner)
-            else {
-                rejected += 1
-                return false
-            }
+        if let record {
+            guard record.matches(attachment: sha256, owner: owner) else { return onMalformedRecord() }
             let attachment = JournalAttachment(record: record)
-            guard attachments[id] != attachment else { return true }  // a refresh
+            guard attachments[id] != attachment else { return .none }  // a refresh
             attachments[id] = attachment
             removed.remove(id)
+        } else {
+            guard attachments.removeValue(forKey: id) != nil else { return .none }
+            removed.insert(id)
         }
         state = .following(attachments: attachments)
-        publish()
-        return true
+        return .publish(self.attachments, to: listeners.all)
     }
 
-    /// A new sequence: it receives the current list at once, then every change.
+    /// A message on a journal topic that does not decode as a record.
+    mutating func onMalformedRecord() -> Action {
+        rejected += 1
+        return .rejected
+    }
+
+    /// A new sequence: it gets the current list at once, then every change.
     mutating func addListener(_ inbox: Inbox<[JournalAttachment]>) -> (ListenerRegistry<Inbox<[JournalAttachment]>>.ID?, Action) {
-        guard case .following = state else { return (nil, Action(finished: [inbox])) }
-        inbox.yield(attachments)
-        return (listeners.add(inbox), Action())
+        guard case .following = state else { return (nil, .finish([inbox])) }
+        return (listeners.add(inbox), .publish(attachments, to: [inbox]))
     }
 
     mutating func removeListener(_ id: ListenerRegistry<Inbox<[JournalAttachment]>>.ID) {
@@ -113,13 +129,8 @@ struct JournalStateMachine {
 
     /// The session is over for us: the list empties and every sequence ends.
     mutating func end() -> Action {
-        guard case .following = state else { return Action() }
+        guard case .following = state else { return .none }
         state = .over
-        return Action(finished: listeners.removeAll())
-    }
-
-    private func publish() {
-        let list = attachments
-        listeners.forEach { _, inbox in inbox.yield(list) }
+        return .finish(listeners.removeAll())
     }
 }

@@ -38,22 +38,26 @@ struct TransferStateMachine {
         var lastProgress: Int64
     }
 
-    /// What to do after an input, in this order: unsubscribe, hand over `deliver` (in order), subscribe,
-    /// schedule `retry`; then, if `done`, the load is complete, or if `failedAt` is set, it failed.
-    struct Action: Equatable {
-        var unsubscribe: [Int] = []
-        var deliver: [Data] = []
-        var subscribe: [Int] = []
-        var retry: (index: Int, after: Duration)?
-        var done = false
-        var failedAt: Int?
-
-        static func == (lhs: Action, rhs: Action) -> Bool {
-            lhs.unsubscribe == rhs.unsubscribe && lhs.deliver == rhs.deliver && lhs.subscribe == rhs.subscribe
-                && lhs.retry?.index == rhs.retry?.index && lhs.retry?.after == rhs.retry?.after && lhs.done == rhs.done
-                && lhs.failedAt == rhs.failedAt
-        }
+    /// One thing to do after an input. An input returns them in the order to do them: unsubscribes
+    /// first, then the chunks to hand over (in order), then subscribes, then a retry to schedule, and last
+    /// whether the load is complete or failed.
+    enum Effect: Equatable {
+        /// Stop the request for this chunk.
+        case unsubscribe(Int)
+        /// Hand these bytes over: the next chunk in order.
+        case deliver(Data)
+        /// Request this chunk (subscribe to its retained topic).
+        case subscribe(Int)
+        /// Request this rejected chunk again after the backoff: ``onRetryDue(_:)`` then.
+        case retry(Int, after: Duration)
+        /// Every chunk is handed over.
+        case complete
+        /// The load failed: no progress for the stall timeout, this chunk first among the missing.
+        case fail(missing: Int)
     }
+
+    /// What an input asks for, in order.
+    typealias Action = [Effect]
 
     let configuration: Configuration
     private(set) var state: State
@@ -74,26 +78,35 @@ struct TransferStateMachine {
         }
     }
 
+    /// Whether the load is over: complete, failed or cancelled.
+    var isOver: Bool {
+        if case .loading = state { return false }
+        return true
+    }
+
     /// The first requests.
     mutating func start() -> Action {
-        guard case var .loading(loading) = state else { return Action() }
+        guard case var .loading(loading) = state else { return [] }
+        guard configuration.chunkCount > 0 else {
+            state = .finished
+            return [.complete]
+        }
         var action = Action()
         fill(&loading, &action)
-        state = configuration.chunkCount == 0 ? .finished : .loading(loading)
-        action.done = configuration.chunkCount == 0
+        state = .loading(loading)
         return action
     }
 
     /// Chunk `index` arrived; `verified` says whether its digest matched.
     mutating func onChunk(_ index: Int, _ payload: Data, verified: Bool, now: Int64) -> Action {
-        guard case var .loading(loading) = state, loading.pending.contains(index) else { return Action() }
-        var action = Action(unsubscribe: [index])
+        guard case var .loading(loading) = state, loading.pending.contains(index) else { return [] }
+        var action: Action = [.unsubscribe(index)]
         guard verified else {
             rejected += 1
             let attempt = loading.attempts[index, default: 0] + 1
             loading.attempts[index] = attempt
             // 50 ms, doubling, at most 2 s: a forged chunk does not make us hammer the broker.
-            action.retry = (index, .milliseconds(min(50 << min(attempt - 1, 6), 2_000)))
+            action.append(.retry(index, after: .milliseconds(min(50 << min(attempt - 1, 6), 2_000))))
             state = .loading(loading)
             return action
         }
@@ -102,13 +115,13 @@ struct TransferStateMachine {
         loading.held[index] = payload
         loading.lastProgress = now
         while let data = loading.held.removeValue(forKey: loading.next) {
-            action.deliver.append(data)
+            action.append(.deliver(data))
             loading.next += 1
         }
         fill(&loading, &action)
         if loading.next == configuration.chunkCount {
             state = .finished
-            action.done = true
+            action.append(.complete)
         } else {
             state = .loading(loading)
         }
@@ -117,8 +130,8 @@ struct TransferStateMachine {
 
     /// A rejected chunk's backoff is over: request it again.
     mutating func onRetryDue(_ index: Int) -> Action {
-        guard case .loading(let loading) = state, loading.pending.contains(index) else { return Action() }
-        return Action(subscribe: [index])
+        guard case .loading(let loading) = state, loading.pending.contains(index) else { return [] }
+        return [.subscribe(index)]
     }
 
     /// When (ms) the load fails unless a chunk comes first: ``onTick(now:)`` is due then. nil once it
@@ -130,24 +143,24 @@ struct TransferStateMachine {
 
     /// Time passes (at ``stallDeadline``): a load without progress for `stallTimeout` fails.
     mutating func onTick(now: Int64) -> Action {
-        guard case let .loading(loading) = state, now - loading.lastProgress >= configuration.stallTimeout else { return Action() }
+        guard case let .loading(loading) = state, now - loading.lastProgress >= configuration.stallTimeout else { return [] }
         let missing = loading.pending.min() ?? loading.next
         state = .failed(missing: missing)
-        return Action(unsubscribe: loading.pending.sorted(), failedAt: missing)
+        return loading.pending.sorted().map(Effect.unsubscribe) + [.fail(missing: missing)]
     }
 
     /// The load is abandoned (cancelled): every request ends.
     mutating func cancel() -> Action {
-        guard case let .loading(loading) = state else { return Action() }
+        guard case let .loading(loading) = state else { return [] }
         state = .failed(missing: loading.next)
-        return Action(unsubscribe: loading.pending.sorted())
+        return loading.pending.sorted().map(Effect.unsubscribe)
     }
 
     /// Requests every chunk of the window not requested yet.
     private func fill(_ loading: inout Loading, _ action: inout Action) {
         let end = min(loading.next + configuration.window, configuration.chunkCount)
         while loading.requestedUpTo < end {
-            action.subscribe.append(loading.requestedUpTo)
+            action.append(.subscribe(loading.requestedUpTo))
             loading.pending.insert(loading.requestedUpTo)
             loading.requestedUpTo += 1
         }

@@ -197,7 +197,15 @@ final class SessionCore: Sendable {
                     $0.onState(record, key: key, writer: writer, topic: message.topic, now: now, holdingValues: true)
                 }.catchUpTo
         case let .journal(session, attachment, owner) where session == id:
-            if !journal.withLock({ $0.onRecord(message.payload, sha256: attachment, owner: owner) }) { reject() }
+            let record = message.payload.isEmpty ? nil : Wire.decode(Wire.JournalRecord.self, from: message.payload)
+            let action = journal.withLock { journal in
+                let action =
+                    record == nil && !message.payload.isEmpty
+                    ? journal.onMalformedRecord() : journal.onRecord(record, sha256: attachment, owner: owner)
+                action.deliver()
+                return action
+            }
+            if case .rejected = action { reject() }
             return
         case let .broadcast(session, sender) where session == id:
             catchUpTo = inbound(message.payload, from: sender, direct: false)
