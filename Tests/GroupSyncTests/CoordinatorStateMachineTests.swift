@@ -411,6 +411,20 @@ import Testing
         #expect(machine.nextWake(ownInterval: 2_500) == .init())
     }
 
+    /// A newer epoch of our own that proves itself with heartbeats is another process of ours: nothing
+    /// forgets it, so nothing wakes for it (a deadline nobody acts on would wake the timer at once, again
+    /// and again).
+    @Test func theTimerDoesNotWakeForWhatNothingWouldDo() {
+        var machine = Machine(me: "alice", myEpoch: 10)
+        _ = machine.onPresence("alice", Self.presence("alice", epoch: 20), wallNow: Self.wall, now: Self.t0)
+        #expect(machine.nextWake(ownInterval: 2_500).silence != nil, "a record alone: forgotten if it stays silent")
+        _ = machine.onHeartbeat("alice", Wire.Heartbeat(epoch: 20, interval: 2_500), wallNow: Self.wall, now: Self.t0)
+        #expect(machine.nextWake(ownInterval: 2_500) == .init())
+        let later = Self.t0 + .seconds(60)
+        #expect(machine.expireSilent(now: later, ownInterval: 2_500).changes.isEmpty)
+        #expect(machine.nextWake(ownInterval: 2_500) == .init())
+    }
+
     @Test func removedListenersGetNothingAndCloseEndsTheRest() {
         var machine = Machine(me: "alice", myEpoch: 10)
         let (first, firstInbox) = Self.listener()

@@ -369,7 +369,9 @@ struct CoordinatorStateMachine {
             if participant != me, let interval = connection.interval {
                 next.formEarliest(WakeRequest(silence: connection.lastHeard + Connection.silence(interval: interval)))
             }
-            if let challenger = connection.challenger {
+            // Exactly the challengers ``expireSilent(now:ownInterval:)`` forgets: a deadline it would not act
+            // on would come back at once, again and again.
+            if let challenger = connection.challenger, participant != me || challenger.heartbeats == 0 {
                 let interval = participant == me ? ownInterval ?? challenger.interval : challenger.interval ?? connection.interval
                 let bound = Connection.silence(interval: interval ?? Self.assumedInterval)
                 next.formEarliest(WakeRequest(silence: challenger.lastHeard + bound))

@@ -168,7 +168,10 @@ extension GroupCoordinator {
             _ = state.machine.takeWakeRequest()  // the whole state is scanned instead
             return (presence, expired, state.machine.nextWake(ownInterval: heartbeatInterval))
         }
-        armUpkeep(next)
+        // While disconnected nobody is judged by silence (the reconnect gives everyone a fresh grace
+        // period and asks for the next wake-up): a silence deadline already passed would wake us at once,
+        // again and again.
+        armUpkeep(connected ? next : .init(expiry: next.expiry))
         performPresence(presence)
         for core in expired { core.onExpired() }
     }

@@ -317,11 +317,16 @@ final class SessionCore: Sendable {
 
     /// The timer's work: requests still unanswered are sent again, and after a quiet spell following our
     /// last reliable message we state our streams' position, so that a receiver that lost their tail (a
-    /// broker's queue overflowed) asks for it. Then it sleeps until the next of either. While disconnected
-    /// nothing is due: the reconnect asks for everything and states the position anyway.
+    /// broker's queue overflowed) asks for it. Then it sleeps until the next of either. While the
+    /// connection is down (or the session not joined) nothing is sent, and requests still open are looked
+    /// at again a retry interval later: a reconnect asks for everything anyway, but a request must not be
+    /// forgotten because its moment fell in a gap.
     func tick() {
-        guard isJoined, context.client.isConnected else { return }
         let now = context.clock.milliseconds()
+        guard isJoined, context.client.isConnected else {
+            if machine.withLock({ $0.nextRetry }) != nil { timer.schedule(after: SessionCore.inactiveRecheck) }
+            return
+        }
         applyReceiving { $0.onTick(now: now) }
         let (position, nextPosition) = numbering.withLock { numbering in
             (numbering.isPositionDue(at: .now) ? numbering.outbox.position : nil, numbering.nextPositionDue)
@@ -330,6 +335,9 @@ final class SessionCore: Sendable {
         timer.schedule(at: nextPosition)
         if let retry = machine.withLock({ $0.nextRetry }) { wake(atWallClock: retry) }
     }
+
+    /// How soon open requests are looked at again while the connection is down.
+    static let inactiveRecheck = Duration.milliseconds(250)
 
     /// Network thread, at the end of each burst: shows the newest of the values held during it. Values
     /// are held only on this thread, so none can arrive in between.
