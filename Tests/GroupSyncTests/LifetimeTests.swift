@@ -33,6 +33,25 @@ struct Brief: GroupActivity {
     /// A crashed participant's session, member and state records, and its `lost` presence, leave the
     /// broker and everyone's `sessions()` by themselves — under the example ACL, where nobody else may
     /// clear them.
+    /// While its broker is gone, a coordinator waits for it without spinning: its timer wakes for what
+    /// comes due, not again and again for silence bounds it does not judge while disconnected.
+    @Test(.needsOwnBroker("kills it")) func aCoordinatorWithoutItsBrokerDoesNotSpin() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            _ = try await group.join("bob")
+            try await waitUntil("alice hears bob") { alice.state.withLock { $0.machine.online["bob"] != nil } }
+            broker.kill()
+            try await waitUntil(timeout: timeBound(.seconds(5)), "alice notices") { !alice.client.isConnected }
+            let before = alice.upkeep.wakeCount
+            // Past bob's silence bound (three of his 2.5 s heartbeat intervals, less 0.5 s: 7 s): a timer
+            // that takes the passed deadline wakes thousands of times.
+            let spun = try? await waitUntil(timeout: .seconds(10), "alice's timer spins") { alice.upkeep.wakeCount - before > 20 }
+            #expect(spun == nil, "\(alice.upkeep.wakeCount - before) wake-ups in 10 s without a broker")
+            await group.closeAll()
+        }
+    }
+
     @Test(.needsOwnBroker("one case runs it with users and an ACL"), arguments: [false, true])
     func whatNobodyKeepsExpires(underTheACL: Bool) async throws {
         let config = underTheACL ? MosquittoBroker.Configuration(users: Self.users, acl: Self.acl) : .init()

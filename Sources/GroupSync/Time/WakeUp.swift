@@ -16,6 +16,7 @@ final class WakeUp: Sendable {
         var task: Task<Void, Never>?
         var handler: (@Sendable () -> Void)?
         var cancelled = false
+        var wakes = 0
     }
 
     private let state = LockedValue(State())
@@ -29,6 +30,9 @@ final class WakeUp: Sendable {
         self.tolerance = tolerance
         self.priority = priority
     }
+
+    /// How many times the handler ran: what an idle object costs.
+    var wakeCount: Int { state.withLock { $0.wakes } }
 
     /// Sets what runs at each wake-up, once, before the first ``schedule(at:)``.
     func onWake(_ handler: @escaping @Sendable () -> Void) {
@@ -76,6 +80,7 @@ final class WakeUp: Sendable {
             guard state.deadline == deadline, !state.cancelled else { return nil }
             state.deadline = nil
             state.task = nil
+            state.wakes += 1
             return state.handler
         }
         handler?()
