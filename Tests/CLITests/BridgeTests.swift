@@ -74,11 +74,7 @@ import Testing
             _ = try await alice.request("end")
             #expect(alice.events.contains { $0["event"] == "state" && $0["reason"] == "ended" && $0["by"] == "alice" })
 
-            for bridge in [alice, bob] {
-                bridge.cli.closeInput()
-                #expect(try await bridge.cli.wait() == 0)
-                #expect(bridge.unparsedLines.isEmpty, "stdout holds only JSON events: \(bridge.unparsedLines)")
-            }
+            for bridge in [alice, bob] { try await bridge.closeAndExpectACleanExit() }
         }
     }
 
@@ -130,9 +126,7 @@ import Testing
             #expect(started["session"]?.string != nil)
             let late = try await bridge.answer(bridge.send("configure", #""group":"other""#))
             #expect(late["event"] == "error")
-            bridge.cli.closeInput()
-            #expect(try await bridge.cli.wait() == 0)
-            #expect(bridge.unparsedLines.isEmpty)
+            try await bridge.closeAndExpectACleanExit()
         }
     }
 
@@ -258,9 +252,7 @@ import Testing
                 for (index, event) in events.enumerated() where event["event"] == "start" {
                     #expect(events[..<index].contains { $0["event"] == "timeline" && $0["anchor"] == event["scheduled"] }, "\(event)")
                 }
-                bridge.cli.closeInput()
-                #expect(try await bridge.cli.wait() == 0)
-                #expect(bridge.unparsedLines.isEmpty, "stdout holds only JSON events: \(bridge.unparsedLines)")
+                try await bridge.closeAndExpectACleanExit()
             }
         }
     }
@@ -424,11 +416,7 @@ import Testing
             let unknown = try await carol.answer(carol.send("load", #""sha256":"abcd","path":"\#(copyPath)""#))
             #expect(unknown["event"] == "error" && unknown["message"]?.string?.contains("no attachment abcd") == true)
 
-            for bridge in [bob, carol] {
-                bridge.cli.closeInput()
-                #expect(try await bridge.cli.wait() == 0)
-                #expect(bridge.unparsedLines.isEmpty, "stdout holds only JSON events: \(bridge.unparsedLines)")
-            }
+            for bridge in [bob, carol] { try await bridge.closeAndExpectACleanExit() }
         }
     }
 
@@ -495,11 +483,7 @@ import Testing
             #expect(!bob.events.contains { $0["event"] == "message" }, "nothing delivered")
             await mallory.disconnect()
 
-            for bridge in [alice, bob] {
-                bridge.cli.closeInput()
-                #expect(try await bridge.cli.wait() == 0)
-                #expect(bridge.unparsedLines.isEmpty, "stdout holds only JSON events: \(bridge.unparsedLines)")
-            }
+            for bridge in [alice, bob] { try await bridge.closeAndExpectACleanExit() }
         }
     }
 
@@ -553,11 +537,7 @@ import Testing
             #expect(gap < sixth)
             #expect(!lines.contains { $0["event"] == "rejected" }, "the skips were well-formed")
 
-            for bridge in [alice, bob] {
-                bridge.cli.closeInput()
-                #expect(try await bridge.cli.wait() == 0)
-                #expect(bridge.unparsedLines.isEmpty, "stdout holds only JSON events: \(bridge.unparsedLines)")
-            }
+            for bridge in [alice, bob] { try await bridge.closeAndExpectACleanExit() }
         }
     }
 
@@ -614,6 +594,13 @@ private final class BridgeProcess: Sendable {
             guard case let .object(object)? = Wire.decode(JSONValue.self, from: Data(line.utf8)) else { return nil }
             return object
         }
+    }
+
+    /// Closes its standard input and expects it to end with status 0, its stdout holding only JSON events.
+    func closeAndExpectACleanExit(sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        cli.closeInput()
+        #expect(try await cli.wait() == 0, sourceLocation: sourceLocation)
+        #expect(unparsedLines.isEmpty, "stdout holds only JSON events: \(unparsedLines)", sourceLocation: sourceLocation)
     }
 
     /// Lines on stdout that are not JSON objects (there must be none).

@@ -72,47 +72,36 @@ import Testing
 
     @Test func aForgedEpochNeitherEvictsNorSilencesAParticipant() {
         var machine = Machine(me: "alice", myEpoch: 10)
-        func presence(_ record: Wire.Presence, at time: Duration = .zero) -> Machine.PresenceAction {
-            machine.onPresence("bob", record, wallNow: Self.wall, now: Self.t0 + time)
-        }
-        func heartbeat(epoch: Int64, at time: Duration) -> Machine.PresenceAction {
-            machine.onHeartbeat("bob", .init(epoch: epoch, interval: 2_500), wallNow: Self.wall, now: Self.t0 + time)
-        }
-        _ = presence(Self.presence("bob", epoch: 5))
-        #expect(heartbeat(epoch: 5, at: .zero) == .none, "bob's connection proves itself")
-        #expect(presence(Self.presence("bob", .lost, epoch: 6)) == .none)
-        #expect(presence(Self.presence("bob", .lost, epoch: .max)) == .rejected)
-        #expect(heartbeat(epoch: .max, at: .zero) == .rejected)
+        _ = machine.bobs(Self.presence("bob", epoch: 5))
+        #expect(machine.bobsHeartbeat(epoch: 5, at: .zero) == .none, "bob's connection proves itself")
+        #expect(machine.bobs(Self.presence("bob", .lost, epoch: 6)) == .none)
+        #expect(machine.bobs(Self.presence("bob", .lost, epoch: .max)) == .rejected)
+        #expect(machine.bobsHeartbeat(epoch: .max, at: .zero) == .rejected)
         // A forged online record of a newer epoch, with or without an interval, only challenges the
         // live connection: nothing changes, and it is forgotten once it stays silent.
-        #expect(presence(Self.presence("bob", epoch: 6)) == .none)
-        #expect(presence(Self.presence("bob", epoch: Self.wall + 4 * 3_600_000, interval: nil)) == .none)
+        #expect(machine.bobs(Self.presence("bob", epoch: 6)) == .none)
+        #expect(machine.bobs(Self.presence("bob", epoch: Self.wall + 4 * 3_600_000, interval: nil)) == .none)
         #expect(machine.online["bob"] == 5)
-        #expect(heartbeat(epoch: 5, at: .seconds(2)) == .none)
-        #expect(heartbeat(epoch: 5, at: .seconds(4)) == .none)
+        #expect(machine.bobsHeartbeat(epoch: 5, at: .seconds(2)) == .none)
+        #expect(machine.bobsHeartbeat(epoch: 5, at: .seconds(4)) == .none)
         #expect(Self.silent(&machine, at: .seconds(8)).isEmpty)
         #expect(
-            machine.onPresence("bob", Self.presence("bob", .lost, epoch: 5), wallNow: Self.wall, now: Self.t0 + .seconds(9))
+            machine.bobs(Self.presence("bob", .lost, epoch: 5), at: .seconds(9))
                 == .changed(participant: "bob", epoch: nil), "the forged challenger was forgotten: nobody takes bob's place")
     }
 
     @Test func aNewProcessTakesOverWhenTheOldOneIsGoneOrItProvesItself() {
         var machine = Machine(me: "alice", myEpoch: 10)
-        func presence(_ record: Wire.Presence, at time: Duration = .zero) -> Machine.PresenceAction {
-            machine.onPresence("bob", record, wallNow: Self.wall, now: Self.t0 + time)
-        }
-        func heartbeat(epoch: Int64, at time: Duration) -> Machine.PresenceAction {
-            machine.onHeartbeat("bob", .init(epoch: epoch, interval: 2_500), wallNow: Self.wall, now: Self.t0 + time)
-        }
-        _ = presence(Self.presence("bob", epoch: 5))
-        _ = heartbeat(epoch: 5, at: .zero)
-        #expect(presence(Self.presence("bob", epoch: 7), at: .seconds(1)) == .none, "a challenger")
-        #expect(presence(Self.presence("bob", .lost, epoch: 5), at: .seconds(1)) == .changed(participant: "bob", epoch: 7), "the old will")
-        #expect(heartbeat(epoch: 7, at: .seconds(2)) == .none)
-        #expect(heartbeat(epoch: 9, at: .seconds(2)) == .none, "a newer challenger's first heartbeat")
-        #expect(heartbeat(epoch: 9, at: .seconds(4)) == .changed(participant: "bob", epoch: 9), "its second one")
+        _ = machine.bobs(Self.presence("bob", epoch: 5))
+        _ = machine.bobsHeartbeat(epoch: 5, at: .zero)
+        #expect(machine.bobs(Self.presence("bob", epoch: 7), at: .seconds(1)) == .none, "a challenger")
+        #expect(
+            machine.bobs(Self.presence("bob", .lost, epoch: 5), at: .seconds(1)) == .changed(participant: "bob", epoch: 7), "the old will")
+        #expect(machine.bobsHeartbeat(epoch: 7, at: .seconds(2)) == .none)
+        #expect(machine.bobsHeartbeat(epoch: 9, at: .seconds(2)) == .none, "a newer challenger's first heartbeat")
+        #expect(machine.bobsHeartbeat(epoch: 9, at: .seconds(4)) == .changed(participant: "bob", epoch: 9), "its second one")
         // A silent connection's challenger takes its place.
-        _ = presence(Self.presence("bob", epoch: 11), at: .seconds(5))
+        _ = machine.bobs(Self.presence("bob", epoch: 11), at: .seconds(5))
         #expect(Self.silent(&machine, at: .seconds(12)).isEmpty, "9 is silent, 11 takes over")
         #expect(machine.online["bob"] == 11)
     }
@@ -523,6 +512,18 @@ import Testing
 }
 
 extension CoordinatorStateMachine {
+    /// A presence record on bob's topic, `time` after the tests' start.
+    fileprivate mutating func bobs(_ record: Wire.Presence, at time: Duration = .zero) -> PresenceAction {
+        onPresence("bob", record, wallNow: CoordinatorStateMachineTests.wall, now: CoordinatorStateMachineTests.t0 + time)
+    }
+
+    /// A heartbeat of bob's connection `epoch` (interval 2.5 s), `time` after the tests' start.
+    fileprivate mutating func bobsHeartbeat(epoch: Int64, at time: Duration) -> PresenceAction {
+        onHeartbeat(
+            "bob", .init(epoch: epoch, interval: 2_500), wallNow: CoordinatorStateMachineTests.wall,
+            now: CoordinatorStateMachineTests.t0 + time)
+    }
+
     /// A copy by `publisher` of a session's announcement, as the tests read it (`nil`: cleared).
     fileprivate mutating func announce(
         _ sessionID: String, _ announcement: Wire.Announcement?, by publisher: String = "bob", expiresAt: Int64 = 60_000

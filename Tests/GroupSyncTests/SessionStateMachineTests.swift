@@ -224,7 +224,7 @@ import Testing
     // MARK: - Participants
 
     @Test func aMemberRecordOfAnotherEpochDoesNotEvictAnActiveMember() {
-        // Issue 31, case 4: without the ACL, bob's member record with his epoch + 1 would make him
+        // Without the ACL, bob's member record with his epoch + 1 would make him
         // inactive and reject his messages. It is held back until bob's connection has that epoch.
         var machine = Self.joined()
         Self.present("bob", epoch: 7, in: &machine)

@@ -290,7 +290,7 @@ import Testing
     }
 
     @Test func aForgedSeqFarAheadIsDroppedOnTheSendersPosition() {
-        // Issue 31, case 5: an envelope with the sender's epoch and seq = cursor + 999,999 is held and its
+        // An envelope with the sender's epoch and seq = cursor + 999,999 (forged) is held and its
         // gap asked for; the real sender answers that request with its position, below the forged seq.
         let outbox = Self.outbox(sending: 3)
         var receiver = Receiver()

@@ -37,6 +37,21 @@ struct CoordinatorStateMachine {
 
         var online: [String: Int64] { connections.mapValues(\.epoch) }
 
+        /// When `participant`'s challenger is forgotten unless heard of again (judged by its own interval,
+        /// else its connection's; ours by our own); nil when it has none or is never forgotten: a newer
+        /// epoch of ours that sends heartbeats is another process of ours.
+        func challengerForgottenAfter(_ participant: String, me: String, ownInterval: Int64?) -> ContinuousClock.Instant? {
+            guard let connection = connections[participant], let challenger = connection.challenger else { return nil }
+            let interval: Int64?
+            if participant == me {
+                guard challenger.heartbeats == 0 else { return nil }
+                interval = ownInterval ?? challenger.interval
+            } else {
+                interval = challenger.interval ?? connection.interval
+            }
+            return challenger.lastHeard + Connection.silence(interval: interval ?? CoordinatorStateMachine.assumedInterval)
+        }
+
         /// `participant`'s connection is gone: its challenger, if any, takes its place.
         mutating func replaceGone(_ participant: String) -> PresenceAction {
             guard let gone = connections.removeValue(forKey: participant) else { return .none }
@@ -64,8 +79,12 @@ struct CoordinatorStateMachine {
         /// Silent for three intervals less half a second (1.5 × keepalive − 0.5 s for the usual
         /// interval of keepalive / 2), but never less than a second: gone.
         func isSilent(at now: ContinuousClock.Instant) -> Bool {
-            guard let interval else { return false }
-            return now - lastHeard > Connection.silence(interval: interval)
+            silentAfter.map { now > $0 } ?? false
+        }
+
+        /// When it counts as gone unless heard of again; nil without an interval (never).
+        var silentAfter: ContinuousClock.Instant? {
+            interval.map { lastHeard + Connection.silence(interval: $0) }
         }
 
         /// How long a connection that states `interval` may be silent. The interval's range (at most
@@ -330,21 +349,15 @@ struct CoordinatorStateMachine {
         return modifyGroup { group in
             var changes: [PresenceAction] = []
             for participant in group.connections.keys.sorted() where participant != me {
-                let connection = group.connections[participant]!
-                if connection.isSilent(at: now) {
+                if group.connections[participant]!.isSilent(at: now) {
                     changes.append(group.replaceGone(participant))
-                } else if let challenger = connection.challenger,
-                    now - challenger.lastHeard
-                        > Connection.silence(interval: challenger.interval ?? connection.interval ?? Self.assumedInterval)
-                {
+                } else if let forgotten = group.challengerForgottenAfter(participant, me: me, ownInterval: ownInterval), now > forgotten {
                     // A challenger that fell silent (or never sent anything but its record) is forgotten.
                     group.connections[participant]?.challenger = nil
                 }
             }
             var republishOwn = false
-            if let challenger = group.connections[me]?.challenger, challenger.heartbeats == 0,
-                now - challenger.lastHeard > Connection.silence(interval: ownInterval ?? challenger.interval ?? Self.assumedInterval)
-            {
+            if let forgotten = group.challengerForgottenAfter(me, me: me, ownInterval: ownInterval), now > forgotten {
                 group.connections[me]?.challenger = nil
                 republishOwn = true
             }
@@ -365,17 +378,11 @@ struct CoordinatorStateMachine {
     func nextWake(ownInterval: Int64?) -> WakeRequest {
         guard case let .open(group) = state else { return WakeRequest() }
         var next = WakeRequest()
+        // The same deadlines ``expireSilent(now:ownInterval:)`` acts on: one it would not act on would
+        // come back at once, again and again.
         for (participant, connection) in group.connections {
-            if participant != me, let interval = connection.interval {
-                next.formEarliest(WakeRequest(silence: connection.lastHeard + Connection.silence(interval: interval)))
-            }
-            // Exactly the challengers ``expireSilent(now:ownInterval:)`` forgets: a deadline it would not act
-            // on would come back at once, again and again.
-            if let challenger = connection.challenger, participant != me || challenger.heartbeats == 0 {
-                let interval = participant == me ? ownInterval ?? challenger.interval : challenger.interval ?? connection.interval
-                let bound = Connection.silence(interval: interval ?? Self.assumedInterval)
-                next.formEarliest(WakeRequest(silence: challenger.lastHeard + bound))
-            }
+            if participant != me { next.formEarliest(WakeRequest(silence: connection.silentAfter)) }
+            next.formEarliest(WakeRequest(silence: group.challengerForgottenAfter(participant, me: me, ownInterval: ownInterval)))
         }
         for session in group.sessions.values {
             if let last = session.copies.values.max() { next.formEarliest(WakeRequest(expiry: last)) }

@@ -36,7 +36,7 @@ final class RetainedRecords: Sendable {
     {
         let record = OwnedRetained.Record(payload: payload, lifetime: lifetime, refreshing: refreshing, published: .now)
         owned.withLock { $0.own(topic, record) }
-        if refreshing { timer.schedule(at: record.published + lifetime / 3) }
+        if refreshing { timer.schedule(at: record.refreshDue) }
         do {
             return try client.enqueuePublish(
                 to: topic, payload: payload, qos: .atLeastOnce, retain: client.retainAvailable, properties: record.properties(at: .now))
@@ -149,6 +149,9 @@ struct OwnedRetained {
         }
 
         func isOver(at now: ContinuousClock.Instant) -> Bool { !refreshing && now - published >= lifetime }
+
+        /// When a kept record is published again: a third of its lifetime after it last was.
+        var refreshDue: ContinuousClock.Instant { published + lifetime / 3 }
     }
 
     private(set) var records: [String: Record] = [:]
@@ -172,7 +175,7 @@ struct OwnedRetained {
 
     /// When the next kept record is due for its refresh; nil when none is kept.
     var nextRefresh: ContinuousClock.Instant? {
-        records.values.lazy.filter(\.refreshing).map { $0.published + $0.lifetime / 3 }.min()
+        records.values.lazy.filter(\.refreshing).map(\.refreshDue).min()
     }
 
     /// The kept records whose refresh is due at `now` (marked as published now); records whose lifetime
@@ -180,7 +183,7 @@ struct OwnedRetained {
     mutating func due(now: ContinuousClock.Instant) -> [(topic: String, record: Record)] {
         records = records.filter { !$0.value.isOver(at: now) }
         var due: [(topic: String, record: Record)] = []
-        for (topic, record) in records where record.refreshing && now - record.published >= record.lifetime / 3 {
+        for (topic, record) in records where record.refreshing && now >= record.refreshDue {
             records[topic]?.published = now
             due.append((topic, record))
         }

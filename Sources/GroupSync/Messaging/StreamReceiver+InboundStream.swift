@@ -32,6 +32,9 @@ extension StreamReceiver {
             /// rest was dropped on the way, as by a broker's full queue) makes the next retry come after
             /// the first delay again instead of a doubled one.
             var cursorWhenSent: Int64?
+
+            /// When it is sent again unless answered (ms).
+            var due: Int64 { sentAt &+ retryDelay }
         }
 
         /// The last seq delivered or passed over; nil until the first message, skip or overflow fixes where
@@ -161,7 +164,7 @@ extension StreamReceiver {
         /// Sends the pending request again once its retry delay has passed. The delay doubles while nothing
         /// asked for comes, and starts over while each round brings part of it.
         mutating func retry(now: Int64, _ configuration: Configuration, _ output: inout Output) {
-            guard var pending = request, now - pending.sentAt >= pending.retryDelay else { return }
+            guard var pending = request, now >= pending.due else { return }
             output.asks.append((cursor.map { $0 + 1 } ?? 0, pending.through))
             let progressed = cursor != pending.cursorWhenSent
             pending.sentAt = now

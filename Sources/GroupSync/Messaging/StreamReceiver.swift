@@ -223,7 +223,7 @@ struct StreamReceiver<Message> {
 
     /// When the next request still unanswered is due to be sent again (ms); nil when none is pending.
     var nextRetry: Int64? {
-        senders.values.lazy.flatMap(\.streams.values).compactMap { $0.request.map { $0.sentAt &+ $0.retryDelay } }.min()
+        senders.values.lazy.flatMap(\.streams.values).compactMap(\.request?.due).min()
     }
 
     /// Runs `body` on both streams of every sender followed, senders in name order.
@@ -256,8 +256,7 @@ struct StreamReceiver<Message> {
         for ask in output.asks {
             action.requests.append(Request(sender: sender, resend: .init(stream: stream, from: ask.from, to: ask.to)))
         }
-        if !output.asks.isEmpty, let pending = senders[sender]?.streams[stream]?.request {
-            let due = pending.sentAt &+ pending.retryDelay
+        if !output.asks.isEmpty, let due = senders[sender]?.streams[stream]?.request?.due {
             action.retryAt = min(action.retryAt ?? due, due)
         }
     }

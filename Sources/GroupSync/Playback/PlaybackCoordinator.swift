@@ -321,12 +321,10 @@ public final class PlaybackCoordinator: Sendable {
         }
     }
 
-    /// How often a follower exchanges with the reference once its estimate follows the drift. The same
-    /// while paused: the estimate extrapolates from recent exchanges, and sparser ones put starts tens of
+    /// How often a follower exchanges with the reference once its estimate follows the drift, paused or
+    /// not: the estimate extrapolates from recent exchanges, and sparser ones put starts tens of
     /// milliseconds apart.
-    private func pingInterval(_ state: State) -> Int64 {
-        configuration.synchronizationInterval.nanoseconds
-    }
+    private var pingInterval: Int64 { configuration.synchronizationInterval.nanoseconds }
 
     /// The timer's work: the machine's tick (a takeover whose patience ran out), then the `$ping` due.
     private func wake() {
@@ -341,7 +339,7 @@ public final class PlaybackCoordinator: Sendable {
     private func armTimer() {
         let local = localNow
         let next = state.withLock { state in
-            state.outputs.ended ? nil : state.machine.nextWake(atLocal: local, pingInterval: pingInterval(state))
+            state.outputs.ended ? nil : state.machine.nextWake(atLocal: local, pingInterval: pingInterval)
         }
         guard let next else { return }
         timer.schedule(after: .nanoseconds(max(next &- local, 0)))
@@ -349,7 +347,7 @@ public final class PlaybackCoordinator: Sendable {
 
     /// Sends a `$ping` to the reference when the machine says one is due.
     private func ping(atLocal local: Int64) {
-        let reference = state.withLock { state in state.machine.takePing(atLocal: local, interval: pingInterval(state)) }
+        let reference = state.withLock { [pingInterval] in $0.machine.takePing(atLocal: local, interval: pingInterval) }
         guard let reference else { return }
         let (sent, monotonic) = (localNow, ContinuousClock.now)
         let t0 = GroupInstant(nanoseconds: sent).milliseconds

@@ -280,7 +280,9 @@ struct PlaybackStateMachine {
         return reference
     }
 
-    /// When ``checkReference(atLocal:)`` will claim the clock, if nothing changes meanwhile.
+    /// When ``checkReference(atLocal:)`` claims the clock, if nothing changes meanwhile: with no clock, the
+    /// initiator's patience after it was found missing; with its reference gone, our rank's stagger when
+    /// we know its clock, else the takeover patience; nil while the reference is there.
     private func nextTakeover(atLocal local: Int64) -> Int64? {
         guard let clock else { return referenceGoneSince.map { $0 &+ PlaybackStateMachine.firstClaimPatience } }
         guard clock.reference != me, !active.isEmpty, !active.contains(clock.reference) else { return nil }
@@ -302,22 +304,15 @@ struct PlaybackStateMachine {
     /// Takes over the clock when its reference is gone: at once with the clock we follow, after
     /// ``takeoverPatience`` with a new one when we have none (a synchronized participant may do better).
     private mutating func checkReference(atLocal local: Int64) -> Action {
-        guard let clock else {
-            guard let since = referenceGoneSince, local &- since >= PlaybackStateMachine.firstClaimPatience else { return Action() }
-            return claim(base: "\(me)@\(local / 1_000_000)", offset: 0)
+        if let clock {
+            guard clock.reference != me, !active.isEmpty, !active.contains(clock.reference) else {
+                referenceGoneSince = nil
+                return Action()
+            }
+            referenceGoneSince = referenceGoneSince ?? local
         }
-        guard clock.reference != me, !active.isEmpty, !active.contains(clock.reference) else {
-            referenceGoneSince = nil
-            return Action()
-        }
-        let since = referenceGoneSince ?? local
-        referenceGoneSince = since
-        if let offset = offset(atLocal: local) {
-            let rank = Int64(active.sorted().firstIndex(of: me) ?? 0)
-            guard local &- since >= rank * PlaybackStateMachine.takeoverStagger else { return Action() }
-            return claim(base: clock.base, offset: offset)
-        }
-        guard local &- since >= PlaybackStateMachine.takeoverPatience else { return Action() }
+        guard let due = nextTakeover(atLocal: local), local >= due else { return Action() }
+        if let clock, let offset = offset(atLocal: local) { return claim(base: clock.base, offset: offset) }
         return claim(base: "\(me)@\(local / 1_000_000)", offset: 0)
     }
 

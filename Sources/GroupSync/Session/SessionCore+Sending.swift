@@ -38,9 +38,11 @@ extension SessionCore {
         }
         let client = context.client
         let epoch = context.epoch
-        if reliable { timer.schedule(after: context.positionInterval) }
+        let now = ContinuousClock.now
+        // The position is stated after the quiet spell that follows (the timer keeps an earlier wake-up).
+        if reliable { timer.schedule(at: now + context.positionInterval) }
         return try numbering.withLock { numbering throws(GroupSyncError) -> [MQTTClient.PublishTicket] in
-            if reliable { numbering.numberedReliable(at: .now) }
+            if reliable { numbering.numberedReliable(at: now) }
             var tickets: [MQTTClient.PublishTicket] = []
             tickets.reserveCapacity(destinations.count)
             do throws(GroupSyncError) {
