@@ -27,7 +27,7 @@ import Testing
         let inbox = Inbox<[JournalAttachment]>()
         let (id, first) = journal.addListener(inbox)
         #expect(id != nil && Self.published(first) == [], "the current list at once")
-        first.deliver()
+        first.perform()
         let late = Self.record(Data("second".utf8), owner: "bob", time: 20)
         let early = Self.record(Data("first".utf8), owner: "alice", time: 10)
         var actions = [journal.onRecord(late, sha256: late.sha256, owner: "bob")]
@@ -38,14 +38,14 @@ import Testing
         actions.append(journal.onRecord(nil, sha256: late.sha256, owner: "bob"))
         #expect(Self.published(actions[2]) == ["alice"])
         #expect(journal.removed == [JournalAttachment.ID(owner: Participant(id: "bob"), sha256: late.sha256)])
-        for action in actions { action.deliver() }
+        for action in actions { action.perform() }
         let end = journal.end()
         guard case let .finish(ended) = end else {
             Issue.record("end() finishes the sequences: \(end)")
             return
         }
         #expect(ended.count == 1)
-        end.finishAll()
+        end.perform()
         var lists: [[String]] = []
         while let list = await inbox.next() { lists.append(list.map(\.owner.id)) }
         #expect(lists == [[], ["bob"], ["alice", "bob"], ["alice"]])

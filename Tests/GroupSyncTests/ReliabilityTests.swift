@@ -228,7 +228,7 @@ import Testing
             broker.pause()
             let attempt = Task { try await session.join() }
             try await waitUntil("join is waiting on the frozen broker") {
-                session.core.machine.withLock { if case .joining = $0.phase { true } else { false } }
+                session.core.read { if case .joining = $0.phase { true } else { false } }
             }
             attempt.cancel()
             await #expect(throws: GroupSyncError.cancelled) { try await attempt.value }

@@ -202,7 +202,7 @@ extension GroupCoordinator {
                 guard state.cores[core.id] === core, !state.machine.isClosed else { return }
                 state.cores[core.id] = SessionCore(
                     context: context, announcement: core.announcement, publisher: core.announcement.createdBy,
-                    presence: state.machine.online, numbering: core.numbering)
+                    presence: state.machine.online, numbering: core.read { $0.numbering })
             }
         case .ended:
             state.withLock { state in

@@ -233,6 +233,6 @@ extension GroupSessionJournal {
 
     /// Whether the journal saw `attachment` removed by its owner.
     private func isRemoved(_ attachment: JournalAttachment) -> Bool {
-        core.journal.withLock { $0.removed.contains(attachment.id) }
+        core.read { $0.journal.removed.contains(attachment.id) }
     }
 }

@@ -30,20 +30,14 @@ public final class GroupSessionJournal: Sendable {
     // MARK: - Reading
 
     /// The attachments now, in the order they were added (empty before `join()`).
-    public var attachments: [JournalAttachment] { core.journal.withLock { $0.attachments } }
+    public var attachments: [JournalAttachment] { core.read { $0.journal.attachments } }
 
     /// The current list of attachments first, then the list after every change (an attachment added or
     /// removed by anyone, this participant included), in order. A slow consumer skips to the newest list.
     /// Ends when the session is invalidated.
     public func attachmentUpdates() -> GroupUpdates<[JournalAttachment]> {
         let inbox = Inbox<[JournalAttachment]>(keepingNewest: 1)
-        let (id, action) = core.journal.withLock { journal in
-            let (id, action) = journal.addListener(inbox)
-            action.deliver()
-            return (id, action)
-        }
-        action.finishAll()
-        if let id { inbox.onTermination { [core] in core.journal.withLock { $0.removeListener(id) } } }
+        core.register(inbox, { $0.addJournalListener(inbox) }, removal: { $0.removeJournalListener($1) })
         return GroupUpdates(inbox)
     }
 
@@ -73,8 +67,8 @@ public final class GroupSessionJournal: Sendable {
         }
         let sha256 = SHA256.hex(data)
         let (me, session, topics) = (core.me, core.id, core.topics)
-        try core.journal.withLock { journal throws(GroupSyncError) in
-            try journal.check(adding: data.count, sha256: sha256, owner: me, limits: configuration)
+        try core.read { machine throws(GroupSyncError) in
+            try machine.journal.check(adding: data.count, sha256: sha256, owner: me, limits: configuration)
         }
         // Slices share `data`'s bytes: the owner keeps (and refreshes) one copy of the attachment.
         let chunks = stride(from: data.startIndex, to: data.endIndex, by: chunkSize).map { data[$0..<min($0 + chunkSize, data.endIndex)] }
@@ -113,7 +107,7 @@ public final class GroupSessionJournal: Sendable {
             }
             throw error
         }
-        core.journal.withLock { $0.onRecord(record, sha256: sha256, owner: me).deliver() }
+        core.perform { $0.onJournal { $0.onRecord(record, sha256: sha256, owner: me) } }
         return JournalAttachment(record: record)
     }
 
@@ -145,7 +139,7 @@ public final class GroupSessionJournal: Sendable {
         } catch {
             throw .connection(error)
         }
-        core.journal.withLock { $0.onRecord(nil, sha256: attachment.sha256, owner: attachment.owner.id).deliver() }
+        core.perform { $0.onJournal { $0.onRecord(nil, sha256: attachment.sha256, owner: attachment.owner.id) } }
         for topic in JournalStateMachine.topics(of: attachment.record, core.topics, session: core.id).dropFirst() {
             await core.context.retained.clear(topic)
         }
@@ -165,11 +159,6 @@ extension GroupSession {
     /// one, whatever their configuration). It may be made before or after `join()`; it lists attachments
     /// once joined.
     public func journal(configuration: GroupSessionJournal.Configuration = .init()) -> GroupSessionJournal {
-        core.journalView.withLock { existing in
-            if let existing { return existing }
-            let made = GroupSessionJournal(core: core, configuration: configuration)
-            existing = made
-            return made
-        }
+        core.facet(\.journal) { _ in GroupSessionJournal(core: core, configuration: configuration) }.0
     }
 }

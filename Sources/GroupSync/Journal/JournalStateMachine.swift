@@ -16,24 +16,22 @@ struct JournalStateMachine {
     /// What the caller does after an input.
     enum Action {
         case none
-        /// Hand `list` to these sequences: under the caller's lock (``deliver()``), so that every
-        /// sequence gets the lists in the order the machine made them.
+        /// Hand `list` to these sequences.
         case publish([JournalAttachment], to: [Inbox<[JournalAttachment]>])
-        /// End these sequences: outside the caller's lock (``finishAll()``), since their termination
-        /// handlers take it.
+        /// End these sequences.
         case finish([Inbox<[JournalAttachment]>])
         /// The record was not one (malformed, inconsistent, or not matching its topic): count and
         /// report it; nothing changed.
         case rejected
 
-        func deliver() {
-            guard case let .publish(list, inboxes) = self else { return }
-            for inbox in inboxes { inbox.yield(list) }
-        }
-
-        func finishAll() {
-            guard case let .finish(inboxes) = self else { return }
-            for inbox in inboxes { inbox.finish() }
+        /// Hands the lists over or ends the sequences: outside the caller's lock (a sequence's
+        /// termination handler takes it), in the order the machine made them.
+        func perform() {
+            switch self {
+            case let .publish(list, inboxes): for inbox in inboxes { inbox.yield(list) }
+            case let .finish(inboxes): for inbox in inboxes { inbox.finish() }
+            case .none, .rejected: break
+            }
         }
     }
 

@@ -60,18 +60,27 @@ public final class PlaybackCoordinator: Sendable {
         var ended = false
     }
 
-    init(core: SessionCore, configuration: Configuration) {
+    /// Made under the session's lock: takes none of its locks. ``start()`` follows the session.
+    init(core: SessionCore, initiator: String, configuration: Configuration) {
         self.core = core
         self.configuration = configuration
         let state = LockedValue(
             State(
                 machine: PlaybackStateMachine(
-                    me: core.me, initiator: core.announcement.createdBy,
+                    me: core.me, initiator: initiator,
                     waitingReasons: Set(configuration.suspensionReasonsThatTriggerWaiting.map(\.rawValue)),
                     lead: configuration.lead)))
         self.state = state
-        core.clockService.withLock {
-            $0 = SessionCore.ClockService(
+        timer.onWake { [weak self] in self?.wake() }
+        startTimer.onWake { [weak self] in self?.startDue() }
+    }
+
+    /// Serves the group clock and follows the session: once, by whoever made the coordinator, after the
+    /// session's lock is released.
+    func start() {
+        let state = self.state
+        core.serveClock(
+            SessionCore.ClockService(
                 groupTime: { local in state.withLock { $0.machine.answerPing(atLocal: local) } },
                 pong: { [weak self] sender, pong, arrival in
                     guard let self else { return }
@@ -81,10 +90,7 @@ public final class PlaybackCoordinator: Sendable {
                     )
                     // On the network thread: library code only, none of it waits.
                     self.perform(self.update { $0.onPong(from: sender, sent: t0, received: t1, replied: t2, back: arrival) })
-                })
-        }
-        timer.onWake { [weak self] in self?.wake() }
-        startTimer.onWake { [weak self] in self?.startDue() }
+                }))
         follow()
     }
 
@@ -480,8 +486,7 @@ public final class PlaybackCoordinator: Sendable {
 
     /// The session is over: every sequence ends, the timers stop, the clock answers no more.
     private func shutdown() {
-        core.clockService.withLock { $0 = nil }
-        core.playback.withLock { $0 = nil }
+        core.playbackEnded()
         timer.cancel()
         startTimer.cancel()
         let (timelines, starts, waiters) = state.withLock { state in
@@ -506,11 +511,10 @@ extension GroupSession {
     /// The session's playback coordinator, made at the first call with `configuration` (later calls
     /// return the same one, whatever their configuration). It may be made before or after `join()`.
     public func playbackCoordinator(configuration: PlaybackCoordinator.Configuration = .init()) -> PlaybackCoordinator {
-        core.playback.withLock { existing in
-            if let existing { return existing }
-            let made = PlaybackCoordinator(core: core, configuration: configuration)
-            existing = made
-            return made
+        let (coordinator, made) = core.facet(\.playback) {
+            PlaybackCoordinator(core: core, initiator: $0.announcement.createdBy, configuration: configuration)
         }
+        if made { coordinator.start() }
+        return coordinator
     }
 }

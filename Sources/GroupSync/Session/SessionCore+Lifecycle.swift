@@ -5,19 +5,18 @@ extension SessionCore {
     func join() async throws(GroupSyncError) {
         let barrier = Inbox<SessionStateMachine.Update>()
         let caughtUp = Inbox<SessionStateMachine.Update>()
-        guard machine.withLock({ $0.onJoinStarted(barrier: barrier, caughtUp: caughtUp) }) else {
-            // Joined already, over, or another join() is in progress (and then fails or joins).
-            if isJoined { return }
-            throw .sessionInvalidated
+        switch locked.withLock({ $0.machine.onJoinStarted(barrier: barrier, caughtUp: caughtUp) }) {
+        case .proceed: break
+        case .joined: return
+        case .refused: throw .sessionInvalidated
         }
-        numbering.withLock { $0.outbox.forgetMembers() }
         var memberPublished = false
         do {
             try await joinSteps(barrier, caughtUp, memberPublished: &memberPublished)
         } catch {
             // A failed, cancelled or interrupted join leaves the session as it was (waiting, or
             // invalidated by a concurrent leave/end): no reading task, no subscription, no member record.
-            apply { $0.onJoinAbandoned() }
+            perform { $0.onJoinAbandoned() }
             stopReading()
             if memberPublished && !isJoined { await context.retained.clear(topics.member(id, me)) }
             throw Task.isCancelled && !state.isInvalidated ? .cancelled : error
@@ -61,7 +60,7 @@ extension SessionCore {
             if case let .success(ticket)? = memberTicket { context.client.detach(ticket) }
             throw .connection(error)
         }
-        subscription.withLock { $0 = messages }
+        locked.withLock { $0.subscription = messages }
         guard let memberTicket else { throw .sessionInvalidated }
         let ticket = try memberTicket.get()
         guard !isInvalidated else {  // left or ended while subscribing
@@ -78,7 +77,7 @@ extension SessionCore {
             await withTimeout(context.catchUpTimeout) { _ = await caughtUp.next() }
         }
         let now = context.clock.milliseconds()
-        apply { $0.onJoined(now: now) }
+        perform { $0.onJoined(now: now) }
         guard isJoined else { throw .sessionInvalidated }
     }
 
@@ -96,8 +95,9 @@ extension SessionCore {
     func end() async {
         // Someone who never joined has not read the session's member and state records: the broker shows them.
         let stored = isJoined ? [] : await storedRecords()
-        let (members, stateTopics, announcers) = machine.withLock { (Array($0.members.keys), $0.stateTopics, $0.announcers) }
-        let journalTopics = journal.withLock { $0.storedTopics(topics, session: id) }
+        let (members, stateTopics, announcers, journalTopics) = read {
+            (Array($0.members.keys), $0.stateTopics, $0.announcers, $0.journal.storedTopics(topics, session: id))
+        }
         if isJoined {
             // Tell joined participants who ended it, before the announcement disappears.
             _ = try? await sendControl(.end, JSONValue.null, to: nil)
@@ -167,8 +167,8 @@ extension SessionCore {
 
     /// Clears our copy of the announcement, member record and state records, also those written before
     /// an earlier leave() of this session; none of them comes back after a reconnect.
-    private func clearOwnRecords() {
-        let stateTopics = machine.withLock { $0.stateTopics }
+    func clearOwnRecords() {
+        let stateTopics = read { $0.stateTopics }
         context.report(self, .ended)
         let owned = Set(ownedRecordTopics + [topics.member(id, me), ownCopyTopic])
             .union(stateTopics.filter { $0.hasSuffix("/\(me)") })
@@ -194,20 +194,13 @@ extension SessionCore {
     /// longer counts as shared. Returns false if it already was over.
     @discardableResult
     func invalidate(_ reason: GroupSessionState.InvalidationReason) -> Bool {
-        var was = GroupSessionState.waiting
-        apply { machine in
-            was = machine.state
-            return machine.invalidate(reason)
-        }
-        guard !was.isInvalidated else { return false }
-        timer.cancel()
-        journal.withLock { $0.end() }.finishAll()
-        stopReading()
-        context.report(self, .invalidated(wasJoined: was == .joined))
-        return true
+        perform { $0.invalidate(reason) }.lifecycle != .unchanged
     }
 
     func stopReading() {
-        subscription.withLock { $0?.unsubscribe() }
+        locked.withLock { state in
+            defer { state.subscription = nil }
+            return state.subscription
+        }?.unsubscribe()
     }
 }

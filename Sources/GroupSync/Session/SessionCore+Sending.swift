@@ -19,36 +19,35 @@ extension SessionCore {
     }
 
     /// The synchronous half of ``send(type:envelope:to:reliable:limit:)``: numbers the envelope in each
-    /// destination's stream (reliable) or among the unreliable ones, and hands it to the connection.
+    /// destination's stream (reliable) or among the unreliable ones, and hands it to the connection, in one
+    /// hold of the session's lock: each stream's wire order is its `seq` order.
     private func enqueue(
         type: String, envelope: Wire.EnvelopeBytes, to recipients: Participants, reliable: Bool, limit: Int
     ) throws(GroupSyncError) -> [MQTTClient.PublishTicket] {
-        guard isJoined else { throw state.isInvalidated ? .sessionInvalidated : .notJoined }
-        let destinations: [(topic: String, stream: Reliable.Stream)]
-        switch recipients.storage {
-        case .all: destinations = [(broadcastDestinations[0], .all)]
-        case let .only(set):
-            guard !set.isEmpty else { throw .noRecipients }
-            var direct: [(String, Reliable.Stream)] = []
-            for participant in set.map(\.id).sorted() {
-                try Identifier.validate(participant, kind: "participant")  // every one before anything is sent
-                direct.append((topics.direct(id, to: participant, from: me), .direct(to: participant)))
-            }
-            destinations = direct
-        }
-        let client = context.client
-        let epoch = context.epoch
-        let now = ContinuousClock.now
+        let (client, epoch, now) = (context.client, context.epoch, ContinuousClock.now)
         // The position is stated after the quiet spell that follows (the timer keeps an earlier wake-up).
         if reliable { timer.schedule(at: now + context.positionInterval) }
-        return try numbering.withLock { numbering throws(GroupSyncError) -> [MQTTClient.PublishTicket] in
-            if reliable { numbering.numberedReliable(at: now) }
+        return try locked.withLock { state throws(GroupSyncError) -> [MQTTClient.PublishTicket] in
+            guard case .joined = state.machine.state else { throw state.machine.state.isInvalidated ? .sessionInvalidated : .notJoined }
+            let destinations: [(topic: String, stream: Reliable.Stream)]
+            switch recipients.storage {
+            case .all: destinations = [(broadcastDestinations[0], .all)]
+            case let .only(set):
+                guard !set.isEmpty else { throw .noRecipients }
+                var direct: [(String, Reliable.Stream)] = []
+                for participant in set.map(\.id).sorted() {
+                    try Identifier.validate(participant, kind: "participant")  // every one before anything is sent
+                    direct.append((topics.direct(id, to: participant, from: me), .direct(to: participant)))
+                }
+                destinations = direct
+            }
+            if reliable { state.machine.numbering.numberedReliable(at: now) }
             var tickets: [MQTTClient.PublishTicket] = []
             tickets.reserveCapacity(destinations.count)
             do throws(GroupSyncError) {
                 for (topic, stream) in destinations {
                     let payload = try Self.number(
-                        envelope, type: type, epoch: epoch, stream: reliable ? stream : nil, limit: limit, &numbering)
+                        envelope, type: type, epoch: epoch, stream: reliable ? stream : nil, limit: limit, &state.machine.numbering)
                     do throws(MQTTError) {
                         tickets.append(try client.enqueuePublish(to: topic, payload: payload, qos: reliable ? .atLeastOnce : .atMostOnce))
                     } catch {
@@ -156,32 +155,29 @@ extension SessionCore {
         try await acknowledgements(of: [ticket])
     }
 
-    /// Network thread: answers a newcomer, in as many parts as the broker's packet limit takes.
-    func sendCatchUp(to newcomer: String) {
-        let listingMembers = !context.client.retainAvailable
-        let budget = Wire.budget(maximumPacketSize: context.client.maximumPacketSize)
-        for part in machine.withLock({ $0.catchUp(listingMembers: listingMembers, budget: budget) }) {
-            sendControl(.catchUp, part, to: newcomer)
-        }
-    }
-
-    /// Network thread: answers a member's `$resend` from the outbox — what it is not owed or we no longer
-    /// have as a `$skip`, then the envelopes themselves, unchanged (a broadcast marked as one), on its
-    /// direct topic; or our position, when the request does not fit our streams.
-    func answer(_ request: Reliable.ResendRequest, from requester: String) {
-        let client = context.client
-        let topic = topics.direct(id, to: requester, from: me)
-        numbering.withLock { numbering in
-            switch numbering.outbox.answer(request, from: requester) {
-            case let .position(position):
-                sendControl(.position, Wire.Position(position), to: requester)
-            case let .resend(skip, entries):
-                if let skip { sendControl(.skip, Wire.Skip(skip), to: requester) }
-                for entry in entries {
-                    let payload = entry.stream == .all ? Wire.resentBroadcast(entry.payload) : entry.payload
-                    if let ticket = try? client.enqueuePublish(to: topic, payload: payload, qos: .atLeastOnce) { client.detach(ticket) }
-                }
+    /// Publishes what the machine asked for.
+    func send(_ send: SessionStateMachine.Send) {
+        switch send {
+        case let .catchUp(newcomer):
+            // In as many parts as the broker's packet limit takes.
+            let listingMembers = !context.client.retainAvailable
+            let budget = Wire.budget(maximumPacketSize: context.client.maximumPacketSize)
+            for part in read({ $0.catchUp(listingMembers: listingMembers, budget: budget) }) {
+                sendControl(.catchUp, part, to: newcomer)
             }
+        case let .resend(request): sendControl(.resend, Wire.Resend(request.resend), to: request.sender)
+        case let .position(position, recipient): sendControl(.position, Wire.Position(position), to: recipient)
+        case let .skip(skip, recipient): sendControl(.skip, Wire.Skip(skip), to: recipient)
+        case let .resent(entry, recipient):
+            // A broadcast marked as one.
+            let payload = entry.stream == .all ? Wire.resentBroadcast(entry.payload) : entry.payload
+            let (client, topic) = (context.client, topics.direct(id, to: recipient, from: me))
+            if let ticket = try? client.enqueuePublish(to: topic, payload: payload, qos: .atLeastOnce) { client.detach(ticket) }
+        case let .pong(ping, recipient, arrival):
+            guard let service = locked.withLock({ $0.clockService }), let received = service.groupTime(arrival),
+                let replied = service.groupTime(context.clock.nanoseconds())
+            else { return }
+            sendControl(.pong, Wire.Pong(t0: ping.t0, t1: received.milliseconds, t2: replied.milliseconds), to: recipient)
         }
     }
 
@@ -191,7 +187,7 @@ extension SessionCore {
         let clock = context.hlc.withLock { $0.tick(now: now) }
         let record = Wire.StateRecord(key: key, value: value, clock: clock)
         let topic = topics.state(id, key: key, writer: me)
-        apply { $0.onLocalWrite(record, topic: topic) }
+        perform { $0.onLocalWrite(record, topic: topic) }
         return record
     }
 
@@ -214,7 +210,7 @@ extension SessionCore {
         let now = context.clock.milliseconds()
         let revision = context.hlc.withLock { $0.tick(now: now) }
         var updated = announcement
-        apply { machine in
+        perform { machine in
             updated = machine.announcement
             updated.activity = activity
             updated.revision = revision

@@ -2,31 +2,61 @@ import Foundation
 import MQTT
 
 /// The runtime of one session for one coordinator, shared by every typed ``GroupSession`` view of it.
-/// Logic lives in ``SessionStateMachine`` (under `machine`'s lock); this class subscribes, publishes and
-/// handles the session's messages. Its lifecycle (join, leave, end) is in `SessionCore+Lifecycle.swift`,
+/// Logic lives in ``SessionStateMachine``, under `locked`'s one lock with the handles of what the session
+/// made; this class subscribes, publishes, handles the session's messages and performs what the machine
+/// returns once the lock is released. Its lifecycle (join, leave, end) is in `SessionCore+Lifecycle.swift`,
 /// what it sends in `SessionCore+Sending.swift`.
+///
+/// Locks taken while it is held, all leaves (whoever holds one calls into no session): the connection's and
+/// libmosquitto's, to number a message and hand it to the connection in one hold (`enqueue`); a playback
+/// coordinator's timers', as it is made (``facet(_:make:)``).
 final class SessionCore: Sendable {
     let id: String
     let activityType: String
     let context: SessionContext
-    let machine: LockedValue<SessionStateMachine>
-    let subscription = LockedValue<MessageHandlerSubscription?>(nil)
-    /// How we number our messages here, with the outbox that re-sends them.
-    let numbering: LockedValue<MessageNumbering>
     /// Where our messages to everyone go, as the one-element list `enqueue` publishes to.
     let broadcastDestinations: [String]
-    /// The group clock of the session's playback coordinator, when one is attached: it answers `$ping`
-    /// and takes `$pong`.
-    let clockService = LockedValue<ClockService?>(nil)
-    /// The session's playback coordinator, once made (until the session is over).
-    let playback = LockedValue<PlaybackCoordinator?>(nil)
-    /// The session's journal records, read while joined.
-    let journal = LockedValue(JournalStateMachine())
-    /// The session's journal, once made.
-    let journalView = LockedValue<GroupSessionJournal?>(nil)
-    /// Wakes the session when a request is due to be sent again or our position to be stated
-    /// (``tick()``); cancelled when the session is over for us.
+    let locked: LockedValue<State>
+    /// Wakes the session when its machine asks (``tick()``); cancelled when the session is over for us.
     let timer = WakeUp()
+
+    /// The machine, and the handles of what the session made.
+    struct State {
+        var machine: SessionStateMachine
+        /// The subscription to the session's topics, while they are read.
+        var subscription: MessageHandlerSubscription?
+        /// The session's playback coordinator (until the session is over) and journal, once made.
+        var playback: PlaybackCoordinator?
+        var journal: GroupSessionJournal?
+        /// The group clock of the session's playback coordinator, once it follows the session.
+        var clockService: ClockService?
+        /// Hand-overs made while a thread performs earlier ones, for that thread to perform next; nil
+        /// while no thread performs any.
+        var pending: [SessionStateMachine.Handover]?
+
+        /// Queues `handovers` behind those not performed yet; returns them when this thread is to perform
+        /// them (no other thread performs any).
+        mutating func queue(_ handovers: [SessionStateMachine.Handover]) -> [SessionStateMachine.Handover]? {
+            guard !handovers.isEmpty else { return nil }
+            guard pending == nil else {
+                pending?.append(contentsOf: handovers)
+                return nil
+            }
+            pending = []
+            return handovers
+        }
+
+        /// What was queued while this thread performed hand-overs; nil, and no thread performs any, when
+        /// nothing was.
+        mutating func next() -> [SessionStateMachine.Handover]? {
+            guard let queued = pending, !queued.isEmpty else {
+                pending = nil
+                return nil
+            }
+            pending = []
+            return queued
+        }
+    }
 
     /// What the session's clock messages go to.
     struct ClockService: Sendable {
@@ -42,16 +72,16 @@ final class SessionCore: Sendable {
     /// that our numbers go on where they were.
     init(
         context: SessionContext, announcement: Wire.Announcement, publisher: String, presence: [String: Int64],
-        numbering: LockedValue<MessageNumbering>? = nil
+        numbering: MessageNumbering? = nil
     ) {
-        self.numbering = numbering ?? LockedValue(MessageNumbering(outbox: context.outbox, positionInterval: context.positionInterval))
         self.id = announcement.session
         self.activityType = announcement.activity.type
         self.context = context
         self.broadcastDestinations = [context.topics.broadcast(announcement.session, from: context.me.id)]
-        self.machine = LockedValue(
-            SessionStateMachine(
-                me: context.me.id, myEpoch: context.epoch, announcement: announcement, announcer: publisher, presence: presence))
+        let machine = SessionStateMachine(
+            me: context.me.id, myEpoch: context.epoch, announcement: announcement, announcer: publisher, presence: presence,
+            numbering: numbering ?? MessageNumbering(outbox: context.outbox, positionInterval: context.positionInterval))
+        self.locked = LockedValue(State(machine: machine))
         timer.onWake { [weak self] in self?.tick() }
     }
 
@@ -59,88 +89,131 @@ final class SessionCore: Sendable {
     var topics: GroupTopics { context.topics }
     /// `groupsync/v2/<group>/s/<session>/`: every session topic starts with it.
     var sessionPrefix: String { "\(topics.root)/s/\(id)/" }
-    var state: GroupSessionState { machine.withLock { $0.state } }
+    var state: GroupSessionState { read { $0.state } }
     var isJoined: Bool { state == .joined }
     var isInvalidated: Bool { state.isInvalidated }
-    var announcement: Wire.Announcement { machine.withLock { $0.announcement } }
+    var announcement: Wire.Announcement { read { $0.announcement } }
     /// How long our retained records of the session live after their last refresh.
-    var lifetime: Duration { machine.withLock { $0.announcement.lifetime } }
+    var lifetime: Duration { read { $0.announcement.lifetime } }
     /// Our copy of the announcement.
     var ownCopyTopic: String { topics.announcement(id, by: me) }
-    var activeParticipants: Set<Participant> { machine.withLock { $0.active } }
-    var rejectedCount: Int { machine.withLock { $0.rejected } }
+    var activeParticipants: Set<Participant> { read { $0.active } }
+    var rejectedCount: Int { read { $0.rejected } }
 
-    /// Feeds one input to the state machine and sends the `$resend` requests it makes.
+    func read<Value, Failure: Error>(_ body: (SessionStateMachine) throws(Failure) -> Value) throws(Failure) -> Value {
+        try locked.withLock { state throws(Failure) in try body(state.machine) }
+    }
+
+    /// Feeds one input to the machine, then performs what it returned: its hand-overs, behind those of
+    /// earlier inputs still to be performed (so that every sequence gets updates in the order the machine
+    /// made them, and a consumer of `valueUpdates()` never ends on an older value than the machine holds),
+    /// its messages, its timer, its lifecycle.
     @discardableResult
-    func applyReceiving(_ input: (inout SessionStateMachine) -> SessionStateMachine.Action) -> SessionStateMachine.Action {
-        let action = apply(input)
-        for request in action.resend { sendControl(.resend, Wire.Resend(request.resend), to: request.sender) }
-        if let due = action.retryAt { wake(atWallClock: due) }
+    func perform(_ input: (inout SessionStateMachine) -> SessionStateMachine.Action) -> SessionStateMachine.Action {
+        let (action, handovers) = locked.withLock { state in
+            let action = input(&state.machine)
+            return (action, state.queue(action.handovers))
+        }
+        handOver(handovers)
+        for send in action.sends { self.send(send) }
+        switch action.timer {
+        case .unchanged: break
+        case let .wake(due): timer.schedule(after: .milliseconds(max(due &- context.clock.milliseconds(), 0)))
+        case .cancel: timer.cancel()
+        }
+        if case let .invalidated(wasJoined) = action.lifecycle {
+            stopReading()
+            context.report(self, .invalidated(wasJoined: wasJoined))
+        }
         return action
     }
 
-    /// Schedules the timer for wall-clock time `milliseconds` (the receiver's times are wall-clock).
-    private func wake(atWallClock milliseconds: Int64) {
-        timer.schedule(after: .milliseconds(max(milliseconds &- context.clock.milliseconds(), 0)))
-    }
-
-    /// Feeds one input to the state machine. Its values are handed over while the lock is held, so every
-    /// sequence receives updates in the order the machine applied them (a consumer of `valueUpdates()` never
-    /// ends on an older value than the machine holds); handing over never runs consumer code. Sequences
-    /// are finished after the lock is released, since their termination handlers take it. Received
-    /// clocks are merged before anything is handed over.
-    @discardableResult
-    func apply(_ input: (inout SessionStateMachine) -> SessionStateMachine.Action) -> SessionStateMachine.Action {
-        let action = machine.withLock { machine in
-            let action = input(&machine)
-            if !action.clocks.isEmpty {
-                let now = context.clock.milliseconds()
-                context.hlc.withLock { clock in
-                    for received in action.clocks { clock.observe(received, now: now) }
+    /// Performs `first`, then what other threads queued meanwhile, until nothing is left.
+    private func handOver(_ first: [SessionStateMachine.Handover]?) {
+        var batch = first
+        while let handovers = batch {
+            for handover in handovers {
+                handover.perform { clocks in
+                    let now = context.clock.milliseconds()
+                    context.hlc.withLock { clock in
+                        for received in clocks { clock.observe(received, now: now) }
+                    }
                 }
             }
-            action.deliver()
-            return action
+            batch = locked.withLock { $0.next() }
         }
-        action.finishAll()
-        return action
     }
 
     /// The inbox of a new sequence of the session, removed from the machine when it ends. With
     /// `keepingNewest`, a slow consumer skips to the newest updates.
     func listen(_ kind: SessionStateMachine.Listener.Kind, keepingNewest limit: Int? = nil) -> Inbox<SessionStateMachine.Update> {
         let inbox = Inbox<SessionStateMachine.Update>(keepingNewest: limit)
-        var id: ListenerRegistry<SessionStateMachine.Listener>.ID?
-        apply { machine in
-            let (added, action) = machine.addListener(.init(kind: kind, inbox: inbox))
-            id = added
-            return action
-        }
-        if let id { inbox.onTermination { [machine] in machine.withLock { $0.removeListener(id) } } }
+        register(inbox, { $0.addListener(.init(kind: kind, inbox: inbox)) }, removal: { $0.removeListener($1) })
         return inbox
+    }
+
+    /// Adds a sequence's inbox to the machine through `add`; `removal` takes it out when the inbox ends.
+    func register<Element>(
+        _ inbox: Inbox<Element>, _ add: (inout SessionStateMachine) -> SessionStateMachine.Registration,
+        removal: @escaping @Sendable (inout SessionStateMachine, ListenerRegistry<SessionStateMachine.Listener>.ID) -> Void
+    ) {
+        var id: ListenerRegistry<SessionStateMachine.Listener>.ID?
+        perform { machine in
+            switch add(&machine) {
+            case let .added(added, action):
+                id = added
+                return action
+            case let .over(action): return action
+            }
+        }
+        if let id { inbox.onTermination { [locked] in locked.withLock { removal(&$0.machine, id) } } }
+    }
+
+    /// The facet at `keyPath` (the playback coordinator, the journal), made by `make` if there is none:
+    /// under the lock, so `make` takes none of the session's. `made`: this call made it.
+    func facet<Facet>(_ keyPath: WritableKeyPath<State, Facet?>, make: (SessionStateMachine) -> Facet) -> (Facet, made: Bool) {
+        locked.withLock { state in
+            if let existing = state[keyPath: keyPath] { return (existing, false) }
+            let made = make(state.machine)
+            state[keyPath: keyPath] = made
+            return (made, true)
+        }
+    }
+
+    /// The playback coordinator serves the group clock: `$ping`s are answered with it, `$pong`s go to it.
+    func serveClock(_ service: ClockService) {
+        locked.withLock { $0.clockService = service }
+    }
+
+    /// The playback coordinator is over (the session ended): it serves the clock no more, and a new one
+    /// may be made.
+    func playbackEnded() {
+        locked.withLock { state in
+            state.clockService = nil
+            state.playback = nil
+        }
     }
 
     func onPresence(_ participant: String, epoch: Int64?) {
         let now = context.clock.milliseconds()
-        // A member record held back for this epoch may take effect: the mark comes first, as for any
-        // member seen (no message of ours falls between the two: the network thread sends none).
-        if let epoch, machine.withLock({ $0.heldMembers[participant] == epoch }) {
-            numbering.withLock { $0.outbox.memberSeen(participant, epoch: epoch) }
-        }
-        applyReceiving { $0.onPresence(participant, epoch: epoch, now: now) }
+        perform { $0.onPresence(participant, epoch: epoch, now: now) }
     }
 
     /// A copy of the announcement by `publisher`. When it is newer than ours, ours is updated too, so
     /// that the session's activity is the same whichever copy outlives the others.
     func onAnnouncement(_ announcement: Wire.Announcement, from publisher: String) {
-        let before = machine.withLock { $0.announcement.revision }
-        apply { $0.onAnnouncement(announcement, from: publisher) }
-        let current = self.announcement
-        guard current.revision > before, context.retained.owns(ownCopyTopic) else { return }
+        var updated: Wire.Announcement?
+        perform { machine in
+            let before = machine.announcement.revision
+            let action = machine.onAnnouncement(announcement, from: publisher)
+            if machine.announcement.revision > before { updated = machine.announcement }
+            return action
+        }
+        guard let updated, context.retained.owns(ownCopyTopic) else { return }
         let (retained, topic) = (context.retained, ownCopyTopic)
         context.tasks.spawn {
-            guard let payload = try? Wire.encode(current) else { return }
-            try? await retained.publish(topic, payload, lifetime: current.lifetime)
+            guard let payload = try? Wire.encode(updated) else { return }
+            try? await retained.publish(topic, payload, lifetime: updated.lifetime)
         }
     }
 
@@ -148,150 +221,84 @@ final class SessionCore: Sendable {
 
     /// Network thread: one message of the session's topics.
     func handle(_ message: MQTTMessage) {
-        guard let onRejected = context.onRejected else { return process(message) }
-        let before = rejectedCount
-        process(message)
+        let rejections = process(message)
+        guard rejections > 0, let onRejected = context.onRejected else { return }
         // Once per rejection: a `$position` can show several held messages to be forged.
-        let rejections = rejectedCount - before
-        if rejections > 0 {
-            let (topic, size) = (message.topic, message.payload.count)
-            Task { for _ in 0..<rejections { onRejected(topic, size) } }  // app code: never on the network thread
-        }
+        let (topic, size) = (message.topic, message.payload.count)
+        Task { for _ in 0..<rejections { onRejected(topic, size) } }  // app code: never on the network thread
     }
 
-    private func process(_ message: MQTTMessage) {
-        let catchUpTo: String?
+    /// Feeds one message to the machine; returns how many received values it rejected.
+    private func process(_ message: MQTTMessage) -> Int {
+        let now = context.clock.milliseconds()
         switch topics.parse(message.topic) {
         case let .member(session, participant) where session == id:
-            let now = context.clock.milliseconds()
-            if message.payload.isEmpty {
-                if participant == me { return restoreOwnMemberRecord() }
-                numbering.withLock { $0.outbox.memberLeft(participant) }
-                catchUpTo = applyReceiving { $0.onMember(participant, nil, retained: message.retain, now: now) }.catchUpTo
-            } else if let record = Wire.decode(Wire.Member.self, from: message.payload), record.matches(participant: participant) {
-                if participant == me {
-                    if record.epoch == context.epoch {
-                        let retainAvailable = context.client.retainAvailable
-                        apply { $0.onBarrierPassed(retainAvailable: retainAvailable) }
-                    } else {
-                        restoreOwnMemberRecord()
-                    }
-                    return
-                }
-                // Owed what we send from now on (the mark is taken before the machine sees the member),
-                // if the record takes effect: a record held back or rejected moves no mark.
-                if machine.withLock({ $0.admitsMember(participant, epoch: record.epoch, now: now) }) {
-                    numbering.withLock { $0.outbox.memberSeen(participant, epoch: record.epoch) }
-                }
-                catchUpTo = applyReceiving { $0.onMember(participant, record, retained: message.retain, now: now) }.catchUpTo
-            } else {
-                return reject()
+            var record: Wire.Member?
+            if !message.payload.isEmpty {
+                record = Wire.decode(Wire.Member.self, from: message.payload)
+                guard record?.matches(participant: participant) == true else { return reject() }
             }
+            guard participant == me else {
+                return perform { $0.onMember(participant, record, retained: message.retain, now: now) }.rejected
+            }
+            guard record?.epoch == context.epoch else {
+                restoreOwnMemberRecord()
+                return 0
+            }
+            let retainAvailable = context.client.retainAvailable
+            return perform { $0.onBarrierPassed(retainAvailable: retainAvailable) }.rejected
         case let .state(session, key, writer) where session == id:
-            guard !message.payload.isEmpty else { return }
+            guard !message.payload.isEmpty else { return 0 }
             guard let record = Wire.decode(Wire.StateRecord.self, from: message.payload) else { return reject() }
-            let now = context.clock.milliseconds()
             // Shown at the end of the burst: records that arrive together make one visible change.
-            catchUpTo =
-                apply {
-                    $0.onState(record, key: key, writer: writer, topic: message.topic, now: now, holdingValues: true)
-                }.catchUpTo
+            return perform { $0.onState(record, key: key, writer: writer, topic: message.topic, now: now, holdingValues: true) }.rejected
         case let .journal(session, attachment, owner) where session == id:
             let record = message.payload.isEmpty ? nil : Wire.decode(Wire.JournalRecord.self, from: message.payload)
-            let action = journal.withLock { journal in
-                let action =
-                    record == nil && !message.payload.isEmpty
-                    ? journal.onMalformedRecord() : journal.onRecord(record, sha256: attachment, owner: owner)
-                action.deliver()
-                return action
-            }
-            if case .rejected = action { reject() }
-            return
+            let malformed = record == nil && !message.payload.isEmpty
+            return perform { $0.onJournal { malformed ? $0.onMalformedRecord() : $0.onRecord(record, sha256: attachment, owner: owner) } }
+                .rejected
         case let .broadcast(session, sender) where session == id:
-            catchUpTo = inbound(message.payload, from: sender, direct: false)
+            return inbound(message.payload, from: sender, direct: false, now: now)
         case let .direct(session, recipient, sender) where session == id && recipient == me:
-            catchUpTo = inbound(message.payload, from: sender, direct: true)
+            return inbound(message.payload, from: sender, direct: true, now: now)
         default:
             return reject()
         }
-        if let newcomer = catchUpTo { sendCatchUp(to: newcomer) }
     }
 
-    /// An envelope on a message topic; returns the newcomer to send a catch-up to, if any.
-    private func inbound(_ payload: Data, from sender: String, direct: Bool) -> String? {
-        guard let envelope = Wire.decodeEnvelope(payload) else {
-            reject()
-            return nil
-        }
-        let now = context.clock.milliseconds()
+    /// An envelope on a message topic; returns how many received values it rejected.
+    private func inbound(_ payload: Data, from sender: String, direct: Bool, now: Int64) -> Int {
+        guard let envelope = Wire.decodeEnvelope(payload) else { return reject() }
+        let body = payload[envelope.body]
         switch envelope.header.type {
         case Control.ping.rawValue where direct:
             let arrival = context.clock.nanoseconds()
-            guard let ping = Wire.decode(Wire.Ping.self, from: payload[envelope.body]), machine.withLock({ $0.isMember(sender) }) else {
-                reject()
-                return nil
-            }
-            if let service = clockService.withLock({ $0 }), let received = service.groupTime(arrival),
-                let replied = service.groupTime(context.clock.nanoseconds())
-            {
-                sendControl(.pong, Wire.Pong(t0: ping.t0, t1: received.milliseconds, t2: replied.milliseconds), to: sender)
-            }
-            return nil
+            guard let ping = Wire.decode(Wire.Ping.self, from: body) else { return reject() }
+            return perform { $0.onPing(ping, from: sender, arrival: arrival) }.rejected
         case Control.pong.rawValue where direct:
             let arrival = context.clock.nanoseconds()
-            guard let pong = Wire.decode(Wire.Pong.self, from: payload[envelope.body]) else {
-                reject()
-                return nil
-            }
-            clockService.withLock({ $0 })?.pong(sender, pong, arrival)
-            return nil
-        case "$catchup":
-            guard let catchUp = Wire.decode(Wire.CatchUp.self, from: payload[envelope.body]) else {
-                reject()
-                return nil
-            }
-            let (now, retainAvailable) = (context.clock.milliseconds(), context.client.retainAvailable)
-            apply { $0.onCatchUp(catchUp, from: sender, retainAvailable: retainAvailable, now: now) }
-            // Members known from a catch-up (where no member record is replayed) are owed what we send
-            // from now on, as members whose record we read are.
-            let members = machine.withLock { $0.members }
-            numbering.withLock { numbering in
-                for member in catchUp.members where member.participant != me && members[member.participant] == member.epoch {
-                    numbering.outbox.memberSeen(member.participant, epoch: member.epoch)
-                }
-            }
-            return nil
-        case "$end":
-            guard machine.withLock({ $0.isMember(sender) }) else {
-                reject()
-                return nil
-            }
-            onEnded(by: Participant(id: sender))
-            return nil
+            guard let pong = Wire.decode(Wire.Pong.self, from: body) else { return reject() }
+            locked.withLock { $0.clockService }?.pong(sender, pong, arrival)
+            return 0
+        case Control.catchUp.rawValue:
+            guard let catchUp = Wire.decode(Wire.CatchUp.self, from: body) else { return reject() }
+            let retainAvailable = context.client.retainAvailable
+            return perform { $0.onCatchUp(catchUp, from: sender, retainAvailable: retainAvailable, now: now) }.rejected
+        case Control.end.rawValue:
+            let action = perform { $0.onEnd(from: sender) }
+            if action.lifecycle != .unchanged { clearOwnRecords() }
+            return action.rejected
         case Control.resend.rawValue where direct:
-            guard let request = Wire.decode(Wire.Resend.self, from: payload[envelope.body]), machine.withLock({ $0.isMember(sender) })
-            else {
-                reject()
-                return nil
-            }
-            answer(request.request, from: sender)
-            return nil
+            guard let request = Wire.decode(Wire.Resend.self, from: body) else { return reject() }
+            return perform { $0.onResend(request.request, from: sender) }.rejected
         case Control.skip.rawValue where direct:
-            guard let skip = Wire.decode(Wire.Skip.self, from: payload[envelope.body]) else {
-                reject()
-                return nil
-            }
-            applyReceiving { $0.onSkip(skip.skip, from: sender, epoch: envelope.header.epoch, now: now) }
-            return nil
+            guard let skip = Wire.decode(Wire.Skip.self, from: body) else { return reject() }
+            return perform { $0.onSkip(skip.skip, from: sender, epoch: envelope.header.epoch, now: now) }.rejected
         case Control.position.rawValue:
-            guard let position = Wire.decode(Wire.Position.self, from: payload[envelope.body]) else {
-                reject()
-                return nil
-            }
-            applyReceiving { $0.onPosition(position.position, from: sender, epoch: envelope.header.epoch, now: now) }
-            return nil
+            guard let position = Wire.decode(Wire.Position.self, from: body) else { return reject() }
+            return perform { $0.onPosition(position.position, from: sender, epoch: envelope.header.epoch, now: now) }.rejected
         default:
-            return applyReceiving { $0.onMessage(envelope, payload: payload, sender: sender, direct: direct, now: now) }.catchUpTo
+            return perform { $0.onMessage(envelope, payload: payload, sender: sender, direct: direct, now: now) }.rejected
         }
     }
 
@@ -305,48 +312,28 @@ final class SessionCore: Sendable {
         context.tasks.spawn { try? await retained.publish(topic, payload, lifetime: lifetime) }
     }
 
-    /// Our connection is back: our position to everyone (a receiver behind it asks for the rest), and
-    /// from every member what follows what we have of it.
+    /// Our connection is back (see ``SessionStateMachine/onReconnected(now:)``).
     func onReconnected() {
-        guard isJoined else { return }
-        let position = numbering.withLock { $0.outbox.position }
-        if position.all > 0 || !position.direct.isEmpty { sendControl(.position, Wire.Position(position), to: nil) }
         let now = context.clock.milliseconds()
-        applyReceiving { $0.onReconnected(now: now) }
+        perform { $0.onReconnected(now: now) }
     }
 
-    /// The timer's work: requests still unanswered are sent again, and after a quiet spell following our
-    /// last reliable message we state our streams' position, so that a receiver that lost their tail (a
-    /// broker's queue overflowed) asks for it. Then it sleeps until the next of either. While the
-    /// connection is down (or the session not joined) nothing is sent, and requests still open are looked
-    /// at again a retry interval later: a reconnect asks for everything anyway, but a request must not be
-    /// forgotten because its moment fell in a gap.
+    /// The timer's work (see ``SessionStateMachine/onTick(now:at:connected:)``).
     func tick() {
-        let now = context.clock.milliseconds()
-        guard isJoined, context.client.isConnected else {
-            if machine.withLock({ $0.nextRetry }) != nil { timer.schedule(after: SessionCore.inactiveRecheck) }
-            return
-        }
-        applyReceiving { $0.onTick(now: now) }
-        let (position, nextPosition) = numbering.withLock { numbering in
-            (numbering.isPositionDue(at: .now) ? numbering.outbox.position : nil, numbering.nextPositionDue)
-        }
-        if let position { sendControl(.position, Wire.Position(position), to: nil) }
-        timer.schedule(at: nextPosition)
-        if let retry = machine.withLock({ $0.nextRetry }) { wake(atWallClock: retry) }
+        let (now, instant, connected) = (context.clock.milliseconds(), ContinuousClock.now, context.client.isConnected)
+        perform { $0.onTick(now: now, at: instant, connected: connected) }
     }
-
-    /// How soon open requests are looked at again while the connection is down.
-    static let inactiveRecheck = Duration.milliseconds(250)
 
     /// Network thread, at the end of each burst: shows the newest of the values held during it. Values
     /// are held only on this thread, so none can arrive in between.
     func releaseHeldValues() {
-        apply { $0.releaseHeldValues() }
+        perform { $0.releaseHeldValues() }
     }
 
-    func reject() {
-        machine.withLock { $0.onRejected() }
+    /// A received value that could not be read: counted. Returns 1, the rejections to report.
+    @discardableResult
+    func reject() -> Int {
+        perform { $0.onUnreadable() }.rejected
     }
 
     /// A message handed to a consumer whose body did not decode as the consumer's type: counted and

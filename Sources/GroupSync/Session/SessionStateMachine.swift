@@ -2,8 +2,9 @@ import Foundation
 import MQTT
 
 /// The logic of one session as seen by one participant: joining, membership, liveness, last-writer-wins
-/// state, duplicate suppression and who answers a newcomer. A value type without side effects: every
-/// input returns an ``Action`` that ``SessionCore`` performs.
+/// state, duplicate suppression, who answers a newcomer, how our messages are numbered and what the
+/// session's journal lists. A value type without side effects: every input returns what ``SessionCore``
+/// does, in order.
 struct SessionStateMachine {
     /// A message for the app, still encoded: it is decoded in the consumer's task.
     struct InboundMessage: Sendable, Equatable {
@@ -69,34 +70,82 @@ struct SessionStateMachine {
         var held: [ListenerRegistry<Listener>.ID: Wire.StateRecord] = [:]
     }
 
-    /// What an input asks of the session's runtime.
+    /// What an input asks of the session's runtime. The runtime performs its parts in this order:
+    /// hand-overs, messages, timer, lifecycle.
     struct Action {
-        /// Updates for inboxes, in the order the machine produced them.
-        var deliveries: [(inbox: Inbox<Update>, update: Update)] = []
-        /// Inboxes that end: sequences, or the waits of a `join()` that gives up.
-        var finish: [Inbox<Update>] = []
-        /// Send `$catchup` to this newcomer.
-        var catchUpTo: String?
-        /// Received clocks to merge into the participant's clock.
-        var clocks: [HLCTimestamp] = []
-        /// `$resend` requests to send.
-        var resend: [StreamReceiver<InboundMessage>.Request] = []
-        /// Wake up at this wall-clock time (ms) to send requests again that are still unanswered then
-        /// (``onTick(now:)``).
-        var retryAt: Int64?
-        /// A member record held back took effect: the member is owed what we send from now on.
-        var memberAdopted: (participant: String, epoch: Int64)?
+        /// What the sequences get, in the machine's order: handed over after the lock is released, behind
+        /// the hand-overs of earlier inputs.
+        var handovers: [Handover] = []
+        /// Control messages to publish, in order.
+        var sends: [Send] = []
+        var timer = Timer.unchanged
+        var lifecycle = Lifecycle.unchanged
+        /// Received values this input refused (forged, out of place, or unreadable: PROTOCOL.md), each to be
+        /// reported. A refused value changed nothing.
+        var rejected = 0
+    }
 
-        /// Hands updates over. An inbox never runs consumer code, so this may run under the session's
-        /// lock — which keeps every sequence in the machine's order.
-        func deliver() {
-            for (inbox, update) in deliveries { inbox.yield(update) }
-        }
+    /// One hand-over, performed outside the session's lock: an ending sequence's termination handler takes
+    /// it.
+    enum Handover {
+        case yield(Inbox<Update>, Update)
+        case finish(Inbox<Update>)
+        /// For the journal's sequences (its ``JournalStateMachine/Action/publish(_:to:)`` and
+        /// ``JournalStateMachine/Action/finish(_:)``).
+        case journal(JournalStateMachine.Action)
+        /// Received clocks to merge into the participant's clock: before anything after them is handed
+        /// over, so that a value seen is older than what its reader writes next.
+        case observe([HLCTimestamp])
+    }
 
-        /// Ends inboxes: their termination handlers take the session's lock, so never under it.
-        func finishAll() {
-            for inbox in finish { inbox.finish() }
-        }
+    /// A control message the session publishes.
+    enum Send: Hashable {
+        /// `$catchup` to this newcomer, in the parts of ``catchUp(listingMembers:budget:)``.
+        case catchUp(to: String)
+        /// `$resend` to a member whose stream misses messages.
+        case resend(StreamReceiver<InboundMessage>.Request)
+        /// Our streams' position, to a member or (nil) everyone.
+        case position(Reliable.Position, to: String?)
+        /// What of our stream a member asked for will not be re-sent.
+        case skip(Reliable.Skip, to: String)
+        /// One of our envelopes again, unchanged, on the direct topic of the member that asked for it.
+        case resent(OutboxStateMachine.Entry, to: String)
+        /// `$pong` to a member's `$ping` that arrived at local time `arrival` (ns): sent if we serve the
+        /// group clock.
+        case pong(Wire.Ping, to: String, arrival: Int64)
+    }
+
+    /// The session's timer.
+    enum Timer: Equatable {
+        case unchanged
+        /// Wake at this wall-clock time (ms), unless a wake-up before it is pending (``onTick(now:at:connected:)``).
+        case wake(atWallClock: Int64)
+        /// Never wake again: the session is over for us.
+        case cancel
+    }
+
+    enum Lifecycle: Equatable {
+        case unchanged
+        /// The session became invalidated: stop reading its topics and tell the coordinator.
+        case invalidated(wasJoined: Bool)
+    }
+
+    /// What `join()` does after ``onJoinStarted(barrier:caughtUp:)``.
+    enum JoinStart: Equatable {
+        /// Subscribe and publish our member record.
+        case proceed
+        /// Nothing: joined already.
+        case joined
+        /// Fail: the session is over, or another `join()` is in progress (it joins or fails on its own).
+        case refused
+    }
+
+    /// What adding a sequence did. Either way the action hands it its first value.
+    enum Registration {
+        /// Registered under this ID, to be removed when the sequence ends.
+        case added(ListenerRegistry<Listener>.ID, Action)
+        /// Not registered: the session is over, and the action ends the sequence.
+        case over(Action)
     }
 
     let me: String
@@ -124,10 +173,16 @@ struct SessionStateMachine {
     /// Inputs rejected as forged or out of place, and messages that could not be read.
     private(set) var rejected = 0
     private var listeners = ListenerRegistry<Listener>()
+    /// How we number our messages, with the outbox that re-sends them. The runtime numbers a message and
+    /// hands it to the connection in one hold of the session's lock; the machine marks members in it as it
+    /// adopts them, so that each is owed what we send from then on.
+    var numbering: MessageNumbering
+    /// The session's journal records, read while joined.
+    private(set) var journal = JournalStateMachine()
 
     init(
         me: String, myEpoch: Int64, announcement: Wire.Announcement, announcer: String, presence: [String: Int64],
-        receiving: StreamReceiver<InboundMessage>.Configuration = .init()
+        numbering: MessageNumbering = .init(), receiving: StreamReceiver<InboundMessage>.Configuration = .init()
     ) {
         self.me = me
         self.myEpoch = myEpoch
@@ -135,6 +190,7 @@ struct SessionStateMachine {
         self.announcement = announcement
         self.announcers = [announcer]
         self.presence = presence
+        self.numbering = numbering
     }
 
     /// The session's state as the app sees it.
@@ -149,23 +205,20 @@ struct SessionStateMachine {
     // MARK: - Listeners
 
     /// A new sequence. It gets the current value first (state, participants, activity; a value listener
-    /// once joined); on a session that is over it ends at once, after that value. Returns its ID for
-    /// ``removeListener(_:)``.
-    mutating func addListener(_ listener: Listener) -> (ListenerRegistry<Listener>.ID?, Action) {
-        var action = Action()
+    /// once joined); on a session that is over it ends at once, after that value.
+    mutating func addListener(_ listener: Listener) -> Registration {
+        let first: Update?
         switch listener.kind {
-        case .state: action.deliveries = [(listener.inbox, .state(state))]
-        case .participants: action.deliveries = [(listener.inbox, .participants(active))]
-        case .activity: action.deliveries = [(listener.inbox, .activity(announcement.activity.data))]
-        case let .values(key):
-            if case .joined = phase { action.deliveries = [(listener.inbox, .value(states[key]))] }
-        case .messages, .gaps: break
+        case .state: first = .state(state)
+        case .participants: first = .participants(active)
+        case .activity: first = .activity(announcement.activity.data)
+        case let .values(key): if case .joined = phase { first = .value(states[key]) } else { first = nil }
+        case .messages, .gaps: first = nil
         }
-        if case .invalidated = phase {
-            action.finish = [listener.inbox]
-            return (nil, action)
-        }
-        return (listeners.add(listener), action)
+        var action = Action(handovers: first.map { [.yield(listener.inbox, $0)] } ?? [])
+        guard case .invalidated = phase else { return .added(listeners.add(listener), action) }
+        action.handovers.append(.finish(listener.inbox))
+        return .over(action)
     }
 
     mutating func removeListener(_ id: ListenerRegistry<Listener>.ID) {
@@ -173,39 +226,68 @@ struct SessionStateMachine {
         modifyJoined { $0.held[id] = nil }
     }
 
-    // MARK: - Joining
-
-    /// `join()` was called. Returns false unless the session is waiting (not joined, over or joining).
-    mutating func onJoinStarted(barrier: Inbox<Update>, caughtUp: Inbox<Update>) -> Bool {
-        guard case .waiting = phase else { return false }
-        phase = .joining(Joining(barrier: barrier, caughtUp: caughtUp))
-        return true
+    /// A new sequence of the journal's lists: the current list first, then every change.
+    mutating func addJournalListener(_ inbox: Inbox<[JournalAttachment]>) -> Registration {
+        let (id, journalAction) = journal.addListener(inbox)
+        var action = Action()
+        take(journalAction, into: &action)
+        return id.map { .added($0, action) } ?? .over(action)
     }
 
-    /// A `join()` failed or was cancelled before completing: the session is as before it started.
+    mutating func removeJournalListener(_ id: ListenerRegistry<Inbox<[JournalAttachment]>>.ID) {
+        journal.removeListener(id)
+    }
+
+    // MARK: - Joining
+
+    /// `join()` was called; it proceeds only from waiting. Nobody is owed what we sent before: a member
+    /// is owed what we send from when this join sees it.
+    mutating func onJoinStarted(barrier: Inbox<Update>, caughtUp: Inbox<Update>) -> JoinStart {
+        switch phase {
+        case .joined: return .joined
+        case .joining, .invalidated: return .refused
+        case .waiting:
+            phase = .joining(Joining(barrier: barrier, caughtUp: caughtUp))
+            numbering.outbox.forgetMembers()
+            return .proceed
+        }
+    }
+
+    /// A `join()` failed or was cancelled before completing: the session is as before it started (or
+    /// stays over, when it was invalidated meanwhile). Only the `join()` in progress abandons: from
+    /// waiting or joined it is a programming error.
     mutating func onJoinAbandoned() -> Action {
-        guard case let .joining(joining) = phase else { return Action() }
-        phase = .waiting
-        return Action(finish: joining.inboxes)
+        switch phase {
+        case let .joining(joining):
+            phase = .waiting
+            return Action(handovers: joining.inboxes.map(Handover.finish))
+        case .invalidated: return Action()
+        case .waiting, .joined: preconditionFailure("a join was abandoned that had not started or had completed")
+        }
     }
 
     /// Our own member record came back: every retained message delivered on subscribe is in. A
     /// catch-up is worth awaiting when someone else is active, or when the broker keeps no retained
-    /// messages (then we cannot know who is there).
+    /// messages (then we cannot know who is there). Nothing unless a join waits for it.
     mutating func onBarrierPassed(retainAvailable: Bool) -> Action {
         guard case .joining(var joining) = phase, let barrier = joining.barrier else { return Action() }
         joining.barrier = nil
         phase = .joining(joining)
         let others = members.keys.contains { $0 != me && presence[$0] == members[$0] }
-        return Action(deliveries: [(barrier, .barrier(awaitCatchUp: others || !retainAvailable))])
+        return Action(handovers: [.yield(barrier, .barrier(awaitCatchUp: others || !retainAvailable))])
     }
 
     /// The join completed (caught up, or nobody answered in time), at wall-clock time `now` (ms). Value
     /// listeners get their first element now: the caught-up value. Every member's reliable messages are
-    /// followed from now on.
+    /// followed from now on. Nothing if the session was invalidated meanwhile; only the `join()` in
+    /// progress completes: from waiting or joined it is a programming error.
     mutating func onJoined(now: Int64) -> Action {
         var action = Action()
-        guard case .joining = phase else { return action }
+        switch phase {
+        case .joining: break
+        case .invalidated: return action
+        case .waiting, .joined: preconditionFailure("a join completed that had not started or had completed")
+        }
         var receiver = StreamReceiver<InboundMessage>(configuration: receiving)
         for (member, epoch) in members where member != me { _ = receiver.senderSeen(member, epoch: epoch, now: now) }
         phase = .joined(Joined(receiver: receiver))
@@ -213,8 +295,8 @@ struct SessionStateMachine {
         presence[me] = myEpoch
         listeners.forEach { _, listener in
             switch listener.kind {
-            case .state: action.deliveries.append((listener.inbox, .state(.joined)))
-            case let .values(key): action.deliveries.append((listener.inbox, .value(states[key])))
+            case .state: action.handovers.append(.yield(listener.inbox, .state(.joined)))
+            case let .values(key): action.handovers.append(.yield(listener.inbox, .value(states[key])))
             default: break
             }
         }
@@ -222,39 +304,35 @@ struct SessionStateMachine {
         return action
     }
 
-    /// The session is over for us: every sequence ends, after the new state.
+    /// The session is over for us: every sequence ends after the new state (the journal's too), and the
+    /// timer stops. Nothing if it already was over.
     mutating func invalidate(_ reason: GroupSessionState.InvalidationReason) -> Action {
-        var action = Action()
+        var action = Action(timer: .cancel, lifecycle: .invalidated(wasJoined: state == .joined))
         switch phase {
-        case .invalidated: return action
-        case let .joining(joining): action.finish = joining.inboxes
+        case .invalidated: return Action()
+        case let .joining(joining): action.handovers = joining.inboxes.map(Handover.finish)
         case .waiting, .joined: break
         }
         phase = .invalidated(reason)
         for listener in listeners.removeAll() {
-            if listener.kind == .state { action.deliveries.append((listener.inbox, .state(state))) }
-            action.finish.append(listener.inbox)
+            if listener.kind == .state { action.handovers.append(.yield(listener.inbox, .state(state))) }
+            action.handovers.append(.finish(listener.inbox))
         }
+        take(journal.end(), into: &action)
         return action
     }
 
     // MARK: - Inputs from the wire
 
-    /// Whether a member record of `participant` with `epoch` would take effect: plausible at `now`, and
-    /// not replacing the record of an active member with another epoch than its live connection's.
-    func admitsMember(_ participant: String, epoch: Int64, now: Int64) -> Bool {
-        guard participant != me, CoordinatorStateMachine.isPlausible(epoch: epoch, now: now) else { return false }
-        return !displacesActiveMember(participant, epoch: epoch)
-    }
-
     private func displacesActiveMember(_ participant: String, epoch: Int64) -> Bool {
         members[participant] != epoch && active.contains(Participant(id: participant)) && presence[participant] != epoch
     }
 
-    /// A member record (`nil`: cleared, the participant left), read at wall-clock time `now` (ms).
-    /// `retained`: a stored copy replayed by the broker, not a live join — only a live join makes someone
-    /// send a catch-up. A member's reliable messages are followed from its record on, and forgotten when
-    /// it leaves (what is held of them comes out, with the gaps).
+    /// A member record of another participant (`nil`: cleared, the participant left), read at wall-clock
+    /// time `now` (ms). `retained`: a stored copy replayed by the broker, not a live join — only a live join
+    /// makes someone send a catch-up. A member's reliable messages are followed from its record on, and
+    /// forgotten when it leaves (what is held of them comes out, with the gaps); it is owed what we send
+    /// from its record on. An implausible epoch is rejected.
     ///
     /// A record that would replace an active member's epoch with another than its live connection's is
     /// held back until the connection has that epoch: a record alone (possibly forged) never makes an
@@ -263,15 +341,13 @@ struct SessionStateMachine {
         var action = Action()
         guard participant != me else { return action }
         if let record {
-            guard CoordinatorStateMachine.isPlausible(epoch: record.epoch, now: now) else {
-                rejected += 1
-                return action
-            }
+            guard CoordinatorStateMachine.isPlausible(epoch: record.epoch, now: now) else { return reject() }
             guard !displacesActiveMember(participant, epoch: record.epoch) else {
                 heldMembers[participant] = record.epoch
                 return action
             }
             heldMembers[participant] = nil
+            numbering.outbox.memberSeen(participant, epoch: record.epoch)
             guard members[participant] != record.epoch else { return action }
             adoptMember(participant, epoch: record.epoch, now: now, into: &action)
             if presence[participant] == nil && !retained {
@@ -279,10 +355,11 @@ struct SessionStateMachine {
                 presence[participant] = record.epoch
             }
             if !retained, case .joined = phase, isCatchUpResponder(for: participant) {
-                action.catchUpTo = participant
+                action.sends.append(.catchUp(to: participant))
             }
         } else {
             heldMembers[participant] = nil
+            numbering.outbox.memberLeft(participant)
             guard members.removeValue(forKey: participant) != nil else { return action }
             receive(into: &action) { $0.senderGone(participant) }
         }
@@ -297,7 +374,7 @@ struct SessionStateMachine {
 
     /// The group's presence changed: `epoch` of the live connection, or nil when it is gone. A gone
     /// sender can re-send nothing: what is held of its messages comes out, with the gaps. A member record
-    /// held back for this epoch takes effect now.
+    /// held back for this epoch takes effect now (and the member is owed what we send from now on).
     mutating func onPresence(_ participant: String, epoch: Int64?, now: Int64) -> Action {
         var action = Action()
         guard participant != me, presence[participant] != epoch else { return action }
@@ -305,8 +382,8 @@ struct SessionStateMachine {
         if epoch == nil { receive(into: &action) { $0.senderLost(participant) } }
         if let epoch, heldMembers[participant] == epoch {
             heldMembers[participant] = nil
+            numbering.outbox.memberSeen(participant, epoch: epoch)
             adoptMember(participant, epoch: epoch, now: now, into: &action)
-            action.memberAdopted = (participant, epoch)
         }
         updateActive(participant, into: &action)
         return action
@@ -319,13 +396,9 @@ struct SessionStateMachine {
     mutating func onState(
         _ record: Wire.StateRecord, key: String, writer: String, topic: String, now: Int64, holdingValues: Bool = false
     ) -> Action {
-        var action = Action()
-        guard record.matches(key: key, writer: writer), record.clock.isPlausible(now: now) else {
-            rejected += 1
-            return action
-        }
+        guard record.matches(key: key, writer: writer), record.clock.isPlausible(now: now) else { return reject() }
         stateTopics.insert(topic)
-        action.clocks = [record.clock]
+        var action = Action(handovers: [.observe([record.clock])])
         applyIfNewer(record, into: &action, hold: holdingValues)
         return action
     }
@@ -337,7 +410,7 @@ struct SessionStateMachine {
         modifyJoined { joined in
             guard !joined.held.isEmpty else { return }
             for (id, record) in joined.held {
-                if let listener = listeners[id] { action.deliveries.append((listener.inbox, .value(record))) }
+                if let listener = listeners[id] { action.handovers.append(.yield(listener.inbox, .value(record))) }
             }
             joined.held = [:]
         }
@@ -352,47 +425,36 @@ struct SessionStateMachine {
         return action
     }
 
-    /// Whether `participant` joined the session (its member record is live).
-    func isMember(_ participant: String) -> Bool {
-        members[participant] != nil
-    }
-
     /// `$catchup` addressed to us by `sender`: accepted only while joining, and only from a member —
     /// unless the broker keeps no retained messages, when members cannot be known before the catch-up.
-    /// Records whose clock is implausible at `now` are left out.
+    /// Records whose clock is implausible at `now` are left out. The members it lists (where no member
+    /// record is replayed) are owed what we send from now on, as members whose record we read are.
     mutating func onCatchUp(_ catchUp: Wire.CatchUp, from sender: String, retainAvailable: Bool, now: Int64) -> Action {
-        guard case let .joining(joining) = phase, members[sender] != nil || !retainAvailable else {
-            rejected += 1
-            return Action()
-        }
-        var action = Action()
-        for record in catchUp.states where record.clock.isPlausible(now: now) {
-            action.clocks.append(record.clock)
-            applyIfNewer(record, into: &action)
-        }
+        guard case let .joining(joining) = phase, members[sender] != nil || !retainAvailable else { return reject() }
+        let records = catchUp.states.filter { $0.clock.isPlausible(now: now) }
+        var action = Action(handovers: records.isEmpty ? [] : [.observe(records.map(\.clock))])
+        for record in records { applyIfNewer(record, into: &action) }
         for member in catchUp.members where member.participant != me {
             members[member.participant] = member.epoch
             if presence[member.participant] == nil { presence[member.participant] = member.epoch }
+            numbering.outbox.memberSeen(member.participant, epoch: member.epoch)
         }
         recomputeActive(into: &action)
         // A catch-up too large for one message comes in parts; the join waits for the last.
-        if catchUp.more != true { action.deliveries.append((joining.caughtUp, .caughtUp)) }
+        if catchUp.more != true { action.handovers.append(.yield(joining.caughtUp, .caughtUp)) }
         return action
     }
 
     /// An app message, for the sequences of its type, read on a broadcast topic or (`direct`) on our own
     /// direct topic at wall-clock time `now` (ms). Nothing while not joined. Only members send, from the
     /// connection they joined with. Reliable messages go through the stream receiver: in order per sender
-    /// and stream, once, the missing ones asked for (``Action/resend``) and reported as gaps when they
+    /// and stream, once, the missing ones asked for (``Send/resend(_:)``) and reported as gaps when they
     /// cannot come; unreliable ones are handed over as they come.
     mutating func onMessage(_ envelope: Wire.ScannedEnvelope, payload: Data, sender: String, direct: Bool, now: Int64) -> Action {
         var action = Action()
         guard case .joined = phase, sender != me else { return action }
         let header = envelope.header
-        guard let epoch = members[sender], header.epoch == epoch, let seq = header.seq else {
-            rejected += 1
-            return action
-        }
+        guard let epoch = members[sender], header.epoch == epoch, let seq = header.seq else { return reject() }
         let message = InboundMessage(
             type: header.type, payload: payload, body: envelope.body, sender: Participant(id: sender), direct: direct)
         guard header.reliable else {
@@ -420,33 +482,81 @@ struct SessionStateMachine {
         _ sender: String, epoch: Int64,
         _ input: (inout StreamReceiver<InboundMessage>) -> StreamReceiver<InboundMessage>.Action
     ) -> Action {
+        guard members[sender] == epoch else { return reject() }
         var action = Action()
-        guard members[sender] == epoch else {
-            rejected += 1
-            return action
-        }
         receive(into: &action, input)
         return action
     }
 
-    /// Our connection is back: what was published meanwhile may be lost, so every member is asked for
-    /// what follows what we have.
+    /// `$resend` from a member: answered from the outbox — what it is not owed or we no longer have as a
+    /// `$skip`, then the envelopes themselves; or our position, when the request does not fit our streams.
+    mutating func onResend(_ request: Reliable.ResendRequest, from requester: String) -> Action {
+        guard members[requester] != nil else { return reject() }
+        switch numbering.outbox.answer(request, from: requester) {
+        case let .position(position):
+            return Action(sends: [.position(position, to: requester)])
+        case let .resend(skip, entries):
+            return Action(sends: (skip.map { [.skip($0, to: requester)] } ?? []) + entries.map { .resent($0, to: requester) })
+        }
+    }
+
+    /// `$ping` from `sender`, arrived at local time `arrival` (ns): answered to a member only.
+    mutating func onPing(_ ping: Wire.Ping, from sender: String, arrival: Int64) -> Action {
+        members[sender] == nil ? reject() : Action(sends: [.pong(ping, to: sender, arrival: arrival)])
+    }
+
+    /// `$end` from `sender`: the session ended, if a member says so.
+    mutating func onEnd(from sender: String) -> Action {
+        members[sender] == nil ? reject() : invalidate(.ended(by: Participant(id: sender)))
+    }
+
+    /// A record on `owner`'s journal topic of `sha256`, or a malformed one: see ``JournalStateMachine``.
+    mutating func onJournal(_ input: (inout JournalStateMachine) -> JournalStateMachine.Action) -> Action {
+        var action = Action()
+        take(input(&journal), into: &action)
+        return action
+    }
+
+    /// Our connection is back, at wall-clock time `now` (ms): our position to everyone (a receiver behind
+    /// it asks for the rest), and every member is asked for what follows what we have of it (what was
+    /// published meanwhile may be lost). Nothing unless joined.
     mutating func onReconnected(now: Int64) -> Action {
         var action = Action()
+        guard case .joined = phase else { return action }
+        let position = numbering.outbox.position
+        if position.all > 0 || !position.direct.isEmpty { action.sends = [.position(position, to: nil)] }
         receive(into: &action) { $0.reconnected(now: now) }
         return action
     }
 
     /// When the next unanswered request is due to be sent again (wall-clock ms); nil when none is.
-    var nextRetry: Int64? {
+    private var nextRetry: Int64? {
         if case let .joined(joined) = phase { return joined.receiver.nextRetry }
         return nil
     }
 
-    /// Time passes: requests whose gap stayed open are sent again.
-    mutating func onTick(now: Int64) -> Action {
+    /// How long open requests wait to be looked at again while the connection is down (ms).
+    static let inactiveRecheck: Int64 = 250
+
+    /// The timer fired, at wall-clock time `now` (ms) and `instant`. Requests still unanswered are sent
+    /// again, and after a quiet spell following our last reliable message our position is stated, so
+    /// that a receiver that lost our tail (a broker's queue overflowed) asks for it; the timer is asked
+    /// for the next of either. While the connection is down (or the session not joined) nothing is sent,
+    /// and requests still open are looked at again ``inactiveRecheck`` later: a reconnect asks for
+    /// everything anyway, but a request must not be forgotten because its moment fell in a gap.
+    mutating func onTick(now: Int64, at instant: ContinuousClock.Instant, connected: Bool) -> Action {
         var action = Action()
+        guard case .joined = phase, connected else {
+            if nextRetry != nil { action.timer = .wake(atWallClock: now &+ Self.inactiveRecheck) }
+            return action
+        }
         receive(into: &action) { $0.tick(now: now) }
+        if numbering.isPositionDue(at: instant) { action.sends.append(.position(numbering.outbox.position, to: nil)) }
+        if let due = numbering.nextPositionDue {
+            // In wall-clock ms, rounded up: a wake-up before it would find nothing due.
+            let (seconds, attoseconds) = (due - instant).components
+            action.wake(atWallClock: now &+ seconds &* 1_000 &+ (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000)
+        }
         return action
     }
 
@@ -462,8 +572,9 @@ struct SessionStateMachine {
             })
         else { return }
         rejected += rejections
-        action.resend.append(contentsOf: result.requests)
-        if let due = result.retryAt { action.retryAt = min(action.retryAt ?? due, due) }
+        action.rejected += rejections
+        action.sends += result.requests.map(Send.resend)
+        if let due = result.retryAt { action.wake(atWallClock: due) }
         for event in result.events {
             switch event {
             case let .message(message, _, _, _):
@@ -472,7 +583,7 @@ struct SessionStateMachine {
                 let gap = GroupSessionMessenger.Gap(
                     source: Participant(id: sender), count: seqs.upperBound - seqs.lowerBound + 1, toEveryone: stream == .all)
                 listeners.forEach { _, listener in
-                    if listener.kind == .gaps { action.deliveries.append((listener.inbox, .gap(gap))) }
+                    if listener.kind == .gaps { action.handovers.append(.yield(listener.inbox, .gap(gap))) }
                 }
             }
         }
@@ -481,30 +592,44 @@ struct SessionStateMachine {
     private func deliver(_ message: InboundMessage, into action: inout Action) {
         let kind = Listener.Kind.messages(type: message.type)
         listeners.forEach { _, listener in
-            if listener.kind == kind { action.deliveries.append((listener.inbox, .message(message))) }
+            if listener.kind == kind { action.handovers.append(.yield(listener.inbox, .message(message))) }
         }
     }
 
     /// A copy of the announcement by `publisher`; a newer revision is an activity change. The session's
     /// kind of activity and its `ttl` never change: a copy that changes either is rejected.
     mutating func onAnnouncement(_ new: Wire.Announcement, from publisher: String) -> Action {
+        guard new.activity.type == announcement.activity.type, new.ttl == announcement.ttl else { return reject() }
         var action = Action()
-        guard new.activity.type == announcement.activity.type, new.ttl == announcement.ttl else {
-            rejected += 1
-            return action
-        }
         announcers.insert(publisher)
         guard new.revision > announcement.revision else { return action }
         announcement = new
         listeners.forEach { _, listener in
-            if listener.kind == .activity { action.deliveries.append((listener.inbox, .activity(new.activity.data))) }
+            if listener.kind == .activity { action.handovers.append(.yield(listener.inbox, .activity(new.activity.data))) }
         }
         return action
     }
 
-    /// A message that could not be read.
-    mutating func onRejected() {
+    /// A message that could not be read (or a body that did not decode as its consumer's type).
+    mutating func onUnreadable() -> Action {
+        reject()
+    }
+
+    /// Counts a rejected input, which changes nothing else.
+    private mutating func reject() -> Action {
         rejected += 1
+        return Action(rejected: 1)
+    }
+
+    /// Adds what an input of the journal asks for.
+    private mutating func take(_ journalAction: JournalStateMachine.Action, into action: inout Action) {
+        switch journalAction {
+        case .none: break
+        case .rejected:
+            rejected += 1
+            action.rejected += 1
+        case .publish, .finish: action.handovers.append(.journal(journalAction))
+        }
     }
 
     // MARK: - Rules
@@ -518,26 +643,15 @@ struct SessionStateMachine {
         return !active.contains { $0.id != newcomer && $0.id != me && SessionStateMachine.rank(newcomer, $0.id) > mine }
     }
 
-    /// FNV-1a 64 of `"<newcomer>/<candidate>"`, then the candidate's ID: part of the protocol (PROTOCOL.md).
+    /// FNV-1a 64 over the UTF-8 of `"<newcomer>/<candidate>"`, then the candidate's ID: part of the
+    /// protocol (PROTOCOL.md).
     static func rank(_ newcomer: String, _ candidate: String) -> (UInt64, String) {
-        (FNV1a().adding(newcomer).adding(UInt8(ascii: "/")).adding(candidate).value, candidate)
-    }
-
-    /// FNV-1a, 64 bits, over UTF-8 bytes.
-    struct FNV1a {
-        private(set) var value: UInt64 = 0xcbf2_9ce4_8422_2325
-
-        func adding(_ byte: UInt8) -> FNV1a {
-            var next = self
-            next.value = (next.value ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
-            return next
-        }
-
-        func adding(_ text: String) -> FNV1a {
-            var next = self
-            for byte in text.utf8 { next = next.adding(byte) }
-            return next
-        }
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        func add(_ byte: UInt8) { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        newcomer.utf8.forEach(add)
+        add(UInt8(ascii: "/"))
+        candidate.utf8.forEach(add)
+        return (hash, candidate)
     }
 
     /// What a newcomer needs: every key's winning record, and — only where the broker keeps no retained
@@ -572,7 +686,7 @@ struct SessionStateMachine {
                 } else {
                     // Newer than anything held for this listener, which would only make it go back.
                     joined.held[id] = nil
-                    action.deliveries.append((listener.inbox, .value(record)))
+                    action.handovers.append(.yield(listener.inbox, .value(record)))
                 }
             }
         }
@@ -598,7 +712,7 @@ struct SessionStateMachine {
 
     private func notifyParticipants(into action: inout Action) {
         listeners.forEach { _, listener in
-            if listener.kind == .participants { action.deliveries.append((listener.inbox, .participants(active))) }
+            if listener.kind == .participants { action.handovers.append(.yield(listener.inbox, .participants(active))) }
         }
     }
 
@@ -610,5 +724,25 @@ struct SessionStateMachine {
         phase = .waiting
         defer { phase = .joined(joined) }
         return body(&joined)
+    }
+}
+
+extension SessionStateMachine.Action {
+    /// Asks for a wake-up at wall-clock time `due` (ms), unless one before it is asked already.
+    mutating func wake(atWallClock due: Int64) {
+        if case let .wake(current) = timer, current <= due { return }
+        timer = .wake(atWallClock: due)
+    }
+}
+
+extension SessionStateMachine.Handover {
+    /// Performs the hand-over (never under the session's lock); `observe` merges received clocks.
+    func perform(observe: ([HLCTimestamp]) -> Void) {
+        switch self {
+        case let .yield(inbox, update): inbox.yield(update)
+        case let .finish(inbox): inbox.finish()
+        case let .journal(action): action.perform()
+        case let .observe(clocks): observe(clocks)
+        }
     }
 }

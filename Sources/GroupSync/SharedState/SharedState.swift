@@ -44,7 +44,7 @@ public final class SharedState<Value: Codable & Sendable & Equatable>: Sendable 
 
     /// The current value: the winning write, or `initialValue` when nobody has written.
     public var value: Value {
-        let record = core.machine.withLock { $0.states[key] }
+        let record = core.read { $0.states[key] }
         return record.flatMap { Wire.value(Value.self, from: $0.value) } ?? initialValue
     }
 
