@@ -520,7 +520,14 @@ extension SessionStateMachine.Action {
 
     /// Performs the hand-overs, as the session's runtime does.
     func handOver() {
-        for handover in handovers { handover.perform { _ in } }
+        for handover in handovers {
+            switch handover {
+            case let .yield(inbox, update): inbox.yield(update)
+            case let .finish(inbox): inbox.finish()
+            case let .journal(action): action.perform()
+            case .observe: break
+            }
+        }
     }
 
     var states: [GroupSessionState] {

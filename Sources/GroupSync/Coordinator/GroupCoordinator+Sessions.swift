@@ -138,7 +138,7 @@ extension GroupCoordinator {
             hlc.withLock { $0.observe(announcement.revision, now: now) }
             core?.onAnnouncement(announcement, from: publisher)
         case let (.ended(by, settled), _):
-            core?.onEnded(by: by.map(Participant.init(id:)))
+            core?.endedElsewhere(.ended(by: by.map(Participant.init(id:))))
             if settled { clearOwnEndedCopy(of: sessionID) }
         case (.settled, _):
             clearOwnEndedCopy(of: sessionID)
@@ -173,7 +173,7 @@ extension GroupCoordinator {
         // again and again.
         armUpkeep(connected ? next : .init(expiry: next.expiry))
         performPresence(presence)
-        for core in expired { core.onExpired() }
+        for core in expired { core.endedElsewhere(.expired) }
     }
 
     /// Schedules the timer for what the machine asked.
@@ -235,7 +235,7 @@ extension GroupCoordinator {
             let sessionTopics = retained.topics(under: "\(topics.root)/s/\(sessionID)/")
             retained.disown(topics.announcement(sessionID, by: localParticipant.id))
             for topic in sessionTopics { retained.disown(topic) }
-            state.withLock { $0.cores[sessionID] }?.onEnded(by: nil)
+            state.withLock { $0.cores[sessionID] }?.endedElsewhere(.ended(by: nil))
             for topic in sessionTopics { await retained.clear(topic) }
         }
     }

@@ -103,7 +103,7 @@ struct OutboxStateMachine {
     /// Numbers the next message of `stream`, keeps the envelope `encode` makes for that seq, and returns
     /// it, to publish. Evicts the oldest entries beyond the bounds (the new one too, when it alone exceeds
     /// the byte budget: it is then owed as lost). A direct message marks its recipient if it has no mark.
-    mutating func append(to stream: Reliable.Stream, encoding encode: (Int64) throws -> Data) rethrows -> Entry {
+    mutating func append<Failure>(to stream: Reliable.Stream, encoding encode: (Int64) throws(Failure) -> Data) throws(Failure) -> Entry {
         if case let .direct(recipient) = stream { memberSeen(recipient) }
         let seq = latest(of: stream) + 1
         let entry = Entry(stream: stream, seq: seq, payload: try encode(seq))

@@ -79,7 +79,7 @@ public final class PlaybackCoordinator: Sendable {
     /// session's lock is released.
     func start() {
         let state = self.state
-        core.serveClock(
+        core.playbackServes(
             SessionCore.ClockService(
                 groupTime: { local in state.withLock { $0.machine.answerPing(atLocal: local) } },
                 pong: { [weak self] sender, pong, arrival in
@@ -486,7 +486,7 @@ public final class PlaybackCoordinator: Sendable {
 
     /// The session is over: every sequence ends, the timers stop, the clock answers no more.
     private func shutdown() {
-        core.playbackEnded()
+        core.playbackServes(nil)
         timer.cancel()
         startTimer.cancel()
         let (timelines, starts, waiters) = state.withLock { state in

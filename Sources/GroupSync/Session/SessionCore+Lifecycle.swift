@@ -3,8 +3,7 @@ import MQTT
 
 extension SessionCore {
     func join() async throws(GroupSyncError) {
-        let barrier = Inbox<SessionStateMachine.Update>()
-        let caughtUp = Inbox<SessionStateMachine.Update>()
+        let (barrier, caughtUp) = (Inbox<SessionStateMachine.Update>(), Inbox<SessionStateMachine.Update>())
         switch locked.withLock({ $0.machine.onJoinStarted(barrier: barrier, caughtUp: caughtUp) }) {
         case .proceed: break
         case .joined: return
@@ -98,10 +97,8 @@ extension SessionCore {
         let (members, stateTopics, announcers, journalTopics) = read {
             (Array($0.members.keys), $0.stateTopics, $0.announcers, $0.journal.storedTopics(topics, session: id))
         }
-        if isJoined {
-            // Tell joined participants who ended it, before the announcement disappears.
-            _ = try? await sendControl(.end, JSONValue.null, to: nil)
-        }
+        // Tell joined participants who ended it, before the announcement disappears.
+        if isJoined, let ticket = try? enqueueControl(.end, JSONValue.null, to: nil) { try? await acknowledgements(of: [ticket]) }
         guard invalidate(.ended(by: context.me)) else { return }
         // Our copy says it ended: it outranks every other copy, for followers who never joined too.
         var ended = announcement
@@ -153,16 +150,10 @@ extension SessionCore {
         return found.withLock { $0 }
     }
 
-    /// The session ended elsewhere: clear what we own of it (under a strict ACL only we can).
-    func onEnded(by participant: Participant?) {
-        guard invalidate(.ended(by: participant)) else { return }
-        clearOwnRecords()
-    }
-
-    /// Nobody kept the session alive: its records expired on the broker, ours with them.
-    func onExpired() {
-        guard invalidate(.expired) else { return }
-        clearOwnRecords()
+    /// The session ended elsewhere (`.ended`), or nobody kept it alive (`.expired`: its records expired on
+    /// the broker, ours with them): clear what we own of it (under a strict ACL only we can).
+    func endedElsewhere(_ reason: GroupSessionState.InvalidationReason) {
+        if invalidate(reason) { clearOwnRecords() }
     }
 
     /// Clears our copy of the announcement, member record and state records, also those written before
@@ -198,9 +189,6 @@ extension SessionCore {
     }
 
     func stopReading() {
-        locked.withLock { state in
-            defer { state.subscription = nil }
-            return state.subscription
-        }?.unsubscribe()
+        locked.withLock { $0.subscription.take() }?.unsubscribe()
     }
 }

@@ -31,15 +31,13 @@ extension SessionCore {
             guard case .joined = state.machine.state else { throw state.machine.state.isInvalidated ? .sessionInvalidated : .notJoined }
             let destinations: [(topic: String, stream: Reliable.Stream)]
             switch recipients.storage {
-            case .all: destinations = [(broadcastDestinations[0], .all)]
+            case .all: destinations = [(broadcastTopic, .all)]
             case let .only(set):
                 guard !set.isEmpty else { throw .noRecipients }
-                var direct: [(String, Reliable.Stream)] = []
-                for participant in set.map(\.id).sorted() {
+                destinations = try set.map(\.id).sorted().map { participant throws(GroupSyncError) in
                     try Identifier.validate(participant, kind: "participant")  // every one before anything is sent
-                    direct.append((topics.direct(id, to: participant, from: me), .direct(to: participant)))
+                    return (topics.direct(id, to: participant, from: me), .direct(to: participant))
                 }
-                destinations = direct
             }
             if reliable { state.machine.numbering.numberedReliable(at: now) }
             var tickets: [MQTTClient.PublishTicket] = []
@@ -65,32 +63,23 @@ extension SessionCore {
     }
 
     /// The envelope numbered: in `stream` through the outbox (which keeps it to re-send), or among the
-    /// unreliable messages (`stream` nil). A message above `limit` takes no number.
+    /// unreliable messages (`stream` nil). A message above `limit` takes no number in its stream.
     private static func number(
         _ envelope: Wire.EnvelopeBytes, type: String, epoch: Int64, stream: Reliable.Stream?, limit: Int,
         _ numbering: inout MessageNumbering
     ) throws(GroupSyncError) -> Data {
-        guard let stream else {
-            let payload = envelope.finished(type: type, epoch: epoch, seq: numbering.nextUnreliable(), reliable: false)
+        func finished(_ seq: Int64, reliable: Bool) throws(GroupSyncError) -> Data {
+            let payload = envelope.finished(type: type, epoch: epoch, seq: seq, reliable: reliable)
             guard payload.count <= limit else { throw .messageTooLarge(size: payload.count, limit: limit) }
             return Data(payload)
         }
-        do {
-            return try numbering.outbox.append(to: stream) { seq in
-                let payload = envelope.finished(type: type, epoch: epoch, seq: seq, reliable: true)
-                guard payload.count <= limit else { throw GroupSyncError.messageTooLarge(size: payload.count, limit: limit) }
-                return Data(payload)
-            }.payload
-        } catch let error as GroupSyncError {
-            throw error
-        } catch {
-            throw .encodingFailed(String(describing: error))
-        }
+        guard let stream else { return try finished(numbering.nextUnreliable(), reliable: false) }
+        return try numbering.outbox.append(to: stream) { seq throws(GroupSyncError) in try finished(seq, reliable: true) }.payload
     }
 
     /// The asynchronous half: waits for every ticket, even after one failed, so that no acknowledgement
     /// is left unclaimed.
-    private func acknowledgements(of tickets: [MQTTClient.PublishTicket]) async throws(GroupSyncError) {
+    func acknowledgements(of tickets: [MQTTClient.PublishTicket]) async throws(GroupSyncError) {
         var failure: MQTTError?
         for ticket in tickets {
             do throws(MQTTError) {
@@ -117,12 +106,12 @@ extension SessionCore {
     }
 
     /// Hands a control message to the connection, to `recipient` (nil: everyone), and returns its ticket.
-    private func enqueueControl(_ control: Control, _ body: some Encodable, to recipient: String?) throws(GroupSyncError)
+    func enqueueControl(_ control: Control, _ body: some Encodable, to recipient: String?) throws(GroupSyncError)
         -> MQTTClient.PublishTicket
     {
         let payload = Wire.EnvelopeBytes(encodedBody: try Wire.encode(body)).finished(
             type: control.rawValue, epoch: context.epoch, seq: nil, reliable: control.isReliable)
-        let topic = recipient.map { topics.direct(id, to: $0, from: me) } ?? broadcastDestinations[0]
+        let topic = recipient.map { topics.direct(id, to: $0, from: me) } ?? broadcastTopic
         do {
             return try context.client.enqueuePublish(to: topic, payload: payload, qos: control.isReliable ? .atLeastOnce : .atMostOnce)
         } catch {
@@ -147,12 +136,6 @@ extension SessionCore {
             if case let .success(receipt) = outcome { left(receipt.completed) }
         }
         return queued
-    }
-
-    /// Sends a control message and returns once the broker acknowledged it.
-    func sendControl(_ control: Control, _ body: some Encodable, to recipient: String?) async throws(GroupSyncError) {
-        let ticket = try enqueueControl(control, body, to: recipient)
-        try await acknowledgements(of: [ticket])
     }
 
     /// Publishes what the machine asked for.
@@ -216,10 +199,6 @@ extension SessionCore {
             updated.revision = revision
             return machine.onAnnouncement(updated, from: me)
         }
-        let (retained, topic) = (context.retained, ownCopyTopic)
-        context.tasks.spawn { [self, updated] in
-            guard !isInvalidated, let payload = try? Wire.encode(updated) else { return }
-            try? await retained.publish(topic, payload, lifetime: updated.lifetime)
-        }
+        publishOwnCopy(updated)
     }
 }

@@ -14,8 +14,8 @@ final class SessionCore: Sendable {
     let id: String
     let activityType: String
     let context: SessionContext
-    /// Where our messages to everyone go, as the one-element list `enqueue` publishes to.
-    let broadcastDestinations: [String]
+    /// Where our messages to everyone go.
+    let broadcastTopic: String
     let locked: LockedValue<State>
     /// Wakes the session when its machine asks (``tick()``); cancelled when the session is over for us.
     let timer = WakeUp()
@@ -30,32 +30,9 @@ final class SessionCore: Sendable {
         var journal: GroupSessionJournal?
         /// The group clock of the session's playback coordinator, once it follows the session.
         var clockService: ClockService?
-        /// Hand-overs made while a thread performs earlier ones, for that thread to perform next; nil
-        /// while no thread performs any.
+        /// Hand-overs made while a thread performs earlier ones, which it performs next; nil while no
+        /// thread performs any.
         var pending: [SessionStateMachine.Handover]?
-
-        /// Queues `handovers` behind those not performed yet; returns them when this thread is to perform
-        /// them (no other thread performs any).
-        mutating func queue(_ handovers: [SessionStateMachine.Handover]) -> [SessionStateMachine.Handover]? {
-            guard !handovers.isEmpty else { return nil }
-            guard pending == nil else {
-                pending?.append(contentsOf: handovers)
-                return nil
-            }
-            pending = []
-            return handovers
-        }
-
-        /// What was queued while this thread performed hand-overs; nil, and no thread performs any, when
-        /// nothing was.
-        mutating func next() -> [SessionStateMachine.Handover]? {
-            guard let queued = pending, !queued.isEmpty else {
-                pending = nil
-                return nil
-            }
-            pending = []
-            return queued
-        }
     }
 
     /// What the session's clock messages go to.
@@ -77,7 +54,7 @@ final class SessionCore: Sendable {
         self.id = announcement.session
         self.activityType = announcement.activity.type
         self.context = context
-        self.broadcastDestinations = [context.topics.broadcast(announcement.session, from: context.me.id)]
+        self.broadcastTopic = context.topics.broadcast(announcement.session, from: context.me.id)
         let machine = SessionStateMachine(
             me: context.me.id, myEpoch: context.epoch, announcement: announcement, announcer: publisher, presence: presence,
             numbering: numbering ?? MessageNumbering(outbox: context.outbox, positionInterval: context.positionInterval))
@@ -105,16 +82,40 @@ final class SessionCore: Sendable {
     }
 
     /// Feeds one input to the machine, then performs what it returned: its hand-overs, behind those of
-    /// earlier inputs still to be performed (so that every sequence gets updates in the order the machine
-    /// made them, and a consumer of `valueUpdates()` never ends on an older value than the machine holds),
-    /// its messages, its timer, its lifecycle.
+    /// earlier inputs not performed yet (so that every sequence gets updates in the order the machine made
+    /// them, and a consumer of `valueUpdates()` never ends on an older value than the machine holds), by
+    /// whichever thread performs hand-overs; then its messages, its timer, its lifecycle.
     @discardableResult
     func perform(_ input: (inout SessionStateMachine) -> SessionStateMachine.Action) -> SessionStateMachine.Action {
-        let (action, handovers) = locked.withLock { state in
+        var handovers: [SessionStateMachine.Handover]?
+        let action = locked.withLock { state in
             let action = input(&state.machine)
-            return (action, state.queue(action.handovers))
+            if state.pending != nil {
+                state.pending?.append(contentsOf: action.handovers)
+            } else if !action.handovers.isEmpty {
+                (state.pending, handovers) = ([], action.handovers)  // no other thread performs any: this one does
+            }
+            return action
         }
-        handOver(handovers)
+        while let batch = handovers {
+            for handover in batch {
+                switch handover {
+                case let .yield(inbox, update): inbox.yield(update)
+                case let .finish(inbox): inbox.finish()
+                case let .journal(action): action.perform()
+                case let .observe(clocks):
+                    let now = context.clock.milliseconds()
+                    context.hlc.withLock { clock in
+                        for received in clocks { clock.observe(received, now: now) }
+                    }
+                }
+            }
+            handovers = locked.withLock { state in
+                let queued = state.pending.flatMap { $0.isEmpty ? nil : $0 }
+                state.pending = queued == nil ? nil : []
+                return queued
+            }
+        }
         for send in action.sends { self.send(send) }
         switch action.timer {
         case .unchanged: break
@@ -126,22 +127,6 @@ final class SessionCore: Sendable {
             context.report(self, .invalidated(wasJoined: wasJoined))
         }
         return action
-    }
-
-    /// Performs `first`, then what other threads queued meanwhile, until nothing is left.
-    private func handOver(_ first: [SessionStateMachine.Handover]?) {
-        var batch = first
-        while let handovers = batch {
-            for handover in handovers {
-                handover.perform { clocks in
-                    let now = context.clock.milliseconds()
-                    context.hlc.withLock { clock in
-                        for received in clocks { clock.observe(received, now: now) }
-                    }
-                }
-            }
-            batch = locked.withLock { $0.next() }
-        }
     }
 
     /// The inbox of a new sequence of the session, removed from the machine when it ends. With
@@ -180,17 +165,12 @@ final class SessionCore: Sendable {
         }
     }
 
-    /// The playback coordinator serves the group clock: `$ping`s are answered with it, `$pong`s go to it.
-    func serveClock(_ service: ClockService) {
-        locked.withLock { $0.clockService = service }
-    }
-
-    /// The playback coordinator is over (the session ended): it serves the clock no more, and a new one
-    /// may be made.
-    func playbackEnded() {
+    /// The playback coordinator serves the group clock with `service` (`$ping`s are answered with it,
+    /// `$pong`s go to it); nil: it is over (the session ended), and a new one may be made.
+    func playbackServes(_ service: ClockService?) {
         locked.withLock { state in
-            state.clockService = nil
-            state.playback = nil
+            state.clockService = service
+            if service == nil { state.playback = nil }
         }
     }
 
@@ -202,18 +182,21 @@ final class SessionCore: Sendable {
     /// A copy of the announcement by `publisher`. When it is newer than ours, ours is updated too, so
     /// that the session's activity is the same whichever copy outlives the others.
     func onAnnouncement(_ announcement: Wire.Announcement, from publisher: String) {
-        var updated: Wire.Announcement?
+        var replaced = false
         perform { machine in
             let before = machine.announcement.revision
-            let action = machine.onAnnouncement(announcement, from: publisher)
-            if machine.announcement.revision > before { updated = machine.announcement }
-            return action
+            defer { replaced = machine.announcement.revision > before }
+            return machine.onAnnouncement(announcement, from: publisher)
         }
-        guard let updated, context.retained.owns(ownCopyTopic) else { return }
+        if replaced, context.retained.owns(ownCopyTopic) { publishOwnCopy(announcement) }
+    }
+
+    /// Publishes `announcement` as our copy, in the background, unless the session is over by then.
+    func publishOwnCopy(_ announcement: Wire.Announcement) {
         let (retained, topic) = (context.retained, ownCopyTopic)
-        context.tasks.spawn {
-            guard let payload = try? Wire.encode(updated) else { return }
-            try? await retained.publish(topic, payload, lifetime: updated.lifetime)
+        context.tasks.spawn { [self] in
+            guard !isInvalidated, let payload = try? Wire.encode(announcement) else { return }
+            try? await retained.publish(topic, payload, lifetime: announcement.lifetime)
         }
     }
 
@@ -233,11 +216,8 @@ final class SessionCore: Sendable {
         let now = context.clock.milliseconds()
         switch topics.parse(message.topic) {
         case let .member(session, participant) where session == id:
-            var record: Wire.Member?
-            if !message.payload.isEmpty {
-                record = Wire.decode(Wire.Member.self, from: message.payload)
-                guard record?.matches(participant: participant) == true else { return reject() }
-            }
+            let record = message.payload.isEmpty ? nil : Wire.decode(Wire.Member.self, from: message.payload)
+            guard message.payload.isEmpty || record?.matches(participant: participant) == true else { return reject() }
             guard participant == me else {
                 return perform { $0.onMember(participant, record, retained: message.retain, now: now) }.rejected
             }
@@ -249,9 +229,8 @@ final class SessionCore: Sendable {
             return perform { $0.onBarrierPassed(retainAvailable: retainAvailable) }.rejected
         case let .state(session, key, writer) where session == id:
             guard !message.payload.isEmpty else { return 0 }
-            guard let record = Wire.decode(Wire.StateRecord.self, from: message.payload) else { return reject() }
             // Shown at the end of the burst: records that arrive together make one visible change.
-            return perform { $0.onState(record, key: key, writer: writer, topic: message.topic, now: now, holdingValues: true) }.rejected
+            return feed(message.payload) { $1.onState($0, key: key, writer: writer, topic: message.topic, now: now, holdingValues: true) }
         case let .journal(session, attachment, owner) where session == id:
             let record = message.payload.isEmpty ? nil : Wire.decode(Wire.JournalRecord.self, from: message.payload)
             let malformed = record == nil && !message.payload.isEmpty
@@ -269,37 +248,43 @@ final class SessionCore: Sendable {
     /// An envelope on a message topic; returns how many received values it rejected.
     private func inbound(_ payload: Data, from sender: String, direct: Bool, now: Int64) -> Int {
         guard let envelope = Wire.decodeEnvelope(payload) else { return reject() }
-        let body = payload[envelope.body]
+        let (body, epoch) = (payload[envelope.body], envelope.header.epoch)
         switch envelope.header.type {
         case Control.ping.rawValue where direct:
             let arrival = context.clock.nanoseconds()
-            guard let ping = Wire.decode(Wire.Ping.self, from: body) else { return reject() }
-            return perform { $0.onPing(ping, from: sender, arrival: arrival) }.rejected
+            return feed(body) { (ping: Wire.Ping, machine) in machine.onPing(ping, from: sender, arrival: arrival) }
         case Control.pong.rawValue where direct:
             let arrival = context.clock.nanoseconds()
             guard let pong = Wire.decode(Wire.Pong.self, from: body) else { return reject() }
             locked.withLock { $0.clockService }?.pong(sender, pong, arrival)
             return 0
         case Control.catchUp.rawValue:
-            guard let catchUp = Wire.decode(Wire.CatchUp.self, from: body) else { return reject() }
             let retainAvailable = context.client.retainAvailable
-            return perform { $0.onCatchUp(catchUp, from: sender, retainAvailable: retainAvailable, now: now) }.rejected
+            return feed(body) { $1.onCatchUp($0, from: sender, retainAvailable: retainAvailable, now: now) }
         case Control.end.rawValue:
             let action = perform { $0.onEnd(from: sender) }
             if action.lifecycle != .unchanged { clearOwnRecords() }
             return action.rejected
         case Control.resend.rawValue where direct:
-            guard let request = Wire.decode(Wire.Resend.self, from: body) else { return reject() }
-            return perform { $0.onResend(request.request, from: sender) }.rejected
+            return feed(body) { (resend: Wire.Resend, machine) in machine.onResend(resend.request, from: sender) }
         case Control.skip.rawValue where direct:
-            guard let skip = Wire.decode(Wire.Skip.self, from: body) else { return reject() }
-            return perform { $0.onSkip(skip.skip, from: sender, epoch: envelope.header.epoch, now: now) }.rejected
+            return feed(body) { (skip: Wire.Skip, machine) in machine.onSkip(skip.skip, from: sender, epoch: epoch, now: now) }
         case Control.position.rawValue:
-            guard let position = Wire.decode(Wire.Position.self, from: body) else { return reject() }
-            return perform { $0.onPosition(position.position, from: sender, epoch: envelope.header.epoch, now: now) }.rejected
+            return feed(body) { (position: Wire.Position, machine) in
+                machine.onPosition(position.position, from: sender, epoch: epoch, now: now)
+            }
         default:
             return perform { $0.onMessage(envelope, payload: payload, sender: sender, direct: direct, now: now) }.rejected
         }
+    }
+
+    /// `data` read as a `Record` and fed to the machine, or rejected if it does not read; returns how many
+    /// received values were rejected.
+    private func feed<Record: Wire.Readable>(
+        _ data: Data, _ input: (Record, inout SessionStateMachine) -> SessionStateMachine.Action
+    ) -> Int {
+        guard let record = Wire.decode(Record.self, from: data) else { return reject() }
+        return perform { input(record, &$0) }.rejected
     }
 
     /// Network thread: our member record was overwritten or cleared by someone else (only possible
@@ -333,7 +318,7 @@ final class SessionCore: Sendable {
     /// A received value that could not be read: counted. Returns 1, the rejections to report.
     @discardableResult
     func reject() -> Int {
-        perform { $0.onUnreadable() }.rejected
+        perform { $0.reject() }.rejected
     }
 
     /// A message handed to a consumer whose body did not decode as the consumer's type: counted and

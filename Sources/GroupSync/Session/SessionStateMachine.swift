@@ -70,81 +70,75 @@ struct SessionStateMachine {
         var held: [ListenerRegistry<Listener>.ID: Wire.StateRecord] = [:]
     }
 
-    /// What an input asks of the session's runtime. The runtime performs its parts in this order:
-    /// hand-overs, messages, timer, lifecycle.
+    /// What an input asks of the session's runtime, which performs it in this order once its lock is
+    /// released.
     struct Action {
-        /// What the sequences get, in the machine's order: handed over after the lock is released, behind
-        /// the hand-overs of earlier inputs.
+        /// For the sequences, in the machine's order: performed behind the hand-overs of earlier inputs.
         var handovers: [Handover] = []
-        /// Control messages to publish, in order.
         var sends: [Send] = []
         var timer = Timer.unchanged
         var lifecycle = Lifecycle.unchanged
-        /// Received values this input refused (forged, out of place, or unreadable: PROTOCOL.md), each to be
-        /// reported. A refused value changed nothing.
+        /// Received values refused (forged, out of place or unreadable: PROTOCOL.md), each to be reported.
+        /// A refused value changed nothing.
         var rejected = 0
+
+        /// Asks for a wake-up at wall-clock time `due` (ms), unless one before it is asked already.
+        mutating func wake(atWallClock due: Int64) {
+            if case let .wake(current) = timer, current <= due { return }
+            timer = .wake(atWallClock: due)
+        }
     }
 
-    /// One hand-over, performed outside the session's lock: an ending sequence's termination handler takes
-    /// it.
+    /// One hand-over. Never under the session's lock: an ending sequence's termination handler takes it.
     enum Handover {
         case yield(Inbox<Update>, Update)
         case finish(Inbox<Update>)
-        /// For the journal's sequences (its ``JournalStateMachine/Action/publish(_:to:)`` and
-        /// ``JournalStateMachine/Action/finish(_:)``).
+        /// For the journal's sequences.
         case journal(JournalStateMachine.Action)
-        /// Received clocks to merge into the participant's clock: before anything after them is handed
-        /// over, so that a value seen is older than what its reader writes next.
+        /// Received clocks to merge into the participant's clock, before anything after them is handed
+        /// over: a value seen is older than what its reader writes next.
         case observe([HLCTimestamp])
     }
 
-    /// A control message the session publishes.
+    /// A control message to publish.
     enum Send: Hashable {
         /// `$catchup` to this newcomer, in the parts of ``catchUp(listingMembers:budget:)``.
         case catchUp(to: String)
-        /// `$resend` to a member whose stream misses messages.
         case resend(StreamReceiver<InboundMessage>.Request)
         /// Our streams' position, to a member or (nil) everyone.
         case position(Reliable.Position, to: String?)
-        /// What of our stream a member asked for will not be re-sent.
         case skip(Reliable.Skip, to: String)
         /// One of our envelopes again, unchanged, on the direct topic of the member that asked for it.
         case resent(OutboxStateMachine.Entry, to: String)
-        /// `$pong` to a member's `$ping` that arrived at local time `arrival` (ns): sent if we serve the
-        /// group clock.
+        /// `$pong` to a `$ping` that arrived at local time `arrival` (ns), if we serve the group clock.
         case pong(Wire.Ping, to: String, arrival: Int64)
     }
 
-    /// The session's timer.
     enum Timer: Equatable {
         case unchanged
-        /// Wake at this wall-clock time (ms), unless a wake-up before it is pending (``onTick(now:at:connected:)``).
+        /// Wake at this wall-clock time (ms) unless a wake-up before it is pending, for ``onTick(now:at:connected:)``.
         case wake(atWallClock: Int64)
-        /// Never wake again: the session is over for us.
+        /// The session is over for us: no wake-up any more.
         case cancel
     }
 
     enum Lifecycle: Equatable {
         case unchanged
-        /// The session became invalidated: stop reading its topics and tell the coordinator.
+        /// The session is over for us: its topics are no longer read, and the coordinator is told.
         case invalidated(wasJoined: Bool)
     }
 
-    /// What `join()` does after ``onJoinStarted(barrier:caughtUp:)``.
+    /// What `join()` does after ``onJoinStarted(barrier:caughtUp:)``: subscribe and publish our member
+    /// record; nothing, joined already; or fail (the session is over, or another `join()` is in progress,
+    /// which joins or fails on its own).
     enum JoinStart: Equatable {
-        /// Subscribe and publish our member record.
-        case proceed
-        /// Nothing: joined already.
-        case joined
-        /// Fail: the session is over, or another `join()` is in progress (it joins or fails on its own).
-        case refused
+        case proceed, joined, refused
     }
 
-    /// What adding a sequence did. Either way the action hands it its first value.
+    /// A sequence added under an ID (for its removal when it ends), or not added since the session is
+    /// over; either way with the action that hands it its first value (and ends it, if not added).
     enum Registration {
-        /// Registered under this ID, to be removed when the sequence ends.
         case added(ListenerRegistry<Listener>.ID, Action)
-        /// Not registered: the session is over, and the action ends the sequence.
         case over(Action)
     }
 
@@ -229,8 +223,7 @@ struct SessionStateMachine {
     /// A new sequence of the journal's lists: the current list first, then every change.
     mutating func addJournalListener(_ inbox: Inbox<[JournalAttachment]>) -> Registration {
         let (id, journalAction) = journal.addListener(inbox)
-        var action = Action()
-        take(journalAction, into: &action)
+        let action = Action(handovers: [.journal(journalAction)])  // its list, and its end if the journal is over
         return id.map { .added($0, action) } ?? .over(action)
     }
 
@@ -257,13 +250,10 @@ struct SessionStateMachine {
     /// stays over, when it was invalidated meanwhile). Only the `join()` in progress abandons: from
     /// waiting or joined it is a programming error.
     mutating func onJoinAbandoned() -> Action {
-        switch phase {
-        case let .joining(joining):
-            phase = .waiting
-            return Action(handovers: joining.inboxes.map(Handover.finish))
-        case .invalidated: return Action()
-        case .waiting, .joined: preconditionFailure("a join was abandoned that had not started or had completed")
-        }
+        if case .invalidated = phase { return Action() }
+        guard case let .joining(joining) = phase else { preconditionFailure("a join was abandoned that had not started or had completed") }
+        phase = .waiting
+        return Action(handovers: joining.inboxes.map(Handover.finish))
     }
 
     /// Our own member record came back: every retained message delivered on subscribe is in. A
@@ -283,11 +273,8 @@ struct SessionStateMachine {
     /// progress completes: from waiting or joined it is a programming error.
     mutating func onJoined(now: Int64) -> Action {
         var action = Action()
-        switch phase {
-        case .joining: break
-        case .invalidated: return action
-        case .waiting, .joined: preconditionFailure("a join completed that had not started or had completed")
-        }
+        if case .invalidated = phase { return action }
+        guard case .joining = phase else { preconditionFailure("a join completed that had not started or had completed") }
         var receiver = StreamReceiver<InboundMessage>(configuration: receiving)
         for (member, epoch) in members where member != me { _ = receiver.senderSeen(member, epoch: epoch, now: now) }
         phase = .joined(Joined(receiver: receiver))
@@ -318,7 +305,8 @@ struct SessionStateMachine {
             if listener.kind == .state { action.handovers.append(.yield(listener.inbox, .state(state))) }
             action.handovers.append(.finish(listener.inbox))
         }
-        take(journal.end(), into: &action)
+        let ended = journal.end()
+        if case .finish = ended { action.handovers.append(.journal(ended)) }
         return action
     }
 
@@ -458,7 +446,7 @@ struct SessionStateMachine {
         let message = InboundMessage(
             type: header.type, payload: payload, body: envelope.body, sender: Participant(id: sender), direct: direct)
         guard header.reliable else {
-            deliver(message, into: &action)
+            notify(.messages(type: message.type), .message(message), into: &action)
             return action
         }
         let stream: Reliable.StreamKind = direct && header.stream == nil ? .direct : .all
@@ -512,9 +500,11 @@ struct SessionStateMachine {
 
     /// A record on `owner`'s journal topic of `sha256`, or a malformed one: see ``JournalStateMachine``.
     mutating func onJournal(_ input: (inout JournalStateMachine) -> JournalStateMachine.Action) -> Action {
-        var action = Action()
-        take(input(&journal), into: &action)
-        return action
+        switch input(&journal) {
+        case .none: Action()
+        case .rejected: reject()
+        case let handover: Action(handovers: [.journal(handover)])
+        }
     }
 
     /// Our connection is back, at wall-clock time `now` (ms): our position to everyone (a receiver behind
@@ -529,12 +519,6 @@ struct SessionStateMachine {
         return action
     }
 
-    /// When the next unanswered request is due to be sent again (wall-clock ms); nil when none is.
-    private var nextRetry: Int64? {
-        if case let .joined(joined) = phase { return joined.receiver.nextRetry }
-        return nil
-    }
-
     /// How long open requests wait to be looked at again while the connection is down (ms).
     static let inactiveRecheck: Int64 = 250
 
@@ -547,15 +531,15 @@ struct SessionStateMachine {
     mutating func onTick(now: Int64, at instant: ContinuousClock.Instant, connected: Bool) -> Action {
         var action = Action()
         guard case .joined = phase, connected else {
-            if nextRetry != nil { action.timer = .wake(atWallClock: now &+ Self.inactiveRecheck) }
+            if case let .joined(joined) = phase, joined.receiver.nextRetry != nil {
+                action.timer = .wake(atWallClock: now &+ Self.inactiveRecheck)
+            }
             return action
         }
         receive(into: &action) { $0.tick(now: now) }
         if numbering.isPositionDue(at: instant) { action.sends.append(.position(numbering.outbox.position, to: nil)) }
-        if let due = numbering.nextPositionDue {
-            // In wall-clock ms, rounded up: a wake-up before it would find nothing due.
-            let (seconds, attoseconds) = (due - instant).components
-            action.wake(atWallClock: now &+ seconds &* 1_000 &+ (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000)
+        if let due = numbering.nextPositionDue {  // in wall-clock ms, rounded up: a wake-up before it finds nothing due
+            action.wake(atWallClock: now &+ Int64(((due - instant) / .milliseconds(1)).rounded(.up)))
         }
         return action
     }
@@ -578,21 +562,19 @@ struct SessionStateMachine {
         for event in result.events {
             switch event {
             case let .message(message, _, _, _):
-                deliver(message, into: &action)
+                notify(.messages(type: message.type), .message(message), into: &action)
             case let .gap(sender, stream, seqs):
                 let gap = GroupSessionMessenger.Gap(
                     source: Participant(id: sender), count: seqs.upperBound - seqs.lowerBound + 1, toEveryone: stream == .all)
-                listeners.forEach { _, listener in
-                    if listener.kind == .gaps { action.handovers.append(.yield(listener.inbox, .gap(gap))) }
-                }
+                notify(.gaps, .gap(gap), into: &action)
             }
         }
     }
 
-    private func deliver(_ message: InboundMessage, into action: inout Action) {
-        let kind = Listener.Kind.messages(type: message.type)
+    /// Hands `update` to every listener of `kind`.
+    private func notify(_ kind: Listener.Kind, _ update: Update, into action: inout Action) {
         listeners.forEach { _, listener in
-            if listener.kind == kind { action.handovers.append(.yield(listener.inbox, .message(message))) }
+            if listener.kind == kind { action.handovers.append(.yield(listener.inbox, update)) }
         }
     }
 
@@ -604,32 +586,15 @@ struct SessionStateMachine {
         announcers.insert(publisher)
         guard new.revision > announcement.revision else { return action }
         announcement = new
-        listeners.forEach { _, listener in
-            if listener.kind == .activity { action.handovers.append(.yield(listener.inbox, .activity(new.activity.data))) }
-        }
+        notify(.activity, .activity(new.activity.data), into: &action)
         return action
     }
 
-    /// A message that could not be read (or a body that did not decode as its consumer's type).
-    mutating func onUnreadable() -> Action {
-        reject()
-    }
-
-    /// Counts a rejected input, which changes nothing else.
-    private mutating func reject() -> Action {
+    /// A received value refused as unreadable (or a body that did not decode as its consumer's type), and
+    /// every input refused as forged or out of place: counted and reported; it changes nothing else.
+    mutating func reject() -> Action {
         rejected += 1
         return Action(rejected: 1)
-    }
-
-    /// Adds what an input of the journal asks for.
-    private mutating func take(_ journalAction: JournalStateMachine.Action, into action: inout Action) {
-        switch journalAction {
-        case .none: break
-        case .rejected:
-            rejected += 1
-            action.rejected += 1
-        case .publish, .finish: action.handovers.append(.journal(journalAction))
-        }
     }
 
     // MARK: - Rules
@@ -697,23 +662,14 @@ struct SessionStateMachine {
         let entry = Participant(id: participant)
         let isActive = members[participant] != nil && presence[participant] == members[participant]
         let changed = isActive ? active.insert(entry).inserted : active.remove(entry) != nil
-        if changed { notifyParticipants(into: &action) }
+        if changed { notify(.participants, .participants(active), into: &action) }
     }
 
     private mutating func recomputeActive(into action: inout Action) {
-        var now = Set<Participant>()
-        for (participant, epoch) in members where presence[participant] == epoch {
-            now.insert(Participant(id: participant))
-        }
+        let now = Set(members.filter { presence[$0.key] == $0.value }.keys.map(Participant.init(id:)))
         guard now != active else { return }
         active = now
-        notifyParticipants(into: &action)
-    }
-
-    private func notifyParticipants(into action: inout Action) {
-        listeners.forEach { _, listener in
-            if listener.kind == .participants { action.handovers.append(.yield(listener.inbox, .participants(active))) }
-        }
+        notify(.participants, .participants(active), into: &action)
     }
 
     /// Changes the joined phase's data in place (the phase holds the only copy meanwhile, so nothing is
@@ -724,25 +680,5 @@ struct SessionStateMachine {
         phase = .waiting
         defer { phase = .joined(joined) }
         return body(&joined)
-    }
-}
-
-extension SessionStateMachine.Action {
-    /// Asks for a wake-up at wall-clock time `due` (ms), unless one before it is asked already.
-    mutating func wake(atWallClock due: Int64) {
-        if case let .wake(current) = timer, current <= due { return }
-        timer = .wake(atWallClock: due)
-    }
-}
-
-extension SessionStateMachine.Handover {
-    /// Performs the hand-over (never under the session's lock); `observe` merges received clocks.
-    func perform(observe: ([HLCTimestamp]) -> Void) {
-        switch self {
-        case let .yield(inbox, update): inbox.yield(update)
-        case let .finish(inbox): inbox.finish()
-        case let .journal(action): action.perform()
-        case let .observe(clocks): observe(clocks)
-        }
     }
 }
