@@ -378,7 +378,7 @@ import Testing
         #expect(machine.onEnd(from: "mallory").isRejected)
         #expect(machine.state == .joined && machine.rejected == 3)
         let ended = machine.onEnd(from: "bob")
-        #expect(ended.lifecycle == .invalidated(wasJoined: true) && ended.timer == .cancel)
+        #expect(ended.lifecycle == .invalidated(from: .joined) && ended.timer == .cancel)
         #expect(machine.state == .invalidated(reason: .ended(by: Participant(id: "bob"))))
     }
 
@@ -443,7 +443,7 @@ import Testing
         let action = machine.invalidate(.left)
         #expect(action.states == [.invalidated(reason: .left)])
         #expect(action.finished == 4, "both sequences and the join's two waits")
-        #expect(action.timer == .cancel && action.lifecycle == .invalidated(wasJoined: false))
+        #expect(action.timer == .cancel && action.lifecycle == .invalidated(from: .waiting))
         action.handOver()
         #expect(await states.next() == .state(.waiting))
         #expect(await states.next() == .state(.invalidated(reason: .left)))

@@ -122,9 +122,9 @@ final class SessionCore: Sendable {
         case let .wake(due): timer.schedule(after: .milliseconds(max(due &- context.clock.milliseconds(), 0)))
         case .cancel: timer.cancel()
         }
-        if case let .invalidated(wasJoined) = action.lifecycle {
+        if case let .invalidated(previous) = action.lifecycle {
             stopReading()
-            context.report(self, .invalidated(wasJoined: wasJoined))
+            context.report(self, .invalidated(wasJoined: previous == .joined))
         }
         return action
     }

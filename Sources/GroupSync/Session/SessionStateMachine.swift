@@ -124,8 +124,9 @@ struct SessionStateMachine {
 
     enum Lifecycle: Equatable {
         case unchanged
-        /// The session is over for us: its topics are no longer read, and the coordinator is told.
-        case invalidated(wasJoined: Bool)
+        /// The session is over for us, coming `from` that state: its topics are no longer read, and the
+        /// coordinator is told.
+        case invalidated(from: GroupSessionState)
     }
 
     /// What `join()` does after ``onJoinStarted(barrier:caughtUp:)``: subscribe and publish our member
@@ -294,7 +295,7 @@ struct SessionStateMachine {
     /// The session is over for us: every sequence ends after the new state (the journal's too), and the
     /// timer stops. Nothing if it already was over.
     mutating func invalidate(_ reason: GroupSessionState.InvalidationReason) -> Action {
-        var action = Action(timer: .cancel, lifecycle: .invalidated(wasJoined: state == .joined))
+        var action = Action(timer: .cancel, lifecycle: .invalidated(from: state))
         switch phase {
         case .invalidated: return Action()
         case let .joining(joining): action.handovers = joining.inboxes.map(Handover.finish)
