@@ -70,8 +70,8 @@ struct SessionStateMachine {
         var held: [ListenerRegistry<Listener>.ID: Wire.StateRecord] = [:]
     }
 
-    /// What an input asks of the session's runtime, which performs it in this order once its lock is
-    /// released.
+    /// What an input asks of the session's runtime, which performs its parts in the order declared here
+    /// once its lock is released.
     struct Action {
         /// For the sequences, in the machine's order: performed behind the hand-overs of earlier inputs.
         var handovers: [Handover] = []
