@@ -9,8 +9,9 @@ import Testing
         var numbering = MessageNumbering(positionInterval: .seconds(1))
         let start = ContinuousClock.now
         #expect(numbering.nextPositionDue == nil, "nothing sent: nothing to state")
-        numbering.numberedReliable(at: start)
-        numbering.numberedReliable(at: start + .milliseconds(500))  // the burst goes on: counted from its end
+        #expect(numbering.numberedReliable(at: start) == start + .seconds(1))
+        // The burst goes on: counted from its end.
+        #expect(numbering.numberedReliable(at: start + .milliseconds(500)) == start + .milliseconds(1_500))
         let end = start + .milliseconds(500)
         var stated: [Duration] = []
         var early: [Bool] = []
@@ -29,7 +30,7 @@ import Testing
     @Test func aLateWakeUpStatesThePositionOnceForEveryTimePassed() {
         var numbering = MessageNumbering(positionInterval: .seconds(1))
         let start = ContinuousClock.now
-        numbering.numberedReliable(at: start)
+        #expect(numbering.numberedReliable(at: start) == start + .seconds(1))
         let due = numbering.isPositionDue(at: start + .seconds(10))
         #expect(due, "1, 3 and 9 passed: stated once")
         #expect(numbering.nextPositionDue == start + .seconds(27))

@@ -393,8 +393,8 @@ import Testing
         Self.present("bob", in: &machine)
         let start = ContinuousClock.now
         #expect(machine.numbering.outbox.append(to: .all) { _ in Data("1".utf8) }.seq == 1)
-        machine.numbering.numberedReliable(at: start)
         let interval = machine.numbering.positionInterval
+        #expect(machine.numbering.numberedReliable(at: start) == start + interval)
         let early = machine.onTick(now: 10_000, at: start + interval / 2, connected: true)
         #expect(early.sends.isEmpty, "not quiet long enough")
         #expect(early.timer == .wake(atWallClock: 10_000 + Int64(interval / .milliseconds(1)) / 2), "woken when it is due")

@@ -23,8 +23,10 @@ struct MessageNumbering {
     }
 
     /// A reliable message was numbered at `now`: the position is stated after the quiet spell that follows.
-    mutating func numberedReliable(at now: ContinuousClock.Instant) {
+    /// Returns when it is due first.
+    mutating func numberedReliable(at now: ContinuousClock.Instant) -> ContinuousClock.Instant {
         positionDue = MessageNumbering.positionSchedule.map { now + positionInterval * $0 }
+        return positionDue[0]
     }
 
     /// Whether the position is due at `now` (then it is not due again until its next time).

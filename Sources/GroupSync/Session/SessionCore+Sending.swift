@@ -25,8 +25,8 @@ extension SessionCore {
         type: String, envelope: Wire.EnvelopeBytes, to recipients: Participants, reliable: Bool, limit: Int
     ) throws(GroupSyncError) -> [MQTTClient.PublishTicket] {
         let (client, epoch, now) = (context.client, context.epoch, ContinuousClock.now)
-        // The position is stated after the quiet spell that follows (the timer keeps an earlier wake-up).
-        if reliable { timer.schedule(at: now + context.positionInterval) }
+        var positionDue: ContinuousClock.Instant?
+        defer { timer.schedule(at: positionDue) }  // the timer keeps an earlier wake-up
         return try locked.withLock { state throws(GroupSyncError) -> [MQTTClient.PublishTicket] in
             guard case .joined = state.machine.state else { throw state.machine.state.isInvalidated ? .sessionInvalidated : .notJoined }
             let destinations: [(topic: String, stream: Reliable.Stream)]
@@ -39,7 +39,7 @@ extension SessionCore {
                     return (topics.direct(id, to: participant, from: me), .direct(to: participant))
                 }
             }
-            if reliable { state.machine.numbering.numberedReliable(at: now) }
+            if reliable { positionDue = state.machine.numbering.numberedReliable(at: now) }
             var tickets: [MQTTClient.PublishTicket] = []
             tickets.reserveCapacity(destinations.count)
             do throws(GroupSyncError) {

@@ -105,9 +105,7 @@ final class SessionCore: Sendable {
                 case let .journal(action): action.perform()
                 case let .observe(clocks):
                     let now = context.clock.milliseconds()
-                    context.hlc.withLock { clock in
-                        for received in clocks { clock.observe(received, now: now) }
-                    }
+                    context.hlc.withLock { clock in clocks.forEach { clock.observe($0, now: now) } }
                 }
             }
             handovers = locked.withLock { state in
