@@ -514,7 +514,7 @@ struct BenchReport {
                 ] as [String: Any]
         }
         if let memory = results.memory {
-            // `participants_1000_mb` is for `participants` (300; 100 with --quick). When fewer could be
+            // `participants_1000_mb` is for `participants` (1,000; 100 with --quick). When fewer could be
             // held in one process, it is extrapolated linearly from those (`participants_extrapolated`).
             var object: [String: Any] = ["participants": memory.participants, "sessions": memory.sessions, "unit": "MiB"]
             if let bytes = memory.participantsBytes, let reached = memory.participantsReached {
@@ -610,14 +610,14 @@ struct BenchReport {
     }
 
     /// A p50 row, judged against its raw floor (``Bound/floorP50``), and a p99 row beside its own.
-    /// The memory bound holds for a full run's 300 participants; with fewer, each one's share of the
+    /// The memory bound holds for a full run's 1,000 participants; with fewer, each one's share of the
     /// process's fixed cost is larger, so a smaller run shows the figure without a verdict.
     private func memoryVerdict(_ bytesEach: Double, of participants: Int) -> Bool? {
-        participants >= 300 ? bytesEach / 1_024 <= Bound.memoryPerParticipantKiB : nil
+        participants >= 1_000 ? bytesEach / 1_024 <= Bound.memoryPerParticipantKiB : nil
     }
 
     private func memoryTarget(_ bytesEach: Double) -> String {
-        "\(format(bytesEach / 1_024, digits: 0)) KiB each (bound ≈ \(format(Bound.memoryPerParticipantKiB, digits: 0)) at 300)"
+        "\(format(bytesEach / 1_024, digits: 0)) KiB each (bound ≈ \(format(Bound.memoryPerParticipantKiB, digits: 0)) at 1,000)"
     }
 
     /// `median R, quartiles A–B` of per-round ratios.
