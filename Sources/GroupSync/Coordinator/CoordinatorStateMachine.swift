@@ -485,14 +485,15 @@ struct CoordinatorStateMachine {
                 group.ended[sessionID]?.copies.insert(publisher)
                 return .none
             }
-            guard var session = group.sessions[sessionID] else {
+            guard group.sessions[sessionID] != nil else {
                 group.sessions[sessionID] = Announced(
                     activityType: type, ttl: announcement.ttl, copies: [publisher: expiresAt], typeFromCreator: fromCreator)
                 return .new(listeners: listeners, presence: group.online)
             }
-            session.copies[publisher] = expiresAt
-            session.typeFromCreator = session.typeFromCreator || fromCreator
-            group.sessions[sessionID] = session
+            // In place: a copy of the session taken out of the dictionary would copy its table of copies —
+            // one per participant — at every copy read.
+            group.sessions[sessionID]!.copies[publisher] = expiresAt
+            group.sessions[sessionID]!.typeFromCreator = group.sessions[sessionID]!.typeFromCreator || fromCreator
             return .changed
         } ?? .none
     }
