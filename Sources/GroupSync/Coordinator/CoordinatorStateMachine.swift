@@ -311,7 +311,8 @@ struct CoordinatorStateMachine {
                 return .changed(participant: participant, epoch: epoch)
             }
             if epoch < current.epoch, !byHeartbeat || current.confirmed { return .none }
-            var challenger = group.challengers[participant].flatMap { $0.epoch == epoch ? $0 : nil }
+            var challenger =
+                group.challengers[participant].flatMap { $0.epoch == epoch ? $0 : nil }
                 ?? Challenger(epoch: epoch, interval: interval, lastHeard: now)
             challenger.lastHeard = now
             if let interval { challenger.interval = max(challenger.interval ?? interval, interval) }
