@@ -141,7 +141,7 @@ struct CoordinatorStateMachine {
         case rejected
     }
 
-    enum AnnouncementAction {
+    enum AnnouncementAction: Equatable {
         case none
         /// A session seen for the first time: make its session object, knowing `presence`, and hand it
         /// to `listeners`.
