@@ -196,7 +196,8 @@ public final class PlaybackCoordinator: Sendable {
         }
         let local = localNow
         var refusal: GroupSyncError?
-        var step = update { machine in
+        // The timeline is published here, to return once the broker has it.
+        let records = input(publishing: true) { machine in
             guard !machine.isEnded, machine.offset(atLocal: local) != nil else {
                 refusal = machine.isEnded ? .sessionInvalidated : .noGroupClock
                 return PlaybackStateMachine.Action()
@@ -204,10 +205,6 @@ public final class PlaybackCoordinator: Sendable {
             return machine.command(command, atLocal: local)
         }
         if let refusal { throw refusal }
-        // The timeline is published here, to return once the broker has it; the rest as usual.
-        let records = step.records
-        step.records = []
-        perform(step)
         for record in records { try await core.publish(record) }
     }
 
@@ -308,73 +305,64 @@ public final class PlaybackCoordinator: Sendable {
         if let queued { input { $0.onPingQueued(t0: key, atLocal: sent &+ (queued - monotonic).nanoseconds) } }
     }
 
-    /// One input's action, with what the lock gave for it: the records written, the inboxes to end.
-    private struct Step {
-        var action: PlaybackStateMachine.Action
-        var records: [Wire.StateRecord] = []
-        var ending: [() -> Void] = []
-    }
-
-    private func input(_ input: (inout PlaybackStateMachine) -> PlaybackStateMachine.Action) {
-        perform(update(input))
-    }
-
-    /// Feeds one input to the machine and does under the same lock what must keep the machine's order:
-    /// its records are stamped by the hybrid logical clock (a later change never loses to an earlier one
-    /// written by another task), and the sequences get its timeline and start (an inbox never runs
-    /// consumer code). The rest is for ``perform(_:)``.
-    private func update(_ input: (inout PlaybackStateMachine) -> PlaybackStateMachine.Action) -> Step {
-        state.withLock { state in
-            var step = Step(action: input(&state.machine))
+    /// Feeds one input to the machine and does what its action says. Under the lock, what must keep the
+    /// machine's order: its records are stamped by the hybrid logical clock (a later change never loses to
+    /// an earlier one written by another task), and the sequences get its timeline and start (an inbox
+    /// never runs consumer code). After it: the `$ping` (its `t0` is the moment of the input), the records
+    /// handed to the connection at once (a suspension pauses the others one broker trip later) unless
+    /// `publishing` (then they are returned, for the caller to publish), the inboxes ended (their
+    /// termination handlers take the lock), the timers set.
+    @discardableResult
+    private func input(publishing: Bool = false, _ input: (inout PlaybackStateMachine) -> PlaybackStateMachine.Action)
+        -> [Wire.StateRecord]
+    {
+        let (action, records, ending) = state.withLock { state in
+            let action = input(&state.machine)
+            var (records, ending): ([Wire.StateRecord], [() -> Void]) = ([], [])
             let (clockKey, timelineKey) = (PlaybackCoordinator.clockKey, PlaybackCoordinator.timelineKey)
-            switch step.action.write {
+            switch action.write {
             case .none: break
-            case let .clock(clock): write(clockKey, clock, to: &step.records)
-            case let .timeline(timeline): write(timelineKey, timeline.record, to: &step.records)
+            case let .clock(clock): write(clockKey, clock, to: &records)
+            case let .timeline(timeline): write(timelineKey, timeline.record, to: &records)
             case let .clockAndTimeline(clock, timeline):
-                write(clockKey, clock, to: &step.records)
-                write(timelineKey, timeline.record, to: &step.records)
+                write(clockKey, clock, to: &records)
+                write(timelineKey, timeline.record, to: &records)
             }
-            switch step.action.timelines {
+            switch action.timelines {
             case .none: break
             case let .yield(timeline): for inbox in state.timelines.all { inbox.yield(timeline) }
-            case .finish: step.ending += state.timelines.removeAll().map { inbox in inbox.finish }
+            case .finish: ending += state.timelines.removeAll().map { inbox in inbox.finish }
             }
-            switch step.action.start {
+            switch action.start {
             case .none, .wake: break
             case let .deliver(start): for inbox in state.starts.all { inbox.yield(start) }
-            case .finish: step.ending += state.starts.removeAll().map { inbox in inbox.finish }
+            case .finish: ending += state.starts.removeAll().map { inbox in inbox.finish }
             }
-            switch step.action.waiters {
+            switch action.waiters {
             case .none: break
             case .release:
-                step.ending += state.clockWaiters.map { inbox in inbox.finish }
+                ending += state.clockWaiters.map { inbox in inbox.finish }
                 state.clockWaiters = []
             }
-            return step
+            return (action, records, ending)
         }
-    }
-
-    /// The rest of a step, after the lock: the `$ping` (its `t0` is the moment of the input), the records
-    /// handed to the connection at once (a suspension pauses the others one broker trip later), the
-    /// inboxes ended (their termination handlers take the lock), the timers set.
-    private func perform(_ step: Step) {
-        switch step.action.ping {
+        switch action.ping {
         case .none: break
         case let .send(reference, t0): ping(reference, t0: t0)
         }
-        for record in step.records { core.enqueue(record) }
-        for end in step.ending { end() }
-        switch step.action.start {
+        if !publishing { for record in records { core.enqueue(record) } }
+        for end in ending { end() }
+        switch action.start {
         case .none, .deliver: break
         case let .wake(local): startTimer.schedule(after: .nanoseconds(max(local &- localNow, 0)))
         case .finish: startTimer.cancel()
         }
-        switch step.action.timer {
+        switch action.timer {
         case .none: break
         case let .wake(local): timer.schedule(after: .nanoseconds(max(local &- localNow, 0)))
         case .cancel: timer.cancel()
         }
+        return publishing ? records : []
     }
 
     /// Writes one of playback's records as ours (applied here at once) into `records`; nothing when not

@@ -18,11 +18,9 @@ struct PlaybackStateMachine {
         case follower(reference: String, provisional: Int64?)
     }
 
-    /// What to do after an input. ``PlaybackCoordinator`` does it in the order of the fields: under its
-    /// lock the records are stamped by the hybrid logical clock and the sequences get their timeline and
-    /// start (so that they see them in the order the machine made them); after it, the `$ping` goes out,
-    /// the records are handed to the connection, the sequences and waiters end, and the timers are set.
-    /// A timer's `wake` keeps an earlier wake-up already set: that one asks again.
+    /// What to do after an input, in the order of the fields (``PlaybackCoordinator/input(publishing:_:)``
+    /// says what it does under its lock, and why). A timer's `wake` keeps an earlier wake-up already set:
+    /// that one asks again.
     struct Action: Equatable {
         var write = Write.none
         var timelines = Timelines.none
@@ -46,18 +44,16 @@ struct PlaybackStateMachine {
         /// first once both records were read, then each change), or `finish` them (the session is over).
         enum Timelines: Equatable { case none, yield(PlaybackTimeline), finish }
 
-        /// The start of the timeline that plays, for the sequences of ``PlaybackCoordinator/starts()``:
-        /// `wake` the start timer at its instant on our clock (as the offset puts it now), `deliver` it
-        /// to them now (the instant came), or `finish` (none comes any more: the timer stops for good, the
-        /// sequences end).
+        /// For the sequences of ``PlaybackCoordinator/starts()``: `wake` the start timer at the instant on
+        /// our clock (as the offset puts it now), `deliver` a start now (its instant came), or `finish`
+        /// (none comes any more: the timer stops for good, the sequences end).
         enum Start: Equatable { case none, wake(atLocal: Int64), deliver(PlaybackStart), finish }
 
         /// A `$ping` to `send` to the reference; its `t0` (ms, as sent) in nanoseconds names it to
         /// ``onPingQueued(t0:atLocal:)`` and ``onPingLeft(t0:atLocal:)``.
         enum Ping: Equatable { case none, send(to: String, t0: Double) }
 
-        /// Commands waiting for the group clock (``waitForClock(atLocal:)``): `release` them, the clock
-        /// is known or the session over.
+        /// Commands waiting for the group clock (``waitForClock(atLocal:)``): `release` them (known, or the end).
         enum Waiters: Equatable { case none, release }
 
         /// The timer of everything but the start (a `$ping` due, a takeover whose patience runs out):
@@ -65,9 +61,8 @@ struct PlaybackStateMachine {
         enum Timer: Equatable { case none, wake(atLocal: Int64), cancel }
     }
 
-    /// One of playback's records as the session reads it: `none` written yet (we are joined and caught
-    /// up), a `value`, or one `rejected` (the strict reader refused it, or its writer may not write it):
-    /// counted, it changes nothing.
+    /// One of playback's records as read once joined: `none` written, a `value`, or one `rejected` (the
+    /// strict reader refused it, or its writer may not write it): counted, it changes nothing.
     enum Received<Value: Equatable>: Equatable { case none, value(Value), rejected }
 
     /// The records whose first value the player waits for.
@@ -78,8 +73,7 @@ struct PlaybackStateMachine {
         /// Nothing yet: these records were not read once. The timeline is handed out only once both
         /// were, so that a timeline that plays is not first shown paused for want of its clock.
         case reading(unread: Set<Record>)
-        /// `emitted`: the last timeline handed out; `start`: that of the timeline that plays, if one does
-        /// and the group clock is known.
+        /// `emitted`: the last timeline handed out; `start`: its start, if it plays on a known clock.
         case following(emitted: PlaybackTimeline, start: Scheduled?)
         /// The session is over: everything handed out has ended.
         case ended
@@ -88,8 +82,7 @@ struct PlaybackStateMachine {
     /// A timeline's start, once per timeline: still to come, or handed out.
     enum Scheduled: Equatable { case pending(PlaybackTimeline), delivered(PlaybackTimeline) }
 
-    /// What ``waitForClock(atLocal:)`` tells a command: go on (the clock is known, or the session is
-    /// over), or wait for the release.
+    /// What ``waitForClock(atLocal:)`` tells a command: go on (a known clock, or the end), or wait.
     enum ClockWait: Equatable { case known, wait }
 
     let me: String
@@ -159,16 +152,11 @@ struct PlaybackStateMachine {
     private struct PendingPing {
         var queued: Int64?
         var left: Int64?
+        /// The `$pong`'s sender and times (see ``onPong(from:sent:received:replied:back:)``).
         var answer: Answer?
     }
 
-    /// A `$pong`'s times (see ``onPong(from:sent:received:replied:back:)``).
-    private struct Answer {
-        var sender: String
-        var received: Int64
-        var replied: Int64
-        var back: Int64
-    }
+    private typealias Answer = (sender: String, received: Int64, replied: Int64, back: Int64)
 
     init(me: String, initiator: String, waitingReasons: Set<String>, lead: Duration?, pingInterval: Duration) {
         self.me = me
@@ -181,12 +169,10 @@ struct PlaybackStateMachine {
     // MARK: - What is handed out
 
     /// The action of an input whose own changes are made (`claimed` the clock, `wrote` a timeline, a
-    /// `ping` to send). First what holds after every input: a takeover whose moment came is claimed, the
-    /// shared timeline says whether we hold the group, the reference lets go of participants gone that
-    /// held it (the last timeline written is the one to write). Then what the player gets and when the
-    /// timers fire, as the state now says: the timeline when it differs from the last one handed out; for
-    /// a timeline that plays, one start, scheduled at its anchor on our clock as the current offset puts
-    /// it (every refinement of the offset moves it), delivered when that comes.
+    /// `ping` to send). First what holds after every input: a takeover whose moment came is claimed, and
+    /// the timeline says who holds the group (the last timeline written is the one to write). Then what
+    /// the player gets, as the state now says: the timeline when it differs from the last one handed out;
+    /// for one that plays, one start at its anchor on our clock as the offset puts it now.
     private mutating func act(
         atLocal local: Int64, claimed: Wire.Clock? = nil, wrote: PlaybackTimeline? = nil, ping: Action.Ping = .none
     ) -> Action {
@@ -228,10 +214,7 @@ struct PlaybackStateMachine {
     var isEnded: Bool { handout == .ended }
 
     /// The timeline handed out last: what a new sequence of timelines gets first.
-    var emitted: PlaybackTimeline? {
-        guard case let .following(emitted, _) = handout else { return nil }
-        return emitted
-    }
+    var emitted: PlaybackTimeline? { if case let .following(emitted, _) = handout { emitted } else { nil } }
 
     /// The start a new sequence of starts gets at local `local`: the current timeline's, late, when it
     /// plays and its start was handed out already (a pending one comes to every sequence).
@@ -273,10 +256,7 @@ struct PlaybackStateMachine {
         offset(atLocal: local).map { GroupInstant(nanoseconds: local &+ $0) }
     }
 
-    var isReference: Bool {
-        if case .reference = role { return true }
-        return false
-    }
+    var isReference: Bool { if case .reference = role { true } else { false } }
 
     /// Our answer to a `$ping` received at local `local`: the group time, when we serve it.
     func answerPing(atLocal local: Int64) -> GroupInstant? {
@@ -304,7 +284,7 @@ struct PlaybackStateMachine {
     /// (``PendingPing``), once that wait is known; an answer to a ping we do not remember is timed from
     /// its `t0`.
     mutating func onPong(from sender: String, sent t0: Int64, received t1: Int64, replied t2: Int64, back t3: Int64) -> Action {
-        let answer = Answer(sender: sender, received: t1, replied: t2, back: t3)
+        let answer: Answer = (sender, t1, t2, t3)
         if pings[t0] == nil {
             exchange(sent: t0, answer)
         } else if case .follower(sender, _) = role {
@@ -362,7 +342,7 @@ struct PlaybackStateMachine {
                 break
             default:
                 role = .follower(reference: record.reference, provisional: sameBase ? current : nil)
-                estimator.reset()
+                estimator = ClockEstimator()
                 burst = Self.burstLength
             }
         }

@@ -64,9 +64,8 @@ extension Wire.Clock: Wire.Record {
 }
 
 extension Wire.Timeline: Wire.Record {
-    /// As "The timeline record" says: `item` absent or at most 1,024 bytes, a finite `position` ≥ 0, rates
-    /// within ±64, `at` an instant, at most 1,000 identifiers waiting (only with `rate` 0: the group waits
-    /// at one position), a clock's `base`.
+    /// As "The timeline record" says: `item` absent or at most 1,024 bytes, `position` ≥ 0, rates within
+    /// ±64, `at` an instant, at most 1,000 identifiers waiting (only at `rate` 0), a clock's `base`.
     init(fields: Wire.Fields) throws(Wire.Rejection) {
         let rates = -PlaybackTimeline.maximumRate...PlaybackTimeline.maximumRate
         self.init(
