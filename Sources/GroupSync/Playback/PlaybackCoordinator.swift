@@ -305,13 +305,12 @@ public final class PlaybackCoordinator: Sendable {
         if let queued { input { $0.onPingQueued(t0: key, atLocal: sent &+ (queued - monotonic).nanoseconds) } }
     }
 
-    /// Feeds one input to the machine and does what its action says. Under the lock, what must keep the
-    /// machine's order: its records are stamped by the hybrid logical clock (a later change never loses to
-    /// an earlier one written by another task), and the sequences get its timeline and start (an inbox
-    /// never runs consumer code). After it: the `$ping` (its `t0` is the moment of the input), the records
-    /// handed to the connection at once (a suspension pauses the others one broker trip later) unless
-    /// `publishing` (then they are returned, for the caller to publish), the inboxes ended (their
-    /// termination handlers take the lock), the timers set.
+    /// Feeds one input to the machine and does what its action says. Under the lock, what keeps the
+    /// machine's order: the records stamped by the hybrid logical clock (a later change never loses to an
+    /// earlier one), the timeline and start yielded (an inbox never runs consumer code). After it: the
+    /// `$ping` (its `t0` is the input's moment), the records handed to the connection at once (a suspension
+    /// pauses the others one broker trip later) or, `publishing`, returned for the caller to publish, the
+    /// inboxes ended (their termination handlers take the lock), the timers set.
     @discardableResult
     private func input(publishing: Bool = false, _ input: (inout PlaybackStateMachine) -> PlaybackStateMachine.Action)
         -> [Wire.StateRecord]

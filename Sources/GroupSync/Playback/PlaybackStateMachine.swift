@@ -34,9 +34,12 @@ struct PlaybackStateMachine {
             case none, clock(Wire.Clock), timeline(PlaybackTimeline), clockAndTimeline(Wire.Clock, PlaybackTimeline)
 
             init(_ clock: Wire.Clock?, _ timeline: PlaybackTimeline?) {
-                self =
-                    clock.map { clock in timeline.map { .clockAndTimeline(clock, $0) } ?? .clock(clock) } ?? timeline.map { .timeline($0) }
-                    ?? .none
+                switch (clock, timeline) {
+                case (nil, nil): self = .none
+                case let (clock?, nil): self = .clock(clock)
+                case let (nil, timeline?): self = .timeline(timeline)
+                case let (clock?, timeline?): self = .clockAndTimeline(clock, timeline)
+                }
             }
         }
 
@@ -267,15 +270,13 @@ struct PlaybackStateMachine {
     /// The connection took the `$ping` carrying `t0` at local time `local`.
     mutating func onPingQueued(t0: Int64, atLocal local: Int64) -> Action {
         pings[t0]?.queued = local
-        timeAnsweredPing(t0)
-        return act(atLocal: local)
+        return timeAnsweredPing(t0, atLocal: local)
     }
 
     /// The `$ping` carrying `t0` was written to the socket at local time `local`.
     mutating func onPingLeft(t0: Int64, atLocal local: Int64) -> Action {
         pings[t0]?.left = local
-        timeAnsweredPing(t0)
-        return act(atLocal: local)
+        return timeAnsweredPing(t0, atLocal: local)
     }
 
     /// A `$pong` from `sender` to our `$ping` carrying `t0`: the reference received it at group `t1`
@@ -289,16 +290,17 @@ struct PlaybackStateMachine {
             exchange(sent: t0, answer)
         } else if case .follower(sender, _) = role {
             pings[t0]?.answer = answer
-            timeAnsweredPing(t0)
         }
-        return act(atLocal: t3)
+        return timeAnsweredPing(t0, atLocal: t3)
     }
 
-    /// The exchange of the `$ping` carrying `t0`, once it was answered and its wait is known.
-    private mutating func timeAnsweredPing(_ t0: Int64) {
-        guard let ping = pings[t0], let queued = ping.queued, let left = ping.left, let answer = ping.answer else { return }
-        pings[t0] = nil
-        exchange(sent: t0 &+ max(0, left &- queued), answer)
+    /// The exchange of the `$ping` carrying `t0` once it was answered and its wait is known; the action.
+    private mutating func timeAnsweredPing(_ t0: Int64, atLocal local: Int64) -> Action {
+        if let ping = pings[t0], let queued = ping.queued, let left = ping.left, let answer = ping.answer {
+            pings[t0] = nil
+            exchange(sent: t0 &+ max(0, left &- queued), answer)
+        }
+        return act(atLocal: local)
     }
 
     /// One exchange, sent at local `sent`: a sample for the estimate when it answers the reference; while

@@ -1,6 +1,5 @@
-/// Playback's records (docs/PROTOCOL.md, "Playback"): the control messages of the group clock, and the
-/// values of its two state records. Those are app-level values of a state record (objects without `v`),
-/// refused (`out-of-range` for a number, `wrong-shape` otherwise) outside the ranges "Playback" states.
+/// Playback's records (docs/PROTOCOL.md, "Playback"): the group clock's control messages, and the values
+/// of two state records (objects without `v`), refused outside the ranges "Playback" states.
 extension Wire {
     /// `$ping` (QoS 0, to the participant that serves the group clock): `t0` is when it was sent, on the
     /// sender's clock, in milliseconds since 1970 with a fraction.
