@@ -281,7 +281,7 @@ import Testing
         let seekPlaying = try run(.seek(to: 10), after: 6)
         #expect(seekPlaying.rate == 2 && seekPlaying.anchor == GroupInstant(nanoseconds: now + 6 * Self.second) + .milliseconds(40))
         #expect(alice.lateStart(atLocal: now + 6 * Self.second) == nil, "its start is still to come")
-        _ = try run(.pause, after: 7)
+        #expect(try run(.pause, after: 7).rate == 0)
         #expect(try run(.play, after: 8).rate == 2, "play resumes the last rate")
         let item = try run(.item("movie-2", position: 5), after: 9)
         #expect(item.item == "movie-2" && item.position == 5 && item.rate == 0)
@@ -319,6 +319,43 @@ import Testing
         #expect(start.lateness == .milliseconds(300))
         #expect(abs(start.mediaTime - 12.6) < 1e-9, "two media seconds per second for the 300 ms missed")
         #expect(start.mediaTime == play.mediaTime(at: now), "where everyone else is now")
+    }
+
+    /// Nothing is handed out before both records were read once: a timeline that plays, read before its
+    /// clock, is not first shown paused. Then it comes with its start.
+    @Test func theTimelineIsHandedOutOnceBothRecordsWereRead() throws {
+        var bob = Self.machine("bob")
+        #expect(bob.onActive(["alice", "bob"], atLocal: 0) == Action())
+        var play = PlaybackTimeline.initial(base: "b")
+        (play.rate, play.intendedRate, play.anchor) = (1, 1, GroupInstant(nanoseconds: 100 * Self.second))
+        #expect(bob.onTimelineRecord(.value(play.record), atLocal: 0) == Action(), "its clock is not known yet")
+        #expect(bob.emitted == nil)
+        #expect(bob.onClockRecord(Self.clock("alice"), atLocal: 0) == Action(timelines: .yield(play), timer: .wake(atLocal: 0)))
+        #expect(bob.emitted == play, "no start before the group clock is known")
+    }
+
+    /// A start still to come moves with every refinement of the offset: each input asks for the start
+    /// timer at the anchor as the offset now puts it on our clock.
+    @Test func aPendingStartFollowsTheOffset() throws {
+        let offset = 5 * Self.second, local = 10 * Self.second
+        var bob = Self.following("bob", offset: offset, at: local)
+        #expect(bob.onTimelineRecord(.none, atLocal: local) == Action(timelines: .yield(.initial(base: "b")), timer: .wake(atLocal: 0)))
+        var play = PlaybackTimeline.initial(base: "b")
+        (play.rate, play.intendedRate, play.anchor) = (1, 1, GroupInstant(nanoseconds: local + offset + Self.second))
+        #expect(
+            bob.onTimelineRecord(.value(play.record), atLocal: local)
+                == Action(timelines: .yield(play), start: .wake(atLocal: local + Self.second), timer: .wake(atLocal: 0)))
+        // Later exchanges say the group is 2 ms further ahead: the start comes 2 ms earlier on our clock.
+        var last = Action()
+        for i in 1...ClockEstimator.settlingExchanges {
+            let t0 = local + Int64(i) * Self.ms
+            last = bob.onPong(
+                from: "alice", sent: t0, received: t0 + offset + 3 * Self.ms, replied: t0 + offset + 3 * Self.ms, back: t0 + 2 * Self.ms)
+        }
+        #expect(bob.offset(atLocal: local + 5 * Self.ms) == offset + 2 * Self.ms)
+        #expect(last == Action(start: .wake(atLocal: local + Self.second - 2 * Self.ms), timer: .wake(atLocal: 0)))
+        let instant = GroupInstant(nanoseconds: local + Self.second - 2 * Self.ms + offset + 2 * Self.ms)
+        #expect(bob.onTick(atLocal: local + Self.second - 2 * Self.ms).start == .deliver(play.start(at: instant)))
     }
 
     // MARK: - Records received
