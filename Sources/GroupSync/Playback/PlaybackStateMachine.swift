@@ -185,15 +185,9 @@ struct PlaybackStateMachine {
         let offset = offset(atLocal: local)
         if offset != nil && waitingCommands > 0 { (action.waiters, waitingCommands) = (.release, 0) }
         if let next = nextWake(atLocal: local) { action.timer = .wake(atLocal: next) }
-        var (emitted, scheduled): (PlaybackTimeline?, Scheduled?)
-        switch handout {
-        case .ended: return action
-        case let .reading(unread):
-            guard unread.isEmpty else { return action }
-            (emitted, scheduled) = (nil, nil)
-        case let .following(last, start):
-            (emitted, scheduled) = (last, start)
-        }
+        if case let .reading(unread) = handout, !unread.isEmpty { return action }
+        var (emitted, scheduled): (PlaybackTimeline?, Scheduled?) = (nil, nil)
+        if case let .following(last, start) = handout { (emitted, scheduled) = (last, start) }
         let timeline = effectiveTimeline
         if timeline != emitted { action.timelines = .yield(timeline) }
         if offset == nil || !timeline.isPlaying {
