@@ -29,7 +29,7 @@ struct BenchOptions: Sendable {
           crash        a SIGKILLed `groupsync join` process until everyone dropped it
           failover     a participant on two bridged mosquittos (its own, whatever --broker says) while
                        the first is SIGKILLed: move time, delivery gap at a peer, losses
-          memory       resident size of 300 participants in one session, and of one in 1,000 sessions
+          memory       resident size of 1,000 participants in one session, and of one in 1,000 sessions
           playback     10 participants with skewed, drifting clocks follow one PlaybackCoordinator:
                        position spread, start spread, play() until started, suspension
           idle         100 joined sessions in this process doing nothing, then with a playback
@@ -155,9 +155,7 @@ struct BenchOptions: Sendable {
     var convergenceBursts: Int { pick(50, 10, 2) }
     var crashSamples: Int { pick(3, 1, 1) }
     var failoverSamples: Int { pick(20, 5, 1) }
-    /// At most about 340 connections fit in one process (libmosquitto's `select()` loop, see README):
-    /// the full run holds 300.
-    var memoryParticipants: Int { pick(300, 100, 10) }
+    var memoryParticipants: Int { pick(1_000, 100, 10) }
     var memorySessions: Int { pick(1_000, 100, 10) }
     var journal: JournalBenchmark.Plan {
         .init(

@@ -22,6 +22,8 @@ struct BenchReport {
         /// QoS 1 p50 against raw libmosquitto awaiting each PUBACK, as a reliable `send` does.
         static let qos1AcknowledgedP50 = 1.3
         static let throughput = 0.75
+        /// What the Codable messenger may cost over `send(Data)` beyond Foundation's encode + decode (µs).
+        static let codableOverCodecMicroseconds = 5.0
         /// Fan-out, late join and convergence p50, each against its raw floor.
         static let floorP50 = 1.35
         static let crashSeconds = 1.0
@@ -56,6 +58,15 @@ struct BenchReport {
                 Row(
                     metric: "latency QoS \(qos) p99, one-way (µs)", groupSync: format(latency.p99), raw: format(latency.rawP99),
                     ratio: ratio(p99), target: judged ? "≤ \(Bound.qos0P99)× raw" : "", verdict: judged ? p99 <= Bound.qos0P99 : nil))
+            if let data = latency.data, let codec = latency.codecMicroseconds {
+                rows += referenceRows("send(Data), QoS \(qos)", data, (latency.rawP50, latency.rawP99))
+                let extra = latency.p50 - data.p50
+                rows.append(
+                    Row(
+                        metric: "Codable over Data, QoS \(qos) p50 (µs)", groupSync: format(extra), raw: format(codec),
+                        target: "≤ encode+decode (raw col.) + \(format(Bound.codableOverCodecMicroseconds, digits: 0)) µs",
+                        verdict: extra <= codec + Bound.codableOverCodecMicroseconds))
+            }
             if let acknowledged = latency.rawAcknowledged {
                 var reference = referenceRows("reference: raw awaiting PUBACK", (latency.p50, latency.p99), acknowledged)
                 let acknowledgedP50 = latency.p50 / acknowledged.p50
@@ -77,6 +88,10 @@ struct BenchReport {
                     metric: "throughput QoS \(qos), 1→1 (msg/s)", groupSync: format(throughput.rate, digits: 0),
                     raw: format(throughput.rawRate, digits: 0), ratio: ratio(share), target: "≥ \(Bound.throughput)× raw",
                     verdict: share >= Bound.throughput))
+            rows.append(
+                Row(
+                    metric: "throughput QoS \(qos), send(Data) (msg/s)", groupSync: format(throughput.dataRate, digits: 0),
+                    raw: format(throughput.rawRate, digits: 0), ratio: ratio(throughput.dataRate / throughput.rawRate)))
         }
         if let fanout = results.fanout {
             rows += percentileRows(
@@ -416,6 +431,12 @@ struct BenchReport {
             entry["round_p50_ratio_q1"] = number(value.roundRatios.q1)
             entry["round_p50_ratio_q3"] = number(value.roundRatios.q3)
             entry["rounds"] = value.roundRatios.rounds
+            if let data = value.data, let codec = value.codecMicroseconds {
+                entry["data_p50_us"] = number(data.p50)
+                entry["data_p99_us"] = number(data.p99)
+                entry["codec_us"] = number(codec)
+                entry["codable_over_data_p50_us"] = number(value.p50 - data.p50)
+            }
             if let acknowledged = value.rawAcknowledged {
                 entry["raw_acked_p50_us"] = number(acknowledged.p50)
                 entry["raw_acked_p99_us"] = number(acknowledged.p99)
@@ -442,6 +463,7 @@ struct BenchReport {
             throughput["qos\(qos)"] =
                 [
                     "msgs_per_s": number(value.rate, digits: 0), "raw_msgs_per_s": number(value.rawRate, digits: 0),
+                    "data_msgs_per_s": number(value.dataRate, digits: 0),
                     "ratio": number(value.rate / value.rawRate), "window": value.window, "sent": value.sent,
                     "received": value.received, "raw_received": value.rawReceived, "payload_bytes": value.payloadBytes,
                     "round_ratio_median": number(value.roundRatios.median), "round_ratio_q1": number(value.roundRatios.q1),
@@ -514,7 +536,7 @@ struct BenchReport {
                 ] as [String: Any]
         }
         if let memory = results.memory {
-            // `participants_1000_mb` is for `participants` (300; 100 with --quick). When fewer could be
+            // `participants_1000_mb` is for `participants` (1,000; 100 with --quick). When fewer could be
             // held in one process, it is extrapolated linearly from those (`participants_extrapolated`).
             var object: [String: Any] = ["participants": memory.participants, "sessions": memory.sessions, "unit": "MiB"]
             if let bytes = memory.participantsBytes, let reached = memory.participantsReached {
@@ -610,14 +632,14 @@ struct BenchReport {
     }
 
     /// A p50 row, judged against its raw floor (``Bound/floorP50``), and a p99 row beside its own.
-    /// The memory bound holds for a full run's 300 participants; with fewer, each one's share of the
+    /// The memory bound holds for a full run's 1,000 participants; with fewer, each one's share of the
     /// process's fixed cost is larger, so a smaller run shows the figure without a verdict.
     private func memoryVerdict(_ bytesEach: Double, of participants: Int) -> Bool? {
-        participants >= 300 ? bytesEach / 1_024 <= Bound.memoryPerParticipantKiB : nil
+        participants >= 1_000 ? bytesEach / 1_024 <= Bound.memoryPerParticipantKiB : nil
     }
 
     private func memoryTarget(_ bytesEach: Double) -> String {
-        "\(format(bytesEach / 1_024, digits: 0)) KiB each (bound ≈ \(format(Bound.memoryPerParticipantKiB, digits: 0)) at 300)"
+        "\(format(bytesEach / 1_024, digits: 0)) KiB each (bound ≈ \(format(Bound.memoryPerParticipantKiB, digits: 0)) at 1,000)"
     }
 
     /// `median R, quartiles A–B` of per-round ratios.

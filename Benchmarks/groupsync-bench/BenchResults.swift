@@ -8,6 +8,11 @@ struct BenchResults: Sendable {
         /// QoS 1 only: raw libmosquitto with each side awaiting its PUBACK before the next message, as a
         /// `.reliable` `send` does (a reference beside the target, not the target's baseline).
         var rawAcknowledged: (p50: Double, p99: Double)?
+        /// The same exchanges through `send(Data)` / `messages(of: Data.self)`, and Foundation's encode +
+        /// decode of the Codable message alone (µs): the Codable path may cost the Data path plus that
+        /// plus 5 µs. Nil for the responder in its own process.
+        var data: (p50: Double, p99: Double)? = nil
+        var codecMicroseconds: Double? = nil
         /// The p50 ratio (GroupSync / raw) of each alternating round on its own, as quartiles: a slow phase
         /// of the machine that hits some rounds moves these less than the ratio of the pooled p50s.
         var roundRatios: (q1: Double, median: Double, q3: Double, rounds: Int)
@@ -19,6 +24,8 @@ struct BenchResults: Sendable {
         /// The median round's rate of each side, in messages per second.
         var rate: Double
         var rawRate: Double
+        /// The median round's rate through `send(Data)`.
+        var dataRate: Double
         /// The rate ratio (GroupSync / raw) of each alternating round on its own, as quartiles.
         var roundRatios: (q1: Double, median: Double, q3: Double, rounds: Int)
         var sent: Int

@@ -24,14 +24,14 @@ enum GroupSyncBench {
             return await JournalReceiver.child(request, url: url)
         }
         if let kind = options.memoryChild, let url = options.broker {
-            FileLimit.raise(to: 4 * options.memoryChildCount + 256)
+            FileLimit.raise(to: 5 * options.memoryChildCount + 256)
             return await MemoryBenchmark.child(kind: kind, count: options.memoryChildCount, url: url, cleanExit: options.cleanExit)
         }
 
-        // Each coordinator holds a socket and libmosquitto's wake-up socket pair: 3 descriptors, in this
-        // process and in the memory child; mosquitto (a child of this process) inherits the limit. Beside
-        // the fan-out/late-join cluster, as many raw libmosquitto clients (the same 3 each) are connected
-        // at a time: the fan-out's floor, then late join's present clients.
+        // Each coordinator holds a socket, libmosquitto's socket pair and its loop's eventfd: 4 descriptors,
+        // in this process and in the memory child; mosquitto (a child of this process) inherits the limit.
+        // Beside the fan-out/late-join cluster, as many raw libmosquitto clients (3 each) are connected at a
+        // time: the fan-out's floor, then late join's present clients.
         let participants = max(options.memoryParticipants, 2 * options.fanoutParticipants + options.lateJoinSamples)
         let fileLimit = FileLimit.raise(to: 4 * participants + 1_024)
 

@@ -5,6 +5,8 @@ import GroupSync
 /// QoS 1. Both run on the same broker with the same payload size (the GroupSync envelope's) and topics of
 /// the same length, alternating in rounds so that a slow phase of the machine hits both alike. At QoS 1 a
 /// third side runs in the same rounds: raw libmosquitto awaiting each PUBACK as GroupSync's `send` does.
+/// GroupSync runs twice per round: with a Codable ``Ping`` and with the same sequence number as `Data`,
+/// whose difference is set against Foundation's own encode + decode of a `Ping`, measured in the run.
 enum LatencyBenchmark {
     static func run(url: String, group: String, qos: Int, warmup: Int, samples: Int, rounds: Int) async throws -> BenchResults.Latency {
         let mode: GroupSessionMessenger.DeliveryMode = qos == 0 ? .unreliable : .reliable
@@ -17,6 +19,7 @@ enum LatencyBenchmark {
         }
         do {
             _ = try await groupSync.run(first: 0, count: warmup)
+            _ = try await groupSync.run(first: 0, count: warmup, asData: true)
             // Same number of digits as the measured exchanges' sequence numbers.
             let payloadSize = try await groupSync.envelopeSize(sequence: warmup + samples / 2)
             var next = warmup + 1
@@ -40,6 +43,7 @@ enum LatencyBenchmark {
             }
 
             var groupSyncSamples: [Double] = []
+            var dataSamples: [Double] = []
             var rawSamples: [Double] = []
             var acknowledgedSamples: [Double] = []
             var roundRatios: [Double] = []
@@ -48,6 +52,7 @@ enum LatencyBenchmark {
                 let first = next
                 let rawRound = try await BlockingThread.run("raw-ping") { Result { try raw.run(first: first, count: perRound) } }.get()
                 let groupSyncRound = try await groupSync.run(first: next, count: perRound)
+                dataSamples += try await groupSync.run(first: next, count: perRound, asData: true)
                 rawSamples += rawRound
                 groupSyncSamples += groupSyncRound
                 roundRatios.append(Percentiles(groupSyncRound).p50 / Percentiles(rawRound).p50)
@@ -59,17 +64,36 @@ enum LatencyBenchmark {
                 next += perRound
             }
             await closeAll()
-            let measured = Percentiles(groupSyncSamples), baseline = Percentiles(rawSamples)
+            let measured = Percentiles(groupSyncSamples), baseline = Percentiles(rawSamples), data = Percentiles(dataSamples)
             let reference = acknowledged.map { _ in Percentiles(acknowledgedSamples) }
             let perRoundRatio = Percentiles(roundRatios)
             return .init(
                 p50: measured.p50, p99: measured.p99, rawP50: baseline.p50, rawP99: baseline.p99,
-                rawAcknowledged: reference.map { ($0.p50, $0.p99) },
+                rawAcknowledged: reference.map { ($0.p50, $0.p99) }, data: (data.p50, data.p99),
+                codecMicroseconds: try codecMicroseconds(),
                 roundRatios: (perRoundRatio.percentile(25), perRoundRatio.p50, perRoundRatio.percentile(75), roundRatios.count),
                 payloadBytes: payloadSize, samples: measured.count)
         } catch {
             await closeAll()  // later sections must not share the machine with these connections and threads
             throw error
         }
+    }
+
+    /// Foundation's own cost of one `Ping` through `JSONEncoder` and back through `JSONDecoder` (configured
+    /// as the messenger's), in µs: the median of 21 batches of 1,000.
+    static func codecMicroseconds() throws -> Double {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let decoder = JSONDecoder()
+        var batches: [Double] = []
+        for batch in 0..<21 {
+            let start = MonotonicClock.nanoseconds()
+            for sequence in 0..<1_000 {
+                let ping = try decoder.decode(Ping.self, from: try encoder.encode(Ping(seq: batch * 1_000 + sequence)))
+                guard ping.seq == batch * 1_000 + sequence else { throw SessionCluster.Failure(description: "codec round trip") }
+            }
+            batches.append(MonotonicClock.microseconds(from: start, to: MonotonicClock.nanoseconds()) / 1_000)
+        }
+        return Percentiles(batches).p50
     }
 }

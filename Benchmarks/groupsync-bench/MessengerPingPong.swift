@@ -3,14 +3,15 @@ import GroupSync
 import GroupSyncTestSupport
 
 /// Ping-pong between two participants' `GroupSessionMessenger`s through the broker: the pinger sends a
-/// ``Ping`` to everyone (`.all`: just the responder), the responder's `messages(of:)` loop sends it back,
-/// the pinger's `messages(of:)` iterator receives it. Half the round trip is the one-way latency.
+/// ``Ping`` — or the same sequence number as raw bytes, `send(Data)` — to everyone (`.all`: just the
+/// responder), the responder's `messages(of:)` loops send it back, the pinger's `messages(of:)` iterator
+/// receives it. Half the round trip is the one-way latency.
 final class MessengerPingPong: Sendable {
     let cluster: SessionCluster
     let mode: GroupSessionMessenger.DeliveryMode
     let pinger: GroupSessionMessenger
     let responder: GroupSessionMessenger
-    private let responderTask: Task<Void, Never>
+    private let responderTasks: [Task<Void, Never>]
 
     private init(cluster: SessionCluster, mode: GroupSessionMessenger.DeliveryMode) {
         self.cluster = cluster
@@ -19,9 +20,11 @@ final class MessengerPingPong: Sendable {
         let responder = GroupSessionMessenger(session: cluster.members[1].session, deliveryMode: mode)
         self.responder = responder
         let pings = responder.messages(of: Ping.self)
-        responderTask = Task {
-            for await (ping, _) in pings { try? await responder.send(ping) }
-        }
+        let bytes = responder.messages(of: Data.self)
+        responderTasks = [
+            Task { for await (ping, _) in pings { try? await responder.send(ping) } },
+            Task { for await (data, _) in bytes { try? await responder.send(data) } },
+        ]
     }
 
     static func make(url: String, group: String, mode: GroupSessionMessenger.DeliveryMode) async throws -> MessengerPingPong {
@@ -32,12 +35,33 @@ final class MessengerPingPong: Sendable {
     /// The topic the pinger's messages travel on.
     var pingTopic: String { cluster.topics.broadcast(cluster.sessionID, from: cluster.members[0].name) }
 
-    /// `count` exchanges numbered from `first`; each one-way latency (half the round trip) in µs.
-    func run(first: Int, count: Int) async throws -> [Double] {
+    /// `count` exchanges numbered from `first` (as ``Ping``s, or as `Data` with `asData`); each one-way
+    /// latency (half the round trip) in µs.
+    func run(first: Int, count: Int, asData: Bool = false) async throws -> [Double] {
         let pinger = self.pinger
         return try await withTimeLimit(.seconds(30 + Double(count) / 100), "messenger ping-pong") {
-            try await MessengerPingPong.exchanges(pinger, first: first, count: count)
+            asData
+                ? try await MessengerPingPong.dataExchanges(pinger, first: first, count: count)
+                : try await MessengerPingPong.exchanges(pinger, first: first, count: count)
         }
+    }
+
+    /// As ``exchanges(_:first:count:)``, with each sequence number sent as its decimal digits in `Data`.
+    static func dataExchanges(_ pinger: GroupSessionMessenger, first: Int, count: Int) async throws -> [Double] {
+        var pongs = pinger.messages(of: Data.self).makeAsyncIterator()
+        var samples: [Double] = []
+        samples.reserveCapacity(count)
+        for sequence in first..<(first + count) {
+            let start = MonotonicClock.nanoseconds()
+            try await pinger.send(Data(String(sequence).utf8))
+            guard let (pong, _) = await pongs.next() else { throw CancellationError() }
+            let end = MonotonicClock.nanoseconds()
+            guard pong == Data(String(sequence).utf8) else {
+                throw SessionCluster.Failure(description: "data pong \(pong.count) bytes for ping \(sequence)")
+            }
+            samples.append(MonotonicClock.microseconds(from: start, to: end) / 2)
+        }
+        return samples
     }
 
     /// `count` exchanges numbered from `first` between `pinger` and whoever sends its pings back (here,
@@ -69,7 +93,7 @@ final class MessengerPingPong: Sendable {
     }
 
     func close() async {
-        responderTask.cancel()
+        for task in responderTasks { task.cancel() }
         await cluster.close()
     }
 }

@@ -2,24 +2,27 @@ import Foundation
 import GroupSync
 import Synchronization
 
-/// One participant streaming ``Ping``s to one other through `GroupSessionMessenger`, with at most
-/// `window` sends not yet complete (`send` returns when written for `.unreliable`, acknowledged for
-/// `.reliable`). The receiver's `messages(of:)` loop counts what arrives, decoded as the app gets it.
+/// One participant streaming ``Ping``s (or their sequence numbers as `Data`) to one other through
+/// `GroupSessionMessenger`, with at most `window` sends not yet complete (`send` returns when written for
+/// `.unreliable`, acknowledged for `.reliable`). The receiver's `messages(of:)` loops count what arrives,
+/// decoded as the app gets it.
 final class MessengerStream: Sendable {
     let cluster: SessionCluster
     let sender: GroupSessionMessenger
     private let counter: Counter
-    private let receiverTask: Task<Void, Never>
+    private let receiverTasks: [Task<Void, Never>]
 
     private init(cluster: SessionCluster, mode: GroupSessionMessenger.DeliveryMode) {
         self.cluster = cluster
         sender = GroupSessionMessenger(session: cluster.members[0].session, deliveryMode: mode)
         let receiver = GroupSessionMessenger(session: cluster.members[1].session, deliveryMode: mode)
-        let messages = receiver.messages(of: Ping.self)
+        let pings = receiver.messages(of: Ping.self)
+        let bytes = receiver.messages(of: Data.self)
         counter = Counter()
-        receiverTask = Task { [counter] in
-            for await _ in messages { counter.arrived() }
-        }
+        receiverTasks = [
+            Task { [counter] in for await _ in pings { counter.arrived() } },
+            Task { [counter] in for await _ in bytes { counter.arrived() } },
+        ]
     }
 
     /// What the receiver counted (a class of its own so that the receiving task can hold it before `self`
@@ -41,14 +44,18 @@ final class MessengerStream: Sendable {
 
     /// Sends `count` messages; returns how many arrived and the seconds from the first send to the last
     /// arrival (waiting for the last one, or until nothing arrived for `quiet`).
-    func run(count: Int, window: Int, quiet: Duration = .seconds(2)) async throws -> (received: Int, seconds: Double) {
+    func run(count: Int, window: Int, asData: Bool = false, quiet: Duration = .seconds(2)) async throws -> (
+        received: Int, seconds: Double
+    ) {
         counter.received.store(0, ordering: .sequentiallyConsistent)
         let sender = self.sender
         let start = MonotonicClock.nanoseconds()
         try await withThrowingTaskGroup(of: Void.self) { group in
             for sequence in 0..<count {
                 if sequence >= window { try await group.next() }
-                group.addTask { try await sender.send(Ping(seq: sequence)) }
+                group.addTask {
+                    if asData { try await sender.send(Data(String(sequence).utf8)) } else { try await sender.send(Ping(seq: sequence)) }
+                }
             }
             try await group.waitForAll()
         }
@@ -72,7 +79,7 @@ final class MessengerStream: Sendable {
     }
 
     func close() async {
-        receiverTask.cancel()
+        for task in receiverTasks { task.cancel() }
         await cluster.close()
     }
 }

@@ -13,6 +13,7 @@ enum ThroughputBenchmark {
         let sniffer = try await WireSniffer.start(
             url: url, filters: [groupSync.cluster.topics.broadcast(groupSync.cluster.sessionID, from: groupSync.cluster.members[0].name)])
         _ = try await groupSync.run(count: warmup, window: window)
+        _ = try await groupSync.run(count: warmup, window: window, asData: true)
         await sniffer.stop()
         let sizes = sniffer.records(from: 0).map(\.size)
         let payloadSize = sizes.isEmpty ? 64 : sizes[sizes.count / 2]
@@ -29,6 +30,7 @@ enum ThroughputBenchmark {
         // both sides of one round alike).
         var rawRates: [Double] = []
         var rates: [Double] = []
+        var dataRates: [Double] = []
         var roundRatios: [Double] = []
         var received = (groupSync: Int.max, raw: Int.max)
         for round in 0..<rounds {
@@ -42,13 +44,15 @@ enum ThroughputBenchmark {
             rates.append(rate)
             rawRates.append(rawRate)
             roundRatios.append(rate / rawRate)
+            let dataRun = try await groupSync.run(count: count, window: window, asData: true)
+            dataRates.append(Double(dataRun.received) / dataRun.seconds)
             received = (min(received.groupSync, groupSyncRun.received), min(received.raw, rawRun.received))
         }
         raw.close()
         await groupSync.close()
         let perRoundRatio = Percentiles(roundRatios)
         return .init(
-            rate: Percentiles(rates).p50, rawRate: Percentiles(rawRates).p50,
+            rate: Percentiles(rates).p50, rawRate: Percentiles(rawRates).p50, dataRate: Percentiles(dataRates).p50,
             roundRatios: (perRoundRatio.percentile(25), perRoundRatio.p50, perRoundRatio.percentile(75), roundRatios.count),
             sent: count, received: received.groupSync, rawReceived: received.raw, window: window, payloadBytes: payloadSize)
     }

@@ -116,7 +116,7 @@ import Testing
         let backwards = estimator.add(sent: 0, received: 100, replied: 50, back: 200)
         #expect(!negative, "a negative round trip")
         #expect(!backwards, "answered before received")
-        #expect(estimator.isEmpty)
+        #expect(estimator.samples.isEmpty)
         for i in 0..<(ClockEstimator.capacity + 8) { Self.exchange(&estimator, local: Int64(i), offset: 0, out: 1, back: 1) }
         #expect(estimator.samples.count == ClockEstimator.capacity)
     }

@@ -133,13 +133,15 @@ import Testing
     static func meaning(of payload: Data) -> Outcome? {
         guard let record = Wire.decode(Wire.StateRecord.self, from: payload) else { return nil }
         switch record.key {
+        // As the coordinator reads them: the strict reader, and for a clock the check of its writer.
         case PlaybackCoordinator.clockKey:
-            let clock = Wire.value(PlaybackStateMachine.ClockRecord.self, from: record.value)
-                .flatMap { $0.isValid(writtenBy: record.clock.participant) ? $0 : nil }
-            return clock.map { .accept(json($0)) } ?? .reject("bad-clock")
+            guard case let .value(clock) = PlaybackStateMachine.Received<Wire.Clock>(record, valid: { $0.matches(writer: $1) }) else {
+                return .reject("bad-clock")
+            }
+            return .accept(json(clock))
         case PlaybackCoordinator.timelineKey:
-            let timeline = Wire.value(PlaybackTimeline.Record.self, from: record.value).flatMap(PlaybackTimeline.init)
-            return timeline.map { .accept(json($0.record)) } ?? .reject("bad-timeline")
+            guard case let .value(timeline) = PlaybackStateMachine.Received<Wire.Timeline>(record) else { return .reject("bad-timeline") }
+            return .accept(json(PlaybackTimeline(timeline).record))
         default:
             return nil
         }

@@ -373,7 +373,9 @@ final class PythonParticipant: Sendable {
         where condition: @escaping @Sendable ([String: Any]) -> Bool = { _ in true }
     ) async throws -> [String: Any] {
         do {
-            try await MQTT.waitUntil(timeout: timeout, "py's event \(name)") { self.events(name).contains(where: condition) }
+            try await GroupSyncTestSupport.waitUntil(timeout: timeout, "py's event \(name)") {
+                self.events(name).contains(where: condition)
+            }
         } catch {
             Issue.record("py's output so far:\n\(transcript)")
             throw error

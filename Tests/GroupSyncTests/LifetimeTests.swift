@@ -46,7 +46,7 @@ struct Brief: GroupActivity {
             let before = alice.upkeep.wakeCount
             // Past bob's silence bound (three of his 2.5 s heartbeat intervals, less 0.5 s: 7 s): a timer
             // that takes the passed deadline wakes thousands of times.
-            let spun = try? await waitUntil(timeout: .seconds(10), "alice's timer spins") { alice.upkeep.wakeCount - before > 20 }
+            let spun: Void? = try? await waitUntil(timeout: .seconds(10), "alice's timer spins") { alice.upkeep.wakeCount - before > 20 }
             #expect(spun == nil, "\(alice.upkeep.wakeCount - before) wake-ups in 10 s without a broker")
             await group.closeAll()
         }

@@ -414,13 +414,19 @@ struct Movie: GroupActivity {
             let root = "groupsync/v2/\(group.name)/s/\(bob.session.id)/state/groupsync.playback"
             let (raw, _) = try await rawSubscriber(broker, "unused/#")
             let later = SystemWallClock().milliseconds() + 1_000
-            func record(writer: String, clockOf: String, value: String) -> String {
-                #"{"clock":{"c":0,"p":"\#(clockOf)","t":\#(later)},"key":"groupsync.playback","v":2,"value":\#(value)}"#
+            func record(writer: String, clockOf: String, value: String, counter: Int = 0) -> String {
+                #"{"clock":{"c":\#(counter),"p":"\#(clockOf)","t":\#(later)},"key":"groupsync.playback","v":2,"value":\#(value)}"#
             }
-            let negative = #"{"at":1,"base":"x","intent":0,"item":null,"position":-3,"rate":0,"waiting":[]}"#
+            // Valid but for its item, null: an optional field is absent or a string.
+            let nullItem = #"{"at":1,"base":"x","intent":0,"item":null,"position":3,"rate":0,"waiting":[]}"#
+            let negative = #"{"at":1,"base":"x","intent":0,"position":-3,"rate":0,"waiting":[]}"#
             let rejectedBefore = bob.session.core.rejectedCount
-            try await raw.publish(to: "\(root)/alice", string: record(writer: "alice", clockOf: "alice", value: negative), retain: true)
-            try await waitUntil("the invalid timeline rejected") { bob.playback.rejectedRecordCount == 1 }
+            try await raw.publish(to: "\(root)/alice", string: record(writer: "alice", clockOf: "alice", value: nullItem), retain: true)
+            try await waitUntil("the timeline with a null item rejected") { bob.playback.rejectedRecordCount == 1 }
+            #expect(bob.playback.timeline == before)
+            try await raw.publish(
+                to: "\(root)/alice", string: record(writer: "alice", clockOf: "alice", value: negative, counter: 1), retain: true)
+            try await waitUntil("the invalid timeline rejected") { bob.playback.rejectedRecordCount == 2 }
             try await raw.publish(to: "\(root)/mallory", string: record(writer: "mallory", clockOf: "alice", value: "{}"), retain: true)
             try await waitUntil("the forged writer rejected") { bob.session.core.rejectedCount > rejectedBefore }
             #expect(bob.playback.timeline == before)

@@ -119,7 +119,7 @@ func waitUntil(
     _ condition: @Sendable () async throws -> Bool, else diagnosis: () async throws -> String
 ) async throws {
     do {
-        try await MQTT.waitUntil(timeout: timeout, pollEvery: pollEvery, description, condition)
+        try await GroupSyncTestSupport.waitUntil(timeout: timeout, pollEvery: pollEvery, description, condition)
     } catch let error as DeadlineExceeded {
         Issue.record(Comment(rawValue: try await diagnosis()))
         throw error

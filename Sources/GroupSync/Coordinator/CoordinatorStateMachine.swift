@@ -28,6 +28,10 @@ struct CoordinatorStateMachine {
     struct Group {
         /// Every participant with a live connection (us too), and how it is judged alive.
         var connections: [String: Connection]
+        /// A newer connection epoch of a participant in `connections` that is not (yet) taken for its
+        /// live connection. Apart from `connections`, whose every entry it would otherwise enlarge: a
+        /// participant holds one per member of its group, and a challenger is rare.
+        var challengers: [String: Challenger] = [:]
         /// Announced sessions by ID.
         var sessions: [String: Announced] = [:]
         /// Sessions whose end we saw, until their ended copy expires: older copies that arrive later (a
@@ -41,7 +45,7 @@ struct CoordinatorStateMachine {
         /// else its connection's; ours by our own); nil when it has none or is never forgotten: a newer
         /// epoch of ours that sends heartbeats is another process of ours.
         func challengerForgottenAfter(_ participant: String, me: String, ownInterval: Int64?) -> ContinuousClock.Instant? {
-            guard let connection = connections[participant], let challenger = connection.challenger else { return nil }
+            guard let connection = connections[participant], let challenger = challengers[participant] else { return nil }
             let interval: Int64?
             if participant == me {
                 guard challenger.heartbeats == 0 else { return nil }
@@ -54,8 +58,10 @@ struct CoordinatorStateMachine {
 
         /// `participant`'s connection is gone: its challenger, if any, takes its place.
         mutating func replaceGone(_ participant: String) -> PresenceAction {
-            guard let gone = connections.removeValue(forKey: participant) else { return .none }
-            guard let challenger = gone.challenger else { return .changed(participant: participant, epoch: nil) }
+            guard connections.removeValue(forKey: participant) != nil else { return .none }
+            guard let challenger = challengers.removeValue(forKey: participant) else {
+                return .changed(participant: participant, epoch: nil)
+            }
             connections[participant] = challenger.connection
             return .changed(participant: participant, epoch: challenger.epoch)
         }
@@ -72,9 +78,6 @@ struct CoordinatorStateMachine {
         /// A heartbeat of this epoch was heard: the connection proved itself with its own traffic, which a
         /// presence record (retained, possibly forged) alone does not.
         var confirmed = false
-        /// A newer epoch read from a presence record while this connection was confirmed and heard: it
-        /// takes over only once it proves itself (two heartbeats) or this one is gone.
-        var challenger: Challenger?
 
         /// Silent for three intervals less half a second (1.5 × keepalive − 0.5 s for the usual
         /// interval of keepalive / 2), but never less than a second: gone.
@@ -94,7 +97,9 @@ struct CoordinatorStateMachine {
         }
     }
 
-    /// A newer connection epoch of a participant that is not (yet) taken for its live connection.
+    /// A newer connection epoch of a participant, read from a presence record while its connection was
+    /// confirmed and heard: it takes over only once it proves itself (two heartbeats) or that connection
+    /// is gone.
     struct Challenger {
         var epoch: Int64
         var interval: Int64?
@@ -136,7 +141,7 @@ struct CoordinatorStateMachine {
         case rejected
     }
 
-    enum AnnouncementAction {
+    enum AnnouncementAction: Equatable {
         case none
         /// A session seen for the first time: make its session object, knowing `presence`, and hand it
         /// to `listeners`.
@@ -243,8 +248,8 @@ struct CoordinatorStateMachine {
         if presence.epoch > myEpoch, presence.status == .online {
             let me = self.me
             modifyGroup { group in
-                if group.connections[me]?.challenger?.epoch != presence.epoch {
-                    group.connections[me]?.challenger = Challenger(epoch: presence.epoch, interval: presence.interval, lastHeard: now)
+                if group.connections[me] != nil, group.challengers[me]?.epoch != presence.epoch {
+                    group.challengers[me] = Challenger(epoch: presence.epoch, interval: presence.interval, lastHeard: now)
                 }
             }
         }
@@ -261,7 +266,7 @@ struct CoordinatorStateMachine {
             // Another process of ours proves itself: leave its presence alone.
             let me = self.me
             modifyGroup { group in
-                if group.connections[me]?.challenger?.epoch == heartbeat.epoch { group.connections[me]?.challenger?.heartbeats += 1 }
+                if group.challengers[me]?.epoch == heartbeat.epoch { group.challengers[me]?.heartbeats += 1 }
             }
             return .none
         }
@@ -288,6 +293,7 @@ struct CoordinatorStateMachine {
                 let previous = group.connections[participant]
                 let confirmed = byHeartbeat || (previous?.epoch == epoch && previous?.confirmed == true)
                 group.connections[participant] = Connection(epoch: epoch, lastHeard: now, interval: interval, confirmed: confirmed)
+                group.challengers[participant] = nil
                 return previous?.epoch == epoch ? .none : .changed(participant: participant, epoch: epoch)
             }
             if epoch == current.epoch {
@@ -301,20 +307,22 @@ struct CoordinatorStateMachine {
             }
             if epoch > current.epoch, current.interval == nil {
                 group.connections[participant] = Connection(epoch: epoch, lastHeard: now, interval: interval, confirmed: byHeartbeat)
+                group.challengers[participant] = nil
                 return .changed(participant: participant, epoch: epoch)
             }
             if epoch < current.epoch, !byHeartbeat || current.confirmed { return .none }
             var challenger =
-                current.challenger?.epoch == epoch ? current.challenger! : Challenger(epoch: epoch, interval: interval, lastHeard: now)
+                group.challengers[participant].flatMap { $0.epoch == epoch ? $0 : nil }
+                ?? Challenger(epoch: epoch, interval: interval, lastHeard: now)
             challenger.lastHeard = now
             if let interval { challenger.interval = max(challenger.interval ?? interval, interval) }
             if byHeartbeat { challenger.heartbeats += 1 }
             guard challenger.heartbeats >= 2 else {
-                current.challenger = challenger
-                group.connections[participant] = current
+                group.challengers[participant] = challenger
                 return .none
             }
             group.connections[participant] = challenger.connection
+            group.challengers[participant] = nil
             return .changed(participant: participant, epoch: epoch)
         } ?? .none
     }
@@ -324,8 +332,8 @@ struct CoordinatorStateMachine {
     private mutating func lost(_ participant: String, epoch: Int64, now: ContinuousClock.Instant) -> PresenceAction {
         modifyGroup { group in
             guard let current = group.connections[participant] else { return .none }
-            if current.challenger?.epoch == epoch {
-                group.connections[participant]?.challenger = nil
+            if group.challengers[participant]?.epoch == epoch {
+                group.challengers[participant] = nil
                 return .none
             }
             guard current.epoch == epoch else { return .none }
@@ -335,7 +343,8 @@ struct CoordinatorStateMachine {
 
     private mutating func remove(_ participant: String) -> PresenceAction {
         modifyGroup { group in
-            group.connections.removeValue(forKey: participant) == nil ? .none : .changed(participant: participant, epoch: nil)
+            group.challengers[participant] = nil
+            return group.connections.removeValue(forKey: participant) == nil ? .none : .changed(participant: participant, epoch: nil)
         } ?? .none
     }
 
@@ -353,12 +362,12 @@ struct CoordinatorStateMachine {
                     changes.append(group.replaceGone(participant))
                 } else if let forgotten = group.challengerForgottenAfter(participant, me: me, ownInterval: ownInterval), now > forgotten {
                     // A challenger that fell silent (or never sent anything but its record) is forgotten.
-                    group.connections[participant]?.challenger = nil
+                    group.challengers[participant] = nil
                 }
             }
             var republishOwn = false
             if let forgotten = group.challengerForgottenAfter(me, me: me, ownInterval: ownInterval), now > forgotten {
-                group.connections[me]?.challenger = nil
+                group.challengers[me] = nil
                 republishOwn = true
             }
             return (changes.filter { $0 != .none }, republishOwn)
@@ -380,8 +389,10 @@ struct CoordinatorStateMachine {
         var next = WakeRequest()
         // The same deadlines ``expireSilent(now:ownInterval:)`` acts on: one it would not act on would
         // come back at once, again and again.
-        for (participant, connection) in group.connections {
-            if participant != me { next.formEarliest(WakeRequest(silence: connection.silentAfter)) }
+        for (participant, connection) in group.connections where participant != me {
+            next.formEarliest(WakeRequest(silence: connection.silentAfter))
+        }
+        for participant in group.challengers.keys {
             next.formEarliest(WakeRequest(silence: group.challengerForgottenAfter(participant, me: me, ownInterval: ownInterval)))
         }
         for session in group.sessions.values {
@@ -475,14 +486,15 @@ struct CoordinatorStateMachine {
                 group.ended[sessionID]?.copies.insert(publisher)
                 return .none
             }
-            guard var session = group.sessions[sessionID] else {
+            guard group.sessions[sessionID] != nil else {
                 group.sessions[sessionID] = Announced(
                     activityType: type, ttl: announcement.ttl, copies: [publisher: expiresAt], typeFromCreator: fromCreator)
                 return .new(listeners: listeners, presence: group.online)
             }
-            session.copies[publisher] = expiresAt
-            session.typeFromCreator = session.typeFromCreator || fromCreator
-            group.sessions[sessionID] = session
+            // In place: a copy of the session taken out of the dictionary would copy its table of copies —
+            // one per participant — at every copy read.
+            group.sessions[sessionID]!.copies[publisher] = expiresAt
+            group.sessions[sessionID]!.typeFromCreator = group.sessions[sessionID]!.typeFromCreator || fromCreator
             return .changed
         } ?? .none
     }

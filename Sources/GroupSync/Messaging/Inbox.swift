@@ -154,3 +154,9 @@ final class Inbox<Element: Sendable>: Sendable {
         deinit { inbox.finish() }
     }
 }
+
+/// Identity: two inboxes are equal when they are the same one, as the state machines' actions that
+/// name them compare.
+extension Inbox: Equatable {
+    static func == (lhs: Inbox, rhs: Inbox) -> Bool { lhs === rhs }
+}

@@ -70,13 +70,6 @@ struct ClockEstimator: Sendable, Equatable {
         return true
     }
 
-    mutating func reset() {
-        samples = []
-        line = nil
-    }
-
-    var isEmpty: Bool { samples.isEmpty }
-
     /// Whether the estimate follows the drift (its counted samples span ``driftSpan``).
     var fitsDrift: Bool { line?.fitted ?? false }
 

@@ -27,37 +27,22 @@ public final class PlaybackCoordinator: Sendable {
 
     public let configuration: Configuration
     let core: SessionCore
-    /// The machine and what this side hands out, under one lock.
+    /// The machine, and the inboxes of what it hands out, under one lock.
     private let state: LockedValue<State>
-    /// Wakes when the machine has something to do without an input (a `$ping`, a takeover).
+    /// Wakes when the machine asks to (a `$ping`, a takeover).
     private let timer = WakeUp()
     /// Wakes at the scheduled start, to the nanosecond the scheduler allows: a late start is a start out
     /// of step with the group, so it is not left to the priority of whoever scheduled it (often the
     /// network thread).
     private let startTimer = WakeUp(tolerance: .zero, priority: .high)
 
+    /// The machine decides everything; the inboxes are only where its actions send what it hands out.
     private struct State {
         var machine: PlaybackStateMachine
-        var outputs = Outputs()
-    }
-
-    /// What this side hands out: the sequences' inboxes and the pending start.
-    private struct Outputs {
-        var timelines: [Int: Inbox<PlaybackTimeline>] = [:]
-        var starts: [Int: Inbox<PlaybackStart>] = [:]
-        var nextID = 0
-        /// The last timeline given to ``timelineUpdates()``; nil until the shared one is known.
-        var emitted: PlaybackTimeline?
-        /// Whether each record has been read once since joining: the timeline is handed out only then,
-        /// so that a timeline that plays is not first shown paused for want of its clock.
-        var timelineRead = false
-        var clockRead = false
-        /// The timeline whose start is (or was) scheduled, and whether that start is still to come.
-        var scheduled: PlaybackTimeline?
-        var startPending = false
+        var timelines = ListenerRegistry<Inbox<PlaybackTimeline>>()
+        var starts = ListenerRegistry<Inbox<PlaybackStart>>()
         /// Commands waiting for the group clock.
         var clockWaiters: [Inbox<Void>] = []
-        var ended = false
     }
 
     /// Made under the session's lock: takes none of its locks. ``start()`` follows the session.
@@ -69,10 +54,10 @@ public final class PlaybackCoordinator: Sendable {
                 machine: PlaybackStateMachine(
                     me: core.me, initiator: initiator,
                     waitingReasons: Set(configuration.suspensionReasonsThatTriggerWaiting.map(\.rawValue)),
-                    lead: configuration.lead)))
+                    lead: configuration.lead, pingInterval: configuration.synchronizationInterval)))
         self.state = state
         timer.onWake { [weak self] in self?.wake() }
-        startTimer.onWake { [weak self] in self?.startDue() }
+        startTimer.onWake { [weak self] in self?.wake() }
     }
 
     /// Serves the group clock and follows the session: once, by whoever made the coordinator, after the
@@ -83,13 +68,12 @@ public final class PlaybackCoordinator: Sendable {
             SessionCore.ClockService(
                 groupTime: { local in state.withLock { $0.machine.answerPing(atLocal: local) } },
                 pong: { [weak self] sender, pong, arrival in
-                    guard let self else { return }
                     let (t0, t1, t2) = (
                         GroupInstant(milliseconds: pong.t0).nanoseconds, GroupInstant(milliseconds: pong.t1).nanoseconds,
                         GroupInstant(milliseconds: pong.t2).nanoseconds
                     )
                     // On the network thread: library code only, none of it waits.
-                    self.perform(self.update { $0.onPong(from: sender, sent: t0, received: t1, replied: t2, back: arrival) })
+                    self?.input { $0.onPong(from: sender, sent: t0, received: t1, replied: t2, back: arrival) }
                 }))
         follow()
     }
@@ -103,10 +87,7 @@ public final class PlaybackCoordinator: Sendable {
     /// anyone, in the order applied; equal consecutive timelines are not repeated. A slow consumer skips
     /// to the newest. Ends when the session is invalidated or the iterating task is cancelled.
     public func timelineUpdates() -> GroupUpdates<PlaybackTimeline> {
-        register(Inbox(keepingNewest: 1), in: \.timelines) { state in
-            // Handed out under the lock: a change handed out meanwhile comes after it, never before.
-            state.outputs.emitted
-        }
+        register(Inbox(keepingNewest: 1), in: \.timelines) { $0.emitted }
     }
 
     /// Scheduled starts, each delivered when its group instant comes on this participant's clock (or at
@@ -116,42 +97,26 @@ public final class PlaybackCoordinator: Sendable {
     /// session.
     public func starts() -> GroupUpdates<PlaybackStart> {
         let local = localNow
-        return register(Inbox(), in: \.starts) { state in
-            // Started already (its instant came): this consumer starts late, now. A pending one comes to all.
-            let timeline = state.machine.effectiveTimeline
-            guard let offset = state.machine.offset(atLocal: local), state.outputs.scheduled == timeline,
-                !state.outputs.startPending, timeline.isPlaying
-            else { return nil }
-            return PlaybackCoordinator.start(of: timeline, atGroup: local &+ offset)
-        }
+        return register(Inbox(), in: \.starts) { $0.lateStart(atLocal: local) }
     }
 
-    /// A new sequence: `inbox` among the outputs at `inboxes` until its consumer stops, given `first` at
-    /// once when there is one; finished at once when the session is over.
+    /// A new sequence: `inbox` among the inboxes at `inboxes` until its consumer stops, given what `first`
+    /// says at once; finished at once when the session is over.
     private func register<Element: Sendable>(
-        _ inbox: Inbox<Element>, in inboxes: WritableKeyPath<Outputs, [Int: Inbox<Element>]> & Sendable,
-        first: (State) -> Element?
+        _ inbox: Inbox<Element>, in inboxes: WritableKeyPath<State, ListenerRegistry<Inbox<Element>>> & Sendable,
+        first: (PlaybackStateMachine) -> Element?
     ) -> GroupUpdates<Element> {
         let registry = self.state
         let ended = registry.withLock { state -> Bool in
-            guard !state.outputs.ended else { return true }
-            state.outputs.nextID += 1
-            let id = state.outputs.nextID
-            state.outputs[keyPath: inboxes][id] = inbox
-            inbox.onTermination { registry.withLock { _ = $0.outputs[keyPath: inboxes].removeValue(forKey: id) } }
-            if let element = first(state) { inbox.yield(element) }
+            guard !state.machine.isEnded else { return true }
+            let id = state[keyPath: inboxes].add(inbox)
+            inbox.onTermination { registry.withLock { _ = $0[keyPath: inboxes].remove(id) } }
+            // Handed out under the lock: a change handed out meanwhile comes after it, never before.
+            if let element = first(state.machine) { inbox.yield(element) }
             return false
         }
         if ended { inbox.finish() }
         return GroupUpdates(inbox)
-    }
-
-    /// The start of `timeline` delivered at group time `now` (nanoseconds).
-    static func start(of timeline: PlaybackTimeline, atGroup now: Int64) -> PlaybackStart {
-        let instant = GroupInstant(nanoseconds: now)
-        return PlaybackStart(
-            item: timeline.item, mediaTime: timeline.mediaTime(at: instant), rate: timeline.rate, scheduled: timeline.anchor,
-            lateness: max(instant - timeline.anchor, .zero))
     }
 
     /// The media time the timeline gives at `instant` (default: now); the timeline's position when the
@@ -236,21 +201,28 @@ public final class PlaybackCoordinator: Sendable {
             await withTimeout(PlaybackCoordinator.clockPatience) { _ = await waiter.next() }
         }
         let local = localNow
-        var failed = false
-        var written = update { machine in
-            do {
-                return try machine.command(command, atLocal: local)
-            } catch {
-                failed = true
+        var refusal: GroupSyncError?
+        // The timeline is published here, to return once the broker has it.
+        let records = input(publishing: true) { machine in
+            guard !machine.isEnded, machine.offset(atLocal: local) != nil else {
+                refusal = machine.isEnded ? .sessionInvalidated : .noGroupClock
                 return PlaybackStateMachine.Action()
             }
+            return machine.command(command, atLocal: local)
         }
-        if failed { throw .noGroupClock }
-        // The timeline is published here, to return once the broker has it; the rest as usual.
-        let pending = written.records.filter { $0.key == PlaybackCoordinator.timelineKey }
-        written.records.removeAll { $0.key == PlaybackCoordinator.timelineKey }
-        perform(written)
-        for record in pending { try await core.publish(record) }
+        if let refusal { throw refusal }
+        for record in records { try await core.publish(record) }
+    }
+
+    /// An inbox that ends once the group clock is known (or the session is over); nil when it is already.
+    private func clockWaiter() -> Inbox<Void>? {
+        let local = localNow
+        return state.withLock { state in
+            guard state.machine.waitForClock(atLocal: local) == .wait else { return nil }
+            let waiter = Inbox<Void>()
+            state.clockWaiters.append(waiter)
+            return waiter
+        }
     }
 
     /// Suspends this participant's following of the timeline for `reason`; when the reason is one that
@@ -258,16 +230,15 @@ public final class PlaybackCoordinator: Sendable {
     public func beginSuspension(for reason: PlaybackSuspension.Reason) -> PlaybackSuspension {
         let local = localNow
         var id = 0
-        perform(
-            update { machine in
-                let (begun, action) = machine.beginSuspension(reason.rawValue, atLocal: local)
-                id = begun
-                return action
-            })
+        input { machine in
+            let action = machine.beginSuspension(reason.rawValue, atLocal: local)
+            id = machine.lastSuspension
+            return action
+        }
         return PlaybackSuspension(reason: reason) { [weak self, id] in
             guard let self else { return }
             let local = self.localNow
-            self.perform(self.update { $0.endSuspension(id, atLocal: local) })
+            self.input { $0.endSuspension(id, atLocal: local) }
         }
     }
 
@@ -276,234 +247,133 @@ public final class PlaybackCoordinator: Sendable {
     private var localNow: Int64 { core.context.clock.nanoseconds() }
 
     /// Starts the tasks that feed the machine: the two records, the active participants; and the one
-    /// that ends everything with the session. Time comes from the timer, armed after every input.
+    /// that ends everything with the session. Time comes from the timers the machine asks for.
     private func follow() {
         let core = self.core
         let participants = Inbox.Consumer(core.listen(.participants, keepingNewest: 1))
         let states = Inbox.Consumer(core.listen(.state))
         let tasks = core.context.tasks
-        follow(PlaybackCoordinator.clockKey, read: \.clockRead) { machine, record, local in
-            let decoded = record.flatMap { Wire.value(PlaybackStateMachine.ClockRecord.self, from: $0.value) }
-            let valid = record.map { decoded?.isValid(writtenBy: $0.clock.participant) ?? false } ?? true
-            return machine.onClockRecord(decoded, valid: valid, atLocal: local)
+        follow(PlaybackCoordinator.clockKey) { machine, record, local in
+            machine.onClockRecord(.init(record) { $0.matches(writer: $1) }, atLocal: local)
         }
-        follow(PlaybackCoordinator.timelineKey, read: \.timelineRead) { machine, record, local in
-            let decoded = record.map { Wire.value(PlaybackTimeline.Record.self, from: $0.value) }
-            return machine.onTimelineRecord(decoded ?? nil, valid: decoded.map { $0 != nil } ?? true, atLocal: local)
+        follow(PlaybackCoordinator.timelineKey) { machine, record, local in
+            machine.onTimelineRecord(.init(record), atLocal: local)
         }
         tasks.spawn { [self] in
             while let update = await participants.inbox.next() {
                 guard case let .participants(active) = update else { continue }
                 let local = localNow
-                perform(self.update { $0.onActive(Set(active.map(\.id)), atLocal: local) })
+                input { $0.onActive(Set(active.map(\.id)), atLocal: local) }
             }
         }
         tasks.spawn { [self] in
             while let update = await states.inbox.next() {
                 if case let .state(state) = update, state.isInvalidated { break }
             }
-            shutdown()
+            // The session is over: the clock answers no more, and every sequence ends.
+            core.playbackServes(nil)
+            input { $0.end() }
         }
     }
 
-    /// Feeds every value of the record `key` (nil: none) to the machine through `input`, then marks it
-    /// `read` and refreshes the outputs.
+    /// Feeds every value of the record `key` (nil: none) to the machine through `feed`.
     private func follow(
-        _ key: String, read: WritableKeyPath<Outputs, Bool> & Sendable,
-        _ input: @escaping @Sendable (inout PlaybackStateMachine, Wire.StateRecord?, Int64) -> PlaybackStateMachine.Action
+        _ key: String, _ feed: @escaping @Sendable (inout PlaybackStateMachine, Wire.StateRecord?, Int64) -> PlaybackStateMachine.Action
     ) {
         let updates = Inbox.Consumer(core.listen(.values(key: key), keepingNewest: 1))
         core.context.tasks.spawn { [self] in
             while let next = await updates.inbox.next() {
                 guard case let .value(record) = next else { continue }
                 let local = localNow
-                let written = updateState { state in
-                    state.outputs[keyPath: read] = true
-                    return input(&state.machine, record, local)
-                }
-                perform(written)
-                refresh()
+                input { feed(&$0, record, local) }
             }
         }
     }
 
-    /// How often a follower exchanges with the reference once its estimate follows the drift, paused or
-    /// not: the estimate extrapolates from recent exchanges, and sparser ones put starts tens of
-    /// milliseconds apart.
-    private var pingInterval: Int64 { configuration.synchronizationInterval.nanoseconds }
-
-    /// The timer's work: the machine's tick (a takeover whose patience ran out), then the `$ping` due.
+    /// Both timers' work: time passes for the machine (not while we are not joined: a claim could not be
+    /// written).
     private func wake() {
         guard core.isJoined else { return }
         let local = localNow
-        perform(update { $0.onTick(atLocal: local) })
-        ping(atLocal: local)
-        armTimer()
+        input { $0.onTick(atLocal: local) }
     }
 
-    /// Schedules the timer for the machine's next moment.
-    private func armTimer() {
-        let local = localNow
-        let next = state.withLock { state in
-            state.outputs.ended ? nil : state.machine.nextWake(atLocal: local, pingInterval: pingInterval)
-        }
-        guard let next else { return }
-        timer.schedule(after: .nanoseconds(max(next &- local, 0)))
-    }
-
-    /// Sends a `$ping` to the reference when the machine says one is due.
-    private func ping(atLocal local: Int64) {
-        let reference = state.withLock { [pingInterval] in $0.machine.takePing(atLocal: local, interval: pingInterval) }
-        guard let reference else { return }
+    /// Sends a `$ping` carrying `t0` to the reference, and tells the machine when the connection took it
+    /// and when it was written to the socket (both moments measured against one reading of the clocks).
+    private func ping(_ reference: String, t0: Double) {
+        let key = GroupInstant(milliseconds: t0).nanoseconds
         let (sent, monotonic) = (localNow, ContinuousClock.now)
-        let t0 = GroupInstant(nanoseconds: sent).milliseconds
-        let key = GroupInstant(milliseconds: t0).nanoseconds  // what the answer's t0 will read as
-        state.withLock { $0.machine.onPingSent(t0: key) }
         let queued = core.sendControl(.ping, Wire.Ping(t0: t0), to: reference) { [weak self] left in
-            guard let self else { return }
             // On the network thread: library code only, none of it waits.
-            self.perform(self.update { $0.onPingLeft(t0: key, atLocal: sent &+ (left - monotonic).nanoseconds) })
+            self?.input { $0.onPingLeft(t0: key, atLocal: sent &+ (left - monotonic).nanoseconds) }
         }
-        if let queued {
-            perform(update { $0.onPingQueued(t0: key, atLocal: sent &+ (queued - monotonic).nanoseconds) })
-        }
+        if let queued { input { $0.onPingQueued(t0: key, atLocal: sent &+ (queued - monotonic).nanoseconds) } }
     }
 
-    /// The machine after one input, with the records it asked for already written.
-    private struct Written {
-        var action: PlaybackStateMachine.Action
-        var records: [Wire.StateRecord]
-    }
-
-    /// Feeds one input to the machine and writes the records it asks for under the same lock, so that
-    /// they are stamped by the hybrid logical clock in the order the machine changed: a later change never
-    /// loses to an earlier one written by another task.
-    private func updateState(_ input: (inout State) -> PlaybackStateMachine.Action) -> Written {
-        state.withLock { state in
-            let action = input(&state)
-            var records: [Wire.StateRecord] = []
-            if let clock = action.writeClock, let record = write(PlaybackCoordinator.clockKey, clock) { records.append(record) }
-            if let timeline = action.writeTimeline, let record = write(PlaybackCoordinator.timelineKey, timeline.record) {
-                records.append(record)
+    /// Feeds one input to the machine and does what its action says. Under the lock, what keeps the
+    /// machine's order: the records stamped by the hybrid logical clock (a later change never loses to an
+    /// earlier one), the timeline and start yielded (an inbox never runs consumer code). After it: the
+    /// `$ping` (its `t0` is the input's moment), the records handed to the connection at once (a suspension
+    /// pauses the others one broker trip later) or, `publishing`, returned for the caller to publish, the
+    /// inboxes ended (their termination handlers take the lock), the timers set.
+    @discardableResult
+    private func input(publishing: Bool = false, _ input: (inout PlaybackStateMachine) -> PlaybackStateMachine.Action)
+        -> [Wire.StateRecord]
+    {
+        let (action, records, ending) = state.withLock { state in
+            let action = input(&state.machine)
+            var (records, ending): ([Wire.StateRecord], [() -> Void]) = ([], [])
+            let (clockKey, timelineKey) = (PlaybackCoordinator.clockKey, PlaybackCoordinator.timelineKey)
+            switch action.write {
+            case .none: break
+            case let .clock(clock): write(clockKey, clock, to: &records)
+            case let .timeline(timeline): write(timelineKey, timeline.record, to: &records)
+            case let .clockAndTimeline(clock, timeline):
+                write(clockKey, clock, to: &records)
+                write(timelineKey, timeline.record, to: &records)
             }
-            return Written(action: action, records: records)
-        }
-    }
-
-    private func update(_ input: (inout PlaybackStateMachine) -> PlaybackStateMachine.Action) -> Written {
-        updateState { input(&$0.machine) }
-    }
-
-    /// Carries out the rest of what the machine asked for: its records handed to the connection at once
-    /// (a suspension pauses the others one broker trip later), the player's outputs refreshed, commands
-    /// waiting for the clock released once it is known, the timers armed for what the input changed.
-    private func perform(_ written: Written) {
-        for record in written.records { core.enqueue(record) }
-        if written.action.timelineChanged { refresh() }
-        let local = localNow
-        let waiters = state.withLock { state -> [Inbox<Void>] in
-            guard state.machine.offset(atLocal: local) != nil, !state.outputs.clockWaiters.isEmpty else { return [] }
-            defer { state.outputs.clockWaiters = [] }
-            return state.outputs.clockWaiters
-        }
-        for waiter in waiters { waiter.finish() }
-        armTimer()
-        armStart()
-    }
-
-    /// An inbox that ends once the group clock is known; nil when it is already.
-    private func clockWaiter() -> Inbox<Void>? {
-        let local = localNow
-        return state.withLock { state in
-            guard state.machine.offset(atLocal: local) == nil, !state.outputs.ended else { return nil }
-            let waiter = Inbox<Void>()
-            state.outputs.clockWaiters.append(waiter)
-            return waiter
-        }
-    }
-
-    /// Writes one of playback's records (applied here at once); nil when not joined.
-    private func write(_ key: String, _ value: some Encodable) -> Wire.StateRecord? {
-        guard core.isJoined, let json = try? Wire.jsonValue(value) else { return nil }
-        return core.write(key: key, value: json)
-    }
-
-    /// Hands the timeline to ``timelineUpdates()`` if it changed (once both records were read), and schedules
-    /// its start if it plays (once per timeline: a start pending or delivered is not scheduled again).
-    /// Under the lock, so that of two refreshes the later one hands out the later timeline.
-    private func refresh() {
-        let local = localNow
-        state.withLock { state in
-            guard !state.outputs.ended else { return }
-            let timeline = state.machine.effectiveTimeline
-            let clockKnown = state.machine.offset(atLocal: local) != nil
-            if state.outputs.emitted != timeline && state.outputs.timelineRead && state.outputs.clockRead {
-                state.outputs.emitted = timeline
-                for inbox in state.outputs.timelines.values { inbox.yield(timeline) }
+            switch action.timelines {
+            case .none: break
+            case let .yield(timeline): for inbox in state.timelines.all { inbox.yield(timeline) }
+            case .finish: ending += state.timelines.removeAll().map { inbox in inbox.finish }
             }
-            if timeline.isPlaying && clockKnown && state.outputs.scheduled == timeline { return }
-            state.outputs.scheduled = timeline.isPlaying && clockKnown ? timeline : nil
-            state.outputs.startPending = state.outputs.scheduled != nil
-        }
-        armStart()
-    }
-
-    /// Schedules the start timer at the pending start's instant on the local clock, as the current
-    /// offset puts it (every refinement of the offset moves it); delivers it at once when it has come.
-    private func armStart() {
-        let local = localNow
-        let remaining = state.withLock { state -> Int64? in
-            guard state.outputs.startPending, let timeline = state.outputs.scheduled,
-                let offset = state.machine.offset(atLocal: local)
-            else { return nil }
-            return timeline.anchor.nanoseconds &- offset &- local
-        }
-        guard let remaining else { return }
-        if remaining > 0 {
-            startTimer.schedule(after: .nanoseconds(remaining))
-        } else {
-            startDue()
-        }
-    }
-
-    /// The start timer fired: hands the start to ``starts()`` when its instant has come on the local
-    /// clock (re-reading the offset), or waits again for the instant the refined offset gives.
-    private func startDue() {
-        let local = localNow
-        let (start, inboxes, early) = state.withLock { state -> (PlaybackStart?, [Inbox<PlaybackStart>], Bool) in
-            guard state.outputs.startPending, !state.outputs.ended, let timeline = state.outputs.scheduled,
-                let offset = state.machine.offset(atLocal: local)
-            else { return (nil, [], false) }
-            guard timeline.anchor.nanoseconds &- offset &- local <= 0 else { return (nil, [], true) }
-            state.outputs.startPending = false
-            return (PlaybackCoordinator.start(of: timeline, atGroup: local &+ offset), Array(state.outputs.starts.values), false)
-        }
-        if early { return armStart() }
-        guard let start else { return }
-        for inbox in inboxes { inbox.yield(start) }
-        armTimer()  // paused pace again
-    }
-
-    /// The session is over: every sequence ends, the timers stop, the clock answers no more.
-    private func shutdown() {
-        core.playbackServes(nil)
-        timer.cancel()
-        startTimer.cancel()
-        let (timelines, starts, waiters) = state.withLock { state in
-            state.outputs.ended = true
-            defer {
-                state.outputs.timelines = [:]
-                state.outputs.starts = [:]
-                state.outputs.clockWaiters = []
-                state.outputs.startPending = false
+            switch action.start {
+            case .none, .wake: break
+            case let .deliver(start): for inbox in state.starts.all { inbox.yield(start) }
+            case .finish: ending += state.starts.removeAll().map { inbox in inbox.finish }
             }
-            return (
-                Array(state.outputs.timelines.values), Array(state.outputs.starts.values), state.outputs.clockWaiters
-            )
+            switch action.waiters {
+            case .none: break
+            case .release:
+                ending += state.clockWaiters.map { inbox in inbox.finish }
+                state.clockWaiters = []
+            }
+            return (action, records, ending)
         }
-        for inbox in timelines { inbox.finish() }
-        for inbox in starts { inbox.finish() }
-        for waiter in waiters { waiter.finish() }
+        switch action.ping {
+        case .none: break
+        case let .send(reference, t0): ping(reference, t0: t0)
+        }
+        if !publishing { for record in records { core.enqueue(record) } }
+        for end in ending { end() }
+        switch action.start {
+        case .none, .deliver: break
+        case let .wake(local): startTimer.schedule(after: .nanoseconds(max(local &- localNow, 0)))
+        case .finish: startTimer.cancel()
+        }
+        switch action.timer {
+        case .none: break
+        case let .wake(local): timer.schedule(after: .nanoseconds(max(local &- localNow, 0)))
+        case .cancel: timer.cancel()
+        }
+        return publishing ? records : []
+    }
+
+    /// Writes one of playback's records as ours (applied here at once) into `records`; nothing when not
+    /// joined.
+    private func write(_ key: String, _ value: some Encodable, to records: inout [Wire.StateRecord]) {
+        guard core.isJoined, let json = try? Wire.jsonValue(value) else { return }
+        records.append(core.write(key: key, value: json))
     }
 }
 

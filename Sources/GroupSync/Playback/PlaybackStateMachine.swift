@@ -1,24 +1,13 @@
 /// One participant's side of coordinated playback, as a value: the group clock (which participant serves
-/// it, and our offset to it) and the shared timeline, with the commands and suspensions that change it.
-/// Each input returns an ``Action``: records to write and whether the timeline the player follows
-/// changed. It also says when it next has something to do (``nextWake(atLocal:pingInterval:)``: a
-/// `$ping` due, a takeover whose patience runs out), and ``onTick(atLocal:)`` is the input for that
-/// moment. It never publishes, sleeps or resumes anything; ``PlaybackCoordinator`` does, outside its lock.
+/// it, and our offset to it), the shared timeline with the commands and suspensions that change it, and
+/// what the player has been handed of it. Each input returns an ``Action``: the records to write, the
+/// `$ping` to send, what the player's sequences get, and when the two timers should fire (``onTick(atLocal:)``
+/// is the input for that moment). It never publishes, sleeps, yields or resumes anything;
+/// ``PlaybackCoordinator`` does, as the action says.
 ///
 /// Times: `local` is this participant's wall clock in nanoseconds, group instants are `local + offset`.
+/// Once ``end()`` has ended it, inputs ask for nothing.
 struct PlaybackStateMachine {
-    /// The `groupsync.clock` record: who serves the group clock, and which clock it is (`base`).
-    struct ClockRecord: Codable, Equatable, Sendable {
-        var reference: String
-        var base: String
-
-        /// Whether a record written by `writer` can be one: a participant claims the clock for itself,
-        /// and a base is 1 to 256 bytes.
-        func isValid(writtenBy writer: String) -> Bool {
-            reference == writer && Identifier.isValid(reference) && !base.isEmpty && base.utf8.count <= 256
-        }
-    }
-
     enum Role: Equatable {
         /// No clock record seen yet.
         case undecided
@@ -29,19 +18,75 @@ struct PlaybackStateMachine {
         case follower(reference: String, provisional: Int64?)
     }
 
-    /// What to do after an input.
+    /// What to do after an input, in the order of the fields (``PlaybackCoordinator/input(publishing:_:)``
+    /// says what it does under its lock, and why). A timer's `wake` keeps an earlier wake-up already set:
+    /// that one asks again.
     struct Action: Equatable {
-        var writeClock: ClockRecord?
-        var writeTimeline: PlaybackTimeline?
-        /// The timeline the player follows (``effectiveTimeline``) may have changed, or became usable.
-        var timelineChanged = false
+        var write = Write.none
+        var timelines = Timelines.none
+        var start = Start.none
+        var ping = Ping.none
+        var waiters = Waiters.none
+        var timer = Timer.none
 
-        mutating func merge(_ other: Action) {
-            writeClock = other.writeClock ?? writeClock
-            writeTimeline = other.writeTimeline ?? writeTimeline
-            timelineChanged = timelineChanged || other.timelineChanged
+        /// Records to write as ours.
+        enum Write: Equatable {
+            case none, clock(Wire.Clock), timeline(PlaybackTimeline), clockAndTimeline(Wire.Clock, PlaybackTimeline)
+
+            init(_ clock: Wire.Clock?, _ timeline: PlaybackTimeline?) {
+                switch (clock, timeline) {
+                case (nil, nil): self = .none
+                case let (clock?, nil): self = .clock(clock)
+                case let (nil, timeline?): self = .timeline(timeline)
+                case let (clock?, timeline?): self = .clockAndTimeline(clock, timeline)
+                }
+            }
         }
+
+        /// The sequences of ``PlaybackCoordinator/timelineUpdates()``: `yield` a timeline to them (the
+        /// first once both records were read, then each change), or `finish` them (the session is over).
+        enum Timelines: Equatable { case none, yield(PlaybackTimeline), finish }
+
+        /// For the sequences of ``PlaybackCoordinator/starts()``: `wake` the start timer at the instant on
+        /// our clock (as the offset puts it now), `deliver` a start now (its instant came), or `finish`
+        /// (none comes any more: the timer stops for good, the sequences end).
+        enum Start: Equatable { case none, wake(atLocal: Int64), deliver(PlaybackStart), finish }
+
+        /// A `$ping` to `send` to the reference; its `t0` (ms, as sent) in nanoseconds names it to
+        /// ``onPingQueued(t0:atLocal:)`` and ``onPingLeft(t0:atLocal:)``.
+        enum Ping: Equatable { case none, send(to: String, t0: Double) }
+
+        /// Commands waiting for the group clock (``waitForClock(atLocal:)``): `release` them (known, or the end).
+        enum Waiters: Equatable { case none, release }
+
+        /// The timer of everything but the start (a `$ping` due, a takeover whose patience runs out):
+        /// `none` until the next input, `wake` at a local time, or `cancel` for good.
+        enum Timer: Equatable { case none, wake(atLocal: Int64), cancel }
     }
+
+    /// One of playback's records as read once joined: `none` written, a `value`, or one `rejected` (the
+    /// strict reader refused it, or its writer may not write it): counted, it changes nothing.
+    enum Received<Value: Equatable>: Equatable { case none, value(Value), rejected }
+
+    /// The records whose first value the player waits for.
+    enum Record: Hashable { case clock, timeline }
+
+    /// What the player has been handed.
+    enum Handout: Equatable {
+        /// Nothing yet: these records were not read once. The timeline is handed out only once both
+        /// were, so that a timeline that plays is not first shown paused for want of its clock.
+        case reading(unread: Set<Record>)
+        /// `emitted`: the last timeline handed out; `start`: its start, if it plays on a known clock.
+        case following(emitted: PlaybackTimeline, start: Scheduled?)
+        /// The session is over: everything handed out has ended.
+        case ended
+    }
+
+    /// A timeline's start, once per timeline: still to come, or handed out.
+    enum Scheduled: Equatable { case pending(PlaybackTimeline), delivered(PlaybackTimeline) }
+
+    /// What ``waitForClock(atLocal:)`` tells a command: go on (a known clock, or the end), or wait.
+    enum ClockWait: Equatable { case known, wait }
 
     let me: String
     /// Who started the session: the one to start a clock when there is none; the others give it
@@ -51,6 +96,10 @@ struct PlaybackStateMachine {
     let waitingReasons: Set<String>
     /// The lead of a scheduled start; nil: derived from the round trips to the reference.
     let fixedLead: Duration?
+    /// How often a follower exchanges with the reference once its estimate follows the drift, paused or
+    /// not: the estimate extrapolates from recent exchanges, and sparser ones put starts tens of
+    /// milliseconds apart (nanoseconds).
+    let pingInterval: Int64
     /// How long a participant without a clock waits for a synchronized one to take over from a reference
     /// that is gone, before it starts a new clock.
     static let takeoverPatience: Int64 = 1_000_000_000
@@ -62,14 +111,15 @@ struct PlaybackStateMachine {
     static let takeoverStagger: Int64 = 100_000_000
 
     private(set) var role = Role.undecided
-    private(set) var clock: ClockRecord?
+    private(set) var clock: Wire.Clock?
     private(set) var estimator = ClockEstimator()
     /// The last valid timeline received or written.
     private(set) var timeline: PlaybackTimeline?
     private(set) var active: Set<String> = []
     /// This participant's suspensions, by ID: their reasons.
     private(set) var suspensions: [Int: String] = [:]
-    private var nextSuspension = 0
+    /// The ID of the suspension begun last (0: none yet).
+    private(set) var lastSuspension = 0
     /// The rate `play()` uses: the last non-zero rate the group played or intended.
     private(set) var playRate = 1.0
     /// Since when (local) the reference has been seen gone while we could not take over, or no clock
@@ -84,6 +134,9 @@ struct PlaybackStateMachine {
     private(set) var burst = 0
     /// When (local) our last `$ping` was due; nil before the first.
     private var lastPing: Int64?
+    private(set) var handout = Handout.reading(unread: [.clock, .timeline])
+    /// Commands waiting for the group clock: released by the input that makes it known.
+    private var waitingCommands = 0
     static let burstLength = 8
     /// The pace of a burst. Not faster: pings spread over time are likelier to find a quiet moment than
     /// a chain of them caught in the same stall.
@@ -102,22 +155,87 @@ struct PlaybackStateMachine {
     private struct PendingPing {
         var queued: Int64?
         var left: Int64?
+        /// The `$pong`'s sender and times (see ``onPong(from:sent:received:replied:back:)``).
         var answer: Answer?
     }
 
-    /// A `$pong`'s times (see ``onPong(from:sent:received:replied:back:)``).
-    private struct Answer {
-        var sender: String
-        var received: Int64
-        var replied: Int64
-        var back: Int64
-    }
+    private typealias Answer = (sender: String, received: Int64, replied: Int64, back: Int64)
 
-    init(me: String, initiator: String, waitingReasons: Set<String>, lead: Duration?) {
+    init(me: String, initiator: String, waitingReasons: Set<String>, lead: Duration?, pingInterval: Duration) {
         self.me = me
         self.initiator = initiator
         self.waitingReasons = waitingReasons
         self.fixedLead = lead
+        self.pingInterval = pingInterval.nanoseconds
+    }
+
+    // MARK: - What is handed out
+
+    /// The action of an input whose own changes are made (`claimed` the clock, `wrote` a timeline, a
+    /// `ping` to send). First what holds after every input: a takeover whose moment came is claimed, and
+    /// the timeline says who holds the group (the last timeline written is the one to write). Then what
+    /// the player gets, as the state now says: the timeline when it differs from the last one handed out;
+    /// for one that plays, one start at its anchor on our clock as the offset puts it now.
+    private mutating func act(
+        atLocal local: Int64, claimed: Wire.Clock? = nil, wrote: PlaybackTimeline? = nil, ping: Action.Ping = .none
+    ) -> Action {
+        if isEnded { return Action() }
+        let claimed = checkReference(atLocal: local) ?? claimed
+        var action = Action(write: Action.Write(claimed, reconcileWaiting(atLocal: local) ?? wrote), ping: ping)
+        let offset = offset(atLocal: local)
+        if offset != nil && waitingCommands > 0 { (action.waiters, waitingCommands) = (.release, 0) }
+        if let next = nextWake(atLocal: local) { action.timer = .wake(atLocal: next) }
+        if case let .reading(unread) = handout, !unread.isEmpty { return action }
+        var (emitted, scheduled): (PlaybackTimeline?, Scheduled?) = (nil, nil)
+        if case let .following(last, start) = handout { (emitted, scheduled) = (last, start) }
+        let timeline = effectiveTimeline
+        if timeline != emitted { action.timelines = .yield(timeline) }
+        if offset == nil || !timeline.isPlaying {
+            scheduled = nil
+        } else if scheduled != .pending(timeline) && scheduled != .delivered(timeline) {
+            scheduled = .pending(timeline)
+        }
+        if case let .pending(timeline) = scheduled, let offset {
+            let due = timeline.anchor.nanoseconds &- offset
+            if due > local {
+                action.start = .wake(atLocal: due)
+            } else {
+                action.start = .deliver(timeline.start(at: GroupInstant(nanoseconds: local &+ offset)))
+                scheduled = .delivered(timeline)
+            }
+        }
+        handout = .following(emitted: timeline, start: scheduled)
+        return action
+    }
+
+    var isEnded: Bool { handout == .ended }
+
+    /// The timeline handed out last: what a new sequence of timelines gets first.
+    var emitted: PlaybackTimeline? { if case let .following(emitted, _) = handout { emitted } else { nil } }
+
+    /// The start a new sequence of starts gets at local `local`: the current timeline's, late, when it
+    /// plays and its start was handed out already (a pending one comes to every sequence).
+    func lateStart(atLocal local: Int64) -> PlaybackStart? {
+        guard case let .following(_, .delivered(timeline)) = handout, timeline == effectiveTimeline,
+            let now = groupTime(atLocal: local)
+        else { return nil }
+        return timeline.start(at: now)
+    }
+
+    /// A command asks whether to wait for the group clock (see ``Action/Waiters``).
+    mutating func waitForClock(atLocal local: Int64) -> ClockWait {
+        guard offset(atLocal: local) == nil, !isEnded else { return .known }
+        waitingCommands += 1
+        return .wait
+    }
+
+    /// The session is over: the sequences end, waiting commands go on, the timers stop. Only once: a
+    /// session ends once, and its coordinator sees that once.
+    mutating func end() -> Action {
+        precondition(!isEnded, "a playback coordinator ends once")
+        handout = .ended
+        waitingCommands = 0
+        return Action(timelines: .finish, start: .finish, waiters: .release, timer: .cancel)
     }
 
     // MARK: - The group clock
@@ -135,10 +253,7 @@ struct PlaybackStateMachine {
         offset(atLocal: local).map { GroupInstant(nanoseconds: local &+ $0) }
     }
 
-    var isReference: Bool {
-        if case .reference = role { return true }
-        return false
-    }
+    var isReference: Bool { if case .reference = role { true } else { false } }
 
     /// Our answer to a `$ping` received at local `local`: the group time, when we serve it.
     func answerPing(atLocal local: Int64) -> GroupInstant? {
@@ -146,22 +261,16 @@ struct PlaybackStateMachine {
         return GroupInstant(nanoseconds: local &+ offset)
     }
 
-    /// We sent a `$ping` carrying `t0`.
-    mutating func onPingSent(t0: Int64) {
-        pings[t0] = PendingPing()
-        if pings.count > PlaybackStateMachine.rememberedPings, let oldest = pings.keys.min() { pings[oldest] = nil }
-    }
-
     /// The connection took the `$ping` carrying `t0` at local time `local`.
     mutating func onPingQueued(t0: Int64, atLocal local: Int64) -> Action {
         pings[t0]?.queued = local
-        return timeAnsweredPing(t0)
+        return timeAnsweredPing(t0, atLocal: local)
     }
 
     /// The `$ping` carrying `t0` was written to the socket at local time `local`.
     mutating func onPingLeft(t0: Int64, atLocal local: Int64) -> Action {
         pings[t0]?.left = local
-        return timeAnsweredPing(t0)
+        return timeAnsweredPing(t0, atLocal: local)
     }
 
     /// A `$pong` from `sender` to our `$ping` carrying `t0`: the reference received it at group `t1`
@@ -170,37 +279,31 @@ struct PlaybackStateMachine {
     /// (``PendingPing``), once that wait is known; an answer to a ping we do not remember is timed from
     /// its `t0`.
     mutating func onPong(from sender: String, sent t0: Int64, received t1: Int64, replied t2: Int64, back t3: Int64) -> Action {
-        guard case let .follower(reference, _) = role, sender == reference else { return Action() }
-        let answer = Answer(sender: sender, received: t1, replied: t2, back: t3)
-        guard pings[t0] != nil else { return exchange(sent: t0, answer) }
-        pings[t0]?.answer = answer
-        return timeAnsweredPing(t0)
+        let answer: Answer = (sender, t1, t2, t3)
+        if pings[t0] == nil {
+            exchange(sent: t0, answer)
+        } else if case .follower(sender, _) = role {
+            pings[t0]?.answer = answer
+        }
+        return timeAnsweredPing(t0, atLocal: t3)
     }
 
-    /// The exchange of the `$ping` carrying `t0`, once it was answered and its wait is known.
-    private mutating func timeAnsweredPing(_ t0: Int64) -> Action {
-        guard let ping = pings[t0], let queued = ping.queued, let left = ping.left, let answer = ping.answer else {
-            return Action()
+    /// The exchange of the `$ping` carrying `t0` once it was answered and its wait is known; the action.
+    private mutating func timeAnsweredPing(_ t0: Int64, atLocal local: Int64) -> Action {
+        if let ping = pings[t0], let queued = ping.queued, let left = ping.left, let answer = ping.answer {
+            pings[t0] = nil
+            exchange(sent: t0 &+ max(0, left &- queued), answer)
         }
-        pings[t0] = nil
-        return exchange(sent: t0 &+ max(0, left &- queued), answer)
+        return act(atLocal: local)
     }
 
-    /// One exchange, sent at local `sent`: a sample for the estimate when it answers the reference.
-    private mutating func exchange(sent: Int64, _ answer: Answer) -> Action {
-        guard case let .follower(reference, provisional) = role, answer.sender == reference else { return Action() }
-        let t3 = answer.back
-        let hadOffset = estimator.offset(atLocal: t3) != nil || provisional != nil
-        guard estimator.add(sent: sent, received: answer.received, replied: answer.replied, back: t3) else { return Action() }
-        guard estimator.isSettled else {
-            burst = max(burst, 1)
-            return Action()
-        }
-        guard !hadOffset, estimator.offset(atLocal: t3) != nil else { return Action() }
-        // The group clock became known: a start may be scheduled, a waiting state written.
-        var action = Action(timelineChanged: true)
-        action.merge(reconcileWaiting(atLocal: t3))
-        return action
+    /// One exchange, sent at local `sent`: a sample for the estimate when it answers the reference; while
+    /// the estimate is not settled, one more exchange at the burst's pace.
+    private mutating func exchange(sent: Int64, _ answer: Answer) {
+        guard case .follower(answer.sender, _) = role,
+            estimator.add(sent: sent, received: answer.received, replied: answer.replied, back: answer.back), !estimator.isSettled
+        else { return }
+        burst = max(burst, 1)
     }
 
     /// The lead of a scheduled start: the configured one, else three longest round trips to the
@@ -211,26 +314,22 @@ struct PlaybackStateMachine {
         return min(.nanoseconds(3 * longest) + .milliseconds(25), .seconds(1))
     }
 
-    /// The `groupsync.clock` record changed (nil: none exists; we are joined and caught up). An invalid
-    /// one (`valid` false: it does not decode, or it is not a claim by its writer) is counted and
-    /// ignored — taken as none while no clock is known.
-    mutating func onClockRecord(_ record: ClockRecord?, valid: Bool = true, atLocal local: Int64) -> Action {
-        if !valid {
-            rejected += 1
-            guard clock == nil else { return Action() }
-        }
-        guard valid, let record else {
+    /// The `groupsync.clock` record changed. One rejected is counted and ignored — taken as none while
+    /// no clock is known.
+    mutating func onClockRecord(_ received: Received<Wire.Clock>, atLocal local: Int64) -> Action {
+        markRead(.clock)
+        if received == .rejected { rejected += 1 }
+        guard case let .value(record) = received else {
             // Nobody serves a clock yet: the initiator starts one on its own clock; anyone else after a
             // while (two that do at once converge on the record that wins).
-            guard clock == nil else { return Action() }
-            if me == initiator { return claim(base: "\(me)@\(local / 1_000_000)", offset: 0) }
+            guard clock == nil else { return act(atLocal: local) }
+            if me == initiator { return act(atLocal: local, claimed: claim(base: "\(me)@\(local / 1_000_000)", offset: 0)) }
             referenceGoneSince = referenceGoneSince ?? local
-            return Action()
+            return act(atLocal: local)
         }
         let current = offset(atLocal: local)
         let sameBase = record.base == clock?.base
         clock = record
-        var action = Action(timelineChanged: true)
         if record.reference == me {
             if !isReference { role = .reference(offset: sameBase ? (current ?? 0) : 0) }
         } else {
@@ -239,45 +338,51 @@ struct PlaybackStateMachine {
                 break
             default:
                 role = .follower(reference: record.reference, provisional: sameBase ? current : nil)
-                estimator.reset()
+                estimator = ClockEstimator()
                 burst = Self.burstLength
             }
         }
         referenceGoneSince = nil
-        action.merge(checkReference(atLocal: local))
-        return action
+        return act(atLocal: local)
     }
 
     /// The session's active participants changed.
     mutating func onActive(_ participants: Set<String>, atLocal local: Int64) -> Action {
         active = participants
-        var action = checkReference(atLocal: local)
-        action.merge(dropDepartedWaiters(atLocal: local))
-        return action
+        return act(atLocal: local)
+    }
+
+    /// Time passes (at a moment an action named): a takeover whose patience ran out, a `$ping` due (to
+    /// the reference that holds after the takeover), a start whose instant came.
+    mutating func onTick(atLocal local: Int64) -> Action {
+        let claimed = checkReference(atLocal: local)
+        return act(atLocal: local, claimed: claimed, ping: takePing(atLocal: local))
     }
 
     /// When (local) this participant next has something to do without an input: a `$ping` due (every
-    /// `pingInterval` once the estimate follows the drift), a takeover whose patience runs out. nil:
+    /// ``pingInterval`` once the estimate follows the drift), a takeover whose patience runs out. nil:
     /// nothing until the next input.
-    func nextWake(atLocal local: Int64, pingInterval: Int64) -> Int64? {
-        [nextPing(interval: pingInterval), nextTakeover(atLocal: local)].compactMap { $0 }.min()
+    private func nextWake(atLocal local: Int64) -> Int64? {
+        [nextPing(), nextTakeover(atLocal: local)].compactMap { $0 }.min()
     }
 
     /// When the next `$ping` to the reference is due; nil when we follow no reference.
-    func nextPing(interval: Int64) -> Int64? {
+    private func nextPing() -> Int64? {
         guard case .follower = role else { return nil }
         guard let lastPing else { return 0 }  // at once
         if burst > 0 { return lastPing &+ Self.burstSpacing }
-        return lastPing &+ (estimator.fitsDrift ? interval : Self.fittingInterval)
+        return lastPing &+ (estimator.fitsDrift ? pingInterval : Self.fittingInterval)
     }
 
-    /// The reference to send a `$ping` to at `local`, when one is due (see ``nextPing(interval:)``); it
-    /// counts as sent (its `t0` is given to ``onPingSent(t0:)``).
-    mutating func takePing(atLocal local: Int64, interval: Int64) -> String? {
-        guard case let .follower(reference, _) = role, let due = nextPing(interval: interval), local >= due else { return nil }
+    /// The `$ping` to send at `local`, when one is due (see ``nextPing()``), remembered by its `t0`.
+    private mutating func takePing(atLocal local: Int64) -> Action.Ping {
+        guard case let .follower(reference, _) = role, let due = nextPing(), local >= due else { return .none }
         if burst > 0 { burst -= 1 }
         lastPing = local
-        return reference
+        let t0 = GroupInstant(nanoseconds: local).milliseconds
+        pings[GroupInstant(milliseconds: t0).nanoseconds] = PendingPing()
+        if pings.count > Self.rememberedPings, let oldest = pings.keys.min() { pings[oldest] = nil }
+        return .send(to: reference, t0: t0)
     }
 
     /// When ``checkReference(atLocal:)`` claims the clock, if nothing changes meanwhile: with no clock, the
@@ -292,37 +397,29 @@ struct PlaybackStateMachine {
         return since &+ rank * PlaybackStateMachine.takeoverStagger
     }
 
-    /// Time passes (at the moment ``nextWake(atLocal:pingInterval:)`` named): a takeover that waited for
-    /// patience, a waiting state not yet written.
-    mutating func onTick(atLocal local: Int64) -> Action {
-        var action = checkReference(atLocal: local)
-        action.merge(reconcileWaiting(atLocal: local))
-        action.merge(dropDepartedWaiters(atLocal: local))
-        return action
-    }
-
     /// Takes over the clock when its reference is gone: at once with the clock we follow, after
     /// ``takeoverPatience`` with a new one when we have none (a synchronized participant may do better).
-    private mutating func checkReference(atLocal local: Int64) -> Action {
+    /// Returns the claim to write.
+    private mutating func checkReference(atLocal local: Int64) -> Wire.Clock? {
         if let clock {
             guard clock.reference != me, !active.isEmpty, !active.contains(clock.reference) else {
                 referenceGoneSince = nil
-                return Action()
+                return nil
             }
             referenceGoneSince = referenceGoneSince ?? local
         }
-        guard let due = nextTakeover(atLocal: local), local >= due else { return Action() }
+        guard let due = nextTakeover(atLocal: local), local >= due else { return nil }
         if let clock, let offset = offset(atLocal: local) { return claim(base: clock.base, offset: offset) }
         return claim(base: "\(me)@\(local / 1_000_000)", offset: 0)
     }
 
-    private mutating func claim(base: String, offset: Int64) -> Action {
-        let record = ClockRecord(reference: me, base: base)
+    private mutating func claim(base: String, offset: Int64) -> Wire.Clock {
+        let record = Wire.Clock(reference: me, base: base)
         clock = record
         role = .reference(offset: offset)
         referenceGoneSince = nil
         burst = 0
-        return Action(writeClock: record, timelineChanged: true)
+        return record
     }
 
     // MARK: - The timeline
@@ -340,38 +437,33 @@ struct PlaybackStateMachine {
         return timeline
     }
 
-    /// The shared timeline's record changed (nil: none written yet).
-    mutating func onTimelineRecord(_ record: PlaybackTimeline.Record?, valid: Bool, atLocal local: Int64) -> Action {
-        guard valid else {
-            rejected += 1
-            return Action()
+    /// The shared timeline's record changed. One rejected is counted: the timeline stays.
+    mutating func onTimelineRecord(_ received: Received<Wire.Timeline>, atLocal local: Int64) -> Action {
+        markRead(.timeline)
+        guard case let .value(record) = received else {
+            if received == .rejected { rejected += 1 }
+            return act(atLocal: local)
         }
-        guard let record else { return Action(timelineChanged: timeline != nil) }
-        guard let received = PlaybackTimeline(record) else {
-            rejected += 1
-            return Action()
-        }
+        let received = PlaybackTimeline(record)
         timeline = received
         if received.intendedRate != 0 { playRate = received.intendedRate }
-        var action = Action(timelineChanged: true)
-        action.merge(reconcileWaiting(atLocal: local))
-        action.merge(dropDepartedWaiters(atLocal: local))
-        return action
+        return act(atLocal: local)
+    }
+
+    private mutating func markRead(_ record: Record) {
+        guard case var .reading(unread) = handout else { return }
+        unread.remove(record)
+        handout = .reading(unread: unread)
     }
 
     /// Writes `timeline` as ours: applied here at once, exactly as the others read it from the record
     /// (the anchor goes out in milliseconds with a fraction, finer than a double keeps), so that our own
-    /// record coming back is the same timeline, not a new one to start again.
-    private mutating func write(_ new: PlaybackTimeline) -> Action {
-        let new = PlaybackTimeline(new.record) ?? new
+    /// record coming back is the same timeline, not a new one to start again. Returns it.
+    private mutating func write(_ new: PlaybackTimeline) -> PlaybackTimeline {
+        let new = PlaybackTimeline(new.record)
         timeline = new
         if new.intendedRate != 0 { playRate = new.intendedRate }
-        return Action(writeTimeline: new, timelineChanged: true)
-    }
-
-    enum CommandError: Error, Equatable {
-        /// No group clock yet: nobody answered, or no clock record arrived.
-        case noClock
+        return new
     }
 
     enum Command: Equatable {
@@ -382,18 +474,19 @@ struct PlaybackStateMachine {
         case item(String?, position: Double)
     }
 
-    /// A local command: the new timeline, written by us.
-    mutating func command(_ command: Command, atLocal local: Int64) throws(CommandError) -> Action {
-        guard let now = groupTime(atLocal: local), let clock else { throw .noClock }
+    /// A local command: the new timeline, written by us. The group clock must be known (the caller checks
+    /// ``offset(atLocal:)`` under the same lock): without it there is no instant to write.
+    mutating func command(_ command: Command, atLocal local: Int64) -> Action {
+        guard let now = groupTime(atLocal: local), let clock else { preconditionFailure("a command before the group clock is known") }
         let current = effectiveTimeline
         let start = now + lead
         var next = current
         next.base = clock.base
         switch command {
         case .play:
-            return write(started(from: current, at: start, rate: playRate))
+            next = started(from: current, at: start, rate: playRate)
         case .rate(let rate) where rate != 0:
-            return write(started(from: current, at: start, rate: rate))
+            next = started(from: current, at: start, rate: rate)
         case .pause, .rate:
             next.position = current.mediaTime(at: now)
             next.anchor = now
@@ -408,7 +501,7 @@ struct PlaybackStateMachine {
             next = PlaybackTimeline(
                 item: item, position: position, rate: 0, anchor: now, intendedRate: 0, waitingIDs: current.waitingIDs, base: clock.base)
         }
-        return write(next)
+        return act(atLocal: local, wrote: write(next))
     }
 
     /// `current` set to play at `rate` from `start` (or only to intend it, while the group waits).
@@ -424,57 +517,55 @@ struct PlaybackStateMachine {
 
     // MARK: - Suspensions
 
-    /// A local suspension begins; returns its ID.
-    mutating func beginSuspension(_ reason: String, atLocal local: Int64) -> (id: Int, action: Action) {
-        nextSuspension += 1
-        suspensions[nextSuspension] = reason
-        return (nextSuspension, reconcileWaiting(atLocal: local))
+    /// A local suspension begins, under the ID ``lastSuspension`` names then.
+    mutating func beginSuspension(_ reason: String, atLocal local: Int64) -> Action {
+        lastSuspension += 1
+        suspensions[lastSuspension] = reason
+        return act(atLocal: local)
     }
 
+    /// A local suspension ends; ending it again changes nothing. `id` is one ``beginSuspension(_:atLocal:)``
+    /// gave: any other is a programming error.
     mutating func endSuspension(_ id: Int, atLocal local: Int64) -> Action {
-        guard suspensions.removeValue(forKey: id) != nil else { return Action() }
-        return reconcileWaiting(atLocal: local)
+        precondition(id >= 1 && id <= lastSuspension, "a suspension this machine never began")
+        suspensions.removeValue(forKey: id)
+        return act(atLocal: local)
     }
 
     /// Whether one of our suspensions makes the group wait.
     var holdsTheGroup: Bool { suspensions.values.contains(where: waitingReasons.contains) }
 
-    /// Makes the shared timeline say whether we hold the group, as our suspensions do: we add ourselves
-    /// (pausing everyone at one position) or remove ourselves (the last one out schedules the start).
-    /// Crossing writes may drop an entry; every participant puts its own back on the next change.
-    private mutating func reconcileWaiting(atLocal local: Int64) -> Action {
+    /// Makes the shared timeline say who holds the group: we add ourselves while one of our suspensions
+    /// makes it wait (pausing everyone at one position) and remove ourselves when none does; the reference
+    /// also removes participants that are gone (left or crashed). When nobody is left and the group
+    /// intends to play, it starts again after the lead, from where it waited. Crossing writes may drop an
+    /// entry; every participant puts its own back on the next change. Returns the timeline it writes.
+    private mutating func reconcileWaiting(atLocal local: Int64) -> PlaybackTimeline? {
         let current = effectiveTimeline
-        let holding = holdsTheGroup
-        guard holding != current.waitingIDs.contains(me), let now = groupTime(atLocal: local) else { return Action() }
-        if holding {
-            var next = current
+        guard let now = groupTime(atLocal: local) else { return nil }
+        var next = current
+        if holdsTheGroup { next.waitingIDs.insert(me) } else { next.waitingIDs.remove(me) }
+        if isReference && !active.isEmpty { next.waitingIDs = next.waitingIDs.filter { active.contains($0) || $0 == me } }
+        guard next.waitingIDs != current.waitingIDs else { return nil }
+        if next.waitingIDs.contains(me) && !current.waitingIDs.contains(me) {
             next.position = current.mediaTime(at: now)
             next.anchor = now
             next.rate = 0
-            next.waitingIDs.insert(me)
-            return write(next)
-        }
-        return write(released(current, removing: [me], at: now))
-    }
-
-    /// The reference removes participants that hold the group but are gone (left or crashed).
-    private mutating func dropDepartedWaiters(atLocal local: Int64) -> Action {
-        let current = effectiveTimeline
-        guard isReference, !active.isEmpty, let now = groupTime(atLocal: local) else { return Action() }
-        let gone = current.waitingIDs.filter { !active.contains($0) && $0 != me }
-        guard !gone.isEmpty else { return Action() }
-        return write(released(current, removing: gone, at: now))
-    }
-
-    /// `current` without `participants` among those it waits for; when nobody is left and the group
-    /// intends to play, it starts again after the lead, from where it waited.
-    private func released(_ current: PlaybackTimeline, removing participants: Set<String>, at now: GroupInstant) -> PlaybackTimeline {
-        var next = current
-        next.waitingIDs.subtract(participants)
-        if next.waitingIDs.isEmpty && current.intendedRate != 0 {
+        } else if next.waitingIDs.isEmpty && current.intendedRate != 0 {
             next.anchor = now + lead
             next.rate = current.intendedRate
         }
-        return next
+        return write(next)
+    }
+}
+
+extension PlaybackStateMachine.Received where Value: Wire.Record {
+    /// `record`'s value as the strict reader reads it (docs/PROTOCOL.md, "Playback"): rejected when it is
+    /// not a `Value`, or not one its writer may write (`valid`).
+    init(_ record: Wire.StateRecord?, valid: (Value, _ writer: String) -> Bool = { _, _ in true }) {
+        self =
+            record.map { record in
+                (try? Value(json: record.value)).map { valid($0, record.clock.participant) ? .value($0) : .rejected } ?? .rejected
+            } ?? .none
     }
 }

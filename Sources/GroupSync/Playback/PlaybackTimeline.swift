@@ -49,37 +49,23 @@ public struct PlaybackTimeline: Sendable, Hashable {
 }
 
 extension PlaybackTimeline {
-    /// The timeline as the JSON value of its state record (`groupsync.playback`), see PROTOCOL.md.
-    struct Record: Codable, Equatable {
-        var item: String?
-        var position: Double
-        var rate: Double
-        /// Group time of the anchor: milliseconds since 1970, with a fraction.
-        var at: Double
-        var intent: Double
-        var waiting: [String]
-        var base: String
-    }
-
-    var record: Record {
-        Record(
+    /// The timeline as the value of its state record (`groupsync.playback`).
+    var record: Wire.Timeline {
+        Wire.Timeline(
             item: item, position: position, rate: rate, at: anchor.milliseconds, intent: intendedRate, waiting: waitingIDs.sorted(),
             base: base)
     }
 
-    /// A received record as a timeline; nil when any field is out of range (rejected like a malformed
-    /// record: a finite position ≥ 0, rates within ±``maximumRate``, a finite anchor, identifiers).
-    init?(_ record: Record) {
-        guard record.position.isFinite, record.position >= 0, record.rate.isFinite, abs(record.rate) <= PlaybackTimeline.maximumRate,
-            record.intent.isFinite, abs(record.intent) <= PlaybackTimeline.maximumRate, record.at.isFinite,
-            abs(record.at) <= GroupInstant.maximumMilliseconds,
-            record.waiting.count <= PlaybackTimeline.maximumWaiting, record.waiting.allSatisfy({ Identifier.isValid($0) }),
-            !record.base.isEmpty, record.base.utf8.count <= 256,
-            record.item.map({ $0.utf8.count <= PlaybackTimeline.maximumItemLength }) ?? true,
-            record.waiting.isEmpty || record.rate == 0
-        else { return nil }
+    /// A record's timeline (its reader checked every field's range).
+    init(_ record: Wire.Timeline) {
         self.init(
             item: record.item, position: record.position, rate: record.rate, anchor: GroupInstant(milliseconds: record.at),
             intendedRate: record.intent, waitingIDs: Set(record.waiting), base: record.base)
+    }
+
+    /// The start of this timeline handed out at group instant `now`: late by as much as `now` is after
+    /// the anchor, at the media time of `now`.
+    func start(at now: GroupInstant) -> PlaybackStart {
+        PlaybackStart(item: item, mediaTime: mediaTime(at: now), rate: rate, scheduled: anchor, lateness: max(now - anchor, .zero))
     }
 }

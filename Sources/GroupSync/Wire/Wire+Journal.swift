@@ -35,13 +35,6 @@ extension Wire {
 extension Wire.JournalRecord: Wire.Record {
     package init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()
-        guard case let .array(list) = try fields.value("chunks") else { throw .wrongShape }
-        var chunks: [String] = []
-        chunks.reserveCapacity(list.count)
-        for element in list {
-            guard case let .string(digest) = element else { throw .wrongShape }
-            chunks.append(digest)
-        }
         var metadata: [String: String]?
         if let value = fields["metadata"] {
             guard case let .object(object) = value else { throw .wrongShape }
@@ -55,8 +48,7 @@ extension Wire.JournalRecord: Wire.Record {
         self.init(
             sha256: try fields.string("sha256"), name: try fields.string("name"), type: try fields.string("type"),
             size: try fields.int("size", in: Wire.Bounds.size), chunkSize: try fields.int("chunkSize", in: Wire.Bounds.chunkSize),
-            chunks: chunks,
-            added: try HLCTimestamp(json: try fields.value("added")), metadata: metadata)
+            chunks: try fields.strings("chunks"), added: try HLCTimestamp(json: try fields.value("added")), metadata: metadata)
         guard isConsistent else { throw .wrongShape }
     }
 }

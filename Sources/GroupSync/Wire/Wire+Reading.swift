@@ -105,6 +105,15 @@ extension Wire {
             return value
         }
 
+        /// An array of strings.
+        func strings(_ key: String) throws(Rejection) -> [String] {
+            guard case let .array(elements) = try value(key) else { throw .wrongShape }
+            return try elements.map { element throws(Rejection) in
+                guard case let .string(string) = element else { throw .wrongShape }
+                return string
+            }
+        }
+
         func array<T: Readable>(_ key: String, of type: T.Type) throws(Rejection) -> [T] {
             guard case let .array(elements) = try value(key) else { throw .wrongShape }
             var values: [T] = []

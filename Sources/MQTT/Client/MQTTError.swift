@@ -31,9 +31,9 @@ public enum MQTTError: Error, Sendable, Hashable, CustomStringConvertible {
     case cancelled
     /// The configuration is invalid (URL, client ID, will, TLS files). The message says which part.
     case invalidConfiguration(String)
-    /// The process holds too many open descriptors for another connection: libmosquitto's network loop
-    /// waits with `select()`, which cannot watch a descriptor at or above `FD_SETSIZE` (1024). That
-    /// allows about 340 connections per process (each uses three descriptors).
+    /// The process may not open another descriptor (`EMFILE`, or the system's `ENFILE`): each connection
+    /// uses four. Raise the process's limit (`ulimit -n`, or `setrlimit(RLIMIT_NOFILE)`) or use fewer
+    /// connections per process.
     case tooManyOpenDescriptors
     /// libmosquitto returned an unexpected error code.
     case library(code: Int, message: String)
@@ -72,9 +72,8 @@ public enum MQTTError: Error, Sendable, Hashable, CustomStringConvertible {
         case let .invalidConfiguration(message):
             return "invalid MQTT configuration: \(message)"
         case .tooManyOpenDescriptors:
-            return "too many open descriptors for another MQTT connection: libmosquitto's network loop uses select(), "
-                + "which cannot watch a descriptor at or above FD_SETSIZE (1024), about 340 connections per process; "
-                + "use fewer connections per process"
+            return "too many open descriptors for another MQTT connection (each uses four): raise the process's limit "
+                + "(ulimit -n) or use fewer connections per process"
         case let .library(code, message):
             return "libmosquitto error \(code): \(message)"
         }

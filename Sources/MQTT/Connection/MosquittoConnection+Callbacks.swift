@@ -1,8 +1,9 @@
 import CMosquitto
 import Foundation
 
-/// libmosquitto's callbacks, all on the network thread (libmosquitto calls back only from the loop
-/// functions, which only that thread runs), turned into state machine inputs.
+/// libmosquitto's callbacks, turned into state machine inputs. libmosquitto calls back from the loop
+/// functions: on the network thread, and on a publisher that writes its own packet (see
+/// ``MosquittoConnection``'s threading), so a callback never blocks.
 extension MosquittoConnection {
     func setCallbacks() {
         if getenv("GROUPSYNC_MQTT_DEBUG") != nil {
@@ -105,6 +106,8 @@ extension MosquittoConnection {
         let server = state.withLock { $0.currentServer }
         let host = server.host, port = server.port
         switch mosq_err_t(rawValue: rc) {
+        case MOSQ_ERR_ERRNO where errno == EMFILE || errno == ENFILE:
+            return .tooManyOpenDescriptors
         case MOSQ_ERR_ERRNO:
             return .unreachable(host: host, port: port, detail: String(cString: strerror(errno)))
         case MOSQ_ERR_EAI, MOSQ_ERR_LOOKUP:

@@ -4,18 +4,15 @@ import Foundation
 /// The network thread: ``ConnectionStateMachine/nextStep`` says whether to connect (after a backoff
 /// delay), to run the open connection, or to stop.
 ///
-/// An open connection runs in turns of `mosquitto_loop`, as libmosquitto's own threaded loop
-/// (`mosquitto_loop_forever`) does. A packet another thread queues (publish, subscribe, unsubscribe)
-/// wakes its `select()` through libmosquitto's internal socket pair, so the thread needs no wake-up
-/// channel of its own. What this thread adds to libmosquitto's loop: the state machine's connect
-/// policy (a first connect that fails is reported, not retried; reconnects back off with jitter), the
-/// subscriptions restored before `.connected` is announced, the end of a burst of messages reported,
-/// and a stop that quiesces the connection before DISCONNECT (see ``sendDisconnect()``).
-///
-/// `mosquitto_loop` waits with `select()`, which cannot watch a descriptor at or above `FD_SETSIZE`
-/// (1024): with three descriptors per connection (its socket and libmosquitto's socket pair) that
-/// allows about 340 connections per process. A connection beyond it fails with
-/// ``MQTTError/tooManyOpenDescriptors``.
+/// An open connection runs in turns: `poll()` on the socket (for writing too while libmosquitto has
+/// bytes to send) and on ``WakeChannel``, then `mosquitto_loop_read`, `mosquitto_loop_write` and, every
+/// ``keepaliveCheckInterval``, `mosquitto_loop_misc` — the functions `mosquitto.h` offers for a loop of
+/// one's own. Not `mosquitto_loop`: it waits with `select()`, which cannot watch a descriptor at or above
+/// `FD_SETSIZE` (1024), about 340 connections per process. What this thread adds to libmosquitto's loop:
+/// the state machine's connect policy (a first connect that fails is reported, not retried; reconnects
+/// back off with jitter), the subscriptions restored before `.connected` is announced, the end of a burst
+/// of messages reported, and a stop that quiesces the connection before DISCONNECT (see
+/// ``sendDisconnect()``).
 extension MosquittoConnection {
     /// Starts the network thread. It runs until `disconnect` (or a failed first connect) stops it.
     ///
@@ -38,26 +35,29 @@ extension MosquittoConnection {
     /// Runs until the state machine says exit; returns what the end resumes.
     private func run() -> ConnectionStateMachine.Effects {
         ThreadName.setCurrent("mqtt:" + configuration.clientID)
+        var lastKeepaliveCheck = ContinuousClock.now
         loop: while true {
             switch state.withLock({ $0.nextStep }) {
             case .exit:
                 break loop
             case let .connect(server, notBefore):
                 if let notBefore, !sleepOnWakeup(until: notBefore) { continue }
-                let rc = server.map { connect(to: configuration.servers[$0]) } ?? mosquitto_reconnect(handle)
-                if rc == MOSQ_ERR_SUCCESS.rawValue {
-                    state.withLock { $0.onSocketOpened() }
-                } else {
+                let rc = io.withLock { _ in
+                    let rc = server.map { connect(to: configuration.servers[$0]) } ?? mosquitto_reconnect(handle)
+                    // Still under `io`: a publisher's failed write cannot report this socket lost before
+                    // the state machine knows it is open.
+                    if rc == MOSQ_ERR_SUCCESS.rawValue { state.withLock { $0.onSocketOpened() } }
+                    return rc
+                }
+                if rc != MOSQ_ERR_SUCCESS.rawValue {
                     let error = connectError(rc)
                     state.withLock { $0.onConnectFailed(error, now: .now, random: .random(in: 0..<1)) }.resumeAll()
                 }
             case .loop:
-                // Wake-ups are events (a packet queued, the socket closed), so the timeout only paces
-                // the keepalive check that ends every turn.
-                let rc = turn(timeout: 1000)
-                if rc == MOSQ_ERR_INVAL.rawValue {
-                    giveUpAboveSelectLimit()
-                } else if rc != MOSQ_ERR_SUCCESS.rawValue && mosquitto_socket(handle) == -1 {
+                // Wake-ups are events (a packet left to write, a stop, the socket closed), so the timeout
+                // only paces the keepalive check.
+                let rc = turn(timeout: 1000, lastKeepaliveCheck: &lastKeepaliveCheck)
+                if rc != MOSQ_ERR_SUCCESS.rawValue && mosquitto_socket(handle) == -1 {
                     // Reported by the disconnect callback as a rule; this covers a socket libmosquitto
                     // closed without it (e.g. a failed TLS read). Once reported, it changes nothing.
                     let reason = String(cString: mosquitto_strerror(rc))
@@ -67,30 +67,79 @@ extension MosquittoConnection {
                 }
             }
         }
+        callerWrites.store(false, ordering: .releasing)
         if mosquitto_socket(handle) != -1 && !aborting.load(ordering: .acquiring) {
             sendDisconnect()
         }
         return state.withLock { $0.onStopped() }
     }
 
-    /// One turn of the open connection: `mosquitto_loop` waits up to `timeout` milliseconds, reads,
-    /// writes and keeps the connection alive; then ``endBurstUnlessMoreIsWaiting()``. Returns
-    /// libmosquitto's result.
-    ///
-    /// Over TLS the turn reads once more. `mosquitto_loop` reads only when `select()` sees the socket
-    /// readable, and `mosquitto_loop_read` stops after a packet whenever `errno` is EAGAIN — which
-    /// libmosquitto's wake-up pair leaves behind once it is full (it drains one byte per turn, and every
-    /// queued packet, PUBACKs included, adds one). Bytes OpenSSL has already decrypted are invisible to
-    /// `select()`, so without this read packets that arrived in one TLS record with many others could
-    /// wait for the broker's next packet. When OpenSSL holds nothing, the read costs one `recv` that
-    /// returns EAGAIN.
-    private func turn(timeout: Int32) -> Int32 {
-        var rc = mosquitto_loop(handle, timeout, 1)
-        if rc == MOSQ_ERR_SUCCESS.rawValue && configuration.tls != nil && mosquitto_socket(handle) != -1 {
-            rc = mosquitto_loop_read(handle, 1)
+    /// `mosquitto_loop_misc` only checks the keepalive (it sends PINGREQ, or gives up on a missing
+    /// PINGRESP, in whole seconds): this often is plenty against a keepalive of at least 5 s, and spares
+    /// the other turns libmosquitto's lock and clock read.
+    static let keepaliveCheckInterval: Duration = .milliseconds(100)
+
+    /// One turn of the open connection: waits up to `timeout` milliseconds for the socket or a wake-up,
+    /// lets libmosquitto read and write, and — once ``keepaliveCheckInterval`` has passed since
+    /// `lastKeepaliveCheck` (updated) — keep the connection alive; then ``endBurstUnlessMoreIsWaiting()``.
+    /// Returns libmosquitto's result, like `mosquitto_loop`.
+    private func turn(timeout: Int32, lastKeepaliveCheck: inout ContinuousClock.Instant) -> Int32 {
+        defer { endBurstUnlessMoreIsWaiting() }
+        let socket = mosquitto_socket(handle)
+        guard socket != -1 else { return MOSQ_ERR_NO_CONN.rawValue }
+        let buffered = tlsHoldsReceivedBytes()
+        guard let events = waitForEvents(on: socket, timeout: buffered ? 0 : timeout) else {
+            return errno == EINTR ? MOSQ_ERR_SUCCESS.rawValue : MOSQ_ERR_ERRNO.rawValue
         }
-        endBurstUnlessMoreIsWaiting()
-        return rc
+        // Read on data, end of file or error (libmosquitto then reports the loss), on bytes OpenSSL holds
+        // already, and — TLS only — when writable: a handshake that wants to write goes on in a read.
+        let readable = events & Int16(POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0
+        if readable || buffered || (configuration.tls != nil && events & Int16(POLLOUT) != 0) {
+            let rc = step(on: socket) { mosquitto_loop_read(handle, 1) }
+            if rc != MOSQ_ERR_SUCCESS.rawValue || mosquitto_socket(handle) == -1 { return rc }
+        }
+        // Write what is queued now, without waiting for POLLOUT: the socket is non-blocking, and a packet
+        // queued by another thread (the wake-up above) or by a callback (a PUBACK) leaves in this turn.
+        if mosquitto_want_write(handle) {
+            let rc = step(on: socket) { mosquitto_loop_write(handle, 1) }
+            if rc != MOSQ_ERR_SUCCESS.rawValue || mosquitto_socket(handle) == -1 { return rc }
+        }
+        let now = ContinuousClock.now
+        guard now - lastKeepaliveCheck >= MosquittoConnection.keepaliveCheckInterval else { return MOSQ_ERR_SUCCESS.rawValue }
+        lastKeepaliveCheck = now
+        return step(on: socket) { mosquitto_loop_misc(handle) }
+    }
+
+    /// Runs one libmosquitto step under `io` if the connection still has the socket that was polled: a
+    /// publisher whose write failed may have closed it meanwhile (and reported the loss), and libmosquitto
+    /// would report it a second time.
+    private func step(on socket: Int32, _ body: () -> Int32) -> Int32 {
+        io.withLock { _ in mosquitto_socket(handle) == socket ? body() : MOSQ_ERR_NO_CONN.rawValue }
+    }
+
+    /// Polls `socket` — for writing too while libmosquitto has something to send — and the wake-up
+    /// channel, which it drains. Returns the socket's events, or nil if `poll()` failed (see `errno`).
+    private func waitForEvents(on socket: Int32, timeout: Int32) -> Int16? {
+        let events = mosquitto_want_write(handle) ? Int16(POLLIN | POLLOUT) : Int16(POLLIN)
+        var descriptors = (
+            pollfd(fd: socket, events: events, revents: 0), pollfd(fd: wake.descriptor, events: Int16(POLLIN), revents: 0)
+        )
+        let ready = withUnsafeMutablePointer(to: &descriptors) {
+            $0.withMemoryRebound(to: pollfd.self, capacity: 2) { poll($0, 2, timeout) }
+        }
+        guard ready >= 0 else { return nil }
+        if descriptors.1.revents != 0 { wake.drain() }
+        return descriptors.0.revents
+    }
+
+    /// Whether OpenSSL holds received bytes that `poll()` cannot see any more: decrypted from a record
+    /// that also carried the packets just read. `mosquitto_loop_read` reads them only while it goes on
+    /// reading, and it stops after a packet whenever `errno` is EAGAIN — which libmosquitto's own wake-up
+    /// pair leaves behind once it is full (see ``WakeChannel``) — so without this check such packets could
+    /// wait for the broker's next one.
+    private func tlsHoldsReceivedBytes() -> Bool {
+        guard configuration.tls != nil, let ssl = mosquitto_ssl_get(handle) else { return false }
+        return SSL_pending(OpaquePointer(ssl)) > 0
     }
 
     /// Tells the sinks of the messages read in this turn that their burst is over — unless more bytes
@@ -111,17 +160,6 @@ extension MosquittoConnection {
     }
 
     static let maximumBurst = 64
-
-    /// `mosquitto_loop` refuses descriptors `select()` cannot watch (every argument we pass it is
-    /// valid, so `MOSQ_ERR_INVAL` means that): the connection is given up as lost — a first `connect()`
-    /// fails with ``MQTTError/tooManyOpenDescriptors``, a reconnect backs off and tries again.
-    private func giveUpAboveSelectLimit() {
-        let error = MQTTError.tooManyOpenDescriptors
-        state.withLock { $0.onConnectionLost(reason: error.description, cause: error, now: .now, random: .random(in: 0..<1)) }
-            .resumeAll()
-        closeSocketAbruptly()
-        _ = mosquitto_loop_read(handle, 1)  // libmosquitto reads the end of the connection and closes the socket
-    }
 
     /// Blocks the network thread on its wake-up semaphore until `instant` (a reconnect back-off); returns
     /// false if woken early (stop requested).
@@ -163,10 +201,11 @@ extension MosquittoConnection {
             mosquitto_unsubscribe_multiple(handle, &mid, count, strings, nil)
         }
         if rc == MOSQ_ERR_SUCCESS.rawValue {
+            var lastKeepaliveCheck = ContinuousClock.now
             while mosquitto_socket(handle) != -1, lastUnsubscribeAck.load(ordering: .acquiring) != mid,
                 ContinuousClock.now < deadline
             {
-                if turn(timeout: 50) != MOSQ_ERR_SUCCESS.rawValue { break }
+                if turn(timeout: 50, lastKeepaliveCheck: &lastKeepaliveCheck) != MOSQ_ERR_SUCCESS.rawValue { break }
             }
         }
         var properties: OpaquePointer? = nil
@@ -183,7 +222,7 @@ extension MosquittoConnection {
         while case let socket = mosquitto_socket(handle), socket != -1, ContinuousClock.now < deadline {
             var descriptor = pollfd(fd: socket, events: Int16(POLLOUT), revents: 0)
             _ = poll(&descriptor, 1, 50)
-            if mosquitto_loop_write(handle, 1) != MOSQ_ERR_SUCCESS.rawValue { break }
+            if io.withLock({ _ in mosquitto_loop_write(handle, 1) }) != MOSQ_ERR_SUCCESS.rawValue { break }
         }
     }
 }

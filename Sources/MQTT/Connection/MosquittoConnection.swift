@@ -8,23 +8,34 @@ import Synchronization
 /// (libmosquitto's callbacks turned into ``ConnectionStateMachine`` inputs), `+Properties`.
 ///
 /// Threading: the handle is in threaded mode (`mosquitto_threaded_set(true)`), so publish, subscribe,
-/// unsubscribe and disconnect may be called from any thread; they only queue a packet, and libmosquitto
-/// wakes the network thread's `mosquitto_loop` through its own socket pair to write it. Only the network
-/// thread this type starts does socket I/O, and libmosquitto calls back on it alone. A callback updates
-/// the state machine under `state`'s lock, then — with the lock released — resumes continuations and
-/// yields to sequences; neither runs user code synchronously nor blocks, so the network thread never
-/// waits on the user.
+/// unsubscribe and disconnect may be called from any thread; they only queue a packet. Socket I/O —
+/// connect, read, write, keepalive — runs under `io`: on the network thread this type starts, and on a
+/// publishing thread that writes its own packet (``writeFromCaller()``). libmosquitto calls back on
+/// whichever thread runs the step: the network thread, or a publisher for the publish callback of a QoS 0
+/// message it wrote and the disconnect callback of a write that failed. A callback updates the state
+/// machine under `state`'s lock, then — with the lock released — resumes continuations and yields to
+/// sequences; neither runs user code synchronously nor blocks, so the network thread never waits on the
+/// user.
 ///
 /// `@unchecked Sendable` is sound because: `handle` is set once in `init` and destroyed only in `deinit`,
 /// when no thread can reference `self` any more (the network thread holds a strong reference while it
-/// runs); libmosquitto serialises its own state for the calls made from other threads (threaded mode);
-/// every Swift mutable state lives in `state` or `burst` (``LockedValue``s) or in atomics.
+/// runs); libmosquitto serialises its own state for the calls made from other threads (threaded mode), and
+/// `io` serialises its socket I/O; every Swift mutable state lives in `state` or `burst` (``LockedValue``s)
+/// or in atomics; `wake` is immutable (see ``WakeChannel``).
 final class MosquittoConnection: @unchecked Sendable {
     let configuration: MQTTClient.Configuration
     let state: LockedValue<ConnectionStateMachine>
     let handle: OpaquePointer
     /// Wakes the network thread while it waits to reconnect.
     let wakeup = DispatchSemaphore(value: 0)
+    /// Wakes the network thread out of `poll()`.
+    let wake: WakeChannel
+    /// Held by whichever thread is inside libmosquitto's socket I/O. Publishing threads only ever try it
+    /// (``writeFromCaller()``), so they never wait on the network.
+    let io = LockedValue(())
+    /// Whether a publishing thread may write its own packet: never over TLS (an OpenSSL connection must
+    /// not read on one thread while another writes), and no longer once the network thread stops.
+    let callerWrites: Atomic<Bool>
     private let nextID = Atomic<UInt64>(1)
     let droppedMessages = Atomic<Int>(0)
     let expireSessionOnStop = Atomic<Bool>(false)
@@ -46,8 +57,15 @@ final class MosquittoConnection: @unchecked Sendable {
         guard let handle = mosquitto_new(configuration.clientID, configuration.cleanStart, nil) else {
             throw .invalidConfiguration("libmosquitto could not create a client (clean start off needs a client ID)")
         }
+        do {
+            wake = try WakeChannel()
+        } catch {
+            mosquitto_destroy(handle)
+            throw error
+        }
         self.configuration = configuration
         self.handle = handle
+        self.callerWrites = Atomic(configuration.tls == nil)
         self.state = LockedValue(
             ConnectionStateMachine(
                 backoff: configuration.reconnect, servers: configuration.servers, retainedMessages: configuration.retainedMessages))
@@ -104,6 +122,7 @@ final class MosquittoConnection: @unchecked Sendable {
             handle, &mid, topic, Int32(payload.count), payload.baseAddress, qos.rawValue, retain, list)
         switch mosq_err_t(rawValue: rc) {
         case MOSQ_ERR_SUCCESS:
+            writeFromCaller()
             return .success((mid, generation))
         case MOSQ_ERR_NO_CONN where qos != .atMostOnce:
             // libmosquitto keeps QoS ≥ 1 messages queued and sends them once reconnected.
@@ -123,7 +142,9 @@ final class MosquittoConnection: @unchecked Sendable {
             mosquitto_subscribe_multiple(handle, &mid, count, strings, first.qos.rawValue, options, nil)
         }
         switch mosq_err_t(rawValue: rc) {
-        case MOSQ_ERR_SUCCESS: return .success(mid)
+        case MOSQ_ERR_SUCCESS:
+            wake.signal()
+            return .success(mid)
         case MOSQ_ERR_NO_CONN: return .success(nil)
         default: return .failure(MosquittoConnection.error(rc, topic: first.filter))
         }
@@ -135,6 +156,22 @@ final class MosquittoConnection: @unchecked Sendable {
         for filter in filters {
             _ = mosquitto_unsubscribe_v5(handle, nil, filter, nil)
         }
+        wake.signal()
+    }
+
+    /// In threaded mode `mosquitto_publish_v5` only queues the packet. The publishing thread then writes
+    /// it itself if it can take `io` at once — one `send()`, where waking the network thread to write it
+    /// costs a wake-up and a context switch on each side —, and otherwise (the network thread or another
+    /// publisher is in libmosquitto's I/O, TLS, stopping) wakes the network thread, which writes whatever
+    /// is queued before it waits. A write that fails has closed the socket and reported the loss (the
+    /// disconnect callback, on this thread); the network thread is woken to see the socket gone.
+    private func writeFromCaller() {
+        let written =
+            callerWrites.load(ordering: .relaxed)
+            ? io.withLockIfAvailable { _ in
+                mosquitto_socket(handle) == -1 ? MOSQ_ERR_NO_CONN.rawValue : mosquitto_loop_write(handle, 1)
+            } : nil
+        if written != MOSQ_ERR_SUCCESS.rawValue || mosquitto_want_write(handle) { wake.signal() }
     }
 
     /// Asks the network thread to stop (the state machine is `stopping` already). The thread sends
@@ -144,24 +181,19 @@ final class MosquittoConnection: @unchecked Sendable {
     func requestStop(expireSession: Bool = false) {
         if expireSession { expireSessionOnStop.store(true, ordering: .releasing) }
         wakeup.signal()
-        wakeLoop()
+        wake.signal()
     }
 
-    /// Wakes the network thread out of `mosquitto_loop`'s `select()`: queuing any packet does that, and
-    /// an UNSUBSCRIBE of a filter nobody subscribes to changes nothing on the broker. Without a socket
-    /// there is nothing to wake (the thread waits on `wakeup`, or is connecting).
-    func wakeLoop() {
-        _ = mosquitto_unsubscribe_v5(handle, nil, MosquittoConnection.wakeFilter, nil)
-    }
-
-    /// A filter nobody subscribes to: unsubscribing it changes nothing on the broker.
+    /// A filter nobody subscribes to, unsubscribed when stopping (see `sendDisconnect`) so that the
+    /// UNSUBSCRIBE that quiesces the connection is never empty: it changes nothing on the broker.
     static let wakeFilter = "groupsync-client/wake"
 
     /// Stops the network thread without DISCONNECT: the broker sees the connection die.
     func abort() {
         aborting.store(true, ordering: .releasing)
-        closeSocketAbruptly()  // select() wakes on the shut-down socket
+        closeSocketAbruptly()  // poll() wakes on the shut-down socket
         wakeup.signal()
+        wake.signal()
     }
 
     /// Shuts the socket down under the client as a crash would (no DISCONNECT is sent): libmosquitto
