@@ -43,6 +43,8 @@ let package = Package(
             dependencies: ["GroupSync", "MQTT", "BrokerSupport", "GroupSyncTestSupport", "CMosquitto"],
             path: "Benchmarks/groupsync-bench"
         ),
+        // The pure logic (state machines, codecs, clocks, topics), without a broker: `swift test --filter UnitTests`.
+        .testTarget(name: "UnitTests", dependencies: ["GroupSync", "MQTT", "BrokerSupport", "GroupSyncTestSupport"]),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT", "BrokerSupport", "GroupSyncTestSupport", "CMosquitto"]),
         .testTarget(name: "GroupSyncTests", dependencies: ["GroupSync", "MQTT", "BrokerSupport", "GroupSyncTestSupport"]),
         // Runs the built `groupsync` executable end to end (scripts/test.sh builds it first).

@@ -363,7 +363,7 @@ import Testing
     private func forgeriesChangeNothingAndAreReported(underTheACL: Bool) async throws {
         let environment = ProcessInfo.processInfo.environment
         let rounds = environment["GROUPSYNC_ADVERSARIAL_ROUNDS"].flatMap(Int.init) ?? 1
-        var generator = BadInputTests.SeededGenerator(state: environment["GROUPSYNC_ADVERSARIAL_SEED"].flatMap(UInt64.init) ?? 0xADC0DE)
+        var generator = SeededGenerator(state: environment["GROUPSYNC_ADVERSARIAL_SEED"].flatMap(UInt64.init) ?? 0xADC0DE)
         try await Scene.with(underTheACL: underTheACL) { scene in
             var fences: [String] = []
             try await scene.fence("start")

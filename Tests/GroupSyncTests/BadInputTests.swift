@@ -7,18 +7,6 @@ import Testing
 
 /// Garbage and impostors under the group's root change nothing and are counted.
 @Suite(.timeLimit(.minutes(timeLimitMinutes(2)))) struct BadInputTests {
-    /// A deterministic generator (SplitMix64), so that a failing input can be reproduced from the seed.
-    struct SeededGenerator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     static let validPayloads: [String] = [
         #"{"epoch":1,"name":"A","participant":"alice","status":"online","v":2}"#,
         #"{"epoch":1,"interval":2500,"v":2}"#,

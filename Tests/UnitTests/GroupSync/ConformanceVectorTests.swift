@@ -6,7 +6,7 @@ import Testing
 /// Runs every vector of docs/conformance/ (format: docs/conformance/README.md) through the Swift codec.
 @Suite struct ConformanceVectorTests {
     static let directory = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("docs/conformance")
 
     static let files = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [])

@@ -440,7 +440,7 @@ private struct Simulation {
     static let epoch: Int64 = 1
     let seed: UInt64
     /// Deterministic, so that a failing seed can be replayed.
-    var random: BadInputTests.SeededGenerator
+    var random: SeededGenerator
     let messageCount: Int
     let loss: Double
     let duplication: Double
@@ -462,7 +462,7 @@ private struct Simulation {
 
     init(seed: UInt64) {
         self.seed = seed
-        random = BadInputTests.SeededGenerator(state: seed)
+        random = SeededGenerator(state: seed)
         messageCount = Int.random(in: 40...160, using: &random)
         loss = Double.random(in: 0...0.3, using: &random)
         duplication = Double.random(in: 0...0.2, using: &random)
