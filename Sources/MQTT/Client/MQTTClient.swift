@@ -26,7 +26,7 @@ public final class MQTTClient: Sendable {
     }
 
     deinit {
-        if connection.state.withLock({ $0.onDropped() }) { connection.requestStop() }
+        connection.update { $0.onDropped() }
     }
 
     /// Whether CONNACK was received and the connection is up now.
@@ -56,22 +56,13 @@ public final class MQTTClient: Sendable {
         // Already cancelled: no attempt at all (a TCP connect, once started, may take the kernel's time).
         guard !Task.isCancelled else { throw .cancelled }
         let connection = self.connection
-        let cancel: @Sendable () -> Void = {
-            if connection.state.withLock({ $0.onConnectCancelled() }) { connection.requestStop() }
-        }
         let result = await withTaskCancellationHandler {
             await withCheckedContinuation { (waiter: ConnectionStateMachine.ConnectWaiter) in
-                let started = connection.state.withLock { $0.onConnectRequested(waiter) }
-                if started {
-                    connection.startNetworkThread()
-                    // A cancellation that came before the attempt existed found nothing to stop.
-                    if Task.isCancelled { cancel() }
-                } else {
-                    waiter.resume(returning: .failure(.invalidConfiguration("connect() was already called on this client")))
-                }
+                // Read under the lock: a cancellation that came before the attempt existed found nothing to stop.
+                connection.update { $0.onConnectRequested(waiter, cancelled: Task.isCancelled) }
             }
         } onCancel: {
-            cancel()
+            connection.update { $0.onConnectCancelled() }
         }
         try result.get()
     }
@@ -90,12 +81,10 @@ public final class MQTTClient: Sendable {
         // kernel's timeout, minutes): stop waiting for it after two seconds, it ends on its own.
         let timeout = Task {
             try? await Task.sleep(for: .seconds(2))
-            connection.state.withLock { $0.onDisconnectTimedOut(id: id) }.resumeAll()
+            connection.update { $0.onDisconnectTimedOut(id: id) }
         }
         await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
-            let (effects, running) = connection.state.withLock { $0.onDisconnectRequested(id: id, waiter) }
-            if running { connection.requestStop(expireSession: expireSession) }
-            effects.resumeAll()
+            connection.update { $0.onDisconnectRequested(id: id, waiter, stop: expireSession ? .expireSession : .disconnect) }
         }
         timeout.cancel()
     }
@@ -166,10 +155,7 @@ public final class MQTTClient: Sendable {
     /// known already — its receipt's `completed` says when either way. `handler` must return at once (it
     /// can hold up the connection). Use this, ``detach(_:)`` or ``acknowledgement(of:)`` once per ticket.
     package func onOutcome(of ticket: PublishTicket, _ handler: @escaping @Sendable (Result<PublishReceipt, MQTTError>) -> Void) {
-        let outcomes = connection.state.withLock {
-            $0.onPublishRegistered(mid: ticket.mid, qos: ticket.qos, generation: ticket.generation, .handler(handler))
-        }
-        for (waiter, result) in outcomes { waiter.resume(returning: result) }
+        connection.update { $0.onPublishRegistered(mid: ticket.mid, qos: ticket.qos, generation: ticket.generation, .handler(handler)) }
     }
 
     /// The asynchronous half: waits until the message was written (QoS 0) or acknowledged (QoS ≥ 1).
@@ -177,17 +163,14 @@ public final class MQTTClient: Sendable {
         let connection = self.connection
         let result = await withTaskCancellationHandler {
             await withUnsafeContinuation { continuation in
-                let outcomes = connection.state.withLock {
+                connection.update {
                     $0.onPublishRegistered(
                         mid: ticket.mid, qos: ticket.qos, generation: ticket.generation, cancelled: Task.isCancelled,
                         .task(continuation))
                 }
-                for (waiter, result) in outcomes { waiter.resume(returning: result) }
             }
         } onCancel: {
-            if let (waiter, result) = connection.state.withLock({ $0.onPublishCancelled(mid: ticket.mid) }) {
-                waiter.resume(returning: result)
-            }
+            connection.update { $0.onPublishCancelled(mid: ticket.mid) }
         }
         switch result {
         case .success(let receipt): return receipt
@@ -269,8 +252,11 @@ public final class MQTTClient: Sendable {
         }
         let connection = self.connection
         let id = connection.makeID()
-        let toSend = try connection.state.withLock { machine throws(MQTTError) in
-            try machine.onSubscriptionAdded(id: id, subscriptions, sink: sink)
+        let toSend: [TopicSubscription]
+        switch connection.update({ $0.onSubscriptionAdded(id: id, subscriptions, sink: sink) }) {
+        case let .subscribe(filters)?: toSend = filters
+        case let .refuse(error)?: throw error
+        case .publish?, nil: preconditionFailure("a subscription is answered with its filters or a refusal")
         }
         registered(id)
         var packets: [[TopicSubscription]] = []
@@ -295,9 +281,7 @@ public final class MQTTClient: Sendable {
         var failure: MQTTError?
         for (mid, filters) in sent {  // every SUBACK is claimed, even after a refusal
             let codes = await withCheckedContinuation { (waiter: ConnectionStateMachine.SubscribeWaiter) in
-                if let (waiter, result) = connection.state.withLock({ $0.onSubscribeRegistered(mid: mid, waiter) }) {
-                    waiter.resume(returning: result)
-                }
+                connection.update { $0.onSubscribeRegistered(mid: mid, waiter) }
             }
             switch codes {
             case .success(let codes):
@@ -331,18 +315,14 @@ public final class MQTTClient: Sendable {
     public func events() -> ConnectionEvents {
         let connection = self.connection
         let (stream, continuation) = AsyncStream.makeStream(of: ConnectionEvent.self, bufferingPolicy: .bufferingNewest(1_000))
-        if let id = connection.state.withLock({ $0.onListenerAdded(continuation) }) {
-            continuation.onTermination = { _ in connection.state.withLock { $0.onListenerRemoved(id: id) } }
-        } else {
-            continuation.finish()
-        }
+        let id = connection.makeID()
+        continuation.onTermination = { _ in connection.state.withLock { $0.onListenerRemoved(id: id) } }
+        connection.update { $0.onListenerAdded(id: id, continuation) }
         return ConnectionEvents(stream: stream)
     }
 
     static func removeSubscription(id: UInt64, from connection: MosquittoConnection) {
-        guard let (sink, filters) = connection.state.withLock({ $0.onSubscriptionRemoved(id: id) }) else { return }
-        connection.unsubscribe(filters)
-        sink.finish()
+        connection.update { $0.onSubscriptionRemoved(id: id) }
     }
 
     /// Test and demo hook: dies as a crashed process would — the socket closes without DISCONNECT (so
@@ -351,9 +331,7 @@ public final class MQTTClient: Sendable {
         let connection = self.connection
         let id = connection.makeID()
         await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
-            let (effects, running) = connection.state.withLock { $0.onDisconnectRequested(id: id, waiter) }
-            if running { connection.abort() }
-            effects.resumeAll()
+            connection.update { $0.onDisconnectRequested(id: id, waiter, stop: .abort) }
         }
     }
 }

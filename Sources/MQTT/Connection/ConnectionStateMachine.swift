@@ -1,12 +1,12 @@
 /// The connection's logic, as a value: a ``State`` whose cases carry their own data, and one
-/// `mutating func on…` per input that returns what to do. It never calls libmosquitto and never resumes
-/// anything itself; ``MosquittoConnection`` and ``MQTTClient`` do that after releasing the lock that
-/// guards this value.
+/// `mutating func on…` per input that returns what to do: an ``Action``, its effects in the order to run
+/// them. It never calls libmosquitto and never resumes anything itself; ``MosquittoConnection`` runs the
+/// effects (`perform`) after releasing the lock that guards this value.
 struct ConnectionStateMachine {
     typealias ConnectWaiter = CheckedContinuation<Result<Void, MQTTError>, Never>
     /// Who is told a publish's outcome. It is told exactly once because this machine holds it in one
-    /// place — a `waiting` entry, taken out when it goes into an outcome (acknowledged, failed, cancelled,
-    /// or the connection closed) — and outcomes are run once.
+    /// place — a `waiting` entry, taken out when it goes into an effect (acknowledged, failed, cancelled,
+    /// or the connection closed) — and effects are run once.
     enum PublishWaiter: Sendable {
         /// A task awaiting it. Unchecked, unlike the other continuations: one is made for every reliable
         /// message sent, and the machine guarantees the single resume.
@@ -14,18 +14,10 @@ struct ConnectionStateMachine {
         /// A function called where the outcome becomes known: on the network thread for a write or an
         /// acknowledgement, so it must return at once.
         case handler(@Sendable (Result<PublishReceipt, MQTTError>) -> Void)
-
-        func resume(returning result: Result<PublishReceipt, MQTTError>) {
-            switch self {
-            case let .task(continuation): continuation.resume(returning: result)
-            case let .handler(handler): handler(result)
-            }
-        }
     }
     typealias SubscribeWaiter = CheckedContinuation<Result<[Int], MQTTError>, Never>
     typealias StopWaiter = CheckedContinuation<Void, Never>
-    typealias PublishOutcome = (waiter: PublishWaiter, result: Result<PublishReceipt, MQTTError>)
-    typealias SubscribeOutcome = (waiter: SubscribeWaiter, result: Result<[Int], MQTTError>)
+    typealias Listener = AsyncStream<ConnectionEvent>.Continuation
 
     enum State {
         /// `connect()` not called yet: no network thread.
@@ -45,6 +37,48 @@ struct ConnectionStateMachine {
         /// The network thread is gone; nothing works any more.
         case stopped
     }
+
+    /// One thing to do after an input, outside the lock.
+    enum Effect {
+        case resumeConnect(ConnectWaiter, Result<Void, MQTTError>)
+        case resumePublish(PublishWaiter, Result<PublishReceipt, MQTTError>)
+        case resumeSubscribe(SubscribeWaiter, Result<[Int], MQTTError>)
+        case resumeStop(StopWaiter)
+        /// Yield the event to these listeners of ``MQTTClient/events()``.
+        case announce(ConnectionEvent, to: [Listener])
+        /// Tell a subscription of a new connection, with CONNACK's session-present flag.
+        case tellConnected(MessageSink, sessionPresent: Bool)
+        /// Subscribe a live filter again on a new connection, then ``onRestoreRegistered(mid:filter:)``.
+        case restore(TopicSubscription)
+        /// Hand a received message to these sinks.
+        case deliver(MQTTMessage, to: [MessageSink])
+        case finishSubscription(MessageSink)
+        case finishListeners([Listener])
+        /// Start the network thread; it runs until ``nextStep`` says exit.
+        case startNetworkThread
+        /// Wake the network thread to stop (the state is stopping already), as `Stop` says.
+        case stopNetworkThread(Stop)
+        /// Send UNSUBSCRIBE for filters no live subscription uses any more.
+        case unsubscribe([String])
+        /// The answer to the caller of the input, which acts on it; an input gives at most one, last.
+        case reply(Reply)
+    }
+
+    /// What an input asks for, in the order to do it.
+    typealias Action = [Effect]
+
+    /// The answer to the input's caller: hand the PUBLISH to libmosquitto (it goes out on connection
+    /// `generation`), send SUBSCRIBE for these filters now, or fail the request with this error.
+    enum Reply: Equatable {
+        case publish(generation: Int)
+        case subscribe([TopicSubscription])
+        case refuse(MQTTError)
+    }
+
+    /// How the network thread stops: with DISCONNECT (the broker keeps the session for its expiry
+    /// interval and does not publish the will), with DISCONNECT that also ends the session (MQTT 5), or
+    /// aborting without one, as in a crash (the broker publishes the will).
+    enum Stop: Equatable { case disconnect, expireSession, abort }
 
     /// What the broker announced in CONNACK.
     struct BrokerLimits: Equatable, Sendable {
@@ -94,7 +128,8 @@ struct ConnectionStateMachine {
     /// connections, each with its own table).
     private(set) var routes: [String: [MessageSink]] = [:]
     static let maximumRoutes = 128
-    private var listeners = ListenerRegistry<AsyncStream<ConnectionEvent>.Continuation>()
+    /// The listeners of ``MQTTClient/events()``, under the IDs their sequences remove them by.
+    private var listeners: [UInt64: Listener] = [:]
     private let backoff: Backoff
     /// The brokers, in the order they are tried (the configuration's host, then its fallbacks).
     private let servers: [MQTTClient.Server]
@@ -115,47 +150,10 @@ struct ConnectionStateMachine {
     /// The broker the current or next attempt goes to.
     var currentServer: MQTTClient.Server { servers[server] }
 
-    /// What a change of the connection's state asks for, run outside the lock in this order by
-    /// ``resumeAll()``; `restore` is the network thread's to send first (see `didConnect`).
-    struct Effects {
-        var connectResult: (ConnectWaiter, Result<Void, MQTTError>)?
-        var publishResults: [PublishOutcome] = []
-        var subscribeResults: [SubscribeOutcome] = []
-        var events: [ConnectionEvent] = []
-        var listeners: [AsyncStream<ConnectionEvent>.Continuation] = []
-        /// Sinks to tell of a new connection, before the subscriptions are restored.
-        var connectedSinks: [MessageSink] = []
-        /// Filters to subscribe again on a new connection.
-        var restore: [TopicSubscription] = []
-        var finishSubscriptions: [MessageSink] = []
-        var finishListeners = false
-        var stopWaiters: [StopWaiter] = []
-
-        /// Resumes continuations and yields to sequences. Never calls libmosquitto.
-        func resumeAll() {
-            if let (waiter, result) = connectResult { waiter.resume(returning: result) }
-            for (waiter, result) in publishResults { waiter.resume(returning: result) }
-            for (waiter, result) in subscribeResults { waiter.resume(returning: result) }
-            for event in events {
-                for listener in listeners { listener.yield(event) }
-            }
-            for sink in finishSubscriptions { sink.finish() }
-            if finishListeners {
-                for listener in listeners { listener.finish() }
-            }
-            for waiter in stopWaiters { waiter.resume() }
-        }
-    }
-
-    var isConnected: Bool {
-        if case .connected = state { return true }
-        return false
-    }
-
-    var isStopped: Bool {
-        if case .stopped = state { return true }
-        return false
-    }
+    var isConnected: Bool { if case .connected = state { true } else { false } }
+    var isStopped: Bool { if case .stopped = state { true } else { false } }
+    /// Whether the client was stopped or is stopping: nothing new starts.
+    private var isEnding: Bool { if case .stopping = state { true } else { isStopped } }
 
     /// Every filter some live subscription uses, each with the options it was last subscribed with.
     var liveFilters: [TopicSubscription] {
@@ -168,68 +166,74 @@ struct ConnectionStateMachine {
 
     // MARK: - Caller side
 
-    /// `connect()` was called. Returns false when the client was already started (or stopped).
-    mutating func onConnectRequested(_ waiter: ConnectWaiter) -> Bool {
-        guard case .idle = state else { return false }
-        state = .firstConnect(waiter, socketOpen: false)
-        return true
-    }
-
-    /// The task waiting in the first `connect()` was cancelled. Returns whether the network thread must be
-    /// stopped: the connect then fails with ``MQTTError/cancelled`` once the thread has ended, as a failed
-    /// first connect does. Nothing changes once the first connect is over (or before it started).
-    mutating func onConnectCancelled() -> Bool {
-        guard case let .firstConnect(waiter, _) = state else { return false }
-        state = .stopping(connectWaiter: waiter, connectFailure: .cancelled, stopWaiters: [:])
-        return true
-    }
-
-    /// Whether a PUBLISH of `size` bytes at `qos` may be handed to libmosquitto now; on success, the
-    /// connection generation it is sent on. QoS ≥ 1 may be queued while reconnecting (libmosquitto
-    /// sends it once connected); QoS 0 only goes out on a live connection.
-    func checkPublish(qos: QoS, retain: Bool, size: Int) -> Result<Int, MQTTError> {
-        switch state {
-        case .stopping, .stopped: return .failure(.disconnected)
-        case .idle: return .failure(.notConnected)
-        case .firstConnect, .backingOff, .reconnecting:
-            if qos == .atMostOnce { return .failure(.notConnected) }
-        case .connected:
-            break
+    /// `connect()` was called, from a task `cancelled` already or not: the network thread starts. Once
+    /// cancelled, the thread exits at once and the connect fails with ``MQTTError/cancelled`` when it has
+    /// ended, as a cancelled first connect does. A second call fails: the client was already started.
+    mutating func onConnectRequested(_ waiter: ConnectWaiter, cancelled: Bool = false) -> Action {
+        guard case .idle = state else {
+            return [.resumeConnect(waiter, .failure(.invalidConfiguration("connect() was already called on this client")))]
         }
-        if retain && !limits.retainAvailable { return .failure(.retainUnavailable) }
-        if let limit = limits.maximumPacketSize, size > limit { return .failure(.payloadTooLarge(size: size, limit: limit)) }
-        return .success(generation)
+        state =
+            cancelled
+            ? .stopping(connectWaiter: waiter, connectFailure: .cancelled, stopWaiters: [:]) : .firstConnect(waiter, socketOpen: false)
+        return [.startNetworkThread]
+    }
+
+    /// The task waiting in the first `connect()` was cancelled: the network thread stops, and the connect
+    /// fails with ``MQTTError/cancelled`` once the thread has ended, as a failed first connect does. The
+    /// cancellation may come at any time: once the first connect is over (or before it started), nothing
+    /// changes.
+    mutating func onConnectCancelled() -> Action {
+        guard case let .firstConnect(waiter, _) = state else { return [] }
+        state = .stopping(connectWaiter: waiter, connectFailure: .cancelled, stopWaiters: [:])
+        return [.stopNetworkThread(.disconnect)]
+    }
+
+    /// A PUBLISH of `size` bytes at `qos` is to be handed to libmosquitto: replies with the connection
+    /// generation it is sent on, or refuses it. QoS ≥ 1 may be queued while reconnecting (libmosquitto
+    /// sends it once connected); QoS 0 only goes out on a live connection.
+    func onPublishRequested(qos: QoS, retain: Bool, size: Int) -> Action {
+        switch state {
+        case .stopping, .stopped: return [.reply(.refuse(.disconnected))]
+        case .idle: return [.reply(.refuse(.notConnected))]
+        case .firstConnect, .backingOff, .reconnecting:
+            if qos == .atMostOnce { return [.reply(.refuse(.notConnected))] }
+        case .connected: break
+        }
+        if retain && !limits.retainAvailable { return [.reply(.refuse(.retainUnavailable))] }
+        if let limit = limits.maximumPacketSize, size > limit { return [.reply(.refuse(.payloadTooLarge(size: size, limit: limit)))] }
+        return [.reply(.publish(generation: generation))]
     }
 
     /// A publish was handed to libmosquitto as message `mid` while the connection was at `generation`,
-    /// and its sender now waits for the outcome — unless its task was `cancelled` already. Returns the
+    /// and its sender now waits for the outcome — unless its task was `cancelled` already. Resumes the
     /// outcomes known now (none: the sender waits).
     mutating func onPublishRegistered(
         mid: Int32, qos: QoS, generation sentAt: Int, cancelled: Bool = false, _ waiter: PublishWaiter
-    ) -> [PublishOutcome] {
-        var outcomes: [PublishOutcome] = []
+    ) -> Action {
+        var action: Action = []
         switch publishes.removeValue(forKey: mid) {
         case let .completed(result):
-            return [(waiter, result)]
+            return [.resumePublish(waiter, result)]
         case let .waiting(_, older):
             // Only if libmosquitto reused the ID of a message still awaited: that waiter cannot be told
             // its outcome any more; it fails rather than waiting forever.
-            outcomes.append((older, .failure(.connectionLost)))
+            action.append(.resumePublish(older, .failure(.connectionLost)))
         case .cancelled, nil:  // a cancelled entry belongs to an older message
             break
         }
         switch state {
         case .stopping, .stopped:
-            outcomes.append((waiter, .failure(.disconnected)))
+            action.append(.resumePublish(waiter, .failure(.disconnected)))
         case _ where qos == .atMostOnce && sentAt != generation:
-            outcomes.append((waiter, .failure(.connectionLost)))
+            action.append(.resumePublish(waiter, .failure(.connectionLost)))
         case _ where cancelled:
             publishes[mid] = .cancelled(qos: qos)  // its acknowledgement is still to come: drop it then
-            outcomes.append((waiter, .failure(.cancelled)))
+            action.append(.resumePublish(waiter, .failure(.cancelled)))
         default:
             publishes[mid] = .waiting(qos: qos, waiter)
         }
-        return outcomes
+        return action
     }
 
     /// Nobody will await publish `mid` (sent at `qos`): its acknowledgement, if any comes, is dropped.
@@ -241,111 +245,91 @@ struct ConnectionStateMachine {
         }
     }
 
-    /// The task awaiting publish `mid` was cancelled.
-    mutating func onPublishCancelled(mid: Int32) -> PublishOutcome? {
+    /// The task awaiting publish `mid` was cancelled: it fails with ``MQTTError/cancelled``.
+    mutating func onPublishCancelled(mid: Int32) -> Action {
         // Not registered yet (the task sees its cancellation when it registers), or over already: nothing
         // to record — an entry would outlive the message and meet a later one that reuses its ID.
-        guard case let .waiting(qos, waiter) = publishes[mid] else { return nil }
+        guard case let .waiting(qos, waiter) = publishes[mid] else { return [] }
         // The entry stays: the acknowledgement still comes and must not be left for a later message
         // that reuses this ID.
         publishes[mid] = .cancelled(qos: qos)
-        return (waiter, .failure(.cancelled))
+        return [.resumePublish(waiter, .failure(.cancelled))]
     }
 
-    /// A new subscription. Returns the filters to send now (none while disconnected: the next
-    /// connection subscribes them), or throws when the client is stopped.
-    mutating func onSubscriptionAdded(
-        id: UInt64, _ requested: [TopicSubscription], sink: MessageSink
-    ) throws(MQTTError) -> [TopicSubscription] {
-        switch state {
-        case .stopping, .stopped: throw .disconnected
-        default: break
-        }
+    /// A new subscription: replies with the filters to subscribe now — none while disconnected, the next
+    /// connection subscribes them — or refuses it once the client is stopping.
+    mutating func onSubscriptionAdded(id: UInt64, _ requested: [TopicSubscription], sink: MessageSink) -> Action {
+        guard !isEnding else { return [.reply(.refuse(.disconnected))] }
         var sink = sink
         sink.id = id
         subscriptions[id] = SubscriptionEntry(filters: requested, sink: sink, filterBytes: requested.map { Array($0.filter.utf8) })
-        return isConnected ? requested : []
+        return [.reply(.subscribe(isConnected ? requested : []))]
     }
 
-    /// SUBSCRIBE `mid` was sent for a caller now awaiting its SUBACK.
-    mutating func onSubscribeRegistered(mid: Int32, _ waiter: SubscribeWaiter) -> SubscribeOutcome? {
-        if case let .completed(codes) = subacks.removeValue(forKey: mid) { return (waiter, .success(codes)) }
-        switch state {
-        case .stopping, .stopped: return (waiter, .failure(.disconnected))
-        default:
-            subacks[mid] = .waiting(waiter)
-            return nil
-        }
+    /// SUBSCRIBE `mid` was sent for a caller now awaiting its SUBACK: resumed at once if it came already
+    /// or the client is stopping.
+    mutating func onSubscribeRegistered(mid: Int32, _ waiter: SubscribeWaiter) -> Action {
+        if case let .completed(codes) = subacks.removeValue(forKey: mid) { return [.resumeSubscribe(waiter, .success(codes))] }
+        guard !isEnding else { return [.resumeSubscribe(waiter, .failure(.disconnected))] }
+        subacks[mid] = .waiting(waiter)
+        return []
     }
 
-    /// The network thread resubscribed `filter` after a reconnect as `mid`.
+    /// The network thread resubscribed `filter` after a reconnect as `mid` (``Effect/restore(_:)``).
     mutating func onRestoreRegistered(mid: Int32, filter: String) {
         subacks[mid] = .restore(filter)
     }
 
-    /// A subscription ended (consumer cancelled, unsubscribe, or deallocation). Returns its sink, to
-    /// finish, and the filters no other subscription uses, to unsubscribe while connected.
-    mutating func onSubscriptionRemoved(id: UInt64) -> (sink: MessageSink, unsubscribe: [String])? {
-        guard let entry = subscriptions.removeValue(forKey: id) else { return nil }
+    /// A subscription ended (consumer cancelled, unsubscribe, or deallocation; whichever comes first —
+    /// the others find nothing to do): the filters no other subscription uses are unsubscribed while
+    /// connected, then its sink is finished.
+    mutating func onSubscriptionRemoved(id: UInt64) -> Action {
+        guard let entry = subscriptions.removeValue(forKey: id) else { return [] }
         let stillUsed = Set(subscriptions.values.flatMap { $0.filters.map(\.filter) })
         let unused = Set(entry.filters.map(\.filter)).subtracting(stillUsed)
-        return (entry.sink, isConnected ? unused.sorted() : [])
+        return (isConnected && !unused.isEmpty ? [.unsubscribe(unused.sorted())] : []) + [.finishSubscription(entry.sink)]
     }
 
-    /// A listener of connection events; nil once stopped (its sequence is to be finished at once).
-    mutating func onListenerAdded(_ continuation: AsyncStream<ConnectionEvent>.Continuation) -> ListenerRegistry<
-        AsyncStream<ConnectionEvent>.Continuation
-    >.ID? {
-        isStopped ? nil : listeners.add(continuation)
+    /// A listener of connection events, which its sequence removes under `id`; finished at once when the
+    /// client is stopped.
+    mutating func onListenerAdded(id: UInt64, _ listener: Listener) -> Action {
+        guard !isStopped else { return [.finishListeners([listener])] }
+        listeners[id] = listener
+        return []
     }
 
-    mutating func onListenerRemoved(id: ListenerRegistry<AsyncStream<ConnectionEvent>.Continuation>.ID) {
-        listeners.remove(id)
+    /// A listener's sequence ended. Nothing to do.
+    mutating func onListenerRemoved(id: UInt64) {
+        listeners[id] = nil
     }
 
-    /// `disconnect()` was called. `wasRunning` is false when there is no network thread to wait for.
-    mutating func onDisconnectRequested(id: UInt64, _ waiter: StopWaiter) -> (Effects, wasRunning: Bool) {
+    /// `disconnect()` (or `abort()`, as `stop` says) was called: the network thread stops and `waiter` is
+    /// resumed when it has ended — at once when there is none.
+    mutating func onDisconnectRequested(id: UInt64, _ waiter: StopWaiter, stop: Stop) -> Action {
         switch state {
-        case .stopped:
-            return (Effects(stopWaiters: [waiter]), false)
-        case .idle:
-            var effects = stop()
-            effects.stopWaiters = [waiter]
-            return (effects, false)
-        case let .firstConnect(connecting, _):
-            state = .stopping(connectWaiter: connecting, connectFailure: nil, stopWaiters: [id: waiter])
-        case .connected, .backingOff, .reconnecting:
-            state = .stopping(connectWaiter: nil, connectFailure: nil, stopWaiters: [id: waiter])
-        case .stopping(let connecting, let failure, var waiters):
-            waiters[id] = waiter
-            state = .stopping(connectWaiter: connecting, connectFailure: failure, stopWaiters: waiters)
+        case .stopped: return [.resumeStop(waiter)]
+        case .idle: return self.stop() + [.resumeStop(waiter)]
+        case .firstConnect, .connected, .backingOff, .reconnecting, .stopping: return stopRunning(stop, waiter: [id: waiter])
         }
-        return (Effects(), true)
     }
 
     /// `disconnect()` gave up waiting for the network thread (stuck in a blocking TCP connect to an
     /// unresponsive host): its waiter is resumed now, and so is a `connect()` stuck in the same call;
-    /// the thread finishes on its own later.
-    mutating func onDisconnectTimedOut(id: UInt64) -> Effects {
+    /// the thread finishes on its own later. Nothing to do when the thread ended first.
+    mutating func onDisconnectTimedOut(id: UInt64) -> Action {
         guard case .stopping(let connecting, let failure, var waiters) = state, let waiter = waiters.removeValue(forKey: id) else {
-            return Effects()
+            return []
         }
         state = .stopping(connectWaiter: nil, connectFailure: nil, stopWaiters: waiters)
-        return Effects(connectResult: connecting.map { ($0, .failure(failure ?? .disconnected)) }, stopWaiters: [waiter])
+        return (connecting.map { [.resumeConnect($0, .failure(failure ?? .disconnected))] } ?? []) + [.resumeStop(waiter)]
     }
 
-    /// The client was dropped without `disconnect()`. Returns whether a network thread must be stopped
-    /// (nobody waits for it).
-    mutating func onDropped() -> Bool {
+    /// The client was dropped without `disconnect()`: a running network thread stops (nobody waits for it).
+    mutating func onDropped() -> Action {
         switch state {
-        case .idle, .stopping, .stopped:
-            return false
-        case let .firstConnect(connecting, _):
-            state = .stopping(connectWaiter: connecting, connectFailure: nil, stopWaiters: [:])
-        case .connected, .backingOff, .reconnecting:
-            state = .stopping(connectWaiter: nil, connectFailure: nil, stopWaiters: [:])
+        case .idle, .stopping, .stopped: return []
+        case .firstConnect, .connected, .backingOff, .reconnecting: return stopRunning(.disconnect)
         }
-        return true
     }
 
     // MARK: - Network thread side
@@ -370,42 +354,55 @@ struct ConnectionStateMachine {
         }
     }
 
-    /// Opening the socket failed before any CONNACK.
-    mutating func onConnectFailed(_ error: MQTTError, now: ContinuousClock.Instant, random: Double) -> Effects {
+    /// Opening the socket failed before any CONNACK. Only the network thread's connect step comes here
+    /// (``nextStep``), in the first connect or backing off — or stopping, when `disconnect()` came
+    /// meanwhile: nothing changes then. Any other state is a bug of the caller.
+    mutating func onConnectFailed(_ error: MQTTError, now: ContinuousClock.Instant, random: Double) -> Action {
         switch state {
-        case let .firstConnect(waiter, _):
+        case let .firstConnect(waiter, socketOpen: false):
             // The first connect fails fast and for good, once every broker was tried: the caller learns why.
             return failFirstConnectOrMoveOn(waiter, error)
-        case let .backingOff(attempt, _), let .reconnecting(attempt):
+        case let .backingOff(attempt, _):
             return scheduleReconnect(attempt: attempt + 1, now: now, random: random)
-        case .idle, .connected, .stopping, .stopped:
-            return Effects()
+        case .stopping:
+            return []
+        case .idle, .firstConnect(_, socketOpen: true), .connected, .reconnecting, .stopped:
+            preconditionFailure("a connect failed outside the network thread's connect step: \(state)")
         }
     }
 
-    /// The socket is open; CONNACK is awaited.
+    /// The socket is open; CONNACK is awaited. Only the connect step comes here, as for
+    /// ``onConnectFailed(_:now:random:)``. Nothing to do.
     mutating func onSocketOpened() {
         switch state {
-        case let .firstConnect(waiter, _): state = .firstConnect(waiter, socketOpen: true)
+        case let .firstConnect(waiter, socketOpen: false): state = .firstConnect(waiter, socketOpen: true)
         case let .backingOff(attempt, _): state = .reconnecting(attempt: attempt)
-        default: break
+        case .stopping: break
+        case .idle, .firstConnect(_, socketOpen: true), .connected, .reconnecting, .stopped:
+            preconditionFailure("a socket opened outside the network thread's connect step: \(state)")
         }
     }
 
-    /// CONNACK arrived. `reasonCode` 0 is success.
+    /// CONNACK arrived. `reasonCode` 0 is success: the subscriptions hear of the new connection and are
+    /// restored before anyone hears of it (a first `connect()` returns, `.connected` is announced): a
+    /// publish made in reaction to `.connected` must reach the broker after them, or a retained copy of it
+    /// would come back as a stored message instead of live. No CONNACK comes before `connect()`; one after
+    /// `disconnect()` (or a cancelled connect) changes nothing.
     mutating func onConnack(
         reasonCode: Int, reason: String, sessionPresent: Bool, limits: BrokerLimits,
         now: ContinuousClock.Instant, random: Double
-    ) -> Effects {
-        var effects = Effects()
+    ) -> Action {
+        var connecting: ConnectWaiter?
         switch state {
-        case .idle, .connected, .stopping, .stopped:
-            return effects
+        case .idle:
+            preconditionFailure("CONNACK before connect()")
+        case .connected, .stopping, .stopped:
+            return []
         case let .firstConnect(waiter, _):
             guard reasonCode == 0 else {
                 return failFirstConnect(waiter, .connectionRefused(reasonCode: reasonCode, reason: reason))
             }
-            effects.connectResult = (waiter, .success(()))
+            connecting = waiter
         case let .backingOff(attempt, _), let .reconnecting(attempt):
             // A refused CONNACK (bad credentials, banned) will not fix itself quickly: wait the longest.
             guard reasonCode == 0 else { return scheduleReconnect(attempt: attempt + 1, now: now, random: random, delay: backoff.maximum) }
@@ -413,58 +410,52 @@ struct ConnectionStateMachine {
         state = .connected
         self.limits = limits
         self.limits.retainAvailable = limits.retainAvailable && retainedMessages
-        effects.restore = liveFilters
-        effects.connectedSinks = subscriptions.values.map(\.sink).filter { $0.connected != nil }
-        effects.events = [.connected(to: currentServer, sessionPresent: sessionPresent)]
-        effects.listeners = listeners.all
-        return effects
+        let told = subscriptions.values.map(\.sink).filter { $0.connected != nil }
+        return told.map { .tellConnected($0, sessionPresent: sessionPresent) } + liveFilters.map(Effect.restore)
+            + (connecting.map { [.resumeConnect($0, .success(()))] } ?? [])
+            + [.announce(.connected(to: currentServer, sessionPresent: sessionPresent), to: Array(listeners.values))]
     }
 
     /// The connection ended after its socket was opened (broker gone, keepalive, CONNACK refused, or the
     /// DISCONNECT written after `disconnect()`). `cause` is what a first `connect()` fails with if the
-    /// connection ends before CONNACK.
+    /// connection ends before CONNACK. Reported by the disconnect callback, on the network thread or a
+    /// publisher whose write failed, and by the loop when libmosquitto closed the socket without it: once
+    /// reported (backing off, stopping, stopped), it changes nothing. There is no socket before `connect()`.
     mutating func onConnectionLost(
         reason: String, cause: MQTTError? = nil, now: ContinuousClock.Instant, random: Double
-    ) -> Effects {
+    ) -> Action {
         generation += 1
-        var effects = Effects()
+        var action: Action = []
         // QoS 0 messages not yet written died with the socket; QoS ≥ 1 stay queued in libmosquitto and are
         // sent again on the next connection, so their callers keep waiting.
         for (mid, entry) in publishes {
             switch entry {
-            case let .waiting(.atMostOnce, waiter):
-                publishes[mid] = nil
-                effects.publishResults.append((waiter, .failure(.connectionLost)))
-            case .cancelled(qos: .atMostOnce):
-                publishes[mid] = nil  // its acknowledgement died with the socket
-            default:
-                break
+            case let .waiting(.atMostOnce, waiter): action.append(.resumePublish(waiter, .failure(.connectionLost)))
+            case .cancelled(qos: .atMostOnce): break  // its acknowledgement died with the socket
+            case .waiting, .cancelled, .completed: continue
             }
+            publishes[mid] = nil
         }
         // SUBACKs that will never come: the next connection subscribes every live filter anyway.
-        for case let .waiting(waiter) in subacks.values { effects.subscribeResults.append((waiter, .success([]))) }
+        for case let .waiting(waiter) in subacks.values { action.append(.resumeSubscribe(waiter, .success([]))) }
         subacks = [:]
-        let next: Effects
         switch state {
-        case .idle, .backingOff, .stopping, .stopped:
-            return effects
+        case .idle: preconditionFailure("a connection lost before connect()")
+        case .backingOff, .stopping, .stopped: return action
         case let .firstConnect(waiter, _):
             let server = currentServer
-            next = failFirstConnectOrMoveOn(waiter, cause ?? .unreachable(host: server.host, port: server.port, detail: reason))
+            return action + failFirstConnectOrMoveOn(waiter, cause ?? .unreachable(host: server.host, port: server.port, detail: reason))
         case .connected:
-            effects.events = [.disconnected(reason: reason)]
-            next = scheduleReconnect(attempt: 1, now: now, random: random)
+            action.append(.announce(.disconnected(reason: reason), to: Array(listeners.values)))
+            return action + scheduleReconnect(attempt: 1, now: now, random: random)
         case let .reconnecting(attempt):
-            next = scheduleReconnect(attempt: attempt + 1, now: now, random: random)
+            return action + scheduleReconnect(attempt: attempt + 1, now: now, random: random)
         }
-        effects.connectResult = next.connectResult
-        effects.events += next.events
-        effects.listeners = next.listeners
-        return effects
     }
 
-    /// Message `mid` was written (QoS 0) or acknowledged (QoS ≥ 1) at `now`, with `reasonCode`.
-    mutating func onPublishAcknowledged(mid: Int32, reasonCode: Int, now: ContinuousClock.Instant) -> PublishOutcome? {
+    /// Message `mid` was written (QoS 0) or acknowledged (QoS ≥ 1) at `now`, with `reasonCode`: its
+    /// sender learns the outcome, now or when it registers (``onPublishRegistered(mid:qos:generation:cancelled:_:)``).
+    mutating func onPublishAcknowledged(mid: Int32, reasonCode: Int, now: ContinuousClock.Instant) -> Action {
         let result: Result<PublishReceipt, MQTTError>
         switch reasonCode {
         case 0..<128: result = .success(PublishReceipt(reasonCode: reasonCode, completed: now))
@@ -473,33 +464,48 @@ struct ConnectionStateMachine {
         default: result = .failure(.publishRefused(topic: "", reasonCode: reasonCode))
         }
         switch publishes.removeValue(forKey: mid) {
-        case let .waiting(_, waiter): return (waiter, result)
-        case .cancelled, .completed: return nil
+        case let .waiting(_, waiter): return [.resumePublish(waiter, result)]
+        case .cancelled, .completed: return []
         case nil:
             publishes[mid] = .completed(result)
-            return nil
+            return []
         }
     }
 
-    /// SUBACK `mid` arrived. Returns the waiter to resume, or — for a restored subscription the broker
-    /// refused — the event to announce, with its listeners.
-    mutating func onSubscribeAcknowledged(mid: Int32, codes: [Int]) -> Effects {
+    /// SUBACK `mid` arrived: its caller is resumed (now, or when it registers), and a restored
+    /// subscription the broker refused is announced.
+    mutating func onSubscribeAcknowledged(mid: Int32, codes: [Int]) -> Action {
         switch subacks.removeValue(forKey: mid) {
         case let .waiting(waiter):
-            return Effects(subscribeResults: [(waiter, .success(codes))])
+            return [.resumeSubscribe(waiter, .success(codes))]
         case let .restore(filter):
-            guard let code = codes.first, code >= 128 else { return Effects() }
-            return Effects(events: [.subscriptionRestoreFailed(filter: filter, reasonCode: code)], listeners: listeners.all)
+            guard let code = codes.first, code >= 128 else { return [] }
+            return [.announce(.subscriptionRestoreFailed(filter: filter, reasonCode: code), to: Array(listeners.values))]
         case .completed, nil:
             subacks[mid] = .completed(codes)
-            return Effects()
+            return []
         }
     }
 
-    /// Which subscriptions receive a message on `topic`. With `remember` false (a retained message: each
-    /// topic of a subscription's replay comes once) the route is not added to the table, where a replay
-    /// of a hundred records would only push out the routes of live traffic.
-    mutating func onMessage(topic: String, remember: Bool = true) -> [MessageSink] {
+    /// A message arrived: it goes to the subscriptions whose filters match its topic. A retained
+    /// message's route is not added to the table (each topic of a subscription's replay comes once, and
+    /// a replay of a hundred records would only push out the routes of live traffic).
+    mutating func onMessage(_ message: MQTTMessage) -> Action {
+        [.deliver(message, to: route(message.topic, remember: !message.retain))]
+    }
+
+    /// The network thread is exiting — only ever once, and only when stopping (``nextStep``): everything
+    /// still open ends, and the waiters of the end are resumed last.
+    mutating func onStopped() -> Action {
+        guard case let .stopping(connecting, failure, waiters) = state else {
+            preconditionFailure("the network thread ended while \(state)")
+        }
+        return stop(connecting, failure) + waiters.values.map(Effect.resumeStop)
+    }
+
+    // MARK: - Helpers
+
+    private mutating func route(_ topic: String, remember: Bool) -> [MessageSink] {
         if let targets = routes[topic] { return targets }
         var targets: [MessageSink] = []
         var bytes = topic
@@ -512,36 +518,25 @@ struct ConnectionStateMachine {
         return targets
     }
 
-    /// The network thread is exiting: everything still open ends.
-    mutating func onStopped() -> Effects {
-        var waiters: [StopWaiter] = []
-        if case let .stopping(_, _, stopWaiters) = state { waiters = Array(stopWaiters.values) }
-        var effects = stop()
-        effects.stopWaiters = waiters
-        return effects
-    }
-
-    // MARK: - Helpers
-
     /// The first connect failed for good. Its caller learns why once the network thread has ended
     /// (``onStopped()``): by then the thread has let go of the connection, so a caller that drops the
     /// client and exits the process at once destroys libmosquitto's handle itself, before the exit — not
     /// a network thread racing the process's exit handlers (OpenSSL's among them).
-    private mutating func failFirstConnect(_ waiter: ConnectWaiter, _ error: MQTTError) -> Effects {
+    private mutating func failFirstConnect(_ waiter: ConnectWaiter, _ error: MQTTError) -> Action {
         state = .stopping(connectWaiter: waiter, connectFailure: error, stopWaiters: [:])
-        return Effects()
+        return []
     }
 
     /// A first connect that failed moves on to the next broker, when there is one it has not tried —
     /// unless the broker refused us or the TLS handshake failed: the others take the same credentials.
-    private mutating func failFirstConnectOrMoveOn(_ waiter: ConnectWaiter, _ error: MQTTError) -> Effects {
+    private mutating func failFirstConnectOrMoveOn(_ waiter: ConnectWaiter, _ error: MQTTError) -> Action {
         switch error {
         case .connectionRefused, .tls: break
         default:
             if server + 1 < servers.count {
                 server += 1
                 state = .firstConnect(waiter, socketOpen: false)
-                return Effects()
+                return []
             }
         }
         return failFirstConnect(waiter, error)
@@ -550,33 +545,38 @@ struct ConnectionStateMachine {
     /// The next reconnect attempt, to the next broker when there are several.
     private mutating func scheduleReconnect(
         attempt: Int, now: ContinuousClock.Instant, random: Double, delay: Duration? = nil
-    ) -> Effects {
+    ) -> Action {
         server = (server + 1) % servers.count
         let delay = delay ?? backoff.delay(attempt: attempt, random: random)
         state = .backingOff(attempt: attempt, until: now + delay)
-        return Effects(events: [.reconnecting(attempt: attempt, delay: delay)], listeners: listeners.all)
+        return [.announce(.reconnecting(attempt: attempt, delay: delay), to: Array(listeners.values))]
     }
 
-    /// Ends everything still open with ``MQTTError/disconnected`` (the stop waiters are the caller's).
-    private mutating func stop() -> Effects {
-        var effects = Effects()
+    /// Stops the running network thread; `waiter` waits for its end, with those waiting already.
+    private mutating func stopRunning(_ stop: Stop, waiter: [UInt64: StopWaiter] = [:]) -> Action {
         switch state {
-        case let .firstConnect(waiter, _):
-            effects.connectResult = (waiter, .failure(.disconnected))
-        case let .stopping(waiter?, failure, _):
-            effects.connectResult = (waiter, .failure(failure ?? .disconnected))
-        default:
-            break
+        case let .firstConnect(connecting, _):
+            state = .stopping(connectWaiter: connecting, connectFailure: nil, stopWaiters: waiter)
+        case let .stopping(connecting, failure, waiters):
+            state = .stopping(connectWaiter: connecting, connectFailure: failure, stopWaiters: waiters.merging(waiter) { $1 })
+        case .idle, .connected, .backingOff, .reconnecting, .stopped:
+            state = .stopping(connectWaiter: nil, connectFailure: nil, stopWaiters: waiter)
         }
+        return [.stopNetworkThread(stop)]
+    }
+
+    /// Ends everything still open: `connecting`, a first `connect()` waiting for the end, with `failure`,
+    /// the rest with ``MQTTError/disconnected`` (the stop waiters are the caller's).
+    private mutating func stop(_ connecting: ConnectWaiter? = nil, _ failure: MQTTError? = nil) -> Action {
+        var action: Action = connecting.map { [.resumeConnect($0, .failure(failure ?? .disconnected))] } ?? []
         state = .stopped
-        for case let .waiting(_, waiter) in publishes.values { effects.publishResults.append((waiter, .failure(.disconnected))) }
+        for case let .waiting(_, waiter) in publishes.values { action.append(.resumePublish(waiter, .failure(.disconnected))) }
         publishes = [:]
-        for case let .waiting(waiter) in subacks.values { effects.subscribeResults.append((waiter, .failure(.disconnected))) }
+        for case let .waiting(waiter) in subacks.values { action.append(.resumeSubscribe(waiter, .failure(.disconnected))) }
         subacks = [:]
-        effects.finishSubscriptions = subscriptions.values.map(\.sink)
+        action += subscriptions.values.map { .finishSubscription($0.sink) }
         subscriptions = [:]
-        effects.listeners = listeners.removeAll()
-        effects.finishListeners = true
-        return effects
+        defer { listeners = [:] }
+        return action + [.finishListeners(Array(listeners.values))]
     }
 }

@@ -19,17 +19,12 @@ extension MosquittoConnection {
             MosquittoConnection.from(context).didDisconnect(rc: rc)
         }
         mosquitto_publish_v5_callback_set(handle) { _, context, mid, reasonCode, _ in
-            let connection = MosquittoConnection.from(context)
             let now = ContinuousClock.now
-            if let (waiter, result) = connection.state.withLock({
-                $0.onPublishAcknowledged(mid: mid, reasonCode: Int(reasonCode), now: now)
-            }) {
-                waiter.resume(returning: result)
-            }
+            MosquittoConnection.from(context).update { $0.onPublishAcknowledged(mid: mid, reasonCode: Int(reasonCode), now: now) }
         }
         mosquitto_subscribe_v5_callback_set(handle) { _, context, mid, count, granted, _ in
             let codes = (0..<Int(count)).map { Int(granted![$0]) }
-            MosquittoConnection.from(context).state.withLock { $0.onSubscribeAcknowledged(mid: mid, codes: codes) }.resumeAll()
+            MosquittoConnection.from(context).update { $0.onSubscribeAcknowledged(mid: mid, codes: codes) }
         }
         mosquitto_unsubscribe_v5_callback_set(handle) { _, context, mid, _ in
             MosquittoConnection.from(context).lastUnsubscribeAck.store(mid, ordering: .releasing)
@@ -57,30 +52,27 @@ extension MosquittoConnection {
         let reason =
             configuration.protocolVersion == .v5
             ? String(cString: mosquitto_reason_string(rc)) : String(cString: mosquitto_connack_string(rc))
-        let effects = state.withLock {
+        update {
             $0.onConnack(
                 reasonCode: Int(rc), reason: reason, sessionPresent: flags & 1 == 1, limits: limits,
                 now: .now, random: .random(in: 0..<1))
         }
-        for sink in effects.connectedSinks { sink.connected?(flags & 1 == 1) }
-        // Restore the subscriptions before anyone hears of the connection: a publish made in reaction
-        // to `.connected` must reach the broker after them, or a retained copy of it would come back
-        // as a stored message instead of live.
-        for request in effects.restore {
-            var mid: Int32 = 0
-            let options = configuration.protocolVersion == .v5 ? request.optionBits : 0
-            let rc = mosquitto_subscribe_v5(handle, &mid, request.filter, request.qos.rawValue, options, nil)
-            if rc == MOSQ_ERR_SUCCESS.rawValue {
-                state.withLock { $0.onRestoreRegistered(mid: mid, filter: request.filter) }
-            }
+    }
+
+    /// Subscribes a live filter again on a new connection, from the connect callback (see
+    /// ``ConnectionStateMachine/onConnack(reasonCode:reason:sessionPresent:limits:now:random:)``).
+    func restore(_ request: TopicSubscription) {
+        var mid: Int32 = 0
+        let options = configuration.protocolVersion == .v5 ? request.optionBits : 0
+        if mosquitto_subscribe_v5(handle, &mid, request.filter, request.qos.rawValue, options, nil) == MOSQ_ERR_SUCCESS.rawValue {
+            state.withLock { $0.onRestoreRegistered(mid: mid, filter: request.filter) }
         }
-        effects.resumeAll()
     }
 
     private func didDisconnect(rc: Int32) {
         let reason = rc == 0 ? "disconnected by the client" : String(cString: mosquitto_strerror(rc))
         let cause = connectError(rc)
-        state.withLock { $0.onConnectionLost(reason: reason, cause: cause, now: .now, random: .random(in: 0..<1)) }.resumeAll()
+        update { $0.onConnectionLost(reason: reason, cause: cause, now: .now, random: .random(in: 0..<1)) }
     }
 
     private func didReceive(_ raw: mosquitto_message, properties: OpaquePointer?) {
@@ -89,14 +81,18 @@ extension MosquittoConnection {
         let message = MQTTMessage(
             topic: topic, payload: payload, qos: QoS(rawValue: raw.qos) ?? .atMostOnce, retain: raw.retain,
             properties: properties.map(MosquittoConnection.readProperties) ?? MQTTProperties())
-        let targets = state.withLock { $0.onMessage(topic: topic, remember: !raw.retain) }
-        for target in targets where !target.deliver(message) {
-            droppedMessages.add(1, ordering: .relaxed)
-        }
-        for target in targets where target.endOfBurst != nil {
+        update { $0.onMessage(message) }
+    }
+
+    /// Hands a received message to its sinks, on the thread that read it, and notes the sinks that want
+    /// to hear of the burst's end.
+    func deliver(_ message: MQTTMessage, to sinks: [MessageSink]) {
+        for sink in sinks {
+            if !sink.deliver(message) { droppedMessages.add(1, ordering: .relaxed) }
+            guard sink.endOfBurst != nil else { continue }
             burst.withLock { burst in
                 burst.messages += 1
-                if !burst.sinks.contains(where: { $0.id == target.id }) { burst.sinks.append(target) }
+                if !burst.sinks.contains(where: { $0.id == sink.id }) { burst.sinks.append(sink) }
             }
         }
     }

@@ -22,8 +22,7 @@ extension MosquittoConnection {
     /// this thread while a command that failed is already running the process's exit handlers.
     func startNetworkThread() {
         let thread = Thread { [weak self] in
-            let ended = self?.run()
-            ended?.resumeAll()
+            if let ended = self?.run() { MosquittoConnection.perform(ended, on: nil) }
         }
         #if canImport(Darwin)
         thread.name = "mqtt:\(configuration.clientID)"  // Darwin passes it on; Linux: `ThreadName`
@@ -33,7 +32,7 @@ extension MosquittoConnection {
     }
 
     /// Runs until the state machine says exit; returns what the end resumes.
-    private func run() -> ConnectionStateMachine.Effects {
+    private func run() -> ConnectionStateMachine.Action {
         ThreadName.setCurrent("mqtt:" + configuration.clientID)
         var lastKeepaliveCheck = ContinuousClock.now
         loop: while true {
@@ -51,7 +50,7 @@ extension MosquittoConnection {
                 }
                 if rc != MOSQ_ERR_SUCCESS.rawValue {
                     let error = connectError(rc)
-                    state.withLock { $0.onConnectFailed(error, now: .now, random: .random(in: 0..<1)) }.resumeAll()
+                    update { $0.onConnectFailed(error, now: .now, random: .random(in: 0..<1)) }
                 }
             case .loop:
                 // Wake-ups are events (a packet left to write, a stop, the socket closed), so the timeout
@@ -62,8 +61,7 @@ extension MosquittoConnection {
                     // closed without it (e.g. a failed TLS read). Once reported, it changes nothing.
                     let reason = String(cString: mosquitto_strerror(rc))
                     let cause = connectError(rc)
-                    state.withLock { $0.onConnectionLost(reason: reason, cause: cause, now: .now, random: .random(in: 0..<1)) }
-                        .resumeAll()
+                    update { $0.onConnectionLost(reason: reason, cause: cause, now: .now, random: .random(in: 0..<1)) }
                 }
             }
         }

@@ -108,9 +108,10 @@ final class MosquittoConnection: @unchecked Sendable {
         // Fixed header (≤ 5) + topic length prefix + topic + packet ID + properties (upper bound).
         let size = 5 + 2 + topic.utf8.count + 2 + payload.count + (properties.isEmpty ? 1 : 64)
         let generation: Int
-        switch state.withLock({ $0.checkPublish(qos: qos, retain: retain, size: size) }) {
-        case let .success(current): generation = current
-        case let .failure(error): return .failure(error)
+        switch update({ $0.onPublishRequested(qos: qos, retain: retain, size: size) }) {
+        case let .publish(current)?: generation = current
+        case let .refuse(error)?: return .failure(error)
+        case .subscribe?, nil: preconditionFailure("a publish request is answered with a generation or a refusal")
         }
         var list: OpaquePointer? = nil
         defer { mosquitto_property_free_all(&list) }
@@ -174,12 +175,19 @@ final class MosquittoConnection: @unchecked Sendable {
         if written != MOSQ_ERR_SUCCESS.rawValue || mosquitto_want_write(handle) { wake.signal() }
     }
 
-    /// Asks the network thread to stop (the state machine is `stopping` already). The thread sends
-    /// DISCONNECT itself, so that the broker does not publish the will: calling `mosquitto_disconnect`
-    /// from here would let the network thread read a packet in the disconnected state, which libmosquitto
-    /// treats as a protocol error and answers by closing the socket without DISCONNECT.
-    func requestStop(expireSession: Bool = false) {
-        if expireSession { expireSessionOnStop.store(true, ordering: .releasing) }
+    /// Asks the network thread to stop as `stop` says (the state machine is `stopping` already). For a
+    /// DISCONNECT the thread sends it itself, so that the broker does not publish the will: calling
+    /// `mosquitto_disconnect` from here would let the network thread read a packet in the disconnected
+    /// state, which libmosquitto treats as a protocol error and answers by closing the socket without
+    /// DISCONNECT. An abort shuts the socket down (`poll()` wakes on it) and sends nothing.
+    func requestStop(_ stop: ConnectionStateMachine.Stop) {
+        switch stop {
+        case .disconnect: break
+        case .expireSession: expireSessionOnStop.store(true, ordering: .releasing)
+        case .abort:
+            aborting.store(true, ordering: .releasing)
+            closeSocketAbruptly()
+        }
         wakeup.signal()
         wake.signal()
     }
@@ -188,20 +196,48 @@ final class MosquittoConnection: @unchecked Sendable {
     /// UNSUBSCRIBE that quiesces the connection is never empty: it changes nothing on the broker.
     static let wakeFilter = "groupsync-client/wake"
 
-    /// Stops the network thread without DISCONNECT: the broker sees the connection die.
-    func abort() {
-        aborting.store(true, ordering: .releasing)
-        closeSocketAbruptly()  // poll() wakes on the shut-down socket
-        wakeup.signal()
-        wake.signal()
-    }
-
     /// Shuts the socket down under the client as a crash would (no DISCONNECT is sent): libmosquitto
-    /// then reads the end of the connection and reports it lost. For ``abort()``, for too many
-    /// descriptors, and for tests that cut a connection (the client then reconnects).
+    /// then reads the end of the connection and reports it lost. For an abort, for too many descriptors,
+    /// and for tests that cut a connection (the client then reconnects).
     func closeSocketAbruptly() {
         let socket = mosquitto_socket(handle)
         if socket != -1 { shutdown(socket, Int32(SHUT_RDWR)) }
+    }
+
+    /// Feeds one input to the state machine under its lock, then runs its action with the lock released;
+    /// returns the input's reply, if it has one.
+    @discardableResult
+    func update(_ input: (inout ConnectionStateMachine) -> ConnectionStateMachine.Action) -> ConnectionStateMachine.Reply? {
+        MosquittoConnection.perform(state.withLock(input), on: self)
+    }
+
+    /// Runs `action`'s effects in the order the machine returned them, with its lock released; returns the
+    /// reply, which is the caller's to act on. `connection` is nil only for the network thread's end
+    /// (``ConnectionStateMachine/onStopped()``): it resumes its waiters after letting go of the connection,
+    /// and that action asks nothing of it.
+    @discardableResult
+    static func perform(_ action: ConnectionStateMachine.Action, on connection: MosquittoConnection?) -> ConnectionStateMachine.Reply? {
+        var reply: ConnectionStateMachine.Reply?
+        for effect in action {
+            switch effect {
+            case let .resumeConnect(waiter, result): waiter.resume(returning: result)
+            case let .resumePublish(.task(continuation), result): continuation.resume(returning: result)
+            case let .resumePublish(.handler(handler), result): handler(result)
+            case let .resumeSubscribe(waiter, result): waiter.resume(returning: result)
+            case let .resumeStop(waiter): waiter.resume()
+            case let .announce(event, listeners): for listener in listeners { listener.yield(event) }
+            case let .tellConnected(sink, sessionPresent): sink.connected?(sessionPresent)
+            case let .restore(request): connection!.restore(request)
+            case let .deliver(message, sinks): connection!.deliver(message, to: sinks)
+            case let .finishSubscription(sink): sink.finish()
+            case let .finishListeners(listeners): for listener in listeners { listener.finish() }
+            case .startNetworkThread: connection!.startNetworkThread()
+            case let .stopNetworkThread(stop): connection!.requestStop(stop)
+            case let .unsubscribe(filters): connection!.unsubscribe(filters)
+            case let .reply(answer): reply = answer
+            }
+        }
+        return reply
     }
 
     /// Calls `body` with `strings` as the C array libmosquitto's `…_multiple` functions take.

@@ -4,8 +4,66 @@ import Testing
 
 @testable import MQTT
 
-/// The connection's logic without a broker: every input is driven by hand, and continuations are
-/// resumed by the effects the machine returns, as the client does.
+/// An effect as the tests compare it: continuations, sinks and listeners are not Equatable, so a
+/// resumption shows its result, a sink its ID, listeners their count.
+enum Kind: Equatable {
+    enum Connect: Equatable {
+        case success
+        case failure(MQTTError)
+    }
+    case resumeConnect(Connect)
+    case resumePublish(Result<PublishReceipt, MQTTError>)
+    case resumeSubscribe(Result<[Int], MQTTError>)
+    case resumeStop
+    case announce(ConnectionEvent)
+    case tellConnected(sink: UInt64, sessionPresent: Bool)
+    case restore(TopicSubscription)
+    case deliver(topic: String, sinks: [UInt64])
+    case finishSubscription(UInt64)
+    case finishListeners(Int)
+    case startNetworkThread
+    case stopNetworkThread(ConnectionStateMachine.Stop)
+    case unsubscribe([String])
+    case reply(ConnectionStateMachine.Reply)
+}
+
+extension ConnectionStateMachine.Effect {
+    var kind: Kind {
+        switch self {
+        case let .resumeConnect(_, .failure(error)): .resumeConnect(.failure(error))
+        case .resumeConnect(_, .success): .resumeConnect(.success)
+        case let .resumePublish(_, result): .resumePublish(result)
+        case let .resumeSubscribe(_, result): .resumeSubscribe(result)
+        case .resumeStop: .resumeStop
+        case let .announce(event, _): .announce(event)
+        case let .tellConnected(sink, sessionPresent): .tellConnected(sink: sink.id, sessionPresent: sessionPresent)
+        case let .restore(request): .restore(request)
+        case let .deliver(message, sinks): .deliver(topic: message.topic, sinks: sinks.map(\.id).sorted())
+        case let .finishSubscription(sink): .finishSubscription(sink.id)
+        case let .finishListeners(listeners): .finishListeners(listeners.count)
+        case .startNetworkThread: .startNetworkThread
+        case let .stopNetworkThread(stop): .stopNetworkThread(stop)
+        case let .unsubscribe(filters): .unsubscribe(filters)
+        case let .reply(reply): .reply(reply)
+        }
+    }
+}
+
+/// Runs `action` as the connection does, but only what needs no connection (resumes, yields, finishes):
+/// there is no network thread here. Returns what it asked for.
+func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
+    let local = action.filter {
+        switch $0 {
+        case .restore, .deliver, .startNetworkThread, .stopNetworkThread, .unsubscribe: false
+        default: true
+        }
+    }
+    MosquittoConnection.perform(local, on: nil)
+    return action.map(\.kind)
+}
+
+/// The connection's logic without a broker: every input is driven by hand, every action it returns is
+/// checked, and continuations are resumed by running it, as the client does.
 @Suite struct ConnectionStateMachineTests {
     typealias Machine = ConnectionStateMachine
     static let backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(10))
@@ -18,10 +76,11 @@ import Testing
     func connected(limits: Machine.BrokerLimits = .init()) async -> Machine {
         var machine = makeMachine()
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
-            let started = machine.onConnectRequested(waiter)
-            #expect(started)
+            #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
             machine.onSocketOpened()
-            machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: limits, now: .now, random: 0).resumeAll()
+            #expect(
+                run(machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: limits, now: .now, random: 0))
+                    == [.resumeConnect(.success), .announce(.connected(to: Self.h, sessionPresent: false))])
         }
         #expect(throws: Never.self) { try result.get() }
         return machine
@@ -32,9 +91,11 @@ import Testing
         return nil
     }
 
-    func sink(_ finished: LockedValue<Int>? = nil) -> MessageSink {
-        MessageSink(deliver: { _ in true }, finish: { finished?.withLock { $0 += 1 } })
+    func sink(_ finished: LockedValue<Int>? = nil, connected: (@Sendable (Bool) -> Void)? = nil) -> MessageSink {
+        MessageSink(deliver: { _ in true }, finish: { finished?.withLock { $0 += 1 } }, connected: connected)
     }
+
+    func message(_ topic: String, retain: Bool = false) -> MQTTMessage { MQTTMessage(topic: topic, payload: Data(), retain: retain) }
 
     // MARK: - Connecting
 
@@ -43,13 +104,19 @@ import Testing
     @Test func aFailedFirstConnectIsReportedWhenTheThreadEndsAndNotRetried() async {
         var machine = makeMachine()
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
-            let (first, second) = (machine.onConnectRequested(waiter), machine.onConnectRequested(waiter))
-            #expect(first && !second, "connect() once")
+            #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
+            // Not run: it would resume the same continuation twice.
+            #expect(
+                machine.onConnectRequested(waiter).map(\.kind)
+                    == [.resumeConnect(.failure(.invalidConfiguration("connect() was already called on this client")))], "connect() once")
             #expect(machine.nextStep == .connect(to: 0, notBefore: nil))
             let failed = machine.onConnectFailed(.unreachable(host: "h", port: 1, detail: "refused"), now: .now, random: 0)
-            #expect(failed.connectResult == nil, "not before the thread ends")
+            #expect(run(failed) == [], "not before the thread ends")
             #expect(machine.nextStep == .exit)
-            machine.onStopped().resumeAll()
+            #expect(
+                run(machine.onStopped()) == [
+                    .resumeConnect(.failure(.unreachable(host: "h", port: 1, detail: "refused"))), .finishListeners(0),
+                ])
         }
         #expect(failure(result) == .unreachable(host: "h", port: 1, detail: "refused"))
         #expect(machine.isStopped)
@@ -60,36 +127,51 @@ import Testing
     @Test func aCancelledFirstConnectFailsWhenTheThreadEnds() async {
         var machine = makeMachine()
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
-            _ = machine.onConnectRequested(waiter)
+            #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
             machine.onSocketOpened()
-            let (first, second) = (machine.onConnectCancelled(), machine.onConnectCancelled())
-            #expect(first && !second, "the network thread is stopped, once")
+            #expect(run(machine.onConnectCancelled()) == [.stopNetworkThread(.disconnect)], "the network thread is stopped")
+            #expect(run(machine.onConnectCancelled()) == [], "once")
             #expect(machine.nextStep == .exit)
             let late = machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: .now, random: 0)
-            #expect(late.connectResult == nil, "a CONNACK after the cancellation does not connect")
-            machine.onStopped().resumeAll()
+            #expect(run(late) == [], "a CONNACK after the cancellation does not connect")
+            #expect(run(machine.onStopped()) == [.resumeConnect(.failure(.cancelled)), .finishListeners(0)])
         }
         #expect(failure(result) == .cancelled)
         #expect(machine.isStopped)
 
         var connected = await connected()
-        let afterConnack = connected.onConnectCancelled()
-        #expect(!afterConnack && connected.isConnected)
+        #expect(run(connected.onConnectCancelled()) == [])
+        #expect(connected.isConnected)
         var idle = makeMachine()
-        let beforeConnect = idle.onConnectCancelled()
-        #expect(!beforeConnect, "before connect() there is nothing to stop")
+        #expect(run(idle.onConnectCancelled()) == [], "before connect() there is nothing to stop")
+    }
+
+    /// `connect()` from a task cancelled before the attempt existed: the network thread starts, exits at
+    /// once, and the connect fails with `cancelled` when it has ended.
+    @Test func aConnectCancelledBeforeItStartedFailsWhenTheThreadEnds() async {
+        var machine = makeMachine()
+        let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
+            #expect(run(machine.onConnectRequested(waiter, cancelled: true)) == [.startNetworkThread])
+            #expect(machine.nextStep == .exit, "no attempt")
+            #expect(run(machine.onStopped()) == [.resumeConnect(.failure(.cancelled)), .finishListeners(0)])
+        }
+        #expect(failure(result) == .cancelled)
     }
 
     @Test func aRefusedFirstConnackFailsConnect() async {
         var machine = makeMachine()
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
-            _ = machine.onConnectRequested(waiter)
+            #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
             machine.onSocketOpened()
             #expect(machine.nextStep == .loop)
-            machine.onConnack(reasonCode: 135, reason: "Not authorized", sessionPresent: false, limits: .init(), now: .now, random: 0)
-                .resumeAll()
+            let refused = machine.onConnack(
+                reasonCode: 135, reason: "Not authorized", sessionPresent: false, limits: .init(), now: .now, random: 0)
+            #expect(run(refused) == [], "told when the thread has ended")
             #expect(machine.nextStep == .exit)
-            machine.onStopped().resumeAll()
+            #expect(
+                run(machine.onStopped()) == [
+                    .resumeConnect(.failure(.connectionRefused(reasonCode: 135, reason: "Not authorized"))), .finishListeners(0),
+                ])
         }
         #expect(failure(result) == .connectionRefused(reasonCode: 135, reason: "Not authorized"))
     }
@@ -98,33 +180,39 @@ import Testing
     @Test func aFirstConnectionLostBeforeConnackReportsItsCause() async {
         var machine = makeMachine()
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
-            _ = machine.onConnectRequested(waiter)
+            #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
             machine.onSocketOpened()
-            machine.onConnectionLost(reason: "r", cause: .tooManyOpenDescriptors, now: .now, random: 0).resumeAll()
+            #expect(run(machine.onConnectionLost(reason: "r", cause: .tooManyOpenDescriptors, now: .now, random: 0)) == [])
             #expect(machine.nextStep == .exit)
-            machine.onStopped().resumeAll()
+            #expect(run(machine.onStopped()) == [.resumeConnect(.failure(.tooManyOpenDescriptors)), .finishListeners(0)])
         }
         #expect(failure(result) == .tooManyOpenDescriptors)
     }
 
+    /// CONNACK tells the subscriptions of the connection and restores them before `connect()` returns
+    /// and `.connected` is announced.
     @Test func theFirstConnackRestoresSubscriptionsMadeBeforeIt() async throws {
         var machine = makeMachine()
-        #expect(
-            try machine.onSubscriptionAdded(id: 1, [TopicSubscription("a"), TopicSubscription("b", qos: .exactlyOnce)], sink: sink()) == [])
-        var restored: [TopicSubscription] = []
-        var events: [ConnectionEvent] = []
+        let told = LockedValue<[Bool]>([])
+        let a = TopicSubscription("a"), b = TopicSubscription("b", qos: .exactlyOnce)
+        let added = machine.onSubscriptionAdded(id: 1, [a, b], sink: sink { present in told.withLock { $0.append(present) } })
+        #expect(run(added) == [.reply(.subscribe([]))], "sent once connected")
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
-            _ = machine.onConnectRequested(waiter)
+            #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
             machine.onSocketOpened()
-            let effects = machine.onConnack(reasonCode: 0, reason: "", sessionPresent: true, limits: .init(), now: .now, random: 0)
-            (restored, events) = (effects.restore, effects.events)
-            effects.resumeAll()
+            #expect(
+                run(machine.onConnack(reasonCode: 0, reason: "", sessionPresent: true, limits: .init(), now: .now, random: 0)) == [
+                    .tellConnected(sink: 1, sessionPresent: true), .restore(a), .restore(b), .resumeConnect(.success),
+                    .announce(.connected(to: Self.h, sessionPresent: true)),
+                ])
         }
         #expect(throws: Never.self) { try result.get() }
-        #expect(restored.map(\.filter) == ["a", "b"] && restored.map(\.qos) == [.atLeastOnce, .exactlyOnce])
-        #expect(events == [.connected(to: Self.h, sessionPresent: true)])
+        #expect(told.withLock { $0 } == [true])
         #expect(machine.isConnected)
-        #expect(try machine.onSubscriptionAdded(id: 2, [TopicSubscription("c")], sink: sink()).map(\.filter) == ["c"], "sent at once")
+        #expect(
+            run(machine.onSubscriptionAdded(id: 2, [TopicSubscription("c")], sink: sink())) == [
+                .reply(.subscribe([TopicSubscription("c")]))
+            ])
     }
 
     // MARK: - Several brokers
@@ -138,14 +226,19 @@ import Testing
     @Test func aFirstConnectTriesEveryBrokerOfItsList() async {
         var machine = makeMachine(Self.servers)
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
-            _ = machine.onConnectRequested(waiter)
+            #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
             for (index, server) in Self.servers.enumerated() {
                 #expect(machine.nextStep == .connect(to: index, notBefore: nil))
                 #expect(machine.currentServer == server)
-                _ = machine.onConnectFailed(.unreachable(host: server.host, port: server.port, detail: "refused"), now: .now, random: 0)
+                let failed = machine.onConnectFailed(
+                    .unreachable(host: server.host, port: server.port, detail: "refused"), now: .now, random: 0)
+                #expect(run(failed) == [])
             }
             #expect(machine.nextStep == .exit)
-            machine.onStopped().resumeAll()
+            #expect(
+                run(machine.onStopped()) == [
+                    .resumeConnect(.failure(.unreachable(host: "c", port: 3, detail: "refused"))), .finishListeners(0),
+                ])
         }
         #expect(failure(result) == .unreachable(host: "c", port: 3, detail: "refused"))
     }
@@ -155,13 +248,17 @@ import Testing
     @Test func aRefusalEndsTheFirstConnectWithoutTryingTheRest() async {
         var machine = makeMachine(Self.servers)
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
-            _ = machine.onConnectRequested(waiter)
-            _ = machine.onConnectFailed(.unreachable(host: "a", port: 1, detail: "refused"), now: .now, random: 0)
+            #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
+            #expect(run(machine.onConnectFailed(.unreachable(host: "a", port: 1, detail: "refused"), now: .now, random: 0)) == [])
             machine.onSocketOpened()
-            machine.onConnack(reasonCode: 135, reason: "Not authorized", sessionPresent: false, limits: .init(), now: .now, random: 0)
-                .resumeAll()
+            let refused = machine.onConnack(
+                reasonCode: 135, reason: "Not authorized", sessionPresent: false, limits: .init(), now: .now, random: 0)
+            #expect(run(refused) == [])
             #expect(machine.nextStep == .exit)
-            machine.onStopped().resumeAll()
+            #expect(
+                run(machine.onStopped()) == [
+                    .resumeConnect(.failure(.connectionRefused(reasonCode: 135, reason: "Not authorized"))), .finishListeners(0),
+                ])
         }
         #expect(failure(result) == .connectionRefused(reasonCode: 135, reason: "Not authorized"))
     }
@@ -170,23 +267,37 @@ import Testing
     /// the usual backoff; CONNACK says which broker took us.
     @Test func reconnectsMoveRoundTheList() async {
         var machine = makeMachine(Self.servers)
-        _ = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
-            _ = machine.onConnectRequested(waiter)
+        let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
+            #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
             machine.onSocketOpened()
-            machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: .now, random: 0).resumeAll()
+            #expect(
+                run(machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: .now, random: 0))
+                    == [.resumeConnect(.success), .announce(.connected(to: Self.servers[0], sessionPresent: false))])
         }
+        #expect(throws: Never.self) { try result.get() }
         let now = ContinuousClock.now
-        let lost = machine.onConnectionLost(reason: "gone", now: now, random: 0)
-        #expect(lost.events == [.disconnected(reason: "gone"), .reconnecting(attempt: 1, delay: .milliseconds(50))])
+        #expect(
+            run(machine.onConnectionLost(reason: "gone", now: now, random: 0)) == [
+                .announce(.disconnected(reason: "gone")), .announce(.reconnecting(attempt: 1, delay: .milliseconds(50))),
+            ])
         #expect(machine.nextStep == .connect(to: 1, notBefore: now + .milliseconds(50)))
-        _ = machine.onConnectFailed(.notConnected, now: now, random: 0)
+        #expect(
+            run(machine.onConnectFailed(.notConnected, now: now, random: 0)) == [
+                .announce(.reconnecting(attempt: 2, delay: .milliseconds(100)))
+            ])
         #expect(machine.nextStep == .connect(to: 2, notBefore: now + .milliseconds(100)))
-        _ = machine.onConnectFailed(.notConnected, now: now, random: 0)
+        #expect(
+            run(machine.onConnectFailed(.notConnected, now: now, random: 0)) == [
+                .announce(.reconnecting(attempt: 3, delay: .milliseconds(200)))
+            ])
         #expect(machine.nextStep == .connect(to: 0, notBefore: now + .milliseconds(200)), "round again")
-        _ = machine.onConnectFailed(.notConnected, now: now, random: 0)
+        #expect(
+            run(machine.onConnectFailed(.notConnected, now: now, random: 0)) == [
+                .announce(.reconnecting(attempt: 4, delay: .milliseconds(400)))
+            ])
         machine.onSocketOpened()
         let back = machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: now, random: 0)
-        #expect(back.events == [.connected(to: Self.servers[1], sessionPresent: false)])
+        #expect(run(back) == [.announce(.connected(to: Self.servers[1], sessionPresent: false))])
     }
 
     // MARK: - Reconnecting
@@ -196,23 +307,30 @@ import Testing
         let now = ContinuousClock.now
         for random in [0.0, 0.5, 0.999] {
             var copy = machine
-            let effects = copy.onConnectionLost(reason: "gone", now: now, random: random)
-            guard case let .reconnecting(1, delay)? = effects.events.last else {
-                Issue.record("no reconnect scheduled: \(effects.events)")
+            let kinds = run(copy.onConnectionLost(reason: "gone", now: now, random: random))
+            guard kinds.count == 2, case let .announce(.reconnecting(1, delay)) = kinds[1] else {
+                Issue.record("no reconnect scheduled: \(kinds)")
                 return
             }
-            #expect(effects.events.first == .disconnected(reason: "gone"))
+            #expect(kinds[0] == .announce(.disconnected(reason: "gone")))
             // Equal jitter: half of the initial delay fixed, half random.
             #expect(delay >= .milliseconds(50) && delay <= .milliseconds(100))
             #expect(copy.nextStep == .connect(to: nil, notBefore: now + delay), "mosquitto_reconnect to the one broker")
         }
-        _ = machine.onConnectionLost(reason: "gone", now: now, random: 1)
+        #expect(
+            run(machine.onConnectionLost(reason: "gone", now: now, random: 1)) == [
+                .announce(.disconnected(reason: "gone")), .announce(.reconnecting(attempt: 1, delay: .milliseconds(100))),
+            ])
         #expect(machine.generation == 1)
         #expect(!machine.isConnected)
         // Each failed attempt doubles the delay, up to the maximum.
         var delays: [Duration] = []
-        for _ in 0..<10 {
-            guard case let .reconnecting(_, delay)? = machine.onConnectFailed(.notConnected, now: now, random: 1).events.last else { break }
+        for attempt in 2...11 {
+            let kinds = run(machine.onConnectFailed(.notConnected, now: now, random: 1))
+            guard kinds.count == 1, case .announce(.reconnecting(attempt, let delay)) = kinds[0] else {
+                Issue.record("no reconnect attempt \(attempt) scheduled: \(kinds)")
+                break
+            }
             delays.append(delay)
         }
         #expect(delays.prefix(3) == [.milliseconds(200), .milliseconds(400), .milliseconds(800)])
@@ -221,34 +339,45 @@ import Testing
         machine.onSocketOpened()
         #expect(machine.nextStep == .loop)
         let back = machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: now, random: 0)
-        #expect(back.events == [.connected(to: Self.h, sessionPresent: false)] && machine.isConnected)
+        #expect(run(back) == [.announce(.connected(to: Self.h, sessionPresent: false))])
+        #expect(machine.isConnected)
         #expect(
-            machine.onConnectionLost(reason: "again", now: now, random: 0).events
-                == [.disconnected(reason: "again"), .reconnecting(attempt: 1, delay: .milliseconds(50))])
+            run(machine.onConnectionLost(reason: "again", now: now, random: 0)) == [
+                .announce(.disconnected(reason: "again")), .announce(.reconnecting(attempt: 1, delay: .milliseconds(50))),
+            ])
     }
 
     @Test func aRefusedReconnectWaitsTheLongestDelay() async {
         var machine = await connected()
-        _ = machine.onConnectionLost(reason: "gone", now: .now, random: 0)
+        #expect(
+            run(machine.onConnectionLost(reason: "gone", now: .now, random: 0)) == [
+                .announce(.disconnected(reason: "gone")), .announce(.reconnecting(attempt: 1, delay: .milliseconds(50))),
+            ])
         machine.onSocketOpened()
-        let effects = machine.onConnack(
+        let refused = machine.onConnack(
             reasonCode: 135, reason: "Not authorized", sessionPresent: false, limits: .init(), now: .now, random: 0)
-        #expect(effects.events == [.reconnecting(attempt: 2, delay: Self.backoff.maximum)])
+        #expect(run(refused) == [.announce(.reconnecting(attempt: 2, delay: Self.backoff.maximum))])
         // The disconnect that follows a refused CONNACK does not schedule a second attempt.
-        #expect(machine.onConnectionLost(reason: "closed", now: .now, random: 0).events.isEmpty)
+        #expect(run(machine.onConnectionLost(reason: "closed", now: .now, random: 0)) == [])
     }
 
     @Test func reconnectRestoresLiveFiltersOnly() async throws {
         var machine = await connected()
-        _ = try machine.onSubscriptionAdded(id: 1, [TopicSubscription("x/#")], sink: sink())
-        _ = try machine.onSubscriptionAdded(id: 2, [TopicSubscription("x/#"), TopicSubscription("y")], sink: sink())
-        #expect(machine.onSubscriptionRemoved(id: 1)?.unsubscribe == [], "x/# is still used by subscription 2")
-        _ = machine.onConnectionLost(reason: "gone", now: .now, random: 0)
+        let x = TopicSubscription("x/#"), y = TopicSubscription("y")
+        #expect(run(machine.onSubscriptionAdded(id: 1, [x], sink: sink())) == [.reply(.subscribe([x]))])
+        #expect(run(machine.onSubscriptionAdded(id: 2, [x, y], sink: sink())) == [.reply(.subscribe([x, y]))])
+        #expect(run(machine.onSubscriptionRemoved(id: 1)) == [.finishSubscription(1)], "x/# is still used by subscription 2")
+        #expect(
+            run(machine.onConnectionLost(reason: "gone", now: .now, random: 0)) == [
+                .announce(.disconnected(reason: "gone")), .announce(.reconnecting(attempt: 1, delay: .milliseconds(50))),
+            ])
         machine.onSocketOpened()
-        let effects = machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: .now, random: 0)
-        #expect(effects.restore.map(\.filter) == ["x/#", "y"])
-        #expect(machine.onSubscriptionRemoved(id: 2)?.unsubscribe == ["x/#", "y"])
-        #expect(machine.onSubscriptionRemoved(id: 2) == nil, "removed once")
+        #expect(
+            run(machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: .now, random: 0)) == [
+                .restore(x), .restore(y), .announce(.connected(to: Self.h, sessionPresent: false)),
+            ])
+        #expect(run(machine.onSubscriptionRemoved(id: 2)) == [.unsubscribe(["x/#", "y"]), .finishSubscription(2)])
+        #expect(run(machine.onSubscriptionRemoved(id: 2)) == [], "removed once")
     }
 
     // MARK: - Publishing
@@ -257,77 +386,94 @@ import Testing
     @Test func retainedMessagesTurnedOffStayOff() async {
         var machine = Machine(backoff: Self.backoff, servers: [Self.h], retainedMessages: false)
         #expect(!machine.limits.retainAvailable, "before CONNACK too")
-        _ = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
-            _ = machine.onConnectRequested(waiter)
+        let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
+            #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
             machine.onSocketOpened()
-            machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(retainAvailable: true), now: .now, random: 0)
-                .resumeAll()
+            let connack = machine.onConnack(
+                reasonCode: 0, reason: "", sessionPresent: false, limits: .init(retainAvailable: true), now: .now, random: 0)
+            #expect(run(connack) == [.resumeConnect(.success), .announce(.connected(to: Self.h, sessionPresent: false))])
         }
+        #expect(throws: Never.self) { try result.get() }
         #expect(!machine.limits.retainAvailable)
-        #expect(machine.checkPublish(qos: .atLeastOnce, retain: true, size: 10) == .failure(.retainUnavailable))
+        #expect(run(machine.onPublishRequested(qos: .atLeastOnce, retain: true, size: 10)) == [.reply(.refuse(.retainUnavailable))])
     }
 
     @Test func whetherAPublishMayGoOut() async {
         var machine = makeMachine()
-        #expect(machine.checkPublish(qos: .atLeastOnce, retain: false, size: 10) == .failure(.notConnected))
+        #expect(run(machine.onPublishRequested(qos: .atLeastOnce, retain: false, size: 10)) == [.reply(.refuse(.notConnected))])
         machine = await connected(limits: .init(retainAvailable: false, maximumPacketSize: 100))
-        #expect(machine.checkPublish(qos: .atMostOnce, retain: false, size: 100) == .success(0))
-        #expect(machine.checkPublish(qos: .atMostOnce, retain: true, size: 10) == .failure(.retainUnavailable))
-        #expect(machine.checkPublish(qos: .atMostOnce, retain: false, size: 101) == .failure(.payloadTooLarge(size: 101, limit: 100)))
-        _ = machine.onConnectionLost(reason: "gone", now: .now, random: 0)
-        // While reconnecting, QoS ≥ 1 is queued for the next connection; QoS 0 is refused.
-        #expect(machine.checkPublish(qos: .atMostOnce, retain: false, size: 10) == .failure(.notConnected))
-        #expect(machine.checkPublish(qos: .atLeastOnce, retain: false, size: 10) == .success(1))
+        #expect(run(machine.onPublishRequested(qos: .atMostOnce, retain: false, size: 100)) == [.reply(.publish(generation: 0))])
+        #expect(run(machine.onPublishRequested(qos: .atMostOnce, retain: true, size: 10)) == [.reply(.refuse(.retainUnavailable))])
         #expect(
-            machine.checkPublish(qos: .atLeastOnce, retain: true, size: 10) == .failure(.retainUnavailable),
+            run(machine.onPublishRequested(qos: .atMostOnce, retain: false, size: 101))
+                == [.reply(.refuse(.payloadTooLarge(size: 101, limit: 100)))])
+        #expect(
+            run(machine.onConnectionLost(reason: "gone", now: .now, random: 0)) == [
+                .announce(.disconnected(reason: "gone")), .announce(.reconnecting(attempt: 1, delay: .milliseconds(50))),
+            ])
+        // While reconnecting, QoS ≥ 1 is queued for the next connection; QoS 0 is refused.
+        #expect(run(machine.onPublishRequested(qos: .atMostOnce, retain: false, size: 10)) == [.reply(.refuse(.notConnected))])
+        #expect(run(machine.onPublishRequested(qos: .atLeastOnce, retain: false, size: 10)) == [.reply(.publish(generation: 1))])
+        #expect(
+            run(machine.onPublishRequested(qos: .atLeastOnce, retain: true, size: 10)) == [.reply(.refuse(.retainUnavailable))],
             "the last CONNACK's limits hold")
-        _ = await withCheckedContinuation { (waiter: Machine.StopWaiter) in
-            _ = machine.onDisconnectRequested(id: 1, waiter)
-            machine.onStopped().resumeAll()
+        await withCheckedContinuation { (waiter: Machine.StopWaiter) in
+            #expect(run(machine.onDisconnectRequested(id: 1, waiter, stop: .disconnect)) == [.stopNetworkThread(.disconnect)])
+            #expect(run(machine.onStopped()) == [.finishListeners(0), .resumeStop])
         }
-        #expect(machine.checkPublish(qos: .atLeastOnce, retain: false, size: 10) == .failure(.disconnected))
+        #expect(run(machine.onPublishRequested(qos: .atLeastOnce, retain: false, size: 10)) == [.reply(.refuse(.disconnected))])
     }
 
     /// Registers a publish waiter for `mid`, runs `then` on the machine while it waits, and returns its
-    /// outcome; `then` must lead the machine to resume it.
+    /// outcome; `then` must lead the machine to resume it (and check the rest of what it asks for).
     func outcome(
         _ machine: inout Machine, mid: Int32, qos: QoS, generation: Int? = nil, cancelled: Bool = false,
-        then: (inout Machine) -> [Machine.PublishOutcome] = { _ in [] }
+        then: (inout Machine) -> Machine.Action = { _ in [] }
     ) async -> Result<PublishReceipt, MQTTError> {
         await withUnsafeContinuation { continuation in
-            var outcomes = machine.onPublishRegistered(
+            let registered = machine.onPublishRegistered(
                 mid: mid, qos: qos, generation: generation ?? machine.generation, cancelled: cancelled, .task(continuation))
-            if outcomes.isEmpty { outcomes = then(&machine) }
-            for (waiter, result) in outcomes { waiter.resume(returning: result) }
+            #expect(registered.count <= 1, "nothing but this sender's outcome")
+            let action = registered.isEmpty ? then(&machine) : registered
+            #expect(action.filter { if case .resumePublish = $0 { true } else { false } }.count == 1, "resumed once")
+            #expect(!run(action).isEmpty)
         }
     }
 
     @Test func aPublishIsAcknowledgedBeforeOrAfterItsSenderWaits() async {
         var machine = await connected()
         let after = await outcome(&machine, mid: 1, qos: .atLeastOnce) { machine in
-            [machine.onPublishAcknowledged(mid: 1, reasonCode: 16, now: .now)].compactMap { $0 }
+            machine.onPublishAcknowledged(mid: 1, reasonCode: 16, now: .now)
         }
         #expect(after.map(\.noMatchingSubscribers) == .success(true))
-        #expect(machine.onPublishAcknowledged(mid: 2, reasonCode: 135, now: .now) == nil, "nobody waits yet")
+        #expect(run(machine.onPublishAcknowledged(mid: 2, reasonCode: 135, now: .now)) == [], "nobody waits yet")
         #expect(await outcome(&machine, mid: 2, qos: .atLeastOnce) == .failure(.notAuthorized(topic: "")))
     }
 
     @Test func aLostConnectionFailsQoS0AndKeepsQoS1Waiting() async {
         var machine = await connected()
         let qos0 = await outcome(&machine, mid: 1, qos: .atMostOnce) { machine in
-            machine.onConnectionLost(reason: "gone", now: .now, random: 0).publishResults
+            let lost = machine.onConnectionLost(reason: "gone", now: .now, random: 0)
+            #expect(
+                lost.map(\.kind) == [
+                    .resumePublish(.failure(.connectionLost)), .announce(.disconnected(reason: "gone")),
+                    .announce(.reconnecting(attempt: 1, delay: .milliseconds(50))),
+                ])
+            return lost
         }
         #expect(qos0 == .failure(.connectionLost))
         // A QoS 0 publish sent on the connection that was lost fails when it registers.
         #expect(await outcome(&machine, mid: 2, qos: .atMostOnce, generation: 0) == .failure(.connectionLost))
         let qos1 = await outcome(&machine, mid: 3, qos: .atLeastOnce) { machine in
-            #expect(machine.onConnectionLost(reason: "again", now: .now, random: 0).publishResults.isEmpty, "QoS 1 stays queued")
-            return [machine.onPublishAcknowledged(mid: 3, reasonCode: 0, now: .now)].compactMap { $0 }
+            #expect(run(machine.onConnectionLost(reason: "again", now: .now, random: 0)) == [], "QoS 1 stays queued")
+            return machine.onPublishAcknowledged(mid: 3, reasonCode: 0, now: .now)
         }
         #expect(qos1.map(\.reasonCode) == .success(0))
         let stopped = await outcome(&machine, mid: 4, qos: .atLeastOnce) { machine in
-            _ = machine.onDropped()
-            return machine.onStopped().publishResults
+            #expect(run(machine.onDropped()) == [.stopNetworkThread(.disconnect)])
+            let stopped = machine.onStopped()
+            #expect(stopped.map(\.kind) == [.resumePublish(.failure(.disconnected)), .finishListeners(0)])
+            return stopped
         }
         #expect(stopped == .failure(.disconnected))
     }
@@ -338,36 +484,36 @@ import Testing
         let handler = Machine.PublishWaiter.handler { result in told.withLock { $0.append(result) } }
         // Written before its sender registered: the receipt still carries the moment of the write.
         let written = ContinuousClock.now
-        #expect(machine.onPublishAcknowledged(mid: 1, reasonCode: 0, now: written) == nil)
-        for (waiter, result) in machine.onPublishRegistered(mid: 1, qos: .atMostOnce, generation: machine.generation, handler) {
-            waiter.resume(returning: result)
-        }
-        #expect(told.withLock { $0 } == [.success(PublishReceipt(reasonCode: 0, completed: written))])
+        let receipt = PublishReceipt(reasonCode: 0, completed: written)
+        #expect(run(machine.onPublishAcknowledged(mid: 1, reasonCode: 0, now: written)) == [])
+        #expect(
+            run(machine.onPublishRegistered(mid: 1, qos: .atMostOnce, generation: machine.generation, handler)) == [
+                .resumePublish(.success(receipt))
+            ])
+        #expect(told.withLock { $0 } == [.success(receipt)])
         // Registered first: told when the write comes.
-        #expect(machine.onPublishRegistered(mid: 2, qos: .atMostOnce, generation: machine.generation, handler).isEmpty)
-        let later = written + .milliseconds(3)
-        machine.onPublishAcknowledged(mid: 2, reasonCode: 0, now: later).map { $0.waiter.resume(returning: $0.result) }
-        #expect(told.withLock { $0.last } == .success(PublishReceipt(reasonCode: 0, completed: later)))
+        #expect(run(machine.onPublishRegistered(mid: 2, qos: .atMostOnce, generation: machine.generation, handler)) == [])
+        let later = PublishReceipt(reasonCode: 0, completed: written + .milliseconds(3))
+        #expect(run(machine.onPublishAcknowledged(mid: 2, reasonCode: 0, now: later.completed)) == [.resumePublish(.success(later))])
+        #expect(told.withLock { $0.last } == .success(later))
     }
 
     @Test func aCancelledSendLeavesNothingForALaterMessageWithItsID() async {
         var machine = await connected()
         // Cancelled while waiting: it fails at once; its acknowledgement, when it comes, is dropped.
-        let cancelled = await outcome(&machine, mid: 5, qos: .atLeastOnce) { machine in
-            [machine.onPublishCancelled(mid: 5)].compactMap { $0 }
-        }
+        let cancelled = await outcome(&machine, mid: 5, qos: .atLeastOnce) { machine in machine.onPublishCancelled(mid: 5) }
         #expect(cancelled == .failure(.cancelled))
-        #expect(machine.onPublishAcknowledged(mid: 5, reasonCode: 0, now: .now) == nil)
+        #expect(run(machine.onPublishAcknowledged(mid: 5, reasonCode: 0, now: .now)) == [])
         // Cancelled before it registered: the same.
         #expect(await outcome(&machine, mid: 7, qos: .atLeastOnce, cancelled: true) == .failure(.cancelled))
-        #expect(machine.onPublishAcknowledged(mid: 7, reasonCode: 0, now: .now) == nil)
+        #expect(run(machine.onPublishAcknowledged(mid: 7, reasonCode: 0, now: .now)) == [])
         // A later message with the same ID waits for its own acknowledgement.
         let later = await outcome(&machine, mid: 7, qos: .atLeastOnce) { machine in
-            [machine.onPublishAcknowledged(mid: 7, reasonCode: 1, now: .now)].compactMap { $0 }
+            machine.onPublishAcknowledged(mid: 7, reasonCode: 1, now: .now)
         }
         #expect(later.map(\.reasonCode) == .success(1))
         // A cancellation that finds nothing registered records nothing either.
-        #expect(machine.onPublishCancelled(mid: 9) == nil)
+        #expect(run(machine.onPublishCancelled(mid: 9)) == [])
     }
 
     // MARK: - Subscribing
@@ -375,61 +521,85 @@ import Testing
     @Test func subscribeAcknowledgements() async {
         var machine = await connected()
         let (events, listener) = AsyncStream.makeStream(of: ConnectionEvent.self)
-        let added = machine.onListenerAdded(listener)
-        #expect(added != nil)
+        #expect(run(machine.onListenerAdded(id: 1, listener)) == [])
         // Acknowledged after, and before, its caller waits.
         let after = await withCheckedContinuation { (waiter: Machine.SubscribeWaiter) in
-            #expect(machine.onSubscribeRegistered(mid: 1, waiter) == nil)
-            machine.onSubscribeAcknowledged(mid: 1, codes: [1]).resumeAll()
+            #expect(run(machine.onSubscribeRegistered(mid: 1, waiter)) == [])
+            #expect(run(machine.onSubscribeAcknowledged(mid: 1, codes: [1])) == [.resumeSubscribe(.success([1]))])
         }
         #expect(after == .success([1]))
-        machine.onSubscribeAcknowledged(mid: 2, codes: [0, 135]).resumeAll()
+        #expect(run(machine.onSubscribeAcknowledged(mid: 2, codes: [0, 135])) == [])
         let before = await withCheckedContinuation { (waiter: Machine.SubscribeWaiter) in
-            if let (waiter, result) = machine.onSubscribeRegistered(mid: 2, waiter) { waiter.resume(returning: result) }
+            #expect(run(machine.onSubscribeRegistered(mid: 2, waiter)) == [.resumeSubscribe(.success([0, 135]))])
         }
         #expect(before == .success([0, 135]))
         // A SUBACK the lost connection will never bring: the caller stops waiting.
         let lost = await withCheckedContinuation { (waiter: Machine.SubscribeWaiter) in
-            _ = machine.onSubscribeRegistered(mid: 3, waiter)
-            machine.onConnectionLost(reason: "gone", now: .now, random: 0).resumeAll()
+            #expect(run(machine.onSubscribeRegistered(mid: 3, waiter)) == [])
+            #expect(
+                run(machine.onConnectionLost(reason: "gone", now: .now, random: 0)) == [
+                    .resumeSubscribe(.success([])), .announce(.disconnected(reason: "gone")),
+                    .announce(.reconnecting(attempt: 1, delay: .milliseconds(50))),
+                ])
         }
         #expect(lost == .success([]))
         // A subscription the broker refuses to restore is announced.
         machine.onSocketOpened()
-        _ = machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: .now, random: 0)
+        let connack = machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: .now, random: 0)
+        #expect(run(connack) == [.announce(.connected(to: Self.h, sessionPresent: false))])
         machine.onRestoreRegistered(mid: 4, filter: "f")
-        let refused = machine.onSubscribeAcknowledged(mid: 4, codes: [135])
-        #expect(refused.events == [.subscriptionRestoreFailed(filter: "f", reasonCode: 135)] && refused.listeners.count == 1)
-        machine.onListenerRemoved(id: added!)
+        #expect(
+            run(machine.onSubscribeAcknowledged(mid: 4, codes: [135])) == [
+                .announce(.subscriptionRestoreFailed(filter: "f", reasonCode: 135))
+            ])
+        machine.onListenerRemoved(id: 1)
+        #expect(run(machine.onSubscribeAcknowledged(mid: 5, codes: [0])) == [], "nobody waits yet")
         listener.finish()
-        var iterator = events.makeAsyncIterator()
-        #expect(await iterator.next() == .disconnected(reason: "gone"))
+        var heard: [ConnectionEvent] = []
+        for await event in events { heard.append(event) }
+        #expect(
+            heard == [
+                .disconnected(reason: "gone"), .reconnecting(attempt: 1, delay: .milliseconds(50)),
+                .connected(to: Self.h, sessionPresent: false),
+                .subscriptionRestoreFailed(filter: "f", reasonCode: 135),
+            ])
     }
 
     @Test func messagesRouteByFilter() async throws {
         var machine = await connected()
-        _ = try machine.onSubscriptionAdded(id: 1, [TopicSubscription("a/+")], sink: sink())
-        #expect(machine.onMessage(topic: "a/b").count == 1)
-        #expect(machine.onMessage(topic: "b/b").isEmpty)
+        #expect(
+            run(machine.onSubscriptionAdded(id: 1, [TopicSubscription("a/+")], sink: sink())) == [
+                .reply(.subscribe([TopicSubscription("a/+")]))
+            ])
+        #expect(run(machine.onMessage(message("a/b"))) == [.deliver(topic: "a/b", sinks: [1])])
+        #expect(run(machine.onMessage(message("b/b"))) == [.deliver(topic: "b/b", sinks: [])])
         // Routes are remembered per topic, and forgotten when the subscriptions change.
-        #expect(machine.onMessage(topic: "a/b").count == 1)
-        _ = try machine.onSubscriptionAdded(id: 2, [TopicSubscription("#")], sink: sink())
-        #expect(machine.onMessage(topic: "a/b").map(\.id).sorted() == [1, 2])
-        #expect(machine.onMessage(topic: "b/b").map(\.id) == [2])
-        _ = machine.onSubscriptionRemoved(id: 1)
-        #expect(machine.onMessage(topic: "a/b").map(\.id) == [2])
-        _ = machine.onSubscriptionRemoved(id: 2)
-        #expect(machine.onMessage(topic: "a/b").isEmpty)
+        #expect(machine.routes.keys.sorted() == ["a/b", "b/b"])
+        #expect(run(machine.onMessage(message("a/b"))) == [.deliver(topic: "a/b", sinks: [1])])
+        #expect(
+            run(machine.onSubscriptionAdded(id: 2, [TopicSubscription("#")], sink: sink())) == [
+                .reply(.subscribe([TopicSubscription("#")]))
+            ])
+        #expect(machine.routes.isEmpty)
+        #expect(run(machine.onMessage(message("a/b"))) == [.deliver(topic: "a/b", sinks: [1, 2])])
+        #expect(run(machine.onMessage(message("b/b"))) == [.deliver(topic: "b/b", sinks: [2])])
+        #expect(run(machine.onSubscriptionRemoved(id: 1)) == [.unsubscribe(["a/+"]), .finishSubscription(1)])
+        #expect(run(machine.onMessage(message("a/b"))) == [.deliver(topic: "a/b", sinks: [2])])
+        #expect(run(machine.onSubscriptionRemoved(id: 2)) == [.unsubscribe(["#"]), .finishSubscription(2)])
+        #expect(run(machine.onMessage(message("a/b"))) == [.deliver(topic: "a/b", sinks: [])])
     }
 
     /// A subscription's retained replay (a newcomer's hundred member records) is routed like live
     /// traffic but not remembered: each of its topics comes once, and it would push live routes out.
     @Test func retainedMessagesAreRoutedButNotRemembered() async throws {
         var machine = await connected()
-        _ = try machine.onSubscriptionAdded(id: 1, [TopicSubscription("a/+")], sink: sink())
-        _ = machine.onMessage(topic: "a/live")
+        #expect(
+            run(machine.onSubscriptionAdded(id: 1, [TopicSubscription("a/+")], sink: sink())) == [
+                .reply(.subscribe([TopicSubscription("a/+")]))
+            ])
+        #expect(run(machine.onMessage(message("a/live"))) == [.deliver(topic: "a/live", sinks: [1])])
         for index in 0..<200 {
-            #expect(machine.onMessage(topic: "a/\(index)", remember: false).map(\.id) == [1])
+            #expect(run(machine.onMessage(message("a/\(index)", retain: true))) == [.deliver(topic: "a/\(index)", sinks: [1])])
         }
         #expect(machine.routes.keys.sorted() == ["a/live"])
     }
@@ -439,18 +609,24 @@ import Testing
     @Test func disconnectBeforeConnectStopsAtOnce() async {
         var machine = makeMachine()
         let finished = LockedValue(0)
-        _ = try? machine.onSubscriptionAdded(id: 1, [TopicSubscription("a")], sink: sink(finished))
-        let running = machine.onDropped()
-        #expect(!running, "no network thread to stop")
+        #expect(
+            run(machine.onSubscriptionAdded(id: 1, [TopicSubscription("a")], sink: sink(finished))) == [.reply(.subscribe([]))],
+            "sent once connected")
+        #expect(run(machine.onDropped()) == [], "no network thread to stop")
         await withCheckedContinuation { (waiter: Machine.StopWaiter) in
-            let (effects, running) = machine.onDisconnectRequested(id: 1, waiter)
-            #expect(!running)
-            effects.resumeAll()
+            #expect(
+                run(machine.onDisconnectRequested(id: 1, waiter, stop: .disconnect)) == [
+                    .finishSubscription(1), .finishListeners(0), .resumeStop,
+                ])
         }
         #expect(machine.isStopped && finished.withLock { $0 } == 1)
-        #expect(throws: MQTTError.disconnected) { try machine.onSubscriptionAdded(id: 2, [TopicSubscription("b")], sink: sink()) }
-        let added = machine.onListenerAdded(AsyncStream.makeStream(of: ConnectionEvent.self).continuation)
-        #expect(added == nil)
+        #expect(run(machine.onSubscriptionAdded(id: 2, [TopicSubscription("b")], sink: sink())) == [.reply(.refuse(.disconnected))])
+        let (events, listener) = AsyncStream.makeStream(of: ConnectionEvent.self)
+        #expect(run(machine.onListenerAdded(id: 3, listener)) == [.finishListeners(1)])
+        for await event in events { Issue.record("an event after the stop: \(event)") }
+        await withCheckedContinuation { (waiter: Machine.StopWaiter) in
+            #expect(run(machine.onDisconnectRequested(id: 4, waiter, stop: .abort)) == [.resumeStop], "stopped already")
+        }
     }
 
     /// `disconnect()` while the first connect hangs in the kernel: after its timeout, both it and the
@@ -459,18 +635,18 @@ import Testing
         let machine = LockedValue(makeMachine())
         let connecting = Task {
             await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
-                _ = machine.withLock { $0.onConnectRequested(waiter) }
+                #expect(run(machine.withLock { $0.onConnectRequested(waiter) }) == [.startNetworkThread])
             }
         }
         try await waitUntil("connect() waits") { machine.withLock { if case .firstConnect = $0.state { true } else { false } } }
         await withCheckedContinuation { (waiter: Machine.StopWaiter) in
-            let (effects, running) = machine.withLock { $0.onDisconnectRequested(id: 7, waiter) }
-            #expect(running && effects.stopWaiters.isEmpty, "waits for the network thread")
-            machine.withLock { $0.onDisconnectTimedOut(id: 7) }.resumeAll()
+            let requested = machine.withLock { $0.onDisconnectRequested(id: 7, waiter, stop: .expireSession) }
+            #expect(run(requested) == [.stopNetworkThread(.expireSession)], "waits for the network thread")
+            #expect(run(machine.withLock { $0.onDisconnectTimedOut(id: 7) }) == [.resumeConnect(.failure(.disconnected)), .resumeStop])
         }
         #expect(failure(await connecting.value) == .disconnected)
-        let late = machine.withLock { $0.onStopped() }
-        #expect(late.stopWaiters.isEmpty && late.connectResult == nil, "nobody is resumed twice")
+        #expect(run(machine.withLock { $0.onStopped() }) == [.finishListeners(0)], "nobody is resumed twice")
+        #expect(run(machine.withLock { $0.onDisconnectTimedOut(id: 7) }) == [], "the thread ended first")
         #expect(machine.withLock { $0.isStopped })
     }
 }
