@@ -62,11 +62,7 @@ extension MosquittoConnection {
     /// Subscribes a live filter again on a new connection, from the connect callback (see
     /// ``ConnectionStateMachine/onConnack(reasonCode:reason:sessionPresent:limits:now:random:)``).
     func restore(_ request: TopicSubscription) {
-        var mid: Int32 = 0
-        let options = configuration.protocolVersion == .v5 ? request.optionBits : 0
-        if mosquitto_subscribe_v5(handle, &mid, request.filter, request.qos.rawValue, options, nil) == MOSQ_ERR_SUCCESS.rawValue {
-            state.withLock { $0.onRestoreRegistered(mid: mid, filter: request.filter) }
-        }
+        if case let .success(mid?) = subscribe([request]) { state.withLock { $0.onRestoreRegistered(mid: mid, filter: request.filter) } }
     }
 
     private func didDisconnect(rc: Int32) {
