@@ -202,7 +202,7 @@ public final class MQTTClient: Sendable {
             of: MQTTMessage.self, bufferingPolicy: bufferingPolicy.streamPolicy)
         let connection = self.connection
         let id = try await register(subscriptions, sink: .stream(continuation)) { id in
-            continuation.onTermination = { _ in MQTTClient.removeSubscription(id: id, from: connection) }
+            continuation.onTermination = { _ in connection.update { $0.onSubscriptionRemoved(id: id) } }
         }
         return MQTTSubscription(stream: stream, id: id, connection: connection, filters: subscriptions)
     }
@@ -273,7 +273,7 @@ public final class MQTTClient: Sendable {
             case .success(let mid?): sent.append((mid, packet))
             case .success(nil): break
             case .failure(let error):
-                MQTTClient.removeSubscription(id: id, from: connection)
+                connection.update { $0.onSubscriptionRemoved(id: id) }
                 throw error
             }
         }
@@ -294,7 +294,7 @@ public final class MQTTClient: Sendable {
             }
         }
         if let failure {
-            MQTTClient.removeSubscription(id: id, from: connection)
+            connection.update { $0.onSubscriptionRemoved(id: id) }
             throw failure
         }
         return id
@@ -319,10 +319,6 @@ public final class MQTTClient: Sendable {
         continuation.onTermination = { _ in connection.state.withLock { $0.onListenerRemoved(id: id) } }
         connection.update { $0.onListenerAdded(id: id, continuation) }
         return ConnectionEvents(stream: stream)
-    }
-
-    static func removeSubscription(id: UInt64, from connection: MosquittoConnection) {
-        connection.update { $0.onSubscriptionRemoved(id: id) }
     }
 
     /// Test and demo hook: dies as a crashed process would — the socket closes without DISCONNECT (so

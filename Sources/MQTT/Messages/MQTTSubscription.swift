@@ -39,7 +39,7 @@ public struct MQTTSubscription: AsyncSequence, Sendable {
 
     /// Ends the sequence and unsubscribes its filters (those no other live subscription uses).
     public func unsubscribe() {
-        MQTTClient.removeSubscription(id: id, from: connection)
+        connection.update { $0.onSubscriptionRemoved(id: id) }
     }
 
     public func makeAsyncIterator() -> AsyncIterator {

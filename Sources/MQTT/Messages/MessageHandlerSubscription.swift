@@ -8,6 +8,6 @@ package struct MessageHandlerSubscription: Sendable {
     /// Ends the subscription (its `onEnd` runs) and unsubscribes the filters no other live subscription
     /// uses. Idempotent. A message the network thread routed just before may still reach the handler.
     package func unsubscribe() {
-        MQTTClient.removeSubscription(id: id, from: connection)
+        connection.update { $0.onSubscriptionRemoved(id: id) }
     }
 }
