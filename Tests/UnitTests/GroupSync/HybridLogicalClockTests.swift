@@ -17,7 +17,7 @@ import Testing
 
     @Test func aTimestampFromAFasterClockPullsOursForward() {
         var clock = HybridLogicalClock(participant: "slow")
-        _ = clock.tick(now: 100)
+        #expect(clock.tick(now: 100) == HLCTimestamp(time: 100, counter: 0, participant: "slow"))
         let remote = HLCTimestamp(time: 5_000, counter: 3, participant: "fast")
         clock.observe(remote, now: 100)
         let next = clock.tick(now: 101)
@@ -27,8 +27,8 @@ import Testing
 
     @Test func observingMergesCountersOfTheSameMillisecond() {
         var clock = HybridLogicalClock(participant: "a")
-        _ = clock.tick(now: 100)
-        _ = clock.tick(now: 100)  // 100.1
+        #expect(clock.tick(now: 100) == HLCTimestamp(time: 100, counter: 0, participant: "a"))
+        #expect(clock.tick(now: 100) == HLCTimestamp(time: 100, counter: 1, participant: "a"))
         clock.observe(HLCTimestamp(time: 100, counter: 7, participant: "b"), now: 50)
         #expect(clock.latest == HLCTimestamp(time: 100, counter: 8, participant: "a"))
         clock.observe(HLCTimestamp(time: 90, counter: 50, participant: "b"), now: 50)
