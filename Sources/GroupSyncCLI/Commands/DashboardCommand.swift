@@ -205,7 +205,7 @@ enum DashboardCommand: Command {
         func emit(_ publications: [DashboardProjection.Publication]) {
             for publication in publications {
                 if json {
-                    Output.json(["topic": publication.topic, "payload": publication.payload])
+                    Output.json(["topic": .string(publication.topic), "payload": .string(publication.payload)])
                 } else {
                     Output.line(publication.description)
                 }

@@ -98,13 +98,15 @@ enum SessionsCommand: Command {
         let rows = view.sessions.values.sorted { $0.announcement.createdAt < $1.announcement.createdAt }
         if json {
             Output.json([
-                "sessions": rows.map { session -> [String: Any] in
-                    [
-                        "id": session.announcement.session, "activity": session.announcement.activity.type,
-                        "title": session.announcement.activity.metadata.title, "participants": view.active(session),
-                        "age_s": max(0, now - session.announcement.createdAt) / 1_000,
-                    ]
-                }
+                "sessions": .array(
+                    rows.map { session in
+                        .object([
+                            "id": .string(session.announcement.session), "activity": .string(session.announcement.activity.type),
+                            "title": .string(session.announcement.activity.metadata.title),
+                            "participants": .array(view.active(session).map(JSONValue.string)),
+                            "age_s": .int(max(0, now - session.announcement.createdAt) / 1_000),
+                        ])
+                    })
             ])
             return
         }

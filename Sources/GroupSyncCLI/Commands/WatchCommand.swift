@@ -49,12 +49,12 @@ enum WatchCommand: Command {
             let time = formatter.string(from: Date())
             if asJSON {
                 var object = event.fields
-                object["time"] = time
-                object["kind"] = event.kind
-                object["text"] = event.text
-                object["retained"] = message.retain
-                if let session = event.session { object["session"] = session }
-                if let participant = event.participant { object["participant"] = participant }
+                object["time"] = .string(time)
+                object["kind"] = .string(event.kind)
+                object["text"] = .string(event.text)
+                object["retained"] = .bool(message.retain)
+                if let session = event.session { object["session"] = .string(session) }
+                if let participant = event.participant { object["participant"] = .string(participant) }
                 Output.json(object)
             } else {
                 Output.line("\(time.dropFirst(11).prefix(12))  \(event.text)\(message.retain ? " (retained)" : "")")

@@ -21,7 +21,7 @@ struct GroupView {
         var session: String?
         var participant: String?
         var text: String
-        var fields: [String: Any]
+        var fields: [String: JSONValue]
     }
 
     let topics: GroupTopics
@@ -56,12 +56,13 @@ struct GroupView {
                 online[participant] = presence.epoch
                 return Event(
                     kind: "online", participant: participant, text: "\(participant) online (epoch \(presence.epoch))",
-                    fields: ["epoch": presence.epoch])
+                    fields: ["epoch": .int(presence.epoch)])
             }
             if online[participant] == presence.epoch { online[participant] = nil }
             return Event(
                 kind: "lost", participant: participant,
-                text: "\(participant) LOST — connection died without leaving (epoch \(presence.epoch))", fields: ["epoch": presence.epoch])
+                text: "\(participant) LOST — connection died without leaving (epoch \(presence.epoch))",
+                fields: ["epoch": .int(presence.epoch)])
         case .welcome:
             return nil  // a newcomer's copy of what the others know: nothing new to an observer
         case let .heartbeat(participant):
@@ -70,7 +71,7 @@ struct GroupView {
             online[participant] = heartbeat.epoch
             return Event(
                 kind: "online", participant: participant, text: "\(participant) alive (epoch \(heartbeat.epoch))",
-                fields: ["epoch": heartbeat.epoch])
+                fields: ["epoch": .int(heartbeat.epoch)])
         case let .announcement(id, publisher):
             if payload.isEmpty {
                 sessions[id]?.announcers.remove(publisher)
@@ -103,7 +104,10 @@ struct GroupView {
                 text: changed
                     ? "session \(id) activity changed: \(json(announcement.activity.data))"
                     : "session \(id) announced by \(announcement.createdBy): \(announcement.activity.type) \"\(title)\"",
-                fields: ["activity": announcement.activity.type, "title": title, "revision": announcement.revision.description])
+                fields: [
+                    "activity": .string(announcement.activity.type), "title": .string(title),
+                    "revision": .string(announcement.revision.description),
+                ])
         case let .member(id, participant):
             if payload.isEmpty {
                 setMember(id, participant, nil)
@@ -112,12 +116,13 @@ struct GroupView {
             guard let member = Wire.decode(Wire.Member.self, from: payload) else { return invalid(message) }
             setMember(id, participant, member.epoch)
             return Event(
-                kind: "join", session: id, participant: participant, text: "\(participant) joined \(id)", fields: ["epoch": member.epoch])
+                kind: "join", session: id, participant: participant, text: "\(participant) joined \(id)",
+                fields: ["epoch": .int(member.epoch)])
         case let .state(id, key, writer):
             if payload.isEmpty {
                 return Event(
                     kind: "state-cleared", session: id, participant: writer, text: "\(writer)'s \(key) in \(id) cleared",
-                    fields: ["key": key])
+                    fields: ["key": .string(key)])
             }
             guard let record = Wire.decode(Wire.StateRecord.self, from: payload) else { return invalid(message) }
             let current = sessions[id]?.states[key] ?? early[id]?.states[key]
@@ -131,13 +136,13 @@ struct GroupView {
             return Event(
                 kind: "state", session: id, participant: writer,
                 text: "\(writer) set \(key) = \(json(record.value)) in \(id) (clock \(record.clock))",
-                fields: ["key": key, "value": jsonObject(record.value), "clock": record.clock.description])
+                fields: ["key": .string(key), "value": record.value, "clock": .string(record.clock.description)])
         case let .journal(id, attachment, owner):
             if payload.isEmpty {
                 return Event(
                     kind: "detach", session: id, participant: owner,
                     text: "\(owner) removed attachment \(attachment.prefix(12)) from \(id)",
-                    fields: ["sha256": attachment])
+                    fields: ["sha256": .string(attachment)])
             }
             guard let record = Wire.decode(Wire.JournalRecord.self, from: payload), record.sha256 == attachment else {
                 return invalid(message)
@@ -145,7 +150,10 @@ struct GroupView {
             return Event(
                 kind: "attach", session: id, participant: owner,
                 text: "\(owner) attached \(record.name) (\(record.size) bytes, \(record.type), \(record.chunks.count) chunks) to \(id)",
-                fields: ["sha256": attachment, "name": record.name, "size": record.size, "type": record.type])
+                fields: [
+                    "sha256": .string(attachment), "name": .string(record.name), "size": .int(record.size),
+                    "type": .string(record.type),
+                ])
         case let .broadcast(id, sender):
             return messageEvent(message, session: id, sender: sender, recipient: nil)
         case let .direct(id, recipient, sender):
@@ -164,8 +172,11 @@ struct GroupView {
     private func messageEvent(_ message: MQTTMessage, session: String, sender: String, recipient: String?) -> Event? {
         guard let header = Wire.decode(Wire.EnvelopeHeader.self, from: message.payload) else { return invalid(message) }
         let to = recipient ?? "all"
-        var fields: [String: Any] = ["to": to, "type": header.type, "size": message.payload.count, "reliable": header.reliable]
-        if let seq = header.seq { fields["seq"] = seq }
+        var fields: [String: JSONValue] = [
+            "to": .string(to), "type": .string(header.type), "size": .int(Int64(message.payload.count)),
+            "reliable": .bool(header.reliable),
+        ]
+        if let seq = header.seq { fields["seq"] = .int(seq) }
         switch header.type {
         case "$catchup":
             return Event(
@@ -184,16 +195,12 @@ struct GroupView {
 
     private func invalid(_ message: MQTTMessage) -> Event {
         Event(
-            kind: "invalid", text: "rejected payload on \(message.topic) (\(message.payload.count) bytes)", fields: ["topic": message.topic]
+            kind: "invalid", text: "rejected payload on \(message.topic) (\(message.payload.count) bytes)",
+            fields: ["topic": .string(message.topic)]
         )
     }
 
     func json(_ value: JSONValue) -> String {
         (try? Wire.encode(value)).map { String(decoding: $0, as: UTF8.self) } ?? "null"
-    }
-
-    func jsonObject(_ value: JSONValue) -> Any {
-        guard let data = try? Wire.encode(value) else { return NSNull() }
-        return (try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])) ?? NSNull()
     }
 }

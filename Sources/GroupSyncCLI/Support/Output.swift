@@ -1,4 +1,5 @@
 import Foundation
+import GroupSync
 import MQTT
 
 /// Line-oriented standard output and error, safe from any task; each line is written whole.
@@ -13,11 +14,9 @@ enum Output {
         lock.withLock { _ in FileHandle.standardError.write(Data((text + "\n").utf8)) }
     }
 
-    /// One JSON object per line, keys sorted.
-    static func json(_ object: [String: Any]) {
-        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else {
-            return
-        }
+    /// One JSON object per line, written as the wire writes it (keys sorted, slashes unescaped).
+    static func json(_ object: [String: JSONValue]) {
+        guard let data = try? Wire.encode(JSONValue.object(object)) else { return }
         line(String(decoding: data, as: UTF8.self))
     }
 }
