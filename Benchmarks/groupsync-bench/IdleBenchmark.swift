@@ -28,7 +28,7 @@ enum IdleBenchmark {
             }
         }
         let plain = try await measure(for: seconds)
-        let players = joined.map { $0.playbackCoordinator() }
+        let players = joined.map { PlaybackCoordinator(session: $0) }
         try await waitUntil(timeout: .seconds(30), "every session's group clock") { players.allSatisfy { $0.groupTime() != nil } }
         let withPlayback = try await measure(for: seconds)
         for session in joined { await session.leave() }

@@ -44,7 +44,7 @@ enum JournalBenchmark {
     }
 
     private static func measure(_ cluster: SessionCluster, plan: Plan) async throws -> BenchResults.Journal {
-        let owner = cluster.members[0].session.journal()
+        let owner = GroupSessionJournal(session: cluster.members[0].session)
         let configuration = owner.configuration
         var result = BenchResults.Journal(
             receivers: plan.receivers, chunkSize: configuration.chunkSize, window: configuration.window,
@@ -132,7 +132,7 @@ enum JournalBenchmark {
     }
 
     private static func fanoutRound(_ cluster: SessionCluster, owner: GroupSessionJournal, data: Data, name: String) async throws -> Round {
-        let receivers = cluster.members.dropFirst().map { $0.session.journal() }
+        let receivers = cluster.members.dropFirst().map { GroupSessionJournal(session: $0.session) }
         // Listening before the add starts: each sequence yields the current list, then every change.
         let updates = receivers.map { $0.attachmentUpdates() }
         let size = data.count
@@ -178,7 +178,9 @@ enum JournalBenchmark {
         do {
             let session = try await SessionCluster.findSession(ownerCoordinator, id: cluster.sessionID)
             try await session.join()
-            _ = try await withTimeLimit(.seconds(120), "\(name) added") { try await session.journal().add(data, name: name) }
+            _ = try await withTimeLimit(.seconds(120), "\(name) added") {
+                try await GroupSessionJournal(session: session).add(data, name: name)
+            }
             await session.leave()
         } catch {
             await ownerCoordinator.close()
@@ -190,7 +192,7 @@ enum JournalBenchmark {
         let outcome: Result<(Double, Double), any Error>
         do {
             let session = try await SessionCluster.findSession(coordinator, id: cluster.sessionID)
-            let journal = session.journal()
+            let journal = GroupSessionJournal(session: session)
             let start = MonotonicClock.nanoseconds()
             try await session.join()
             let attachment = try await firstAttachment(named: name, in: journal.attachmentUpdates())

@@ -89,7 +89,7 @@ enum JournalReceiver {
             do {
                 let session = try await SessionCluster.findSession(coordinator, id: request.session)
                 try await session.join()
-                let journal = session.journal()
+                let journal = GroupSessionJournal(session: session)
                 let attachment = try await JournalBenchmark.firstAttachment(named: request.name, in: journal.attachmentUpdates())
                 let baseline = SystemInfo.residentBytes()
                 let reset = SystemInfo.resetPeakResident()

@@ -44,7 +44,7 @@ enum PlaybackBenchmark {
         let clocks = (0..<count).map { clock($0, of: count) }
         let cluster = try await SessionCluster.make(
             url: url, group: group, prefix: "pb", count: count, sharedState: true, clock: { clocks[$0] })
-        let coordinators = cluster.members.map { $0.session.playbackCoordinator() }
+        let coordinators = cluster.members.map { PlaybackCoordinator(session: $0.session) }
         let recorders = coordinators.map { StartRecorder($0.starts()) }
         do {
             try await waitUntil(

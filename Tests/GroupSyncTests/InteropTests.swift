@@ -98,7 +98,7 @@ struct InteropTests {
             let (alice, bob, a, _) = try await group.pair(Gallery(galleryID: "journal"))
             // Chunks of 4 KiB: 49 of them, more than three of py's windows of 16.
             let content = Data((0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) })
-            let added = try await a.journal(configuration: .init(chunkSize: 4_096)).add(
+            let added = try await GroupSessionJournal(session: a, configuration: .init(chunkSize: 4_096)).add(
                 content, name: "notes.txt", mediaType: "text/plain", metadata: ["lang": "en"])
             await a.leave()  // bob keeps the session; the bytes stay on the broker
 

@@ -34,11 +34,14 @@ import Testing
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
             let (_, _, a, b) = try await group.pair(Gallery(galleryID: "journal"))
-            let (aliceJournal, bobJournal) = (a.journal(configuration: Self.small), b.journal(configuration: Self.small))
+            let (aliceJournal, bobJournal) = (
+                GroupSessionJournal(session: a, configuration: Self.small), GroupSessionJournal(session: b, configuration: Self.small)
+            )
             let lists = Collector(bobJournal.attachmentUpdates())
             defer { lists.cancel() }
             try await lists.waitForCount(1)
             #expect(lists.elements[0].isEmpty, "the current list comes first")
+            #expect(GroupSessionJournal(session: b).configuration.chunkSize == Self.small.chunkSize, "the first one's configuration")
 
             let photo = Self.bytes(100_000)
             let added = try await aliceJournal.add(photo, name: "photo.jpg", mediaType: "image/jpeg", metadata: ["caption": "Lake"])
@@ -79,14 +82,15 @@ import Testing
             let alice = try await group.join("alice")
             let a = try await alice.startJoined(Gallery(galleryID: "late"))
             let photo = Self.bytes(200_000)
-            let added = try await a.journal(configuration: Self.small).add(photo, name: "late.png", mediaType: "image/png")
+            let added = try await GroupSessionJournal(session: a, configuration: Self.small).add(
+                photo, name: "late.png", mediaType: "image/png")
             let bob = try await group.join("bob")
             let b = try await bob.joinSession(a.id, of: Gallery.self)  // keeps the session alive
             if crashed { await alice.simulateCrash() } else { await a.leave() }
 
             let carol = try await group.join("carol")
             let c = try await carol.joinSession(a.id, of: Gallery.self)
-            let journal = c.journal()
+            let journal = GroupSessionJournal(session: c)
             #expect(journal.attachments.map(\.id) == [added.id], "listed once join() returns")
             #expect(try await journal.load(journal.attachments[0]) == photo)
             _ = b
@@ -105,8 +109,8 @@ import Testing
             let group = Group(broker)
             let (_, bob, a, b) = try await group.pair(Gallery(galleryID: "crash"))
             let content = Self.bytes(2 << 20)
-            let added = try await a.journal(configuration: Self.small).add(content, name: "big.bin")
-            let journal = b.journal(configuration: GroupSessionJournal.Configuration(window: 2))
+            let added = try await GroupSessionJournal(session: a, configuration: Self.small).add(content, name: "big.bin")
+            let journal = GroupSessionJournal(session: b, configuration: GroupSessionJournal.Configuration(window: 2))
             let crashed = Atomic(false)
             let restart = LockedValue<Task<Void, any Error>?>(nil)
             let file = FileManager.default.temporaryDirectory.appendingPathComponent("groupsync-\(UUID().uuidString).bin")
@@ -135,7 +139,7 @@ import Testing
             let group = Group(broker)
             let (_, _, a, b) = try await group.pair(Gallery(galleryID: "corrupt"))
             let content = Self.bytes(80_000)
-            let added = try await a.journal(configuration: Self.small).add(content, name: "doc.pdf")
+            let added = try await GroupSessionJournal(session: a, configuration: Self.small).add(content, name: "doc.pdf")
             let topic = GroupTopics(group: group.name).chunk(a.id, attachment: added.sha256, index: 2, owner: "alice")
             var configuration = try MQTTClient.Configuration(url: broker.url)
             configuration.clientID = broker.unique("forger")
@@ -147,7 +151,9 @@ import Testing
 
             let rejected = Atomic(0)
             let load = Task {
-                try await b.journal().load(added) { progress in rejected.store(progress.rejectedChunks, ordering: .relaxed) }
+                try await GroupSessionJournal(session: b).load(added) { progress in
+                    rejected.store(progress.rejectedChunks, ordering: .relaxed)
+                }
             }
             try await waitUntil("the forged chunk is rejected") { rejected.load(ordering: .relaxed) >= 1 }
             let good = content[(2 * 16_384)..<(3 * 16_384)]
@@ -169,8 +175,9 @@ import Testing
             let a = try await alice.startJoined(Gallery(galleryID: "acl"))
             let b = try await bob.joinSession(a.id, of: Gallery.self)
             let content = Self.bytes(50_000)
-            let added = try await a.journal(configuration: Self.small).add(content, name: "mine.txt", mediaType: "text/plain")
-            try await waitUntil("bob lists it") { b.journal().attachments.count == 1 }
+            let added = try await GroupSessionJournal(session: a, configuration: Self.small).add(
+                content, name: "mine.txt", mediaType: "text/plain")
+            try await waitUntil("bob lists it") { GroupSessionJournal(session: b).attachments.count == 1 }
 
             var login = try MQTTClient.Configuration(url: broker.url)
             (login.username, login.password) = ("mallory", LifetimeTests.users["mallory"])
@@ -185,12 +192,14 @@ import Testing
             await #expect(throws: MQTTError.notAuthorized(topic: chunk)) {
                 try await mallory.publish(to: chunk, payload: Data("forged".utf8), qos: .atLeastOnce, retain: true)
             }
-            await #expect(throws: GroupSyncError.notAttachmentOwner(owner: "alice")) { try await b.journal().remove(added) }
-            #expect(b.journal().attachments.map(\.id) == [added.id])
-            #expect(try await b.journal().load(added) == content)
+            await #expect(throws: GroupSyncError.notAttachmentOwner(owner: "alice")) {
+                try await GroupSessionJournal(session: b).remove(added)
+            }
+            #expect(GroupSessionJournal(session: b).attachments.map(\.id) == [added.id])
+            #expect(try await GroupSessionJournal(session: b).load(added) == content)
 
-            try await a.journal().remove(added)
-            try await waitUntil("the owner's remove reaches bob") { b.journal().attachments.isEmpty }
+            try await GroupSessionJournal(session: a).remove(added)
+            try await waitUntil("the owner's remove reaches bob") { GroupSessionJournal(session: b).attachments.isEmpty }
             await mallory.disconnect()
             await group.closeAll()
         }
@@ -203,7 +212,7 @@ import Testing
             let group = Group(broker)
             let alice = try await group.join("alice")
             let a = try await alice.startJoined(Brief(name: "journal"))
-            _ = try await a.journal(configuration: Self.small).add(Self.bytes(40_000), name: "brief.bin")
+            _ = try await GroupSessionJournal(session: a, configuration: Self.small).add(Self.bytes(40_000), name: "brief.bin")
             let root = "\(GroupTopics.chunkProtocolRoot)/\(group.name)"
             @Sendable func chunks() async throws -> [String] { try await retainedTopics(broker, under: root) }
             // Kept: each chunk is published again, live, while alice is in the session.
@@ -225,7 +234,7 @@ import Testing
             let alice = try await group.join("alice") { $0.mqtt.retainedMessages = false }
             let a = try await alice.startJoined(Gallery(galleryID: "no-retain"))
             await #expect(throws: GroupSyncError.journalNeedsRetainedMessages) {
-                try await a.journal().add(Data("x".utf8), name: "x")
+                try await GroupSessionJournal(session: a).add(Data("x".utf8), name: "x")
             }
             await group.closeAll()
         }
@@ -238,8 +247,11 @@ import Testing
             let group = Group(broker)
             let sessions = try await group.joinOneSession(["alice", "bob", "carol"], Gallery(galleryID: "128k"))
             // Each session's journal keeps the configuration it was first made with.
-            let (alice, bob) = (sessions[0].journal(), sessions[1].journal(configuration: .init(chunkSize: 1 << 20)))
-            let carol = sessions[2].journal(configuration: .init(chunkSize: 16))
+            let (alice, bob) = (
+                GroupSessionJournal(session: sessions[0]),
+                GroupSessionJournal(session: sessions[1], configuration: .init(chunkSize: 1 << 20))
+            )
+            let carol = GroupSessionJournal(session: sessions[2], configuration: .init(chunkSize: 16))
             let content = Self.bytes(1 << 20)
             let defaults = try await alice.add(content, name: "one-mib.bin")
             #expect(defaults.record.chunkSize == 64 << 10)
@@ -265,7 +277,7 @@ import Testing
             let (_, _, a, b) = try await group.pair(Gallery(galleryID: "limits"))
             let limits = GroupSessionJournal.Configuration(
                 chunkSize: 1_024, maximumAttachmentSize: 3_000, maximumSessionSize: 5_000, maximumAttachmentCount: 3)
-            let journal = a.journal(configuration: limits)
+            let journal = GroupSessionJournal(session: a, configuration: limits)
             await #expect(throws: GroupSyncError.journalLimitExceeded(.attachmentSize(size: 3_001, limit: 3_000))) {
                 try await journal.add(Self.bytes(3_001), name: "too-big")
             }
@@ -281,10 +293,10 @@ import Testing
             // A receiver holds loads to its own limit.
             let big = try #require(journal.attachments.first { $0.name == "one" })
             try await waitUntil("bob lists three") {
-                b.journal(configuration: .init(maximumAttachmentSize: 2_000)).attachments.count == 3
+                GroupSessionJournal(session: b, configuration: .init(maximumAttachmentSize: 2_000)).attachments.count == 3
             }
             await #expect(throws: GroupSyncError.journalLimitExceeded(.attachmentSize(size: 3_000, limit: 2_000))) {
-                try await b.journal().load(big)
+                try await GroupSessionJournal(session: b).load(big)
             }
             #expect(
                 GroupSyncError.journalLimitExceeded(.sessionSize(total: 5_001, limit: 5_000)).description.contains("maximumSessionSize"))
@@ -307,9 +319,9 @@ import Testing
             let bob = try await group.join("bob", login("bob"))
             let a = try await alice.startJoined(Gallery(galleryID: "end"))
             let b = try await bob.joinSession(a.id, of: Gallery.self)
-            _ = try await a.journal(configuration: Self.small).add(Self.bytes(40_000), name: "a1")
-            _ = try await a.journal().add(Self.bytes(1_000), name: "a2")
-            _ = try await b.journal(configuration: Self.small).add(Self.bytes(30_000), name: "b1")
+            _ = try await GroupSessionJournal(session: a, configuration: Self.small).add(Self.bytes(40_000), name: "a1")
+            _ = try await GroupSessionJournal(session: a).add(Self.bytes(1_000), name: "a2")
+            _ = try await GroupSessionJournal(session: b, configuration: Self.small).add(Self.bytes(30_000), name: "b1")
             let roots = ["\(GroupTopics.protocolRoot)/\(group.name)", "\(GroupTopics.chunkProtocolRoot)/\(group.name)"]
             let (user, password) = acl ? ("bob", LifetimeTests.users["bob"]) : (nil, nil)
             // Markers bob may write under each root.

@@ -30,11 +30,14 @@ struct Movie: GroupActivity {
             let a = try await alice.startJoined(Movie(title: "m"))
             let b = try await bob.joinSession(a.id, of: Movie.self)
             let c = try await carol.joinSession(a.id, of: Movie.self)
-            let coordinators = [a, b, c].map { $0.playbackCoordinator() }
+            let coordinators = [a, b, c].map { PlaybackCoordinator(session: $0) }
             try await waitUntil(timeout: timeBound(.seconds(5)), "one reference, every clock known") {
                 coordinators.allSatisfy { $0.groupTime() != nil } && Set(coordinators.compactMap { $0.clockReference?.id }).count == 1
             }
             #expect(coordinators[0].clockReference?.id == "alice", "the initiator serves the clock")
+            // Another coordinator made for a session drives the same one, with the first's configuration.
+            let again = PlaybackCoordinator(session: a, configuration: .init(lead: .seconds(1)))
+            #expect(again.engine === coordinators[0].engine && again.configuration.lead == nil)
 
             let starts = zip(["alice", "bob", "carol"], coordinators).map { name, coordinator in
                 let recorded = LockedValue<[(start: PlaybackStart, real: Int64, group: GroupInstant?)]>([])
@@ -106,7 +109,7 @@ struct Movie: GroupActivity {
             } else {
                 session = try await coordinator.startJoined(Movie(title: "m"))
             }
-            players.append((session, session.playbackCoordinator()))
+            players.append((session, PlaybackCoordinator(session: session)))
         }
         let all = players.map(\.1)
         try await waitUntil(timeout: timeBound(.seconds(5)), "one group clock") {
@@ -332,7 +335,7 @@ struct Movie: GroupActivity {
             let bob = try await group.join("bob", clock: SystemWallClock(offset: .seconds(600), drift: 400))
             let a = try await alice.startJoined(Movie(title: "m"))
             let b = try await bob.joinSession(a.id, of: Movie.self)
-            let players = [a, b].map { $0.playbackCoordinator() }
+            let players = [a, b].map { PlaybackCoordinator(session: $0) }
             try await waitUntil(timeout: timeBound(.seconds(5)), "bob follows alice's clock") {
                 players[1].clockReference?.id == "alice" && players[1].groupTime() != nil
             }
@@ -378,7 +381,7 @@ struct Movie: GroupActivity {
             try await waitUntil("the group is well into the media") { players[0].playback.expectedMediaTime() > 42.3 }
             let carol = try await group.join("carol", clock: SystemWallClock(offset: .seconds(300), drift: 90))
             let session = try await carol.joinSession(players[0].session.id, of: Movie.self)
-            let playback = session.playbackCoordinator()
+            let playback = PlaybackCoordinator(session: session)
             let starts = Collector(playback.starts())
             let timelines = Collector(playback.timelineUpdates())
             defer {

@@ -305,7 +305,7 @@ import Testing
             let root = "groupsync/v2/\(group.name)"
             let alice = try await group.join("alice")
             let a = try await alice.startJoined(Gallery(galleryID: "attach"))
-            let lists = Collector(a.journal().attachmentUpdates())
+            let lists = Collector(GroupSessionJournal(session: a).attachmentUpdates())
             defer { lists.cancel() }
 
             var configuration = try MQTTClient.Configuration(url: broker.url)
@@ -338,10 +338,10 @@ import Testing
                 to: "\(root)/s/\(a.id)/journal/\(sha256)/zoe", string: record, qos: .atLeastOnce, retain: true, properties: expiry)
 
             try await waitUntil("alice lists zoe's attachment") { lists.elements.last?.count == 1 }
-            let listed = try #require(a.journal().attachments.first)
+            let listed = try #require(GroupSessionJournal(session: a).attachments.first)
             #expect(listed.owner.id == "zoe" && listed.name == "pattern.bin" && listed.size == content.count)
             #expect(listed.metadata == ["caption": "from zoe"] && listed.sha256 == sha256)
-            #expect(try await a.journal().load(listed) == content)
+            #expect(try await GroupSessionJournal(session: a).load(listed) == content)
 
             // Remove (the owner): the record first, then the chunks.
             try await zoe.publish(to: "\(root)/s/\(a.id)/journal/\(sha256)/zoe", payload: Data(), qos: .atLeastOnce, retain: true)
@@ -362,7 +362,8 @@ import Testing
             let alice = try await group.join("alice")
             let a = try await alice.startJoined(Gallery(galleryID: "wire"))
             let photo = Data((0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 8) })
-            _ = try await a.journal().add(photo, name: "photo.jpg", mediaType: "image/jpeg", metadata: ["caption": "Lake"])
+            _ = try await GroupSessionJournal(session: a).add(
+                photo, name: "photo.jpg", mediaType: "image/jpeg", metadata: ["caption": "Lake"])
 
             let (raw, records) = try await rawSubscriber(broker, "\(root)/s/\(a.id)/journal/+/+")
             try await waitUntil("the journal record") { !records.elements.isEmpty }

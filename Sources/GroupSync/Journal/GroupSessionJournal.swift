@@ -5,7 +5,8 @@ import MQTT
 /// `GroupSessionJournal`): a participant adds an attachment, and every participant — late joiners
 /// included, after the owner left or crashed — sees it in ``attachments`` and can load it.
 ///
-/// Get it from ``GroupSession/journal(configuration:)``.
+/// Make one with ``init(session:configuration:)``: every one made for a session shows the same
+/// attachments, with the configuration of the first.
 ///
 /// - Where the bytes live: on the broker, as retained messages, in chunks of at most
 ///   ``Configuration/chunkSize`` bytes, next to the owner's journal record (name, media type, size, the
@@ -22,9 +23,12 @@ public final class GroupSessionJournal: Sendable {
     public let configuration: Configuration
     let core: SessionCore
 
-    init(core: SessionCore, configuration: Configuration) {
-        self.core = core
-        self.configuration = configuration
+    /// The journal of `session`. The first one made for a session fixes the configuration; later ones —
+    /// any number, before or after `join()` — get that one whatever they pass. It lists attachments once
+    /// joined.
+    public init<A: GroupActivity>(session: GroupSession<A>, configuration: Configuration = .init()) {
+        core = session.core
+        self.configuration = core.facet(\.journal) { _ in configuration }.0
     }
 
     // MARK: - Reading
@@ -151,14 +155,5 @@ public final class GroupSessionJournal: Sendable {
         } catch {
             throw .connection(error)
         }
-    }
-}
-
-extension GroupSession {
-    /// The session's journal, made at the first call with `configuration` (later calls return the same
-    /// one, whatever their configuration). It may be made before or after `join()`; it lists attachments
-    /// once joined.
-    public func journal(configuration: GroupSessionJournal.Configuration = .init()) -> GroupSessionJournal {
-        core.facet(\.journal) { _ in GroupSessionJournal(core: core, configuration: configuration) }.0
     }
 }

@@ -25,9 +25,10 @@ final class SessionCore: Sendable {
         var machine: SessionStateMachine
         /// The subscription to the session's topics, while they are read.
         var subscription: MessageHandlerSubscription?
-        /// The session's playback coordinator (until the session is over) and journal, once made.
-        var playback: PlaybackCoordinator?
-        var journal: GroupSessionJournal?
+        /// The session's playback coordinator (until the session is over), and the configuration of its
+        /// journal, once made.
+        var playback: PlaybackCoordinator.Engine?
+        var journal: GroupSessionJournal.Configuration?
         /// The group clock of the session's playback coordinator, once it follows the session.
         var clockService: ClockService?
         /// Hand-overs made while a thread performs earlier ones, which it performs next; nil while no

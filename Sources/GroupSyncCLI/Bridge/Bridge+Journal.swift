@@ -13,7 +13,7 @@ extension Bridge {
     func followJournal() {
         guard let joined = current, joined.journal == nil else { return }
         let session = joined.session
-        let journal = session.journal()
+        let journal = GroupSessionJournal(session: session)
         let lists = journal.attachmentUpdates()
         let events = self.events
         current?.journal = journal

@@ -21,7 +21,7 @@ extension Bridge {
     func followPlayback() -> Priming? {
         guard let joined = current, joined.playback == nil else { return nil }
         let session = joined.session
-        let coordinator = session.playbackCoordinator()
+        let coordinator = PlaybackCoordinator(session: session)
         let (primed, known) = AsyncStream<Void>.makeStream()
         let (timelines, starts) = (coordinator.timelineUpdates(), coordinator.starts())
         let events = self.events

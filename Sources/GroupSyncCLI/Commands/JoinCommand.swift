@@ -78,7 +78,7 @@ enum JoinCommand: Command {
         Output.line("session \(session.id) \(activityID) joined")
         let state = try SharedState(session, key: key, initialValue: JSONValue.null)
         let messenger = GroupSessionMessenger(session: session)
-        let journal = JoinJournal(session.journal())
+        let journal = JoinJournal(GroupSessionJournal(session: session))
         // Both sequences start with the current value: those two come first, the state before the
         // participants, so that every run prints its start alike; then each sequence is followed.
         var values = state.valueUpdates().makeAsyncIterator()

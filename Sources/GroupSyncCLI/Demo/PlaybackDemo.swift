@@ -152,7 +152,7 @@ final class PlaybackDemo: DemoScript {
     /// Joins with a player: the coordinator made before `join()`, its starts recorded as they come.
     private func join(_ viewer: Viewer) async throws {
         let session = viewer.session.withLock { $0! }
-        let player = session.playbackCoordinator()
+        let player = PlaybackCoordinator(session: session)
         viewer.playback.withLock { $0 = player }
         let starts = player.starts()
         Task {

@@ -141,13 +141,13 @@ final class Scenario: DemoScript {
     /// `owner` adds `photo` to the journal; returns once every one of `others` lists it.
     private func addPhoto(_ photo: Data, by owner: Participant, seenBy others: [Participant]) async throws -> JournalAttachment {
         let started = ContinuousClock.now
-        let journal = owner.session.withLock { $0! }.journal()
+        let journal = GroupSessionJournal(session: owner.session.withLock { $0! })
         let attachment = try await journal.add(photo, name: DemoPhoto.name, mediaType: DemoPhoto.mediaType)
         let chunks = (photo.count + journal.configuration.chunkSize - 1) / journal.configuration.chunkSize
         timeline.note(owner.name, "added \(attachment.name) to the journal (\(photo.count) bytes, \(chunks) chunks on the broker)")
         try await waitUntil(timeout: .seconds(5), "everyone lists the photo") {
             others.allSatisfy { participant in
-                participant.session.withLock { $0! }.journal().attachments.contains { $0.id == attachment.id }
+                GroupSessionJournal(session: participant.session.withLock { $0! }).attachments.contains { $0.id == attachment.id }
             }
         }
         timeline.note("", "every journal lists \(attachment.name) after \(format(ContinuousClock.now - started))")
@@ -160,7 +160,7 @@ final class Scenario: DemoScript {
         String, Bool
     ) {
         let started = ContinuousClock.now
-        let journal = participant.session.withLock { $0! }.journal()
+        let journal = GroupSessionJournal(session: participant.session.withLock { $0! })
         try await waitUntil(timeout: .seconds(5), "\(participant.name) lists the photo") {
             journal.attachments.contains { $0.id == attachment.id }
         }
