@@ -48,35 +48,34 @@ final class MessengerPingPong: Sendable {
 
     /// As ``exchanges(_:first:count:)``, with each sequence number sent as its decimal digits in `Data`.
     static func dataExchanges(_ pinger: GroupSessionMessenger, first: Int, count: Int) async throws -> [Double] {
-        var pongs = pinger.messages(of: Data.self).makeAsyncIterator()
-        var samples: [Double] = []
-        samples.reserveCapacity(count)
-        for sequence in first..<(first + count) {
-            let start = MonotonicClock.nanoseconds()
-            try await pinger.send(Data(String(sequence).utf8))
-            guard let (pong, _) = await pongs.next() else { throw CancellationError() }
-            let end = MonotonicClock.nanoseconds()
-            guard pong == Data(String(sequence).utf8) else {
-                throw SessionCluster.Failure(description: "data pong \(pong.count) bytes for ping \(sequence)")
-            }
-            samples.append(MonotonicClock.microseconds(from: start, to: end) / 2)
-        }
-        return samples
+        try await exchanges(
+            first: first, count: count, pongs: pinger.messages(of: Data.self), read: { Int(String(decoding: $0, as: UTF8.self)) },
+            send: { try await pinger.send(Data(String($0).utf8)) })
     }
 
     /// `count` exchanges numbered from `first` between `pinger` and whoever sends its pings back (here,
     /// or a responder process: ``ProcessPingPong``); each one-way latency (half the round trip) in µs.
     static func exchanges(_ pinger: GroupSessionMessenger, first: Int, count: Int) async throws -> [Double] {
-        var pongs = pinger.messages(of: Ping.self).makeAsyncIterator()
+        try await exchanges(
+            first: first, count: count, pongs: pinger.messages(of: Ping.self), read: { $0.seq },
+            send: { try await pinger.send(Ping(seq: $0)) })
+    }
+
+    /// Sends each sequence number with `send` and waits for it to come back on `pongs` (`read` says which
+    /// number a pong carries).
+    private static func exchanges<Message>(
+        first: Int, count: Int, pongs: GroupMessages<Message>, read: (Message) -> Int?, send: (Int) async throws -> Void
+    ) async throws -> [Double] {
+        var pongs = pongs.makeAsyncIterator()
         var samples: [Double] = []
         samples.reserveCapacity(count)
         for sequence in first..<(first + count) {
             let start = MonotonicClock.nanoseconds()
-            try await pinger.send(Ping(seq: sequence))
+            try await send(sequence)
             guard let (pong, _) = await pongs.next() else { throw CancellationError() }
             let end = MonotonicClock.nanoseconds()
-            guard pong.seq == sequence else {
-                throw SessionCluster.Failure(description: "pong \(pong.seq) for ping \(sequence)")
+            guard read(pong) == sequence else {
+                throw SessionCluster.Failure(description: "pong \(read(pong) ?? -1) for ping \(sequence)")
             }
             samples.append(MonotonicClock.microseconds(from: start, to: end) / 2)
         }
