@@ -52,6 +52,8 @@ struct ConnectionStateMachine {
         case restore(TopicSubscription)
         /// Hand a received message to these sinks.
         case deliver(MQTTMessage, to: [MessageSink])
+        /// Tell a sink that the burst its messages came in is over (``MessageSink/endOfBurst``).
+        case endBurst(MessageSink)
         case finishSubscription(MessageSink)
         case finishListeners([Listener])
         /// Start the network thread; it runs until ``nextStep`` says exit.
@@ -119,6 +121,9 @@ struct ConnectionStateMachine {
     private(set) var generation = 0
     private var publishes: [Int32: PublishEntry] = [:]
     private var subacks: [Int32: SubscribeEntry] = [:]
+    /// The sinks that received messages since the last end of a burst and want to hear of it, and how
+    /// many messages that was.
+    private var burst: (sinks: [MessageSink], messages: Int) = ([], 0)
     private var subscriptions: [UInt64: SubscriptionEntry] = [:] {
         didSet { routes = [:] }
     }
@@ -490,9 +495,27 @@ struct ConnectionStateMachine {
     /// A message arrived: it goes to the subscriptions whose filters match its topic. A retained
     /// message's route is not added to the table (each topic of a subscription's replay comes once, and
     /// a replay of a hundred records would only push out the routes of live traffic).
+    /// The sinks that want to hear of the burst's end are noted (see ``onTurnEnded(moreWaiting:)``).
     mutating func onMessage(_ message: MQTTMessage) -> Action {
-        [.deliver(message, to: route(message.topic, remember: !message.retain))]
+        let sinks = route(message.topic, remember: !message.retain)
+        for sink in sinks where sink.endOfBurst != nil {
+            burst.messages += 1
+            if !burst.sinks.contains(where: { $0.id == sink.id }) { burst.sinks.append(sink) }
+        }
+        return [.deliver(message, to: sinks)]
     }
+
+    /// The network thread ended a turn: the sinks of the messages read since the last end of a burst hear
+    /// that it is over — unless `moreWaiting()` (asked only then) says that bytes which came with them
+    /// already wait on the socket, to be read at once. A burst ends after ``maximumBurst`` messages even
+    /// so, so that a continuous stream never holds back what its first messages changed.
+    mutating func onTurnEnded(moreWaiting: () -> Bool) -> Action {
+        guard !burst.sinks.isEmpty, burst.messages >= Self.maximumBurst || !moreWaiting() else { return [] }
+        defer { burst = ([], 0) }
+        return burst.sinks.map(Effect.endBurst)
+    }
+
+    static let maximumBurst = 64
 
     /// The network thread is exiting — only ever once, and only when stopping (``nextStep``): everything
     /// still open ends, and the waiters of the end are resumed last.

@@ -80,17 +80,9 @@ extension MosquittoConnection {
         update { $0.onMessage(message) }
     }
 
-    /// Hands a received message to its sinks, on the thread that read it, and notes the sinks that want
-    /// to hear of the burst's end.
+    /// Hands a received message to its sinks, on the thread that read it.
     func deliver(_ message: MQTTMessage, to sinks: [MessageSink]) {
-        for sink in sinks {
-            if !sink.deliver(message) { droppedMessages.add(1, ordering: .relaxed) }
-            guard sink.endOfBurst != nil else { continue }
-            burst.withLock { burst in
-                burst.messages += 1
-                if !burst.sinks.contains(where: { $0.id == sink.id }) { burst.sinks.append(sink) }
-            }
-        }
+        for sink in sinks where !sink.deliver(message) { droppedMessages.add(1, ordering: .relaxed) }
     }
 
     /// What a failed connect, or a connection that ended before CONNACK, reports to the first `connect()`.

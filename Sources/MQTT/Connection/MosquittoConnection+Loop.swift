@@ -140,24 +140,17 @@ extension MosquittoConnection {
         return SSL_pending(OpaquePointer(ssl)) > 0
     }
 
-    /// Tells the sinks of the messages read in this turn that their burst is over — unless more bytes
-    /// already wait on the socket: they came with these (records a broker sent together), and the next
-    /// turn reads them at once. A burst ends after ``maximumBurst`` messages even so, so that a
-    /// continuous stream never holds back what its first messages changed.
+    /// Tells the sinks of the messages read in this turn that their burst is over, unless more bytes
+    /// already wait on the socket (``ConnectionStateMachine/onTurnEnded(moreWaiting:)``).
     private func endBurstUnlessMoreIsWaiting() {
-        let ended = burst.withLock { burst -> [MessageSink] in
-            guard !burst.sinks.isEmpty else { return [] }
-            if burst.messages < MosquittoConnection.maximumBurst, case let socket = mosquitto_socket(handle), socket != -1 {
+        update {
+            $0.onTurnEnded {
                 var waiting: Int32 = 0
-                if ioctl(socket, UInt(FIONREAD), &waiting) == 0, waiting > 0 { return [] }
+                let socket = mosquitto_socket(handle)
+                return socket != -1 && ioctl(socket, UInt(FIONREAD), &waiting) == 0 && waiting > 0
             }
-            defer { burst = Burst() }
-            return burst.sinks
         }
-        for sink in ended { sink.endOfBurst?() }
     }
-
-    static let maximumBurst = 64
 
     /// Blocks the network thread on its wake-up semaphore until `instant` (a reconnect back-off); returns
     /// false if woken early (stop requested).

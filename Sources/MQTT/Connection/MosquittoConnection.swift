@@ -20,7 +20,7 @@ import Synchronization
 /// `@unchecked Sendable` is sound because: `handle` is set once in `init` and destroyed only in `deinit`,
 /// when no thread can reference `self` any more (the network thread holds a strong reference while it
 /// runs); libmosquitto serialises its own state for the calls made from other threads (threaded mode), and
-/// `io` serialises its socket I/O; every Swift mutable state lives in `state` or `burst` (``LockedValue``s)
+/// `io` serialises its socket I/O; every Swift mutable state lives in `state` (a ``LockedValue``)
 /// or in atomics; `wake` is immutable (see ``WakeChannel``).
 final class MosquittoConnection: @unchecked Sendable {
     let configuration: MQTTClient.Configuration
@@ -42,15 +42,6 @@ final class MosquittoConnection: @unchecked Sendable {
     let aborting = Atomic<Bool>(false)
     /// Message ID of the last UNSUBACK received (read by the network thread while stopping).
     let lastUnsubscribeAck = Atomic<Int32>(0)
-    /// The messages of the current burst, and their sinks that want to hear of its end (see
-    /// `endBurstUnlessMoreIsWaiting`).
-    let burst = LockedValue(Burst())
-
-    struct Burst {
-        var sinks: [MessageSink] = []
-        var messages = 0
-    }
-
     init(configuration: MQTTClient.Configuration) throws(MQTTError) {
         try configuration.validate()
         MosquittoLibrary.initializeOnce()
@@ -229,6 +220,7 @@ final class MosquittoConnection: @unchecked Sendable {
             case let .tellConnected(sink, sessionPresent): sink.connected?(sessionPresent)
             case let .restore(request): connection!.restore(request)
             case let .deliver(message, sinks): connection!.deliver(message, to: sinks)
+            case let .endBurst(sink): sink.endOfBurst?()
             case let .finishSubscription(sink): sink.finish()
             case let .finishListeners(listeners): for listener in listeners { listener.finish() }
             case .startNetworkThread: connection!.startNetworkThread()

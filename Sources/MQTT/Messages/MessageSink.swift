@@ -9,7 +9,7 @@ struct MessageSink: Sendable {
     let deliver: @Sendable (MQTTMessage) -> Bool
     let finish: @Sendable () -> Void
     /// Called on the network thread after a burst of messages — once nothing more waits on the socket,
-    /// or after `MosquittoConnection.maximumBurst` messages — if this sink received any of them, so that
+    /// or after `ConnectionStateMachine.maximumBurst` messages — if this sink received any of them, so that
     /// messages read together (records a broker sent at once) can be shown as one change.
     var endOfBurst: (@Sendable () -> Void)? = nil
     /// Called on the network thread when a new connection was accepted (with CONNACK's session-present

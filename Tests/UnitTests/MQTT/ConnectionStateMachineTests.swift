@@ -19,6 +19,7 @@ enum Kind: Equatable {
     case tellConnected(sink: UInt64, sessionPresent: Bool)
     case restore(TopicSubscription)
     case deliver(topic: String, sinks: [UInt64])
+    case endBurst(UInt64)
     case finishSubscription(UInt64)
     case finishListeners(Int)
     case startNetworkThread
@@ -39,6 +40,7 @@ extension ConnectionStateMachine.Effect {
         case let .tellConnected(sink, sessionPresent): .tellConnected(sink: sink.id, sessionPresent: sessionPresent)
         case let .restore(request): .restore(request)
         case let .deliver(message, sinks): .deliver(topic: message.topic, sinks: sinks.map(\.id).sorted())
+        case let .endBurst(sink): .endBurst(sink.id)
         case let .finishSubscription(sink): .finishSubscription(sink.id)
         case let .finishListeners(listeners): .finishListeners(listeners.count)
         case .startNetworkThread: .startNetworkThread
@@ -54,7 +56,7 @@ extension ConnectionStateMachine.Effect {
 func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
     let local = action.filter {
         switch $0 {
-        case .restore, .deliver, .startNetworkThread, .stopNetworkThread, .unsubscribe: false
+        case .restore, .deliver, .endBurst, .startNetworkThread, .stopNetworkThread, .unsubscribe: false
         default: true
         }
     }
@@ -587,6 +589,35 @@ func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
         #expect(run(machine.onMessage(message("a/b"))) == [.deliver(topic: "a/b", sinks: [2])])
         #expect(run(machine.onSubscriptionRemoved(id: 2)) == [.unsubscribe(["#"]), .finishSubscription(2)])
         #expect(run(machine.onMessage(message("a/b"))) == [.deliver(topic: "a/b", sinks: [])])
+    }
+
+    /// A burst ends for the sinks that want to hear of it once a turn ends with nothing more waiting on
+    /// the socket (asked only when some sink waits for the end), or after the most messages a burst holds.
+    @Test func aBurstEndsWhenNothingMoreIsWaitingOrItIsLong() async {
+        var machine = await connected()
+        var burstSink = sink()
+        burstSink.endOfBurst = {}
+        #expect(
+            run(machine.onSubscriptionAdded(id: 1, [TopicSubscription("a/+")], sink: burstSink)) == [
+                .reply(.subscribe([TopicSubscription("a/+")]))
+            ])
+        #expect(
+            run(machine.onSubscriptionAdded(id: 2, [TopicSubscription("#")], sink: sink())) == [
+                .reply(.subscribe([TopicSubscription("#")]))
+            ])
+        #expect(
+            run(
+                machine.onTurnEnded {
+                    Issue.record("asked with no burst under way")
+                    return false
+                }) == [])
+        #expect(run(machine.onMessage(message("a/b"))) == [.deliver(topic: "a/b", sinks: [1, 2])])
+        #expect(run(machine.onMessage(message("a/c"))) == [.deliver(topic: "a/c", sinks: [1, 2])])
+        #expect(run(machine.onTurnEnded { true }) == [], "more of the burst waits on the socket")
+        #expect(run(machine.onTurnEnded { false }) == [.endBurst(1)], "once, for the sink that asked, not per message")
+        #expect(run(machine.onTurnEnded { false }) == [])
+        for _ in 0..<Machine.maximumBurst { #expect(run(machine.onMessage(message("a/b"))) == [.deliver(topic: "a/b", sinks: [1, 2])]) }
+        #expect(run(machine.onTurnEnded { true }) == [.endBurst(1)], "a long burst ends even so")
     }
 
     /// A subscription's retained replay (a newcomer's hundred member records) is routed like live
