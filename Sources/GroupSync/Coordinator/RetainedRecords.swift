@@ -126,8 +126,9 @@ final class RetainedRecords: Sendable {
                 guard owned.records[topic]?.payload == record.payload else { return nil }
                 return try? client.enqueuePublish(
                     to: topic, payload: record.payload, qos: .atLeastOnce, retain: client.retainAvailable,
-                    properties: record.properties(at: .now))
+                    properties: record.properties(at: .now), writeNow: false)
             }
+            client.flush()  // once the lock is released: see `enqueuePublish(…writeNow:)`
             if let ticket { _ = try? await client.acknowledgement(of: ticket) }
         }
     }

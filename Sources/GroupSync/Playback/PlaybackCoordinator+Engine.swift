@@ -53,7 +53,7 @@ extension PlaybackCoordinator {
                             GroupInstant(milliseconds: pong.t0).nanoseconds, GroupInstant(milliseconds: pong.t1).nanoseconds,
                             GroupInstant(milliseconds: pong.t2).nanoseconds
                         )
-                        // On the network thread: library code only, none of it waits.
+                        // On the network thread: library code only, which waits for no network or user.
                         self?.input { $0.onPong(from: sender, sent: t0, received: t1, replied: t2, back: arrival) }
                     }))
             follow()
@@ -171,7 +171,8 @@ extension PlaybackCoordinator {
             let key = GroupInstant(milliseconds: t0).nanoseconds
             let (sent, monotonic) = (localNow, ContinuousClock.now)
             let queued = core.sendControl(.ping, Wire.Ping(t0: t0), to: reference) { [weak self] left in
-                // On the network thread: library code only, none of it waits.
+                // Where the write happened (the network thread, or a publisher that holds no lock of
+                // ours): library code only, which waits for no network or user.
                 self?.input { $0.onPingLeft(t0: key, atLocal: sent &+ (left - monotonic).nanoseconds) }
             }
             if let queued { input { $0.onPingQueued(t0: key, atLocal: sent &+ (queued - monotonic).nanoseconds) } }

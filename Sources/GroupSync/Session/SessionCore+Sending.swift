@@ -26,7 +26,10 @@ extension SessionCore {
     ) throws(GroupSyncError) -> [MQTTClient.PublishTicket] {
         let (client, epoch, now) = (context.client, context.epoch, ContinuousClock.now)
         var positionDue: ContinuousClock.Instant?
-        defer { timer.schedule(at: positionDue) }  // the timer keeps an earlier wake-up
+        defer {
+            client.flush()  // written once the lock is released: see `enqueuePublish(…writeNow:)`
+            timer.schedule(at: positionDue)  // the timer keeps an earlier wake-up
+        }
         return try locked.withLock { state throws(GroupSyncError) -> [MQTTClient.PublishTicket] in
             guard case .joined = state.machine.state else { throw state.machine.state.isInvalidated ? .sessionInvalidated : .notJoined }
             let destinations: [(topic: String, stream: Reliable.Stream)]
@@ -47,7 +50,9 @@ extension SessionCore {
                     let payload = try Self.number(
                         envelope, type: type, epoch: epoch, stream: reliable ? stream : nil, limit: limit, &state.machine.numbering)
                     do throws(MQTTError) {
-                        tickets.append(try client.enqueuePublish(to: topic, payload: payload, qos: reliable ? .atLeastOnce : .atMostOnce))
+                        tickets.append(
+                            try client.enqueuePublish(
+                                to: topic, payload: payload, qos: reliable ? .atLeastOnce : .atMostOnce, writeNow: false))
                     } catch {
                         throw .connection(error)
                     }
@@ -125,8 +130,9 @@ extension SessionCore {
     }
 
     /// Sends a control message without waiting. Returns when the connection took it (nil: it could not),
-    /// and tells `left` the moment it was written to the socket (on the network thread, which it must not
-    /// hold up; possibly before this returns), unless it could not be.
+    /// and tells `left` the moment it was written to the socket (where it was written — the network
+    /// thread, or this one, possibly before this returns —, which it must not hold up), unless it could
+    /// not be. The caller holds no lock `left` takes.
     func sendControl(
         _ control: Control, _ body: some Encodable, to recipient: String?, left: @escaping @Sendable (ContinuousClock.Instant) -> Void
     ) -> ContinuousClock.Instant? {

@@ -8,8 +8,9 @@ import MQTT
 /// what it sends in `SessionCore+Sending.swift`.
 ///
 /// Locks taken while it is held, all leaves (whoever holds one calls into no session): the connection's and
-/// libmosquitto's, to number a message and hand it to the connection in one hold (`enqueue`); a playback
-/// coordinator's timers', as it is made (``facet(_:make:)``).
+/// libmosquitto's, to number a message and hand it to the connection in one hold (`enqueue`, which leaves
+/// the write to the socket, and the callbacks libmosquitto runs in it, until the lock is released); the
+/// participant's clock; a playback coordinator's timers', as it is made (``facet(_:make:)``).
 final class SessionCore: Sendable {
     let id: String
     let activityType: String
@@ -91,10 +92,18 @@ final class SessionCore: Sendable {
         var handovers: [SessionStateMachine.Handover]?
         let action = locked.withLock { state in
             let action = input(&state.machine)
+            var queued = action.handovers
+            if queued.contains(where: { if case .observe = $0 { true } else { false } }) {
+                let now = context.clock.milliseconds()
+                context.hlc.withLock { clock in
+                    for case let .observe(clocks) in queued { clocks.forEach { clock.observe($0, now: now) } }
+                }
+                queued.removeAll { if case .observe = $0 { true } else { false } }
+            }
             if state.pending != nil {
-                state.pending?.append(contentsOf: action.handovers)
-            } else if !action.handovers.isEmpty {
-                (state.pending, handovers) = ([], action.handovers)  // no other thread performs any: this one does
+                state.pending?.append(contentsOf: queued)
+            } else if !queued.isEmpty {
+                (state.pending, handovers) = ([], queued)  // no other thread performs any: this one does
             }
             return action
         }
@@ -104,9 +113,7 @@ final class SessionCore: Sendable {
                 case let .yield(inbox, update): inbox.yield(update)
                 case let .finish(inbox): inbox.finish()
                 case let .journal(action): action.perform()
-                case let .observe(clocks):
-                    let now = context.clock.milliseconds()
-                    context.hlc.withLock { clock in clocks.forEach { clock.observe($0, now: now) } }
+                case .observe: break  // merged under the lock, above
                 }
             }
             handovers = locked.withLock { state in

@@ -95,8 +95,9 @@ struct SessionStateMachine {
         case finish(Inbox<Update>)
         /// For the journal's sequences.
         case journal(JournalStateMachine.Action)
-        /// Received clocks to merge into the participant's clock, before anything after them is handed
-        /// over: a value seen is older than what its reader writes next.
+        /// Received clocks to merge into the participant's clock. Merged in the same hold of the session's
+        /// lock as the input (the clock's lock is a leaf), not queued: a value the machine holds — read
+        /// through ``SharedState/value`` as much as handed over — is older than what its reader writes next.
         case observe([HLCTimestamp])
     }
 

@@ -115,31 +115,41 @@ public final class MQTTClient: Sendable {
 
     /// The synchronous half of ``publish(to:payload:qos:retain:properties:)``: hands the message to the
     /// connection now, so that messages enqueued one after the other go out in that order.
+    ///
+    /// The calling thread writes it to the socket itself when it can, and libmosquitto then runs the
+    /// callbacks of what it wrote on that thread (a publish's outcome handler, a lost connection). A
+    /// caller that holds a lock such a callback may take passes `writeNow` false and calls ``flush()``
+    /// once it released the lock.
     package func enqueuePublish(
-        to topic: String, payload: Data, qos: QoS, retain: Bool = false, properties: MQTTProperties = .init()
+        to topic: String, payload: Data, qos: QoS, retain: Bool = false, properties: MQTTProperties = .init(),
+        writeNow: Bool = true
     ) throws(MQTTError) -> PublishTicket {
         try payload.withUnsafeBytes { bytes in
-            enqueuePublish(to: topic, bytes: bytes, qos: qos, retain: retain, properties: properties)
+            enqueuePublish(to: topic, bytes: bytes, qos: qos, retain: retain, properties: properties, writeNow: writeNow)
         }.get()
     }
+
+    /// Writes what was enqueued with `writeNow` false (or wakes the network thread to).
+    package func flush() { connection.writeFromCaller() }
 
     /// The same from an array, for payloads written byte by byte (no `Data` to build first).
     package func enqueuePublish(
         to topic: String, payload: [UInt8], qos: QoS, retain: Bool = false, properties: MQTTProperties = .init()
     ) throws(MQTTError) -> PublishTicket {
         try payload.withUnsafeBytes { bytes in
-            enqueuePublish(to: topic, bytes: bytes, qos: qos, retain: retain, properties: properties)
+            enqueuePublish(to: topic, bytes: bytes, qos: qos, retain: retain, properties: properties, writeNow: true)
         }.get()
     }
 
     private func enqueuePublish(
-        to topic: String, bytes: UnsafeRawBufferPointer, qos: QoS, retain: Bool, properties: MQTTProperties
+        to topic: String, bytes: UnsafeRawBufferPointer, qos: QoS, retain: Bool, properties: MQTTProperties, writeNow: Bool
     ) -> Result<PublishTicket, MQTTError> {
         guard Topic.isValidName(topic) else { return .failure(.invalidTopic(topic)) }
         if configuration.protocolVersion == .v311 && !properties.isEmpty {
             return .failure(.invalidConfiguration("MQTT 3.1.1 has no message properties"))
         }
-        return connection.publish(topic: topic, payload: bytes, qos: qos, retain: retain, properties: properties).map { mid, generation in
+        return connection.publish(topic: topic, payload: bytes, qos: qos, retain: retain, properties: properties, writeNow: writeNow).map {
+            mid, generation in
             PublishTicket(mid: mid, qos: qos, generation: generation, topic: topic, size: bytes.count)
         }
     }
@@ -150,10 +160,11 @@ public final class MQTTClient: Sendable {
         connection.state.withLock { $0.onPublishDetached(mid: ticket.mid, qos: ticket.qos) }
     }
 
-    /// Hands a ticket's outcome to `handler` instead of awaiting it: called on the network thread when the
-    /// message is written (QoS 0) or acknowledged (QoS ≥ 1), or at once on this thread when its outcome is
-    /// known already — its receipt's `completed` says when either way. `handler` must return at once (it
-    /// can hold up the connection). Use this, ``detach(_:)`` or ``acknowledgement(of:)`` once per ticket.
+    /// Hands a ticket's outcome to `handler` instead of awaiting it: called where the message is written
+    /// (QoS 0: the network thread, or a publishing thread that holds no lock of its caller's, see
+    /// ``enqueuePublish(to:payload:qos:retain:properties:writeNow:)``) or acknowledged (QoS ≥ 1: the
+    /// network thread), or at once on this thread when its outcome is known already — its receipt's
+    /// `completed` says when either way. `handler` must return at once (it can hold up the connection). Use this, ``detach(_:)`` or ``acknowledgement(of:)`` once per ticket.
     package func onOutcome(of ticket: PublishTicket, _ handler: @escaping @Sendable (Result<PublishReceipt, MQTTError>) -> Void) {
         connection.update { $0.onPublishRegistered(mid: ticket.mid, qos: ticket.qos, generation: ticket.generation, .handler(handler)) }
     }

@@ -32,7 +32,7 @@ public enum MQTTError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The configuration is invalid (URL, client ID, will, TLS files). The message says which part.
     case invalidConfiguration(String)
     /// The process may not open another descriptor (`EMFILE`, or the system's `ENFILE`): each connection
-    /// uses four. Raise the process's limit (`ulimit -n`, or `setrlimit(RLIMIT_NOFILE)`) or use fewer
+    /// uses four (five off Linux, where the wake-up is a pipe). Raise the process's limit (`ulimit -n`, or `setrlimit(RLIMIT_NOFILE)`) or use fewer
     /// connections per process.
     case tooManyOpenDescriptors
     /// libmosquitto returned an unexpected error code.
@@ -72,7 +72,7 @@ public enum MQTTError: Error, Sendable, Hashable, CustomStringConvertible {
         case let .invalidConfiguration(message):
             return "invalid MQTT configuration: \(message)"
         case .tooManyOpenDescriptors:
-            return "too many open descriptors for another MQTT connection (each uses four): raise the process's limit "
+            return "too many open descriptors for another MQTT connection (each uses four, five off Linux): raise the process's limit "
                 + "(ulimit -n) or use fewer connections per process"
         case let .library(code, message):
             return "libmosquitto error \(code): \(message)"

@@ -11,8 +11,8 @@ struct ConnectionStateMachine {
         /// A task awaiting it. Unchecked, unlike the other continuations: one is made for every reliable
         /// message sent, and the machine guarantees the single resume.
         case task(UnsafeContinuation<Result<PublishReceipt, MQTTError>, Never>)
-        /// A function called where the outcome becomes known: on the network thread for a write or an
-        /// acknowledgement, so it must return at once.
+        /// A function called where the outcome becomes known — on the network thread, or on a publishing
+        /// thread that writes (``MQTTClient/onOutcome(of:_:)``) —, so it must return at once.
         case handler(@Sendable (Result<PublishReceipt, MQTTError>) -> Void)
     }
     typealias SubscribeWaiter = CheckedContinuation<Result<[Int], MQTTError>, Never>
@@ -429,6 +429,9 @@ struct ConnectionStateMachine {
     mutating func onConnectionLost(
         reason: String, cause: MQTTError? = nil, now: ContinuousClock.Instant, random: Double
     ) -> Action {
+        // Reported already (by the disconnect callback, then by the step that failed): the next broker of
+        // the first connect is still to be tried.
+        if case .firstConnect(_, socketOpen: false) = state { return [] }
         generation += 1
         var action: Action = []
         // QoS 0 messages not yet written died with the socket; QoS ≥ 1 stay queued in libmosquitto and are

@@ -66,7 +66,9 @@ extension MosquittoConnection {
             }
         }
         callerWrites.store(false, ordering: .releasing)
-        if mosquitto_socket(handle) != -1 && !aborting.load(ordering: .acquiring) {
+        if aborting.load(ordering: .acquiring) {
+            closeSocketAbruptly()  // as a crash would: the broker publishes the will
+        } else if mosquitto_socket(handle) != -1 {
             sendDisconnect()
         }
         return state.withLock { $0.onStopped() }

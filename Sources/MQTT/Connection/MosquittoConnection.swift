@@ -92,9 +92,10 @@ final class MosquittoConnection: @unchecked Sendable {
 
     // MARK: - Calls from any thread
 
-    /// Hands a PUBLISH to libmosquitto. Returns its message ID and the connection generation it was sent on.
+    /// Hands a PUBLISH to libmosquitto, and writes it at once if `writeNow` (see ``writeFromCaller()``).
+    /// Returns its message ID and the connection generation it was sent on.
     func publish(
-        topic: String, payload: UnsafeRawBufferPointer, qos: QoS, retain: Bool, properties: MQTTProperties
+        topic: String, payload: UnsafeRawBufferPointer, qos: QoS, retain: Bool, properties: MQTTProperties, writeNow: Bool
     ) -> Result<(mid: Int32, generation: Int), MQTTError> {
         // Fixed header (≤ 5) + topic length prefix + topic + packet ID + properties (upper bound).
         let size = 5 + 2 + topic.utf8.count + 2 + payload.count + (properties.isEmpty ? 1 : 64)
@@ -114,7 +115,7 @@ final class MosquittoConnection: @unchecked Sendable {
             handle, &mid, topic, Int32(payload.count), payload.baseAddress, qos.rawValue, retain, list)
         switch mosq_err_t(rawValue: rc) {
         case MOSQ_ERR_SUCCESS:
-            writeFromCaller()
+            if writeNow { writeFromCaller() }
             return .success((mid, generation))
         case MOSQ_ERR_NO_CONN where qos != .atMostOnce:
             // libmosquitto keeps QoS ≥ 1 messages queued and sends them once reconnected.
@@ -157,7 +158,11 @@ final class MosquittoConnection: @unchecked Sendable {
     /// publisher is in libmosquitto's I/O, TLS, stopping) wakes the network thread, which writes whatever
     /// is queued before it waits. A write that fails has closed the socket and reported the loss (the
     /// disconnect callback, on this thread); the network thread is woken to see the socket gone.
-    private func writeFromCaller() {
+    ///
+    /// libmosquitto runs callbacks in the write (a QoS 0 message's publish callback, the disconnect
+    /// callback), and they take locks of their own: a caller that holds a lock does not write here
+    /// (`writeNow` false) but calls this once it released it.
+    func writeFromCaller() {
         let written =
             callerWrites.load(ordering: .relaxed)
             ? io.withLockIfAvailable { _ in
@@ -170,14 +175,12 @@ final class MosquittoConnection: @unchecked Sendable {
     /// DISCONNECT the thread sends it itself, so that the broker does not publish the will: calling
     /// `mosquitto_disconnect` from here would let the network thread read a packet in the disconnected
     /// state, which libmosquitto treats as a protocol error and answers by closing the socket without
-    /// DISCONNECT. An abort shuts the socket down (`poll()` wakes on it) and sends nothing.
+    /// DISCONNECT. For an abort the thread sends nothing and shuts the socket down as it ends.
     func requestStop(_ stop: ConnectionStateMachine.Stop) {
         switch stop {
         case .disconnect: break
         case .expireSession: expireSessionOnStop.store(true, ordering: .releasing)
-        case .abort:
-            aborting.store(true, ordering: .releasing)
-            closeSocketAbruptly()
+        case .abort: aborting.store(true, ordering: .releasing)
         }
         wakeup.signal()
         wake.signal()
@@ -188,11 +191,14 @@ final class MosquittoConnection: @unchecked Sendable {
     static let wakeFilter = "groupsync-client/wake"
 
     /// Shuts the socket down under the client as a crash would (no DISCONNECT is sent): libmosquitto
-    /// then reads the end of the connection and reports it lost. For an abort, for too many descriptors,
-    /// and for tests that cut a connection (the client then reconnects).
+    /// then reads the end of the connection and reports it lost. For an abort, and for tests that cut a
+    /// connection (the client then reconnects). Under `io`, so that the descriptor is the connection's
+    /// own, not one closed meanwhile and reused by another.
     func closeSocketAbruptly() {
-        let socket = mosquitto_socket(handle)
-        if socket != -1 { shutdown(socket, Int32(SHUT_RDWR)) }
+        io.withLock { _ in
+            let socket = mosquitto_socket(handle)
+            if socket != -1 { shutdown(socket, Int32(SHUT_RDWR)) }
+        }
     }
 
     /// Feeds one input to the state machine under its lock, then runs its action with the lock released;

@@ -245,6 +245,24 @@ func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
         #expect(failure(result) == .unreachable(host: "c", port: 3, detail: "refused"))
     }
 
+    /// A broker that takes the connection and drops it before CONNACK is reported twice (the disconnect
+    /// callback, then the step that failed): the second report does not use up the next broker.
+    @Test func aConnectionLostBeforeConnackIsCountedOnceWhenReportedTwice() async {
+        var machine = makeMachine(Self.servers)
+        let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
+            #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
+            machine.onSocketOpened()
+            #expect(run(machine.onConnectionLost(reason: "closed", now: .now, random: 0)) == [])
+            #expect(run(machine.onConnectionLost(reason: "closed", now: .now, random: 0)) == [], "reported again")
+            #expect(machine.nextStep == .connect(to: 1, notBefore: nil) && machine.currentServer == Self.servers[1])
+            machine.onSocketOpened()
+            #expect(
+                run(machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: .now, random: 0))
+                    == [.resumeConnect(.success), .announce(.connected(to: Self.servers[1], sessionPresent: false))])
+        }
+        #expect(throws: Never.self) { try result.get() }
+    }
+
     /// A broker that refuses the credentials (or the TLS handshake) ends the first connect at once: the
     /// others take the same ones. A broker that is down does not.
     @Test func aRefusalEndsTheFirstConnectWithoutTryingTheRest() async {
