@@ -61,7 +61,8 @@ import Testing
                     return names.indices.allSatisfy { r in names.indices.allSatisfy { s in r == s || now[r][s] >= before[r][s] + 30 } }
                 } else: {
                     let highest = arrivals.map { receiver in names.map { receiver.highest(from: $0) } }
-                    return "received per receiver and sender (\(names)): \(before) before, \(counts()) now; highest now \(highest)"
+                    return "received per receiver and sender (\(names)): \(before) before, \(counts()) now; highest now \(highest); "
+                        + sessions.map(receiverState).joined(separator: "; ")
                 }
             }
             for (index, shutdown) in restarts.enumerated() {

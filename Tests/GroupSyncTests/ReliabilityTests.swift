@@ -58,7 +58,7 @@ import Testing
             try await waitUntil(timeout: timeBound(.seconds(15)), "every message arrives or is reported") {
                 accounted() >= count
             } else: {
-                "\(received.count) received (\(atOnce) before recovery), gaps \(gaps.elements.map(\.count))"
+                "\(received.count) received (\(atOnce) before recovery), gaps \(gaps.elements.map(\.count)); \(receiverState(a))"
             }
             #expect(atOnce < count, "the broker dropped part of the burst (else this test shows nothing)")
             #expect(Set(received.elements.map(\.message.n)).count == received.count, "nothing twice")

@@ -162,3 +162,20 @@ extension Trait where Self == ConditionTrait {
         .disabled(if: ExternalBroker.isConfigured, Comment(rawValue: ExternalBroker.skipReason(why)))
     }
 }
+
+/// What `session`'s stream receiver holds, per sender and stream, and whether its connection is up: for
+/// the failure message of a test whose messages stopped arriving.
+func receiverState(_ session: GroupSession<some GroupActivity>) -> String {
+    let streams = session.core.read { machine -> String in
+        guard case let .joined(joined) = machine.phase else { return "not joined" }
+        return joined.receiver.senders.sorted { $0.key < $1.key }.map { sender, followed in
+            "\(sender)@\(followed.epoch) "
+                + followed.streams.sorted { "\($0.key)" < "\($1.key)" }.map { kind, stream in
+                    let request = stream.request.map { "asked through \($0.through), due \($0.due)" } ?? "nothing asked"
+                    return "\(kind): cursor \(stream.cursor.map(String.init) ?? "unknown"), \(stream.held.count) held, "
+                        + "stated \(stream.stated), \(request)"
+                }.joined(separator: "; ")
+        }.joined(separator: " | ")
+    }
+    return "\(session.localParticipant.id) (connected \(session.core.context.client.isConnected)): \(streams)"
+}
