@@ -89,7 +89,10 @@ extension MosquittoConnection {
         guard socket != -1 else { return MOSQ_ERR_NO_CONN.rawValue }
         let buffered = tlsHoldsReceivedBytes()
         guard let events = waitForEvents(on: socket, timeout: buffered ? 0 : timeout) else {
-            return errno == EINTR ? MOSQ_ERR_SUCCESS.rawValue : MOSQ_ERR_ERRNO.rawValue
+            // Interrupted: poll again. Any other failure (out of kernel memory) would come back at once:
+            // pause a little first, rather than spin.
+            if errno != EINTR { _ = poll(nil, 0, 10) }
+            return MOSQ_ERR_SUCCESS.rawValue
         }
         // Read on data, end of file or error (libmosquitto then reports the loss), on bytes OpenSSL holds
         // already, and — TLS only — when writable: a handshake that wants to write goes on in a read.
