@@ -14,9 +14,7 @@ struct CoordinatorStateMachine {
         let activityType: String
         let inbox: Inbox<SessionCore>
 
-        func wants(_ type: String) -> Bool {
-            activityType == type || activityType == CoordinatorStateMachine.anyActivity
-        }
+        func wants(_ type: String) -> Bool { activityType == type || activityType == CoordinatorStateMachine.anyActivity }
     }
 
     enum State {
@@ -192,15 +190,11 @@ struct CoordinatorStateMachine {
     }
 
     /// Participant → epoch of its live connection (empty once closed).
-    var online: [String: Int64] {
-        if case let .open(group) = state { return group.online }
-        return [:]
-    }
+    var online: [String: Int64] { if case let .open(group) = state { group.online } else { [:] } }
 
     /// Participant → its live connection's epoch and heartbeat interval (empty once closed).
     var connections: [String: (epoch: Int64, interval: Int64?)] {
-        if case let .open(group) = state { return group.connections.mapValues { ($0.epoch, $0.interval) } }
-        return [:]
+        if case let .open(group) = state { group.connections.mapValues { ($0.epoch, $0.interval) } } else { [:] }
     }
 
     /// An epoch, like a clock, is wall-clock time of its participant: one more than a day ahead of ours
@@ -209,10 +203,7 @@ struct CoordinatorStateMachine {
         epoch >= 0 && epoch <= now &+ HLCTimestamp.maximumSkew
     }
 
-    var isClosed: Bool {
-        if case .closed = state { return true }
-        return false
-    }
+    var isClosed: Bool { if case .closed = state { true } else { false } }
 
     // MARK: - Presence
 

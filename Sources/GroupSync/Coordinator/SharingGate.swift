@@ -40,10 +40,7 @@ struct SharingGate {
 
     private(set) var state = State.open(Open())
 
-    var isSharing: Bool {
-        if case let .open(open) = state { return !open.joined.isEmpty }
-        return false
-    }
+    var isSharing: Bool { if case let .open(open) = state { !open.joined.isEmpty } else { false } }
 
     mutating func onJoined(_ session: String) -> Action {
         modifyOpen { open in

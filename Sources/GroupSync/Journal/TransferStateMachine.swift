@@ -79,10 +79,7 @@ struct TransferStateMachine {
     }
 
     /// Whether the load is over: complete, failed or cancelled.
-    var isOver: Bool {
-        if case .loading = state { return false }
-        return true
-    }
+    var isOver: Bool { if case .loading = state { false } else { true } }
 
     /// The first requests.
     mutating func start() -> Action {
