@@ -11,7 +11,7 @@ enum Reliable {
     static let maximumSeq = Int64.max / 2
 
     /// The `stream` field: one of a sender's streams as a receiver sees it.
-    enum StreamKind: Hashable, Sendable, CaseIterable {
+    enum StreamKind: String, Hashable, Sendable, CaseIterable, Encodable {
         /// The sender's broadcasts.
         case all
         /// The sender's direct messages to this receiver.

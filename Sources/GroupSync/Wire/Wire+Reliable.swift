@@ -5,38 +5,38 @@ import Foundation
 extension Wire {
     /// `$resend`: re-send what I miss of your `stream` in `from...to`.
     struct Resend: Encodable, Sendable, Hashable {
-        var stream: String
+        var stream: Reliable.StreamKind
         /// 0: from wherever you owe me.
         var from: Int64
         /// Absent: through your latest.
         var to: Int64?
 
         init(_ request: Reliable.ResendRequest) {
-            stream = Wire.name(request.stream)
+            stream = request.stream
             from = request.from
             to = request.to
         }
 
         var request: Reliable.ResendRequest {
-            Reliable.ResendRequest(stream: stream == "all" ? .all : .direct, from: from, to: to)
+            Reliable.ResendRequest(stream: stream, from: from, to: to)
         }
     }
 
     /// `$skip`: nothing of `stream` up to `through` will be re-sent to you; the `lost` ranges were owed.
     struct Skip: Encodable, Sendable, Hashable {
-        var stream: String
+        var stream: Reliable.StreamKind
         var through: Int64
         /// Pairs `[first, last]`, ascending.
         var lost: [[Int64]]
 
         init(_ skip: Reliable.Skip) {
-            stream = Wire.name(skip.stream)
+            stream = skip.stream
             through = skip.through
             lost = skip.lost.map { [$0.lowerBound, $0.upperBound] }
         }
 
         var skip: Reliable.Skip {
-            Reliable.Skip(stream: stream == "all" ? .all : .direct, through: through, lost: lost.map { $0[0]...$0[1] })
+            Reliable.Skip(stream: stream, through: through, lost: lost.map { $0[0]...$0[1] })
         }
     }
 
@@ -54,27 +54,11 @@ extension Wire {
             Reliable.Position(all: all, direct: direct)
         }
     }
-
-    static func name(_ stream: Reliable.StreamKind) -> String {
-        switch stream {
-        case .all: "all"
-        case .direct: "direct"
-        }
-    }
-}
-
-extension Wire.Fields {
-    /// A `stream` field of a control body: `"all"` or `"direct"`.
-    func streamName() throws(Wire.Rejection) -> String {
-        let stream = try string("stream")
-        guard stream == "all" || stream == "direct" else { throw .wrongShape }
-        return stream
-    }
 }
 
 extension Wire.Resend: Wire.Record {
     init(fields: Wire.Fields) throws(Wire.Rejection) {
-        stream = try fields.streamName()
+        stream = try fields.enum("stream", Reliable.StreamKind.self)
         from = try fields.int("from", in: Wire.Bounds.position)
         to = try fields.optionalInt("to", in: Wire.Bounds.position)
     }
@@ -82,7 +66,7 @@ extension Wire.Resend: Wire.Record {
 
 extension Wire.Skip: Wire.Record {
     init(fields: Wire.Fields) throws(Wire.Rejection) {
-        stream = try fields.streamName()
+        stream = try fields.enum("stream", Reliable.StreamKind.self)
         through = try fields.int("through", in: Wire.Bounds.position)
         guard case let .array(ranges) = try fields.value("lost") else { throw .wrongShape }
         var lost: [[Int64]] = []
