@@ -72,6 +72,24 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
         case let .file(detail): "file error: \(detail)"
         }
     }
+
+    /// What `body` returns; its failure as ``connection(_:)``.
+    static func overConnection<T>(_ body: () throws(MQTTError) -> T) throws(GroupSyncError) -> T {
+        do {
+            return try body()
+        } catch {
+            throw .connection(error)
+        }
+    }
+
+    /// ``overConnection(_:)`` for an asynchronous `body`.
+    static func awaitOverConnection<T>(_ body: () async throws(MQTTError) -> T) async throws(GroupSyncError) -> T {
+        do {
+            return try await body()
+        } catch {
+            throw .connection(error)
+        }
+    }
 }
 
 /// Identifier rules shared by every name that becomes a topic level.

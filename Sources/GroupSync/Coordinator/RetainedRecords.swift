@@ -22,11 +22,7 @@ final class RetainedRecords: Sendable {
     /// messages it is sent as a plain message.
     func publish(_ topic: String, _ payload: Data, lifetime: Duration, refreshing: Bool = true) async throws(GroupSyncError) {
         let ticket = try enqueue(topic, payload, lifetime: lifetime, refreshing: refreshing)
-        do {
-            _ = try await client.acknowledgement(of: ticket)
-        } catch {
-            throw .connection(error)
-        }
+        _ = try await GroupSyncError.awaitOverConnection { () async throws(MQTTError) in try await client.acknowledgement(of: ticket) }
     }
 
     /// The synchronous half of ``publish(_:_:lifetime:refreshing:)``: the record is ours and handed to the
@@ -37,11 +33,9 @@ final class RetainedRecords: Sendable {
         let record = OwnedRetained.Record(payload: payload, lifetime: lifetime, refreshing: refreshing, published: .now)
         owned.withLock { $0.own(topic, record) }
         if refreshing { timer.schedule(at: record.refreshDue) }
-        do {
-            return try client.enqueuePublish(
+        return try GroupSyncError.overConnection { () throws(MQTTError) in
+            try client.enqueuePublish(
                 to: topic, payload: payload, qos: .atLeastOnce, retain: client.retainAvailable, properties: record.properties(at: .now))
-        } catch {
-            throw .connection(error)
         }
     }
 

@@ -92,10 +92,10 @@ public final class GroupSessionJournal: Sendable {
                 unacknowledged.append(try core.context.retained.enqueue(topic, chunk, lifetime: lifetime))
                 sent.append(topic)
                 if unacknowledged.count >= configuration.window {
-                    try await acknowledge(unacknowledged.removeFirst())
+                    try await core.acknowledgements(of: [unacknowledged.removeFirst()])
                 }
             }
-            while !unacknowledged.isEmpty { try await acknowledge(unacknowledged.removeFirst()) }
+            while !unacknowledged.isEmpty { try await core.acknowledgements(of: [unacknowledged.removeFirst()]) }
             try await core.context.retained.publish(topics.journal(session, attachment: sha256, owner: me), payload, lifetime: lifetime)
         } catch {
             // No record names these chunks: nobody would ever load them. They are not kept, and go now.
@@ -134,22 +134,12 @@ public final class GroupSessionJournal: Sendable {
         guard !core.isInvalidated else { throw .sessionInvalidated }
         let recordTopic = core.topics.journal(core.id, attachment: attachment.sha256, owner: attachment.owner.id)
         core.context.retained.disown(recordTopic)
-        do {
+        _ = try await GroupSyncError.awaitOverConnection { () async throws(MQTTError) in
             try await core.context.client.publish(to: recordTopic, payload: Data(), qos: .atLeastOnce, retain: true)
-        } catch {
-            throw .connection(error)
         }
         core.perform { $0.onJournal { $0.onRecord(nil, sha256: attachment.sha256, owner: attachment.owner.id) } }
         for topic in JournalStateMachine.topics(of: attachment.record, core.topics, session: core.id).dropFirst() {
             await core.context.retained.clear(topic)
-        }
-    }
-
-    private func acknowledge(_ ticket: MQTTClient.PublishTicket) async throws(GroupSyncError) {
-        do {
-            _ = try await core.context.client.acknowledgement(of: ticket)
-        } catch {
-            throw .connection(error)
         }
     }
 }

@@ -66,11 +66,7 @@ extension SessionCore {
             context.client.detach(ticket)
             throw .sessionInvalidated
         }
-        do throws(MQTTError) {
-            _ = try await context.client.acknowledgement(of: ticket)
-        } catch {
-            throw .connection(error)
-        }
+        try await acknowledgements(of: [ticket])
         guard case let .barrier(awaitCatchUp)? = await barrier.next() else { throw .sessionInvalidated }
         if awaitCatchUp {
             await withTimeout(context.catchUpTimeout) { _ = await caughtUp.next() }

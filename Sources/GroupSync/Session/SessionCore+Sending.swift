@@ -46,11 +46,10 @@ extension SessionCore {
                 for (topic, stream) in destinations {
                     let payload = try Self.number(
                         envelope, type: type, epoch: epoch, stream: reliable ? stream : nil, limit: limit, &state.machine.numbering)
-                    do throws(MQTTError) {
-                        tickets.append(try client.enqueuePublish(to: topic, payload: payload, qos: reliable ? .atLeastOnce : .atMostOnce))
-                    } catch {
-                        throw .connection(error)
-                    }
+                    tickets.append(
+                        try GroupSyncError.overConnection { () throws(MQTTError) in
+                            try client.enqueuePublish(to: topic, payload: payload, qos: reliable ? .atLeastOnce : .atMostOnce)
+                        })
                 }
                 return tickets
             } catch {
@@ -112,10 +111,8 @@ extension SessionCore {
         let payload = Wire.EnvelopeBytes(encodedBody: try Wire.encode(body)).finished(
             type: control.rawValue, epoch: context.epoch, seq: nil, reliable: control.isReliable)
         let topic = recipient.map { topics.direct(id, to: $0, from: me) } ?? broadcastTopic
-        do {
-            return try context.client.enqueuePublish(to: topic, payload: payload, qos: control.isReliable ? .atLeastOnce : .atMostOnce)
-        } catch {
-            throw .connection(error)
+        return try GroupSyncError.overConnection { () throws(MQTTError) in
+            try context.client.enqueuePublish(to: topic, payload: payload, qos: control.isReliable ? .atLeastOnce : .atMostOnce)
         }
     }
 
