@@ -36,7 +36,6 @@ public final class PlaybackCoordinator: Sendable {
     /// network thread).
     private let startTimer = WakeUp(tolerance: .zero, priority: .high)
 
-    /// The machine decides everything; the inboxes are only where its actions send what it hands out.
     private struct State {
         var machine: PlaybackStateMachine
         var timelines = ListenerRegistry<Inbox<PlaybackTimeline>>()
@@ -132,10 +131,7 @@ public final class PlaybackCoordinator: Sendable {
     }
 
     /// The group time now; nil until the group clock is known.
-    public func groupTime() -> GroupInstant? {
-        let local = localNow
-        return state.withLock { $0.machine.groupTime(atLocal: local) }
-    }
+    public func groupTime() -> GroupInstant? { groupTime(atLocal: localNow) }
 
     /// The group time at `nanoseconds` (since 1970) on this participant's clock (its
     /// ``GroupCoordinator/Configuration/clock``); nil until the group clock is known.

@@ -306,8 +306,7 @@ struct PlaybackStateMachine {
         burst = max(burst, 1)
     }
 
-    /// The lead of a scheduled start: the configured one, else three longest round trips to the
-    /// reference plus 25 ms (50 ms before any exchange), at most a second.
+    /// The lead of a scheduled start (``PlaybackCoordinator/Configuration/lead``).
     var lead: Duration {
         if let fixedLead { return fixedLead }
         guard let longest = estimator.longestRoundTrip else { return .milliseconds(50) }
@@ -346,7 +345,6 @@ struct PlaybackStateMachine {
         return act(atLocal: local)
     }
 
-    /// The session's active participants changed.
     mutating func onActive(_ participants: Set<String>, atLocal local: Int64) -> Action {
         active = participants
         return act(atLocal: local)
