@@ -17,7 +17,5 @@ public struct AnyGroupActivity: GroupActivity, Hashable {
         value = try JSONValue(from: decoder)
     }
 
-    public func encode(to encoder: any Encoder) throws {
-        try value.encode(to: encoder)
-    }
+    public func encode(to encoder: any Encoder) throws { try value.encode(to: encoder) }
 }

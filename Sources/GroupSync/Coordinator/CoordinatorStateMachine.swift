@@ -90,9 +90,7 @@ struct CoordinatorStateMachine {
 
         /// How long a connection that states `interval` may be silent. The interval's range (at most
         /// 32,767,500 ms) keeps the product far from overflowing.
-        static func silence(interval: Int64) -> Duration {
-            max(.milliseconds(interval * 3 - 500), .seconds(1))
-        }
+        static func silence(interval: Int64) -> Duration { max(.milliseconds(interval * 3 - 500), .seconds(1)) }
     }
 
     /// A newer connection epoch of a participant, read from a presence record while its connection was
@@ -199,9 +197,7 @@ struct CoordinatorStateMachine {
 
     /// An epoch, like a clock, is wall-clock time of its participant: one more than a day ahead of ours
     /// is forged or broken, and accepting it would hide the real connection.
-    static func isPlausible(epoch: Int64, now: Int64) -> Bool {
-        epoch >= 0 && epoch <= now &+ HLCTimestamp.maximumSkew
-    }
+    static func isPlausible(epoch: Int64, now: Int64) -> Bool { epoch >= 0 && epoch <= now &+ HLCTimestamp.maximumSkew }
 
     var isClosed: Bool { if case .closed = state { true } else { false } }
 
@@ -523,9 +519,7 @@ struct CoordinatorStateMachine {
         } ?? (nil, [])
     }
 
-    mutating func removeListener(_ id: ListenerRegistry<Listener>.ID) {
-        modifyGroup { $0.listeners.remove(id) }
-    }
+    mutating func removeListener(_ id: ListenerRegistry<Listener>.ID) { modifyGroup { $0.listeners.remove(id) } }
 
     /// `close()`: no new sessions. Returns the listeners to end and the sessions to leave.
     mutating func close() -> (listeners: [Inbox<SessionCore>], sessions: [String]) {

@@ -215,9 +215,7 @@ public final class GroupCoordinator: Sendable {
         }
     }
 
-    func countRejection() {
-        state.withLock { $0.rejected += 1 }
-    }
+    func countRejection() { state.withLock { $0.rejected += 1 } }
 
     /// What the sessions found by this coordinator see of it.
     var sessionContext: SessionContext {

@@ -54,19 +54,13 @@ final class RetainedRecords: Sendable {
     }
 
     /// Stops refreshing `topic`: the broker drops it when its lifetime is over.
-    func release(_ topic: String) {
-        owned.withLock { $0.release(topic) }
-    }
+    func release(_ topic: String) { owned.withLock { $0.release(topic) } }
 
     /// Forgets `topic` without publishing (someone else cleared it).
-    func disown(_ topic: String) {
-        owned.withLock { $0.disown(topic) }
-    }
+    func disown(_ topic: String) { owned.withLock { $0.disown(topic) } }
 
     /// Whether we own the record on `topic`.
-    func owns(_ topic: String) -> Bool {
-        owned.withLock { $0.records[topic] != nil }
-    }
+    func owns(_ topic: String) -> Bool { owned.withLock { $0.records[topic] != nil } }
 
     /// The payload of the record on `topic` while we keep it (nil when we do not).
     func keptPayload(of topic: String) -> Data? {
@@ -74,19 +68,13 @@ final class RetainedRecords: Sendable {
     }
 
     /// Whether we own the record on `topic` and keep refreshing it.
-    func keeps(_ topic: String) -> Bool {
-        owned.withLock { $0.records[topic]?.refreshing == true }
-    }
+    func keeps(_ topic: String) -> Bool { owned.withLock { $0.records[topic]?.refreshing == true } }
 
     /// The owned topics that start with `prefix`, sorted.
-    func topics(under prefix: String) -> [String] {
-        owned.withLock { $0.topics(under: prefix) }
-    }
+    func topics(under prefix: String) -> [String] { owned.withLock { $0.topics(under: prefix) } }
 
     /// After a reconnect: every owned record again, in the order a newcomer needs them.
-    func republishAll() async {
-        await publish(owned.withLock { $0.inRepublishOrder(now: .now) })
-    }
+    func republishAll() async { await publish(owned.withLock { $0.inRepublishOrder(now: .now) }) }
 
     /// Refreshes the records due, until ``stopRefreshing()``: each kept record a third of its lifetime
     /// after it was last published, so that a refresh that comes late (a busy machine, a reconnect) still
@@ -100,9 +88,7 @@ final class RetainedRecords: Sendable {
         timer.schedule(at: owned.withLock { $0.nextRefresh })
     }
 
-    func stopRefreshing() {
-        timer.cancel()
-    }
+    func stopRefreshing() { timer.cancel() }
 
     private func refresh() async {
         guard client.isConnected else { return timer.schedule(after: .seconds(1)) }
@@ -163,14 +149,10 @@ struct OwnedRetained {
         records[topic] = nil
     }
 
-    func topics(under prefix: String) -> [String] {
-        records.keys.filter { $0.hasPrefix(prefix) }.sorted()
-    }
+    func topics(under prefix: String) -> [String] { records.keys.filter { $0.hasPrefix(prefix) }.sorted() }
 
     /// When the next kept record is due for its refresh; nil when none is kept.
-    var nextRefresh: ContinuousClock.Instant? {
-        records.values.lazy.filter(\.refreshing).map(\.refreshDue).min()
-    }
+    var nextRefresh: ContinuousClock.Instant? { records.values.lazy.filter(\.refreshing).map(\.refreshDue).min() }
 
     /// The kept records whose refresh is due at `now` (marked as published now); records whose lifetime
     /// is over are forgotten.

@@ -65,9 +65,7 @@ struct SharingGate {
         } ?? (nil, Action(yield: [(inbox, false)], finish: [inbox]))
     }
 
-    mutating func removeListener(_ id: ListenerRegistry<Inbox<Bool>>.ID) {
-        modifyOpen { $0.listeners.remove(id) }
-    }
+    mutating func removeListener(_ id: ListenerRegistry<Inbox<Bool>>.ID) { modifyOpen { $0.listeners.remove(id) } }
 
     /// Work to run once no session is joined: now, if none is.
     mutating func onDefer(_ work: @escaping Work) -> Action {

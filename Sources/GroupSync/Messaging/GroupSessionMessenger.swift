@@ -118,7 +118,5 @@ public struct GroupMessages<Message: Codable & Sendable>: AsyncSequence, Sendabl
         }
     }
 
-    public func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(consumer: consumer, core: core)
-    }
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(consumer: consumer, core: core) }
 }

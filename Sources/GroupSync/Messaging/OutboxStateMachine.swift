@@ -76,9 +76,7 @@ struct OutboxStateMachine {
     var count: Int { entries.count - oldest }
 
     /// The latest seq of `stream` (0 before its first message).
-    func latest(of stream: Reliable.Stream) -> Int64 {
-        numbering[stream]?.latest ?? 0
-    }
+    func latest(of stream: Reliable.Stream) -> Int64 { numbering[stream]?.latest ?? 0 }
 
     /// The latest seq of every stream: broadcasts, and direct messages to the members (not to those who
     /// left; nor streams still at 0). To broadcast as `$position` after each reconnect.

@@ -88,9 +88,7 @@ struct StreamReceiver<Message> {
     }
 
     /// The cursor of one stream: nil while where it starts is unknown (or the sender is not followed).
-    func cursor(of sender: String, _ stream: Reliable.StreamKind) -> Int64? {
-        senders[sender]?.streams[stream]?.cursor
-    }
+    func cursor(of sender: String, _ stream: Reliable.StreamKind) -> Int64? { senders[sender]?.streams[stream]?.cursor }
 
     /// Messages held behind a gap in one stream.
     func heldCount(of sender: String, _ stream: Reliable.StreamKind) -> Int {
@@ -222,9 +220,7 @@ struct StreamReceiver<Message> {
     }
 
     /// When the next request still unanswered is due to be sent again (ms); nil when none is pending.
-    var nextRetry: Int64? {
-        senders.values.lazy.flatMap(\.streams.values).compactMap(\.request?.due).min()
-    }
+    var nextRetry: Int64? { senders.values.lazy.flatMap(\.streams.values).compactMap(\.request?.due).min() }
 
     /// Runs `body` on both streams of every sender followed, senders in name order.
     private mutating func eachStream(

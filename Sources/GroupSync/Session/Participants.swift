@@ -16,7 +16,5 @@ public struct Participants: Sendable, Hashable {
     }
 
     /// Only this participant.
-    public static func only(_ participant: Participant) -> Participants {
-        Participants(storage: .only([participant]))
-    }
+    public static func only(_ participant: Participant) -> Participants { Participants(storage: .only([participant])) }
 }

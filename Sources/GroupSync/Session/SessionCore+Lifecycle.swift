@@ -184,7 +184,5 @@ extension SessionCore {
         perform { $0.invalidate(reason) }.lifecycle != .unchanged
     }
 
-    func stopReading() {
-        locked.withLock { $0.subscription.take() }?.unsubscribe()
-    }
+    func stopReading() { locked.withLock { $0.subscription.take() }?.unsubscribe() }
 }

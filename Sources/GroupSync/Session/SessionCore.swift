@@ -309,15 +309,11 @@ final class SessionCore: Sendable {
 
     /// Network thread, at the end of each burst: shows the newest of the values held during it. Values
     /// are held only on this thread, so none can arrive in between.
-    func releaseHeldValues() {
-        perform { $0.releaseHeldValues() }
-    }
+    func releaseHeldValues() { perform { $0.releaseHeldValues() } }
 
     /// A received value that could not be read: counted. Returns 1, the rejections to report.
     @discardableResult
-    func reject() -> Int {
-        perform { $0.reject() }.rejected
-    }
+    func reject() -> Int { perform { $0.reject() }.rejected }
 
     /// A message handed to a consumer whose body did not decode as the consumer's type: counted and
     /// reported like every rejected message (the consumer's task, never the network thread).

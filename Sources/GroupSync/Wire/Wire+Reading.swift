@@ -88,17 +88,13 @@ extension Wire {
             return value
         }
 
-        func optionalString(_ key: String) throws(Rejection) -> String? {
-            self[key] == nil ? nil : try string(key)
-        }
+        func optionalString(_ key: String) throws(Rejection) -> String? { self[key] == nil ? nil : try string(key) }
 
         func optionalInt(_ key: String, in bounds: ClosedRange<Int64>) throws(Rejection) -> Int64? {
             self[key] == nil ? nil : try int(key, in: bounds)
         }
 
-        func optionalBool(_ key: String) throws(Rejection) -> Bool? {
-            self[key] == nil ? nil : try bool(key)
-        }
+        func optionalBool(_ key: String) throws(Rejection) -> Bool? { self[key] == nil ? nil : try bool(key) }
 
         func bool(_ key: String) throws(Rejection) -> Bool {
             guard case let .bool(value) = try value(key) else { throw .wrongShape }
@@ -130,15 +126,11 @@ extension Wire {
 }
 
 extension Wire.Readable {
-    package static func read(_ data: Data) throws(Wire.Rejection) -> Self {
-        try Self(json: try JSONParser.parse(data))
-    }
+    package static func read(_ data: Data) throws(Wire.Rejection) -> Self { try Self(json: try JSONParser.parse(data)) }
 }
 
 extension Wire.Record {
-    package init(json: JSONValue) throws(Wire.Rejection) {
-        try self.init(fields: try Wire.Fields(json))
-    }
+    package init(json: JSONValue) throws(Wire.Rejection) { try self.init(fields: try Wire.Fields(json)) }
 
     package static func read(_ data: Data) throws(Wire.Rejection) -> Self {
         try Self(fields: try JSONParser.parseObject(data).fields)

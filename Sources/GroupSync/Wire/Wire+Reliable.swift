@@ -17,9 +17,7 @@ extension Wire {
             to = request.to
         }
 
-        var request: Reliable.ResendRequest {
-            Reliable.ResendRequest(stream: stream, from: from, to: to)
-        }
+        var request: Reliable.ResendRequest { Reliable.ResendRequest(stream: stream, from: from, to: to) }
     }
 
     /// `$skip`: nothing of `stream` up to `through` will be re-sent to you; the `lost` ranges were owed.
@@ -35,9 +33,7 @@ extension Wire {
             lost = skip.lost.map { [$0.lowerBound, $0.upperBound] }
         }
 
-        var skip: Reliable.Skip {
-            Reliable.Skip(stream: stream, through: through, lost: lost.map { $0[0]...$0[1] })
-        }
+        var skip: Reliable.Skip { Reliable.Skip(stream: stream, through: through, lost: lost.map { $0[0]...$0[1] }) }
     }
 
     /// `$position`: my latest seq per stream — broadcasts, and direct messages per recipient.
@@ -50,9 +46,7 @@ extension Wire {
             direct = position.direct
         }
 
-        var position: Reliable.Position {
-            Reliable.Position(all: all, direct: direct)
-        }
+        var position: Reliable.Position { Reliable.Position(all: all, direct: direct) }
     }
 }
 

@@ -192,14 +192,10 @@ package enum Wire {
     }
 
     /// Reads `data` as a `T`, or says why it is rejected.
-    package static func read<T: Readable>(_ type: T.Type, from data: Data) throws(Rejection) -> T {
-        try T.read(data)
-    }
+    package static func read<T: Readable>(_ type: T.Type, from data: Data) throws(Rejection) -> T { try T.read(data) }
 
     /// Reads `data` as a `T`; nil when it is rejected (see ``read(_:from:)`` for the reason).
-    package static func decode<T: Readable>(_ type: T.Type, from data: Data) -> T? {
-        try? T.read(data)
-    }
+    package static func decode<T: Readable>(_ type: T.Type, from data: Data) -> T? { try? T.read(data) }
 
     /// Encodes any Codable app value as a ``JSONValue``.
     package static func jsonValue(_ value: some Encodable) throws(GroupSyncError) -> JSONValue {
