@@ -91,14 +91,6 @@ package enum Wire {
         package var reliable: Bool
         /// `"all"` on a broadcast re-sent to one receiver on its direct topic; nil otherwise (the topic says).
         package var stream: String?
-
-        package init(type: String, epoch: Int64, seq: Int64?, reliable: Bool, stream: String? = nil) {
-            self.type = type
-            self.epoch = epoch
-            self.seq = seq
-            self.reliable = reliable
-            self.stream = stream
-        }
     }
 
     /// `…/welcome/<recipient>/<sender>`, QoS 1, never retained: on a broker without retained messages,
@@ -119,12 +111,6 @@ package enum Wire {
         package var members: [Member]
         /// True on every part but the last, when the catch-up does not fit one message.
         package var more: Bool?
-
-        package init(states: [StateRecord], members: [Member], more: Bool? = nil) {
-            self.states = states
-            self.members = members
-            self.more = more
-        }
     }
 
     /// The writer of every payload: compact, keys sorted, `/` not escaped (docs/PROTOCOL.md).
