@@ -49,11 +49,6 @@ struct JournalStateMachine {
         return attachments.values.sorted { ($0.added, $0.owner.id) < ($1.added, $1.owner.id) }
     }
 
-    func attachment(_ id: JournalAttachment.ID) -> JournalAttachment? {
-        guard case let .following(attachments) = state else { return nil }
-        return attachments[id]
-    }
-
     /// The retained topics the journal's records stand on, with the chunk topics they name: what ending
     /// the session clears.
     func storedTopics(_ topics: GroupTopics, session: String) -> [String] {
