@@ -77,19 +77,15 @@ struct CoordinatorStateMachine {
         /// presence record (retained, possibly forged) alone does not.
         var confirmed = false
 
-        /// Silent for three intervals less half a second (1.5 × keepalive − 0.5 s for the usual
-        /// interval of keepalive / 2), but never less than a second: gone.
-        func isSilent(at now: ContinuousClock.Instant) -> Bool {
-            silentAfter.map { now > $0 } ?? false
-        }
+        /// Gone: silent past ``silentAfter``.
+        func isSilent(at now: ContinuousClock.Instant) -> Bool { silentAfter.map { now > $0 } ?? false }
 
         /// When it counts as gone unless heard of again; nil without an interval (never).
-        var silentAfter: ContinuousClock.Instant? {
-            interval.map { lastHeard + Connection.silence(interval: $0) }
-        }
+        var silentAfter: ContinuousClock.Instant? { interval.map { lastHeard + Connection.silence(interval: $0) } }
 
-        /// How long a connection that states `interval` may be silent. The interval's range (at most
-        /// 32,767,500 ms) keeps the product far from overflowing.
+        /// How long a connection that states `interval` may be silent: three intervals less half a second
+        /// (1.5 × keepalive − 0.5 s for the usual interval of keepalive / 2), never less than a second. The
+        /// interval's range (at most 32,767,500 ms) keeps the product far from overflowing.
         static func silence(interval: Int64) -> Duration { max(.milliseconds(interval * 3 - 500), .seconds(1)) }
     }
 

@@ -48,7 +48,7 @@ extension GroupCoordinator {
             tls: MQTTClient.TLS? = nil, keepAlive: Int = 5, clock: any WallClock = SystemWallClock(),
             catchUpTimeout: Duration = .seconds(1), presenceHeartbeats: Bool = true, presenceTimeToLive: Duration = .seconds(3600)
         ) throws(GroupSyncError) {
-            do {
+            self.mqtt = try GroupSyncError.overConnection { () throws(MQTTError) in
                 var mqtt = try MQTTClient.Configuration(url: broker, clientID: "", tls: tls)
                 mqtt.keepAlive = keepAlive
                 // The broker keeps our subscriptions and queues reliable messages for us while we
@@ -59,9 +59,7 @@ extension GroupCoordinator {
                 // window. A wide window makes mosquitto walk long in-flight lists per acknowledgement
                 // when many participants share a process: libmosquitto's own 20.
                 mqtt.receiveMaximum = 20
-                self.mqtt = mqtt
-            } catch {
-                throw .connection(error)
+                return mqtt
             }
             self.group = group
             self.participant = participant

@@ -172,7 +172,7 @@ extension GroupCoordinator {
         // period and asks for the next wake-up): a silence deadline already passed would wake us at once,
         // again and again.
         armUpkeep(connected ? next : .init(expiry: next.expiry))
-        performPresence(presence)
+        for action in presence { performPresence(action) }
         for core in expired { core.endedElsewhere(.expired) }
     }
 

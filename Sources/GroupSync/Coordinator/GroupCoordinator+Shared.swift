@@ -1,7 +1,5 @@
 import MQTT
 
-/// The process-wide coordinator, behind `MyActivity.sessions()`, `activity.prepareForActivation()` and
-/// `activity.activate()`.
 extension GroupCoordinator {
     private static let current = LockedValue<GroupCoordinator?>(nil)
     private static let waiters = LockedValue(ListenerRegistry<CheckedContinuation<GroupCoordinator, Never>>())

@@ -34,9 +34,7 @@ public final class GroupCoordinator: Sendable {
         var ownPresence = false
     }
 
-    /// Everything of the coordinator that changes, under one lock: the machine, the session objects for
-    /// the session IDs it holds, the sharing gate, the count of group messages rejected, and what
-    /// `connect()` and a reconnect wait for.
+    /// Everything of the coordinator that changes, under one lock.
     struct CoordinatorState {
         var machine: CoordinatorStateMachine
         var cores: [String: SessionCore] = [:]
