@@ -31,7 +31,6 @@ struct SessionStateMachine {
         case caughtUp
     }
 
-    /// A sequence of the session, fed by the machine.
     struct Listener {
         enum Kind: Equatable {
             case state, participants, activity
@@ -248,8 +247,7 @@ struct SessionStateMachine {
     }
 
     /// A `join()` failed or was cancelled before completing: the session is as before it started (or
-    /// stays over, when it was invalidated meanwhile). Only the `join()` in progress abandons: from
-    /// waiting or joined it is a programming error.
+    /// stays over, when it was invalidated meanwhile).
     mutating func onJoinAbandoned() -> Action {
         if case .invalidated = phase { return Action() }
         guard case let .joining(joining) = phase else { preconditionFailure("a join was abandoned that had not started or had completed") }
@@ -270,8 +268,7 @@ struct SessionStateMachine {
 
     /// The join completed (caught up, or nobody answered in time), at wall-clock time `now` (ms). Value
     /// listeners get their first element now: the caught-up value. Every member's reliable messages are
-    /// followed from now on. Nothing if the session was invalidated meanwhile; only the `join()` in
-    /// progress completes: from waiting or joined it is a programming error.
+    /// followed from now on. Nothing if the session was invalidated meanwhile.
     mutating func onJoined(now: Int64) -> Action {
         var action = Action()
         if case .invalidated = phase { return action }
@@ -436,9 +433,8 @@ struct SessionStateMachine {
 
     /// An app message, for the sequences of its type, read on a broadcast topic or (`direct`) on our own
     /// direct topic at wall-clock time `now` (ms). Nothing while not joined. Only members send, from the
-    /// connection they joined with. Reliable messages go through the stream receiver: in order per sender
-    /// and stream, once, the missing ones asked for (``Send/resend(_:)``) and reported as gaps when they
-    /// cannot come; unreliable ones are handed over as they come.
+    /// connection they joined with. Reliable messages go through the ``StreamReceiver`` (its requests
+    /// as ``Send/resend(_:)``); unreliable ones are handed over as they come.
     mutating func onMessage(_ envelope: Wire.ScannedEnvelope, payload: Data, sender: String, direct: Bool, now: Int64) -> Action {
         var action = Action()
         guard case .joined = phase, sender != me else { return action }
@@ -523,12 +519,11 @@ struct SessionStateMachine {
     /// How long open requests wait to be looked at again while the connection is down (ms).
     static let inactiveRecheck: Int64 = 250
 
-    /// The timer fired, at wall-clock time `now` (ms) and `instant`. Requests still unanswered are sent
-    /// again, and after a quiet spell following our last reliable message our position is stated, so
-    /// that a receiver that lost our tail (a broker's queue overflowed) asks for it; the timer is asked
-    /// for the next of either. While the connection is down (or the session not joined) nothing is sent,
-    /// and requests still open are looked at again ``inactiveRecheck`` later: a reconnect asks for
-    /// everything anyway, but a request must not be forgotten because its moment fell in a gap.
+    /// The timer fired, at wall-clock time `now` (ms) and `instant`: unanswered requests are sent again,
+    /// our position is stated when ``MessageNumbering`` says it is due, and the timer is asked for the
+    /// next of either. While the connection is down (or the session not joined) nothing is sent, and open
+    /// requests are looked at again ``inactiveRecheck`` later: a reconnect asks for everything anyway,
+    /// but a request must not be forgotten because its moment fell in a gap.
     mutating func onTick(now: Int64, at instant: ContinuousClock.Instant, connected: Bool) -> Action {
         var action = Action()
         guard case .joined = phase, connected else {
