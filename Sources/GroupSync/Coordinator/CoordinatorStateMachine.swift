@@ -99,9 +99,7 @@ struct CoordinatorStateMachine {
         /// Heartbeats of this epoch heard so far.
         var heartbeats = 0
 
-        var connection: Connection {
-            Connection(epoch: epoch, lastHeard: lastHeard, interval: interval, confirmed: heartbeats > 0)
-        }
+        var connection: Connection { Connection(epoch: epoch, lastHeard: lastHeard, interval: interval, confirmed: heartbeats > 0) }
     }
 
     /// An announced session: its kind of activity and when each publisher's copy expires (wall-clock ms).

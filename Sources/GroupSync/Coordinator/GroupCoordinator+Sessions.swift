@@ -140,8 +140,7 @@ extension GroupCoordinator {
         case let (.ended(by, settled), _):
             core?.endedElsewhere(.ended(by: by.map(Participant.init(id:))))
             if settled { clearOwnEndedCopy(of: sessionID) }
-        case (.settled, _):
-            clearOwnEndedCopy(of: sessionID)
+        case (.settled, _): clearOwnEndedCopy(of: sessionID)
         case (.rejected, _): countRejection()
         default: break
         }
@@ -188,8 +187,7 @@ extension GroupCoordinator {
     /// What a session object reports (outside its lock).
     func onSessionEvent(_ core: SessionCore, _ event: SessionContext.Event) {
         switch event {
-        case .joined:
-            state.withLock { $0.sharing.onJoined(core.id) }.perform()
+        case .joined: state.withLock { $0.sharing.onJoined(core.id) }.perform()
         case let .invalidated(wasJoined):
             if wasJoined { state.withLock { $0.sharing.onLeft(core.id) }.perform() }
         case .left:

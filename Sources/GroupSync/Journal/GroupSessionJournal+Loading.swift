@@ -151,25 +151,21 @@ extension GroupSessionJournal {
                 var completed = machine.completedChunks - action.count { if case .deliver = $0 { true } else { false } }
                 for effect in action {
                     switch effect {
-                    case let .unsubscribe(index):
-                        giveUp(index)
+                    case let .unsubscribe(index): giveUp(index)
                     case let .deliver(chunk):
                         whole.update(chunk)
                         try deliver(chunk)
                         completed += 1
                         report(completedChunks: completed)
-                    case let .subscribe(index):
-                        request(index)
+                    case let .subscribe(index): request(index)
                     case let .retry(index, delay):
                         group.addTask {
                             try? await Task.sleep(for: delay)
                             continuation.yield(.retryDue(index: index))
                         }
                         report(completedChunks: machine.completedChunks)
-                    case .complete:
-                        break
-                    case let .fail(missing):
-                        throw .attachmentUnavailable(sha256: record.sha256, chunk: missing)
+                    case .complete: break
+                    case let .fail(missing): throw .attachmentUnavailable(sha256: record.sha256, chunk: missing)
                     }
                 }
             }
@@ -232,7 +228,5 @@ extension GroupSessionJournal {
     }
 
     /// Whether the journal saw `attachment` removed by its owner.
-    private func isRemoved(_ attachment: JournalAttachment) -> Bool {
-        core.read { $0.journal.removed.contains(attachment.id) }
-    }
+    private func isRemoved(_ attachment: JournalAttachment) -> Bool { core.read { $0.journal.removed.contains(attachment.id) } }
 }

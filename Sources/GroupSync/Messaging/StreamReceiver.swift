@@ -91,9 +91,7 @@ struct StreamReceiver<Message> {
     func cursor(of sender: String, _ stream: Reliable.StreamKind) -> Int64? { senders[sender]?.streams[stream]?.cursor }
 
     /// Messages held behind a gap in one stream.
-    func heldCount(of sender: String, _ stream: Reliable.StreamKind) -> Int {
-        senders[sender]?.streams[stream]?.held.count ?? 0
-    }
+    func heldCount(of sender: String, _ stream: Reliable.StreamKind) -> Int { senders[sender]?.streams[stream]?.held.count ?? 0 }
 
     // MARK: - Inputs
 
@@ -245,8 +243,7 @@ struct StreamReceiver<Message> {
             switch item {
             case let .message(seq, message):
                 action.events.append(.message(message, sender: sender, stream: stream, seq: seq))
-            case let .gap(seqs):
-                action.events.append(.gap(sender: sender, stream: stream, seqs: seqs))
+            case let .gap(seqs): action.events.append(.gap(sender: sender, stream: stream, seqs: seqs))
             }
         }
         for ask in output.asks {

@@ -333,8 +333,7 @@ struct PlaybackStateMachine {
             if !isReference { role = .reference(offset: sameBase ? (current ?? 0) : 0) }
         } else {
             switch role {
-            case .follower(record.reference, _) where sameBase:
-                break
+            case .follower(record.reference, _) where sameBase: break
             default:
                 role = .follower(reference: record.reference, provisional: sameBase ? current : nil)
                 estimator = ClockEstimator()
@@ -360,9 +359,7 @@ struct PlaybackStateMachine {
     /// When (local) this participant next has something to do without an input: a `$ping` due (every
     /// ``pingInterval`` once the estimate follows the drift), a takeover whose patience runs out. nil:
     /// nothing until the next input.
-    private func nextWake(atLocal local: Int64) -> Int64? {
-        [nextPing(), nextTakeover(atLocal: local)].compactMap { $0 }.min()
-    }
+    private func nextWake(atLocal local: Int64) -> Int64? { [nextPing(), nextTakeover(atLocal: local)].compactMap { $0 }.min() }
 
     /// When the next `$ping` to the reference is due; nil when we follow no reference.
     private func nextPing() -> Int64? {
@@ -481,10 +478,8 @@ struct PlaybackStateMachine {
         var next = current
         next.base = clock.base
         switch command {
-        case .play:
-            next = started(from: current, at: start, rate: playRate)
-        case .rate(let rate) where rate != 0:
-            next = started(from: current, at: start, rate: rate)
+        case .play: next = started(from: current, at: start, rate: playRate)
+        case .rate(let rate) where rate != 0: next = started(from: current, at: start, rate: rate)
         case .pause, .rate:
             next.position = current.mediaTime(at: now)
             next.anchor = now

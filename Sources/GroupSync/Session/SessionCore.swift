@@ -238,8 +238,7 @@ final class SessionCore: Sendable {
             return inbound(message.payload, from: sender, direct: false, now: now)
         case let .direct(session, recipient, sender) where session == id && recipient == me:
             return inbound(message.payload, from: sender, direct: true, now: now)
-        default:
-            return reject()
+        default: return reject()
         }
     }
 

@@ -227,9 +227,7 @@ struct SessionStateMachine {
         return id.map { .added($0, action) } ?? .over(action)
     }
 
-    mutating func removeJournalListener(_ id: ListenerRegistry<Inbox<[JournalAttachment]>>.ID) {
-        journal.removeListener(id)
-    }
+    mutating func removeJournalListener(_ id: ListenerRegistry<Inbox<[JournalAttachment]>>.ID) { journal.removeListener(id) }
 
     // MARK: - Joining
 
@@ -478,8 +476,7 @@ struct SessionStateMachine {
     mutating func onResend(_ request: Reliable.ResendRequest, from requester: String) -> Action {
         guard members[requester] != nil else { return reject() }
         switch numbering.outbox.answer(request, from: requester) {
-        case let .position(position):
-            return Action(sends: [.position(position, to: requester)])
+        case let .position(position): return Action(sends: [.position(position, to: requester)])
         case let .resend(skip, entries):
             return Action(sends: (skip.map { [.skip($0, to: requester)] } ?? []) + entries.map { .resent($0, to: requester) })
         }
@@ -557,8 +554,7 @@ struct SessionStateMachine {
         if let due = result.retryAt { action.wake(atWallClock: due) }
         for event in result.events {
             switch event {
-            case let .message(message, _, _, _):
-                notify(.messages(type: message.type), .message(message), into: &action)
+            case let .message(message, _, _, _): notify(.messages(type: message.type), .message(message), into: &action)
             case let .gap(sender, stream, seqs):
                 let gap = GroupSessionMessenger.Gap(
                     source: Participant(id: sender), count: seqs.upperBound - seqs.lowerBound + 1, toEveryone: stream == .all)

@@ -117,8 +117,7 @@ package struct GroupTopics: Sendable, Hashable {
                 return .journal(session: string(1), attachment: string(3), owner: string(4))
             case 5 where level(0, is: "s") && level(2, is: "to"):
                 return .direct(session: string(1), recipient: string(3), sender: string(4))
-            default:
-                return nil
+            default: return nil
             }
         }
     }

@@ -127,8 +127,7 @@ struct JSONParser {
                     open.append(container)
                     continue
                 }
-            case UInt8(ascii: "\""):
-                value = .string(try string())
+            case UInt8(ascii: "\""): value = .string(try string())
             case UInt8(ascii: "t"):
                 try literal("true")
                 value = .bool(true)
@@ -138,10 +137,8 @@ struct JSONParser {
             case UInt8(ascii: "n"):
                 try literal("null")
                 value = .null
-            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-                value = try number()
-            default:
-                throw .malformed
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): value = try number()
+            default: throw .malformed
             }
             // A value is complete: add it to its container, and close the containers it completes.
             while var container = open.popLast() {
@@ -248,8 +245,7 @@ struct JSONParser {
                 try escape(into: &utf8)
                 escaped = true
                 start = i
-            case 0..<0x20:
-                throw .malformed
+            case 0..<0x20: throw .malformed
             default:
                 ascii = ascii && byte < 0x80
                 i += 1
@@ -278,8 +274,7 @@ struct JSONParser {
             }
             guard let unicode = Unicode.Scalar(scalar) else { throw .invalidUTF8 }  // a lone low surrogate
             utf8.append(contentsOf: String(Character(unicode)).utf8)
-        default:
-            throw .malformed
+        default: throw .malformed
         }
     }
 

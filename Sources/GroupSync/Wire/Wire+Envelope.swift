@@ -64,7 +64,5 @@ extension Wire {
     static func decodeEnvelope(_ payload: Data) -> ScannedEnvelope? { try? readEnvelope(payload) }
 
     /// An app value (a message body) from its bytes, with `JSONDecoder`.
-    static func decodeBody<T: Decodable>(_ type: T.Type, from data: Data) -> T? {
-        try? decoder.decode(type, from: data)
-    }
+    static func decodeBody<T: Decodable>(_ type: T.Type, from data: Data) -> T? { try? decoder.decode(type, from: data) }
 }

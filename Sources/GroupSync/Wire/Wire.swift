@@ -140,9 +140,7 @@ package enum Wire {
     static let envelopeAllowance = 2_048
 
     /// The bytes a message's list may take under the broker's Maximum Packet Size (nil: none set).
-    static func budget(maximumPacketSize: Int?) -> Int {
-        maximumPacketSize.map { $0 - envelopeAllowance } ?? maximumPayload
-    }
+    static func budget(maximumPacketSize: Int?) -> Int { maximumPacketSize.map { $0 - envelopeAllowance } ?? maximumPayload }
 
     /// `items` in as few consecutive groups as fit `budget` encoded bytes each, the first one having
     /// `used` bytes taken already (by what only the first message carries). Always at least one group;
