@@ -319,15 +319,8 @@ public final class PlaybackCoordinator: Sendable {
         let (action, records, ending) = state.withLock { state in
             let action = input(&state.machine)
             var (records, ending): ([Wire.StateRecord], [() -> Void]) = ([], [])
-            let (clockKey, timelineKey) = (PlaybackCoordinator.clockKey, PlaybackCoordinator.timelineKey)
-            switch action.write {
-            case .none: break
-            case let .clock(clock): write(clockKey, clock, to: &records)
-            case let .timeline(timeline): write(timelineKey, timeline.record, to: &records)
-            case let .clockAndTimeline(clock, timeline):
-                write(clockKey, clock, to: &records)
-                write(timelineKey, timeline.record, to: &records)
-            }
+            if let clock = action.writeClock { write(PlaybackCoordinator.clockKey, clock, to: &records) }
+            if let timeline = action.writeTimeline { write(PlaybackCoordinator.timelineKey, timeline.record, to: &records) }
             switch action.timelines {
             case .none: break
             case let .yield(timeline): for inbox in state.timelines.all { inbox.yield(timeline) }

@@ -22,26 +22,14 @@ struct PlaybackStateMachine {
     /// says what it does under its lock, and why). A timer's `wake` keeps an earlier wake-up already set:
     /// that one asks again.
     struct Action: Equatable {
-        var write = Write.none
+        /// Records to write as ours: the clock, then the timeline.
+        var writeClock: Wire.Clock?
+        var writeTimeline: PlaybackTimeline?
         var timelines = Timelines.none
         var start = Start.none
         var ping = Ping.none
         var waiters = Waiters.none
         var timer = Timer.none
-
-        /// Records to write as ours.
-        enum Write: Equatable {
-            case none, clock(Wire.Clock), timeline(PlaybackTimeline), clockAndTimeline(Wire.Clock, PlaybackTimeline)
-
-            init(_ clock: Wire.Clock?, _ timeline: PlaybackTimeline?) {
-                switch (clock, timeline) {
-                case (nil, nil): self = .none
-                case let (clock?, nil): self = .clock(clock)
-                case let (nil, timeline?): self = .timeline(timeline)
-                case let (clock?, timeline?): self = .clockAndTimeline(clock, timeline)
-                }
-            }
-        }
 
         /// The sequences of ``PlaybackCoordinator/timelineUpdates()``: `yield` a timeline to them (the
         /// first once both records were read, then each change), or `finish` them (the session is over).
@@ -181,7 +169,7 @@ struct PlaybackStateMachine {
     ) -> Action {
         if isEnded { return Action() }
         let claimed = checkReference(atLocal: local) ?? claimed
-        var action = Action(write: Action.Write(claimed, reconcileWaiting(atLocal: local) ?? wrote), ping: ping)
+        var action = Action(writeClock: claimed, writeTimeline: reconcileWaiting(atLocal: local) ?? wrote, ping: ping)
         let offset = offset(atLocal: local)
         if offset != nil && waitingCommands > 0 { (action.waiters, waitingCommands) = (.release, 0) }
         if let next = nextWake(atLocal: local) { action.timer = .wake(atLocal: next) }
