@@ -72,7 +72,7 @@ import Testing
             carol.onPong(from: "alice", sent: 0, received: Self.ms / 2, replied: Self.ms / 2, back: Self.ms)
         }
         #expect(answers.dropLast().allSatisfy { $0 == Action(timer: .wake(atLocal: 0)) })
-        #expect(answers.last == Action(waiters: .release, timer: .wake(atLocal: 0)))
+        #expect(answers.last == Action(releaseWaiters: true, timer: .wake(atLocal: 0)))
         #expect(carol.waitForClock(atLocal: Self.ms) == .known)
     }
 
@@ -155,7 +155,7 @@ import Testing
         }
         let t0 = start + 30 * Self.ms
         let settled = bob.onPong(from: "alice", sent: t0, received: t0 + Self.ms / 2, replied: t0 + Self.ms / 2, back: t0 + Self.ms)
-        #expect(settled == Action(waiters: .release, timer: .wake(atLocal: 0)), "a 1 ms one does: the group clock is known")
+        #expect(settled == Action(releaseWaiters: true, timer: .wake(atLocal: 0)), "a 1 ms one does: the group clock is known")
         #expect(bob.offset(atLocal: t0) != nil)
     }
 
@@ -197,7 +197,7 @@ import Testing
             #expect(tick.ping == .send(to: "alice", t0: GroupInstant(nanoseconds: local).milliseconds))
             #expect(
                 tick.writeClock == nil && tick.writeTimeline == nil && tick.timelines == .none && tick.start == .none
-                    && tick.waiters == .none)
+                    && !tick.releaseWaiters)
             pings.append(local)
             guard case let .wake(next) = tick.timer else {
                 Issue.record("no next ping: \(tick)")
@@ -523,7 +523,7 @@ import Testing
             bob.onTimelineRecord(.none, atLocal: 11 * Self.second)
                 == Action(timelines: .yield(.initial(base: "b")), timer: .wake(atLocal: 0)))
         #expect(bob.emitted == .initial(base: "b"))
-        #expect(bob.end() == Action(timelines: .finish, start: .finish, waiters: .release, timer: .cancel))
+        #expect(bob.end() == Action(timelines: .finish, start: .finish, releaseWaiters: true, timer: .cancel))
         #expect(bob.isEnded && bob.emitted == nil && bob.lateStart(atLocal: 12 * Self.second) == nil)
         #expect(bob.waitForClock(atLocal: 12 * Self.second) == .known, "a command does not wait for a session that is over")
         #expect(bob.onActive(["bob"], atLocal: 12 * Self.second) == Action(), "not even a takeover")

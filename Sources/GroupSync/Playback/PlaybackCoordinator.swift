@@ -331,9 +331,7 @@ public final class PlaybackCoordinator: Sendable {
             case let .deliver(start): for inbox in state.starts.all { inbox.yield(start) }
             case .finish: ending += state.starts.removeAll().map { inbox in inbox.finish }
             }
-            switch action.waiters {
-            case .none: break
-            case .release:
+            if action.releaseWaiters {
                 ending += state.clockWaiters.map { inbox in inbox.finish }
                 state.clockWaiters = []
             }

@@ -28,7 +28,8 @@ struct PlaybackStateMachine {
         var timelines = Timelines.none
         var start = Start.none
         var ping = Ping.none
-        var waiters = Waiters.none
+        /// Release the commands waiting for the group clock (``waitForClock(atLocal:)``): it is known, or the end.
+        var releaseWaiters = false
         var timer = Timer.none
 
         /// The sequences of ``PlaybackCoordinator/timelineUpdates()``: `yield` a timeline to them (the
@@ -43,9 +44,6 @@ struct PlaybackStateMachine {
         /// A `$ping` to `send` to the reference; its `t0` (ms, as sent) in nanoseconds names it to
         /// ``onPingQueued(t0:atLocal:)`` and ``onPingLeft(t0:atLocal:)``.
         enum Ping: Equatable { case none, send(to: String, t0: Double) }
-
-        /// Commands waiting for the group clock (``waitForClock(atLocal:)``): `release` them (known, or the end).
-        enum Waiters: Equatable { case none, release }
 
         /// The timer of everything but the start (a `$ping` due, a takeover whose patience runs out):
         /// `none` until the next input, `wake` at a local time, or `cancel` for good.
@@ -171,7 +169,7 @@ struct PlaybackStateMachine {
         let claimed = checkReference(atLocal: local) ?? claimed
         var action = Action(writeClock: claimed, writeTimeline: reconcileWaiting(atLocal: local) ?? wrote, ping: ping)
         let offset = offset(atLocal: local)
-        if offset != nil && waitingCommands > 0 { (action.waiters, waitingCommands) = (.release, 0) }
+        if offset != nil && waitingCommands > 0 { (action.releaseWaiters, waitingCommands) = (true, 0) }
         if let next = nextWake(atLocal: local) { action.timer = .wake(atLocal: next) }
         if case let .reading(unread) = handout, !unread.isEmpty { return action }
         var (emitted, scheduled): (PlaybackTimeline?, Scheduled?) = (nil, nil)
@@ -210,7 +208,7 @@ struct PlaybackStateMachine {
         return timeline.start(at: now)
     }
 
-    /// A command asks whether to wait for the group clock (see ``Action/Waiters``).
+    /// A command asks whether to wait for the group clock (see ``Action/releaseWaiters``).
     mutating func waitForClock(atLocal local: Int64) -> ClockWait {
         guard offset(atLocal: local) == nil, !isEnded else { return .known }
         waitingCommands += 1
@@ -223,7 +221,7 @@ struct PlaybackStateMachine {
         precondition(!isEnded, "a playback coordinator ends once")
         handout = .ended
         waitingCommands = 0
-        return Action(timelines: .finish, start: .finish, waiters: .release, timer: .cancel)
+        return Action(timelines: .finish, start: .finish, releaseWaiters: true, timer: .cancel)
     }
 
     // MARK: - The group clock
