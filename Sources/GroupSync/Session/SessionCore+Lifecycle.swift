@@ -181,7 +181,7 @@ extension SessionCore {
     /// longer counts as shared. Returns false if it already was over.
     @discardableResult
     func invalidate(_ reason: GroupSessionState.InvalidationReason) -> Bool {
-        perform { $0.invalidate(reason) }.lifecycle != .unchanged
+        perform { $0.invalidate(reason) }.invalidatedFrom != nil
     }
 
     func stopReading() { locked.withLock { $0.subscription.take() }?.unsubscribe() }

@@ -120,7 +120,7 @@ final class SessionCore: Sendable {
         case let .wake(due): timer.schedule(after: .milliseconds(max(due &- context.clock.milliseconds(), 0)))
         case .cancel: timer.cancel()
         }
-        if case let .invalidated(previous) = action.lifecycle {
+        if let previous = action.invalidatedFrom {
             stopReading()
             context.report(self, .invalidated(wasJoined: previous == .joined))
         }
@@ -260,7 +260,7 @@ final class SessionCore: Sendable {
             return feed(body) { $1.onCatchUp($0, from: sender, retainAvailable: retainAvailable, now: now) }
         case Control.end.rawValue:
             let action = perform { $0.onEnd(from: sender) }
-            if action.lifecycle != .unchanged { clearOwnRecords() }
+            if action.invalidatedFrom != nil { clearOwnRecords() }
             return action.rejected
         case Control.resend.rawValue where direct:
             return feed(body) { (resend: Wire.Resend, machine) in machine.onResend(resend.request, from: sender) }

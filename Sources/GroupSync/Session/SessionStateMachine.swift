@@ -76,7 +76,9 @@ struct SessionStateMachine {
         var handovers: [Handover] = []
         var sends: [Send] = []
         var timer = Timer.unchanged
-        var lifecycle = Lifecycle.unchanged
+        /// The session is over for us, coming from this state: its topics are no longer read, and the
+        /// coordinator is told.
+        var invalidatedFrom: GroupSessionState?
         /// Received values refused (forged, out of place or unreadable: PROTOCOL.md), each to be reported.
         /// A refused value changed nothing.
         var rejected = 0
@@ -119,13 +121,6 @@ struct SessionStateMachine {
         case wake(atWallClock: Int64)
         /// The session is over for us: no wake-up any more.
         case cancel
-    }
-
-    enum Lifecycle: Equatable {
-        case unchanged
-        /// The session is over for us, coming `from` that state: its topics are no longer read, and the
-        /// coordinator is told.
-        case invalidated(from: GroupSessionState)
     }
 
     /// What `join()` does after ``onJoinStarted(barrier:caughtUp:)``: subscribe and publish our member
@@ -290,7 +285,7 @@ struct SessionStateMachine {
     /// The session is over for us: every sequence ends after the new state (the journal's too), and the
     /// timer stops. Nothing if it already was over.
     mutating func invalidate(_ reason: GroupSessionState.InvalidationReason) -> Action {
-        var action = Action(timer: .cancel, lifecycle: .invalidated(from: state))
+        var action = Action(timer: .cancel, invalidatedFrom: state)
         switch phase {
         case .invalidated: return Action()
         case let .joining(joining): action.handovers = joining.inboxes.map(Handover.finish)
