@@ -137,17 +137,15 @@ final class SessionCore: Sendable {
 
     /// Adds a sequence's inbox to the machine through `add`; `removal` takes it out when the inbox ends.
     func register<Element>(
-        _ inbox: Inbox<Element>, _ add: (inout SessionStateMachine) -> SessionStateMachine.Registration,
+        _ inbox: Inbox<Element>,
+        _ add: (inout SessionStateMachine) -> (ListenerRegistry<SessionStateMachine.Listener>.ID?, SessionStateMachine.Action),
         removal: @escaping @Sendable (inout SessionStateMachine, ListenerRegistry<SessionStateMachine.Listener>.ID) -> Void
     ) {
         var id: ListenerRegistry<SessionStateMachine.Listener>.ID?
         perform { machine in
-            switch add(&machine) {
-            case let .added(added, action):
-                id = added
-                return action
-            case let .over(action): return action
-            }
+            let (added, action) = add(&machine)
+            id = added
+            return action
         }
         if let id { inbox.onTermination { [locked] in locked.withLock { removal(&$0.machine, id) } } }
     }

@@ -130,13 +130,6 @@ struct SessionStateMachine {
         case proceed, joined, refused
     }
 
-    /// A sequence added under an ID (for its removal when it ends), or not added since the session is
-    /// over; either way with the action that hands it its first value (and ends it, if not added).
-    enum Registration {
-        case added(ListenerRegistry<Listener>.ID, Action)
-        case over(Action)
-    }
-
     let me: String
     let myEpoch: Int64
     /// The bounds of the stream receiver made at the join.
@@ -194,8 +187,10 @@ struct SessionStateMachine {
     // MARK: - Listeners
 
     /// A new sequence. It gets the current value first (state, participants, activity; a value listener
-    /// once joined); on a session that is over it ends at once, after that value.
-    mutating func addListener(_ listener: Listener) -> Registration {
+    /// once joined); on a session that is over it ends at once, after that value. Returns the ID it is
+    /// added under, for its removal when it ends (nil: not added, the session is over), and the action
+    /// that hands it that value.
+    mutating func addListener(_ listener: Listener) -> (ListenerRegistry<Listener>.ID?, Action) {
         let first: Update?
         switch listener.kind {
         case .state: first = .state(state)
@@ -205,9 +200,9 @@ struct SessionStateMachine {
         case .messages, .gaps: first = nil
         }
         var action = Action(handovers: first.map { [.yield(listener.inbox, $0)] } ?? [])
-        guard case .invalidated = phase else { return .added(listeners.add(listener), action) }
+        guard case .invalidated = phase else { return (listeners.add(listener), action) }
         action.handovers.append(.finish(listener.inbox))
-        return .over(action)
+        return (nil, action)
     }
 
     mutating func removeListener(_ id: ListenerRegistry<Listener>.ID) {
@@ -215,11 +210,10 @@ struct SessionStateMachine {
         modifyJoined { $0.held[id] = nil }
     }
 
-    /// A new sequence of the journal's lists: the current list first, then every change.
-    mutating func addJournalListener(_ inbox: Inbox<[JournalAttachment]>) -> Registration {
+    /// A new sequence of the journal's lists: the current list first, then every change (as ``addListener(_:)``).
+    mutating func addJournalListener(_ inbox: Inbox<[JournalAttachment]>) -> (ListenerRegistry<Listener>.ID?, Action) {
         let (id, journalAction) = journal.addListener(inbox)
-        let action = Action(handovers: [.journal(journalAction)])  // its list, and its end if the journal is over
-        return id.map { .added($0, action) } ?? .over(action)
+        return (id, Action(handovers: [.journal(journalAction)]))  // its list, and its end if the journal is over
     }
 
     mutating func removeJournalListener(_ id: ListenerRegistry<Inbox<[JournalAttachment]>>.ID) { journal.removeListener(id) }
