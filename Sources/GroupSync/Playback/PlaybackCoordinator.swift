@@ -214,7 +214,7 @@ public final class PlaybackCoordinator: Sendable {
     private func clockWaiter() -> Inbox<Void>? {
         let local = localNow
         return state.withLock { state in
-            guard state.machine.waitForClock(atLocal: local) == .wait else { return nil }
+            guard state.machine.waitForClock(atLocal: local) else { return nil }
             let waiter = Inbox<Void>()
             state.clockWaiters.append(waiter)
             return waiter

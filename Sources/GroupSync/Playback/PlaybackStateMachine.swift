@@ -71,9 +71,6 @@ struct PlaybackStateMachine {
     /// A timeline's start, once per timeline: still to come, or handed out.
     enum Scheduled: Equatable { case pending(PlaybackTimeline), delivered(PlaybackTimeline) }
 
-    /// What ``waitForClock(atLocal:)`` tells a command: go on (a known clock, or the end), or wait.
-    enum ClockWait: Equatable { case known, wait }
-
     let me: String
     /// Who started the session: the one to start a clock when there is none; the others give it
     /// ``firstClaimPatience`` to do so before they do.
@@ -208,11 +205,12 @@ struct PlaybackStateMachine {
         return timeline.start(at: now)
     }
 
-    /// A command asks whether to wait for the group clock (see ``Action/releaseWaiters``).
-    mutating func waitForClock(atLocal local: Int64) -> ClockWait {
-        guard offset(atLocal: local) == nil, !isEnded else { return .known }
+    /// A command asks whether to wait for the group clock (until ``Action/releaseWaiters``): false when it
+    /// is known, or the session is over.
+    mutating func waitForClock(atLocal local: Int64) -> Bool {
+        guard offset(atLocal: local) == nil, !isEnded else { return false }
         waitingCommands += 1
-        return .wait
+        return true
     }
 
     /// The session is over: the sequences end, waiting commands go on, the timers stop. Only once: a
