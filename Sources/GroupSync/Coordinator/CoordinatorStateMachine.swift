@@ -1,4 +1,3 @@
-import Foundation
 import MQTT
 
 /// The group-level logic of one coordinator: who is online (by connection epoch), which sessions are

@@ -1,4 +1,3 @@
-import Foundation
 import MQTT
 
 /// Presence: who is online, by connection epoch; our own record, heartbeats and expiry.

@@ -1,4 +1,3 @@
-import Foundation
 import MQTT
 
 /// Sessions: announcing them, following the group's announcements, handing sessions to `sessions()`

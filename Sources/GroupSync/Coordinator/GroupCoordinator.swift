@@ -1,4 +1,3 @@
-import Foundation
 import MQTT
 
 /// One participant's membership in one group, over one broker connection — the analogue of being in a

@@ -1,5 +1,3 @@
-import Foundation
-
 /// One file of a session's journal: what its owner said about it, and its content's SHA-256. Load its
 /// bytes with ``GroupSessionJournal/load(_:progress:)`` or ``GroupSessionJournal/load(_:to:progress:)``.
 public struct JournalAttachment: Sendable, Hashable, Identifiable, CustomStringConvertible {

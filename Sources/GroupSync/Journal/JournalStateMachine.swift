@@ -1,4 +1,3 @@
-import Foundation
 import MQTT
 
 /// The journal of one session as this participant knows it: every attachment's record, from the journal

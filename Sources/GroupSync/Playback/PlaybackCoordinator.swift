@@ -1,4 +1,3 @@
-import Foundation
 import MQTT
 
 /// Watching or listening together (the counterpart of `AVPlaybackCoordinator`): one media timeline for

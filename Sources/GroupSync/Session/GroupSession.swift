@@ -1,4 +1,3 @@
-import Foundation
 import MQTT
 
 /// A live instance of an activity that the group's participants can join — the counterpart of

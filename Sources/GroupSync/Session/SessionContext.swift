@@ -1,4 +1,3 @@
-import Foundation
 import MQTT
 
 /// What a session needs from the coordinator that found it: the connection, the group's topics, who we

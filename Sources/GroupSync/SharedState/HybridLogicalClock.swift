@@ -1,5 +1,3 @@
-import Foundation
-
 /// A hybrid logical clock timestamp (Kulkarni et al., 2014): wall-clock milliseconds, a logical counter
 /// for events within the same millisecond or behind a faster clock, and the writer's participant ID as the
 /// final tie-break. Ordered lexicographically by (`time`, `counter`, `participant`), so every participant

@@ -1,5 +1,3 @@
-import Foundation
-
 /// The bodies of the control messages of end-to-end reliable delivery (docs/PROTOCOL.md, "Reliable
 /// delivery"): `$resend`, `$skip` and `$position`, as records of the ``Reliable`` values.
 extension Wire {
