@@ -15,8 +15,8 @@ extension GroupCoordinator {
         public var catchUpTimeout: Duration
         /// Called for every message rejected as malformed, forged or stale (they are also counted in
         /// ``GroupCoordinator/rejectedMessageCount``), from a task of its own (never from the network
-        /// thread, so in no guaranteed order). By default rejections
-        /// are logged to standard error when the environment variable `GROUPSYNC_LOG_REJECTED` is set.
+        /// thread, so in no guaranteed order). By default rejections are logged to standard error when the
+        /// environment variable `GROUPSYNC_LOG_REJECTED` is set.
         public var onRejected: (@Sendable (_ topic: String, _ payloadSize: Int) -> Void)?
         /// Publish our presence every keepalive / 2 (not retained) and drop a participant not heard of
         /// for 1.5 × keepalive. This is what makes a frozen or cut-off participant disappear within

@@ -130,7 +130,6 @@ struct OwnedRetained {
 
         func isOver(at now: ContinuousClock.Instant) -> Bool { !refreshing && now - published >= lifetime }
 
-        /// When a kept record is published again: a third of its lifetime after it last was.
         var refreshDue: ContinuousClock.Instant { published + lifetime / 3 }
     }
 

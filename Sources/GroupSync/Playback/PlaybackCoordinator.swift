@@ -220,8 +220,7 @@ public final class PlaybackCoordinator: Sendable {
         }
     }
 
-    /// Suspends this participant's following of the timeline for `reason`; when the reason is one that
-    /// triggers waiting, the whole group pauses at one position until the suspension ends.
+    /// Suspends this participant's following of the timeline for `reason` (see ``PlaybackSuspension``).
     public func beginSuspension(for reason: PlaybackSuspension.Reason) -> PlaybackSuspension {
         let local = localNow
         var id = 0

@@ -20,7 +20,6 @@ final class SessionCore: Sendable {
     /// Wakes the session when its machine asks (``tick()``); cancelled when the session is over for us.
     let timer = WakeUp()
 
-    /// The machine, and the handles of what the session made.
     struct State {
         var machine: SessionStateMachine
         /// The subscription to the session's topics, while they are read.

@@ -75,7 +75,7 @@ package enum Wire {
         package var clock: HLCTimestamp
     }
 
-    /// The header of an envelope, on `…/msg/all/<sender>` and `…/msg/to/<recipient>/<sender>`: an
+    /// The header of an envelope, on `…/s/<session>/all/<sender>` and `…/to/<recipient>/<sender>`: an
     /// application message, or a control message whose type starts with `$`. Its `body` is read apart
     /// (``Wire/decodeEnvelope(_:)``); ``EnvelopeBytes`` writes the whole envelope.
     package struct EnvelopeHeader: Sendable, Hashable {
