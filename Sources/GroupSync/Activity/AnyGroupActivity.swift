@@ -9,9 +9,7 @@ public struct AnyGroupActivity: GroupActivity, Hashable {
 
     public var value: JSONValue
 
-    public init(_ value: JSONValue) {
-        self.value = value
-    }
+    public init(_ value: JSONValue) { self.value = value }
 
     public init(from decoder: any Decoder) throws {
         value = try JSONValue(from: decoder)

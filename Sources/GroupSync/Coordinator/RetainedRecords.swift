@@ -12,9 +12,7 @@ final class RetainedRecords: Sendable {
     /// Wakes when the next kept record is due for its refresh.
     private let timer = WakeUp()
 
-    init(client: MQTTClient) {
-        self.client = client
-    }
+    init(client: MQTTClient) { self.client = client }
 
     /// Publishes a record this participant owns (QoS 1), which the broker drops `lifetime` after its last
     /// publish, and returns once the broker acknowledged it. With `refreshing`, it is published again

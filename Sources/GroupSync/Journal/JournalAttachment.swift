@@ -18,10 +18,6 @@ public struct JournalAttachment: Sendable, Hashable, Identifiable, CustomStringC
     /// The owner's journal record, as it is on the wire.
     let record: Wire.JournalRecord
 
-    init(record: Wire.JournalRecord) {
-        self.record = record
-    }
-
     public var id: ID { ID(owner: owner, sha256: record.sha256) }
     /// Who added it; only the owner can remove it.
     public var owner: Participant { Participant(id: record.added.participant) }

@@ -68,9 +68,7 @@ struct OutboxStateMachine {
     /// Marks of the members seen and not left since.
     private var marks: [String: Mark] = [:]
 
-    init(configuration: Configuration = .init()) {
-        self.configuration = configuration
-    }
+    init(configuration: Configuration = .init()) { self.configuration = configuration }
 
     /// Envelopes kept.
     var count: Int { entries.count - oldest }

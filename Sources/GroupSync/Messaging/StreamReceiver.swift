@@ -83,9 +83,7 @@ struct StreamReceiver<Message> {
     /// Inputs rejected as implausible: a future epoch, a seq, skip or position too far ahead, a seq below 1.
     private(set) var rejected = 0
 
-    init(configuration: Configuration = .init()) {
-        self.configuration = configuration
-    }
+    init(configuration: Configuration = .init()) { self.configuration = configuration }
 
     /// The cursor of one stream: nil while where it starts is unknown (or the sender is not followed).
     func cursor(of sender: String, _ stream: Reliable.StreamKind) -> Int64? { senders[sender]?.streams[stream]?.cursor }
