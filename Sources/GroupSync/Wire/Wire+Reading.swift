@@ -4,29 +4,18 @@ import Foundation
 /// an object whose `v` is the integer 2; every field it needs is there with its type (integers as JSON
 /// integers); optional fields are absent or of their type; other fields are ignored.
 extension Wire {
-    /// Why a payload is rejected: the codes of docs/conformance/README.md.
+    /// Why a payload is rejected: the codes of docs/conformance/README.md, which says what each means.
     package enum Rejection: String, Error, Sendable, Hashable, CaseIterable {
-        /// Larger than ``Wire/maximumPayload``.
         case tooLarge = "too-large"
-        /// Starts with a UTF-8 byte order mark.
         case bom
-        /// Not JSON: a syntax error, or anything after the value.
         case malformed
-        /// A string that is not valid UTF-8 (raw bytes, or an unpaired surrogate escape).
         case invalidUTF8 = "invalid-utf8"
-        /// A number beyond `Double`'s range.
         case badNumber = "bad-number"
-        /// Containers nested deeper than 512.
         case tooDeep = "too-deep"
-        /// A key twice in one object, anywhere in the payload.
         case duplicateKey = "duplicate-key"
-        /// `v` is missing or not the integer 2.
         case badVersion = "bad-version"
-        /// A fraction, an exponent or a value beyond 64 bits where an integer is expected.
         case notAnInteger = "not-an-integer"
-        /// A number outside the range docs/PROTOCOL.md states for its field (``Wire/Bounds``).
         case outOfRange = "out-of-range"
-        /// Not an object, or a field missing or of another type.
         case wrongShape = "wrong-shape"
     }
 
