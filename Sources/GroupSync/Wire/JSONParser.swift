@@ -32,13 +32,10 @@ struct JSONParser {
         _ data: Data, topLevelFields: Bool, skippingBody: Bool
     ) throws(Wire.Rejection) -> (value: JSONValue, fields: Wire.Fields?, body: Range<Int>?) {
         guard data.count <= Wire.maximumPayload else { throw .tooLarge }
-        let result = data.withUnsafeBytes { bytes -> Result<(JSONValue, Wire.Fields?, Range<Int>?), Wire.Rejection> in
-            var parser = JSONParser(bytes: bytes, topLevelFields: topLevelFields, skippingBody: skippingBody)
-            do throws(Wire.Rejection) {
-                let value = try parser.document()
-                return .success((value, parser.fields, parser.body))
-            } catch {
-                return .failure(error)
+        let result = data.withUnsafeBytes { bytes in
+            Result { () throws(Wire.Rejection) in
+                var parser = JSONParser(bytes: bytes, topLevelFields: topLevelFields, skippingBody: skippingBody)
+                return (try parser.document(), parser.fields, parser.body)
             }
         }
         let (value, fields, body) = try result.get()
