@@ -57,8 +57,8 @@ public final class GroupSessionJournal: Sendable {
         guard configuration.chunkSize > 0, configuration.window > 0 else {
             throw .invalidArgument("chunkSize and window must be positive")
         }
-        let chunkSize = min(configuration.chunkSize, client.maximumPacketSize.map { $0 - Wire.envelopeAllowance } ?? .max)
         let packetLimit = client.maximumPacketSize.map { $0 - Wire.envelopeAllowance }
+        let chunkSize = min(configuration.chunkSize, packetLimit ?? .max)
         // The record lists 67 bytes per chunk (a quoted digest and a comma): one that cannot fit the
         // broker's packets is refused before anything is hashed.
         let chunkCount = (data.count + chunkSize - 1) / chunkSize
