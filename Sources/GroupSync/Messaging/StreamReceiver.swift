@@ -239,8 +239,7 @@ struct StreamReceiver<Message> {
         rejected += output.rejected
         for item in output.items {
             switch item {
-            case let .message(seq, message):
-                action.events.append(.message(message, sender: sender, stream: stream, seq: seq))
+            case let .message(seq, message): action.events.append(.message(message, sender: sender, stream: stream, seq: seq))
             case let .gap(seqs): action.events.append(.gap(sender: sender, stream: stream, seqs: seqs))
             }
         }

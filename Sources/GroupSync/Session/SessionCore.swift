@@ -267,8 +267,7 @@ final class SessionCore: Sendable {
             return feed(body) { (position: Wire.Position, machine) in
                 machine.onPosition(position.position, from: sender, epoch: epoch, now: now)
             }
-        default:
-            return perform { $0.onMessage(envelope, payload: payload, sender: sender, direct: direct, now: now) }.rejected
+        default: return perform { $0.onMessage(envelope, payload: payload, sender: sender, direct: direct, now: now) }.rejected
         }
     }
 
