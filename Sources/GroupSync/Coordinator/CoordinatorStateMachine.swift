@@ -29,7 +29,6 @@ struct CoordinatorStateMachine {
         /// live connection. Apart from `connections`, whose every entry it would otherwise enlarge: a
         /// participant holds one per member of its group, and a challenger is rare.
         var challengers: [String: Challenger] = [:]
-        /// Announced sessions by ID.
         var sessions: [String: Announced] = [:]
         /// Sessions whose end we saw, until their ended copy expires: older copies that arrive later (a
         /// retained replay is in no particular order) do not bring them back.
@@ -64,7 +63,6 @@ struct CoordinatorStateMachine {
         }
     }
 
-    /// One participant's live connection.
     struct Connection {
         var epoch: Int64
         /// When it was last heard of: its presence (retained or live) or a heartbeat.
@@ -95,7 +93,6 @@ struct CoordinatorStateMachine {
         var epoch: Int64
         var interval: Int64?
         var lastHeard: ContinuousClock.Instant
-        /// Heartbeats of this epoch heard so far.
         var heartbeats = 0
 
         var connection: Connection { Connection(epoch: epoch, lastHeard: lastHeard, interval: interval, confirmed: heartbeats > 0) }

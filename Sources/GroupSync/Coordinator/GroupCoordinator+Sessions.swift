@@ -174,7 +174,6 @@ extension GroupCoordinator {
         for core in expired { core.endedElsewhere(.expired) }
     }
 
-    /// Schedules the timer for what the machine asked.
     func armUpkeep(_ request: CoordinatorStateMachine.WakeRequest) {
         upkeep.schedule(at: request.silence)
         if let expiry = request.expiry {

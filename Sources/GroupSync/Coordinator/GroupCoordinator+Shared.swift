@@ -16,7 +16,6 @@ extension GroupCoordinator {
         for waiter in waiters.withLock({ $0.removeAll() }) { waiter.resume(returning: coordinator) }
     }
 
-    /// Waits until a shared coordinator is set.
     static func awaitShared() async -> GroupCoordinator {
         if let coordinator = shared { return coordinator }
         return await withCheckedContinuation { waiter in

@@ -57,7 +57,6 @@ final class RetainedRecords: Sendable {
     /// Forgets `topic` without publishing (someone else cleared it).
     func disown(_ topic: String) { owned.withLock { $0.disown(topic) } }
 
-    /// Whether we own the record on `topic`.
     func owns(_ topic: String) -> Bool { owned.withLock { $0.records[topic] != nil } }
 
     /// The payload of the record on `topic` while we keep it (nil when we do not).

@@ -13,7 +13,6 @@ struct SharingGate {
     }
 
     struct Open {
-        /// The sessions joined now.
         var joined: Set<String> = []
         /// Work waiting for no session to be joined, in the order deferred.
         var deferred: [Work] = []

@@ -61,7 +61,6 @@ struct TransferStateMachine {
 
     let configuration: Configuration
     private(set) var state: State
-    /// Chunks rejected so far.
     private(set) var rejected = 0
 
     init(_ configuration: Configuration, now: Int64) {
@@ -69,7 +68,6 @@ struct TransferStateMachine {
         self.state = .loading(Loading(lastProgress: now))
     }
 
-    /// Chunks handed over so far.
     var completedChunks: Int {
         switch state {
         case let .loading(loading): loading.next

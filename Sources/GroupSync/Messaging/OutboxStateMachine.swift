@@ -62,7 +62,6 @@ struct OutboxStateMachine {
     /// The outbox, oldest first from `oldest`; slots before it are evicted (nil) until reclaimed.
     private var entries: [Entry?] = []
     private var oldest = 0
-    /// Payload bytes of the entries kept.
     private(set) var byteCount = 0
     private var numbering: [Reliable.Stream: Numbering] = [:]
     /// Marks of the members seen and not left since.
@@ -70,7 +69,6 @@ struct OutboxStateMachine {
 
     init(configuration: Configuration = .init()) { self.configuration = configuration }
 
-    /// Envelopes kept.
     var count: Int { entries.count - oldest }
 
     /// The latest seq of `stream` (0 before its first message).

@@ -88,7 +88,6 @@ struct StreamReceiver<Message> {
     /// The cursor of one stream: nil while where it starts is unknown (or the sender is not followed).
     func cursor(of sender: String, _ stream: Reliable.StreamKind) -> Int64? { senders[sender]?.streams[stream]?.cursor }
 
-    /// Messages held behind a gap in one stream.
     func heldCount(of sender: String, _ stream: Reliable.StreamKind) -> Int { senders[sender]?.streams[stream]?.held.count ?? 0 }
 
     // MARK: - Inputs

@@ -39,7 +39,6 @@ public final class PlaybackCoordinator: Sendable {
         var machine: PlaybackStateMachine
         var timelines = ListenerRegistry<Inbox<PlaybackTimeline>>()
         var starts = ListenerRegistry<Inbox<PlaybackStart>>()
-        /// Commands waiting for the group clock.
         var clockWaiters: [Inbox<Void>] = []
     }
 

@@ -135,7 +135,6 @@ extension SessionCore {
         return queued
     }
 
-    /// Publishes what the machine asked for.
     func send(_ send: SessionStateMachine.Send) {
         switch send {
         case let .catchUp(newcomer):

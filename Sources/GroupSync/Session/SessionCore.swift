@@ -14,7 +14,6 @@ final class SessionCore: Sendable {
     let id: String
     let activityType: String
     let context: SessionContext
-    /// Where our messages to everyone go.
     let broadcastTopic: String
     let locked: LockedValue<State>
     /// Wakes the session when its machine asks (``tick()``); cancelled when the session is over for us.
@@ -71,7 +70,6 @@ final class SessionCore: Sendable {
     var announcement: Wire.Announcement { read { $0.announcement } }
     /// How long our retained records of the session live after their last refresh.
     var lifetime: Duration { read { $0.announcement.lifetime } }
-    /// Our copy of the announcement.
     var ownCopyTopic: String { topics.announcement(id, by: me) }
     var activeParticipants: Set<Participant> { read { $0.active } }
     var rejectedCount: Int { read { $0.rejected } }

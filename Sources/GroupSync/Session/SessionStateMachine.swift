@@ -552,7 +552,6 @@ struct SessionStateMachine {
         }
     }
 
-    /// Hands `update` to every listener of `kind`.
     private func notify(_ kind: Listener.Kind, _ update: Update, into action: inout Action) {
         listeners.forEach { _, listener in
             if listener.kind == kind { action.handovers.append(.yield(listener.inbox, update)) }

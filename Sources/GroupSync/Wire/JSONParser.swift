@@ -14,7 +14,6 @@ struct JSONParser {
     /// Containers nest at most this deep (the limit of Foundation's `JSONDecoder`).
     static let maximumDepth = 512
 
-    /// `data` parsed whole.
     static func parse(_ data: Data) throws(Wire.Rejection) -> JSONValue {
         try run(data, topLevelFields: false, skippingBody: false).value
     }

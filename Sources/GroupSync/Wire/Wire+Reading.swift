@@ -90,7 +90,6 @@ extension Wire {
             return value
         }
 
-        /// An array of strings.
         func strings(_ key: String) throws(Rejection) -> [String] {
             guard case let .array(elements) = try value(key) else { throw .wrongShape }
             return try elements.map { element throws(Rejection) in

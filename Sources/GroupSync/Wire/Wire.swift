@@ -123,7 +123,6 @@ package enum Wire {
     /// The reader of app values (message bodies, activities, shared-state values) as the app's types.
     static let decoder = JSONDecoder()
 
-    /// `value` as payload bytes.
     package static func encode(_ value: some Encodable) throws(GroupSyncError) -> Data {
         do {
             return try encoder.encode(value)
@@ -175,13 +174,11 @@ package enum Wire {
         init(fields: Fields) throws(Rejection)
     }
 
-    /// Reads `data` as a `T`, or says why it is rejected.
     package static func read<T: Readable>(_ type: T.Type, from data: Data) throws(Rejection) -> T { try T.read(data) }
 
     /// Reads `data` as a `T`; nil when it is rejected (see ``read(_:from:)`` for the reason).
     package static func decode<T: Readable>(_ type: T.Type, from data: Data) -> T? { try? T.read(data) }
 
-    /// Encodes any Codable app value as a ``JSONValue``.
     package static func jsonValue(_ value: some Encodable) throws(GroupSyncError) -> JSONValue {
         let data = try encode(value)
         guard let json = try? JSONParser.parse(data) else { throw .encodingFailed("not strict JSON") }
