@@ -199,10 +199,8 @@ struct CoordinatorStateMachine {
     mutating func onPresence(
         _ participant: String, _ presence: Wire.Presence?, wallNow: Int64, now: ContinuousClock.Instant
     ) -> PresenceAction {
-        if let presence {
-            guard presence.matches(participant: participant), Self.isPlausible(epoch: presence.epoch, now: wallNow) else {
-                return .rejected
-            }
+        if let presence, !presence.matches(participant: participant) || !Self.isPlausible(epoch: presence.epoch, now: wallNow) {
+            return .rejected
         }
         if let presence, presence.status == .online { wake(forSilenceOf: presence.interval, heardAt: now) }
         if participant == me { return onOwnPresence(presence, now: now) }

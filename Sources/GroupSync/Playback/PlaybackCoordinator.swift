@@ -334,10 +334,7 @@ public final class PlaybackCoordinator: Sendable {
             }
             return (action, records, ending)
         }
-        switch action.ping {
-        case .none: break
-        case let .send(reference, t0): ping(reference, t0: t0)
-        }
+        if case let .send(reference, t0) = action.ping { ping(reference, t0: t0) }
         if !publishing { for record in records { core.enqueue(record) } }
         for end in ending { end() }
         switch action.start {
