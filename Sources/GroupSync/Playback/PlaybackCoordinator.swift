@@ -133,9 +133,7 @@ public final class PlaybackCoordinator: Sendable {
 
     /// The group time at `nanoseconds` (since 1970) on this participant's clock (its
     /// ``GroupCoordinator/Configuration/clock``); nil until the group clock is known.
-    public func groupTime(atLocal nanoseconds: Int64) -> GroupInstant? {
-        state.withLock { $0.machine.groupTime(atLocal: nanoseconds) }
-    }
+    public func groupTime(atLocal nanoseconds: Int64) -> GroupInstant? { state.withLock { $0.machine.groupTime(atLocal: nanoseconds) } }
 
     /// The participant that serves the group clock, once known.
     public var clockReference: Participant? {

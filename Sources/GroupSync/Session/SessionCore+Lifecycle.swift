@@ -179,9 +179,7 @@ extension SessionCore {
     /// Marks the session over locally: its sequences end, its topics are no longer read, and it no
     /// longer counts as shared. Returns false if it already was over.
     @discardableResult
-    func invalidate(_ reason: GroupSessionState.InvalidationReason) -> Bool {
-        perform { $0.invalidate(reason) }.invalidatedFrom != nil
-    }
+    func invalidate(_ reason: GroupSessionState.InvalidationReason) -> Bool { perform { $0.invalidate(reason) }.invalidatedFrom != nil }
 
     func stopReading() { locked.withLock { $0.subscription.take() }?.unsubscribe() }
 }

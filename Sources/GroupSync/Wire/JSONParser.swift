@@ -14,9 +14,7 @@ struct JSONParser {
     /// Containers nest at most this deep (the limit of Foundation's `JSONDecoder`).
     static let maximumDepth = 512
 
-    static func parse(_ data: Data) throws(Wire.Rejection) -> JSONValue {
-        try run(data, topLevelFields: false, skippingBody: false).value
-    }
+    static func parse(_ data: Data) throws(Wire.Rejection) -> JSONValue { try run(data, topLevelFields: false, skippingBody: false).value }
 
     /// The members of the top-level object (`wrong-shape` for any other value, once the whole payload is
     /// checked), and the byte range (indices of `data`) of the `body` member's value if there is one.

@@ -52,9 +52,7 @@ extension Wire {
         }
 
         /// An integer field within `bounds` (docs/PROTOCOL.md, "Ranges"): a value outside is `out-of-range`.
-        func int(_ key: String, in bounds: ClosedRange<Int64>) throws(Rejection) -> Int64 {
-            try Fields.integer(try value(key), in: bounds)
-        }
+        func int(_ key: String, in bounds: ClosedRange<Int64>) throws(Rejection) -> Int64 { try Fields.integer(try value(key), in: bounds) }
 
         /// A JSON integer within `bounds`.
         static func integer(_ value: JSONValue, in bounds: ClosedRange<Int64>) throws(Rejection) -> Int64 {
@@ -120,9 +118,7 @@ extension Wire.Readable {
 extension Wire.Record {
     package init(json: JSONValue) throws(Wire.Rejection) { try self.init(fields: try Wire.Fields(json)) }
 
-    package static func read(_ data: Data) throws(Wire.Rejection) -> Self {
-        try Self(fields: try JSONParser.parseObject(data).fields)
-    }
+    package static func read(_ data: Data) throws(Wire.Rejection) -> Self { try Self(fields: try JSONParser.parseObject(data).fields) }
 }
 
 extension JSONValue: Wire.Readable {
