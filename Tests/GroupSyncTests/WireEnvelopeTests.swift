@@ -101,7 +101,7 @@ import Testing
         for v in ["2.0", "1", "3", "\"2\"", "null"] {
             #expect(
                 Result { () throws(Wire.Rejection) in
-                    try Wire.read(Wire.Member.self, from: Data(#"{"epoch":1,"participant":"a","v":\#(v)}"#.utf8))
+                    try Wire.Member.read(Data(#"{"epoch":1,"participant":"a","v":\#(v)}"#.utf8))
                 }.failure == .badVersion)
         }
     }
@@ -116,7 +116,7 @@ import Testing
 
     @Test func everyRecordReadsBackWhatWasWritten() throws {
         func roundTrip<T: Wire.Readable & Encodable & Equatable>(_ value: T) throws {
-            #expect(try Wire.read(T.self, from: try Wire.encode(value)) == value)
+            #expect(try T.read(try Wire.encode(value)) == value)
         }
         try roundTrip(Wire.Presence(participant: "alice", status: .online, epoch: 3, name: "Alice"))
         try roundTrip(Wire.Presence(participant: "bob", status: .lost, epoch: 4, name: nil))

@@ -174,9 +174,7 @@ package enum Wire {
         init(fields: Fields) throws(Rejection)
     }
 
-    package static func read<T: Readable>(_ type: T.Type, from data: Data) throws(Rejection) -> T { try T.read(data) }
-
-    /// Reads `data` as a `T`; nil when it is rejected (see ``read(_:from:)`` for the reason).
+    /// Reads `data` as a `T`; nil when it is rejected (``Readable/read(_:)`` says why).
     package static func decode<T: Readable>(_ type: T.Type, from data: Data) -> T? { try? T.read(data) }
 
     package static func jsonValue(_ value: some Encodable) throws(GroupSyncError) -> JSONValue {
