@@ -102,7 +102,6 @@ extension GroupCoordinator {
         case .none: break
         case .rejected: countRejection()
         case let .changed(participant, epoch):
-            // Every session hears that `participant`'s live connection is now `epoch` (nil: gone).
             for core in state.withLock({ Array($0.cores.values) }) { core.onPresence(participant, epoch: epoch) }
         case .republishOwn: tasks.spawn { try? await self.publishPresence() }
         }

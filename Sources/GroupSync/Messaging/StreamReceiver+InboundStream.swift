@@ -135,7 +135,6 @@ extension StreamReceiver {
             guard let cursor else {
                 guard latest >= 1 else { return }
                 if let request, request.through < latest {
-                    // Ask for the rest as well.
                     output.asks.append((request.through + 1, latest))
                     self.request?.through = latest
                 } else if request?.through != latest {

@@ -261,7 +261,6 @@ public final class PlaybackCoordinator: Sendable {
             while let update = await states.inbox.next() {
                 if case let .state(state) = update, state.isInvalidated { break }
             }
-            // The session is over: the clock answers no more, and every sequence ends.
             core.playbackServes(nil)
             input { $0.end() }
         }

@@ -138,7 +138,6 @@ extension SessionCore {
     func send(_ send: SessionStateMachine.Send) {
         switch send {
         case let .catchUp(newcomer):
-            // In as many parts as the broker's packet limit takes.
             let listingMembers = !context.client.retainAvailable
             let budget = Wire.budget(maximumPacketSize: context.client.maximumPacketSize)
             for part in read({ $0.catchUp(listingMembers: listingMembers, budget: budget) }) {
@@ -148,7 +147,6 @@ extension SessionCore {
         case let .position(position, recipient): sendControl(.position, Wire.Position(position), to: recipient)
         case let .skip(skip, recipient): sendControl(.skip, Wire.Skip(skip), to: recipient)
         case let .resent(entry, recipient):
-            // A broadcast marked as one.
             let payload = entry.stream == .all ? Wire.resentBroadcast(entry.payload) : entry.payload
             let (client, topic) = (context.client, topics.direct(id, to: recipient, from: me))
             if let ticket = try? client.enqueuePublish(to: topic, payload: payload, qos: .atLeastOnce) { client.detach(ticket) }
