@@ -170,6 +170,11 @@ extension GroupSessionJournal {
                 }
             }
 
+            func abandon(_ failure: GroupSyncError) throws(GroupSyncError) -> Never {
+                try perform(machine.cancel())
+                throw failure
+            }
+
             var failure: GroupSyncError?
             report(completedChunks: 0)
             var iterator = events.makeAsyncIterator()
@@ -201,15 +206,9 @@ extension GroupSessionJournal {
                     case .stallDue:
                         action = machine.onTick(now: clock.milliseconds())
                         armStall()
-                    case .removed:
-                        try perform(machine.cancel())
-                        throw .attachmentRemoved(sha256: record.sha256)
-                    case .invalidated:
-                        try perform(machine.cancel())
-                        throw .sessionInvalidated
-                    case .cancelled:
-                        try perform(machine.cancel())
-                        throw .cancelled
+                    case .removed: try abandon(.attachmentRemoved(sha256: record.sha256))
+                    case .invalidated: try abandon(.sessionInvalidated)
+                    case .cancelled: try abandon(.cancelled)
                     }
                     try perform(action)
                 }
