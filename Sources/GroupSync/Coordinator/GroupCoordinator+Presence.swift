@@ -107,8 +107,7 @@ extension GroupCoordinator {
         }
     }
 
-    /// Our heartbeat interval (ms): keepalive / 2, so that a frozen participant is dropped within 1.5 ×
-    /// keepalive of its last heartbeat; nil without heartbeats.
+    /// Our heartbeat interval (ms): keepalive / 2 (``Configuration/presenceHeartbeats``); nil without heartbeats.
     var heartbeatInterval: Int64? {
         // Within the interval's range (PROTOCOL.md): a keepalive above MQTT's 65,535 s is not one.
         configuration.presenceHeartbeats ? Int64(min(max(configuration.mqtt.keepAlive, 1), 65_535)) * 500 : nil
@@ -128,9 +127,8 @@ extension GroupCoordinator {
         }
     }
 
-    /// The timer's work for presence: participants silent for three of their own intervals are dropped
-    /// (only while connected: meanwhile we hear nobody, and a reconnect gives everyone a fresh grace
-    /// period), and a forged newer epoch of ours is overwritten.
+    /// The timer's work for presence (``CoordinatorStateMachine/expireSilent(now:ownInterval:)``), only while
+    /// connected: meanwhile we hear nobody, and a reconnect gives everyone a fresh grace period.
     func expireSilentParticipants(
         _ machine: inout CoordinatorStateMachine, connected: Bool
     ) -> [CoordinatorStateMachine.PresenceAction] {
