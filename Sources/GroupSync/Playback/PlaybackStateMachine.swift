@@ -32,8 +32,8 @@ struct PlaybackStateMachine {
         var releaseWaiters = false
         var timer = Timer.none
 
-        /// The sequences of ``PlaybackCoordinator/timelineUpdates()``: `yield` a timeline to them (the
-        /// first once both records were read, then each change), or `finish` them (the session is over).
+        /// The sequences of ``PlaybackCoordinator/timelineUpdates()``: `yield` a timeline to them (as
+        /// ``Handout`` says), or `finish` them (the session is over).
         enum Timelines: Equatable { case none, yield(PlaybackTimeline), finish }
 
         /// For the sequences of ``PlaybackCoordinator/starts()``: `wake` the start timer at the instant on
