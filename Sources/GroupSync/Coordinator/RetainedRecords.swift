@@ -133,17 +133,11 @@ struct OwnedRetained {
     private(set) var records: [String: Record] = [:]
 
     /// Owns `record` on `topic`; an empty payload clears it, so it is no longer owned.
-    mutating func own(_ topic: String, _ record: Record) {
-        records[topic] = record.payload.isEmpty ? nil : record
-    }
+    mutating func own(_ topic: String, _ record: Record) { records[topic] = record.payload.isEmpty ? nil : record }
 
-    mutating func release(_ topic: String) {
-        records[topic]?.refreshing = false
-    }
+    mutating func release(_ topic: String) { records[topic]?.refreshing = false }
 
-    mutating func disown(_ topic: String) {
-        records[topic] = nil
-    }
+    mutating func disown(_ topic: String) { records[topic] = nil }
 
     func topics(under prefix: String) -> [String] { records.keys.filter { $0.hasPrefix(prefix) }.sorted() }
 

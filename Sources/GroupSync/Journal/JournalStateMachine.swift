@@ -115,9 +115,7 @@ struct JournalStateMachine {
         return (listeners.add(inbox), .publish(attachments, to: [inbox]))
     }
 
-    mutating func removeListener(_ id: ListenerRegistry<Inbox<[JournalAttachment]>>.ID) {
-        _ = listeners.remove(id)
-    }
+    mutating func removeListener(_ id: ListenerRegistry<Inbox<[JournalAttachment]>>.ID) { _ = listeners.remove(id) }
 
     /// The session is over for us: the list empties and every sequence ends.
     mutating func end() -> Action {

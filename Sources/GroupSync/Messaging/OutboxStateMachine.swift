@@ -121,14 +121,10 @@ struct OutboxStateMachine {
 
     /// We join the session (again): nobody is owed what we sent before; every member is marked anew when
     /// we see it.
-    mutating func forgetMembers() {
-        marks = [:]
-    }
+    mutating func forgetMembers() { marks = [:] }
 
     /// `participant` left the session: a rejoin gets a new mark.
-    mutating func memberLeft(_ participant: String) {
-        marks[participant] = nil
-    }
+    mutating func memberLeft(_ participant: String) { marks[participant] = nil }
 
     /// The answer to `request` from `requester` (whose direct stream is the one a `.direct` request
     /// means). Costs at most one pass over the outbox, whatever the numbers in the request.
