@@ -67,9 +67,7 @@ extension SessionCore {
         }
         try await acknowledgements(of: [ticket])
         guard case let .barrier(awaitCatchUp)? = await barrier.next() else { throw .sessionInvalidated }
-        if awaitCatchUp {
-            await withTimeout(context.catchUpTimeout) { _ = await caughtUp.next() }
-        }
+        if awaitCatchUp { await withTimeout(context.catchUpTimeout) { _ = await caughtUp.next() } }
         let now = context.clock.milliseconds()
         perform { $0.onJoined(now: now) }
         guard isJoined else { throw .sessionInvalidated }
