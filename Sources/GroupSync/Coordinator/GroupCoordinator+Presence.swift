@@ -127,16 +127,6 @@ extension GroupCoordinator {
         }
     }
 
-    /// The timer's work for presence (``CoordinatorStateMachine/expireSilent(now:ownInterval:)``), only while
-    /// connected: meanwhile we hear nobody, and a reconnect gives everyone a fresh grace period.
-    func expireSilentParticipants(
-        _ machine: inout CoordinatorStateMachine, connected: Bool
-    ) -> [CoordinatorStateMachine.PresenceAction] {
-        guard connected else { return [] }
-        let (changes, republishOwn) = machine.expireSilent(now: .now, ownInterval: heartbeatInterval)
-        return changes + (republishOwn ? [.republishOwn] : [])
-    }
-
     var onlinePresence: Wire.Presence {
         Wire.Presence(
             participant: localParticipant.id, status: .online, epoch: epoch, name: configuration.displayName, interval: heartbeatInterval)

@@ -161,14 +161,15 @@ extension GroupCoordinator {
     private func performUpkeep() {
         let (now, connected) = (configuration.clock.milliseconds(), client.isConnected)
         let (presence, expired, next) = state.withLock { state in
-            let presence = expireSilentParticipants(&state.machine, connected: connected)
+            let (changes, republishOwn) = connected ? state.machine.expireSilent(now: .now, ownInterval: heartbeatInterval) : ([], false)
+            let presence = changes + (republishOwn ? [.republishOwn] : [])
             let expired = state.machine.expireSessions(now: now).compactMap { state.cores.removeValue(forKey: $0) }
             _ = state.machine.takeWakeRequest()  // the whole state is scanned instead
             return (presence, expired, state.machine.nextWake(ownInterval: heartbeatInterval))
         }
-        // While disconnected nobody is judged by silence (the reconnect gives everyone a fresh grace
-        // period and asks for the next wake-up): a silence deadline already passed would wake us at once,
-        // again and again.
+        // While disconnected nobody is judged by silence: we hear nobody, and the reconnect gives everyone a
+        // fresh grace period and asks for the next wake-up; a silence deadline already passed would wake us
+        // at once, again and again.
         armUpkeep(connected ? next : .init(expiry: next.expiry))
         for action in presence { performPresence(action) }
         for core in expired { core.endedElsewhere(.expired) }
