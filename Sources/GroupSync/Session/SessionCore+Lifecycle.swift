@@ -78,7 +78,7 @@ extension SessionCore {
     func leave() async {
         guard invalidate(.left) else { return }
         await context.retained.clear(topics.member(id, me))
-        releaseOwnRecords()
+        for topic in ownedRecordTopics + [ownCopyTopic] { context.retained.release(topic) }
         context.report(self, .left)
     }
 
@@ -161,12 +161,6 @@ extension SessionCore {
         context.tasks.spawn {
             for topic in owned.sorted() { await retained.clear(topic) }
         }
-    }
-
-    /// Stops refreshing our copy of the announcement, our state records and our attachments: they expire
-    /// with the session unless others keep it.
-    private func releaseOwnRecords() {
-        for topic in ownedRecordTopics + [ownCopyTopic] { context.retained.release(topic) }
     }
 
     /// The retained records of the session we own: under its topics, and its attachments' chunks.
