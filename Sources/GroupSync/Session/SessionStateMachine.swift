@@ -381,7 +381,6 @@ struct SessionStateMachine {
         var action = Action()
         let listeners = self.listeners
         modifyJoined { joined in
-            guard !joined.held.isEmpty else { return }
             for (id, record) in joined.held {
                 if let listener = listeners[id] { action.handovers.append(.yield(listener.inbox, .value(record))) }
             }
