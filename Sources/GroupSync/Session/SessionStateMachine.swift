@@ -297,10 +297,6 @@ struct SessionStateMachine {
 
     // MARK: - Inputs from the wire
 
-    private func displacesActiveMember(_ participant: String, epoch: Int64) -> Bool {
-        members[participant] != epoch && active.contains(Participant(id: participant)) && presence[participant] != epoch
-    }
-
     /// A member record of another participant (`nil`: cleared, the participant left), read at wall-clock
     /// time `now` (ms). `retained`: a stored copy replayed by the broker, not a live join — only a live join
     /// makes someone send a catch-up. A member's reliable messages are followed from its record on, and
@@ -315,7 +311,7 @@ struct SessionStateMachine {
         guard participant != me else { return action }
         if let record {
             guard CoordinatorStateMachine.isPlausible(epoch: record.epoch, now: now) else { return reject() }
-            guard !displacesActiveMember(participant, epoch: record.epoch) else {
+            if members[participant] != record.epoch, active.contains(Participant(id: participant)), presence[participant] != record.epoch {
                 heldMembers[participant] = record.epoch
                 return action
             }
