@@ -188,10 +188,16 @@ public final class PlaybackCoordinator: Sendable {
 
     private func command(_ command: PlaybackStateMachine.Command) async throws(GroupSyncError) {
         guard core.isJoined else { throw core.isInvalidated ? .sessionInvalidated : .notJoined }
-        // Right after joining the group clock may still be coming: wait for it a little.
-        if let waiter = clockWaiter() {
-            await withTimeout(PlaybackCoordinator.clockPatience) { _ = await waiter.next() }
+        // Right after joining the group clock may still be coming: wait for it a little, on an inbox that
+        // ends once it is known (or the session is over).
+        let asked = localNow
+        let waiter = state.withLock { state -> Inbox<Void>? in
+            guard state.machine.waitForClock(atLocal: asked) else { return nil }
+            let waiter = Inbox<Void>()
+            state.clockWaiters.append(waiter)
+            return waiter
         }
+        if let waiter { await withTimeout(PlaybackCoordinator.clockPatience) { _ = await waiter.next() } }
         let local = localNow
         var refusal: GroupSyncError?
         // The timeline is published here, to return once the broker has it.
@@ -204,17 +210,6 @@ public final class PlaybackCoordinator: Sendable {
         }
         if let refusal { throw refusal }
         for record in records { try await core.publish(record) }
-    }
-
-    /// An inbox that ends once the group clock is known (or the session is over); nil when it is already.
-    private func clockWaiter() -> Inbox<Void>? {
-        let local = localNow
-        return state.withLock { state in
-            guard state.machine.waitForClock(atLocal: local) else { return nil }
-            let waiter = Inbox<Void>()
-            state.clockWaiters.append(waiter)
-            return waiter
-        }
     }
 
     /// Suspends this participant's following of the timeline for `reason` (see ``PlaybackSuspension``).
