@@ -102,9 +102,7 @@ public final class GroupSessionJournal: Sendable {
             for ticket in unacknowledged { client.detach(ticket) }
             let (retained, abandoned) = (core.context.retained, sent)
             for topic in abandoned { retained.release(topic) }
-            core.context.tasks.spawn {
-                for topic in abandoned { await retained.clear(topic) }
-            }
+            core.context.tasks.spawn { for topic in abandoned { await retained.clear(topic) } }
             throw error
         }
         core.perform { $0.onJournal { $0.onRecord(record, sha256: sha256, owner: me) } }

@@ -20,9 +20,7 @@ final class SHA256 {
         self.context = context
     }
 
-    deinit {
-        EVP_MD_CTX_free(context)
-    }
+    deinit { EVP_MD_CTX_free(context) }
 
     func update(_ data: Data) {
         data.withUnsafeBytes { bytes in

@@ -158,9 +158,7 @@ extension SessionCore {
             .union(stateTopics.filter { $0.hasSuffix("/\(me)") })
         let retained = context.retained
         for topic in owned { retained.disown(topic) }
-        context.tasks.spawn {
-            for topic in owned.sorted() { await retained.clear(topic) }
-        }
+        context.tasks.spawn { for topic in owned.sorted() { await retained.clear(topic) } }
     }
 
     /// The retained records of the session we own: under its topics, and its attachments' chunks.
