@@ -162,9 +162,9 @@ import Testing
         let path = DocumentedReader.repository.appendingPathComponent("docs/PROTOCOL.md").path
         let document = try String(contentsOfFile: path, encoding: .utf8)
         for example in [
-            try envelope(.resend, Wire.Resend(.init(stream: .all, from: 4, to: 6)), epoch: 1_796_326_046_897),
-            try envelope(.skip, Wire.Skip(.init(stream: .all, through: 4, lost: [4...4])), epoch: 1_796_326_046_893),
-            try envelope(.position, Wire.Position(.init(all: 6, direct: ["bob": 2])), epoch: 1_796_326_046_893),
+            try envelope(.resend, Wire.Resend(stream: .all, from: 4, to: 6), epoch: 1_796_326_046_897),
+            try envelope(.skip, Wire.Skip(stream: .all, through: 4, lost: [4...4]), epoch: 1_796_326_046_893),
+            try envelope(.position, Wire.Position(all: 6, direct: ["bob": 2]), epoch: 1_796_326_046_893),
         ] {
             #expect(document.contains(example), "\(example)")
         }

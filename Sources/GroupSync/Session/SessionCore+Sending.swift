@@ -143,9 +143,9 @@ extension SessionCore {
             for part in read({ $0.catchUp(listingMembers: listingMembers, budget: budget) }) {
                 sendControl(.catchUp, part, to: newcomer)
             }
-        case let .resend(request): sendControl(.resend, Wire.Resend(request.resend), to: request.sender)
-        case let .position(position, recipient): sendControl(.position, Wire.Position(position), to: recipient)
-        case let .skip(skip, recipient): sendControl(.skip, Wire.Skip(skip), to: recipient)
+        case let .resend(request): sendControl(.resend, request.resend, to: request.sender)
+        case let .position(position, recipient): sendControl(.position, position, to: recipient)
+        case let .skip(skip, recipient): sendControl(.skip, skip, to: recipient)
         case let .resent(entry, recipient):
             let payload = entry.stream == .all ? Wire.resentBroadcast(entry.payload) : entry.payload
             let (client, topic) = (context.client, topics.direct(id, to: recipient, from: me))

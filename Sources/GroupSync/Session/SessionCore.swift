@@ -258,13 +258,11 @@ final class SessionCore: Sendable {
             if action.invalidatedFrom != nil { clearOwnRecords() }
             return action.rejected
         case Control.resend.rawValue where direct:
-            return feed(body) { (resend: Wire.Resend, machine) in machine.onResend(resend.request, from: sender) }
+            return feed(body) { (resend: Wire.Resend, machine) in machine.onResend(resend, from: sender) }
         case Control.skip.rawValue where direct:
-            return feed(body) { (skip: Wire.Skip, machine) in machine.onSkip(skip.skip, from: sender, epoch: epoch, now: now) }
+            return feed(body) { (skip: Wire.Skip, machine) in machine.onSkip(skip, from: sender, epoch: epoch, now: now) }
         case Control.position.rawValue:
-            return feed(body) { (position: Wire.Position, machine) in
-                machine.onPosition(position.position, from: sender, epoch: epoch, now: now)
-            }
+            return feed(body) { (position: Wire.Position, machine) in machine.onPosition(position, from: sender, epoch: epoch, now: now) }
         default: return perform { $0.onMessage(envelope, payload: payload, sender: sender, direct: direct, now: now) }.rejected
         }
     }
