@@ -54,11 +54,8 @@ package struct HybridLogicalClock: Sendable, Hashable {
 
     /// A timestamp for a local event at wall-clock time `now` (milliseconds).
     package mutating func tick(now: Int64) -> HLCTimestamp {
-        if now > latest.time {
-            latest = HLCTimestamp(time: now, counter: 0, participant: participant)
-        } else {
-            latest = HLCTimestamp(time: latest.time, counter: latest.counter &+ 1, participant: participant)
-        }
+        let (time, counter) = now > latest.time ? (now, 0) : (latest.time, latest.counter &+ 1)
+        latest = HLCTimestamp(time: time, counter: counter, participant: participant)
         return latest
     }
 
@@ -66,16 +63,13 @@ package struct HybridLogicalClock: Sendable, Hashable {
     /// only timestamps that are ``HLCTimestamp/isPlausible(now:)``; the arithmetic wraps rather than traps.
     package mutating func observe(_ remote: HLCTimestamp, now: Int64) {
         let time = max(latest.time, remote.time, now)
-        let counter: Int64
-        if time == latest.time && time == remote.time {
-            counter = max(latest.counter, remote.counter) &+ 1
-        } else if time == latest.time {
-            counter = latest.counter &+ 1
-        } else if time == remote.time {
-            counter = remote.counter &+ 1
-        } else {
-            counter = 0
-        }
+        let counter: Int64 =
+            switch (time == latest.time, time == remote.time) {
+            case (true, true): max(latest.counter, remote.counter) &+ 1
+            case (true, false): latest.counter &+ 1
+            case (false, true): remote.counter &+ 1
+            case (false, false): 0
+            }
         latest = HLCTimestamp(time: time, counter: counter, participant: participant)
     }
 }
