@@ -52,7 +52,6 @@ extension GroupSessionJournal {
         }
     }
 
-    /// What the load's loop reacts to.
     private enum Event: Sendable {
         /// A message on chunk `index`'s topic.
         case chunk(index: Int, Data)

@@ -79,7 +79,6 @@ struct TransferStateMachine {
     /// Whether the load is over: complete, failed or cancelled.
     var isOver: Bool { if case .loading = state { false } else { true } }
 
-    /// The first requests.
     mutating func start() -> Action {
         guard case var .loading(loading) = state else { return [] }
         guard configuration.chunkCount > 0 else {

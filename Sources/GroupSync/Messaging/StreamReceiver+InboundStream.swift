@@ -12,7 +12,6 @@ extension StreamReceiver {
             case gap(ClosedRange<Int64>)
         }
 
-        /// The result of one input.
         struct Output {
             var items: [Item] = []
             /// `$resend` ranges to ask the sender for, in order.

@@ -72,7 +72,6 @@ struct StreamReceiver<Message> {
         var retryAt: Int64?
     }
 
-    /// One sender: the epoch followed and its streams.
     struct Sender {
         let epoch: Int64
         var streams: [Reliable.StreamKind: InboundStream] = [:]

@@ -25,7 +25,6 @@ struct SessionContext: Sendable {
     let clock: any WallClock
     /// The participant's hybrid logical clock, shared by all its sessions.
     let hlc: LockedValue<HybridLogicalClock>
-    /// The bounds of each session's outbox.
     let outbox: OutboxStateMachine.Configuration
     let catchUpTimeout: Duration
     /// How long after our last reliable message we state our streams' position (the heartbeat interval).

@@ -101,7 +101,6 @@ struct SessionStateMachine {
         case observe([HLCTimestamp])
     }
 
-    /// A control message to publish.
     enum Send: Hashable {
         /// `$catchup` to this newcomer, in the parts of ``catchUp(listingMembers:budget:)``.
         case catchUp(to: String)

@@ -57,7 +57,6 @@ package struct GroupTopics: Sendable, Hashable {
         return (["\(base)/member/+", "\(base)/state/+/+", "\(base)/journal/+/+", "\(base)/to/\(participant)/+"], "\(base)/all/+")
     }
 
-    /// What a topic of this group is.
     package enum Kind: Sendable, Hashable {
         case presence(participant: String)
         case heartbeat(participant: String)
