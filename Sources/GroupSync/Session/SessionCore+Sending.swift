@@ -160,8 +160,7 @@ extension SessionCore {
 
     /// Writes `value` under `key`: applied locally at once; the caller publishes the record.
     func write(key: String, value: JSONValue) -> Wire.StateRecord {
-        let now = context.clock.milliseconds()
-        let clock = context.hlc.withLock { $0.tick(now: now) }
+        let clock = context.hlc.withLock { $0.tick(now: context.clock.milliseconds()) }
         let record = Wire.StateRecord(key: key, value: value, clock: clock)
         let topic = topics.state(id, key: key, writer: me)
         perform { $0.onLocalWrite(record, topic: topic) }
@@ -184,8 +183,7 @@ extension SessionCore {
 
     /// Changes the activity: applied locally at once, then announced (our retained copy) in the background.
     func updateActivity(_ activity: Wire.Announcement.Activity) {
-        let now = context.clock.milliseconds()
-        let revision = context.hlc.withLock { $0.tick(now: now) }
+        let revision = context.hlc.withLock { $0.tick(now: context.clock.milliseconds()) }
         var updated = announcement
         perform { machine in
             updated = machine.announcement
