@@ -48,43 +48,46 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         switch self {
         case let .invalidIdentifier(kind, value, reason):
-            return "invalid \(kind) '\(value)': \(reason). Use 1–128 characters from A–Z a–z 0–9 . _ - : @ ~"
-        case let .connection(error):
-            return error.description
-        case .noCoordinator:
-            return "no GroupSync coordinator: connect one with GroupCoordinator.connect(...) and GroupCoordinator.setShared(...)"
-        case .sessionInvalidated:
-            return "the session is no longer valid (left, ended or lost); wait for the next one from sessions()"
-        case .notJoined:
-            return "join() the session before sending or setting state"
+            "invalid \(kind) '\(value)': \(reason). Use 1–128 characters from A–Z a–z 0–9 . _ - : @ ~"
+        case let .connection(error): error.description
+        case .noCoordinator: "no GroupSync coordinator: connect one with GroupCoordinator.connect(...) and GroupCoordinator.setShared(...)"
+        case .sessionInvalidated: "the session is no longer valid (left, ended or lost); wait for the next one from sessions()"
+        case .notJoined: "join() the session before sending or setting state"
         case let .messageTooLarge(size, limit):
-            return "message of \(size) bytes exceeds the limit of \(limit) bytes; send less or raise the messenger's limit"
-        case let .encodingFailed(detail):
-            return "could not encode the value as JSON: \(detail)"
-        case .noRecipients:
-            return "the recipient set is empty"
-        case .cancelled:
-            return "the operation was cancelled before it completed; it can be tried again"
-        case let .invalidArgument(detail):
-            return "invalid argument: \(detail)"
-        case .noGroupClock:
-            return "the group clock is not synchronized yet (no participant serving it has answered); try again in a moment"
-        case let .journalLimitExceeded(limit):
-            return "journal limit exceeded: \(limit)"
-        case let .notAttachmentOwner(owner):
-            return "only the attachment's owner (\(owner)) can remove it"
+            "message of \(size) bytes exceeds the limit of \(limit) bytes; send less or raise the messenger's limit"
+        case let .encodingFailed(detail): "could not encode the value as JSON: \(detail)"
+        case .noRecipients: "the recipient set is empty"
+        case .cancelled: "the operation was cancelled before it completed; it can be tried again"
+        case let .invalidArgument(detail): "invalid argument: \(detail)"
+        case .noGroupClock: "the group clock is not synchronized yet (no participant serving it has answered); try again in a moment"
+        case let .journalLimitExceeded(limit): "journal limit exceeded: \(limit)"
+        case let .notAttachmentOwner(owner): "only the attachment's owner (\(owner)) can remove it"
         case let .attachmentUnavailable(sha256, chunk):
-            return
-                "attachment \(sha256.prefix(12)) is unavailable: chunk \(chunk) did not arrive (its owner is away and the broker no longer has it); load it again once its owner is back"
-        case let .attachmentRemoved(sha256):
-            return "attachment \(sha256.prefix(12)) was removed by its owner"
+            "attachment \(sha256.prefix(12)) is unavailable: chunk \(chunk) did not arrive (its owner is away and the broker no longer has it); load it again once its owner is back"
+        case let .attachmentRemoved(sha256): "attachment \(sha256.prefix(12)) was removed by its owner"
         case let .attachmentCorrupted(sha256):
-            return
-                "attachment \(sha256.prefix(12)) did not verify: its content's SHA-256 differs from its record; ask its owner to add it again"
+            "attachment \(sha256.prefix(12)) did not verify: its content's SHA-256 differs from its record; ask its owner to add it again"
         case .journalNeedsRetainedMessages:
-            return "the journal needs a broker with retained messages (this one has none, or retainedMessages is off)"
-        case let .file(detail):
-            return "file error: \(detail)"
+            "the journal needs a broker with retained messages (this one has none, or retainedMessages is off)"
+        case let .file(detail): "file error: \(detail)"
+        }
+    }
+
+    /// What `body` returns; its failure as ``connection(_:)``.
+    static func overConnection<T>(_ body: () throws(MQTTError) -> T) throws(GroupSyncError) -> T {
+        do {
+            return try body()
+        } catch {
+            throw .connection(error)
+        }
+    }
+
+    /// ``overConnection(_:)`` for an asynchronous `body`.
+    static func awaitOverConnection<T>(_ body: () async throws(MQTTError) -> T) async throws(GroupSyncError) -> T {
+        do {
+            return try await body()
+        } catch {
+            throw .connection(error)
         }
     }
 }
@@ -97,9 +100,8 @@ public enum Identifier {
         switch byte {
         case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
             UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"), UInt8(ascii: ":"), UInt8(ascii: "@"), UInt8(ascii: "~"):
-            return true
-        default:
-            return false
+            true
+        default: false
         }
     }
 
@@ -115,11 +117,7 @@ public enum Identifier {
     }
 
     /// Whether `value` follows the rules (for input from the wire).
-    public static func isValid(_ value: String) -> Bool {
-        isValid(value[...])
-    }
+    public static func isValid(_ value: String) -> Bool { isValid(value[...]) }
 
-    static func isValid(_ value: Substring) -> Bool {
-        !value.isEmpty && value.utf8.count <= 128 && value.utf8.allSatisfy(isAllowed)
-    }
+    static func isValid(_ value: Substring) -> Bool { !value.isEmpty && value.utf8.count <= 128 && value.utf8.allSatisfy(isAllowed) }
 }

@@ -101,7 +101,7 @@ import Testing
         for v in ["2.0", "1", "3", "\"2\"", "null"] {
             #expect(
                 Result { () throws(Wire.Rejection) in
-                    try Wire.read(Wire.Member.self, from: Data(#"{"epoch":1,"participant":"a","v":\#(v)}"#.utf8))
+                    try Wire.Member.read(Data(#"{"epoch":1,"participant":"a","v":\#(v)}"#.utf8))
                 }.failure == .badVersion)
         }
     }
@@ -116,7 +116,7 @@ import Testing
 
     @Test func everyRecordReadsBackWhatWasWritten() throws {
         func roundTrip<T: Wire.Readable & Encodable & Equatable>(_ value: T) throws {
-            #expect(try Wire.read(T.self, from: try Wire.encode(value)) == value)
+            #expect(try T.read(try Wire.encode(value)) == value)
         }
         try roundTrip(Wire.Presence(participant: "alice", status: .online, epoch: 3, name: "Alice"))
         try roundTrip(Wire.Presence(participant: "bob", status: .lost, epoch: 4, name: nil))
@@ -162,9 +162,9 @@ import Testing
         let path = DocumentedReader.repository.appendingPathComponent("docs/PROTOCOL.md").path
         let document = try String(contentsOfFile: path, encoding: .utf8)
         for example in [
-            try envelope(.resend, Wire.Resend(.init(stream: .all, from: 4, to: 6)), epoch: 1_796_326_046_897),
-            try envelope(.skip, Wire.Skip(.init(stream: .all, through: 4, lost: [4...4])), epoch: 1_796_326_046_893),
-            try envelope(.position, Wire.Position(.init(all: 6, direct: ["bob": 2])), epoch: 1_796_326_046_893),
+            try envelope(.resend, Wire.Resend(stream: .all, from: 4, to: 6), epoch: 1_796_326_046_897),
+            try envelope(.skip, Wire.Skip(stream: .all, through: 4, lost: [4...4]), epoch: 1_796_326_046_893),
+            try envelope(.position, Wire.Position(all: 6, direct: ["bob": 2]), epoch: 1_796_326_046_893),
         ] {
             #expect(document.contains(example), "\(example)")
         }

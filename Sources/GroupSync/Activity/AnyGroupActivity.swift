@@ -9,15 +9,9 @@ public struct AnyGroupActivity: GroupActivity, Hashable {
 
     public var value: JSONValue
 
-    public init(_ value: JSONValue) {
-        self.value = value
-    }
+    public init(_ value: JSONValue) { self.value = value }
 
-    public init(from decoder: any Decoder) throws {
-        value = try JSONValue(from: decoder)
-    }
+    public init(from decoder: any Decoder) throws { value = try JSONValue(from: decoder) }
 
-    public func encode(to encoder: any Encoder) throws {
-        try value.encode(to: encoder)
-    }
+    public func encode(to encoder: any Encoder) throws { try value.encode(to: encoder) }
 }

@@ -24,9 +24,7 @@ public protocol GroupActivity: Codable, Sendable {
 }
 
 extension GroupActivity {
-    public var metadata: GroupActivityMetadata {
-        GroupActivityMetadata(title: Self.activityIdentifier, type: .generic)
-    }
+    public var metadata: GroupActivityMetadata { GroupActivityMetadata(title: Self.activityIdentifier, type: .generic) }
 
     public static var sessionTimeToLive: Duration { GroupActivityMetadata.defaultTimeToLive }
 }

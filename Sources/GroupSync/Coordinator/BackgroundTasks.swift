@@ -23,7 +23,6 @@ final class BackgroundTasks: Sendable {
         }
     }
 
-    /// The number of tasks still running.
     var count: Int { running.withLock { $0.tasks.count } }
 
     func cancelAll() {

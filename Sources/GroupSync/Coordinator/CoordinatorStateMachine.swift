@@ -1,4 +1,3 @@
-import Foundation
 import MQTT
 
 /// The group-level logic of one coordinator: who is online (by connection epoch), which sessions are
@@ -14,9 +13,7 @@ struct CoordinatorStateMachine {
         let activityType: String
         let inbox: Inbox<SessionCore>
 
-        func wants(_ type: String) -> Bool {
-            activityType == type || activityType == CoordinatorStateMachine.anyActivity
-        }
+        func wants(_ type: String) -> Bool { activityType == type || activityType == CoordinatorStateMachine.anyActivity }
     }
 
     enum State {
@@ -32,7 +29,6 @@ struct CoordinatorStateMachine {
         /// live connection. Apart from `connections`, whose every entry it would otherwise enlarge: a
         /// participant holds one per member of its group, and a challenger is rare.
         var challengers: [String: Challenger] = [:]
-        /// Announced sessions by ID.
         var sessions: [String: Announced] = [:]
         /// Sessions whose end we saw, until their ended copy expires: older copies that arrive later (a
         /// retained replay is in no particular order) do not bring them back.
@@ -67,7 +63,6 @@ struct CoordinatorStateMachine {
         }
     }
 
-    /// One participant's live connection.
     struct Connection {
         var epoch: Int64
         /// When it was last heard of: its presence (retained or live) or a heartbeat.
@@ -79,22 +74,16 @@ struct CoordinatorStateMachine {
         /// presence record (retained, possibly forged) alone does not.
         var confirmed = false
 
-        /// Silent for three intervals less half a second (1.5 × keepalive − 0.5 s for the usual
-        /// interval of keepalive / 2), but never less than a second: gone.
-        func isSilent(at now: ContinuousClock.Instant) -> Bool {
-            silentAfter.map { now > $0 } ?? false
-        }
+        /// Gone: silent past ``silentAfter``.
+        func isSilent(at now: ContinuousClock.Instant) -> Bool { silentAfter.map { now > $0 } ?? false }
 
         /// When it counts as gone unless heard of again; nil without an interval (never).
-        var silentAfter: ContinuousClock.Instant? {
-            interval.map { lastHeard + Connection.silence(interval: $0) }
-        }
+        var silentAfter: ContinuousClock.Instant? { interval.map { lastHeard + Connection.silence(interval: $0) } }
 
-        /// How long a connection that states `interval` may be silent. The interval's range (at most
-        /// 32,767,500 ms) keeps the product far from overflowing.
-        static func silence(interval: Int64) -> Duration {
-            max(.milliseconds(interval * 3 - 500), .seconds(1))
-        }
+        /// How long a connection that states `interval` may be silent: three intervals less half a second
+        /// (1.5 × keepalive − 0.5 s for the usual interval of keepalive / 2), never less than a second. The
+        /// interval's range (at most 32,767,500 ms) keeps the product far from overflowing.
+        static func silence(interval: Int64) -> Duration { max(.milliseconds(interval * 3 - 500), .seconds(1)) }
     }
 
     /// A newer connection epoch of a participant, read from a presence record while its connection was
@@ -104,12 +93,9 @@ struct CoordinatorStateMachine {
         var epoch: Int64
         var interval: Int64?
         var lastHeard: ContinuousClock.Instant
-        /// Heartbeats of this epoch heard so far.
         var heartbeats = 0
 
-        var connection: Connection {
-            Connection(epoch: epoch, lastHeard: lastHeard, interval: interval, confirmed: heartbeats > 0)
-        }
+        var connection: Connection { Connection(epoch: epoch, lastHeard: lastHeard, interval: interval, confirmed: heartbeats > 0) }
     }
 
     /// An announced session: its kind of activity and when each publisher's copy expires (wall-clock ms).
@@ -192,27 +178,18 @@ struct CoordinatorStateMachine {
     }
 
     /// Participant → epoch of its live connection (empty once closed).
-    var online: [String: Int64] {
-        if case let .open(group) = state { return group.online }
-        return [:]
-    }
+    var online: [String: Int64] { if case let .open(group) = state { group.online } else { [:] } }
 
     /// Participant → its live connection's epoch and heartbeat interval (empty once closed).
     var connections: [String: (epoch: Int64, interval: Int64?)] {
-        if case let .open(group) = state { return group.connections.mapValues { ($0.epoch, $0.interval) } }
-        return [:]
+        if case let .open(group) = state { group.connections.mapValues { ($0.epoch, $0.interval) } } else { [:] }
     }
 
     /// An epoch, like a clock, is wall-clock time of its participant: one more than a day ahead of ours
     /// is forged or broken, and accepting it would hide the real connection.
-    static func isPlausible(epoch: Int64, now: Int64) -> Bool {
-        epoch >= 0 && epoch <= now &+ HLCTimestamp.maximumSkew
-    }
+    static func isPlausible(epoch: Int64, now: Int64) -> Bool { epoch >= 0 && epoch <= now &+ HLCTimestamp.maximumSkew }
 
-    var isClosed: Bool {
-        if case .closed = state { return true }
-        return false
-    }
+    var isClosed: Bool { if case .closed = state { true } else { false } }
 
     // MARK: - Presence
 
@@ -222,10 +199,8 @@ struct CoordinatorStateMachine {
     mutating func onPresence(
         _ participant: String, _ presence: Wire.Presence?, wallNow: Int64, now: ContinuousClock.Instant
     ) -> PresenceAction {
-        if let presence {
-            guard presence.matches(participant: participant), Self.isPlausible(epoch: presence.epoch, now: wallNow) else {
-                return .rejected
-            }
+        if let presence, !presence.matches(participant: participant) || !Self.isPlausible(epoch: presence.epoch, now: wallNow) {
+            return .rejected
         }
         if let presence, presence.status == .online { wake(forSilenceOf: presence.interval, heardAt: now) }
         if participant == me { return onOwnPresence(presence, now: now) }
@@ -532,9 +507,7 @@ struct CoordinatorStateMachine {
         } ?? (nil, [])
     }
 
-    mutating func removeListener(_ id: ListenerRegistry<Listener>.ID) {
-        modifyGroup { $0.listeners.remove(id) }
-    }
+    mutating func removeListener(_ id: ListenerRegistry<Listener>.ID) { modifyGroup { $0.listeners.remove(id) } }
 
     /// `close()`: no new sessions. Returns the listeners to end and the sessions to leave.
     mutating func close() -> (listeners: [Inbox<SessionCore>], sessions: [String]) {

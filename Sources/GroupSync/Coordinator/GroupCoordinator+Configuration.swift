@@ -15,8 +15,8 @@ extension GroupCoordinator {
         public var catchUpTimeout: Duration
         /// Called for every message rejected as malformed, forged or stale (they are also counted in
         /// ``GroupCoordinator/rejectedMessageCount``), from a task of its own (never from the network
-        /// thread, so in no guaranteed order). By default rejections
-        /// are logged to standard error when the environment variable `GROUPSYNC_LOG_REJECTED` is set.
+        /// thread, so in no guaranteed order). By default rejections are logged to standard error when the
+        /// environment variable `GROUPSYNC_LOG_REJECTED` is set.
         public var onRejected: (@Sendable (_ topic: String, _ payloadSize: Int) -> Void)?
         /// Publish our presence every keepalive / 2 (not retained) and drop a participant not heard of
         /// for 1.5 × keepalive. This is what makes a frozen or cut-off participant disappear within
@@ -48,7 +48,7 @@ extension GroupCoordinator {
             tls: MQTTClient.TLS? = nil, keepAlive: Int = 5, clock: any WallClock = SystemWallClock(),
             catchUpTimeout: Duration = .seconds(1), presenceHeartbeats: Bool = true, presenceTimeToLive: Duration = .seconds(3600)
         ) throws(GroupSyncError) {
-            do {
+            self.mqtt = try GroupSyncError.overConnection { () throws(MQTTError) in
                 var mqtt = try MQTTClient.Configuration(url: broker, clientID: "", tls: tls)
                 mqtt.keepAlive = keepAlive
                 // The broker keeps our subscriptions and queues reliable messages for us while we
@@ -59,9 +59,7 @@ extension GroupCoordinator {
                 // window. A wide window makes mosquitto walk long in-flight lists per acknowledgement
                 // when many participants share a process: libmosquitto's own 20.
                 mqtt.receiveMaximum = 20
-                self.mqtt = mqtt
-            } catch {
-                throw .connection(error)
+                return mqtt
             }
             self.group = group
             self.participant = participant

@@ -1,4 +1,3 @@
-import Foundation
 import MQTT
 
 /// Presence: who is online, by connection epoch; our own record, heartbeats and expiry.
@@ -28,7 +27,7 @@ extension GroupCoordinator {
             return (action, state.machine.isWelcomeResponder(for: participant), wake)
         }
         armUpkeep(wake)
-        perform(action)
+        performPresence(action)
         if welcomes { tasks.spawn { [self] in await welcome(participant) } }
     }
 
@@ -63,7 +62,7 @@ extension GroupCoordinator {
         guard let welcome = Wire.decode(Wire.Welcome.self, from: message.payload) else { return countRejection() }
         let wallNow = configuration.clock.milliseconds()
         for presence in welcome.presences where presence.participant != localParticipant.id {
-            perform(presenceInput { $0.onPresence(presence.participant, presence, wallNow: wallNow, now: .now) })
+            performPresence(presenceInput { $0.onPresence(presence.participant, presence, wallNow: wallNow, now: .now) })
         }
         for announcement in welcome.sessions {
             onCopy(announcement.session, publisher: sender, announcement, lifetime: announcement.ttl)
@@ -86,7 +85,7 @@ extension GroupCoordinator {
     func onHeartbeatMessage(_ participant: String, _ message: MQTTMessage) {
         guard let heartbeat = Wire.decode(Wire.Heartbeat.self, from: message.payload) else { return countRejection() }
         let wallNow = configuration.clock.milliseconds()
-        perform(presenceInput { $0.onHeartbeat(participant, heartbeat, wallNow: wallNow, now: .now) })
+        performPresence(presenceInput { $0.onHeartbeat(participant, heartbeat, wallNow: wallNow, now: .now) })
     }
 
     /// Feeds one presence input to the machine and arms the timer for what it asks.
@@ -98,26 +97,17 @@ extension GroupCoordinator {
         return action
     }
 
-    private func perform(_ action: CoordinatorStateMachine.PresenceAction) {
+    func performPresence(_ action: CoordinatorStateMachine.PresenceAction) {
         switch action {
         case .none: break
         case .rejected: countRejection()
-        case let .changed(participant, epoch): forwardPresence([(participant, epoch)])
+        case let .changed(participant, epoch):
+            for core in state.withLock({ Array($0.cores.values) }) { core.onPresence(participant, epoch: epoch) }
         case .republishOwn: tasks.spawn { try? await self.publishPresence() }
         }
     }
 
-    /// Tells every session of presence changes: participant → epoch of its live connection (nil: gone).
-    private func forwardPresence(_ changes: [(String, Int64?)]) {
-        guard !changes.isEmpty else { return }
-        let cores = state.withLock { Array($0.cores.values) }
-        for (participant, epoch) in changes {
-            for core in cores { core.onPresence(participant, epoch: epoch) }
-        }
-    }
-
-    /// Our heartbeat interval (ms): keepalive / 2, so that a frozen participant is dropped within 1.5 ×
-    /// keepalive of its last heartbeat; nil without heartbeats.
+    /// Our heartbeat interval (ms): keepalive / 2 (``Configuration/presenceHeartbeats``); nil without heartbeats.
     var heartbeatInterval: Int64? {
         // Within the interval's range (PROTOCOL.md): a keepalive above MQTT's 65,535 s is not one.
         configuration.presenceHeartbeats ? Int64(min(max(configuration.mqtt.keepAlive, 1), 65_535)) * 500 : nil
@@ -135,21 +125,6 @@ extension GroupCoordinator {
                 _ = try? await client.publish(to: topics.heartbeat(localParticipant.id), payload: payload, qos: .atMostOnce)
             }
         }
-    }
-
-    /// The timer's work for presence: participants silent for three of their own intervals are dropped
-    /// (only while connected: meanwhile we hear nobody, and a reconnect gives everyone a fresh grace
-    /// period), and a forged newer epoch of ours is overwritten.
-    func expireSilentParticipants(
-        _ machine: inout CoordinatorStateMachine, connected: Bool
-    ) -> [CoordinatorStateMachine.PresenceAction] {
-        guard connected else { return [] }
-        let (changes, republishOwn) = machine.expireSilent(now: .now, ownInterval: heartbeatInterval)
-        return changes + (republishOwn ? [.republishOwn] : [])
-    }
-
-    func performPresence(_ actions: [CoordinatorStateMachine.PresenceAction]) {
-        for action in actions { perform(action) }
     }
 
     var onlinePresence: Wire.Presence {

@@ -1,4 +1,3 @@
-import Foundation
 import MQTT
 
 /// Sessions: announcing them, following the group's announcements, handing sessions to `sessions()`
@@ -140,8 +139,7 @@ extension GroupCoordinator {
         case let (.ended(by, settled), _):
             core?.endedElsewhere(.ended(by: by.map(Participant.init(id:))))
             if settled { clearOwnEndedCopy(of: sessionID) }
-        case (.settled, _):
-            clearOwnEndedCopy(of: sessionID)
+        case (.settled, _): clearOwnEndedCopy(of: sessionID)
         case (.rejected, _): countRejection()
         default: break
         }
@@ -163,20 +161,20 @@ extension GroupCoordinator {
     private func performUpkeep() {
         let (now, connected) = (configuration.clock.milliseconds(), client.isConnected)
         let (presence, expired, next) = state.withLock { state in
-            let presence = expireSilentParticipants(&state.machine, connected: connected)
+            let (changes, republishOwn) = connected ? state.machine.expireSilent(now: .now, ownInterval: heartbeatInterval) : ([], false)
+            let presence = changes + (republishOwn ? [.republishOwn] : [])
             let expired = state.machine.expireSessions(now: now).compactMap { state.cores.removeValue(forKey: $0) }
             _ = state.machine.takeWakeRequest()  // the whole state is scanned instead
             return (presence, expired, state.machine.nextWake(ownInterval: heartbeatInterval))
         }
-        // While disconnected nobody is judged by silence (the reconnect gives everyone a fresh grace
-        // period and asks for the next wake-up): a silence deadline already passed would wake us at once,
-        // again and again.
+        // While disconnected nobody is judged by silence: we hear nobody, and the reconnect gives everyone a
+        // fresh grace period and asks for the next wake-up; a silence deadline already passed would wake us
+        // at once, again and again.
         armUpkeep(connected ? next : .init(expiry: next.expiry))
-        performPresence(presence)
+        for action in presence { performPresence(action) }
         for core in expired { core.endedElsewhere(.expired) }
     }
 
-    /// Schedules the timer for what the machine asked.
     func armUpkeep(_ request: CoordinatorStateMachine.WakeRequest) {
         upkeep.schedule(at: request.silence)
         if let expiry = request.expiry {
@@ -188,8 +186,7 @@ extension GroupCoordinator {
     /// What a session object reports (outside its lock).
     func onSessionEvent(_ core: SessionCore, _ event: SessionContext.Event) {
         switch event {
-        case .joined:
-            state.withLock { $0.sharing.onJoined(core.id) }.perform()
+        case .joined: state.withLock { $0.sharing.onJoined(core.id) }.perform()
         case let .invalidated(wasJoined):
             if wasJoined { state.withLock { $0.sharing.onLeft(core.id) }.perform() }
         case .left:

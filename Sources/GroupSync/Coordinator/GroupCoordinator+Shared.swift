@@ -1,7 +1,5 @@
 import MQTT
 
-/// The process-wide coordinator, behind `MyActivity.sessions()`, `activity.prepareForActivation()` and
-/// `activity.activate()`.
 extension GroupCoordinator {
     private static let current = LockedValue<GroupCoordinator?>(nil)
     private static let waiters = LockedValue(ListenerRegistry<CheckedContinuation<GroupCoordinator, Never>>())
@@ -18,7 +16,6 @@ extension GroupCoordinator {
         for waiter in waiters.withLock({ $0.removeAll() }) { waiter.resume(returning: coordinator) }
     }
 
-    /// Waits until a shared coordinator is set.
     static func awaitShared() async -> GroupCoordinator {
         if let coordinator = shared { return coordinator }
         return await withCheckedContinuation { waiter in

@@ -1,4 +1,3 @@
-import Foundation
 import MQTT
 
 /// One participant's membership in one group, over one broker connection — the analogue of being in a
@@ -34,9 +33,7 @@ public final class GroupCoordinator: Sendable {
         var ownPresence = false
     }
 
-    /// Everything of the coordinator that changes, under one lock: the machine, the session objects for
-    /// the session IDs it holds, the sharing gate, the count of group messages rejected, and what
-    /// `connect()` and a reconnect wait for.
+    /// Everything of the coordinator that changes, under one lock.
     struct CoordinatorState {
         var machine: CoordinatorStateMachine
         var cores: [String: SessionCore] = [:]
@@ -84,12 +81,7 @@ public final class GroupCoordinator: Sendable {
             topic: topics.presence(configuration.participant), payload: Array(try Wire.encode(lost)), qos: .atLeastOnce,
             retain: mqtt.retainedMessages,
             messageExpiry: UInt32(clamping: max(configuration.presenceTimeToLive.components.seconds, 1)))
-        let client: MQTTClient
-        do {
-            client = try await connectClient(mqtt)
-        } catch {
-            throw .connection(error)
-        }
+        let client = try await GroupSyncError.awaitOverConnection { () async throws(MQTTError) in try await connectClient(mqtt) }
         let coordinator = GroupCoordinator(configuration: configuration, client: client, epoch: epoch)
         do {
             try await coordinator.start()
@@ -122,10 +114,9 @@ public final class GroupCoordinator: Sendable {
 
     private func start() async throws(GroupSyncError) {
         let events = client.events()
-        let subscription: MessageHandlerSubscription
-        do {
-            // Handled on the network thread, in the broker's order with the sessions' messages.
-            subscription = try await client.subscribe(
+        // Handled on the network thread, in the broker's order with the sessions' messages.
+        let subscription = try await GroupSyncError.awaitOverConnection { () async throws(MQTTError) in
+            try await client.subscribe(
                 to: [
                     TopicSubscription(topics.presenceFilter, qos: .atLeastOnce),
                     TopicSubscription(topics.heartbeatFilter, qos: .atLeastOnce),
@@ -138,8 +129,6 @@ public final class GroupCoordinator: Sendable {
                     // MQTT session (see forgetSessionsEndedWhileAway).
                     self?.state.withLock { $0.replay = sessionPresent ? nil : Replay() }
                 })
-        } catch {
-            throw .connection(error)
         }
         state.withLock { $0.groupSubscription = subscription }
         tasks.spawn { [self] in
@@ -223,9 +212,7 @@ public final class GroupCoordinator: Sendable {
         }
     }
 
-    func countRejection() {
-        state.withLock { $0.rejected += 1 }
-    }
+    func countRejection() { state.withLock { $0.rejected += 1 } }
 
     /// What the sessions found by this coordinator see of it.
     var sessionContext: SessionContext {

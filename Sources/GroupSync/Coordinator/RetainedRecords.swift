@@ -12,9 +12,7 @@ final class RetainedRecords: Sendable {
     /// Wakes when the next kept record is due for its refresh.
     private let timer = WakeUp()
 
-    init(client: MQTTClient) {
-        self.client = client
-    }
+    init(client: MQTTClient) { self.client = client }
 
     /// Publishes a record this participant owns (QoS 1), which the broker drops `lifetime` after its last
     /// publish, and returns once the broker acknowledged it. With `refreshing`, it is published again
@@ -22,11 +20,7 @@ final class RetainedRecords: Sendable {
     /// messages it is sent as a plain message.
     func publish(_ topic: String, _ payload: Data, lifetime: Duration, refreshing: Bool = true) async throws(GroupSyncError) {
         let ticket = try enqueue(topic, payload, lifetime: lifetime, refreshing: refreshing)
-        do {
-            _ = try await client.acknowledgement(of: ticket)
-        } catch {
-            throw .connection(error)
-        }
+        _ = try await GroupSyncError.awaitOverConnection { () async throws(MQTTError) in try await client.acknowledgement(of: ticket) }
     }
 
     /// The synchronous half of ``publish(_:_:lifetime:refreshing:)``: the record is ours and handed to the
@@ -37,11 +31,9 @@ final class RetainedRecords: Sendable {
         let record = OwnedRetained.Record(payload: payload, lifetime: lifetime, refreshing: refreshing, published: .now)
         owned.withLock { $0.own(topic, record) }
         if refreshing { timer.schedule(at: record.refreshDue) }
-        do {
-            return try client.enqueuePublish(
+        return try GroupSyncError.overConnection { () throws(MQTTError) in
+            try client.enqueuePublish(
                 to: topic, payload: payload, qos: .atLeastOnce, retain: client.retainAvailable, properties: record.properties(at: .now))
-        } catch {
-            throw .connection(error)
         }
     }
 
@@ -60,19 +52,12 @@ final class RetainedRecords: Sendable {
     }
 
     /// Stops refreshing `topic`: the broker drops it when its lifetime is over.
-    func release(_ topic: String) {
-        owned.withLock { $0.release(topic) }
-    }
+    func release(_ topic: String) { owned.withLock { $0.release(topic) } }
 
     /// Forgets `topic` without publishing (someone else cleared it).
-    func disown(_ topic: String) {
-        owned.withLock { $0.disown(topic) }
-    }
+    func disown(_ topic: String) { owned.withLock { $0.disown(topic) } }
 
-    /// Whether we own the record on `topic`.
-    func owns(_ topic: String) -> Bool {
-        owned.withLock { $0.records[topic] != nil }
-    }
+    func owns(_ topic: String) -> Bool { owned.withLock { $0.records[topic] != nil } }
 
     /// The payload of the record on `topic` while we keep it (nil when we do not).
     func keptPayload(of topic: String) -> Data? {
@@ -80,19 +65,13 @@ final class RetainedRecords: Sendable {
     }
 
     /// Whether we own the record on `topic` and keep refreshing it.
-    func keeps(_ topic: String) -> Bool {
-        owned.withLock { $0.records[topic]?.refreshing == true }
-    }
+    func keeps(_ topic: String) -> Bool { owned.withLock { $0.records[topic]?.refreshing == true } }
 
     /// The owned topics that start with `prefix`, sorted.
-    func topics(under prefix: String) -> [String] {
-        owned.withLock { $0.topics(under: prefix) }
-    }
+    func topics(under prefix: String) -> [String] { owned.withLock { $0.topics(under: prefix) } }
 
     /// After a reconnect: every owned record again, in the order a newcomer needs them.
-    func republishAll() async {
-        await publish(owned.withLock { $0.inRepublishOrder(now: .now) })
-    }
+    func republishAll() async { await publish(owned.withLock { $0.inRepublishOrder(now: .now) }) }
 
     /// Refreshes the records due, until ``stopRefreshing()``: each kept record a third of its lifetime
     /// after it was last published, so that a refresh that comes late (a busy machine, a reconnect) still
@@ -106,9 +85,7 @@ final class RetainedRecords: Sendable {
         timer.schedule(at: owned.withLock { $0.nextRefresh })
     }
 
-    func stopRefreshing() {
-        timer.cancel()
-    }
+    func stopRefreshing() { timer.cancel() }
 
     private func refresh() async {
         guard client.isConnected else { return timer.schedule(after: .seconds(1)) }
@@ -151,33 +128,22 @@ struct OwnedRetained {
 
         func isOver(at now: ContinuousClock.Instant) -> Bool { !refreshing && now - published >= lifetime }
 
-        /// When a kept record is published again: a third of its lifetime after it last was.
         var refreshDue: ContinuousClock.Instant { published + lifetime / 3 }
     }
 
     private(set) var records: [String: Record] = [:]
 
     /// Owns `record` on `topic`; an empty payload clears it, so it is no longer owned.
-    mutating func own(_ topic: String, _ record: Record) {
-        records[topic] = record.payload.isEmpty ? nil : record
-    }
+    mutating func own(_ topic: String, _ record: Record) { records[topic] = record.payload.isEmpty ? nil : record }
 
-    mutating func release(_ topic: String) {
-        records[topic]?.refreshing = false
-    }
+    mutating func release(_ topic: String) { records[topic]?.refreshing = false }
 
-    mutating func disown(_ topic: String) {
-        records[topic] = nil
-    }
+    mutating func disown(_ topic: String) { records[topic] = nil }
 
-    func topics(under prefix: String) -> [String] {
-        records.keys.filter { $0.hasPrefix(prefix) }.sorted()
-    }
+    func topics(under prefix: String) -> [String] { records.keys.filter { $0.hasPrefix(prefix) }.sorted() }
 
     /// When the next kept record is due for its refresh; nil when none is kept.
-    var nextRefresh: ContinuousClock.Instant? {
-        records.values.lazy.filter(\.refreshing).map(\.refreshDue).min()
-    }
+    var nextRefresh: ContinuousClock.Instant? { records.values.lazy.filter(\.refreshing).map(\.refreshDue).min() }
 
     /// The kept records whose refresh is due at `now` (marked as published now); records whose lifetime
     /// is over are forgotten.

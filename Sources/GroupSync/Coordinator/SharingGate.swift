@@ -13,7 +13,6 @@ struct SharingGate {
     }
 
     struct Open {
-        /// The sessions joined now.
         var joined: Set<String> = []
         /// Work waiting for no session to be joined, in the order deferred.
         var deferred: [Work] = []
@@ -40,10 +39,7 @@ struct SharingGate {
 
     private(set) var state = State.open(Open())
 
-    var isSharing: Bool {
-        if case let .open(open) = state { return !open.joined.isEmpty }
-        return false
-    }
+    var isSharing: Bool { if case let .open(open) = state { !open.joined.isEmpty } else { false } }
 
     mutating func onJoined(_ session: String) -> Action {
         modifyOpen { open in
@@ -68,9 +64,7 @@ struct SharingGate {
         } ?? (nil, Action(yield: [(inbox, false)], finish: [inbox]))
     }
 
-    mutating func removeListener(_ id: ListenerRegistry<Inbox<Bool>>.ID) {
-        modifyOpen { $0.listeners.remove(id) }
-    }
+    mutating func removeListener(_ id: ListenerRegistry<Inbox<Bool>>.ID) { modifyOpen { $0.listeners.remove(id) } }
 
     /// Work to run once no session is joined: now, if none is.
     mutating func onDefer(_ work: @escaping Work) -> Action {

@@ -52,7 +52,6 @@ extension GroupSessionJournal {
         }
     }
 
-    /// What the load's loop reacts to.
     private enum Event: Sendable {
         /// A message on chunk `index`'s topic.
         case chunk(index: Int, Data)
@@ -151,27 +150,28 @@ extension GroupSessionJournal {
                 var completed = machine.completedChunks - action.count { if case .deliver = $0 { true } else { false } }
                 for effect in action {
                     switch effect {
-                    case let .unsubscribe(index):
-                        giveUp(index)
+                    case let .unsubscribe(index): giveUp(index)
                     case let .deliver(chunk):
                         whole.update(chunk)
                         try deliver(chunk)
                         completed += 1
                         report(completedChunks: completed)
-                    case let .subscribe(index):
-                        request(index)
+                    case let .subscribe(index): request(index)
                     case let .retry(index, delay):
                         group.addTask {
                             try? await Task.sleep(for: delay)
                             continuation.yield(.retryDue(index: index))
                         }
                         report(completedChunks: machine.completedChunks)
-                    case .complete:
-                        break
-                    case let .fail(missing):
-                        throw .attachmentUnavailable(sha256: record.sha256, chunk: missing)
+                    case .complete: break
+                    case let .fail(missing): throw .attachmentUnavailable(sha256: record.sha256, chunk: missing)
                     }
                 }
+            }
+
+            func abandon(_ failure: GroupSyncError) throws(GroupSyncError) -> Never {
+                try perform(machine.cancel())
+                throw failure
             }
 
             var failure: GroupSyncError?
@@ -205,15 +205,9 @@ extension GroupSessionJournal {
                     case .stallDue:
                         action = machine.onTick(now: clock.milliseconds())
                         armStall()
-                    case .removed:
-                        try perform(machine.cancel())
-                        throw .attachmentRemoved(sha256: record.sha256)
-                    case .invalidated:
-                        try perform(machine.cancel())
-                        throw .sessionInvalidated
-                    case .cancelled:
-                        try perform(machine.cancel())
-                        throw .cancelled
+                    case .removed: try abandon(.attachmentRemoved(sha256: record.sha256))
+                    case .invalidated: try abandon(.sessionInvalidated)
+                    case .cancelled: try abandon(.cancelled)
                     }
                     try perform(action)
                 }
@@ -232,7 +226,5 @@ extension GroupSessionJournal {
     }
 
     /// Whether the journal saw `attachment` removed by its owner.
-    private func isRemoved(_ attachment: JournalAttachment) -> Bool {
-        core.read { $0.journal.removed.contains(attachment.id) }
-    }
+    private func isRemoved(_ attachment: JournalAttachment) -> Bool { core.read { $0.journal.removed.contains(attachment.id) } }
 }

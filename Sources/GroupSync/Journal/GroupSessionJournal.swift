@@ -61,8 +61,8 @@ public final class GroupSessionJournal: Sendable {
         guard configuration.chunkSize > 0, configuration.window > 0 else {
             throw .invalidArgument("chunkSize and window must be positive")
         }
-        let chunkSize = min(configuration.chunkSize, client.maximumPacketSize.map { $0 - Wire.envelopeAllowance } ?? .max)
         let packetLimit = client.maximumPacketSize.map { $0 - Wire.envelopeAllowance }
+        let chunkSize = min(configuration.chunkSize, packetLimit ?? .max)
         // The record lists 67 bytes per chunk (a quoted digest and a comma): one that cannot fit the
         // broker's packets is refused before anything is hashed.
         let chunkCount = (data.count + chunkSize - 1) / chunkSize
@@ -96,19 +96,17 @@ public final class GroupSessionJournal: Sendable {
                 unacknowledged.append(try core.context.retained.enqueue(topic, chunk, lifetime: lifetime))
                 sent.append(topic)
                 if unacknowledged.count >= configuration.window {
-                    try await acknowledge(unacknowledged.removeFirst())
+                    try await core.acknowledgements(of: [unacknowledged.removeFirst()])
                 }
             }
-            while !unacknowledged.isEmpty { try await acknowledge(unacknowledged.removeFirst()) }
+            while !unacknowledged.isEmpty { try await core.acknowledgements(of: [unacknowledged.removeFirst()]) }
             try await core.context.retained.publish(topics.journal(session, attachment: sha256, owner: me), payload, lifetime: lifetime)
         } catch {
             // No record names these chunks: nobody would ever load them. They are not kept, and go now.
             for ticket in unacknowledged { client.detach(ticket) }
             let (retained, abandoned) = (core.context.retained, sent)
             for topic in abandoned { retained.release(topic) }
-            core.context.tasks.spawn {
-                for topic in abandoned { await retained.clear(topic) }
-            }
+            core.context.tasks.spawn { for topic in abandoned { await retained.clear(topic) } }
             throw error
         }
         core.perform { $0.onJournal { $0.onRecord(record, sha256: sha256, owner: me) } }
@@ -138,22 +136,12 @@ public final class GroupSessionJournal: Sendable {
         guard !core.isInvalidated else { throw .sessionInvalidated }
         let recordTopic = core.topics.journal(core.id, attachment: attachment.sha256, owner: attachment.owner.id)
         core.context.retained.disown(recordTopic)
-        do {
+        _ = try await GroupSyncError.awaitOverConnection { () async throws(MQTTError) in
             try await core.context.client.publish(to: recordTopic, payload: Data(), qos: .atLeastOnce, retain: true)
-        } catch {
-            throw .connection(error)
         }
         core.perform { $0.onJournal { $0.onRecord(nil, sha256: attachment.sha256, owner: attachment.owner.id) } }
         for topic in JournalStateMachine.topics(of: attachment.record, core.topics, session: core.id).dropFirst() {
             await core.context.retained.clear(topic)
-        }
-    }
-
-    private func acknowledge(_ ticket: MQTTClient.PublishTicket) async throws(GroupSyncError) {
-        do {
-            _ = try await core.context.client.acknowledgement(of: ticket)
-        } catch {
-            throw .connection(error)
         }
     }
 }

@@ -1,5 +1,3 @@
-import Foundation
-
 /// One file of a session's journal: what its owner said about it, and its content's SHA-256. Load its
 /// bytes with ``GroupSessionJournal/load(_:progress:)`` or ``GroupSessionJournal/load(_:to:progress:)``.
 public struct JournalAttachment: Sendable, Hashable, Identifiable, CustomStringConvertible {
@@ -19,10 +17,6 @@ public struct JournalAttachment: Sendable, Hashable, Identifiable, CustomStringC
 
     /// The owner's journal record, as it is on the wire.
     let record: Wire.JournalRecord
-
-    init(record: Wire.JournalRecord) {
-        self.record = record
-    }
 
     public var id: ID { ID(owner: owner, sha256: record.sha256) }
     /// Who added it; only the owner can remove it.

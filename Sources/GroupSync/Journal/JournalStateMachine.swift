@@ -1,4 +1,3 @@
-import Foundation
 import MQTT
 
 /// The journal of one session as this participant knows it: every attachment's record, from the journal
@@ -47,11 +46,6 @@ struct JournalStateMachine {
     var attachments: [JournalAttachment] {
         guard case let .following(attachments) = state else { return [] }
         return attachments.values.sorted { ($0.added, $0.owner.id) < ($1.added, $1.owner.id) }
-    }
-
-    func attachment(_ id: JournalAttachment.ID) -> JournalAttachment? {
-        guard case let .following(attachments) = state else { return nil }
-        return attachments[id]
     }
 
     /// The retained topics the journal's records stand on, with the chunk topics they name: what ending
@@ -121,9 +115,7 @@ struct JournalStateMachine {
         return (listeners.add(inbox), .publish(attachments, to: [inbox]))
     }
 
-    mutating func removeListener(_ id: ListenerRegistry<Inbox<[JournalAttachment]>>.ID) {
-        _ = listeners.remove(id)
-    }
+    mutating func removeListener(_ id: ListenerRegistry<Inbox<[JournalAttachment]>>.ID) { _ = listeners.remove(id) }
 
     /// The session is over for us: the list empties and every sequence ends.
     mutating func end() -> Action {

@@ -20,9 +20,7 @@ final class SHA256 {
         self.context = context
     }
 
-    deinit {
-        EVP_MD_CTX_free(context)
-    }
+    deinit { EVP_MD_CTX_free(context) }
 
     func update(_ data: Data) {
         data.withUnsafeBytes { bytes in
@@ -36,7 +34,14 @@ final class SHA256 {
         var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
         var length: UInt32 = 0
         _ = EVP_DigestFinal_ex(context, &digest, &length)
-        return SHA256.hexDigits(digest.prefix(Int(length)))
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(64)
+        for byte in digest.prefix(Int(length)) {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0xF)])
+        }
+        return String(decoding: text, as: UTF8.self)
     }
 
     /// The SHA-256 of `data` as 64 lowercase hexadecimal digits.
@@ -49,16 +54,5 @@ final class SHA256 {
     /// Whether `text` is 64 lowercase hexadecimal digits, as a digest is written on the wire.
     static func isDigest(_ text: String) -> Bool {
         text.utf8.count == 64 && text.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
-    }
-
-    private static func hexDigits(_ bytes: some Sequence<UInt8>) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var text: [UInt8] = []
-        text.reserveCapacity(64)
-        for byte in bytes {
-            text.append(digits[Int(byte >> 4)])
-            text.append(digits[Int(byte & 0xF)])
-        }
-        return String(decoding: text, as: UTF8.self)
     }
 }

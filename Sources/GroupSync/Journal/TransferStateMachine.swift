@@ -61,7 +61,6 @@ struct TransferStateMachine {
 
     let configuration: Configuration
     private(set) var state: State
-    /// Chunks rejected so far.
     private(set) var rejected = 0
 
     init(_ configuration: Configuration, now: Int64) {
@@ -69,7 +68,6 @@ struct TransferStateMachine {
         self.state = .loading(Loading(lastProgress: now))
     }
 
-    /// Chunks handed over so far.
     var completedChunks: Int {
         switch state {
         case let .loading(loading): loading.next
@@ -79,12 +77,8 @@ struct TransferStateMachine {
     }
 
     /// Whether the load is over: complete, failed or cancelled.
-    var isOver: Bool {
-        if case .loading = state { return false }
-        return true
-    }
+    var isOver: Bool { if case .loading = state { false } else { true } }
 
-    /// The first requests.
     mutating func start() -> Action {
         guard case var .loading(loading) = state else { return [] }
         guard configuration.chunkCount > 0 else {

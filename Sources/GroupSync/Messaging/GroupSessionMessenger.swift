@@ -103,22 +103,16 @@ public struct GroupMessages<Message: Codable & Sendable>: AsyncSequence, Sendabl
         public mutating func next() async -> Element? {
             while let update = await consumer.inbox.next() {
                 guard case let .message(inbound) = update else { continue }
-                // Decoded here, in the consumer's task: never on the network thread.
-                if let message = Self.decode(inbound) {
+                // Decoded here, in the consumer's task (never on the network thread), from where the
+                // receiving connection found the body when it read the envelope.
+                if let message = Wire.decodeBody(Message.self, from: inbound.payload[inbound.body]) {
                     return (message, .init(source: inbound.sender))
                 }
                 core.rejectBody(of: inbound)
             }
             return nil
         }
-
-        /// The body, located by the receiving connection when it read the envelope.
-        private static func decode(_ inbound: SessionStateMachine.InboundMessage) -> Message? {
-            Wire.decodeBody(Message.self, from: inbound.payload[inbound.body])
-        }
     }
 
-    public func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(consumer: consumer, core: core)
-    }
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(consumer: consumer, core: core) }
 }

@@ -62,23 +62,17 @@ struct OutboxStateMachine {
     /// The outbox, oldest first from `oldest`; slots before it are evicted (nil) until reclaimed.
     private var entries: [Entry?] = []
     private var oldest = 0
-    /// Payload bytes of the entries kept.
     private(set) var byteCount = 0
     private var numbering: [Reliable.Stream: Numbering] = [:]
     /// Marks of the members seen and not left since.
     private var marks: [String: Mark] = [:]
 
-    init(configuration: Configuration = .init()) {
-        self.configuration = configuration
-    }
+    init(configuration: Configuration = .init()) { self.configuration = configuration }
 
-    /// Envelopes kept.
     var count: Int { entries.count - oldest }
 
     /// The latest seq of `stream` (0 before its first message).
-    func latest(of stream: Reliable.Stream) -> Int64 {
-        numbering[stream]?.latest ?? 0
-    }
+    func latest(of stream: Reliable.Stream) -> Int64 { numbering[stream]?.latest ?? 0 }
 
     /// The latest seq of every stream: broadcasts, and direct messages to the members (not to those who
     /// left; nor streams still at 0). To broadcast as `$position` after each reconnect.
@@ -127,14 +121,10 @@ struct OutboxStateMachine {
 
     /// We join the session (again): nobody is owed what we sent before; every member is marked anew when
     /// we see it.
-    mutating func forgetMembers() {
-        marks = [:]
-    }
+    mutating func forgetMembers() { marks = [:] }
 
     /// `participant` left the session: a rejoin gets a new mark.
-    mutating func memberLeft(_ participant: String) {
-        marks[participant] = nil
-    }
+    mutating func memberLeft(_ participant: String) { marks[participant] = nil }
 
     /// The answer to `request` from `requester` (whose direct stream is the one a `.direct` request
     /// means). Costs at most one pass over the outbox, whatever the numbers in the request.

@@ -1,7 +1,7 @@
 /// The values of end-to-end reliable delivery that travel on the wire: which stream a reliable message
-/// belongs to, and the `$resend`, `$skip` and `$position` control messages. Plain values, without JSON:
-/// ``OutboxStateMachine`` (sending side) and ``StreamReceiver`` (receiving side) exchange them, and the
-/// session maps them to and from records.
+/// belongs to, and the `$resend`, `$skip` and `$position` control messages, whose bodies they are
+/// (`Wire+Reliable.swift` reads them). ``OutboxStateMachine`` (sending side) and ``StreamReceiver``
+/// (receiving side) exchange them.
 ///
 /// A sender's reliable messages in a session form streams, one numbering per stream and connection epoch
 /// of the sender: `seq` 1, 2, 3… Unreliable and control messages are in no stream.
@@ -11,7 +11,7 @@ enum Reliable {
     static let maximumSeq = Int64.max / 2
 
     /// The `stream` field: one of a sender's streams as a receiver sees it.
-    enum StreamKind: Hashable, Sendable, CaseIterable {
+    enum StreamKind: String, Hashable, Sendable, CaseIterable, Encodable {
         /// The sender's broadcasts.
         case all
         /// The sender's direct messages to this receiver.
@@ -33,7 +33,7 @@ enum Reliable {
     }
 
     /// `$resend`, from a receiver to a sender: re-send what I miss of `stream` in `from...to`.
-    struct ResendRequest: Hashable, Sendable {
+    struct ResendRequest: Hashable, Sendable, Encodable {
         var stream: StreamKind
         /// The first seq wanted; 0: from wherever the sender owes the requester.
         var from: Int64
@@ -49,17 +49,17 @@ enum Reliable {
     /// the sender saw the receiver as a member). The receiver may move its cursor to `through`. What the
     /// sender can re-send is always a suffix of the stream, so the answer to a request is this skip
     /// (covering the start of the range) followed by the re-sent envelopes (the rest of it).
-    struct Skip: Hashable, Sendable {
+    struct Skip: Hashable, Sendable, Encodable {
         var stream: StreamKind
         var through: Int64
-        /// Ascending, disjoint, all at most `through`.
+        /// Ascending, disjoint, all at most `through`; on the wire each is the pair `[first, last]`.
         var lost: [ClosedRange<Int64>]
     }
 
     /// `$position`: a sender's latest seq per stream in its current epoch (sent after each reconnect of the
     /// sender, and in answer to a request that does not fit its streams). A stream without an entry in
     /// `direct` is at 0.
-    struct Position: Hashable, Sendable {
+    struct Position: Hashable, Sendable, Encodable {
         var all: Int64
         /// Recipient → latest seq of the sender's direct stream to it.
         var direct: [String: Int64]

@@ -12,7 +12,6 @@ extension StreamReceiver {
             case gap(ClosedRange<Int64>)
         }
 
-        /// The result of one input.
         struct Output {
             var items: [Item] = []
             /// `$resend` ranges to ask the sender for, in order.
@@ -135,7 +134,6 @@ extension StreamReceiver {
             guard let cursor else {
                 guard latest >= 1 else { return }
                 if let request, request.through < latest {
-                    // Ask for the rest as well.
                     output.asks.append((request.through + 1, latest))
                     self.request?.through = latest
                 } else if request?.through != latest {

@@ -72,7 +72,6 @@ struct StreamReceiver<Message> {
         var retryAt: Int64?
     }
 
-    /// One sender: the epoch followed and its streams.
     struct Sender {
         let epoch: Int64
         var streams: [Reliable.StreamKind: InboundStream] = [:]
@@ -83,19 +82,12 @@ struct StreamReceiver<Message> {
     /// Inputs rejected as implausible: a future epoch, a seq, skip or position too far ahead, a seq below 1.
     private(set) var rejected = 0
 
-    init(configuration: Configuration = .init()) {
-        self.configuration = configuration
-    }
+    init(configuration: Configuration = .init()) { self.configuration = configuration }
 
     /// The cursor of one stream: nil while where it starts is unknown (or the sender is not followed).
-    func cursor(of sender: String, _ stream: Reliable.StreamKind) -> Int64? {
-        senders[sender]?.streams[stream]?.cursor
-    }
+    func cursor(of sender: String, _ stream: Reliable.StreamKind) -> Int64? { senders[sender]?.streams[stream]?.cursor }
 
-    /// Messages held behind a gap in one stream.
-    func heldCount(of sender: String, _ stream: Reliable.StreamKind) -> Int {
-        senders[sender]?.streams[stream]?.held.count ?? 0
-    }
+    func heldCount(of sender: String, _ stream: Reliable.StreamKind) -> Int { senders[sender]?.streams[stream]?.held.count ?? 0 }
 
     // MARK: - Inputs
 
@@ -222,9 +214,7 @@ struct StreamReceiver<Message> {
     }
 
     /// When the next request still unanswered is due to be sent again (ms); nil when none is pending.
-    var nextRetry: Int64? {
-        senders.values.lazy.flatMap(\.streams.values).compactMap(\.request?.due).min()
-    }
+    var nextRetry: Int64? { senders.values.lazy.flatMap(\.streams.values).compactMap(\.request?.due).min() }
 
     /// Runs `body` on both streams of every sender followed, senders in name order.
     private mutating func eachStream(
@@ -247,10 +237,8 @@ struct StreamReceiver<Message> {
         rejected += output.rejected
         for item in output.items {
             switch item {
-            case let .message(seq, message):
-                action.events.append(.message(message, sender: sender, stream: stream, seq: seq))
-            case let .gap(seqs):
-                action.events.append(.gap(sender: sender, stream: stream, seqs: seqs))
+            case let .message(seq, message): action.events.append(.message(message, sender: sender, stream: stream, seq: seq))
+            case let .gap(seqs): action.events.append(.gap(sender: sender, stream: stream, seqs: seqs))
             }
         }
         for ask in output.asks {

@@ -39,7 +39,6 @@ struct ClockEstimator: Sendable, Equatable {
     private(set) var samples: [Sample] = []
     private var line: Line?
 
-    /// How many samples are kept.
     static let capacity = 64
     /// The fewest exchanges for a first estimate: half of the burst a follower starts with (5 ms apart).
     static let settlingExchanges = 4
@@ -73,10 +72,8 @@ struct ClockEstimator: Sendable, Equatable {
     /// Whether the estimate follows the drift (its counted samples span ``driftSpan``).
     var fitsDrift: Bool { line?.fitted ?? false }
 
-    /// The shortest round trip among the kept samples.
     var shortestRoundTrip: Int64? { samples.map(\.roundTrip).min() }
 
-    /// The longest round trip among the kept samples.
     var longestRoundTrip: Int64? { samples.map(\.roundTrip).max() }
 
     /// Whether there is an estimate (see the type's documentation).

@@ -35,6 +35,5 @@ extension Duration {
         return seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000
     }
 
-    /// As seconds, with a fraction.
     var seconds: Double { Double(nanoseconds) / 1_000_000_000 }
 }

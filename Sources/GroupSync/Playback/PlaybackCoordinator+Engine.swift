@@ -80,10 +80,16 @@ extension PlaybackCoordinator {
 
         func command(_ command: PlaybackStateMachine.Command) async throws(GroupSyncError) {
             guard core.isJoined else { throw core.isInvalidated ? .sessionInvalidated : .notJoined }
-            // Right after joining the group clock may still be coming: wait for it a little.
-            if let waiter = clockWaiter() {
-                await withTimeout(PlaybackCoordinator.clockPatience) { _ = await waiter.next() }
+            // Right after joining the group clock may still be coming: wait for it a little, on an inbox that
+            // ends once it is known (or the session is over).
+            let asked = localNow
+            let waiter = state.withLock { state -> Inbox<Void>? in
+                guard state.machine.waitForClock(atLocal: asked) else { return nil }
+                let waiter = Inbox<Void>()
+                state.clockWaiters.append(waiter)
+                return waiter
             }
+            if let waiter { await withTimeout(PlaybackCoordinator.clockPatience) { _ = await waiter.next() } }
             let local = localNow
             var refusal: GroupSyncError?
             // The timeline is published here, to return once the broker has it.
@@ -96,17 +102,6 @@ extension PlaybackCoordinator {
             }
             if let refusal { throw refusal }
             for record in records { try await core.publish(record) }
-        }
-
-        /// An inbox that ends once the group clock is known (or the session is over); nil when it is already.
-        private func clockWaiter() -> Inbox<Void>? {
-            let local = localNow
-            return state.withLock { state in
-                guard state.machine.waitForClock(atLocal: local) == .wait else { return nil }
-                let waiter = Inbox<Void>()
-                state.clockWaiters.append(waiter)
-                return waiter
-            }
         }
 
         // MARK: - Following the session
@@ -191,15 +186,8 @@ extension PlaybackCoordinator {
             let (action, records, ending) = state.withLock { state in
                 let action = input(&state.machine)
                 var (records, ending): ([Wire.StateRecord], [() -> Void]) = ([], [])
-                let (clockKey, timelineKey) = (PlaybackCoordinator.clockKey, PlaybackCoordinator.timelineKey)
-                switch action.write {
-                case .none: break
-                case let .clock(clock): write(clockKey, clock, to: &records)
-                case let .timeline(timeline): write(timelineKey, timeline.record, to: &records)
-                case let .clockAndTimeline(clock, timeline):
-                    write(clockKey, clock, to: &records)
-                    write(timelineKey, timeline.record, to: &records)
-                }
+                if let clock = action.writeClock { write(PlaybackCoordinator.clockKey, clock, to: &records) }
+                if let timeline = action.writeTimeline { write(PlaybackCoordinator.timelineKey, timeline.record, to: &records) }
                 switch action.timelines {
                 case .none: break
                 case let .yield(timeline): for inbox in state.timelines.all { inbox.yield(timeline) }
@@ -218,10 +206,7 @@ extension PlaybackCoordinator {
                 }
                 return (action, records, ending)
             }
-            switch action.ping {
-            case .none: break
-            case let .send(reference, t0): ping(reference, t0: t0)
-            }
+            if case let .send(reference, t0) = action.ping { ping(reference, t0: t0) }
             if !publishing { for record in records { core.enqueue(record) } }
             for end in ending { end() }
             switch action.start {

@@ -78,10 +78,7 @@ public final class PlaybackCoordinator: Sendable {
     }
 
     /// The group time now; nil until the group clock is known.
-    public func groupTime() -> GroupInstant? {
-        let local = engine.localNow
-        return engine.state.withLock { $0.machine.groupTime(atLocal: local) }
-    }
+    public func groupTime() -> GroupInstant? { groupTime(atLocal: engine.localNow) }
 
     /// The group time at `nanoseconds` (since 1970) on this participant's clock (its
     /// ``GroupCoordinator/Configuration/clock``); nil until the group clock is known.
@@ -140,8 +137,7 @@ public final class PlaybackCoordinator: Sendable {
         try await engine.command(.item(item, position: position))
     }
 
-    /// Suspends this participant's following of the timeline for `reason`; when the reason is one that
-    /// triggers waiting, the whole group pauses at one position until the suspension ends.
+    /// Suspends this participant's following of the timeline for `reason` (see ``PlaybackSuspension``).
     public func beginSuspension(for reason: PlaybackSuspension.Reason) -> PlaybackSuspension {
         let local = engine.localNow
         var id = 0

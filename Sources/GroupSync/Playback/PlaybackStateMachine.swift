@@ -22,29 +22,17 @@ struct PlaybackStateMachine {
     /// says what it does under its lock, and why). A timer's `wake` keeps an earlier wake-up already set:
     /// that one asks again.
     struct Action: Equatable {
-        var write = Write.none
+        /// Records to write as ours: the clock, then the timeline.
+        var writeClock: Wire.Clock?
+        var writeTimeline: PlaybackTimeline?
         var timelines = Timelines.none
         var start = Start.none
         var ping = Ping.none
         var waiters = Waiters.none
         var timer = Timer.none
 
-        /// Records to write as ours.
-        enum Write: Equatable {
-            case none, clock(Wire.Clock), timeline(PlaybackTimeline), clockAndTimeline(Wire.Clock, PlaybackTimeline)
-
-            init(_ clock: Wire.Clock?, _ timeline: PlaybackTimeline?) {
-                switch (clock, timeline) {
-                case (nil, nil): self = .none
-                case let (clock?, nil): self = .clock(clock)
-                case let (nil, timeline?): self = .timeline(timeline)
-                case let (clock?, timeline?): self = .clockAndTimeline(clock, timeline)
-                }
-            }
-        }
-
-        /// The sequences of ``PlaybackCoordinator/timelineUpdates()``: `yield` a timeline to them (the
-        /// first once both records were read, then each change), or `finish` them (the session is over).
+        /// The sequences of ``PlaybackCoordinator/timelineUpdates()``: `yield` a timeline to them (as
+        /// ``Handout`` says), or `finish` them (the session is over).
         enum Timelines: Equatable { case none, yield(PlaybackTimeline), finish }
 
         /// For the sequences of ``PlaybackCoordinator/starts()``: `wake` the start timer at the instant on
@@ -84,9 +72,6 @@ struct PlaybackStateMachine {
 
     /// A timeline's start, once per timeline: still to come, or handed out.
     enum Scheduled: Equatable { case pending(PlaybackTimeline), delivered(PlaybackTimeline) }
-
-    /// What ``waitForClock(atLocal:)`` tells a command: go on (a known clock, or the end), or wait.
-    enum ClockWait: Equatable { case known, wait }
 
     let me: String
     /// Who started the session: the one to start a clock when there is none; the others give it
@@ -181,7 +166,7 @@ struct PlaybackStateMachine {
     ) -> Action {
         if isEnded { return Action() }
         let claimed = checkReference(atLocal: local) ?? claimed
-        var action = Action(write: Action.Write(claimed, reconcileWaiting(atLocal: local) ?? wrote), ping: ping)
+        var action = Action(writeClock: claimed, writeTimeline: reconcileWaiting(atLocal: local) ?? wrote, ping: ping)
         let offset = offset(atLocal: local)
         if offset != nil && waitingCommands > 0 { (action.waiters, waitingCommands) = (.release, 0) }
         if let next = nextWake(atLocal: local) { action.timer = .wake(atLocal: next) }
@@ -222,11 +207,12 @@ struct PlaybackStateMachine {
         return timeline.start(at: now)
     }
 
-    /// A command asks whether to wait for the group clock (see ``Action/Waiters``).
-    mutating func waitForClock(atLocal local: Int64) -> ClockWait {
-        guard offset(atLocal: local) == nil, !isEnded else { return .known }
+    /// A command asks whether to wait for the group clock (until ``Action/Waiters-swift.enum/release``): false when it
+    /// is known, or the session is over.
+    mutating func waitForClock(atLocal local: Int64) -> Bool {
+        guard offset(atLocal: local) == nil, !isEnded else { return false }
         waitingCommands += 1
-        return .wait
+        return true
     }
 
     /// The session is over: the sequences end, waiting commands go on, the timers stop. Only once: a
@@ -306,8 +292,7 @@ struct PlaybackStateMachine {
         burst = max(burst, 1)
     }
 
-    /// The lead of a scheduled start: the configured one, else three longest round trips to the
-    /// reference plus 25 ms (50 ms before any exchange), at most a second.
+    /// The lead of a scheduled start (``PlaybackCoordinator/Configuration/lead``).
     var lead: Duration {
         if let fixedLead { return fixedLead }
         guard let longest = estimator.longestRoundTrip else { return .milliseconds(50) }
@@ -334,8 +319,7 @@ struct PlaybackStateMachine {
             if !isReference { role = .reference(offset: sameBase ? (current ?? 0) : 0) }
         } else {
             switch role {
-            case .follower(record.reference, _) where sameBase:
-                break
+            case .follower(record.reference, _) where sameBase: break
             default:
                 role = .follower(reference: record.reference, provisional: sameBase ? current : nil)
                 estimator = ClockEstimator()
@@ -346,7 +330,6 @@ struct PlaybackStateMachine {
         return act(atLocal: local)
     }
 
-    /// The session's active participants changed.
     mutating func onActive(_ participants: Set<String>, atLocal local: Int64) -> Action {
         active = participants
         return act(atLocal: local)
@@ -362,9 +345,7 @@ struct PlaybackStateMachine {
     /// When (local) this participant next has something to do without an input: a `$ping` due (every
     /// ``pingInterval`` once the estimate follows the drift), a takeover whose patience runs out. nil:
     /// nothing until the next input.
-    private func nextWake(atLocal local: Int64) -> Int64? {
-        [nextPing(), nextTakeover(atLocal: local)].compactMap { $0 }.min()
-    }
+    private func nextWake(atLocal local: Int64) -> Int64? { [nextPing(), nextTakeover(atLocal: local)].compactMap { $0 }.min() }
 
     /// When the next `$ping` to the reference is due; nil when we follow no reference.
     private func nextPing() -> Int64? {
@@ -483,10 +464,8 @@ struct PlaybackStateMachine {
         var next = current
         next.base = clock.base
         switch command {
-        case .play:
-            next = started(from: current, at: start, rate: playRate)
-        case .rate(let rate) where rate != 0:
-            next = started(from: current, at: start, rate: rate)
+        case .play: next = started(from: current, at: start, rate: playRate)
+        case .rate(let rate) where rate != 0: next = started(from: current, at: start, rate: rate)
         case .pause, .rate:
             next.position = current.mediaTime(at: now)
             next.anchor = now

@@ -1,5 +1,3 @@
-import Foundation
-
 /// The media timeline the whole session follows: where the media is (`position`, in seconds) at the group
 /// instant `anchor`, and how fast it moves from there (`rate`; 0 while paused or waiting).
 ///

@@ -1,4 +1,3 @@
-import Foundation
 import MQTT
 
 /// A live instance of an activity that the group's participants can join — the counterpart of
@@ -88,21 +87,15 @@ public final class GroupSession<Activity: GroupActivity>: Sendable, Identifiable
     /// shared state holds the group's current value (from retained messages, or from the one participant
     /// chosen to answer a newcomer, waiting at most the coordinator's `catchUpTimeout`).
     /// Throws ``GroupSyncError/sessionInvalidated`` if the session is over.
-    public func join() async throws(GroupSyncError) {
-        try await core.join()
-    }
+    public func join() async throws(GroupSyncError) { try await core.join() }
 
     /// Leaves the session: others see this participant go; its last shared state stays visible to them.
     /// Every subscription and task of the session on this side ends. Idempotent.
-    public func leave() async {
-        await core.leave()
-    }
+    public func leave() async { await core.leave() }
 
     /// Ends the session for everyone: each participant's session becomes `.invalidated(.ended(by:))` and
     /// every retained message of the session is removed from the broker.
-    public func end() async {
-        await core.end()
-    }
+    public func end() async { await core.end() }
 
     public static func == (lhs: GroupSession, rhs: GroupSession) -> Bool { lhs.id == rhs.id }
     public func hash(into hasher: inout Hasher) { hasher.combine(id) }

@@ -20,8 +20,5 @@ public enum GroupSessionState: Sendable, Hashable {
         case expired
     }
 
-    public var isInvalidated: Bool {
-        if case .invalidated = self { return true }
-        return false
-    }
+    public var isInvalidated: Bool { if case .invalidated = self { true } else { false } }
 }

@@ -21,21 +21,15 @@ public struct GroupUpdates<Element: Sendable>: AsyncSequence, Sendable {
         }
     }
 
-    init(_ inbox: Inbox<Element>) {
-        self.init(inbox) { $0 }
-    }
+    init(_ inbox: Inbox<Element>) { self.init(inbox) { $0 } }
 
     public struct AsyncIterator: AsyncIteratorProtocol {
         fileprivate let produce: @Sendable () async -> Element?
 
-        public func next() async -> Element? {
-            await produce()
-        }
+        public func next() async -> Element? { await produce() }
     }
 
-    public func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(produce: produce)
-    }
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(produce: produce) }
 }
 
 /// The sessions of one activity type, as they are announced. See ``GroupCoordinator/sessions(of:)``.

@@ -3,9 +3,7 @@ public struct Participant: Sendable, Hashable, Codable, Identifiable, CustomStri
     /// Unique in the group; also the last topic level of everything this participant publishes.
     public let id: String
 
-    public init(id: String) {
-        self.id = id
-    }
+    public init(id: String) { self.id = id }
 
     public var description: String { id }
 }

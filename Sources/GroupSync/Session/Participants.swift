@@ -11,12 +11,8 @@ public struct Participants: Sendable, Hashable {
     public static let all = Participants(storage: .all)
 
     /// Only these participants. Routed by topic: nobody else's connection ever receives it.
-    public static func only(_ participants: Set<Participant>) -> Participants {
-        Participants(storage: .only(participants))
-    }
+    public static func only(_ participants: Set<Participant>) -> Participants { Participants(storage: .only(participants)) }
 
     /// Only this participant.
-    public static func only(_ participant: Participant) -> Participants {
-        Participants(storage: .only([participant]))
-    }
+    public static func only(_ participant: Participant) -> Participants { Participants(storage: .only([participant])) }
 }

@@ -1,4 +1,3 @@
-import Foundation
 import MQTT
 
 /// What a session needs from the coordinator that found it: the connection, the group's topics, who we
@@ -26,7 +25,6 @@ struct SessionContext: Sendable {
     let clock: any WallClock
     /// The participant's hybrid logical clock, shared by all its sessions.
     let hlc: LockedValue<HybridLogicalClock>
-    /// The bounds of each session's outbox.
     let outbox: OutboxStateMachine.Configuration
     let catchUpTimeout: Duration
     /// How long after our last reliable message we state our streams' position (the heartbeat interval).

@@ -1,4 +1,3 @@
-import Foundation
 import MQTT
 
 extension SessionCore {
@@ -66,15 +65,9 @@ extension SessionCore {
             context.client.detach(ticket)
             throw .sessionInvalidated
         }
-        do throws(MQTTError) {
-            _ = try await context.client.acknowledgement(of: ticket)
-        } catch {
-            throw .connection(error)
-        }
+        try await acknowledgements(of: [ticket])
         guard case let .barrier(awaitCatchUp)? = await barrier.next() else { throw .sessionInvalidated }
-        if awaitCatchUp {
-            await withTimeout(context.catchUpTimeout) { _ = await caughtUp.next() }
-        }
+        if awaitCatchUp { await withTimeout(context.catchUpTimeout) { _ = await caughtUp.next() } }
         let now = context.clock.milliseconds()
         perform { $0.onJoined(now: now) }
         guard isJoined else { throw .sessionInvalidated }
@@ -85,7 +78,7 @@ extension SessionCore {
     func leave() async {
         guard invalidate(.left) else { return }
         await context.retained.clear(topics.member(id, me))
-        releaseOwnRecords()
+        for topic in ownedRecordTopics + [ownCopyTopic] { context.retained.release(topic) }
         context.report(self, .left)
     }
 
@@ -165,15 +158,7 @@ extension SessionCore {
             .union(stateTopics.filter { $0.hasSuffix("/\(me)") })
         let retained = context.retained
         for topic in owned { retained.disown(topic) }
-        context.tasks.spawn {
-            for topic in owned.sorted() { await retained.clear(topic) }
-        }
-    }
-
-    /// Stops refreshing our copy of the announcement, our state records and our attachments: they expire
-    /// with the session unless others keep it.
-    private func releaseOwnRecords() {
-        for topic in ownedRecordTopics + [ownCopyTopic] { context.retained.release(topic) }
+        context.tasks.spawn { for topic in owned.sorted() { await retained.clear(topic) } }
     }
 
     /// The retained records of the session we own: under its topics, and its attachments' chunks.
@@ -184,11 +169,7 @@ extension SessionCore {
     /// Marks the session over locally: its sequences end, its topics are no longer read, and it no
     /// longer counts as shared. Returns false if it already was over.
     @discardableResult
-    func invalidate(_ reason: GroupSessionState.InvalidationReason) -> Bool {
-        perform { $0.invalidate(reason) }.lifecycle != .unchanged
-    }
+    func invalidate(_ reason: GroupSessionState.InvalidationReason) -> Bool { perform { $0.invalidate(reason) }.invalidatedFrom != nil }
 
-    func stopReading() {
-        locked.withLock { $0.subscription.take() }?.unsubscribe()
-    }
+    func stopReading() { locked.withLock { $0.subscription.take() }?.unsubscribe() }
 }

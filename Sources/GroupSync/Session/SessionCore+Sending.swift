@@ -49,13 +49,11 @@ extension SessionCore {
                 for (topic, stream) in destinations {
                     let payload = try Self.number(
                         envelope, type: type, epoch: epoch, stream: reliable ? stream : nil, limit: limit, &state.machine.numbering)
-                    do throws(MQTTError) {
-                        tickets.append(
+                    tickets.append(
+                        try GroupSyncError.overConnection { () throws(MQTTError) in
                             try client.enqueuePublish(
-                                to: topic, payload: payload, qos: reliable ? .atLeastOnce : .atMostOnce, writeNow: false))
-                    } catch {
-                        throw .connection(error)
-                    }
+                                to: topic, payload: payload, qos: reliable ? .atLeastOnce : .atMostOnce, writeNow: false)
+                        })
                 }
                 return tickets
             } catch {
@@ -117,10 +115,8 @@ extension SessionCore {
         let payload = Wire.EnvelopeBytes(encodedBody: try Wire.encode(body)).finished(
             type: control.rawValue, epoch: context.epoch, seq: nil, reliable: control.isReliable)
         let topic = recipient.map { topics.direct(id, to: $0, from: me) } ?? broadcastTopic
-        do {
-            return try context.client.enqueuePublish(to: topic, payload: payload, qos: control.isReliable ? .atLeastOnce : .atMostOnce)
-        } catch {
-            throw .connection(error)
+        return try GroupSyncError.overConnection { () throws(MQTTError) in
+            try context.client.enqueuePublish(to: topic, payload: payload, qos: control.isReliable ? .atLeastOnce : .atMostOnce)
         }
     }
 
@@ -144,21 +140,18 @@ extension SessionCore {
         return queued
     }
 
-    /// Publishes what the machine asked for.
     func send(_ send: SessionStateMachine.Send) {
         switch send {
         case let .catchUp(newcomer):
-            // In as many parts as the broker's packet limit takes.
             let listingMembers = !context.client.retainAvailable
             let budget = Wire.budget(maximumPacketSize: context.client.maximumPacketSize)
             for part in read({ $0.catchUp(listingMembers: listingMembers, budget: budget) }) {
                 sendControl(.catchUp, part, to: newcomer)
             }
-        case let .resend(request): sendControl(.resend, Wire.Resend(request.resend), to: request.sender)
-        case let .position(position, recipient): sendControl(.position, Wire.Position(position), to: recipient)
-        case let .skip(skip, recipient): sendControl(.skip, Wire.Skip(skip), to: recipient)
+        case let .resend(request): sendControl(.resend, request.resend, to: request.sender)
+        case let .position(position, recipient): sendControl(.position, position, to: recipient)
+        case let .skip(skip, recipient): sendControl(.skip, skip, to: recipient)
         case let .resent(entry, recipient):
-            // A broadcast marked as one.
             let payload = entry.stream == .all ? Wire.resentBroadcast(entry.payload) : entry.payload
             let (client, topic) = (context.client, topics.direct(id, to: recipient, from: me))
             if let ticket = try? client.enqueuePublish(to: topic, payload: payload, qos: .atLeastOnce) { client.detach(ticket) }
@@ -172,8 +165,7 @@ extension SessionCore {
 
     /// Writes `value` under `key`: applied locally at once; the caller publishes the record.
     func write(key: String, value: JSONValue) -> Wire.StateRecord {
-        let now = context.clock.milliseconds()
-        let clock = context.hlc.withLock { $0.tick(now: now) }
+        let clock = context.hlc.withLock { $0.tick(now: context.clock.milliseconds()) }
         let record = Wire.StateRecord(key: key, value: value, clock: clock)
         let topic = topics.state(id, key: key, writer: me)
         perform { $0.onLocalWrite(record, topic: topic) }
@@ -196,8 +188,7 @@ extension SessionCore {
 
     /// Changes the activity: applied locally at once, then announced (our retained copy) in the background.
     func updateActivity(_ activity: Wire.Announcement.Activity) {
-        let now = context.clock.milliseconds()
-        let revision = context.hlc.withLock { $0.tick(now: now) }
+        let revision = context.hlc.withLock { $0.tick(now: context.clock.milliseconds()) }
         var updated = announcement
         perform { machine in
             updated = machine.announcement

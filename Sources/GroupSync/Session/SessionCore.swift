@@ -15,13 +15,11 @@ final class SessionCore: Sendable {
     let id: String
     let activityType: String
     let context: SessionContext
-    /// Where our messages to everyone go.
     let broadcastTopic: String
     let locked: LockedValue<State>
     /// Wakes the session when its machine asks (``tick()``); cancelled when the session is over for us.
     let timer = WakeUp()
 
-    /// The machine, and the handles of what the session made.
     struct State {
         var machine: SessionStateMachine
         /// The subscription to the session's topics, while they are read.
@@ -74,7 +72,6 @@ final class SessionCore: Sendable {
     var announcement: Wire.Announcement { read { $0.announcement } }
     /// How long our retained records of the session live after their last refresh.
     var lifetime: Duration { read { $0.announcement.lifetime } }
-    /// Our copy of the announcement.
     var ownCopyTopic: String { topics.announcement(id, by: me) }
     var activeParticipants: Set<Participant> { read { $0.active } }
     var rejectedCount: Int { read { $0.rejected } }
@@ -128,7 +125,7 @@ final class SessionCore: Sendable {
         case let .wake(due): timer.schedule(after: .milliseconds(max(due &- context.clock.milliseconds(), 0)))
         case .cancel: timer.cancel()
         }
-        if case let .invalidated(previous) = action.lifecycle {
+        if let previous = action.invalidatedFrom {
             stopReading()
             context.report(self, .invalidated(wasJoined: previous == .joined))
         }
@@ -145,17 +142,15 @@ final class SessionCore: Sendable {
 
     /// Adds a sequence's inbox to the machine through `add`; `removal` takes it out when the inbox ends.
     func register<Element>(
-        _ inbox: Inbox<Element>, _ add: (inout SessionStateMachine) -> SessionStateMachine.Registration,
+        _ inbox: Inbox<Element>,
+        _ add: (inout SessionStateMachine) -> (ListenerRegistry<SessionStateMachine.Listener>.ID?, SessionStateMachine.Action),
         removal: @escaping @Sendable (inout SessionStateMachine, ListenerRegistry<SessionStateMachine.Listener>.ID) -> Void
     ) {
         var id: ListenerRegistry<SessionStateMachine.Listener>.ID?
         perform { machine in
-            switch add(&machine) {
-            case let .added(added, action):
-                id = added
-                return action
-            case let .over(action): return action
-            }
+            let (added, action) = add(&machine)
+            id = added
+            return action
         }
         if let id { inbox.onTermination { [locked] in locked.withLock { removal(&$0.machine, id) } } }
     }
@@ -246,8 +241,7 @@ final class SessionCore: Sendable {
             return inbound(message.payload, from: sender, direct: false, now: now)
         case let .direct(session, recipient, sender) where session == id && recipient == me:
             return inbound(message.payload, from: sender, direct: true, now: now)
-        default:
-            return reject()
+        default: return reject()
         }
     }
 
@@ -269,18 +263,15 @@ final class SessionCore: Sendable {
             return feed(body) { $1.onCatchUp($0, from: sender, retainAvailable: retainAvailable, now: now) }
         case Control.end.rawValue:
             let action = perform { $0.onEnd(from: sender) }
-            if action.lifecycle != .unchanged { clearOwnRecords() }
+            if action.invalidatedFrom != nil { clearOwnRecords() }
             return action.rejected
         case Control.resend.rawValue where direct:
-            return feed(body) { (resend: Wire.Resend, machine) in machine.onResend(resend.request, from: sender) }
+            return feed(body) { (resend: Wire.Resend, machine) in machine.onResend(resend, from: sender) }
         case Control.skip.rawValue where direct:
-            return feed(body) { (skip: Wire.Skip, machine) in machine.onSkip(skip.skip, from: sender, epoch: epoch, now: now) }
+            return feed(body) { (skip: Wire.Skip, machine) in machine.onSkip(skip, from: sender, epoch: epoch, now: now) }
         case Control.position.rawValue:
-            return feed(body) { (position: Wire.Position, machine) in
-                machine.onPosition(position.position, from: sender, epoch: epoch, now: now)
-            }
-        default:
-            return perform { $0.onMessage(envelope, payload: payload, sender: sender, direct: direct, now: now) }.rejected
+            return feed(body) { (position: Wire.Position, machine) in machine.onPosition(position, from: sender, epoch: epoch, now: now) }
+        default: return perform { $0.onMessage(envelope, payload: payload, sender: sender, direct: direct, now: now) }.rejected
         }
     }
 
@@ -317,15 +308,11 @@ final class SessionCore: Sendable {
 
     /// Network thread, at the end of each burst: shows the newest of the values held during it. Values
     /// are held only on this thread, so none can arrive in between.
-    func releaseHeldValues() {
-        perform { $0.releaseHeldValues() }
-    }
+    func releaseHeldValues() { perform { $0.releaseHeldValues() } }
 
     /// A received value that could not be read: counted. Returns 1, the rejections to report.
     @discardableResult
-    func reject() -> Int {
-        perform { $0.reject() }.rejected
-    }
+    func reject() -> Int { perform { $0.reject() }.rejected }
 
     /// A message handed to a consumer whose body did not decode as the consumer's type: counted and
     /// reported like every rejected message (the consumer's task, never the network thread).

@@ -31,7 +31,6 @@ struct SessionStateMachine {
         case caughtUp
     }
 
-    /// A sequence of the session, fed by the machine.
     struct Listener {
         enum Kind: Equatable {
             case state, participants, activity
@@ -77,7 +76,9 @@ struct SessionStateMachine {
         var handovers: [Handover] = []
         var sends: [Send] = []
         var timer = Timer.unchanged
-        var lifecycle = Lifecycle.unchanged
+        /// The session is over for us, coming from this state: its topics are no longer read, and the
+        /// coordinator is told.
+        var invalidatedFrom: GroupSessionState?
         /// Received values refused (forged, out of place or unreadable: PROTOCOL.md), each to be reported.
         /// A refused value changed nothing.
         var rejected = 0
@@ -101,7 +102,6 @@ struct SessionStateMachine {
         case observe([HLCTimestamp])
     }
 
-    /// A control message to publish.
     enum Send: Hashable {
         /// `$catchup` to this newcomer, in the parts of ``catchUp(listingMembers:budget:)``.
         case catchUp(to: String)
@@ -123,25 +123,11 @@ struct SessionStateMachine {
         case cancel
     }
 
-    enum Lifecycle: Equatable {
-        case unchanged
-        /// The session is over for us, coming `from` that state: its topics are no longer read, and the
-        /// coordinator is told.
-        case invalidated(from: GroupSessionState)
-    }
-
     /// What `join()` does after ``onJoinStarted(barrier:caughtUp:)``: subscribe and publish our member
     /// record; nothing, joined already; or fail (the session is over, or another `join()` is in progress,
     /// which joins or fails on its own).
     enum JoinStart: Equatable {
         case proceed, joined, refused
-    }
-
-    /// A sequence added under an ID (for its removal when it ends), or not added since the session is
-    /// over; either way with the action that hands it its first value (and ends it, if not added).
-    enum Registration {
-        case added(ListenerRegistry<Listener>.ID, Action)
-        case over(Action)
     }
 
     let me: String
@@ -201,8 +187,10 @@ struct SessionStateMachine {
     // MARK: - Listeners
 
     /// A new sequence. It gets the current value first (state, participants, activity; a value listener
-    /// once joined); on a session that is over it ends at once, after that value.
-    mutating func addListener(_ listener: Listener) -> Registration {
+    /// once joined); on a session that is over it ends at once, after that value. Returns the ID it is
+    /// added under, for its removal when it ends (nil: not added, the session is over), and the action
+    /// that hands it that value.
+    mutating func addListener(_ listener: Listener) -> (ListenerRegistry<Listener>.ID?, Action) {
         let first: Update?
         switch listener.kind {
         case .state: first = .state(state)
@@ -212,9 +200,9 @@ struct SessionStateMachine {
         case .messages, .gaps: first = nil
         }
         var action = Action(handovers: first.map { [.yield(listener.inbox, $0)] } ?? [])
-        guard case .invalidated = phase else { return .added(listeners.add(listener), action) }
+        guard case .invalidated = phase else { return (listeners.add(listener), action) }
         action.handovers.append(.finish(listener.inbox))
-        return .over(action)
+        return (nil, action)
     }
 
     mutating func removeListener(_ id: ListenerRegistry<Listener>.ID) {
@@ -222,16 +210,13 @@ struct SessionStateMachine {
         modifyJoined { $0.held[id] = nil }
     }
 
-    /// A new sequence of the journal's lists: the current list first, then every change.
-    mutating func addJournalListener(_ inbox: Inbox<[JournalAttachment]>) -> Registration {
+    /// A new sequence of the journal's lists: the current list first, then every change (as ``addListener(_:)``).
+    mutating func addJournalListener(_ inbox: Inbox<[JournalAttachment]>) -> (ListenerRegistry<Listener>.ID?, Action) {
         let (id, journalAction) = journal.addListener(inbox)
-        let action = Action(handovers: [.journal(journalAction)])  // its list, and its end if the journal is over
-        return id.map { .added($0, action) } ?? .over(action)
+        return (id, Action(handovers: [.journal(journalAction)]))  // its list, and its end if the journal is over
     }
 
-    mutating func removeJournalListener(_ id: ListenerRegistry<Inbox<[JournalAttachment]>>.ID) {
-        journal.removeListener(id)
-    }
+    mutating func removeJournalListener(_ id: ListenerRegistry<Inbox<[JournalAttachment]>>.ID) { journal.removeListener(id) }
 
     // MARK: - Joining
 
@@ -249,8 +234,7 @@ struct SessionStateMachine {
     }
 
     /// A `join()` failed or was cancelled before completing: the session is as before it started (or
-    /// stays over, when it was invalidated meanwhile). Only the `join()` in progress abandons: from
-    /// waiting or joined it is a programming error.
+    /// stays over, when it was invalidated meanwhile).
     mutating func onJoinAbandoned() -> Action {
         if case .invalidated = phase { return Action() }
         guard case let .joining(joining) = phase else { preconditionFailure("a join was abandoned that had not started or had completed") }
@@ -271,8 +255,7 @@ struct SessionStateMachine {
 
     /// The join completed (caught up, or nobody answered in time), at wall-clock time `now` (ms). Value
     /// listeners get their first element now: the caught-up value. Every member's reliable messages are
-    /// followed from now on. Nothing if the session was invalidated meanwhile; only the `join()` in
-    /// progress completes: from waiting or joined it is a programming error.
+    /// followed from now on. Nothing if the session was invalidated meanwhile.
     mutating func onJoined(now: Int64) -> Action {
         var action = Action()
         if case .invalidated = phase { return action }
@@ -296,7 +279,7 @@ struct SessionStateMachine {
     /// The session is over for us: every sequence ends after the new state (the journal's too), and the
     /// timer stops. Nothing if it already was over.
     mutating func invalidate(_ reason: GroupSessionState.InvalidationReason) -> Action {
-        var action = Action(timer: .cancel, lifecycle: .invalidated(from: state))
+        var action = Action(timer: .cancel, invalidatedFrom: state)
         switch phase {
         case .invalidated: return Action()
         case let .joining(joining): action.handovers = joining.inboxes.map(Handover.finish)
@@ -314,10 +297,6 @@ struct SessionStateMachine {
 
     // MARK: - Inputs from the wire
 
-    private func displacesActiveMember(_ participant: String, epoch: Int64) -> Bool {
-        members[participant] != epoch && active.contains(Participant(id: participant)) && presence[participant] != epoch
-    }
-
     /// A member record of another participant (`nil`: cleared, the participant left), read at wall-clock
     /// time `now` (ms). `retained`: a stored copy replayed by the broker, not a live join — only a live join
     /// makes someone send a catch-up. A member's reliable messages are followed from its record on, and
@@ -332,7 +311,7 @@ struct SessionStateMachine {
         guard participant != me else { return action }
         if let record {
             guard CoordinatorStateMachine.isPlausible(epoch: record.epoch, now: now) else { return reject() }
-            guard !displacesActiveMember(participant, epoch: record.epoch) else {
+            if members[participant] != record.epoch, active.contains(Participant(id: participant)), presence[participant] != record.epoch {
                 heldMembers[participant] = record.epoch
                 return action
             }
@@ -398,7 +377,6 @@ struct SessionStateMachine {
         var action = Action()
         let listeners = self.listeners
         modifyJoined { joined in
-            guard !joined.held.isEmpty else { return }
             for (id, record) in joined.held {
                 if let listener = listeners[id] { action.handovers.append(.yield(listener.inbox, .value(record))) }
             }
@@ -437,9 +415,8 @@ struct SessionStateMachine {
 
     /// An app message, for the sequences of its type, read on a broadcast topic or (`direct`) on our own
     /// direct topic at wall-clock time `now` (ms). Nothing while not joined. Only members send, from the
-    /// connection they joined with. Reliable messages go through the stream receiver: in order per sender
-    /// and stream, once, the missing ones asked for (``Send/resend(_:)``) and reported as gaps when they
-    /// cannot come; unreliable ones are handed over as they come.
+    /// connection they joined with. Reliable messages go through the ``StreamReceiver`` (its requests
+    /// as ``Send/resend(_:)``); unreliable ones are handed over as they come.
     mutating func onMessage(_ envelope: Wire.ScannedEnvelope, payload: Data, sender: String, direct: Bool, now: Int64) -> Action {
         var action = Action()
         guard case .joined = phase, sender != me else { return action }
@@ -483,8 +460,7 @@ struct SessionStateMachine {
     mutating func onResend(_ request: Reliable.ResendRequest, from requester: String) -> Action {
         guard members[requester] != nil else { return reject() }
         switch numbering.outbox.answer(request, from: requester) {
-        case let .position(position):
-            return Action(sends: [.position(position, to: requester)])
+        case let .position(position): return Action(sends: [.position(position, to: requester)])
         case let .resend(skip, entries):
             return Action(sends: (skip.map { [.skip($0, to: requester)] } ?? []) + entries.map { .resent($0, to: requester) })
         }
@@ -524,12 +500,11 @@ struct SessionStateMachine {
     /// How long open requests wait to be looked at again while the connection is down (ms).
     static let inactiveRecheck: Int64 = 250
 
-    /// The timer fired, at wall-clock time `now` (ms) and `instant`. Requests still unanswered are sent
-    /// again, and after a quiet spell following our last reliable message our position is stated, so
-    /// that a receiver that lost our tail (a broker's queue overflowed) asks for it; the timer is asked
-    /// for the next of either. While the connection is down (or the session not joined) nothing is sent,
-    /// and requests still open are looked at again ``inactiveRecheck`` later: a reconnect asks for
-    /// everything anyway, but a request must not be forgotten because its moment fell in a gap.
+    /// The timer fired, at wall-clock time `now` (ms) and `instant`: unanswered requests are sent again,
+    /// our position is stated when ``MessageNumbering`` says it is due, and the timer is asked for the
+    /// next of either. While the connection is down (or the session not joined) nothing is sent, and open
+    /// requests are looked at again ``inactiveRecheck`` later: a reconnect asks for everything anyway,
+    /// but a request must not be forgotten because its moment fell in a gap.
     mutating func onTick(now: Int64, at instant: ContinuousClock.Instant, connected: Bool) -> Action {
         var action = Action()
         guard case .joined = phase, connected else {
@@ -563,8 +538,7 @@ struct SessionStateMachine {
         if let due = result.retryAt { action.wake(atWallClock: due) }
         for event in result.events {
             switch event {
-            case let .message(message, _, _, _):
-                notify(.messages(type: message.type), .message(message), into: &action)
+            case let .message(message, _, _, _): notify(.messages(type: message.type), .message(message), into: &action)
             case let .gap(sender, stream, seqs):
                 let gap = GroupSessionMessenger.Gap(
                     source: Participant(id: sender), count: seqs.upperBound - seqs.lowerBound + 1, toEveryone: stream == .all)
@@ -573,7 +547,6 @@ struct SessionStateMachine {
         }
     }
 
-    /// Hands `update` to every listener of `kind`.
     private func notify(_ kind: Listener.Kind, _ update: Update, into action: inout Action) {
         listeners.forEach { _, listener in
             if listener.kind == kind { action.handovers.append(.yield(listener.inbox, update)) }

@@ -1,5 +1,3 @@
-import Foundation
-
 /// A hybrid logical clock timestamp (Kulkarni et al., 2014): wall-clock milliseconds, a logical counter
 /// for events within the same millisecond or behind a faster clock, and the writer's participant ID as the
 /// final tie-break. Ordered lexicographically by (`time`, `counter`, `participant`), so every participant
@@ -56,11 +54,8 @@ package struct HybridLogicalClock: Sendable, Hashable {
 
     /// A timestamp for a local event at wall-clock time `now` (milliseconds).
     package mutating func tick(now: Int64) -> HLCTimestamp {
-        if now > latest.time {
-            latest = HLCTimestamp(time: now, counter: 0, participant: participant)
-        } else {
-            latest = HLCTimestamp(time: latest.time, counter: latest.counter &+ 1, participant: participant)
-        }
+        let (time, counter) = now > latest.time ? (now, 0) : (latest.time, latest.counter &+ 1)
+        latest = HLCTimestamp(time: time, counter: counter, participant: participant)
         return latest
     }
 
@@ -68,16 +63,13 @@ package struct HybridLogicalClock: Sendable, Hashable {
     /// only timestamps that are ``HLCTimestamp/isPlausible(now:)``; the arithmetic wraps rather than traps.
     package mutating func observe(_ remote: HLCTimestamp, now: Int64) {
         let time = max(latest.time, remote.time, now)
-        let counter: Int64
-        if time == latest.time && time == remote.time {
-            counter = max(latest.counter, remote.counter) &+ 1
-        } else if time == latest.time {
-            counter = latest.counter &+ 1
-        } else if time == remote.time {
-            counter = remote.counter &+ 1
-        } else {
-            counter = 0
-        }
+        let counter: Int64 =
+            switch (time == latest.time, time == remote.time) {
+            case (true, true): max(latest.counter, remote.counter) &+ 1
+            case (true, false): latest.counter &+ 1
+            case (false, true): remote.counter &+ 1
+            case (false, false): 0
+            }
         latest = HLCTimestamp(time: time, counter: counter, participant: participant)
     }
 }

@@ -1,4 +1,3 @@
-import Foundation
 import MQTT
 
 /// One small piece of state that every participant of a session sees the same: e.g. the index of the

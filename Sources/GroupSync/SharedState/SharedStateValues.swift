@@ -26,7 +26,5 @@ public struct SharedStateValues<Value: Codable & Sendable & Equatable>: AsyncSeq
         }
     }
 
-    public func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(updates: updates, initialValue: initialValue)
-    }
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(updates: updates, initialValue: initialValue) }
 }

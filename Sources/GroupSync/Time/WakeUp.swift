@@ -59,9 +59,7 @@ final class WakeUp: Sendable {
     }
 
     /// Wakes `delay` from now (see ``schedule(at:)``).
-    func schedule(after delay: Duration) {
-        schedule(at: .now + delay)
-    }
+    func schedule(after delay: Duration) { schedule(at: .now + delay) }
 
     /// Ends the timer: no wake-up comes after this returns, except from a handler already running.
     func cancel() {

@@ -42,8 +42,7 @@ public struct SystemWallClock: WallClock {
     /// compare several skewed clocks at one instant, read the system clock once (for example
     /// `SystemWallClock().nanoseconds()`) and ask each clock for its reading then.
     public func nanoseconds(atSystemTime system: Int64) -> Int64 {
-        let (seconds, attoseconds) = offset.components
-        let shifted = system &+ seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000
+        let shifted = system &+ offset.nanoseconds
         guard drift != 0 else { return shifted }
         return shifted &+ Int64((Double(system &- origin) * drift / 1_000_000).rounded())
     }

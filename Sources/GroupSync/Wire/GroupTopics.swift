@@ -57,7 +57,6 @@ package struct GroupTopics: Sendable, Hashable {
         return (["\(base)/member/+", "\(base)/state/+/+", "\(base)/journal/+/+", "\(base)/to/\(participant)/+"], "\(base)/all/+")
     }
 
-    /// What a topic of this group is.
     package enum Kind: Sendable, Hashable {
         case presence(participant: String)
         case heartbeat(participant: String)
@@ -107,18 +106,15 @@ package struct GroupTopics: Sendable, Hashable {
             case 2 where level(0, is: "alive"): return .heartbeat(participant: string(1))
             case 3 where level(0, is: "session"): return .announcement(session: string(1), publisher: string(2))
             case 3 where level(0, is: "welcome"): return .welcome(recipient: string(1), sender: string(2))
-            case 4 where level(0, is: "s") && level(2, is: "member"):
-                return .member(session: string(1), participant: string(3))
-            case 4 where level(0, is: "s") && level(2, is: "all"):
-                return .broadcast(session: string(1), sender: string(3))
+            case 4 where level(0, is: "s") && level(2, is: "member"): return .member(session: string(1), participant: string(3))
+            case 4 where level(0, is: "s") && level(2, is: "all"): return .broadcast(session: string(1), sender: string(3))
             case 5 where level(0, is: "s") && level(2, is: "state"):
                 return .state(session: string(1), key: string(3), writer: string(4))
             case 5 where level(0, is: "s") && level(2, is: "journal"):
                 return .journal(session: string(1), attachment: string(3), owner: string(4))
             case 5 where level(0, is: "s") && level(2, is: "to"):
                 return .direct(session: string(1), recipient: string(3), sender: string(4))
-            default:
-                return nil
+            default: return nil
             }
         }
     }

@@ -14,10 +14,7 @@ struct JSONParser {
     /// Containers nest at most this deep (the limit of Foundation's `JSONDecoder`).
     static let maximumDepth = 512
 
-    /// `data` parsed whole.
-    static func parse(_ data: Data) throws(Wire.Rejection) -> JSONValue {
-        try run(data, topLevelFields: false, skippingBody: false).value
-    }
+    static func parse(_ data: Data) throws(Wire.Rejection) -> JSONValue { try run(data, topLevelFields: false, skippingBody: false).value }
 
     /// The members of the top-level object (`wrong-shape` for any other value, once the whole payload is
     /// checked), and the byte range (indices of `data`) of the `body` member's value if there is one.
@@ -32,13 +29,10 @@ struct JSONParser {
         _ data: Data, topLevelFields: Bool, skippingBody: Bool
     ) throws(Wire.Rejection) -> (value: JSONValue, fields: Wire.Fields?, body: Range<Int>?) {
         guard data.count <= Wire.maximumPayload else { throw .tooLarge }
-        let result = data.withUnsafeBytes { bytes -> Result<(JSONValue, Wire.Fields?, Range<Int>?), Wire.Rejection> in
-            var parser = JSONParser(bytes: bytes, topLevelFields: topLevelFields, skippingBody: skippingBody)
-            do throws(Wire.Rejection) {
-                let value = try parser.document()
-                return .success((value, parser.fields, parser.body))
-            } catch {
-                return .failure(error)
+        let result = data.withUnsafeBytes { bytes in
+            Result { () throws(Wire.Rejection) in
+                var parser = JSONParser(bytes: bytes, topLevelFields: topLevelFields, skippingBody: skippingBody)
+                return (try parser.document(), parser.fields, parser.body)
             }
         }
         let (value, fields, body) = try result.get()
@@ -127,8 +121,7 @@ struct JSONParser {
                     open.append(container)
                     continue
                 }
-            case UInt8(ascii: "\""):
-                value = .string(try string())
+            case UInt8(ascii: "\""): value = .string(try string())
             case UInt8(ascii: "t"):
                 try literal("true")
                 value = .bool(true)
@@ -138,10 +131,8 @@ struct JSONParser {
             case UInt8(ascii: "n"):
                 try literal("null")
                 value = .null
-            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-                value = try number()
-            default:
-                throw .malformed
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): value = try number()
+            default: throw .malformed
             }
             // A value is complete: add it to its container, and close the containers it completes.
             while var container = open.popLast() {
@@ -248,8 +239,7 @@ struct JSONParser {
                 try escape(into: &utf8)
                 escaped = true
                 start = i
-            case 0..<0x20:
-                throw .malformed
+            case 0..<0x20: throw .malformed
             default:
                 ascii = ascii && byte < 0x80
                 i += 1
@@ -278,8 +268,7 @@ struct JSONParser {
             }
             guard let unicode = Unicode.Scalar(scalar) else { throw .invalidUTF8 }  // a lone low surrogate
             utf8.append(contentsOf: String(Character(unicode)).utf8)
-        default:
-            throw .malformed
+        default: throw .malformed
         }
     }
 

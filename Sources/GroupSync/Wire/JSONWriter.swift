@@ -5,7 +5,6 @@
 /// `Wire.value(_:from:)` hands a stored value to `JSONDecoder` through it, so that reading a shared
 /// state or an activity costs one Foundation pass, not an encode and a decode.
 enum JSONWriter {
-    /// Appends `value` as JSON text.
     static func append(_ value: JSONValue, to out: inout [UInt8]) {
         switch value {
         case .null: out.append(contentsOf: "null".utf8)

@@ -11,9 +11,7 @@ extension Wire {
         private var bytes: [UInt8]
 
         /// Encodes `body` with ``Wire/encode(_:)``.
-        init(body: some Encodable) throws(GroupSyncError) {
-            self.init(encodedBody: try Wire.encode(body))
-        }
+        init(body: some Encodable) throws(GroupSyncError) { self.init(encodedBody: try Wire.encode(body)) }
 
         /// Around a body already encoded with ``Wire/encode(_:)``.
         init(encodedBody: Data) {
@@ -63,12 +61,8 @@ extension Wire {
     }
 
     /// ``readEnvelope(_:)``; nil when it is rejected.
-    static func decodeEnvelope(_ payload: Data) -> ScannedEnvelope? {
-        try? readEnvelope(payload)
-    }
+    static func decodeEnvelope(_ payload: Data) -> ScannedEnvelope? { try? readEnvelope(payload) }
 
     /// An app value (a message body) from its bytes, with `JSONDecoder`.
-    static func decodeBody<T: Decodable>(_ type: T.Type, from data: Data) -> T? {
-        try? decoder.decode(type, from: data)
-    }
+    static func decodeBody<T: Decodable>(_ type: T.Type, from data: Data) -> T? { try? decoder.decode(type, from: data) }
 }

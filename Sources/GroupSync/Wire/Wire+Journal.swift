@@ -1,5 +1,3 @@
-import Foundation
-
 extension Wire {
     /// `…/s/<session>/journal/<sha256>/<owner>`, retained: one attachment of the session's journal, added
     /// by `owner`. Its bytes are the chunks `groupsync/v2-chunks/<group>/<session>/<sha256>.<index>/<owner>`,

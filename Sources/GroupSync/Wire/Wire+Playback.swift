@@ -38,9 +38,7 @@ extension Wire {
 }
 
 extension Wire.Ping: Wire.Record {
-    init(fields: Wire.Fields) throws(Wire.Rejection) {
-        t0 = try fields.instant("t0")
-    }
+    init(fields: Wire.Fields) throws(Wire.Rejection) { t0 = try fields.instant("t0") }
 }
 
 extension Wire.Pong: Wire.Record {

@@ -4,29 +4,18 @@ import Foundation
 /// an object whose `v` is the integer 2; every field it needs is there with its type (integers as JSON
 /// integers); optional fields are absent or of their type; other fields are ignored.
 extension Wire {
-    /// Why a payload is rejected: the codes of docs/conformance/README.md.
+    /// Why a payload is rejected: the codes of docs/conformance/README.md, which says what each means.
     package enum Rejection: String, Error, Sendable, Hashable, CaseIterable {
-        /// Larger than ``Wire/maximumPayload``.
         case tooLarge = "too-large"
-        /// Starts with a UTF-8 byte order mark.
         case bom
-        /// Not JSON: a syntax error, or anything after the value.
         case malformed
-        /// A string that is not valid UTF-8 (raw bytes, or an unpaired surrogate escape).
         case invalidUTF8 = "invalid-utf8"
-        /// A number beyond `Double`'s range.
         case badNumber = "bad-number"
-        /// Containers nested deeper than 512.
         case tooDeep = "too-deep"
-        /// A key twice in one object, anywhere in the payload.
         case duplicateKey = "duplicate-key"
-        /// `v` is missing or not the integer 2.
         case badVersion = "bad-version"
-        /// A fraction, an exponent or a value beyond 64 bits where an integer is expected.
         case notAnInteger = "not-an-integer"
-        /// A number outside the range docs/PROTOCOL.md states for its field (``Wire/Bounds``).
         case outOfRange = "out-of-range"
-        /// Not an object, or a field missing or of another type.
         case wrongShape = "wrong-shape"
     }
 
@@ -63,9 +52,7 @@ extension Wire {
         }
 
         /// An integer field within `bounds` (docs/PROTOCOL.md, "Ranges"): a value outside is `out-of-range`.
-        func int(_ key: String, in bounds: ClosedRange<Int64>) throws(Rejection) -> Int64 {
-            try Fields.integer(try value(key), in: bounds)
-        }
+        func int(_ key: String, in bounds: ClosedRange<Int64>) throws(Rejection) -> Int64 { try Fields.integer(try value(key), in: bounds) }
 
         /// A JSON integer within `bounds`.
         static func integer(_ value: JSONValue, in bounds: ClosedRange<Int64>) throws(Rejection) -> Int64 {
@@ -88,24 +75,19 @@ extension Wire {
             return value
         }
 
-        func optionalString(_ key: String) throws(Rejection) -> String? {
-            self[key] == nil ? nil : try string(key)
-        }
+        func optionalString(_ key: String) throws(Rejection) -> String? { self[key] == nil ? nil : try string(key) }
 
         func optionalInt(_ key: String, in bounds: ClosedRange<Int64>) throws(Rejection) -> Int64? {
             self[key] == nil ? nil : try int(key, in: bounds)
         }
 
-        func optionalBool(_ key: String) throws(Rejection) -> Bool? {
-            self[key] == nil ? nil : try bool(key)
-        }
+        func optionalBool(_ key: String) throws(Rejection) -> Bool? { self[key] == nil ? nil : try bool(key) }
 
         func bool(_ key: String) throws(Rejection) -> Bool {
             guard case let .bool(value) = try value(key) else { throw .wrongShape }
             return value
         }
 
-        /// An array of strings.
         func strings(_ key: String) throws(Rejection) -> [String] {
             guard case let .array(elements) = try value(key) else { throw .wrongShape }
             return try elements.map { element throws(Rejection) in
@@ -130,19 +112,13 @@ extension Wire {
 }
 
 extension Wire.Readable {
-    package static func read(_ data: Data) throws(Wire.Rejection) -> Self {
-        try Self(json: try JSONParser.parse(data))
-    }
+    package static func read(_ data: Data) throws(Wire.Rejection) -> Self { try Self(json: try JSONParser.parse(data)) }
 }
 
 extension Wire.Record {
-    package init(json: JSONValue) throws(Wire.Rejection) {
-        try self.init(fields: try Wire.Fields(json))
-    }
+    package init(json: JSONValue) throws(Wire.Rejection) { try self.init(fields: try Wire.Fields(json)) }
 
-    package static func read(_ data: Data) throws(Wire.Rejection) -> Self {
-        try Self(fields: try JSONParser.parseObject(data).fields)
-    }
+    package static func read(_ data: Data) throws(Wire.Rejection) -> Self { try Self(fields: try JSONParser.parseObject(data).fields) }
 }
 
 extension JSONValue: Wire.Readable {

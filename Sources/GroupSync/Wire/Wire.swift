@@ -75,7 +75,7 @@ package enum Wire {
         package var clock: HLCTimestamp
     }
 
-    /// The header of an envelope, on `…/msg/all/<sender>` and `…/msg/to/<recipient>/<sender>`: an
+    /// The header of an envelope, on `…/s/<session>/all/<sender>` and `…/to/<recipient>/<sender>`: an
     /// application message, or a control message whose type starts with `$`. Its `body` is read apart
     /// (``Wire/decodeEnvelope(_:)``); ``EnvelopeBytes`` writes the whole envelope.
     package struct EnvelopeHeader: Sendable, Hashable {
@@ -91,14 +91,6 @@ package enum Wire {
         package var reliable: Bool
         /// `"all"` on a broadcast re-sent to one receiver on its direct topic; nil otherwise (the topic says).
         package var stream: String?
-
-        package init(type: String, epoch: Int64, seq: Int64?, reliable: Bool, stream: String? = nil) {
-            self.type = type
-            self.epoch = epoch
-            self.seq = seq
-            self.reliable = reliable
-            self.stream = stream
-        }
     }
 
     /// `…/welcome/<recipient>/<sender>`, QoS 1, never retained: on a broker without retained messages,
@@ -119,12 +111,6 @@ package enum Wire {
         package var members: [Member]
         /// True on every part but the last, when the catch-up does not fit one message.
         package var more: Bool?
-
-        package init(states: [StateRecord], members: [Member], more: Bool? = nil) {
-            self.states = states
-            self.members = members
-            self.more = more
-        }
     }
 
     /// The writer of every payload: compact, keys sorted, `/` not escaped (docs/PROTOCOL.md).
@@ -137,7 +123,6 @@ package enum Wire {
     /// The reader of app values (message bodies, activities, shared-state values) as the app's types.
     static let decoder = JSONDecoder()
 
-    /// `value` as payload bytes.
     package static func encode(_ value: some Encodable) throws(GroupSyncError) -> Data {
         do {
             return try encoder.encode(value)
@@ -154,9 +139,7 @@ package enum Wire {
     static let envelopeAllowance = 2_048
 
     /// The bytes a message's list may take under the broker's Maximum Packet Size (nil: none set).
-    static func budget(maximumPacketSize: Int?) -> Int {
-        maximumPacketSize.map { $0 - envelopeAllowance } ?? maximumPayload
-    }
+    static func budget(maximumPacketSize: Int?) -> Int { maximumPacketSize.map { $0 - envelopeAllowance } ?? maximumPayload }
 
     /// `items` in as few consecutive groups as fit `budget` encoded bytes each, the first one having
     /// `used` bytes taken already (by what only the first message carries). Always at least one group;
@@ -191,17 +174,9 @@ package enum Wire {
         init(fields: Fields) throws(Rejection)
     }
 
-    /// Reads `data` as a `T`, or says why it is rejected.
-    package static func read<T: Readable>(_ type: T.Type, from data: Data) throws(Rejection) -> T {
-        try T.read(data)
-    }
+    /// Reads `data` as a `T`; nil when it is rejected (``Readable/read(_:)`` says why).
+    package static func decode<T: Readable>(_ type: T.Type, from data: Data) -> T? { try? T.read(data) }
 
-    /// Reads `data` as a `T`; nil when it is rejected (see ``read(_:from:)`` for the reason).
-    package static func decode<T: Readable>(_ type: T.Type, from data: Data) -> T? {
-        try? T.read(data)
-    }
-
-    /// Encodes any Codable app value as a ``JSONValue``.
     package static func jsonValue(_ value: some Encodable) throws(GroupSyncError) -> JSONValue {
         let data = try encode(value)
         guard let json = try? JSONParser.parse(data) else { throw .encodingFailed("not strict JSON") }

@@ -34,7 +34,7 @@ import Testing
     }
 
     static func vectors(in file: String) throws -> [Vector] {
-        let json = try Wire.read(JSONValue.self, from: try Data(contentsOf: directory.appendingPathComponent(file)))
+        let json = try JSONValue.read(try Data(contentsOf: directory.appendingPathComponent(file)))
         guard case let .object(root) = json, case let .array(vectors)? = root["vectors"] else { throw Wire.Rejection.wrongShape }
         return try vectors.map { vector throws -> Vector in
             guard case let .object(fields) = vector, case let .string(name)? = fields["name"], case let .string(topic)? = fields["topic"]
@@ -76,7 +76,7 @@ import Testing
         func record<T: Wire.Readable & Encodable>(_ type: T.Type, _ check: (T) -> String?) -> Outcome {
             if payload.isEmpty { return .cleared }
             do throws(Wire.Rejection) {
-                let value = try Wire.read(type, from: payload)
+                let value = try type.read(payload)
                 return check(value).map(Outcome.reject) ?? .accept(json(value))
             } catch {
                 return .reject(error.rawValue)
@@ -106,12 +106,12 @@ import Testing
                 let bodyBytes = payload[envelope.body]
                 let body: JSONValue
                 switch envelope.header.type {
-                case "$catchup": body = json(try Wire.read(Wire.CatchUp.self, from: bodyBytes))
-                case "$resend": body = json(try Wire.read(Wire.Resend.self, from: bodyBytes))
-                case "$skip": body = json(try Wire.read(Wire.Skip.self, from: bodyBytes))
-                case "$position": body = json(try Wire.read(Wire.Position.self, from: bodyBytes))
-                case "$ping": body = json(try Wire.read(Wire.Ping.self, from: bodyBytes))
-                case "$pong": body = json(try Wire.read(Wire.Pong.self, from: bodyBytes))
+                case "$catchup": body = json(try Wire.CatchUp.read(bodyBytes))
+                case "$resend": body = json(try Wire.Resend.read(bodyBytes))
+                case "$skip": body = json(try Wire.Skip.read(bodyBytes))
+                case "$position": body = json(try Wire.Position.read(bodyBytes))
+                case "$ping": body = json(try Wire.Ping.read(bodyBytes))
+                case "$pong": body = json(try Wire.Pong.read(bodyBytes))
                 default: body = try JSONParser.parse(bodyBytes)
                 }
                 let header = envelope.header
@@ -217,7 +217,7 @@ import Testing
                 let bytes = payload[envelope.body]
                 let body: any Encodable =
                     envelope.header.type == "$ping"
-                    ? try Wire.read(Wire.Ping.self, from: bytes) : try Wire.read(Wire.Pong.self, from: bytes)
+                    ? try Wire.Ping.read(bytes) : try Wire.Pong.read(bytes)
                 rewritten = String(
                     decoding: Wire.EnvelopeBytes(encodedBody: try Wire.encode(body)).finished(
                         type: envelope.header.type, epoch: envelope.header.epoch, seq: nil, reliable: false), as: UTF8.self)
@@ -231,7 +231,7 @@ import Testing
         let examples = try ConformanceVectorTests.documentLines().filter { $0.hasPrefix(#"{"added":"#) }
         #expect(examples.count == 1)
         for example in examples {
-            let record = try Wire.read(Wire.JournalRecord.self, from: Data(example.utf8))
+            let record = try Wire.JournalRecord.read(Data(example.utf8))
             #expect(String(decoding: try Wire.encode(record), as: UTF8.self) == example)
         }
     }

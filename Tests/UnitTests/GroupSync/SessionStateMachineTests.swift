@@ -30,7 +30,8 @@ import Testing
     static func listen(
         _ machine: inout Machine, _ kind: Machine.Listener.Kind = .values(key: "k"), inbox: Inbox<Machine.Update> = Inbox()
     ) -> (id: UInt64, first: [Machine.Update]) {
-        guard case let .added(id, action) = machine.addListener(.init(kind: kind, inbox: inbox)) else {
+        let (added, action) = machine.addListener(.init(kind: kind, inbox: inbox))
+        guard let id = added else {
             Issue.record("a listener of a session that is not over is added")
             return (0, [])
         }
@@ -166,7 +167,7 @@ import Testing
         let (barrier, caughtUp) = (Inbox<Machine.Update>(), Inbox<Machine.Update>())
         #expect(machine.onJoinStarted(barrier: barrier, caughtUp: caughtUp) == .proceed)
         let abandoned = machine.onJoinAbandoned()
-        #expect(abandoned.finished == 2 && abandoned.updates.isEmpty && abandoned.lifecycle == .unchanged)
+        #expect(abandoned.finished == 2 && abandoned.updates.isEmpty && abandoned.invalidatedFrom == nil)
         abandoned.handOver()
         #expect(machine.state == .waiting)
         #expect(await barrier.next() == nil, "the join's waits end")
@@ -378,7 +379,7 @@ import Testing
         #expect(machine.onEnd(from: "mallory").isRejected)
         #expect(machine.state == .joined && machine.rejected == 3)
         let ended = machine.onEnd(from: "bob")
-        #expect(ended.lifecycle == .invalidated(from: .joined) && ended.timer == .cancel)
+        #expect(ended.invalidatedFrom == .joined && ended.timer == .cancel)
         #expect(machine.state == .invalidated(reason: .ended(by: Participant(id: "bob"))))
     }
 
@@ -443,7 +444,7 @@ import Testing
         let action = machine.invalidate(.left)
         #expect(action.states == [.invalidated(reason: .left)])
         #expect(action.finished == 4, "both sequences and the join's two waits")
-        #expect(action.timer == .cancel && action.lifecycle == .invalidated(from: .waiting))
+        #expect(action.timer == .cancel && action.invalidatedFrom == .waiting)
         action.handOver()
         #expect(await states.next() == .state(.waiting))
         #expect(await states.next() == .state(.invalidated(reason: .left)))
@@ -451,7 +452,8 @@ import Testing
         #expect(await values.next() == nil)
         #expect(await barrier.next() == nil, "a join in progress gives up")
         #expect(machine.invalidate(.coordinatorClosed).isNothing, "once")
-        guard case let .over(late) = machine.addListener(.init(kind: .participants, inbox: Inbox())) else {
+        let (lateID, late) = machine.addListener(.init(kind: .participants, inbox: Inbox()))
+        guard lateID == nil else {
             Issue.record("a listener of a session that is over is not added")
             return
         }
@@ -508,7 +510,7 @@ extension SessionStateMachine.Action {
 
     /// Nothing at all to do.
     var isNothing: Bool {
-        handovers.isEmpty && sends.isEmpty && timer == .unchanged && lifecycle == .unchanged && rejected == 0
+        handovers.isEmpty && sends.isEmpty && timer == .unchanged && invalidatedFrom == nil && rejected == 0
     }
 
     /// One received value rejected, and nothing else.
