@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what GroupSync needs from Debian/Ubuntu packages, only when something is missing:
-# the mosquitto broker, its command-line clients, libmosquitto's and libcrypto's headers (and openssl for the TLS tests,
-# paho-mqtt for the Python participant of the interoperability tests, docs/interop/participant.py).
+# the mosquitto broker, its command-line clients, libmosquitto's and OpenSSL's headers (libcrypto, libssl), openssl for the TLS tests,
+# and paho-mqtt for the Python participant of the interoperability tests (docs/interop/participant.py).
 set -euo pipefail
 
 missing=()
