@@ -129,10 +129,12 @@ struct StreamReceiver<Message> {
         return action
     }
 
-    /// `sender` is an active member with this epoch: followed from now on, so that ``reconnected(now:)``
-    /// asks it too, even before it sent anything. A newer epoch ends the older one's streams.
+    /// `sender` is an active member with this epoch: a newer epoch than the one followed ends the older
+    /// one's streams. A sender not followed yet is followed from its first input (or from a reconnect,
+    /// which is told every member): a member that never sends costs the receiver nothing.
     mutating func senderSeen(_ sender: String, epoch: Int64, now: Int64) -> Action {
         var action = Action()
+        guard senders[sender] != nil else { return action }
         _ = admit(sender, epoch: epoch, now: now, &action)
         return action
     }
@@ -161,10 +163,12 @@ struct StreamReceiver<Message> {
     }
 
     /// This receiver's connection is back: what was published meanwhile may be lost, so it asks every
-    /// followed sender, for each stream, for everything after its cursor (open-ended). Requests still
-    /// waiting for their gap count as sent now.
-    mutating func reconnected(now: Int64) -> Action {
-        eachStream { inbound, configuration, output in inbound.reconnected(now: now, configuration, &output) }
+    /// sender — those followed, and the `members` (participant → epoch) it has not heard from yet —, for
+    /// each stream, for everything after its cursor (open-ended). Requests still waiting for their gap
+    /// count as sent now.
+    mutating func reconnected(now: Int64, members: [String: Int64] = [:]) -> Action {
+        for (member, epoch) in members where senders[member] == nil { senders[member] = Sender(epoch: epoch) }
+        return eachStream { inbound, configuration, output in inbound.reconnected(now: now, configuration, &output) }
     }
 
     /// Sends again the requests whose gap has stayed open for their retry interval: a request or its

@@ -68,8 +68,7 @@ extension SessionCore {
         try await acknowledgements(of: [ticket])
         guard case let .barrier(awaitCatchUp)? = await barrier.next() else { throw .sessionInvalidated }
         if awaitCatchUp { await withTimeout(context.catchUpTimeout) { _ = await caughtUp.next() } }
-        let now = context.clock.milliseconds()
-        perform { $0.onJoined(now: now) }
+        perform { $0.onJoined() }
         guard isJoined else { throw .sessionInvalidated }
     }
 

@@ -253,16 +253,15 @@ struct SessionStateMachine {
         return Action(handovers: [.yield(barrier, .barrier(awaitCatchUp: others || !retainAvailable))])
     }
 
-    /// The join completed (caught up, or nobody answered in time), at wall-clock time `now` (ms). Value
-    /// listeners get their first element now: the caught-up value. Every member's reliable messages are
-    /// followed from now on. Nothing if the session was invalidated meanwhile.
-    mutating func onJoined(now: Int64) -> Action {
+    /// The join completed (caught up, or nobody answered in time). Value listeners get their first element
+    /// now: the caught-up value. Members' reliable messages are followed from now on, each sender from its
+    /// first message (``StreamReceiver/senderSeen(_:epoch:now:)``). Nothing if the session was invalidated
+    /// meanwhile.
+    mutating func onJoined() -> Action {
         var action = Action()
         if case .invalidated = phase { return action }
         guard case .joining = phase else { preconditionFailure("a join completed that had not started or had completed") }
-        var receiver = StreamReceiver<InboundMessage>(configuration: receiving)
-        for (member, epoch) in members where member != me { _ = receiver.senderSeen(member, epoch: epoch, now: now) }
-        phase = .joined(Joined(receiver: receiver))
+        phase = .joined(Joined(receiver: StreamReceiver<InboundMessage>(configuration: receiving)))
         members[me] = myEpoch
         presence[me] = myEpoch
         listeners.forEach { _, listener in
@@ -493,7 +492,8 @@ struct SessionStateMachine {
         guard case .joined = phase else { return action }
         let position = numbering.outbox.position
         if position.all > 0 || !position.direct.isEmpty { action.sends = [.position(position, to: nil)] }
-        receive(into: &action) { $0.reconnected(now: now) }
+        let others = members.filter { $0.key != me }
+        receive(into: &action) { $0.reconnected(now: now, members: others) }
         return action
     }
 

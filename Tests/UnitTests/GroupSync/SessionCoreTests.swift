@@ -17,7 +17,7 @@ import Testing
         let core = SessionCore(
             context: context, announcement: SessionStateMachineTests.announcement, publisher: "alice", presence: ["alice": 1])
         #expect(core.locked.withLock { $0.machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) } == .proceed)
-        core.perform { $0.onJoined(now: 1_000) }
+        core.perform { $0.onJoined() }
         #expect(core.isJoined)
         return core
     }

@@ -18,7 +18,7 @@ import Testing
     static func joined(as me: String = "alice") -> Machine {
         var machine = waiting(as: me)
         #expect(machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) == .proceed)
-        #expect(machine.onJoined(now: 1_000).isNothing, "nobody listens")
+        #expect(machine.onJoined().isNothing, "nobody listens")
         return machine
     }
 
@@ -136,7 +136,7 @@ import Testing
         #expect(Self.listen(&machine, inbox: inbox).first.isEmpty, "nothing before the join")
         #expect(machine.onState(Self.record(3, at: 100, by: "bob"), key: "k", writer: "bob", topic: "t", now: 1_000).values.isEmpty)
         #expect(machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) == .proceed)
-        let joined = machine.onJoined(now: 1_000)
+        let joined = machine.onJoined()
         #expect(joined.values == [.int(3)])
         let late = Self.listen(&machine, .values(key: "other"))
         #expect(late.first == [.value(nil)], "a listener added once joined gets the current value (none here) at once")
@@ -186,7 +186,7 @@ import Testing
         #expect(accepted.caughtUp)
         #expect(accepted.clocks == catchUp.states.map(\.clock), "merged into our clock")
         #expect(machine.states["k"]?.value == .int(9))
-        #expect(machine.onJoined(now: 1_000).isNothing, "nobody listens")
+        #expect(machine.onJoined().isNothing, "nobody listens")
         #expect(machine.onCatchUp(catchUp, from: "bob", retainAvailable: true, now: 1_000).isRejected, "too late")
         #expect(machine.rejected == 3)
     }
@@ -199,7 +199,7 @@ import Testing
         #expect(machine.onCatchUp(catchUp, from: "bob", retainAvailable: false, now: 1_000).caughtUp)
         #expect(machine.members == ["bob": 4], "our own entry is ours to make")
         #expect(ids(machine.active) == ["bob"])
-        #expect(machine.onJoined(now: 1_000).isNothing, "nobody listens")
+        #expect(machine.onJoined().isNothing, "nobody listens")
         #expect(ids(machine.active) == ["alice", "bob"])
         #expect(machine.catchUp(listingMembers: true).flatMap(\.members).map(\.participant) == ["alice", "bob"])
         #expect(machine.catchUp(listingMembers: false).flatMap(\.members).isEmpty)
@@ -299,7 +299,7 @@ import Testing
         let (first, payload) = Self.envelope(seq: 1)
         #expect(machine.onMessage(first, payload: payload, sender: "bob", direct: false, now: 1_000).isNothing, "not joined yet")
         #expect(machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) == .proceed)
-        #expect(machine.onJoined(now: 1_000).isNothing, "no state, value or participants listener")
+        #expect(machine.onJoined().isNothing, "no state, value or participants listener")
         #expect(machine.onMessage(first, payload: payload, sender: "bob", direct: false, now: 1_000).messages == ["bob"])
         #expect(machine.onMessage(first, payload: payload, sender: "bob", direct: false, now: 1_000).messages.isEmpty, "a redelivery")
         let (unreliable, unreliablePayload) = Self.envelope(seq: 1, reliable: false)
@@ -332,7 +332,7 @@ import Testing
         #expect(Self.listen(&machine, .gaps, inbox: gaps).first.isEmpty)
         Self.present("bob", in: &machine)
         #expect(machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) == .proceed)
-        #expect(machine.onJoined(now: 1_000).isNothing, "no state, value or participants listener")
+        #expect(machine.onJoined().isNothing, "no state, value or participants listener")
         func receive(_ seq: Int64, direct: Bool = false) -> Machine.Action {
             let (envelope, payload) = Self.envelope(seq: seq)
             return machine.onMessage(envelope, payload: payload, sender: "bob", direct: direct, now: 1_000)

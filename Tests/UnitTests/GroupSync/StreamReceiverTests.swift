@@ -214,8 +214,9 @@ import Testing
         #expect(Self.receive([1, 2], into: &receiver) == (["1", "2"], []))
         #expect(Self.receive([1], on: .direct, into: &receiver) == (["d1"], []))
         #expect(receiver.senderSeen("w", epoch: Self.epoch, now: Self.now) == .init())
+        #expect(receiver.senders["w"] == nil, "a member that sent nothing is not followed yet")
         #expect(
-            receiver.reconnected(now: Self.now).requests == [
+            receiver.reconnected(now: Self.now, members: ["w": Self.epoch, "x": Self.epoch]).requests == [
                 Self.ask("w", .all, from: 0, to: nil), Self.ask("w", .direct, from: 0, to: nil),
                 Self.ask("x", .all, from: 3, to: nil), Self.ask("x", .direct, from: 2, to: nil),
             ])
