@@ -485,6 +485,12 @@ struct CoordinatorStateMachine {
         } ?? []
     }
 
+    /// Who has a copy of `sessionID`'s announcement on the broker, from before its end too.
+    func publishers(of sessionID: String) -> [String] {
+        guard case let .open(group) = state else { return [] }
+        return Array(Set(group.sessions[sessionID]?.copies.keys ?? [:].keys).union(group.ended[sessionID]?.copies ?? []))
+    }
+
     /// A session ended (here or elsewhere): forget it, so a new announcement with its ID is a new session.
     /// Its copies are still tracked until they expire, so that an ended copy is cleared once they are
     /// all gone, and an older copy read later does not bring the session back.

@@ -117,7 +117,7 @@ extension GroupCoordinator {
                     outcome = (.none, nil, nil)
                     break
                 }
-                let core = SessionCore(context: context, announcement: announcement, publisher: publisher, presence: presence)
+                let core = SessionCore(context: context, announcement: announcement, presence: presence)
                 let replaced = state.cores.updateValue(core, forKey: sessionID)
                 outcome = (action, core, replaced)
             case .changed: outcome = (action, state.cores[sessionID], nil)
@@ -198,8 +198,8 @@ extension GroupCoordinator {
             state.withLock { state in
                 guard state.cores[core.id] === core, !state.machine.isClosed else { return }
                 state.cores[core.id] = SessionCore(
-                    context: context, announcement: core.announcement, publisher: core.announcement.createdBy,
-                    presence: state.machine.online, numbering: core.read { $0.numbering })
+                    context: context, announcement: core.announcement, presence: state.machine.online,
+                    numbering: core.read { $0.numbering })
             }
         case .ended:
             state.withLock { state in

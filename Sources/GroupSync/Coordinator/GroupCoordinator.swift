@@ -221,6 +221,7 @@ public final class GroupCoordinator: Sendable {
             outbox: configuration.outbox, catchUpTimeout: configuration.catchUpTimeout,
             positionInterval: .milliseconds(heartbeatInterval ?? Int64(min(max(configuration.mqtt.keepAlive, 1), 65_535)) * 500),
             onRejected: configuration.onRejected,
-            retained: retained, tasks: tasks, report: { [weak self] core, event in self?.onSessionEvent(core, event) })
+            retained: retained, announcers: { [weak self] id in self?.state.withLock { $0.machine.publishers(of: id) } ?? [] },
+            tasks: tasks, report: { [weak self] core, event in self?.onSessionEvent(core, event) })
     }
 }

@@ -31,6 +31,9 @@ struct SessionContext: Sendable {
     let positionInterval: Duration
     let onRejected: (@Sendable (_ topic: String, _ payloadSize: Int) -> Void)?
     let retained: RetainedRecords
+    /// Who has a copy of a session's announcement on the broker, by the coordinator's table of copies
+    /// (which a session does not keep a second time: it has one entry per participant).
+    let announcers: @Sendable (_ session: String) -> [String]
     let tasks: BackgroundTasks
     let report: @Sendable (SessionCore, Event) -> Void
 }

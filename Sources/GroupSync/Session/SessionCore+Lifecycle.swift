@@ -86,9 +86,10 @@ extension SessionCore {
     func end() async {
         // Someone who never joined has not read the session's member and state records: the broker shows them.
         let stored = isJoined ? [] : await storedRecords()
-        let (members, stateTopics, announcers, journalTopics) = read {
-            (Array($0.members.keys), $0.stateTopics, $0.announcers, $0.journal.storedTopics(topics, session: id))
+        let (members, stateTopics, journalTopics) = read {
+            (Array($0.members.keys), $0.stateTopics, $0.journal.storedTopics(topics, session: id))
         }
+        let announcers = context.announcers(id)
         // Tell joined participants who ended it, before the announcement disappears.
         if isJoined, let ticket = try? enqueueControl(.end, JSONValue.null, to: nil) { try? await acknowledgements(of: [ticket]) }
         guard invalidate(.ended(by: context.me)) else { return }

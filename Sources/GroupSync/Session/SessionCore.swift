@@ -48,7 +48,7 @@ final class SessionCore: Sendable {
     /// `numbering`: the one of an earlier session object of the same session (left, then found again), so
     /// that our numbers go on where they were.
     init(
-        context: SessionContext, announcement: Wire.Announcement, publisher: String, presence: [String: Int64],
+        context: SessionContext, announcement: Wire.Announcement, presence: [String: Int64],
         numbering: MessageNumbering? = nil
     ) {
         self.id = announcement.session
@@ -56,7 +56,7 @@ final class SessionCore: Sendable {
         self.context = context
         self.broadcastTopic = context.topics.broadcast(announcement.session, from: context.me.id)
         let machine = SessionStateMachine(
-            me: context.me.id, myEpoch: context.epoch, announcement: announcement, announcer: publisher, presence: presence,
+            me: context.me.id, myEpoch: context.epoch, announcement: announcement, presence: presence,
             numbering: numbering ?? MessageNumbering(outbox: context.outbox, positionInterval: context.positionInterval))
         self.locked = LockedValue(State(machine: machine))
         timer.onWake { [weak self] in self?.tick() }

@@ -136,8 +136,6 @@ struct SessionStateMachine {
     let receiving: StreamReceiver<InboundMessage>.Configuration
     private(set) var phase: Phase = .waiting
     private(set) var announcement: Wire.Announcement
-    /// Everyone who published a copy of the announcement, to clear them when the session ends.
-    private(set) var announcers: Set<String>
     /// Joined participants and the connection epoch they joined with.
     private(set) var members: [String: Int64] = [:]
     /// Member records held back: an active member's record of another epoch than its live connection's
@@ -163,14 +161,13 @@ struct SessionStateMachine {
     private(set) var journal = JournalStateMachine()
 
     init(
-        me: String, myEpoch: Int64, announcement: Wire.Announcement, announcer: String, presence: [String: Int64],
+        me: String, myEpoch: Int64, announcement: Wire.Announcement, presence: [String: Int64],
         numbering: MessageNumbering = .init(), receiving: StreamReceiver<InboundMessage>.Configuration = .init()
     ) {
         self.me = me
         self.myEpoch = myEpoch
         self.receiving = receiving
         self.announcement = announcement
-        self.announcers = [announcer]
         self.presence = presence
         self.numbering = numbering
     }
@@ -558,7 +555,6 @@ struct SessionStateMachine {
     mutating func onAnnouncement(_ new: Wire.Announcement, from publisher: String) -> Action {
         guard new.activity.type == announcement.activity.type, new.ttl == announcement.ttl else { return reject() }
         var action = Action()
-        announcers.insert(publisher)
         guard new.revision > announcement.revision else { return action }
         announcement = new
         notify(.activity, .activity(new.activity.data), into: &action)

@@ -12,10 +12,11 @@ import Testing
         let context = SessionContext(
             client: client, topics: GroupTopics(group: "g"), me: Participant(id: "alice"), epoch: 1, clock: SystemWallClock(),
             hlc: LockedValue(HybridLogicalClock(participant: "alice")), outbox: .init(), catchUpTimeout: .seconds(1),
-            positionInterval: .seconds(60), onRejected: nil, retained: RetainedRecords(client: client), tasks: BackgroundTasks(),
+            positionInterval: .seconds(60), onRejected: nil, retained: RetainedRecords(client: client), announcers: { _ in [] },
+            tasks: BackgroundTasks(),
             report: { _, _ in })
         let core = SessionCore(
-            context: context, announcement: SessionStateMachineTests.announcement, publisher: "alice", presence: ["alice": 1])
+            context: context, announcement: SessionStateMachineTests.announcement, presence: ["alice": 1])
         #expect(core.locked.withLock { $0.machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) } == .proceed)
         core.perform { $0.onJoined() }
         #expect(core.isJoined)

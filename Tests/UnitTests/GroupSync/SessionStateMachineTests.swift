@@ -12,7 +12,7 @@ import Testing
         createdBy: "alice", createdAt: 1, revision: HLCTimestamp(time: 1, counter: 0, participant: "alice"), ttl: 60)
 
     static func waiting(as me: String = "alice") -> Machine {
-        Machine(me: me, myEpoch: 1, announcement: announcement, announcer: "alice", presence: [me: 1])
+        Machine(me: me, myEpoch: 1, announcement: announcement, presence: [me: 1])
     }
 
     static func joined(as me: String = "alice") -> Machine {
