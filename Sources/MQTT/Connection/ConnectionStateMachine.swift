@@ -129,10 +129,11 @@ struct ConnectionStateMachine {
     }
     /// Which sinks each recently received topic goes to: an application's topics repeat (one per sender
     /// and kind), so most messages skip matching every filter. Emptied whenever a subscription comes or
-    /// goes, and when it grows past ``maximumRoutes`` (small, since a process may hold a thousand
-    /// connections, each with its own table).
+    /// goes, and when it grows past ``maximumRoutes``: enough for the topics a small group sends on, and
+    /// small, since a process may hold a thousand connections, each with its own table (in a group of a
+    /// thousand, whose topics no such table holds, a miss costs matching a handful of filters).
     private(set) var routes: [String: [MessageSink]] = [:]
-    static let maximumRoutes = 128
+    static let maximumRoutes = 32
     /// The listeners of ``MQTTClient/events()``, under the IDs their sequences remove them by.
     private var listeners: [UInt64: Listener] = [:]
     private let backoff: Backoff
