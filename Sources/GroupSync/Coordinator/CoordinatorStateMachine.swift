@@ -488,7 +488,9 @@ struct CoordinatorStateMachine {
     /// Who has a copy of `sessionID`'s announcement on the broker, from before its end too.
     func publishers(of sessionID: String) -> [String] {
         guard case let .open(group) = state else { return [] }
-        return Array(Set(group.sessions[sessionID]?.copies.keys ?? [:].keys).union(group.ended[sessionID]?.copies ?? []))
+        var publishers = group.ended[sessionID]?.copies ?? []
+        if let live = group.sessions[sessionID] { publishers.formUnion(live.copies.keys) }
+        return Array(publishers)
     }
 
     /// A session ended (here or elsewhere): forget it, so a new announcement with its ID is a new session.

@@ -89,14 +89,11 @@ final class SessionCore: Sendable {
         var handovers: [SessionStateMachine.Handover]?
         let action = locked.withLock { state in
             let action = input(&state.machine)
-            var queued = action.handovers
-            if queued.contains(where: { if case .observe = $0 { true } else { false } }) {
+            if !action.observed.isEmpty {
                 let now = context.clock.milliseconds()
-                context.hlc.withLock { clock in
-                    for case let .observe(clocks) in queued { clocks.forEach { clock.observe($0, now: now) } }
-                }
-                queued.removeAll { if case .observe = $0 { true } else { false } }
+                context.hlc.withLock { clock in action.observed.forEach { clock.observe($0, now: now) } }
             }
+            let queued = action.handovers
             if state.pending != nil {
                 state.pending?.append(contentsOf: queued)
             } else if !queued.isEmpty {
@@ -110,7 +107,6 @@ final class SessionCore: Sendable {
                 case let .yield(inbox, update): inbox.yield(update)
                 case let .finish(inbox): inbox.finish()
                 case let .journal(action): action.perform()
-                case .observe: break  // merged under the lock, above
                 }
             }
             handovers = locked.withLock { state in

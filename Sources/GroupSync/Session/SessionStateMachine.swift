@@ -72,6 +72,10 @@ struct SessionStateMachine {
     /// What an input asks of the session's runtime, which performs its parts in the order declared here
     /// once its lock is released.
     struct Action {
+        /// Received clocks to merge into the participant's clock, in the same hold of the session's lock
+        /// as the input (the clock's lock is a leaf): a value the machine holds — read through
+        /// ``SharedState/value`` as much as handed over — is older than what its reader writes next.
+        var observed: [HLCTimestamp] = []
         /// For the sequences, in the machine's order: performed behind the hand-overs of earlier inputs.
         var handovers: [Handover] = []
         var sends: [Send] = []
@@ -96,10 +100,6 @@ struct SessionStateMachine {
         case finish(Inbox<Update>)
         /// For the journal's sequences.
         case journal(JournalStateMachine.Action)
-        /// Received clocks to merge into the participant's clock. Merged in the same hold of the session's
-        /// lock as the input (the clock's lock is a leaf), not queued: a value the machine holds — read
-        /// through ``SharedState/value`` as much as handed over — is older than what its reader writes next.
-        case observe([HLCTimestamp])
     }
 
     enum Send: Hashable {
@@ -363,7 +363,7 @@ struct SessionStateMachine {
     ) -> Action {
         guard record.matches(key: key, writer: writer), record.clock.isPlausible(now: now) else { return reject() }
         stateTopics.insert(topic)
-        var action = Action(handovers: [.observe([record.clock])])
+        var action = Action(observed: [record.clock])
         applyIfNewer(record, into: &action, hold: holdingValues)
         return action
     }
@@ -396,7 +396,7 @@ struct SessionStateMachine {
     mutating func onCatchUp(_ catchUp: Wire.CatchUp, from sender: String, retainAvailable: Bool, now: Int64) -> Action {
         guard case let .joining(joining) = phase, members[sender] != nil || !retainAvailable else { return reject() }
         let records = catchUp.states.filter { $0.clock.isPlausible(now: now) }
-        var action = Action(handovers: records.isEmpty ? [] : [.observe(records.map(\.clock))])
+        var action = Action(observed: records.map(\.clock))
         for record in records { applyIfNewer(record, into: &action) }
         for member in catchUp.members where member.participant != me {
             members[member.participant] = member.epoch

@@ -502,15 +502,11 @@ extension SessionStateMachine.Action {
     }
 
     /// The received clocks it merges into ours.
-    var clocks: [HLCTimestamp] {
-        handovers.flatMap { handover -> [HLCTimestamp] in
-            if case let .observe(clocks) = handover { clocks } else { [] }
-        }
-    }
+    var clocks: [HLCTimestamp] { observed }
 
     /// Nothing at all to do.
     var isNothing: Bool {
-        handovers.isEmpty && sends.isEmpty && timer == .unchanged && invalidatedFrom == nil && rejected == 0
+        observed.isEmpty && handovers.isEmpty && sends.isEmpty && timer == .unchanged && invalidatedFrom == nil && rejected == 0
     }
 
     /// One received value rejected, and nothing else.
@@ -527,7 +523,6 @@ extension SessionStateMachine.Action {
             case let .yield(inbox, update): inbox.yield(update)
             case let .finish(inbox): inbox.finish()
             case let .journal(action): action.perform()
-            case .observe: break
             }
         }
     }
