@@ -167,7 +167,7 @@ extension Trait where Self == ConditionTrait {
 /// the failure message of a test whose messages stopped arriving.
 func receiverState(_ session: GroupSession<some GroupActivity>) -> String {
     let streams = session.core.read { machine -> String in
-        guard case let .joined(joined) = machine.phase else { return "not joined" }
+        guard case let .joined(joined) = machine.phase else { return "not joined: \(machine.state)" }
         return joined.receiver.senders.sorted { $0.key < $1.key }.map { sender, followed in
             "\(sender)@\(followed.epoch) "
                 + followed.streams.sorted { "\($0.key)" < "\($1.key)" }.map { kind, stream in
