@@ -169,6 +169,34 @@ import Testing
         }
     }
 
+    /// After a reconnect the subscriptions are restored before anything the client publishes on the new
+    /// connection reaches the broker, even while CONNACK is awaited: a client's own retained messages come
+    /// back live, never in the replay of its resubscription, where they would look stored before it came
+    /// back (which a participant takes as proof that the broker kept its retained messages).
+    @Test(.needsOwnBroker("restarts and pauses it")) func ownMessagesPublishedBeforeConnackComeBackLiveNotInTheReplay() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let client = try await connectedClient(broker) { $0.reconnect = Backoff(initial: .seconds(1), maximum: .seconds(1)) }
+            let received = Collector(try await client.subscribe(to: [TopicSubscription("own/#", qos: .atLeastOnce)]))
+            await broker.stop()
+            try await waitUntil("the client sees the outage") { !client.isConnected }
+            try await broker.restart()
+            broker.pause()  // the client's next socket opens (the kernel accepts it), and its CONNACK waits
+            let sent = LockedValue(0)
+            try await waitUntil(timeout: .seconds(10), "50 published while CONNACK is awaited") {
+                guard case .reconnecting = client.connection.state.withLock({ $0.state }) else { return false }
+                try sent.withLock { sent in
+                    _ = try client.enqueuePublish(to: "own/\(sent)", payload: Data("x".utf8), qos: .atLeastOnce, retain: true)
+                    sent += 1
+                }
+                return sent.withLock { $0 } >= 50
+            }
+            broker.resume()
+            try await waitUntil(timeout: .seconds(10), "all 50 arrive") { Set(received.elements.map(\.topic)).count == 50 }
+            #expect(received.elements.filter(\.retain).map(\.topic) == [], "replayed as stored")
+            await client.disconnect()
+        }
+    }
+
     @Test(.needsOwnBroker("restarts it with persistence")) func qos1PublishedWhileBrokerIsDownIsDeliveredAfterRestart() async throws {
         var config = MosquittoBroker.Configuration()
         config.persistence = true

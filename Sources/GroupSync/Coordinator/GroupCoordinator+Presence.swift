@@ -13,7 +13,11 @@ extension GroupCoordinator {
             if message.retain {
                 state.withLock { $0.replay?.ownPresence = true }
             } else if presence?.epoch == epoch, presence?.status == .online {
-                state.withLock { $0.presenceEcho }?.yield(())  // our own publish coming back live
+                // Our own publish coming back live.
+                state.withLock { state in
+                    state.replay?.complete = true
+                    return state.presenceEcho
+                }?.yield(())
             }
         }
         let wallNow = configuration.clock.milliseconds()

@@ -214,13 +214,19 @@ extension GroupCoordinator {
     /// broker's retained store survived — our own presence record is in the replay — an announcement
     /// copy we own that is missing from the replay was cleared by whoever ended the session: drop it
     /// instead of republishing it.
+    ///
+    /// That proof holds because the connection resubscribes before it sends anything we publish on it
+    /// (a presence published meanwhile comes back live, not in the replay), and only for a complete
+    /// replay: one our echo followed. A replay this call does not see complete (the connection was lost
+    /// again meanwhile) is left to the next connection's call.
     func forgetSessionsEndedWhileAway() async {
         // The replay is being recorded since the CONNACK (on the network thread, before any message).
         try? await publishPresenceAndAwaitEcho()
         guard
-            let seen = state.withLock({ state in
-                defer { state.replay = nil }
-                return state.replay
+            let seen = state.withLock({ state -> Replay? in
+                guard let replay = state.replay, replay.complete else { return nil }
+                state.replay = nil
+                return replay
             }), seen.ownPresence
         else { return }
         let (prefix, suffix) = ("\(topics.root)/session/", "/\(localParticipant.id)")

@@ -28,9 +28,13 @@ public final class GroupCoordinator: Sendable {
     /// The one timer of the coordinator's machine (see ``startUpkeep()``).
     let upkeep = WakeUp()
 
+    /// What the retained replay of a connection whose MQTT session the broker had lost showed of our own
+    /// records. Complete once our presence came back live on it: the replay comes before anything we
+    /// publish on that connection (see ``forgetSessionsEndedWhileAway()``).
     struct Replay {
         var announcements: Set<String> = []
         var ownPresence = false
+        var complete = false
     }
 
     /// Everything of the coordinator that changes, under one lock.

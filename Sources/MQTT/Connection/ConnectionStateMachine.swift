@@ -157,6 +157,13 @@ struct ConnectionStateMachine {
     var currentServer: MQTTClient.Server { servers[server] }
 
     var isConnected: Bool { if case .connected = state { true } else { false } }
+    /// Whether SUBSCRIBE and UNSUBSCRIBE can be sent: the socket is open, CONNACK may still be awaited.
+    private var isSocketOpen: Bool {
+        switch state {
+        case .connected, .reconnecting, .firstConnect(_, socketOpen: true): true
+        case .idle, .firstConnect(_, socketOpen: false), .backingOff, .stopping, .stopped: false
+        }
+    }
     var isStopped: Bool { if case .stopped = state { true } else { false } }
     /// Whether the client was stopped or is stopping: nothing new starts.
     private var isEnding: Bool { if case .stopping = state { true } else { isStopped } }
@@ -269,7 +276,7 @@ struct ConnectionStateMachine {
         var sink = sink
         sink.id = id
         subscriptions[id] = SubscriptionEntry(filters: requested, sink: sink, filterBytes: requested.map { Array($0.filter.utf8) })
-        return [.reply(.subscribe(isConnected ? requested : []))]
+        return [.reply(.subscribe(isSocketOpen ? requested : []))]
     }
 
     /// SUBSCRIBE `mid` was sent for a caller now awaiting its SUBACK: resumed at once if it came already
@@ -293,7 +300,7 @@ struct ConnectionStateMachine {
         guard let entry = subscriptions.removeValue(forKey: id) else { return [] }
         let stillUsed = Set(subscriptions.values.flatMap { $0.filters.map(\.filter) })
         let unused = Set(entry.filters.map(\.filter)).subtracting(stillUsed)
-        return (isConnected && !unused.isEmpty ? [.unsubscribe(unused.sorted())] : []) + [.finishSubscription(entry.sink)]
+        return (isSocketOpen && !unused.isEmpty ? [.unsubscribe(unused.sorted())] : []) + [.finishSubscription(entry.sink)]
     }
 
     /// A listener of connection events, which its sequence removes under `id`; finished at once when the
@@ -377,22 +384,29 @@ struct ConnectionStateMachine {
         }
     }
 
-    /// The socket is open; CONNACK is awaited. Only the connect step comes here, as for
-    /// ``onConnectFailed(_:now:random:)``. Nothing to do.
-    mutating func onSocketOpened() {
+    /// The socket is open, CONNECT queued, and the connect step already sent SUBSCRIBE for `restored`,
+    /// the ``liveFilters`` it read when the socket opened; CONNACK is awaited. Only the connect step comes
+    /// here, as for ``onConnectFailed(_:now:random:)``. Restores the filters added since.
+    ///
+    /// Subscriptions go right behind CONNECT (MQTT lets a client send before CONNACK), before a publisher
+    /// can see the socket open: a message published on the new connection reaches the broker after them
+    /// (one published before waits in libmosquitto until CONNACK), so that a subscriber gets its own
+    /// retained messages live, never back in the replay of its resubscription. From here on a new
+    /// subscription is sent at once.
+    mutating func onSocketOpened(restored: [TopicSubscription]) -> Action {
         switch state {
         case let .firstConnect(waiter, socketOpen: false): state = .firstConnect(waiter, socketOpen: true)
         case let .backingOff(attempt, _): state = .reconnecting(attempt: attempt)
-        case .stopping: break
+        case .stopping: return []
         case .idle, .firstConnect(_, socketOpen: true), .connected, .reconnecting, .stopped:
             preconditionFailure("a socket opened outside the network thread's connect step: \(state)")
         }
+        return liveFilters.filter { !restored.contains($0) }.map(Effect.restore)
     }
 
-    /// CONNACK arrived. `reasonCode` 0 is success: the subscriptions hear of the new connection and are
-    /// restored before anyone hears of it (a first `connect()` returns, `.connected` is announced): a
-    /// publish made in reaction to `.connected` must reach the broker after them, or a retained copy of it
-    /// would come back as a stored message instead of live. No CONNACK comes before `connect()`; one after
+    /// CONNACK arrived. `reasonCode` 0 is success: the subscriptions (restored already, see
+    /// ``onSocketOpened()``) hear of the new connection before anyone else does (a first `connect()`
+    /// returns, `.connected` is announced), and before its replay of retained messages arrives. No CONNACK comes before `connect()`; one after
     /// `disconnect()` (or a cancelled connect) changes nothing.
     mutating func onConnack(
         reasonCode: Int, reason: String, sessionPresent: Bool, limits: BrokerLimits,
@@ -417,7 +431,7 @@ struct ConnectionStateMachine {
         self.limits = limits
         self.limits.retainAvailable = limits.retainAvailable && retainedMessages
         let told = subscriptions.values.map(\.sink).filter { $0.connected != nil }
-        return told.map { .tellConnected($0, sessionPresent: sessionPresent) } + liveFilters.map(Effect.restore)
+        return told.map { .tellConnected($0, sessionPresent: sessionPresent) }
             + (connecting.map { [.resumeConnect($0, .success(()))] } ?? [])
             + [.announce(.connected(to: currentServer, sessionPresent: sessionPresent), to: Array(listeners.values))]
     }

@@ -59,8 +59,8 @@ extension MosquittoConnection {
         }
     }
 
-    /// Subscribes a live filter again on a new connection, from the connect callback (see
-    /// ``ConnectionStateMachine/onConnack(reasonCode:reason:sessionPresent:limits:now:random:)``).
+    /// Subscribes a live filter again on a new connection, once its socket is open (see
+    /// ``ConnectionStateMachine/onSocketOpened(restored:)``).
     func restore(_ request: TopicSubscription) {
         if case let .success(mid?) = subscribe([request]) { state.withLock { $0.onRestoreRegistered(mid: mid, filter: request.filter) } }
     }

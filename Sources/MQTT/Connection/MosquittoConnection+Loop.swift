@@ -10,7 +10,7 @@ import Foundation
 /// one's own. Not `mosquitto_loop`: it waits with `select()`, which cannot watch a descriptor at or above
 /// `FD_SETSIZE` (1024), about 340 connections per process. What this thread adds to libmosquitto's loop:
 /// the state machine's connect policy (a first connect that fails is reported, not retried; reconnects
-/// back off with jitter), the subscriptions restored before `.connected` is announced, the end of a burst
+/// back off with jitter), the subscriptions restored as soon as the socket is open, the end of a burst
 /// of messages reported, and a stop that quiesces the connection before DISCONNECT (see
 /// ``sendDisconnect()``).
 extension MosquittoConnection {
@@ -44,8 +44,12 @@ extension MosquittoConnection {
                 let rc = io.withLock { _ in
                     let rc = server.map { connect(to: configuration.servers[$0]) } ?? mosquitto_reconnect(handle)
                     // Still under `io`: a publisher's failed write cannot report this socket lost before
-                    // the state machine knows it is open.
-                    if rc == MOSQ_ERR_SUCCESS.rawValue { state.withLock { $0.onSocketOpened() } }
+                    // the state machine knows it is open. Resubscribed first (see `onSocketOpened`).
+                    if rc == MOSQ_ERR_SUCCESS.rawValue {
+                        let restored = state.withLock { $0.liveFilters }
+                        for request in restored { restore(request) }
+                        update { $0.onSocketOpened(restored: restored) }
+                    }
                     return rc
                 }
                 if rc != MOSQ_ERR_SUCCESS.rawValue {

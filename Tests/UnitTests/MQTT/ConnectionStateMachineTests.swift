@@ -79,7 +79,7 @@ func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
         var machine = makeMachine()
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
             #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
-            machine.onSocketOpened()
+            #expect(run(machine.onSocketOpened(restored: [])) == [])
             #expect(
                 run(machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: limits, now: .now, random: 0))
                     == [.resumeConnect(.success), .announce(.connected(to: Self.h, sessionPresent: false))])
@@ -130,7 +130,7 @@ func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
         var machine = makeMachine()
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
             #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
-            machine.onSocketOpened()
+            #expect(run(machine.onSocketOpened(restored: [])) == [])
             #expect(run(machine.onConnectCancelled()) == [.stopNetworkThread(.disconnect)], "the network thread is stopped")
             #expect(run(machine.onConnectCancelled()) == [], "once")
             #expect(machine.nextStep == .exit)
@@ -164,7 +164,7 @@ func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
         var machine = makeMachine()
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
             #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
-            machine.onSocketOpened()
+            #expect(run(machine.onSocketOpened(restored: [])) == [])
             #expect(machine.nextStep == .loop)
             let refused = machine.onConnack(
                 reasonCode: 135, reason: "Not authorized", sessionPresent: false, limits: .init(), now: .now, random: 0)
@@ -183,7 +183,7 @@ func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
         var machine = makeMachine()
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
             #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
-            machine.onSocketOpened()
+            #expect(run(machine.onSocketOpened(restored: [])) == [])
             #expect(run(machine.onConnectionLost(reason: "r", cause: .tooManyOpenDescriptors, now: .now, random: 0)) == [])
             #expect(machine.nextStep == .exit)
             #expect(run(machine.onStopped()) == [.resumeConnect(.failure(.tooManyOpenDescriptors)), .finishListeners(0)])
@@ -191,20 +191,23 @@ func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
         #expect(failure(result) == .tooManyOpenDescriptors)
     }
 
-    /// CONNACK tells the subscriptions of the connection and restores them before `connect()` returns
-    /// and `.connected` is announced.
-    @Test func theFirstConnackRestoresSubscriptionsMadeBeforeIt() async throws {
+    /// Subscriptions made before the socket opens are sent as soon as it is, right behind CONNECT (by the
+    /// connect step, or by the machine for one made meanwhile), and one made while CONNACK is awaited at
+    /// once; CONNACK tells them of the connection before `connect()`
+    /// returns and `.connected` is announced.
+    @Test func theFirstSocketRestoresSubscriptionsMadeBeforeIt() async throws {
         var machine = makeMachine()
         let told = LockedValue<[Bool]>([])
-        let a = TopicSubscription("a"), b = TopicSubscription("b", qos: .exactlyOnce)
+        let a = TopicSubscription("a"), b = TopicSubscription("b", qos: .exactlyOnce), d = TopicSubscription("d")
         let added = machine.onSubscriptionAdded(id: 1, [a, b], sink: sink { present in told.withLock { $0.append(present) } })
-        #expect(run(added) == [.reply(.subscribe([]))], "sent once connected")
+        #expect(run(added) == [.reply(.subscribe([]))], "sent once the socket is open")
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
             #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
-            machine.onSocketOpened()
+            #expect(run(machine.onSocketOpened(restored: [a])) == [.restore(b)], "b was added after the connect step read them")
+            #expect(run(machine.onSubscriptionAdded(id: 3, [d], sink: sink())) == [.reply(.subscribe([d]))], "CONNACK awaited")
             #expect(
                 run(machine.onConnack(reasonCode: 0, reason: "", sessionPresent: true, limits: .init(), now: .now, random: 0)) == [
-                    .tellConnected(sink: 1, sessionPresent: true), .restore(a), .restore(b), .resumeConnect(.success),
+                    .tellConnected(sink: 1, sessionPresent: true), .resumeConnect(.success),
                     .announce(.connected(to: Self.h, sessionPresent: true)),
                 ])
         }
@@ -251,11 +254,11 @@ func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
         var machine = makeMachine(Self.servers)
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
             #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
-            machine.onSocketOpened()
+            #expect(run(machine.onSocketOpened(restored: [])) == [])
             #expect(run(machine.onConnectionLost(reason: "closed", now: .now, random: 0)) == [])
             #expect(run(machine.onConnectionLost(reason: "closed", now: .now, random: 0)) == [], "reported again")
             #expect(machine.nextStep == .connect(to: 1, notBefore: nil) && machine.currentServer == Self.servers[1])
-            machine.onSocketOpened()
+            #expect(run(machine.onSocketOpened(restored: [])) == [])
             #expect(
                 run(machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: .now, random: 0))
                     == [.resumeConnect(.success), .announce(.connected(to: Self.servers[1], sessionPresent: false))])
@@ -270,7 +273,7 @@ func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
             #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
             #expect(run(machine.onConnectFailed(.unreachable(host: "a", port: 1, detail: "refused"), now: .now, random: 0)) == [])
-            machine.onSocketOpened()
+            #expect(run(machine.onSocketOpened(restored: [])) == [])
             let refused = machine.onConnack(
                 reasonCode: 135, reason: "Not authorized", sessionPresent: false, limits: .init(), now: .now, random: 0)
             #expect(run(refused) == [])
@@ -289,7 +292,7 @@ func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
         var machine = makeMachine(Self.servers)
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
             #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
-            machine.onSocketOpened()
+            #expect(run(machine.onSocketOpened(restored: [])) == [])
             #expect(
                 run(machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: .now, random: 0))
                     == [.resumeConnect(.success), .announce(.connected(to: Self.servers[0], sessionPresent: false))])
@@ -315,7 +318,7 @@ func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
             run(machine.onConnectFailed(.notConnected, now: now, random: 0)) == [
                 .announce(.reconnecting(attempt: 4, delay: .milliseconds(400)))
             ])
-        machine.onSocketOpened()
+        #expect(run(machine.onSocketOpened(restored: [])) == [])
         let back = machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: now, random: 0)
         #expect(run(back) == [.announce(.connected(to: Self.servers[1], sessionPresent: false))])
     }
@@ -356,7 +359,7 @@ func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
         #expect(delays.prefix(3) == [.milliseconds(200), .milliseconds(400), .milliseconds(800)])
         #expect(delays.last == Self.backoff.maximum)
         // The socket opens, CONNACK comes: connected again, and the next loss starts from attempt 1.
-        machine.onSocketOpened()
+        #expect(run(machine.onSocketOpened(restored: [])) == [])
         #expect(machine.nextStep == .loop)
         let back = machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: now, random: 0)
         #expect(run(back) == [.announce(.connected(to: Self.h, sessionPresent: false))])
@@ -373,7 +376,7 @@ func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
             run(machine.onConnectionLost(reason: "gone", now: .now, random: 0)) == [
                 .announce(.disconnected(reason: "gone")), .announce(.reconnecting(attempt: 1, delay: .milliseconds(50))),
             ])
-        machine.onSocketOpened()
+        #expect(run(machine.onSocketOpened(restored: [])) == [])
         let refused = machine.onConnack(
             reasonCode: 135, reason: "Not authorized", sessionPresent: false, limits: .init(), now: .now, random: 0)
         #expect(run(refused) == [.announce(.reconnecting(attempt: 2, delay: Self.backoff.maximum))])
@@ -391,10 +394,12 @@ func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
             run(machine.onConnectionLost(reason: "gone", now: .now, random: 0)) == [
                 .announce(.disconnected(reason: "gone")), .announce(.reconnecting(attempt: 1, delay: .milliseconds(50))),
             ])
-        machine.onSocketOpened()
+        #expect(run(machine.onSubscriptionAdded(id: 3, [TopicSubscription("z")], sink: sink())) == [.reply(.subscribe([]))], "no socket")
+        #expect(run(machine.onSubscriptionRemoved(id: 3)) == [.finishSubscription(3)], "nothing to unsubscribe without a socket")
+        #expect(run(machine.onSocketOpened(restored: [x, y])) == [])
         #expect(
             run(machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: .now, random: 0)) == [
-                .restore(x), .restore(y), .announce(.connected(to: Self.h, sessionPresent: false)),
+                .announce(.connected(to: Self.h, sessionPresent: false))
             ])
         #expect(run(machine.onSubscriptionRemoved(id: 2)) == [.unsubscribe(["x/#", "y"]), .finishSubscription(2)])
         #expect(run(machine.onSubscriptionRemoved(id: 2)) == [], "removed once")
@@ -408,7 +413,7 @@ func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
         #expect(!machine.limits.retainAvailable, "before CONNACK too")
         let result = await withCheckedContinuation { (waiter: Machine.ConnectWaiter) in
             #expect(run(machine.onConnectRequested(waiter)) == [.startNetworkThread])
-            machine.onSocketOpened()
+            #expect(run(machine.onSocketOpened(restored: [])) == [])
             let connack = machine.onConnack(
                 reasonCode: 0, reason: "", sessionPresent: false, limits: .init(retainAvailable: true), now: .now, random: 0)
             #expect(run(connack) == [.resumeConnect(.success), .announce(.connected(to: Self.h, sessionPresent: false))])
@@ -564,7 +569,7 @@ func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
         }
         #expect(lost == .success([]))
         // A subscription the broker refuses to restore is announced.
-        machine.onSocketOpened()
+        #expect(run(machine.onSocketOpened(restored: [])) == [])
         let connack = machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: .now, random: 0)
         #expect(run(connack) == [.announce(.connected(to: Self.h, sessionPresent: false))])
         machine.onRestoreRegistered(mid: 4, filter: "f")
