@@ -50,6 +50,15 @@ public struct GroupActivityMetadata: Sendable, Hashable, Codable {
     }
 }
 
+extension GroupActivityMetadata: Wire.Record {
+    /// An activity type this version does not know reads as `generic`.
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
+        self.init(
+            title: try fields.string(CodingKeys.title), subtitle: try fields.optionalString(CodingKeys.subtitle),
+            type: ActivityType(rawValue: try fields.string(CodingKeys.type)) ?? .generic)
+    }
+}
+
 /// What `prepareForActivation()` recommends.
 public enum GroupActivityActivationResult: Sendable, Hashable {
     /// A group and a broker connection are there: `activate()` will announce the session.

@@ -1,6 +1,6 @@
 /// The values of end-to-end reliable delivery that travel on the wire: which stream a reliable message
 /// belongs to, and the `$resend`, `$skip` and `$position` control messages, whose bodies they are
-/// (`Wire+Reliable.swift` reads them). ``OutboxStateMachine`` (sending side) and ``StreamReceiver``
+/// (read below by the decoding rules). ``OutboxStateMachine`` (sending side) and ``StreamReceiver``
 /// (receiving side) exchange them.
 ///
 /// A sender's reliable messages in a session form streams, one numbering per stream and connection epoch
@@ -63,5 +63,49 @@ enum Reliable {
         var all: Int64
         /// Recipient → latest seq of the sender's direct stream to it.
         var direct: [String: Int64]
+    }
+}
+
+/// The bodies of `$resend`, `$skip` and `$position` by their names on the wire (docs/PROTOCOL.md,
+/// "Reliable delivery").
+extension Wire {
+    typealias Resend = Reliable.ResendRequest
+    typealias Skip = Reliable.Skip
+    typealias Position = Reliable.Position
+}
+
+extension Reliable.ResendRequest: Wire.Record {
+    init(fields: Wire.Fields) throws(Wire.Rejection) {
+        let stream = try fields.enum(CodingKeys.stream, Reliable.StreamKind.self)
+        self.init(
+            stream: stream, from: try fields.int(CodingKeys.from, in: Wire.Bounds.position),
+            to: try fields.optionalInt(CodingKeys.to, in: Wire.Bounds.position))
+    }
+}
+
+extension Reliable.Skip: Wire.Record {
+    init(fields: Wire.Fields) throws(Wire.Rejection) {
+        let stream = try fields.enum(CodingKeys.stream, Reliable.StreamKind.self)
+        let through = try fields.int(CodingKeys.through, in: Wire.Bounds.position)
+        guard case let .array(ranges) = try fields.value(CodingKeys.lost) else { throw .wrongShape }
+        var lost: [ClosedRange<Int64>] = []
+        for range in ranges {
+            guard case let .array(bounds) = range, bounds.count == 2 else { throw .wrongShape }
+            let first = try Wire.Fields.integer(bounds[0], in: Wire.Bounds.position)
+            let last = try Wire.Fields.integer(bounds[1], in: Wire.Bounds.position)
+            guard first >= 1, first <= last, last <= through else { throw .wrongShape }
+            lost.append(first...last)
+        }
+        self.init(stream: stream, through: through, lost: lost)
+    }
+}
+
+extension Reliable.Position: Wire.Record {
+    init(fields: Wire.Fields) throws(Wire.Rejection) {
+        let all = try fields.int(CodingKeys.all, in: Wire.Bounds.position)
+        guard case let .object(entries) = try fields.value(CodingKeys.direct) else { throw .wrongShape }
+        var direct: [String: Int64] = [:]
+        for (recipient, value) in entries { direct[recipient] = try Wire.Fields.integer(value, in: Wire.Bounds.position) }
+        self.init(all: all, direct: direct)
     }
 }

@@ -73,3 +73,12 @@ package struct HybridLogicalClock: Sendable, Hashable {
         latest = HLCTimestamp(time: time, counter: counter, participant: participant)
     }
 }
+
+extension HLCTimestamp: Wire.Record {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
+        self.init(
+            time: try fields.int(CodingKeys.time, in: Wire.Bounds.time),
+            counter: try fields.int(CodingKeys.counter, in: Wire.Bounds.counter),
+            participant: try fields.string(CodingKeys.participant))
+    }
+}

@@ -4,6 +4,27 @@ import Foundation
 /// header around it; a receiver parses the envelope once, keeps where the body is, and the app's task
 /// decodes the body from those bytes as its own type.
 extension Wire {
+    /// The header of an envelope, on `…/s/<session>/all/<sender>` and `…/to/<recipient>/<sender>`: an
+    /// application message, or a control message whose type starts with `$`. Its `body` is read apart
+    /// (``Wire/decodeEnvelope(_:)``); ``EnvelopeBytes`` writes the whole envelope.
+    package struct EnvelopeHeader: Sendable, Hashable {
+        package var v = Wire.version
+        /// The message type: the Swift type's name for app messages; `$catchup` and `$end` for control.
+        package var type: String
+        /// The sender's connection epoch.
+        package var epoch: Int64
+        /// A reliable app message's place in its stream (the sender's broadcasts, or its direct messages
+        /// to one recipient: 1, 2, 3… per session and sender epoch); an unreliable one's number among the
+        /// sender's unreliable messages; nil for a control message, which is in no stream.
+        package var seq: Int64?
+        package var reliable: Bool
+        /// `"all"` on a broadcast re-sent to one receiver on its direct topic; nil otherwise (the topic says).
+        package var stream: String?
+
+        /// The header's fields and `body`, as ``EnvelopeBytes`` writes them.
+        enum CodingKeys: String, CodingKey { case v, type, epoch, seq, reliable, stream, body }
+    }
+
     /// An envelope written in two steps: the body first (encoded in the sender's task), then the
     /// header's fields, which follow it in sorted key order (numbered under the sender's lock). The
     /// bytes are those of `JSONEncoder` (sorted keys, slashes unescaped) for the same envelope.
@@ -65,4 +86,18 @@ extension Wire {
 
     /// An app value (a message body) from its bytes, with `JSONDecoder`.
     static func decodeBody<T: Decodable>(_ type: T.Type, from data: Data) -> T? { try? decoder.decode(type, from: data) }
+}
+
+extension Wire.EnvelopeHeader: Wire.Record {
+    /// The header of an envelope; its `body` must be there (any JSON value).
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
+        _ = try fields.value(CodingKeys.body)
+        let stream = try fields.optionalString(CodingKeys.stream)
+        guard stream == nil || stream == "all" else { throw .wrongShape }
+        self.init(
+            type: try fields.string(CodingKeys.type), epoch: try fields.int(CodingKeys.epoch, in: Wire.Bounds.time),
+            seq: try fields.optionalInt(CodingKeys.seq, in: Wire.Bounds.seq), reliable: try fields.bool(CodingKeys.reliable), stream: stream
+        )
+    }
 }

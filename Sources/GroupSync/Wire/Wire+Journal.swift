@@ -34,7 +34,7 @@ extension Wire.JournalRecord: Wire.Record {
     package init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()
         var metadata: [String: String]?
-        if let value = fields["metadata"] {
+        if let value = fields[CodingKeys.metadata] {
             guard case let .object(object) = value else { throw .wrongShape }
             var strings: [String: String] = [:]
             for (key, value) in object {
@@ -44,9 +44,12 @@ extension Wire.JournalRecord: Wire.Record {
             metadata = strings
         }
         self.init(
-            sha256: try fields.string("sha256"), name: try fields.string("name"), type: try fields.string("type"),
-            size: try fields.int("size", in: Wire.Bounds.size), chunkSize: try fields.int("chunkSize", in: Wire.Bounds.chunkSize),
-            chunks: try fields.strings("chunks"), added: try HLCTimestamp(json: try fields.value("added")), metadata: metadata)
+            sha256: try fields.string(CodingKeys.sha256), name: try fields.string(CodingKeys.name),
+            type: try fields.string(CodingKeys.type),
+            size: try fields.int(CodingKeys.size, in: Wire.Bounds.size),
+            chunkSize: try fields.int(CodingKeys.chunkSize, in: Wire.Bounds.chunkSize),
+            chunks: try fields.strings(CodingKeys.chunks), added: try HLCTimestamp(json: try fields.value(CodingKeys.added)),
+            metadata: metadata)
         guard isConsistent else { throw .wrongShape }
     }
 }

@@ -38,14 +38,14 @@ extension Wire {
 }
 
 extension Wire.Ping: Wire.Record {
-    init(fields: Wire.Fields) throws(Wire.Rejection) { t0 = try fields.instant("t0") }
+    init(fields: Wire.Fields) throws(Wire.Rejection) { t0 = try fields.instant(CodingKeys.t0) }
 }
 
 extension Wire.Pong: Wire.Record {
     init(fields: Wire.Fields) throws(Wire.Rejection) {
-        t0 = try fields.instant("t0")
-        t1 = try fields.instant("t1")
-        t2 = try fields.instant("t2")
+        t0 = try fields.instant(CodingKeys.t0)
+        t1 = try fields.instant(CodingKeys.t1)
+        t2 = try fields.instant(CodingKeys.t2)
         guard t2 >= t1 else { throw .wrongShape }
     }
 }
@@ -53,7 +53,7 @@ extension Wire.Pong: Wire.Record {
 extension Wire.Clock: Wire.Record {
     /// `reference` an identifier, `base` 1 to 256 bytes.
     init(fields: Wire.Fields) throws(Wire.Rejection) {
-        self.init(reference: try fields.string("reference"), base: try fields.string("base"))
+        self.init(reference: try fields.string(CodingKeys.reference), base: try fields.string(CodingKeys.base))
         guard Identifier.isValid(reference), Wire.Clock.isBase(base) else { throw .wrongShape }
     }
 
@@ -66,9 +66,11 @@ extension Wire.Timeline: Wire.Record {
     init(fields: Wire.Fields) throws(Wire.Rejection) {
         let rates = -PlaybackTimeline.maximumRate...PlaybackTimeline.maximumRate
         self.init(
-            item: try fields.optionalString("item"), position: try fields.number("position", in: 0...Double.greatestFiniteMagnitude),
-            rate: try fields.number("rate", in: rates), at: try fields.instant("at"), intent: try fields.number("intent", in: rates),
-            waiting: try fields.strings("waiting"), base: try fields.string("base"))
+            item: try fields.optionalString(CodingKeys.item),
+            position: try fields.number(CodingKeys.position, in: 0...Double.greatestFiniteMagnitude),
+            rate: try fields.number(CodingKeys.rate, in: rates), at: try fields.instant(CodingKeys.at),
+            intent: try fields.number(CodingKeys.intent, in: rates),
+            waiting: try fields.strings(CodingKeys.waiting), base: try fields.string(CodingKeys.base))
         guard (item?.utf8.count ?? 0) <= PlaybackTimeline.maximumItemLength, waiting.count <= PlaybackTimeline.maximumWaiting,
             waiting.allSatisfy({ Identifier.isValid($0) }), waiting.isEmpty || rate == 0, Wire.Clock.isBase(base)
         else { throw .wrongShape }
@@ -77,7 +79,7 @@ extension Wire.Timeline: Wire.Record {
 
 extension Wire.Fields {
     /// A number (an integer or with a fraction) within `bounds`.
-    func number(_ key: String, in bounds: ClosedRange<Double>) throws(Wire.Rejection) -> Double {
+    func number(_ key: some CodingKey, in bounds: ClosedRange<Double>) throws(Wire.Rejection) -> Double {
         let number: Double
         switch try value(key) {
         case let .int(value): number = Double(value)
@@ -90,7 +92,7 @@ extension Wire.Fields {
 
     /// A finite number of milliseconds since 1970 (an integer or with a fraction) within
     /// ±``GroupInstant/maximumMilliseconds`` (about 285 years: what nanoseconds in 64 bits can hold).
-    func instant(_ key: String) throws(Wire.Rejection) -> Double {
+    func instant(_ key: some CodingKey) throws(Wire.Rejection) -> Double {
         try number(key, in: -GroupInstant.maximumMilliseconds...GroupInstant.maximumMilliseconds)
     }
 }

@@ -1,0 +1,133 @@
+import Foundation
+
+/// What records are read from, by the rules of docs/PROTOCOL.md ("Decoding rules"): a record is an object
+/// whose `v` is the integer 2; every field it needs is there with its type (integers as JSON integers);
+/// optional fields are absent or of their type; other fields are ignored. Each record's reader is beside
+/// its declaration.
+extension Wire {
+    /// Why a payload is rejected: the codes of docs/conformance/README.md, which says what each means.
+    package enum Rejection: String, Error, Sendable, Hashable, CaseIterable {
+        case tooLarge = "too-large"
+        case bom
+        case malformed
+        case invalidUTF8 = "invalid-utf8"
+        case badNumber = "bad-number"
+        case tooDeep = "too-deep"
+        case duplicateKey = "duplicate-key"
+        case badVersion = "bad-version"
+        case notAnInteger = "not-an-integer"
+        case outOfRange = "out-of-range"
+        case wrongShape = "wrong-shape"
+    }
+
+    /// An object's members, looked up by name (records have a handful: a linear search beats hashing).
+    package struct Fields: Sendable {
+        let keys: [String]
+        let values: [JSONValue]
+
+        init(keys: [String], values: [JSONValue]) {
+            self.keys = keys
+            self.values = values
+        }
+
+        init(_ json: JSONValue) throws(Rejection) {
+            guard case let .object(object) = json else { throw .wrongShape }
+            self.init(keys: Array(object.keys), values: Array(object.values))
+        }
+
+        /// Checks that `v` is the integer 2 (a record's first check).
+        func checkVersion() throws(Rejection) {
+            guard case .int(Int64(Wire.version))? = member("v") else { throw .badVersion }
+        }
+
+        /// The member named by `key`: a record's reader names its fields by the `CodingKeys` its writer
+        /// (`Encodable`) uses, so each field's name is written once.
+        subscript(key: some CodingKey) -> JSONValue? { member(key.stringValue) }
+
+        /// The member named exactly `name` (same Unicode scalars; field names are ASCII, so a name of
+        /// another length is another name, and comparing lengths first is cheap).
+        private func member(_ name: String) -> JSONValue? {
+            let length = name.utf8.count
+            return keys.firstIndex { $0.utf8.count == length && $0 == name }.map { values[$0] }
+        }
+
+        func value(_ key: some CodingKey) throws(Rejection) -> JSONValue {
+            guard let value = self[key] else { throw .wrongShape }
+            return value
+        }
+
+        /// An integer field within `bounds` (docs/PROTOCOL.md, "Ranges"): a value outside is `out-of-range`.
+        func int(_ key: some CodingKey, in bounds: ClosedRange<Int64>) throws(Rejection) -> Int64 {
+            try Fields.integer(try value(key), in: bounds)
+        }
+
+        /// A JSON integer within `bounds`.
+        static func integer(_ value: JSONValue, in bounds: ClosedRange<Int64>) throws(Rejection) -> Int64 {
+            let number = try integer(value)
+            guard bounds.contains(number) else { throw .outOfRange }
+            return number
+        }
+
+        /// A JSON integer: a number with a fraction or an exponent is not one; anything else is another type.
+        static func integer(_ value: JSONValue) throws(Rejection) -> Int64 {
+            switch value {
+            case let .int(value): value
+            case .double: throw .notAnInteger
+            default: throw .wrongShape
+            }
+        }
+
+        func string(_ key: some CodingKey) throws(Rejection) -> String {
+            guard case let .string(value) = try value(key) else { throw .wrongShape }
+            return value
+        }
+
+        func optionalString(_ key: some CodingKey) throws(Rejection) -> String? { self[key] == nil ? nil : try string(key) }
+
+        func optionalInt(_ key: some CodingKey, in bounds: ClosedRange<Int64>) throws(Rejection) -> Int64? {
+            self[key] == nil ? nil : try int(key, in: bounds)
+        }
+
+        func optionalBool(_ key: some CodingKey) throws(Rejection) -> Bool? { self[key] == nil ? nil : try bool(key) }
+
+        func bool(_ key: some CodingKey) throws(Rejection) -> Bool {
+            guard case let .bool(value) = try value(key) else { throw .wrongShape }
+            return value
+        }
+
+        func strings(_ key: some CodingKey) throws(Rejection) -> [String] {
+            guard case let .array(elements) = try value(key) else { throw .wrongShape }
+            return try elements.map { element throws(Rejection) in
+                guard case let .string(string) = element else { throw .wrongShape }
+                return string
+            }
+        }
+
+        func array<T: Readable>(_ key: some CodingKey, of type: T.Type) throws(Rejection) -> [T] {
+            guard case let .array(elements) = try value(key) else { throw .wrongShape }
+            var values: [T] = []
+            values.reserveCapacity(elements.count)
+            for element in elements { values.append(try T(json: element)) }
+            return values
+        }
+
+        func `enum`<T: RawRepresentable<String>>(_ key: some CodingKey, _ type: T.Type) throws(Rejection) -> T {
+            guard let value = T(rawValue: try string(key)) else { throw .wrongShape }
+            return value
+        }
+    }
+}
+
+extension Wire.Readable {
+    package static func read(_ data: Data) throws(Wire.Rejection) -> Self { try Self(json: try JSONParser.parse(data)) }
+}
+
+extension Wire.Record {
+    package init(json: JSONValue) throws(Wire.Rejection) { try self.init(fields: try Wire.Fields(json)) }
+
+    package static func read(_ data: Data) throws(Wire.Rejection) -> Self { try Self(fields: try JSONParser.parseObject(data).fields) }
+}
+
+extension JSONValue: Wire.Readable {
+    package init(json: JSONValue) { self = json }
+}

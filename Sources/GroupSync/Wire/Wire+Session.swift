@@ -1,0 +1,103 @@
+/// A session's records: the announcement copies, members, shared state, and the `$catchup` body that
+/// carries them to a newcomer (docs/PROTOCOL.md, "Sessions").
+extension Wire {
+    /// `…/session/<session>/<publisher>`, retained: one participant's copy of the announcement. The copy
+    /// with the largest revision is the session's; one with `ended` says the session ended.
+    package struct Announcement: Encodable, Sendable, Hashable {
+        package var v = Wire.version
+        package var session: String
+        package var activity: Activity
+        package var createdBy: String
+        /// ms since 1970.
+        package var createdAt: Int64
+        /// Increases with every activity change; the highest wins.
+        package var revision: HLCTimestamp
+        /// Seconds every retained record of the session lives on the broker unless its owner refreshes it.
+        package var ttl: Int64
+        /// Present (true) on the copy of the participant that ended the session.
+        package var ended: Bool?
+
+        /// How long the session's retained records live after their last refresh.
+        var lifetime: Duration { .seconds(max(ttl, 1)) }
+
+        package struct Activity: Encodable, Sendable, Hashable {
+            /// The activity's `activityIdentifier`.
+            package var type: String
+            package var metadata: GroupActivityMetadata
+            /// The activity value itself, as the app encoded it.
+            package var data: JSONValue
+        }
+    }
+
+    /// `…/s/<session>/member/<participant>`, retained: this participant joined with the connection
+    /// `epoch`. An empty payload means it left.
+    package struct Member: Encodable, Sendable, Hashable {
+        package var v = Wire.version
+        package var participant: String
+        package var epoch: Int64
+    }
+
+    /// `…/s/<session>/state/<key>/<writer>`, retained: the writer's latest value for `key`. Readers keep,
+    /// per key, the record with the largest clock.
+    package struct StateRecord: Encodable, Sendable, Hashable {
+        package var v = Wire.version
+        package var key: String
+        package var value: JSONValue
+        package var clock: HLCTimestamp
+    }
+
+    /// Body of `$catchup`: what a newcomer needs, sent by one existing participant to the newcomer only.
+    package struct CatchUp: Encodable, Sendable, Hashable {
+        /// The winning record of every key.
+        package var states: [StateRecord]
+        /// The sender's view of who is active, with their connection epochs.
+        package var members: [Member]
+        /// True on every part but the last, when the catch-up does not fit one message.
+        package var more: Bool?
+    }
+}
+
+extension Wire.Announcement: Wire.Record {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
+        self.init(
+            session: try fields.string(CodingKeys.session), activity: try Activity(json: try fields.value(CodingKeys.activity)),
+            createdBy: try fields.string(CodingKeys.createdBy), createdAt: try fields.int(CodingKeys.createdAt, in: Wire.Bounds.time),
+            revision: try HLCTimestamp(json: try fields.value(CodingKeys.revision)),
+            ttl: try fields.int(CodingKeys.ttl, in: Wire.Bounds.ttl),
+            ended: try fields.optionalBool(CodingKeys.ended))
+    }
+}
+
+extension Wire.Announcement.Activity: Wire.Record {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
+        self.init(
+            type: try fields.string(CodingKeys.type), metadata: try GroupActivityMetadata(json: try fields.value(CodingKeys.metadata)),
+            data: try fields.value(CodingKeys.data))
+    }
+}
+
+extension Wire.Member: Wire.Record {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
+        self.init(participant: try fields.string(CodingKeys.participant), epoch: try fields.int(CodingKeys.epoch, in: Wire.Bounds.time))
+    }
+}
+
+extension Wire.StateRecord: Wire.Record {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
+        self.init(
+            key: try fields.string(CodingKeys.key), value: try fields.value(CodingKeys.value),
+            clock: try HLCTimestamp(json: try fields.value(CodingKeys.clock)))
+    }
+}
+
+extension Wire.CatchUp: Wire.Record {
+    /// A `$catchup` body (not a record: no `v` of its own; each listed record has one).
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
+        self.init(
+            states: try fields.array(CodingKeys.states, of: Wire.StateRecord.self),
+            members: try fields.array(CodingKeys.members, of: Wire.Member.self), more: try fields.optionalBool(CodingKeys.more))
+    }
+}
