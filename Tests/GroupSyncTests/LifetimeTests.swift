@@ -178,7 +178,7 @@ struct Brief: GroupActivity {
             try await GroupSessionMessenger(session: a).send(Chat(text: "three"))
             try await chats.waitForCount(3)
             #expect(ids(b.activeParticipants) == ["alice", "bob"])
-            #expect(b.core.read { $0.presence["alice"] } == epoch)
+            #expect(b.core.read { $0.peers["alice"]?.online } == epoch)
             await attacker.disconnect()
             await group.closeAll()
         }

@@ -63,13 +63,14 @@ struct CoordinatorStateMachine {
         }
     }
 
+    /// A participant's live connection: 24 bytes, one per participant of the group.
     struct Connection {
         var epoch: Int64
         /// When it was last heard of: its presence (retained or live) or a heartbeat.
-        var lastHeard: ContinuousClock.Instant
+        @CompactInstant var lastHeard: ContinuousClock.Instant
         /// Its heartbeat interval (ms): the largest it stated; nil when it sends none (never judged by
         /// silence).
-        var interval: Int64?
+        @PackedOptional<Int32> var interval: Int64?
         /// A heartbeat of this epoch was heard: the connection proved itself with its own traffic, which a
         /// presence record (retained, possibly forged) alone does not.
         var confirmed = false

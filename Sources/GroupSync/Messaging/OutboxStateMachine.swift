@@ -44,12 +44,12 @@ struct OutboxStateMachine {
         case position(Reliable.Position)
     }
 
-    /// Where what a member is owed starts: the seqs after these.
+    /// Where what a member is owed starts: the seqs after these. 24 bytes: one per member.
     private struct Mark {
         var all: Int64
         var direct: Int64
         /// The member's connection epoch when marked, if known: a new process of it is marked anew.
-        var epoch: Int64?
+        @PackedOptional<Int64> var epoch: Int64?
     }
 
     /// One stream's numbering: its latest seq, and the newest seq that has left the outbox.

@@ -136,14 +136,13 @@ struct SessionStateMachine {
     let receiving: StreamReceiver<InboundMessage>.Configuration
     private(set) var phase: Phase = .waiting
     private(set) var announcement: Wire.Announcement
-    /// Joined participants and the connection epoch they joined with.
-    private(set) var members: [String: Int64] = [:]
+    /// Every participant the session knows of: the connection epoch it joined with, and its live
+    /// connection's (see ``Peer``).
+    private(set) var peers: [String: Peer]
     /// Member records held back: an active member's record of another epoch than its live connection's
     /// (a forgery, or a new process whose presence has not come yet). It counts once the participant's
     /// connection has that epoch.
     private(set) var heldMembers: [String: Int64] = [:]
-    /// Live connections: participant → epoch of its online presence.
-    private(set) var presence: [String: Int64]
     /// The winning record per key.
     private(set) var states: [String: Wire.StateRecord] = [:]
     /// Every retained state topic seen, to clear them when the session ends.
@@ -168,7 +167,7 @@ struct SessionStateMachine {
         self.myEpoch = myEpoch
         self.receiving = receiving
         self.announcement = announcement
-        self.presence = presence
+        self.peers = presence.mapValues { Peer(online: $0) }
         self.numbering = numbering
     }
 
@@ -246,7 +245,7 @@ struct SessionStateMachine {
         guard case .joining(var joining) = phase, let barrier = joining.barrier else { return Action() }
         joining.barrier = nil
         phase = .joining(joining)
-        let others = members.keys.contains { $0 != me && presence[$0] == members[$0] }
+        let others = peers.contains { $0.key != me && $0.value.isActive }
         return Action(handovers: [.yield(barrier, .barrier(awaitCatchUp: others || !retainAvailable))])
     }
 
@@ -259,8 +258,7 @@ struct SessionStateMachine {
         if case .invalidated = phase { return action }
         guard case .joining = phase else { preconditionFailure("a join completed that had not started or had completed") }
         phase = .joined(Joined(receiver: StreamReceiver<InboundMessage>(configuration: receiving)))
-        members[me] = myEpoch
-        presence[me] = myEpoch
+        peers[me] = Peer(joined: myEpoch, online: myEpoch)
         listeners.forEach { _, listener in
             switch listener.kind {
             case .state: action.handovers.append(.yield(listener.inbox, .state(.joined)))
@@ -307,17 +305,18 @@ struct SessionStateMachine {
         guard participant != me else { return action }
         if let record {
             guard CoordinatorStateMachine.isPlausible(epoch: record.epoch, now: now) else { return reject() }
-            if members[participant] != record.epoch, active.contains(Participant(id: participant)), presence[participant] != record.epoch {
+            let peer = peers[participant] ?? Peer()
+            if peer.joined != record.epoch, peer.isActive, peer.online != record.epoch {
                 heldMembers[participant] = record.epoch
                 return action
             }
             heldMembers[participant] = nil
             numbering.outbox.memberSeen(participant, epoch: record.epoch)
-            guard members[participant] != record.epoch else { return action }
+            guard peer.joined != record.epoch else { return action }
             adoptMember(participant, epoch: record.epoch, now: now, into: &action)
-            if presence[participant] == nil && !retained {
+            if peer.online == nil && !retained {
                 // A live join proves the connection is alive even when presence was not retained.
-                presence[participant] = record.epoch
+                peers[participant]?.online = record.epoch
             }
             if !retained, case .joined = phase, isCatchUpResponder(for: participant) {
                 action.sends.append(.catchUp(to: participant))
@@ -325,7 +324,8 @@ struct SessionStateMachine {
         } else {
             heldMembers[participant] = nil
             numbering.outbox.memberLeft(participant)
-            guard members.removeValue(forKey: participant) != nil else { return action }
+            guard peers[participant]?.joined != nil else { return action }
+            update(participant) { $0.joined = nil }
             receive(into: &action) { $0.senderGone(participant) }
         }
         updateActive(participant, into: &action)
@@ -333,7 +333,7 @@ struct SessionStateMachine {
     }
 
     private mutating func adoptMember(_ participant: String, epoch: Int64, now: Int64, into action: inout Action) {
-        members[participant] = epoch
+        peers[participant, default: Peer()].joined = epoch
         receive(into: &action) { $0.senderSeen(participant, epoch: epoch, now: now) }
     }
 
@@ -342,8 +342,8 @@ struct SessionStateMachine {
     /// held back for this epoch takes effect now (and the member is owed what we send from now on).
     mutating func onPresence(_ participant: String, epoch: Int64?, now: Int64) -> Action {
         var action = Action()
-        guard participant != me, presence[participant] != epoch else { return action }
-        presence[participant] = epoch
+        guard participant != me, peers[participant]?.online != epoch else { return action }
+        update(participant) { $0.online = epoch }
         if epoch == nil { receive(into: &action) { $0.senderLost(participant) } }
         if let epoch, heldMembers[participant] == epoch {
             heldMembers[participant] = nil
@@ -394,13 +394,15 @@ struct SessionStateMachine {
     /// Records whose clock is implausible at `now` are left out. The members it lists (where no member
     /// record is replayed) are owed what we send from now on, as members whose record we read are.
     mutating func onCatchUp(_ catchUp: Wire.CatchUp, from sender: String, retainAvailable: Bool, now: Int64) -> Action {
-        guard case let .joining(joining) = phase, members[sender] != nil || !retainAvailable else { return reject() }
+        guard case let .joining(joining) = phase, peers[sender]?.joined != nil || !retainAvailable else { return reject() }
         let records = catchUp.states.filter { $0.clock.isPlausible(now: now) }
         var action = Action(observed: records.map(\.clock))
         for record in records { applyIfNewer(record, into: &action) }
         for member in catchUp.members where member.participant != me {
-            members[member.participant] = member.epoch
-            if presence[member.participant] == nil { presence[member.participant] = member.epoch }
+            update(member.participant) { peer in
+                peer.joined = member.epoch
+                if peer.online == nil { peer.online = member.epoch }
+            }
             numbering.outbox.memberSeen(member.participant, epoch: member.epoch)
         }
         recomputeActive(into: &action)
@@ -417,7 +419,7 @@ struct SessionStateMachine {
         var action = Action()
         guard case .joined = phase, sender != me else { return action }
         let header = envelope.header
-        guard let epoch = members[sender], header.epoch == epoch, let seq = header.seq else { return reject() }
+        guard let epoch = peers[sender]?.joined, header.epoch == epoch, let seq = header.seq else { return reject() }
         let message = InboundMessage(
             type: header.type, payload: payload, body: envelope.body, sender: Participant(id: sender), direct: direct)
         guard header.reliable else {
@@ -445,7 +447,7 @@ struct SessionStateMachine {
         _ sender: String, epoch: Int64,
         _ input: (inout StreamReceiver<InboundMessage>) -> StreamReceiver<InboundMessage>.Action
     ) -> Action {
-        guard members[sender] == epoch else { return reject() }
+        guard peers[sender]?.joined == epoch else { return reject() }
         var action = Action()
         receive(into: &action, input)
         return action
@@ -454,7 +456,7 @@ struct SessionStateMachine {
     /// `$resend` from a member: answered from the outbox — what it is not owed or we no longer have as a
     /// `$skip`, then the envelopes themselves; or our position, when the request does not fit our streams.
     mutating func onResend(_ request: Reliable.ResendRequest, from requester: String) -> Action {
-        guard members[requester] != nil else { return reject() }
+        guard peers[requester]?.joined != nil else { return reject() }
         switch numbering.outbox.answer(request, from: requester) {
         case let .position(position): return Action(sends: [.position(position, to: requester)])
         case let .resend(skip, entries):
@@ -464,12 +466,12 @@ struct SessionStateMachine {
 
     /// `$ping` from `sender`, arrived at local time `arrival` (ns): answered to a member only.
     mutating func onPing(_ ping: Wire.Ping, from sender: String, arrival: Int64) -> Action {
-        members[sender] == nil ? reject() : Action(sends: [.pong(ping, to: sender, arrival: arrival)])
+        peers[sender]?.joined == nil ? reject() : Action(sends: [.pong(ping, to: sender, arrival: arrival)])
     }
 
     /// `$end` from `sender`: the session ended, if a member says so.
     mutating func onEnd(from sender: String) -> Action {
-        members[sender] == nil ? reject() : invalidate(.ended(by: Participant(id: sender)))
+        peers[sender]?.joined == nil ? reject() : invalidate(.ended(by: Participant(id: sender)))
     }
 
     /// A record on `owner`'s journal topic of `sha256`, or a malformed one: see ``JournalStateMachine``.
@@ -489,7 +491,8 @@ struct SessionStateMachine {
         guard case .joined = phase else { return action }
         let position = numbering.outbox.position
         if position.all > 0 || !position.direct.isEmpty { action.sends = [.position(position, to: nil)] }
-        let others = members.filter { $0.key != me }
+        var others = members
+        others[me] = nil
         receive(into: &action) { $0.reconnected(now: now, members: others) }
         return action
     }
@@ -600,7 +603,7 @@ struct SessionStateMachine {
     func catchUp(listingMembers: Bool, budget: Int = .max) -> [Wire.CatchUp] {
         let listed =
             listingMembers
-            ? active.map { Wire.Member(participant: $0.id, epoch: members[$0.id] ?? 0) }.sorted { $0.participant < $1.participant }
+            ? active.map { Wire.Member(participant: $0.id, epoch: peers[$0.id]?.joined ?? 0) }.sorted { $0.participant < $1.participant }
             : []
         let used = listed.reduce(64) { $0 + ((try? Wire.encode($1).count) ?? 0) + 1 }
         let groups = Wire.groups(states.values.sorted { $0.key < $1.key }, budget: budget, used: used)
@@ -628,16 +631,26 @@ struct SessionStateMachine {
         }
     }
 
+    /// Joined participants and the connection epoch they joined with.
+    var members: [String: Int64] { peers.compactMapValues(\.joined) }
+
+    /// Changes what we know of `participant`, and forgets it once we know nothing.
+    private mutating func update(_ participant: String, _ body: (inout Peer) -> Void) {
+        var peer = peers[participant] ?? Peer()
+        body(&peer)
+        peers[participant] = peer.isEmpty ? nil : peer
+    }
+
     /// Re-evaluates one participant after its member record or presence changed.
     private mutating func updateActive(_ participant: String, into action: inout Action) {
         let entry = Participant(id: participant)
-        let isActive = members[participant] != nil && presence[participant] == members[participant]
+        let isActive = peers[participant]?.isActive == true
         let changed = isActive ? active.insert(entry).inserted : active.remove(entry) != nil
         if changed { notify(.participants, .participants(active), into: &action) }
     }
 
     private mutating func recomputeActive(into action: inout Action) {
-        let now = Set(members.filter { presence[$0.key] == $0.value }.keys.map(Participant.init(id:)))
+        let now = Set(peers.filter(\.value.isActive).keys.map(Participant.init(id:)))
         guard now != active else { return }
         active = now
         notify(.participants, .participants(active), into: &action)
