@@ -13,6 +13,11 @@ extension GroupCoordinator {
         public var clock: any WallClock
         /// How long `join()` waits for a catch-up from an existing participant.
         public var catchUpTimeout: Duration
+        /// How long ``GroupSession/leave()``, ``GroupSession/end()`` and ``GroupCoordinator/close()`` wait
+        /// for the broker to take what they publish and clear (each call at most this long): a broker that
+        /// is gone, unreachable or frozen does not hold them up. What they could not clear is left to the
+        /// records' expiry, and presence to the will. Default: 2 s.
+        public var farewellTimeout: Duration = .seconds(2)
         /// Called for every message rejected as malformed, forged or stale (they are also counted in
         /// ``GroupCoordinator/rejectedMessageCount``), from a task of its own (never from the network
         /// thread, so in no guaranteed order). By default rejections are logged to standard error when the

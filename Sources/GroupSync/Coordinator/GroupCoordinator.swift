@@ -167,8 +167,8 @@ public final class GroupCoordinator: Sendable {
         }
         for inbox in listeners { inbox.finish() }
         // Say goodbye (leave sessions, clear presence) while the connection allows; a broker that is
-        // down gets two seconds, after which the will reports us lost instead.
-        await withTimeout(.seconds(2)) { [self] in
+        // down gets the farewell timeout, after which the will reports us lost instead.
+        await withTimeout(configuration.farewellTimeout) { [self] in
             for core in open where core.isJoined { await core.leave() }
             await retained.clear(topics.presence(localParticipant.id))
         }
@@ -222,7 +222,7 @@ public final class GroupCoordinator: Sendable {
     var sessionContext: SessionContext {
         SessionContext(
             client: client, topics: topics, me: localParticipant, epoch: epoch, clock: configuration.clock, hlc: hlc,
-            outbox: configuration.outbox, catchUpTimeout: configuration.catchUpTimeout,
+            outbox: configuration.outbox, catchUpTimeout: configuration.catchUpTimeout, farewellTimeout: configuration.farewellTimeout,
             positionInterval: .milliseconds(heartbeatInterval ?? Int64(min(max(configuration.mqtt.keepAlive, 1), 65_535)) * 500),
             onRejected: configuration.onRejected,
             retained: retained, announcers: { [weak self] id in self?.state.withLock { $0.machine.publishers(of: id) } ?? [] },

@@ -90,11 +90,15 @@ public final class GroupSession<Activity: GroupActivity>: Sendable, Identifiable
     public func join() async throws(GroupSyncError) { try await core.join() }
 
     /// Leaves the session: others see this participant go; its last shared state stays visible to them.
-    /// Every subscription and task of the session on this side ends. Idempotent.
+    /// Every subscription and task of the session on this side ends. Idempotent. Returns within the
+    /// coordinator's ``GroupCoordinator/Configuration/farewellTimeout`` whatever the broker does: a
+    /// member record it could not clear then expires with the session's `ttl`.
     public func leave() async { await core.leave() }
 
     /// Ends the session for everyone: each participant's session becomes `.invalidated(.ended(by:))` and
-    /// every retained message of the session is removed from the broker.
+    /// every retained message of the session is removed from the broker. Returns within the
+    /// coordinator's ``GroupCoordinator/Configuration/farewellTimeout`` whatever the broker does: the
+    /// session is over here then, and what could not be cleared expires with the session's `ttl`.
     public func end() async { await core.end() }
 
     public static func == (lhs: GroupSession, rhs: GroupSession) -> Bool { lhs.id == rhs.id }

@@ -27,6 +27,8 @@ struct SessionContext: Sendable {
     let hlc: LockedValue<HybridLogicalClock>
     let outbox: OutboxStateMachine.Configuration
     let catchUpTimeout: Duration
+    /// How long leaving or ending waits for the broker (``GroupCoordinator/Configuration/farewellTimeout``).
+    let farewellTimeout: Duration
     /// How long after our last reliable message we state our streams' position (the heartbeat interval).
     let positionInterval: Duration
     let onRejected: (@Sendable (_ topic: String, _ payloadSize: Int) -> Void)?

@@ -76,23 +76,38 @@ extension SessionCore {
     /// announcement keeps the session announced, for the session's time to live.
     func leave() async {
         guard invalidate(.left) else { return }
-        await context.retained.clear(topics.member(id, me))
+        let (retained, member) = (context.retained, topics.member(id, me))
+        await withTimeout(context.farewellTimeout) { await retained.clear(member) }
         for topic in ownedRecordTopics + [ownCopyTopic] { context.retained.release(topic) }
         context.report(self, .left)
     }
 
     /// Ends the session for everyone and removes every retained message of it from the broker: what
     /// the broker's ACL lets us clear now, the rest when its owners see the end (or when it expires).
+    /// Every wait on the broker shares one bound, the farewell timeout.
     func end() async {
+        let deadline = ContinuousClock.now + context.farewellTimeout
+        func left() -> Duration { ContinuousClock.now.duration(to: deadline) }
         // Someone who never joined has not read the session's member and state records: the broker shows them.
-        let stored = isJoined ? [] : await storedRecords()
-        let (members, stateTopics, journalTopics) = read {
-            (Array($0.members.keys), $0.stateTopics, $0.journal.storedTopics(topics, session: id))
-        }
-        let announcers = context.announcers(id)
+        let stored = isJoined ? [] : await withTimeout(left()) { [self] in await storedRecords() } ?? []
+        // Every record of the session we know of, and those we own (also from before an earlier leave).
+        let records = read { Set(($0.members.keys + [me]).map { topics.member(id, $0) }).union($0.stateTopics) }
+            .union(context.announcers(id).filter { $0 != me }.map { topics.announcement(id, by: $0) })
+            .union(ownedRecordTopics)
+            .union(read { $0.journal.storedTopics(topics, session: id) })
+            .union(stored)
         // Tell joined participants who ended it, before the announcement disappears.
-        if isJoined, let ticket = try? enqueueControl(.end, JSONValue.null, to: nil) { try? await acknowledgements(of: [ticket]) }
+        if isJoined, let ticket = try? enqueueControl(.end, JSONValue.null, to: nil) {
+            await withTimeout(left()) { [self] in try? await acknowledgements(of: [ticket]) }
+        }
         guard invalidate(.ended(by: context.me)) else { return }
+        await withTimeout(left()) { [self] in await clear(records) }
+        context.report(self, .ended)
+    }
+
+    /// The broker's side of ``end()``, once the session is over here: our copy of the announcement says
+    /// it ended, then `records` are cleared, then the ended copy if nothing is left.
+    private func clear(_ records: Set<String>) async {
         // Our copy says it ended: it outranks every other copy, for followers who never joined too.
         var ended = announcement
         ended.ended = true
@@ -100,18 +115,10 @@ extension SessionCore {
         if let payload = try? Wire.encode(ended) {
             try? await context.retained.publish(ownCopyTopic, payload, lifetime: ended.lifetime, refreshing: false)
         }
-        // Every record of the session we know of, and those we own (also from before an earlier leave).
-        let records = Set((members + [me]).map { topics.member(id, $0) })
-            .union(stateTopics)
-            .union(announcers.filter { $0 != me }.map { topics.announcement(id, by: $0) })
-            .union(ownedRecordTopics)
-            .union(journalTopics)
-            .union(stored)
         var clearedAll = true
         for topic in records.sorted() where await !context.retained.clear(topic) { clearedAll = false }
         // Nothing else is left on the broker: the ended copy is not needed either.
         if clearedAll { await context.retained.clear(ownCopyTopic) }
-        context.report(self, .ended)
     }
 
     /// The topics of the session's records the broker stores (non-empty retained messages), read from

@@ -40,7 +40,7 @@ actor Bridge {
     /// How long a request waits for the broker's answer to the connection, and for an announcement
     /// (`--timeout`): `start` for its own, `join` unless it gives its own `timeout`.
     private let timeout: Duration
-    /// Ctrl-C or SIGTERM: ends a connection attempt at once, even one to a broker that never answers.
+    /// Ctrl-C, SIGTERM or SIGHUP: ends a connection attempt at once, even one to a broker that never answers.
     private let interruption: Interruption
     private var coordinator: GroupCoordinator?
     /// A plain MQTT connection (not a participant) that sees which state keys exist in the session.
@@ -385,23 +385,20 @@ actor Bridge {
 
     // MARK: - Shutdown
 
-    /// Leaves the joined session (at most 2 s with an unreachable broker) and closes the connections.
+    /// Leaves the joined session and closes the connections, together: within the coordinator's
+    /// farewell timeout (2 s) and a second for each DISCONNECT, whatever the broker does.
     func shutdown() async {
         closing = true
-        if let joined = current {
-            if !joined.session.state.isInvalidated {
-                let session = joined.session
-                await withTimeout(.seconds(2)) { await session.leave() }
-                events.state(of: joined.session)
-            }
-            stopFollowing(joined.session.id)
-        }
+        let left = current.flatMap { $0.session.state.isInvalidated ? nil : $0.session }
+        if let joined = current { stopFollowing(joined.session.id) }
         for task in followed.values { task.cancel() }
         followed = [:]
-        if let observer { await observer.disconnect() }
-        observer = nil
-        if let coordinator { await coordinator.close() }
-        coordinator = nil
+        let (observer, coordinator) = (self.observer, self.coordinator)
+        (self.observer, self.coordinator) = (nil, nil)
+        async let observerClosed: Void = observer?.disconnect() ?? ()
+        await coordinator?.close()  // leaves the joined session
+        await observerClosed
+        if let left { events.state(of: left) }
     }
 
     // MARK: - Helpers

@@ -29,7 +29,7 @@ enum BridgeCommand: Command {
         Events: session, state, participants, value, message, gap, timeline, start, journal, progress,
         loaded, rejected, error (see docs/BRIDGE.md). Messages travel as the GroupSync type
         BridgeMessage {"value": <JSON>}. The broker connection is made at the first start, join or
-        watch. EOF on stdin (or SIGINT/SIGTERM) leaves the session and exits.
+        watch. EOF on stdin (or SIGINT/SIGTERM/SIGHUP) leaves the session and exits.
 
         \(CommonOptions.help)
         \(CommonOptions.participantHelp)
@@ -41,7 +41,7 @@ enum BridgeCommand: Command {
 
         Options give the defaults that "configure" may override. Lines over 1 MiB are rejected.
 
-        Exit codes: 0 stdin closed or signal (Ctrl-C, SIGTERM: at any point, a request still waiting
+        Exit codes: 0 stdin closed or signal (Ctrl-C, SIGTERM, SIGHUP: at any point, a request still waiting
         ends with an error answer), session left; 1 failure; 2 usage error. Connection problems are
         error answers, not exit codes: the host may configure another broker and retry.
         """

@@ -166,10 +166,13 @@ enum DashboardCommand: Command {
         }
         await client.disconnect()
         feed.finish()
-        if case let .failure(error) = result {
+        switch result {
+        case .success: return 0
+        case let .failure(error):
+            // A signal while it was still subscribing stops it as cleanly as one later.
+            if let error = error as? MQTTError, error == .cancelled { return 0 }
             throw CommandFailure("subscribing to \(topics.root) and \(topics.discoveryFilter) failed: \(error)")
         }
-        return 0
     }
 
     private static func publish(_ publications: [DashboardProjection.Publication], client: MQTTClient, verbose: Bool) async {

@@ -36,7 +36,7 @@ enum DemoCommand: Command {
                             with --broker: the password and TLS files, as for every other command
                             (see `groupsync help join`)
 
-        Ctrl-C or SIGTERM stops the demo at any point: its participants leave and the private mosquitto
+        Ctrl-C, SIGTERM or SIGHUP stops the demo at any point: its participants leave and the private mosquitto
         stops.
 
         Exit codes: 0 everything converged, the photo arrived intact and the crash was detected

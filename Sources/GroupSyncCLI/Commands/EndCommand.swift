@@ -16,7 +16,7 @@ enum EndCommand: Command {
           --timeout SEC     how long to wait for the broker and the session (default 10)
 
         Exit codes: 0 ended; 1 no such session within the timeout, or another failure; 2 usage error;
-        3 broker unreachable; 130 interrupted (Ctrl-C or SIGTERM).
+        3 broker unreachable; 130 interrupted (Ctrl-C, SIGTERM or SIGHUP).
         """
 
     static func run(_ arguments: [String]) async throws -> Int32 {

@@ -29,7 +29,7 @@ enum GroupSyncCommand {
             \(list)
 
             Exit codes: 0 success, 1 failure, 2 usage error, 3 broker unreachable or refused, 4 mosquitto not installed,
-            130 interrupted (Ctrl-C or SIGTERM) while waiting.
+            130 interrupted (Ctrl-C, SIGTERM or SIGHUP) while waiting.
 
             Environment: GROUPSYNC_BROKER (the default --broker), GROUPSYNC_LOG_REJECTED=1 (log every message
             rejected as malformed, forged or stale to standard error), GROUPSYNC_MQTT_DEBUG=1 (log libmosquitto).

@@ -32,7 +32,7 @@ enum JoinCommand: Command {
           --timeout SEC     how long to wait for the broker, the session and the join (default 30)
 
         Exit codes: 0 left cleanly or the session ended; 1 failure (a timeout included); 2 usage error;
-        3 broker unreachable; 130 interrupted (Ctrl-C or SIGTERM) before the session was joined.
+        3 broker unreachable; 130 interrupted (Ctrl-C, SIGTERM, SIGHUP) before the session was joined.
         """
 
     static func run(_ arguments: [String]) async throws -> Int32 {
@@ -131,9 +131,8 @@ enum JoinCommand: Command {
         input.cancel()
         ended.cancel()
         journal.cancelLoads()
-        await session.leave()
         for follower in followers { follower.cancel() }
-        await coordinator.close()
+        await coordinator.close()  // leaves the session, within the farewell timeout
         return 0
     }
 

@@ -17,7 +17,7 @@ enum SessionsCommand: Command {
           --timeout SEC     how long to wait for the broker and the group's records (default 10)
           --json            one JSON object per listing: {"sessions":[{"id","activity","title","participants","age_s"}]}
 
-        Exit codes: 0 success (with --watch: stopped with Ctrl-C or SIGTERM); 1 timed out; 2 usage error;
+        Exit codes: 0 success (with --watch: stopped with Ctrl-C, SIGTERM or SIGHUP); 1 timed out; 2 usage error;
         3 broker unreachable; 130 interrupted before the listing.
         """
 
@@ -57,7 +57,7 @@ enum SessionsCommand: Command {
             try await client.publish(to: marker, string: "sync")
             return subscription
         }
-        // The loop below ends on Ctrl-C or SIGTERM, and before the listing also after the timeout.
+        // The loop below ends on Ctrl-C, SIGTERM or SIGHUP, and before the listing also after the timeout.
         let outcome = LockedValue<(complete: Bool, timedOut: Bool, interrupted: Bool)>((false, false, false))
         let stopper = Task {
             let timer = Task {

@@ -18,7 +18,7 @@ enum WatchCommand: Command {
           --json            one JSON object per line: {"time","kind","session","participant","text",…}
           --timeout SEC     how long to wait for the broker (default 10)
 
-        Exit codes: 0 stopped with Ctrl-C or SIGTERM; 1 timed out; 2 usage error; 3 broker unreachable;
+        Exit codes: 0 stopped with Ctrl-C, SIGTERM or SIGHUP; 1 timed out; 2 usage error; 3 broker unreachable;
         130 interrupted while connecting.
         """
 

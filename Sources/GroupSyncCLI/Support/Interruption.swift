@@ -1,6 +1,6 @@
 import Synchronization
 
-/// Ctrl-C or SIGTERM, for every wait of a command: each wait takes a stream that ends when it comes.
+/// Ctrl-C, SIGTERM or SIGHUP, for every wait of a command: each wait takes a stream that ends when it comes.
 /// Waits started after it came end at once.
 final class Interruption: Sendable {
     private struct State {
@@ -12,7 +12,7 @@ final class Interruption: Sendable {
 
     private let state = Mutex(State())
 
-    /// A Ctrl-C or SIGTERM came: every wait ends.
+    /// A Ctrl-C, SIGTERM or SIGHUP came: every wait ends.
     func fire() {
         let waiters = state.withLock { state in
             state.fired = true
