@@ -33,12 +33,12 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
     /// A load made no progress for the journal's `stallTimeout`: the broker no longer has the chunk and
     /// nobody who owns it republished it (its owner left and its records expired, or the broker lost them
     /// while the owner was away). Load it again once its owner is back.
-    case attachmentUnavailable(sha256: String, chunk: Int)
+    case attachmentUnavailable(digest: String, chunk: Int)
     /// The attachment's owner removed it while it was loading (or before).
-    case attachmentRemoved(sha256: String)
-    /// The loaded bytes' SHA-256 is not the attachment's, although every chunk matched its digest: the
-    /// owner's record is inconsistent. Nothing was returned.
-    case attachmentCorrupted(sha256: String)
+    case attachmentRemoved(digest: String)
+    /// A chunk matched its digest but not the length the owner's record gives it (`chunkSize`, less for
+    /// the last): the record is inconsistent. Nothing was returned.
+    case attachmentCorrupted(digest: String)
     /// The journal keeps its bytes as retained messages, which this broker (or this coordinator's
     /// configuration) does not have. Use a broker with retained messages for sessions with a journal.
     case journalNeedsRetainedMessages
@@ -62,11 +62,11 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
         case .noGroupClock: "the group clock is not synchronized yet (no participant serving it has answered); try again in a moment"
         case let .journalLimitExceeded(limit): "journal limit exceeded: \(limit)"
         case let .notAttachmentOwner(owner): "only the attachment's owner (\(owner)) can remove it"
-        case let .attachmentUnavailable(sha256, chunk):
-            "attachment \(sha256.prefix(12)) is unavailable: chunk \(chunk) did not arrive (its owner is away and the broker no longer has it); load it again once its owner is back"
-        case let .attachmentRemoved(sha256): "attachment \(sha256.prefix(12)) was removed by its owner"
-        case let .attachmentCorrupted(sha256):
-            "attachment \(sha256.prefix(12)) did not verify: its content's SHA-256 differs from its record; ask its owner to add it again"
+        case let .attachmentUnavailable(digest, chunk):
+            "attachment \(digest.prefix(12)) is unavailable: chunk \(chunk) did not arrive (its owner is away and the broker no longer has it); load it again once its owner is back"
+        case let .attachmentRemoved(digest): "attachment \(digest.prefix(12)) was removed by its owner"
+        case let .attachmentCorrupted(digest):
+            "attachment \(digest.prefix(12)) did not verify: a chunk's length differs from its record; ask its owner to add it again"
         case .journalNeedsRetainedMessages:
             "the journal needs a broker with retained messages (this one has none, or retainedMessages is off)"
         case let .file(detail): "file error: \(detail)"

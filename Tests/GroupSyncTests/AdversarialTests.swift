@@ -272,10 +272,10 @@ import Testing
                     payload: #"{"clock":{"c":0,"p":"alice","t":\#(now + hour)},"key":"k","v":2,"value":99}"#, mustBeRejected: true))
         }
         // A journal record on mallory's topic: one chunk, so only size ≤ chunkSize is consistent.
-        let digest = String(repeating: "a", count: 64)
+        let (digest, id) = (String(repeating: "a", count: 64), SHA256.hex(ofDigests: [String(repeating: "a", count: 64)]))
         vary(
-            "\(root)/s/\(session)/journal/\(digest)/mallory",
-            #"{"added":{"c":0,"p":"mallory","t":1},"chunkSize":{chunkSize},"chunks":["\#(digest)"],"name":"x","sha256":"\#(digest)","size":{size},"type":"t","v":2}"#,
+            "\(root)/s/\(session)/journal/\(id)/mallory",
+            #"{"added":{"c":0,"p":"mallory","t":1},"chunkSize":{chunkSize},"chunks":["\#(digest)"],"id":"\#(id)","name":"x","size":{size},"type":"t","v":2}"#,
             ["chunkSize": 65_536, "size": 10],
             accepted: { slot, value in
                 slot == "size"

@@ -104,12 +104,12 @@ struct InteropTests {
 
             let py = try PythonParticipant(broker, group: group.name, participant: "py", ["--session", a.id])
             _ = try await py.event("joined")
-            let listed = try await py.event("attachment") { $0["sha256"] as? String == added.sha256 }
+            let listed = try await py.event("attachment") { $0["id"] as? String == added.digest }
             #expect(listed["owner"] as? String == "alice" && listed["name"] as? String == "notes.txt")
             #expect(listed["size"] as? Int == content.count && listed["metadata"] as? [String: String] == ["lang": "en"])
             let file = FileManager.default.temporaryDirectory.appendingPathComponent("groupsync-\(UUID().uuidString).txt")
             defer { try? FileManager.default.removeItem(at: file) }
-            py.command(["op": "load", "sha256": added.sha256, "owner": "alice", "path": file.path])
+            py.command(["op": "load", "id": added.digest, "owner": "alice", "path": file.path])
             let loaded = try await py.event("loaded")
             #expect(loaded["rejected"] as? Int == 0)
             #expect(try Data(contentsOf: file) == content)

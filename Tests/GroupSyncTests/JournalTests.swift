@@ -49,7 +49,7 @@ import Testing
             #expect(aliceJournal.attachments == [added], "the owner lists it once add() returns")
             try await waitUntil("bob lists the photo") { lists.elements.last == [added] }
             let listed = try #require(bobJournal.attachments.first)
-            #expect(listed.mediaType == "image/jpeg" && listed.metadata == ["caption": "Lake"] && listed.sha256 == added.sha256)
+            #expect(listed.mediaType == "image/jpeg" && listed.metadata == ["caption": "Lake"] && listed.digest == added.digest)
 
             let reports = LockedValue<[JournalLoadProgress]>([])
             let loaded = try await bobJournal.load(listed) { progress in reports.withLock { $0.append(progress) } }
@@ -69,7 +69,7 @@ import Testing
             try await aliceJournal.remove(added)
             try await waitUntil("bob's list is empty again") { lists.elements.last == [] }
             #expect(aliceJournal.attachments.isEmpty)
-            await #expect(throws: GroupSyncError.attachmentRemoved(sha256: added.sha256)) { try await bobJournal.load(listed) }
+            await #expect(throws: GroupSyncError.attachmentRemoved(digest: added.digest)) { try await bobJournal.load(listed) }
             await group.closeAll()
         }
     }
@@ -140,11 +140,8 @@ import Testing
             let (_, _, a, b) = try await group.pair(Gallery(galleryID: "corrupt"))
             let content = Self.bytes(80_000)
             let added = try await GroupSessionJournal(session: a, configuration: Self.small).add(content, name: "doc.pdf")
-            let topic = GroupTopics(group: group.name).chunk(a.id, attachment: added.sha256, index: 2, owner: "alice")
-            var configuration = try MQTTClient.Configuration(url: broker.url)
-            configuration.clientID = broker.unique("forger")
-            let forger = try MQTTClient(configuration: configuration)
-            try await forger.connect()
+            let topic = GroupTopics(group: group.name).chunk(a.id, attachment: added.digest, index: 2, owner: "alice")
+            let forger = try await Self.rawClient(broker, "forger")
             var forged = content[(2 * 16_384)..<(3 * 16_384)]
             forged[forged.startIndex] ^= 0xFF
             try await forger.publish(to: topic, payload: Data(forged), qos: .atLeastOnce, retain: true)
@@ -162,6 +159,84 @@ import Testing
             await forger.disconnect()
             await group.closeAll()
         }
+    }
+
+    /// A record whose chunk digests do not hash to its id — here the content's SHA-256 in its place — is
+    /// rejected and never listed; the same chunks under their id are listed and load.
+    @Test func aRecordWhoseChunksDoNotHashToItsIDIsRejected() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let (_, bob, a, b) = try await group.pair(Gallery(galleryID: "ids"))
+            let zoe = try await Self.rawClient(broker, "zoe")
+            let content = Self.bytes(40_000)
+            let chunks = stride(from: 0, to: content.count, by: 16_384).map { Data(content[$0..<min($0 + 16_384, content.count)]) }
+            let digests = chunks.map(SHA256.hex)
+            for (index, chunk) in chunks.enumerated() {
+                let topic = GroupTopics(group: group.name).chunk(
+                    a.id, attachment: SHA256.hex(ofDigests: digests), index: index, owner: "zoe")
+                try await zoe.publish(to: topic, payload: chunk, qos: .atLeastOnce, retain: true)
+            }
+            func publish(id: String) async throws {
+                let record = Wire.JournalRecord(
+                    id: id, name: "z.bin", type: "application/octet-stream", size: Int64(content.count), chunkSize: 16_384,
+                    chunks: digests, added: HLCTimestamp(time: 1, counter: 0, participant: "zoe"))
+                let topic = GroupTopics(group: group.name).journal(a.id, attachment: id, owner: "zoe")
+                try await zoe.publish(to: topic, payload: try Wire.encode(record), qos: .atLeastOnce, retain: true)
+            }
+            let rejectedBefore = bob.rejectedMessageCount
+            try await publish(id: SHA256.hex(content))
+            try await waitUntil("bob rejects the record") { bob.rejectedMessageCount > rejectedBefore }
+            #expect(GroupSessionJournal(session: b).attachments.isEmpty, "a rejected record is not listed")
+
+            try await publish(id: SHA256.hex(ofDigests: digests))
+            try await waitUntil("bob lists the record under the chunks' id") { GroupSessionJournal(session: b).attachments.count == 1 }
+            let listed = GroupSessionJournal(session: b).attachments[0]
+            #expect(listed.digest == SHA256.hex(ofDigests: digests) && listed.owner.id == "zoe")
+            #expect(try await GroupSessionJournal(session: b).load(listed) == content)
+            #expect(bob.rejectedMessageCount == rejectedBefore + 1)
+            await zoe.disconnect()
+            await group.closeAll()
+        }
+    }
+
+    /// The record's id binds the chunk digests, not the chunks' lengths: a chunk that matches its digest
+    /// but not the length the record gives it shows the owner's record inconsistent, and the load fails at
+    /// once with `attachmentCorrupted` instead of handing over more or fewer bytes than the record says.
+    @Test func aChunkOfAnotherLengthThanItsRecordSaysFailsTheLoad() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let (_, _, a, b) = try await group.pair(Gallery(galleryID: "lengths"))
+            let zoe = try await Self.rawClient(broker, "zoe")
+            let content = Self.bytes(20)
+            // The record says 16 bytes, then 4; zoe cuts 10 and 10.
+            let chunks = [content.prefix(10), content.suffix(10)].map { Data($0) }
+            let digests = chunks.map(SHA256.hex)
+            let id = SHA256.hex(ofDigests: digests)
+            let topics = GroupTopics(group: group.name)
+            for (index, chunk) in chunks.enumerated() {
+                try await zoe.publish(
+                    to: topics.chunk(a.id, attachment: id, index: index, owner: "zoe"), payload: chunk, qos: .atLeastOnce, retain: true)
+            }
+            let record = Wire.JournalRecord(
+                id: id, name: "cut.bin", type: "application/octet-stream", size: 20, chunkSize: 16, chunks: digests,
+                added: HLCTimestamp(time: 1, counter: 0, participant: "zoe"))
+            try await zoe.publish(
+                to: topics.journal(a.id, attachment: id, owner: "zoe"), payload: try Wire.encode(record), qos: .atLeastOnce, retain: true)
+            let journal = GroupSessionJournal(session: b)
+            try await waitUntil("bob lists zoe's record") { journal.attachments.count == 1 }
+            await #expect(throws: GroupSyncError.attachmentCorrupted(digest: id)) { try await journal.load(journal.attachments[0]) }
+            await zoe.disconnect()
+            await group.closeAll()
+        }
+    }
+
+    /// A plain MQTT client on `broker` (no ACL: it may write any topic).
+    static func rawClient(_ broker: MosquittoBroker, _ name: String) async throws -> MQTTClient {
+        var configuration = try MQTTClient.Configuration(url: broker.url)
+        configuration.clientID = broker.unique(name)
+        let client = try MQTTClient(configuration: configuration)
+        try await client.connect()
+        return client
     }
 
     /// Under the example ACL, nobody but the owner can remove or overwrite an attachment: the broker
@@ -184,8 +259,8 @@ import Testing
             let mallory = try MQTTClient(configuration: login)
             try await mallory.connect()
             let topics = GroupTopics(group: group.name)
-            let record = topics.journal(a.id, attachment: added.sha256, owner: "alice")
-            let chunk = topics.chunk(a.id, attachment: added.sha256, index: 0, owner: "alice")
+            let record = topics.journal(a.id, attachment: added.digest, owner: "alice")
+            let chunk = topics.chunk(a.id, attachment: added.digest, index: 0, owner: "alice")
             await #expect(throws: MQTTError.notAuthorized(topic: record)) {
                 try await mallory.publish(to: record, payload: Data(), qos: .atLeastOnce, retain: true)
             }

@@ -7,6 +7,7 @@ conformance vector in this folder (format: README.md). Python 3 standard library
 Prints each failing vector and exits with status 1 if any fails.
 """
 import base64
+import hashlib
 import json
 import math
 import pathlib
@@ -211,23 +212,28 @@ def state(value):
 DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 
 
+def attachment_id(digests):
+    """The SHA-256 of the chunks' digests, each as its 32 bytes, one after another (PROTOCOL.md#the-journal-record)."""
+    return hashlib.sha256(b"".join(bytes.fromhex(d) for d in digests)).hexdigest()
+
+
 def journal(value):
     """A journal record (PROTOCOL.md#the-journal-record): size and chunkSize in their ranges (out-of-range), then
-    consistent (wrong-shape)."""
+    consistent, its id that of its chunks' digests included (wrong-shape)."""
     f = Fields(value)
     chunks = f.typed("chunks", list)
     if not all(type(digest) is str for digest in chunks):
         raise Rejected("wrong-shape")
-    record = {"added": clock(f.value("added")), "chunkSize": f.int("chunkSize", CHUNK_SIZE), "chunks": chunks, "name": f.str("name"),
-              "sha256": f.str("sha256"), "size": f.int("size", SIZE), "type": f.str("type"), "v": VERSION}
+    record = {"added": clock(f.value("added")), "chunkSize": f.int("chunkSize", CHUNK_SIZE), "chunks": chunks, "id": f.str("id"),
+              "name": f.str("name"), "size": f.int("size", SIZE), "type": f.str("type"), "v": VERSION}
     if "metadata" in f.object:
         metadata = f.typed("metadata", dict)
         if not all(type(text) is str for text in metadata.values()):
             raise Rejected("wrong-shape")
         record["metadata"] = metadata
     size, chunk_size = record["size"], record["chunkSize"]
-    if (not DIGEST.match(record["sha256"]) or not all(DIGEST.match(d) for d in chunks)
-            or len(chunks) != -(-size // chunk_size)):
+    if (not DIGEST.match(record["id"]) or not all(DIGEST.match(d) for d in chunks)
+            or len(chunks) != -(-size // chunk_size) or attachment_id(chunks) != record["id"]):
         raise Rejected("wrong-shape")
     return record
 
@@ -393,8 +399,8 @@ def route(topic):
             return member, lambda r: r["participant"] == participant
         case ["s", _, "state", key, writer]:
             return state, lambda r: r["key"] == key and r["clock"]["p"] == writer
-        case ["s", _, "journal", sha256, owner]:
-            return journal, lambda r: r["sha256"] == sha256 and r["added"]["p"] == owner
+        case ["s", _, "journal", attachment, owner]:
+            return journal, lambda r: r["id"] == attachment and r["added"]["p"] == owner
         case ["s", _, "all", _] | ["s", _, "to", _, _]:
             return envelope, lambda r: True
     return None

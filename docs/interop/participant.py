@@ -21,7 +21,7 @@ bounded outbox and recovered end to end (§Reliable delivery). Commands are JSON
     {"op":"set","key":"k","value":1}
     {"op":"send","type":"Chat","body":{"text":"hi"}}                  reliable, to everyone
     {"op":"send","type":"Chat","body":{...},"to":["alice"],"reliable":false}
-    {"op":"load","sha256":"…","owner":"alice","path":"/tmp/photo.jpg"}   an attachment of the journal
+    {"op":"load","id":"…","owner":"alice","path":"/tmp/photo.jpg"}   an attachment of the journal
     {"op":"leave"}    {"op":"end"}    {"op":"close"}                   end of input also closes
 
 Events are JSON lines on stdout, each with an "event" field:
@@ -31,8 +31,8 @@ Events are JSON lines on stdout, each with an "event" field:
     value {session, key, value, writer}        message {session, type, from, body, direct, reliable}
     gap {session, from, stream, first, last, count}  (reliable messages the sender could not re-send)
     catchup {session, to}  (it answered a newcomer)
-    attachment {session, sha256, owner, name, type, size, metadata}    removed {session, sha256, owner}
-    loaded {session, sha256, owner, path, size, rejected}  (verified, at `path`; `rejected` bad chunks)
+    attachment {session, id, owner, name, type, size, metadata}    removed {session, id, owner}
+    loaded {session, id, owner, path, size, rejected}  (verified, at `path`; `rejected` bad chunks)
     sent {type, acknowledged}  (acknowledged by the broker, or queued while disconnected)
     left {session}    ended {session, by}    closed
     rejected {topic, reason}  (a message it ignored, with the docs/conformance code)    error {message}
@@ -291,24 +291,30 @@ def state_record(obj, key=None, writer=None):
     return name, clock(required(obj, "clock"), writer)
 
 
-def journal_record(obj, sha256, owner):
-    """§Journal, "The journal record": consistent, and matching its topic's `<sha256>` and `<owner>`."""
+def attachment_id(digests):
+    """§Journal: the SHA-256 of the chunks' digests, each as its 32 bytes, one after another."""
+    return hashlib.sha256(b"".join(bytes.fromhex(d) for d in digests)).hexdigest()
+
+
+def journal_record(obj, attachment, owner):
+    """§Journal, "The journal record": consistent (its `id` that of its chunks' digests), and matching its
+    topic's `<id>` and `<owner>`."""
     chunks = field(obj, "chunks", list)
     metadata = field(obj, "metadata", dict, optional=True) or {}
     if not all(type(d) is str for d in chunks) or not all(type(m) is str for m in metadata.values()):
         raise Reject("wrong-shape")
     size, chunk_size = integer(obj, "size"), integer(obj, "chunkSize")
-    name, kind, digest = field(obj, "name", str), field(obj, "type", str), field(obj, "sha256", str)
+    name, kind, digest = field(obj, "name", str), field(obj, "type", str), field(obj, "id", str)
     added = required(obj, "added")
     if not isinstance(added, dict):
         raise Reject("wrong-shape")
     t, c, p = integer(added, "t"), integer(added, "c"), field(added, "p", str)
     if (size < 0 or chunk_size < 1 or not DIGEST.match(digest) or not all(DIGEST.match(d) for d in chunks)
-            or len(chunks) != -(-size // chunk_size)):
+            or len(chunks) != -(-size // chunk_size) or attachment_id(chunks) != digest):
         raise Reject("wrong-shape")
-    if digest != sha256 or p != owner:
+    if digest != attachment or p != owner:
         raise Reject("identity-mismatch")
-    return {"name": name, "type": kind, "size": size, "chunks": chunks, "metadata": metadata}
+    return {"name": name, "type": kind, "size": size, "chunkSize": chunk_size, "chunks": chunks, "metadata": metadata}
 
 
 def announcement(obj, session):
@@ -457,7 +463,7 @@ class Joined:
         self.streams = {}         # (sender, "all" | "direct") -> Stream, in the sender's member epoch
         self.active = None        # last reported active set
         self.own_copy_revision = None
-        self.attachments = {}     # (sha256, owner) -> journal record (§Journal)
+        self.attachments = {}     # (id, owner) -> journal record (§Journal)
 
 
 class Load:
@@ -894,22 +900,22 @@ class Participant:
         _, stamp = state_record(rec, key, writer)
         self.apply_state(j, rec, stamp)
 
-    def on_journal(self, sha256, owner, payload):
+    def on_journal(self, attachment, owner, payload):
         """§Journal: a record lists the attachment, an empty payload removes it."""
         j = self.joined
         if not payload:
-            if j.attachments.pop((sha256, owner), None) is not None:
-                self.emit("removed", session=j.id, sha256=sha256, owner=owner)
+            if j.attachments.pop((attachment, owner), None) is not None:
+                self.emit("removed", session=j.id, id=attachment, owner=owner)
             return
-        rec = journal_record(decode(payload), sha256, owner)
-        if j.attachments.get((sha256, owner)) != rec:
-            j.attachments[(sha256, owner)] = rec
-            self.emit("attachment", session=j.id, sha256=sha256, owner=owner, name=rec["name"], type=rec["type"],
+        rec = journal_record(decode(payload), attachment, owner)
+        if j.attachments.get((attachment, owner)) != rec:
+            j.attachments[(attachment, owner)] = rec
+            self.emit("attachment", session=j.id, id=attachment, owner=owner, name=rec["name"], type=rec["type"],
                       size=rec["size"], metadata=rec["metadata"])
 
-    def chunk_topic(self, sid, sha256, index, owner):
-        """§Journal: `groupsync/v2-chunks/<group>/<session>/<sha256>.<index>/<owner>`."""
-        return f"groupsync/v{VERSION}-chunks/{self.args.group}/{sid}/{sha256}.{index}/{owner}"
+    def chunk_topic(self, sid, attachment, index, owner):
+        """§Journal: `groupsync/v2-chunks/<group>/<session>/<id>.<index>/<owner>`."""
+        return f"groupsync/v{VERSION}-chunks/{self.args.group}/{sid}/{attachment}.{index}/{owner}"
 
     def apply_state(self, j, rec, stamp):
         self.observe(stamp)
@@ -1271,28 +1277,29 @@ class Participant:
                 self.clear(self.topic("s", j.id, "member", member))
             for topic in j.state_topics:
                 self.clear(topic)
-            for (sha256, owner), rec in j.attachments.items():  # the records, and the chunks they name
-                self.clear(self.topic("s", j.id, "journal", sha256, owner))
+            for (attachment, owner), rec in j.attachments.items():  # the records, and the chunks they name
+                self.clear(self.topic("s", j.id, "journal", attachment, owner))
                 for index in range(len(rec["chunks"])):
-                    self.clear(self.chunk_topic(j.id, sha256, index, owner))
+                    self.clear(self.chunk_topic(j.id, attachment, index, owner))
             self.client.unsubscribe([f for f, _ in self.session_filters(j.id)])
             self.joined = None
             session.ended = session.ended_by_me = True
             self.emit("ended", session=j.id, by=self.me)
 
-    def load(self, sha256, owner, path):
+    def load(self, attachment, owner, path):
         """§Journal, "Loading": exact chunk topics a window at a time; each chunk verified (a bad one asked
-        for again after a backoff), written in order to `<path>.partial`, renamed once the whole verifies."""
+        for again after a backoff; the record's id binds the digests, so nothing else is hashed), written
+        in order to `<path>.partial`, renamed once every chunk is there."""
         with self.lock:
             j = self.joined
-            rec = j.attachments.get((sha256, owner)) if j else None
+            rec = j.attachments.get((attachment, owner)) if j else None
             if rec is None:
-                self.emit("error", message=f"load: no attachment {sha256} of {owner}")
+                self.emit("error", message=f"load: no attachment {attachment} of {owner}")
                 return
-            digests = rec["chunks"]
-            topics = [self.chunk_topic(j.id, sha256, index, owner) for index in range(len(digests))]
+            digests, size, chunk_size = rec["chunks"], rec["size"], rec["chunkSize"]
+            topics = [self.chunk_topic(j.id, attachment, index, owner) for index in range(len(digests))]
             loading = self.loading = Load(topics)
-        whole, rejected, attempts, held = hashlib.sha256(), 0, {}, {}
+        rejected, attempts, held = 0, {}, {}
         next_index = requested = 0
         progress = time.monotonic()
         try:
@@ -1300,7 +1307,7 @@ class Participant:
                 while next_index < len(digests):
                     now = time.monotonic()
                     if now - progress >= STALL:
-                        self.emit("error", message=f"load: chunk {next_index} of {sha256} unavailable")
+                        self.emit("error", message=f"load: chunk {next_index} of {attachment} unavailable")
                         return
                     ask = []
                     while requested < min(next_index + WINDOW, len(digests)):
@@ -1325,19 +1332,18 @@ class Participant:
                             attempts[index] = attempts.get(index, 0) + 1
                             loading.retry_at[index] = time.monotonic() + min(0.05 * 2 ** (attempts[index] - 1), 2.0)
                             continue
+                        if len(payload) != min(chunk_size, size - index * chunk_size):
+                            self.emit("error", message=f"load: {attachment} does not verify: chunk {index}'s length")
+                            return
                         loading.pending.discard(index)
                         held[index] = payload
                         progress = time.monotonic()
                     while next_index in held:
                         chunk = held.pop(next_index)
                         out.write(chunk)
-                        whole.update(chunk)
                         next_index += 1
-            if whole.hexdigest() != sha256:
-                self.emit("error", message=f"load: {sha256} does not verify")
-                return
             os.replace(path + ".partial", path)
-            self.emit("loaded", session=j.id, sha256=sha256, owner=owner, path=path, size=rec["size"],
+            self.emit("loaded", session=j.id, id=attachment, owner=owner, path=path, size=rec["size"],
                       rejected=rejected)
         finally:
             with self.lock:
@@ -1400,7 +1406,7 @@ class Participant:
                     if info is not None:
                         info.wait_for_publish(timeout=5)
                 elif op == "load":
-                    self.load(command["sha256"], command["owner"], command["path"])
+                    self.load(command["id"], command["owner"], command["path"])
                 elif op == "end":
                     self.end()
                 elif op == "close":

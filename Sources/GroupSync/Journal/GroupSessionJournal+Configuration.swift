@@ -16,7 +16,7 @@ extension GroupSessionJournal {
         /// Most attachments in the session (everyone's) that this participant adds to. Default: 256.
         public var maximumAttachmentCount: Int
         /// How long a load may go without receiving a chunk before it fails with
-        /// ``GroupSyncError/attachmentUnavailable(sha256:chunk:)``: long enough to ride out a broker
+        /// ``GroupSyncError/attachmentUnavailable(digest:chunk:)``: long enough to ride out a broker
         /// restart and a reconnect. Default: 30 s.
         public var stallTimeout: Duration
 

@@ -3,15 +3,16 @@ import MQTT
 
 extension GroupSessionJournal {
     /// Loads `attachment` into memory and returns its bytes, verified: each chunk against its digest as it
-    /// arrives (a corrupted or forged one is fetched again), the whole against its SHA-256.
+    /// arrives (a corrupted or forged one is fetched again), the digests ``JournalAttachment/digest`` binds.
     ///
     /// `progress` is called on the loading task (never on the network thread) at the start, after each
     /// verified chunk is handed over (in order: one that arrived early waits for its predecessors) and
     /// after each rejected one. A load survives reconnects and broker restarts: it goes on where it was, with
-    /// nothing lost or handed over twice. It fails with ``GroupSyncError/attachmentUnavailable(sha256:chunk:)``
-    /// after ``Configuration/stallTimeout`` without a chunk, ``GroupSyncError/attachmentRemoved(sha256:)``
-    /// when its owner removes it meanwhile, ``GroupSyncError/sessionInvalidated`` when the session is over
-    /// for us, and ``GroupSyncError/cancelled`` when its task is cancelled.
+    /// nothing lost or handed over twice. It fails with ``GroupSyncError/attachmentUnavailable(digest:chunk:)``
+    /// after ``Configuration/stallTimeout`` without a chunk, ``GroupSyncError/attachmentRemoved(digest:)``
+    /// when its owner removes it meanwhile, ``GroupSyncError/attachmentCorrupted(digest:)`` when a chunk
+    /// matches its digest but not its record's length, ``GroupSyncError/sessionInvalidated`` when the
+    /// session is over for us, and ``GroupSyncError/cancelled`` when its task is cancelled.
     public func load(
         _ attachment: JournalAttachment, progress: (@Sendable (JournalLoadProgress) -> Void)? = nil
     ) async throws(GroupSyncError) -> Data {
@@ -79,7 +80,7 @@ extension GroupSessionJournal {
             throw .journalLimitExceeded(.attachmentSize(size: attachment.size, limit: configuration.maximumAttachmentSize))
         }
         guard configuration.window > 0 else { throw .invalidArgument("window must be positive") }
-        guard !isRemoved(attachment) else { throw .attachmentRemoved(sha256: attachment.sha256) }
+        guard !isRemoved(attachment) else { throw .attachmentRemoved(digest: attachment.digest) }
         let record = attachment.record
         let (clock, topics, session) = (core.context.clock, core.topics, core.id)
         var machine = TransferStateMachine(
@@ -87,7 +88,6 @@ extension GroupSessionJournal {
                 chunkCount: record.chunks.count, window: configuration.window,
                 stallTimeout: configuration.stallTimeout.nanoseconds / 1_000_000),
             now: clock.milliseconds())
-        let whole = SHA256()
         func report(completedChunks: Int) {
             let done = min(completedChunks * Int(record.chunkSize), attachment.size)
             progress?(JournalLoadProgress(completedBytes: done, totalBytes: attachment.size, rejectedChunks: machine.rejected))
@@ -126,7 +126,7 @@ extension GroupSessionJournal {
                 lastRequest += 1
                 let request = lastRequest
                 current[index] = request
-                let topic = topics.chunk(session, attachment: record.sha256, index: index, owner: record.added.participant)
+                let topic = topics.chunk(session, attachment: record.id, index: index, owner: record.added.participant)
                 group.addTask {
                     do {
                         let subscription = try await client.subscribe(
@@ -152,7 +152,6 @@ extension GroupSessionJournal {
                     switch effect {
                     case let .unsubscribe(index): giveUp(index)
                     case let .deliver(chunk):
-                        whole.update(chunk)
                         try deliver(chunk)
                         completed += 1
                         report(completedChunks: completed)
@@ -164,7 +163,7 @@ extension GroupSessionJournal {
                         }
                         report(completedChunks: machine.completedChunks)
                     case .complete: break
-                    case let .fail(missing): throw .attachmentUnavailable(sha256: record.sha256, chunk: missing)
+                    case let .fail(missing): throw .attachmentUnavailable(digest: record.id, chunk: missing)
                     }
                 }
             }
@@ -191,7 +190,12 @@ extension GroupSessionJournal {
                         } ?? .cancelled
                     switch event {
                     case let .chunk(index, data):
+                        // The only hash of these bytes: the record's id binds its digests, so verified chunks are
+                        // the content. A verified chunk of another length than the record says is the owner's error.
                         let verified = index < record.chunks.count && SHA256.hex(data) == record.chunks[index]
+                        if verified, Int64(data.count) != min(record.chunkSize, record.size - Int64(index) * record.chunkSize) {
+                            try abandon(.attachmentCorrupted(digest: record.id))
+                        }
                         action = machine.onChunk(index, data, verified: verified, now: clock.milliseconds())
                     case let .retryDue(index):
                         if requests.withLock({ $0.isArriving(index) }) {  // not yet: its predecessor is still coming
@@ -205,7 +209,7 @@ extension GroupSessionJournal {
                     case .stallDue:
                         action = machine.onTick(now: clock.milliseconds())
                         armStall()
-                    case .removed: try abandon(.attachmentRemoved(sha256: record.sha256))
+                    case .removed: try abandon(.attachmentRemoved(digest: record.id))
                     case .invalidated: try abandon(.sessionInvalidated)
                     case .cancelled: try abandon(.cancelled)
                     }
@@ -222,7 +226,6 @@ extension GroupSessionJournal {
         // Requests still on their way when the loop ended were dropped as they arrived (the group waited
         // for them); none is left.
         if let failure { throw failure }
-        guard whole.finalize() == record.sha256 else { throw .attachmentCorrupted(sha256: record.sha256) }
     }
 
     /// Whether the journal saw `attachment` removed by its owner.

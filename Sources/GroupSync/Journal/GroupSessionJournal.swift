@@ -9,11 +9,11 @@ import MQTT
 /// attachments, with the configuration of the first.
 ///
 /// - Where the bytes live: on the broker, as retained messages, in chunks of at most
-///   ``Configuration/chunkSize`` bytes, next to the owner's journal record (name, media type, size, the
-///   SHA-256 of the whole and of each chunk). So an attachment can be loaded while nobody who has it is
-///   online, at the cost of broker memory (bounded by ``Configuration/maximumSessionSize``).
+///   ``Configuration/chunkSize`` bytes, next to the owner's journal record (name, media type, size, each
+///   chunk's SHA-256). So an attachment can be loaded while nobody who has it is online, at the cost of
+///   broker memory (bounded by ``Configuration/maximumSessionSize``).
 /// - Integrity: every chunk is checked against its digest as it arrives (a corrupted or forged one is
-///   rejected and fetched again), and the whole against its SHA-256 before a load returns.
+///   rejected and fetched again), and ``JournalAttachment/digest`` binds those digests: each byte is hashed once.
 /// - Lifetime: an attachment lives as long as the owner's state records — refreshed while the owner is in
 ///   the session, expiring a session TTL after it left — and ends with the session: ``GroupSession/end()``
 ///   removes it from the broker. Only its owner can ``remove(_:)`` it.
@@ -50,8 +50,8 @@ public final class GroupSessionJournal: Sendable {
     /// Adds `data` to the journal and returns once the broker holds all of it: every chunk, then the
     /// record that makes it visible to everyone. Throws ``GroupSyncError/notJoined`` before `join()`, and
     /// ``GroupSyncError/journalLimitExceeded(_:)`` naming the limit an attachment this size would exceed.
-    /// Adding the same bytes again replaces the attachment's name, media type and metadata. Cancelling
-    /// the task stops sending; chunks already sent expire with the session.
+    /// Adding the same bytes again, in chunks of the same size, replaces the attachment's name, media type
+    /// and metadata. Cancelling the task stops sending; chunks already sent expire with the session.
     public func add(
         _ data: Data, name: String, mediaType: String = "application/octet-stream", metadata: [String: String] = [:]
     ) async throws(GroupSyncError) -> JournalAttachment {
@@ -69,17 +69,19 @@ public final class GroupSessionJournal: Sendable {
         if let limit = packetLimit, chunkCount * 67 > limit {
             throw .journalLimitExceeded(.recordSize(size: chunkCount * 67, limit: limit))
         }
-        let sha256 = SHA256.hex(data)
-        let (me, session, topics) = (core.me, core.id, core.topics)
-        try core.read { machine throws(GroupSyncError) in
-            try machine.journal.check(adding: data.count, sha256: sha256, owner: me, limits: configuration)
-        }
         // Slices share `data`'s bytes: the owner keeps (and refreshes) one copy of the attachment.
         let chunks = stride(from: data.startIndex, to: data.endIndex, by: chunkSize).map { data[$0..<min($0 + chunkSize, data.endIndex)] }
+        // Each byte is hashed once, into its chunk's digest; the attachment's digest is that of theirs.
+        let digests = chunks.map(SHA256.hex)
+        let digest = SHA256.hex(ofDigests: digests)
+        let (me, session, topics) = (core.me, core.id, core.topics)
+        try core.read { machine throws(GroupSyncError) in
+            try machine.journal.check(adding: data.count, digest: digest, owner: me, limits: configuration)
+        }
         let added = core.context.hlc.withLock { $0.tick(now: core.context.clock.milliseconds()) }
         let record = Wire.JournalRecord(
-            sha256: sha256, name: name, type: mediaType, size: Int64(data.count), chunkSize: Int64(chunkSize),
-            chunks: chunks.map(SHA256.hex), added: added, metadata: metadata.isEmpty ? nil : metadata)
+            id: digest, name: name, type: mediaType, size: Int64(data.count), chunkSize: Int64(chunkSize),
+            chunks: digests, added: added, metadata: metadata.isEmpty ? nil : metadata)
         let payload = try Wire.encode(record)
         if let limit = packetLimit, payload.count > limit {
             throw .journalLimitExceeded(.recordSize(size: payload.count, limit: limit))
@@ -92,7 +94,7 @@ public final class GroupSessionJournal: Sendable {
         do throws(GroupSyncError) {
             for (index, chunk) in chunks.enumerated() {
                 if Task.isCancelled { throw .cancelled }
-                let topic = topics.chunk(session, attachment: sha256, index: index, owner: me)
+                let topic = topics.chunk(session, attachment: digest, index: index, owner: me)
                 unacknowledged.append(try core.context.retained.enqueue(topic, chunk, lifetime: lifetime))
                 sent.append(topic)
                 if unacknowledged.count >= configuration.window {
@@ -100,7 +102,7 @@ public final class GroupSessionJournal: Sendable {
                 }
             }
             while !unacknowledged.isEmpty { try await core.acknowledgements(of: [unacknowledged.removeFirst()]) }
-            try await core.context.retained.publish(topics.journal(session, attachment: sha256, owner: me), payload, lifetime: lifetime)
+            try await core.context.retained.publish(topics.journal(session, attachment: digest, owner: me), payload, lifetime: lifetime)
         } catch {
             // No record names these chunks: nobody would ever load them. They are not kept, and go now.
             for ticket in unacknowledged { client.detach(ticket) }
@@ -109,7 +111,7 @@ public final class GroupSessionJournal: Sendable {
             core.context.tasks.spawn { for topic in abandoned { await retained.clear(topic) } }
             throw error
         }
-        core.perform { $0.onJournal { $0.onRecord(record, sha256: sha256, owner: me) } }
+        core.perform { $0.onJournal { $0.onRecord(record, digest: digest, owner: me) } }
         return JournalAttachment(record: record)
     }
 
@@ -134,12 +136,12 @@ public final class GroupSessionJournal: Sendable {
     public func remove(_ attachment: JournalAttachment) async throws(GroupSyncError) {
         guard attachment.owner == core.context.me else { throw .notAttachmentOwner(owner: attachment.owner.id) }
         guard !core.isInvalidated else { throw .sessionInvalidated }
-        let recordTopic = core.topics.journal(core.id, attachment: attachment.sha256, owner: attachment.owner.id)
+        let recordTopic = core.topics.journal(core.id, attachment: attachment.digest, owner: attachment.owner.id)
         core.context.retained.disown(recordTopic)
         _ = try await GroupSyncError.awaitOverConnection { () async throws(MQTTError) in
             try await core.context.client.publish(to: recordTopic, payload: Data(), qos: .atLeastOnce, retain: true)
         }
-        core.perform { $0.onJournal { $0.onRecord(nil, sha256: attachment.sha256, owner: attachment.owner.id) } }
+        core.perform { $0.onJournal { $0.onRecord(nil, digest: attachment.digest, owner: attachment.owner.id) } }
         for topic in JournalStateMachine.topics(of: attachment.record, core.topics, session: core.id).dropFirst() {
             await core.context.retained.clear(topic)
         }

@@ -60,18 +60,18 @@ struct JournalStateMachine {
     /// The journal record's topic and its chunks' topics.
     static func topics(of record: Wire.JournalRecord, _ topics: GroupTopics, session: String) -> [String] {
         let owner = record.added.participant
-        return [topics.journal(session, attachment: record.sha256, owner: owner)]
-            + record.chunks.indices.map { topics.chunk(session, attachment: record.sha256, index: $0, owner: owner) }
+        return [topics.journal(session, attachment: record.id, owner: owner)]
+            + record.chunks.indices.map { topics.chunk(session, attachment: record.id, index: $0, owner: owner) }
     }
 
     /// Throws the limit that adding `size` bytes by `owner` would exceed (an attachment that replaces
-    /// the owner's same content counts once).
-    func check(adding size: Int, sha256: String, owner: String, limits: GroupSessionJournal.Configuration) throws(GroupSyncError) {
+    /// the owner's attachment of the same digest counts once).
+    func check(adding size: Int, digest: String, owner: String, limits: GroupSessionJournal.Configuration) throws(GroupSyncError) {
         guard size <= limits.maximumAttachmentSize else {
             throw .journalLimitExceeded(.attachmentSize(size: size, limit: limits.maximumAttachmentSize))
         }
         guard case let .following(attachments) = state else { throw .sessionInvalidated }
-        let others = attachments.filter { $0.key != JournalAttachment.ID(owner: Participant(id: owner), sha256: sha256) }
+        let others = attachments.filter { $0.key != JournalAttachment.ID(owner: Participant(id: owner), digest: digest) }
         let total = others.values.reduce(size) { $0 + $1.size }
         guard total <= limits.maximumSessionSize else {
             throw .journalLimitExceeded(.sessionSize(total: total, limit: limits.maximumSessionSize))
@@ -83,14 +83,14 @@ struct JournalStateMachine {
 
     // MARK: - Inputs
 
-    /// A record on `owner`'s journal topic of `sha256` (nil: the topic was cleared, the attachment
+    /// A record on `owner`'s journal topic of `digest` (nil: the topic was cleared, the attachment
     /// removed). One that is inconsistent or does not match its topic is rejected and changes nothing;
     /// a change gives the new list to every sequence.
-    mutating func onRecord(_ record: Wire.JournalRecord?, sha256: String, owner: String) -> Action {
+    mutating func onRecord(_ record: Wire.JournalRecord?, digest: String, owner: String) -> Action {
         guard case var .following(attachments) = state else { return .none }
-        let id = JournalAttachment.ID(owner: Participant(id: owner), sha256: sha256)
+        let id = JournalAttachment.ID(owner: Participant(id: owner), digest: digest)
         if let record {
-            guard record.matches(attachment: sha256, owner: owner) else { return onMalformedRecord() }
+            guard record.matches(attachment: digest, owner: owner) else { return onMalformedRecord() }
             let attachment = JournalAttachment(record: record)
             guard attachments[id] != attachment else { return .none }  // a refresh
             attachments[id] = attachment

@@ -231,7 +231,7 @@ final class SessionCore: Sendable {
         case let .journal(session, attachment, owner) where session == id:
             let record = message.payload.isEmpty ? nil : Wire.decode(Wire.JournalRecord.self, from: message.payload)
             let malformed = record == nil && !message.payload.isEmpty
-            return perform { $0.onJournal { malformed ? $0.onMalformedRecord() : $0.onRecord(record, sha256: attachment, owner: owner) } }
+            return perform { $0.onJournal { malformed ? $0.onMalformedRecord() : $0.onRecord(record, digest: attachment, owner: owner) } }
                 .rejected
         case let .broadcast(session, sender) where session == id:
             return inbound(message.payload, from: sender, direct: false, now: now)

@@ -474,7 +474,7 @@ struct SessionStateMachine {
         peers[sender]?.joined == nil ? reject() : invalidate(.ended(by: Participant(id: sender)))
     }
 
-    /// A record on `owner`'s journal topic of `sha256`, or a malformed one: see ``JournalStateMachine``.
+    /// A record on `owner`'s journal topic of `digest`, or a malformed one: see ``JournalStateMachine``.
     mutating func onJournal(_ input: (inout JournalStateMachine) -> JournalStateMachine.Action) -> Action {
         switch input(&journal) {
         case .none: Action()

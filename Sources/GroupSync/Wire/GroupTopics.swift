@@ -35,7 +35,7 @@ package struct GroupTopics: Sendable, Hashable {
     package func welcomeFilter(for recipient: String) -> String { "\(root)/welcome/\(recipient)/+" }
     package func member(_ session: String, _ participant: String) -> String { "\(root)/s/\(session)/member/\(participant)" }
     package func state(_ session: String, key: String, writer: String) -> String { "\(root)/s/\(session)/state/\(key)/\(writer)" }
-    /// `owner`'s journal record of the attachment whose SHA-256 is `attachment`.
+    /// `owner`'s journal record of the attachment whose digest (the record's `id`) is `attachment`.
     package func journal(_ session: String, attachment: String, owner: String) -> String {
         "\(root)/s/\(session)/journal/\(attachment)/\(owner)"
     }

@@ -1,12 +1,14 @@
 extension Wire {
-    /// `…/s/<session>/journal/<sha256>/<owner>`, retained: one attachment of the session's journal, added
-    /// by `owner`. Its bytes are the chunks `groupsync/v2-chunks/<group>/<session>/<sha256>.<index>/<owner>`,
+    /// `…/s/<session>/journal/<id>/<owner>`, retained: one attachment of the session's journal, added
+    /// by `owner`. Its bytes are the chunks `groupsync/v2-chunks/<group>/<session>/<id>.<index>/<owner>`,
     /// each exactly `chunkSize` bytes but the last; `chunks` lists each chunk's SHA-256 in order, and
-    /// `sha256` is the SHA-256 of the whole. An empty payload means the owner removed it.
+    /// `id` binds that list, so the verified chunks are the content. An empty payload means the owner
+    /// removed it.
     package struct JournalRecord: Encodable, Sendable, Hashable {
         package var v = Wire.version
-        /// SHA-256 of the whole content: 64 lowercase hexadecimal digits, the `<sha256>` topic level.
-        package var sha256: String
+        /// The attachment's identifier, the `<id>` topic level: the SHA-256 of the chunks' digests as raw
+        /// bytes (``SHA256/hex(ofDigests:)``), 64 lowercase hexadecimal digits. Not the content's SHA-256.
+        package var id: String
         /// A file name for people (not a path).
         package var name: String
         /// The media type, e.g. `image/jpeg`.
@@ -22,10 +24,11 @@ extension Wire {
         /// Anything else the owner's app says about it (string values).
         package var metadata: [String: String]?
 
-        /// Whether the record is consistent: digests well formed, and as many chunks as the size needs.
+        /// Whether the record is consistent: digests well formed, as many chunks as the size needs, and
+        /// `id` the digest of theirs.
         var isConsistent: Bool {
-            guard size >= 0, chunkSize > 0, SHA256.isDigest(sha256), chunks.allSatisfy(SHA256.isDigest) else { return false }
-            return Int64(chunks.count) == (size + chunkSize - 1) / chunkSize
+            guard size >= 0, chunkSize > 0, SHA256.isDigest(id), chunks.allSatisfy(SHA256.isDigest) else { return false }
+            return Int64(chunks.count) == (size + chunkSize - 1) / chunkSize && SHA256.hex(ofDigests: chunks) == id
         }
     }
 }
@@ -44,8 +47,7 @@ extension Wire.JournalRecord: Wire.Record {
             metadata = strings
         }
         self.init(
-            sha256: try fields.string(CodingKeys.sha256), name: try fields.string(CodingKeys.name),
-            type: try fields.string(CodingKeys.type),
+            id: try fields.string(CodingKeys.id), name: try fields.string(CodingKeys.name), type: try fields.string(CodingKeys.type),
             size: try fields.int(CodingKeys.size, in: Wire.Bounds.size),
             chunkSize: try fields.int(CodingKeys.chunkSize, in: Wire.Bounds.chunkSize),
             chunks: try fields.strings(CodingKeys.chunks), added: try HLCTimestamp(json: try fields.value(CodingKeys.added)),
@@ -56,5 +58,5 @@ extension Wire.JournalRecord: Wire.Record {
 
 extension Wire.JournalRecord {
     /// Whether this record may stand on the journal topic of `attachment` owned by `owner`.
-    func matches(attachment: String, owner: String) -> Bool { sha256 == attachment && added.participant == owner }
+    func matches(attachment: String, owner: String) -> Bool { id == attachment && added.participant == owner }
 }

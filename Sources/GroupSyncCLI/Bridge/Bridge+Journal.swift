@@ -60,7 +60,7 @@ extension Bridge {
         let id = "l\(number)"
         let session = joined.session
         let events = self.events
-        let about: [String: JSONValue] = ["load": .string(id), "sha256": .string(attachment.sha256), "owner": .string(attachment.owner.id)]
+        let about: [String: JSONValue] = ["load": .string(id), "sha256": .string(attachment.digest), "owner": .string(attachment.owner.id)]
         let throttle = LockedValue(ProgressThrottle(interval: Bridge.progressInterval))
         let report = { @Sendable (event: String, fields: [String: JSONValue]) in
             events.load(event, about.merging(fields) { $1 }, in: session)
@@ -105,7 +105,7 @@ extension Bridge {
     private static func attachment(
         _ sha256: String, owner: String?, in journal: GroupSessionJournal, of session: GroupSession<AnyGroupActivity>
     ) throws(Failure) -> JournalAttachment {
-        let matches = journal.attachments.filter { $0.sha256.hasPrefix(sha256) && (owner == nil || $0.owner.id == owner) }
+        let matches = journal.attachments.filter { $0.digest.hasPrefix(sha256) && (owner == nil || $0.owner.id == owner) }
         let what = "\(sha256.prefix(12))\(sha256.count < 64 ? "…" : "")\(owner.map { " of \($0)" } ?? "")"
         guard let first = matches.first else { throw Failure("no attachment \(what) in the journal of session \(session.id)") }
         guard matches.count == 1 else {

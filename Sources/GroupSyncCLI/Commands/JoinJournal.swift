@@ -88,7 +88,7 @@ struct JoinJournal: Sendable {
         if let number = Int(which), number >= 1 {
             matches = number <= attachments.count ? [attachments[number - 1]] : []
         } else {
-            matches = attachments.filter { $0.sha256.hasPrefix(which.lowercased()) }
+            matches = attachments.filter { $0.digest.hasPrefix(which.lowercased()) }
         }
         guard matches.count == 1, let attachment = matches.first else {
             Output.error(
@@ -98,14 +98,14 @@ struct JoinJournal: Sendable {
         }
         let journal = self.journal
         let throttle = LockedValue(ProgressThrottle(interval: Self.progressInterval))
-        let short = attachment.sha256.prefix(12)
+        let short = attachment.digest.prefix(12)
         let task = Task {
             do {
                 try await journal.load(attachment, to: URL(fileURLWithPath: path)) { progress in
                     guard throttle.withLock({ $0.admits(progress) }) else { return }
                     Output.line("loading \(short) \(progress.completedBytes)/\(progress.totalBytes) bytes")
                 }
-                Output.line("loaded \(attachment.sha256) \(attachment.size) bytes to \(path) (SHA-256 verified)")
+                Output.line("loaded \(attachment.digest) \(attachment.size) bytes to \(path) (SHA-256 verified)")
             } catch {
                 Output.error("could not load \(attachment.name): \(error)")
             }
@@ -115,6 +115,6 @@ struct JoinJournal: Sendable {
 
     /// `OWNER SHA256 SIZE TYPE NAME`.
     static func describe(_ attachment: JournalAttachment) -> String {
-        "\(attachment.owner.id) \(attachment.sha256) \(attachment.size) \(attachment.mediaType) \(attachment.name)"
+        "\(attachment.owner.id) \(attachment.digest) \(attachment.size) \(attachment.mediaType) \(attachment.name)"
     }
 }

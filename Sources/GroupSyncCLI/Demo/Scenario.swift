@@ -167,10 +167,10 @@ final class Scenario: DemoScript {
         let listed = journal.attachments.first { $0.id == attachment.id }!
         let bytes = try await journal.load(listed)
         let opened = ContinuousClock.now - started
-        let same = bytes == photo && listed.size == photo.count && listed.sha256 == attachment.sha256
+        let same = bytes == photo && listed.size == photo.count && listed.digest == attachment.digest
         timeline.note(
             participant.name,
-            "opened \(listed.name) from the journal after \(format(opened)): \(bytes.count) bytes, SHA-256 \(listed.sha256.prefix(12))… verified"
+            "opened \(listed.name) from the journal after \(format(opened)): \(bytes.count) bytes, SHA-256 \(listed.digest.prefix(12))… verified"
         )
         let verdict =
             "\(attachment.owner.id) added \(attachment.name) (\(photo.count) bytes); \(participant.name), joining late, opened it in \(format(opened)): "

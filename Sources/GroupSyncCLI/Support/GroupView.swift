@@ -144,7 +144,7 @@ struct GroupView {
                     text: "\(owner) removed attachment \(attachment.prefix(12)) from \(id)",
                     fields: ["sha256": .string(attachment)])
             }
-            guard let record = Wire.decode(Wire.JournalRecord.self, from: payload), record.sha256 == attachment else {
+            guard let record = Wire.decode(Wire.JournalRecord.self, from: payload), record.id == attachment else {
                 return invalid(message)
             }
             return Event(

@@ -12,7 +12,7 @@ import Testing
             SHA256.hex(content[$0..<min($0 + chunkSize, content.count)])
         }
         return Wire.JournalRecord(
-            sha256: SHA256.hex(content), name: "n", type: "text/plain", size: Int64(content.count), chunkSize: Int64(chunkSize),
+            id: SHA256.hex(ofDigests: chunks), name: "n", type: "text/plain", size: Int64(content.count), chunkSize: Int64(chunkSize),
             chunks: chunks, added: HLCTimestamp(time: time, counter: 0, participant: owner))
     }
 
@@ -30,14 +30,14 @@ import Testing
         first.perform()
         let late = Self.record(Data("second".utf8), owner: "bob", time: 20)
         let early = Self.record(Data("first".utf8), owner: "alice", time: 10)
-        var actions = [journal.onRecord(late, sha256: late.sha256, owner: "bob")]
-        actions.append(journal.onRecord(early, sha256: early.sha256, owner: "alice"))
+        var actions = [journal.onRecord(late, digest: late.id, owner: "bob")]
+        actions.append(journal.onRecord(early, digest: early.id, owner: "alice"))
         #expect(actions.map(Self.published) == [["bob"], ["alice", "bob"]])
-        #expect(Self.published(journal.onRecord(early, sha256: early.sha256, owner: "alice")) == nil, "a refresh changes nothing")
+        #expect(Self.published(journal.onRecord(early, digest: early.id, owner: "alice")) == nil, "a refresh changes nothing")
         #expect(journal.removed.isEmpty)
-        actions.append(journal.onRecord(nil, sha256: late.sha256, owner: "bob"))
+        actions.append(journal.onRecord(nil, digest: late.id, owner: "bob"))
         #expect(Self.published(actions[2]) == ["alice"])
-        #expect(journal.removed == [JournalAttachment.ID(owner: Participant(id: "bob"), sha256: late.sha256)])
+        #expect(journal.removed == [JournalAttachment.ID(owner: Participant(id: "bob"), digest: late.id)])
         for action in actions { action.perform() }
         let end = journal.end()
         guard case let .finish(ended) = end else {
@@ -53,7 +53,8 @@ import Testing
     }
 
     /// A record is its owner's and its content's: on another owner's or another digest's topic, or
-    /// inconsistent, it is rejected and changes nothing.
+    /// inconsistent — its chunk digests not those its id is the digest of included — it is rejected and
+    /// changes nothing.
     @Test func recordsThatDoNotMatchTheirTopicAreRejected() throws {
         var journal = JournalStateMachine()
         let record = Self.record(Data("content".utf8), owner: "alice")
@@ -61,44 +62,64 @@ import Testing
         short.chunks.removeLast()
         var upper = record
         upper.chunks[0] = upper.chunks[0].uppercased()
+        var swapped = record  // well formed, as many as the size needs, but not the chunks the id binds
+        swapped.chunks.swapAt(0, 1)
         // As the session reads them: decoded by the strict reader first, a payload it refuses is malformed.
-        func read(_ payload: Data, sha256: String, owner: String) -> JournalStateMachine.Action {
+        func read(_ payload: Data, digest: String, owner: String) -> JournalStateMachine.Action {
             guard let decoded = Wire.decode(Wire.JournalRecord.self, from: payload) else { return journal.onMalformedRecord() }
-            return journal.onRecord(decoded, sha256: sha256, owner: owner)
+            return journal.onRecord(decoded, digest: digest, owner: owner)
         }
         let actions = [
-            read(try Wire.encode(record), sha256: record.sha256, owner: "mallory"),
-            read(try Wire.encode(record), sha256: String(repeating: "0", count: 64), owner: "alice"),
-            read(try Wire.encode(short), sha256: record.sha256, owner: "alice"),
-            read(try Wire.encode(upper), sha256: record.sha256, owner: "alice"),
-            read(Data(#"{"v":2}"#.utf8), sha256: record.sha256, owner: "alice"),
+            read(try Wire.encode(record), digest: record.id, owner: "mallory"),
+            read(try Wire.encode(record), digest: String(repeating: "0", count: 64), owner: "alice"),
+            read(try Wire.encode(short), digest: record.id, owner: "alice"),
+            read(try Wire.encode(upper), digest: record.id, owner: "alice"),
+            read(try Wire.encode(swapped), digest: record.id, owner: "alice"),
+            read(Data(#"{"v":2}"#.utf8), digest: record.id, owner: "alice"),
         ]
         #expect(actions.allSatisfy { if case .rejected = $0 { true } else { false } })
-        #expect(journal.rejected == 5 && journal.attachments.isEmpty)
-        #expect(Self.published(read(try Wire.encode(record), sha256: record.sha256, owner: "alice")) == ["alice"])
-        #expect(journal.rejected == 5 && journal.attachments.count == 1)
+        #expect(journal.rejected == 6 && journal.attachments.isEmpty)
+        #expect(Self.published(read(try Wire.encode(record), digest: record.id, owner: "alice")) == ["alice"])
+        #expect(journal.rejected == 6 && journal.attachments.count == 1)
+    }
+
+    /// The strict reader checks a record's id against its chunk digests: one that differs is inconsistent
+    /// (`wrong-shape`) whatever the topic says; an empty attachment's id is the SHA-256 of nothing.
+    @Test func aRecordsIDIsTheDigestOfItsChunkDigests() throws {
+        let record = Self.record(Data("0123456789".utf8), owner: "alice")
+        #expect(record.chunks.count == 3 && record.id == SHA256.hex(ofDigests: record.chunks))
+        #expect(try Wire.JournalRecord.read(try Wire.encode(record)) == record)
+        var other = record
+        other.id = SHA256.hex(Data("0123456789".utf8))  // the content's SHA-256 is not its id
+        #expect(throws: Wire.Rejection.wrongShape) { try Wire.JournalRecord.read(try Wire.encode(other)) }
+        other = record
+        other.chunks[2] = SHA256.hex(Data("98".utf8))  // another last chunk
+        #expect(throws: Wire.Rejection.wrongShape) { try Wire.JournalRecord.read(try Wire.encode(other)) }
+        let empty = Self.record(Data(), owner: "alice")
+        #expect(empty.chunks.isEmpty && empty.id == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(try Wire.JournalRecord.read(try Wire.encode(empty)) == empty)
     }
 
     @Test func theLimitsCountEveryonesAttachments() throws {
         var journal = JournalStateMachine()
         let bobs = Self.record(Data(repeating: 1, count: 60), owner: "bob")
-        #expect(Self.published(journal.onRecord(bobs, sha256: bobs.sha256, owner: "bob")) == ["bob"])
+        #expect(Self.published(journal.onRecord(bobs, digest: bobs.id, owner: "bob")) == ["bob"])
         let limits = GroupSessionJournal.Configuration(maximumAttachmentSize: 50, maximumSessionSize: 100, maximumAttachmentCount: 2)
         #expect(throws: GroupSyncError.journalLimitExceeded(.attachmentSize(size: 51, limit: 50))) {
-            try journal.check(adding: 51, sha256: "x", owner: "alice", limits: limits)
+            try journal.check(adding: 51, digest: "x", owner: "alice", limits: limits)
         }
         #expect(throws: GroupSyncError.journalLimitExceeded(.sessionSize(total: 101, limit: 100))) {
-            try journal.check(adding: 41, sha256: "x", owner: "alice", limits: limits)
+            try journal.check(adding: 41, digest: "x", owner: "alice", limits: limits)
         }
-        try journal.check(adding: 40, sha256: "x", owner: "alice", limits: limits)
+        try journal.check(adding: 40, digest: "x", owner: "alice", limits: limits)
         // Adding bob's own content again replaces it: it counts once.
-        try journal.check(adding: 50, sha256: bobs.sha256, owner: "bob", limits: limits)
+        try journal.check(adding: 50, digest: bobs.id, owner: "bob", limits: limits)
         let alices = Self.record(Data(repeating: 2, count: 10), owner: "alice")
         #expect(
-            Self.published(journal.onRecord(alices, sha256: alices.sha256, owner: "alice")) == ["alice", "bob"],
+            Self.published(journal.onRecord(alices, digest: alices.id, owner: "alice")) == ["alice", "bob"],
             "added at the same time: by owner")
         #expect(throws: GroupSyncError.journalLimitExceeded(.attachmentCount(count: 3, limit: 2))) {
-            try journal.check(adding: 1, sha256: "y", owner: "carol", limits: limits)
+            try journal.check(adding: 1, digest: "y", owner: "carol", limits: limits)
         }
     }
 
@@ -106,18 +127,18 @@ import Testing
     @Test func storedTopicsNameEveryChunk() throws {
         var journal = JournalStateMachine()
         let record = Self.record(Data("0123456789".utf8), owner: "alice")
-        #expect(Self.published(journal.onRecord(record, sha256: record.sha256, owner: "alice")) == ["alice"])
+        #expect(Self.published(journal.onRecord(record, digest: record.id, owner: "alice")) == ["alice"])
         let topics = GroupTopics(group: "g")
         #expect(
             journal.storedTopics(topics, session: "s") == [
-                "groupsync/v2/g/s/s/journal/\(record.sha256)/alice",
-                "groupsync/v2-chunks/g/s/\(record.sha256).0/alice",
-                "groupsync/v2-chunks/g/s/\(record.sha256).1/alice",
-                "groupsync/v2-chunks/g/s/\(record.sha256).2/alice",
+                "groupsync/v2/g/s/s/journal/\(record.id)/alice",
+                "groupsync/v2-chunks/g/s/\(record.id).0/alice",
+                "groupsync/v2-chunks/g/s/\(record.id).1/alice",
+                "groupsync/v2-chunks/g/s/\(record.id).2/alice",
             ])
         #expect(
-            topics.parse("groupsync/v2/g/s/s/journal/\(record.sha256)/alice")
-                == .journal(session: "s", attachment: record.sha256, owner: "alice"))
-        #expect(topics.parse("groupsync/v2-chunks/g/s/\(record.sha256).0/alice") == nil, "chunks are not in the group's tree")
+            topics.parse("groupsync/v2/g/s/s/journal/\(record.id)/alice")
+                == .journal(session: "s", attachment: record.id, owner: "alice"))
+        #expect(topics.parse("groupsync/v2-chunks/g/s/\(record.id).0/alice") == nil, "chunks are not in the group's tree")
     }
 }
