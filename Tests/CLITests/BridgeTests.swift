@@ -104,8 +104,8 @@ import Testing
                 (#"{"id":15,"op":"playback","action":"play"}"#, .int(15), "not in a session"),
                 (#"{"id":16,"op":"attach"}"#, .int(16), "missing \"path\""),
                 (#"{"id":17,"op":"attach","path":"p.png","metadata":{"a":1}}"#, .int(17), "\"metadata\" must be an object of strings"),
-                (#"{"id":18,"op":"load","sha256":"xyz","path":"p"}"#, .int(18), "\"sha256\" must be a SHA-256"),
-                (#"{"id":19,"op":"detach","sha256":"abcd"}"#, .int(19), "not in a session"),
+                (#"{"id":18,"op":"load","digest":"xyz","path":"p"}"#, .int(18), "\"digest\" must be an attachment's digest"),
+                (#"{"id":19,"op":"detach","digest":"abcd"}"#, .int(19), "not in a session"),
                 (huge, nil, "limit of 1048576 bytes"),
             ]
             for (index, malformed) in cases.enumerated() {
@@ -352,13 +352,13 @@ import Testing
 
             let attached = try await alice.request("attach", #""path":"\#(photoPath)","metadata":{"place":"Paris"}"#)
             let attachment = try #require(attached["attachment"]?.object)
-            let sha256 = try #require(attachment["sha256"]?.string)
+            let digest = try #require(attachment["digest"]?.string)
             #expect(attachment["owner"] == "alice")
             #expect(attachment["name"] == "photo.png")
             #expect(attachment["type"] == "image/png", "guessed from the extension")
             #expect(attachment["size"] == .int(Int64(photo.count)))
             #expect(attachment["metadata"] == .object(["place": .string("Paris")]))
-            #expect(sha256.count == 64)
+            #expect(digest.count == 64)
             // Answers come after the effect: alice's journal event precedes her ok.
             let aliceLines = alice.events
             let listed = aliceLines.firstIndex { $0["event"] == "journal" }
@@ -370,13 +370,13 @@ import Testing
             #expect(try await bob.request("attachments")["attachments"] == .array([.object(attachment)]))
 
             // Only the owner removes an attachment: bob's attempt is an error with the library's message.
-            let refused = try await bob.answer(bob.send("detach", #""sha256":"\#(sha256)","owner":"alice""#))
+            let refused = try await bob.answer(bob.send("detach", #""digest":"\#(digest)","owner":"alice""#))
             #expect(refused["event"] == "error")
             #expect(refused["message"]?.string?.contains("only the attachment's owner (alice) can remove it") == true, "\(refused)")
             let noted = try #require(try await alice.request("attach", #""path":"\#(notePath)","type":"text/plain""#)["attachment"]?.object)
             #expect(noted["type"] == "text/plain")
             _ = try await bob.event("bob lists two") { $0["event"] == "journal" && $0["attachments"]?.array?.count == 2 }
-            let removed = try await alice.request("detach", #""sha256":"\#(try #require(noted["sha256"]?.string).prefix(10))""#)
+            let removed = try await alice.request("detach", #""digest":"\#(try #require(noted["digest"]?.string).prefix(10))""#)
             #expect(removed["attachment"] == .object(noted))
             try await waitUntil("bob lists the photo alone again") {
                 let journals = bob.events.filter { $0["event"] == "journal" }
@@ -390,7 +390,7 @@ import Testing
             _ = try await carol.request("join", #""session":"\#(session)""#)
             #expect(carol.events.last { $0["event"] == "journal" }?["attachments"] == .array([.object(attachment)]), "listed before the ok")
             let copyPath = directory.path("copy.png")
-            let started = try await carol.request("load", #""sha256":"\#(sha256)","owner":"alice","path":"\#(copyPath)""#)
+            let started = try await carol.request("load", #""digest":"\#(digest)","owner":"alice","path":"\#(copyPath)""#)
             let load = try #require(started["load"]?.string)
             #expect(started["attachment"] == .object(attachment))
             let loaded = try await carol.event("the load's end") {
@@ -403,17 +403,17 @@ import Testing
             let progress = carol.events.filter { $0["event"] == "progress" && $0["load"] == .string(load) }
             #expect(progress.first?["done"] == .int(0), "the first report: nothing yet")
             #expect(progress.last?["done"] == .int(Int64(photo.count)), "the last report: everything")
-            #expect(progress.allSatisfy { $0["total"] == .int(Int64(photo.count)) && $0["sha256"] == .string(sha256) })
+            #expect(progress.allSatisfy { $0["total"] == .int(Int64(photo.count)) && $0["digest"] == .string(digest) })
             let progressThenLoaded = carol.events.filter { $0["load"] == .string(load) }.map { $0["event"]?.string ?? "" }
             #expect(progressThenLoaded.last == "loaded", "\(progressThenLoaded)")
 
             // A load that cannot write its file ends with an error event carrying the library's message.
             let failing = try await carol.request(
-                "load", #""sha256":"\#(sha256.prefix(8))","path":"\#(directory.path("missing/dir/copy.png"))""#)
+                "load", #""digest":"\#(digest.prefix(8))","path":"\#(directory.path("missing/dir/copy.png"))""#)
             let failingLoad = try #require(failing["load"]?.string)
             let failed = try await carol.event("the failed load's end") { $0["load"] == .string(failingLoad) && $0["event"] == "error" }
             #expect(failed["message"]?.string?.contains("file error: cannot create") == true, "\(failed)")
-            let unknown = try await carol.answer(carol.send("load", #""sha256":"abcd","path":"\#(copyPath)""#))
+            let unknown = try await carol.answer(carol.send("load", #""digest":"abcd","path":"\#(copyPath)""#))
             #expect(unknown["event"] == "error" && unknown["message"]?.string?.contains("no attachment abcd") == true)
 
             for bridge in [bob, carol] { try await bridge.closeAndExpectACleanExit() }

@@ -13,7 +13,7 @@ import Testing
         #expect(result.output.contains { $0.contains("converged:") && $0.contains("yes") })
         #expect(result.output.contains { $0.contains("result:") && $0.contains("PASS") })
         #expect(result.output.contains { $0.contains("joined late") })
-        #expect(result.output.contains { $0.contains("shared photo:") && $0.contains("opened it") && $0.contains("SHA-256 verified") })
+        #expect(result.output.contains { $0.contains("shared photo:") && $0.contains("opened it") && $0.contains("every chunk verified") })
     }
 
     /// Whether a demo run passed, or — where timings are not judged (``judgesTimings``: the playback
@@ -490,18 +490,18 @@ import Testing
             let fields = attached.split(separator: " ").map(String.init)
             #expect(fields.count == 7 && fields[1] == "1" && fields[2] == "alice", "\(attached)")
             #expect(Array(fields.dropFirst(4)) == ["\(photo.count)", "image/jpeg", "tower.jpg"], "\(attached)")
-            let sha256 = fields[3]
-            _ = try await bob.waitForLine { $0 == "attachment + alice \(sha256) \(photo.count) image/jpeg tower.jpg" }
+            let digest = fields[3]
+            _ = try await bob.waitForLine { $0 == "attachment + alice \(digest) \(photo.count) image/jpeg tower.jpg" }
 
             // carol joins after the photo was added: it is listed, and she loads it by its number.
             let carol = try CLIProcess(["join", "com.example.board", "--as", "carol", "--session", session] + common)
-            _ = try await carol.waitForLine { $0 == "attachment + alice \(sha256) \(photo.count) image/jpeg tower.jpg" }
+            _ = try await carol.waitForLine { $0 == "attachment + alice \(digest) \(photo.count) image/jpeg tower.jpg" }
             carol.send("!attachments")
-            _ = try await carol.waitForLine { $0 == "attachment 1 alice \(sha256) \(photo.count) image/jpeg tower.jpg" }
+            _ = try await carol.waitForLine { $0 == "attachment 1 alice \(digest) \(photo.count) image/jpeg tower.jpg" }
             let copy = directory.path("copy.jpg")
             carol.send("!load 1 \(copy)")
-            _ = try await carol.waitForLine { $0 == "loaded \(sha256) \(photo.count) bytes to \(copy) (SHA-256 verified)" }
-            #expect(carol.output.contains { $0 == "loading \(sha256.prefix(12)) 0/\(photo.count) bytes" }, "the first progress line")
+            _ = try await carol.waitForLine { $0 == "loaded \(digest) \(photo.count) bytes to \(copy) (every chunk verified)" }
+            #expect(carol.output.contains { $0 == "loading \(digest.prefix(12)) 0/\(photo.count) bytes" }, "the first progress line")
             #expect(try Data(contentsOf: URL(fileURLWithPath: copy)) == photo)
             carol.send("!load ffff \(copy)")
             try await waitUntil("carol's error") { carol.errors.contains { $0.contains("no attachment ffff") } }

@@ -52,15 +52,15 @@ extension Bridge {
     /// Starts loading an attachment to `path` and answers at once: the load goes on beside the requests
     /// that follow, reported by `progress` events and its `loaded` (or `error`) event, all carrying the
     /// `load` ID of the answer. It ends with the session.
-    func load(sha256: String, owner: String?, path: String) throws(Failure) -> [String: JSONValue] {
+    func load(digest: String, owner: String?, path: String) throws(Failure) -> [String: JSONValue] {
         let (joined, journal) = try requireJournal()
-        let attachment = try Bridge.attachment(sha256, owner: owner, in: journal, of: joined.session)
+        let attachment = try Bridge.attachment(digest, owner: owner, in: journal, of: joined.session)
         let number = joined.loadCount + 1
         current?.loadCount = number
         let id = "l\(number)"
         let session = joined.session
         let events = self.events
-        let about: [String: JSONValue] = ["load": .string(id), "sha256": .string(attachment.digest), "owner": .string(attachment.owner.id)]
+        let about: [String: JSONValue] = ["load": .string(id), "digest": .string(attachment.digest), "owner": .string(attachment.owner.id)]
         let throttle = LockedValue(ProgressThrottle(interval: Bridge.progressInterval))
         let report = { @Sendable (event: String, fields: [String: JSONValue]) in
             events.load(event, about.merging(fields) { $1 }, in: session)
@@ -89,9 +89,9 @@ extension Bridge {
         return answer
     }
 
-    func detach(sha256: String, owner: String?) async throws(Failure) -> [String: JSONValue] {
+    func detach(digest: String, owner: String?) async throws(Failure) -> [String: JSONValue] {
         let (joined, journal) = try requireJournal()
-        let attachment = try Bridge.attachment(sha256, owner: owner, in: journal, of: joined.session)
+        let attachment = try Bridge.attachment(digest, owner: owner, in: journal, of: joined.session)
         do {
             try await journal.remove(attachment)
         } catch {
@@ -101,15 +101,15 @@ extension Bridge {
         return ["session": .string(joined.session.id), "attachment": BridgeEvents.describe(attachment)]
     }
 
-    /// The one attachment of `journal` whose SHA-256 starts with `sha256`, of `owner` when given.
+    /// The one attachment of `journal` whose digest starts with `digest`, of `owner` when given.
     private static func attachment(
-        _ sha256: String, owner: String?, in journal: GroupSessionJournal, of session: GroupSession<AnyGroupActivity>
+        _ digest: String, owner: String?, in journal: GroupSessionJournal, of session: GroupSession<AnyGroupActivity>
     ) throws(Failure) -> JournalAttachment {
-        let matches = journal.attachments.filter { $0.digest.hasPrefix(sha256) && (owner == nil || $0.owner.id == owner) }
-        let what = "\(sha256.prefix(12))\(sha256.count < 64 ? "…" : "")\(owner.map { " of \($0)" } ?? "")"
+        let matches = journal.attachments.filter { $0.digest.hasPrefix(digest) && (owner == nil || $0.owner.id == owner) }
+        let what = "\(digest.prefix(12))\(digest.count < 64 ? "…" : "")\(owner.map { " of \($0)" } ?? "")"
         guard let first = matches.first else { throw Failure("no attachment \(what) in the journal of session \(session.id)") }
         guard matches.count == 1 else {
-            throw Failure("\(matches.count) attachments match \(what): give \"owner\", or more digits of \"sha256\"")
+            throw Failure("\(matches.count) attachments match \(what): give \"owner\", or more digits of \"digest\"")
         }
         return first
     }

@@ -152,10 +152,10 @@ actor Bridge {
             return try await attach(path: path, name: name, mediaType: mediaType, metadata: metadata)
         case .attachments:
             return try attachments()
-        case let .load(sha256, owner, path):
-            return try load(sha256: sha256, owner: owner, path: path)
-        case let .detach(sha256, owner):
-            return try await detach(sha256: sha256, owner: owner)
+        case let .load(digest, owner, path):
+            return try load(digest: digest, owner: owner, path: path)
+        case let .detach(digest, owner):
+            return try await detach(digest: digest, owner: owner)
         }
     }
 

@@ -159,7 +159,7 @@ final class BridgeEvents: Sendable {
 
     static func describe(_ attachment: JournalAttachment) -> JSONValue {
         .object([
-            "owner": .string(attachment.owner.id), "sha256": .string(attachment.digest), "name": .string(attachment.name),
+            "owner": .string(attachment.owner.id), "digest": .string(attachment.digest), "name": .string(attachment.name),
             "type": .string(attachment.mediaType), "size": .int(Int64(attachment.size)),
             "metadata": .object(attachment.metadata.mapValues(JSONValue.string)),
         ])

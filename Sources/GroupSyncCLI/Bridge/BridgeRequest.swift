@@ -28,9 +28,9 @@ struct BridgeRequest: Sendable {
         /// `name`, `mediaType`: nil for the file's name and the type guessed from its extension.
         case attach(path: String, name: String?, mediaType: String?, metadata: [String: String])
         case attachments
-        /// `sha256`: the content's SHA-256 or a prefix of it; `owner`: nil when only one owner's matches.
-        case load(sha256: String, owner: String?, path: String)
-        case detach(sha256: String, owner: String?)
+        /// `digest`: the attachment's digest or a prefix of it; `owner`: nil when only one owner's matches.
+        case load(digest: String, owner: String?, path: String)
+        case detach(digest: String, owner: String?)
     }
 
     /// What a `playback` request asks of the group's player.
@@ -156,10 +156,10 @@ struct BridgeRequest: Sendable {
             return .attachments
         case "load":
             return .load(
-                sha256: try fields.required(fields.digest("sha256"), "sha256"), owner: try fields.identifier("owner"),
+                digest: try fields.required(fields.digest("digest"), "digest"), owner: try fields.identifier("owner"),
                 path: try fields.required(fields.path("path"), "path"))
         case "detach":
-            return .detach(sha256: try fields.required(fields.digest("sha256"), "sha256"), owner: try fields.identifier("owner"))
+            return .detach(digest: try fields.required(fields.digest("digest"), "digest"), owner: try fields.identifier("owner"))
         default:
             throw Invalid(message: "unknown op '\(op)' (one of \(operations.joined(separator: ", ")))")
         }
@@ -245,11 +245,11 @@ struct BridgeRequest: Sendable {
             return value
         }
 
-        /// A SHA-256 in hexadecimal, or a prefix of one (at least 4 digits), lowercased.
+        /// An attachment's digest (64 hexadecimal digits), or a prefix of one (at least 4 digits), lowercased.
         func digest(_ name: String) throws(Invalid) -> String? {
             guard let value = try string(name)?.lowercased() else { return nil }
             guard (4...64).contains(value.count), value.allSatisfy(\.isHexDigit) else {
-                throw Invalid(message: "\"\(name)\" must be a SHA-256 in hexadecimal (or its first 4 to 64 digits)")
+                throw Invalid(message: "\"\(name)\" must be an attachment's digest in hexadecimal (or its first 4 to 64 digits)")
             }
             return value
         }

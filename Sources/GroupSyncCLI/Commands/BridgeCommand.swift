@@ -24,7 +24,7 @@ enum BridgeCommand: Command {
           "playback":true on start or join follows the media timeline from the join)
           {"id":11,"op":"suspend","reason":"buffering"}   {"id":12,"op":"resume"}   {"id":13,"op":"position"}
           {"id":14,"op":"attach","path":"photo.png"}  (also "name", "type", "metadata")   {"id":15,"op":"attachments"}
-          {"id":16,"op":"load","sha256":"…","owner":"alice","path":"copy.png"}   {"id":17,"op":"detach","sha256":"…"}
+          {"id":16,"op":"load","digest":"…","owner":"alice","path":"copy.png"}   {"id":17,"op":"detach","digest":"…"}
 
         Events: session, state, participants, value, message, gap, timeline, start, journal, progress,
         loaded, rejected, error (see docs/BRIDGE.md). Messages travel as the GroupSync type

@@ -15,7 +15,7 @@ enum JoinCommand: Command {
           participants <id>,<id>,…
           state <key> <json>
           message <sender> <json>
-          attachment +|- <owner> <sha256> <size> <type> <name>   (added to or removed from the journal)
+          attachment +|- <owner> <digest> <size> <type> <name>   (added to or removed from the journal)
           ended <by>
         Each line on stdin that is JSON sets the shared value under --state-key (default "value"); a line
         starting with "!" sends the rest as a message {"text": …} to everyone, except the journal's:

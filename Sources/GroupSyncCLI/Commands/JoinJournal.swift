@@ -14,10 +14,10 @@ struct JoinJournal: Sendable {
 
     static let help = """
           !attach PATH      add the file to the session's journal, which everyone (late joiners included)
-                            can load: attached N OWNER SHA256 SIZE TYPE NAME
-          !attachments      list the journal: attachment N OWNER SHA256 SIZE TYPE NAME
-          !load N|SHA PATH  load attachment N (or the one whose SHA-256 starts with SHA) to PATH, verified:
-                            loading SHA DONE/TOTAL bytes (each second), loaded SHA256 SIZE bytes to PATH …
+                            can load: attached N OWNER DIGEST SIZE TYPE NAME
+          !attachments      list the journal: attachment N OWNER DIGEST SIZE TYPE NAME
+          !load N|DIG PATH  load attachment N (or the one whose digest starts with DIG) to PATH, verified:
+                            loading DIG DONE/TOTAL bytes (each second), loaded DIGEST SIZE bytes to PATH …
         """
 
     init(_ journal: GroupSessionJournal) {
@@ -42,7 +42,7 @@ struct JoinJournal: Sendable {
         case "!load":
             let arguments = rest.split(separator: " ", maxSplits: 1).map(String.init)
             guard arguments.count == 2 else {
-                Output.error("usage: !load N|SHA256-PREFIX PATH")
+                Output.error("usage: !load N|DIGEST-PREFIX PATH")
                 return true
             }
             load(arguments[0], to: NSString(string: arguments[1].trimmingCharacters(in: .whitespaces)).expandingTildeInPath)
@@ -81,7 +81,7 @@ struct JoinJournal: Sendable {
         }
     }
 
-    /// Starts loading the attachment `which` (a number in the list, or a prefix of a SHA-256) to `path`.
+    /// Starts loading the attachment `which` (a number in the list, or a prefix of its digest) to `path`.
     private func load(_ which: String, to path: String) {
         let attachments = journal.attachments
         let matches: [JournalAttachment]
@@ -105,7 +105,7 @@ struct JoinJournal: Sendable {
                     guard throttle.withLock({ $0.admits(progress) }) else { return }
                     Output.line("loading \(short) \(progress.completedBytes)/\(progress.totalBytes) bytes")
                 }
-                Output.line("loaded \(attachment.digest) \(attachment.size) bytes to \(path) (SHA-256 verified)")
+                Output.line("loaded \(attachment.digest) \(attachment.size) bytes to \(path) (every chunk verified)")
             } catch {
                 Output.error("could not load \(attachment.name): \(error)")
             }
@@ -113,7 +113,7 @@ struct JoinJournal: Sendable {
         loads.withLock { $0.append(task) }
     }
 
-    /// `OWNER SHA256 SIZE TYPE NAME`.
+    /// `OWNER DIGEST SIZE TYPE NAME`.
     static func describe(_ attachment: JournalAttachment) -> String {
         "\(attachment.owner.id) \(attachment.digest) \(attachment.size) \(attachment.mediaType) \(attachment.name)"
     }

@@ -170,11 +170,12 @@ final class Scenario: DemoScript {
         let same = bytes == photo && listed.size == photo.count && listed.digest == attachment.digest
         timeline.note(
             participant.name,
-            "opened \(listed.name) from the journal after \(format(opened)): \(bytes.count) bytes, SHA-256 \(listed.digest.prefix(12))… verified"
+            "opened \(listed.name) from the journal after \(format(opened)): \(bytes.count) bytes, every chunk verified, "
+                + "SHA-256 \(SHA256.hex(bytes).prefix(12))…"
         )
         let verdict =
             "\(attachment.owner.id) added \(attachment.name) (\(photo.count) bytes); \(participant.name), joining late, opened it in \(format(opened)): "
-            + (same ? "the same bytes, SHA-256 verified" : "DIFFERENT BYTES")
+            + (same ? "the same bytes, every chunk verified" : "DIFFERENT BYTES")
         return (verdict, same)
     }
 

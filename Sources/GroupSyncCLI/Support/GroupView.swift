@@ -142,7 +142,7 @@ struct GroupView {
                 return Event(
                     kind: "detach", session: id, participant: owner,
                     text: "\(owner) removed attachment \(attachment.prefix(12)) from \(id)",
-                    fields: ["sha256": .string(attachment)])
+                    fields: ["digest": .string(attachment)])
             }
             guard let record = Wire.decode(Wire.JournalRecord.self, from: payload), record.id == attachment else {
                 return invalid(message)
@@ -151,7 +151,7 @@ struct GroupView {
                 kind: "attach", session: id, participant: owner,
                 text: "\(owner) attached \(record.name) (\(record.size) bytes, \(record.type), \(record.chunks.count) chunks) to \(id)",
                 fields: [
-                    "sha256": .string(attachment), "name": .string(record.name), "size": .int(record.size),
+                    "digest": .string(attachment), "name": .string(record.name), "size": .int(record.size),
                     "type": .string(record.type),
                 ])
         case let .broadcast(id, sender):
