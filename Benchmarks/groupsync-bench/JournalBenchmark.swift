@@ -6,9 +6,10 @@ import GroupSyncTestSupport
 ///
 /// - *Fan-out*: the owner `add`s an attachment of random bytes; every receiver, iterating its journal's
 ///   `attachments`, `load`s it into memory as soon as it is listed. Timed from the start of `add` until
-///   the last receiver's `load` returned (the bytes verified against their SHA-256). Each round a new
+///   the last receiver's `load` returned (each chunk verified against its SHA-256). Each round a new
 ///   attachment, removed by its owner afterwards. Alternating with it, the raw libmosquitto floor
-///   (``RawJournal``): the same bytes in the same chunks, QoS 1, from one publisher to as many subscribers.
+///   (``RawJournal``): the same bytes in the same chunks, QoS 1, from one publisher to as many subscribers,
+///   each of which hashes what it receives once.
 /// - *Late joiner*: a fresh participant joins, `add`s an attachment, leaves and closes; then another
 ///   fresh participant connects (not timed), joins and loads it: `join()` until the load returned.
 /// - *Receiver memory*: the owner adds a large attachment; a child process (``JournalReceiver``) loads
