@@ -11,8 +11,10 @@ extension MQTTClient {
 
     /// TLS settings for `mqtts://` connections.
     public struct TLS: Sendable, Hashable {
-        /// PEM file of the certificate authority that signed the broker's certificate.
-        public var caFile: String
+        /// PEM file of the certificate authority that signed the broker's certificate; nil: the system's
+        /// trust store (OpenSSL's default: Debian's `/etc/ssl/certs`, or `$SSL_CERT_FILE` and
+        /// `$SSL_CERT_DIR`), as browsers and curl check a public broker's certificate.
+        public var caFile: String?
         /// PEM client certificate, when the broker requires one (with ``keyFile``).
         public var certificateFile: String?
         /// PEM private key of ``certificateFile``.
@@ -20,7 +22,7 @@ extension MQTTClient {
         /// Check that the broker's certificate names the host connected to (default on; off only for tests).
         public var verifyHostname: Bool
 
-        public init(caFile: String, certificateFile: String? = nil, keyFile: String? = nil, verifyHostname: Bool = true) {
+        public init(caFile: String? = nil, certificateFile: String? = nil, keyFile: String? = nil, verifyHostname: Bool = true) {
             self.caFile = caFile
             self.certificateFile = certificateFile
             self.keyFile = keyFile
@@ -132,7 +134,8 @@ extension MQTTClient {
         }
 
         /// Parses `mqtt://[user[:password]@]host[:port]` or `mqtts://…` (default ports 1883 and 8883).
-        /// For `mqtts` pass the CA (and optional client certificate) in `tls`. A comma-separated list of
+        /// For `mqtts` the broker's certificate is checked against the system's trust store unless `tls`
+        /// names a CA (and it carries the client certificate, if the broker wants one). A comma-separated list of
         /// URLs (`mqtt://a:1883,mqtt://b:1883`) names the ``fallbacks`` too: one scheme for all, and the
         /// credentials of the first (later ones may repeat them, not differ; a comma in a password is
         /// written `%2C`).
@@ -164,8 +167,8 @@ extension MQTTClient {
             guard let host = components.host, !host.isEmpty else {
                 throw .invalidConfiguration("'\(Configuration.redacted(url))' has no host")
             }
-            if scheme == "mqtts" && tls == nil {
-                throw .invalidConfiguration("'\(Configuration.redacted(url))' uses TLS: pass a CA file in `tls`")
+            if let port = components.port, !(1...65_535).contains(port) {
+                throw .invalidConfiguration("'\(Configuration.redacted(url))' has port \(port): a port is 1 to 65535")
             }
             if let path = components.path.split(separator: "/").first {
                 throw .invalidConfiguration("'\(Configuration.redacted(url))' has a path ('\(path)'); an MQTT URL names only host and port")
@@ -173,7 +176,7 @@ extension MQTTClient {
             self.init(
                 host: host, port: components.port ?? (scheme == "mqtts" ? 8883 : 1883), clientID: clientID,
                 username: components.user?.removingPercentEncoding, password: components.password?.removingPercentEncoding,
-                tls: scheme == "mqtts" ? tls : nil
+                tls: scheme == "mqtts" ? tls ?? TLS() : nil
             )
         }
 

@@ -2,6 +2,9 @@
 public enum MQTTError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The broker could not be reached (refused, unresolvable, unroutable). Start a broker or fix the URL.
     case unreachable(host: String, port: Int, detail: String)
+    /// Something took the TCP connection but sent no CONNACK within `seconds` (the keepalive): an
+    /// overloaded or frozen broker, or a server that is no MQTT broker. A longer keepAlive waits longer.
+    case noAnswer(host: String, port: Int, seconds: Int)
     /// The broker refused the connection (CONNACK reason code). For 134/135 check user name, password and ACL.
     case connectionRefused(reasonCode: Int, reason: String)
     /// The TLS handshake failed: the CA, the certificates or the host name do not match.
@@ -43,6 +46,9 @@ public enum MQTTError: Error, Sendable, Hashable, CustomStringConvertible {
         case let .unreachable(host, port, detail):
             return
                 "MQTT broker at \(host):\(port) is unreachable (\(detail)); start one (e.g. `groupsync broker` or `docker compose up`) or check the URL"
+        case let .noAnswer(host, port, seconds):
+            return "\(host):\(port) took the connection but sent no CONNACK within the keepalive (\(seconds) s): "
+                + "an overloaded or frozen broker, or no MQTT broker; a longer keepAlive waits longer"
         case let .connectionRefused(code, reason):
             return "the broker refused the connection: \(reason) (reason code \(code)); check credentials and the broker's ACL"
         case let .tls(detail):

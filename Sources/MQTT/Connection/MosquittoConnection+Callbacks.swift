@@ -100,10 +100,7 @@ extension MosquittoConnection {
             return .tls(detail: String(cString: mosquitto_strerror(rc)))
         case MOSQ_ERR_KEEPALIVE:
             // libmosquitto waits for the CONNACK as long as the keepalive, then gives up with this code.
-            return .unreachable(
-                host: host, port: port,
-                detail: "it took the connection but sent no CONNACK within the keepalive (\(configuration.keepAlive) s): "
-                    + "it may be overloaded; a longer keepAlive waits longer")
+            return .noAnswer(host: host, port: port, seconds: configuration.keepAlive)
         default:
             return .unreachable(host: host, port: port, detail: "\(String(cString: mosquitto_strerror(rc))) (libmosquitto \(rc))")
         }

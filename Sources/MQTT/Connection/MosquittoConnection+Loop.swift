@@ -152,13 +152,14 @@ extension MosquittoConnection {
     /// Tells the sinks of the messages read in this turn that their burst is over, unless more bytes
     /// already wait on the socket (``ConnectionStateMachine/onTurnEnded(moreWaiting:)``).
     private func endBurstUnlessMoreIsWaiting() {
-        update {
-            $0.onTurnEnded {
-                var waiting: Int32 = 0
-                let socket = mosquitto_socket(handle)
-                return socket != -1 && ioctl(socket, UInt(FIONREAD), &waiting) == 0 && waiting > 0
-            }
-        }
+        update { $0.onTurnEnded { bytesWaiting() } }
+    }
+
+    /// Whether received bytes wait on the socket.
+    private func bytesWaiting() -> Bool {
+        var waiting: Int32 = 0
+        let socket = mosquitto_socket(handle)
+        return socket != -1 && ioctl(socket, UInt(FIONREAD), &waiting) == 0 && waiting > 0
     }
 
     /// Blocks the network thread on its wake-up semaphore until `instant` (a reconnect back-off); returns
@@ -193,9 +194,16 @@ extension MosquittoConnection {
     /// DISCONNECT — it then sees a broken connection and publishes the will. So first the connection is
     /// made quiet: one UNSUBSCRIBE of every live filter, and everything up to its UNSUBACK is read
     /// normally. The broker answers in order, so after that UNSUBACK nothing more is on its way.
+    ///
+    /// A session that outlives the connection keeps its subscriptions (its messages are queued for the
+    /// next connection): then only a filter of no subscription is unsubscribed, its UNSUBACK marks the end
+    /// of what the broker sent before, and what still arrives is read as long as more waits.
     private func sendDisconnect() {
         let deadline = ContinuousClock.now + .seconds(1)
-        let filters = state.withLock { $0.liveFilters.map(\.filter) } + [MosquittoConnection.wakeFilter]
+        let sessionEnds =
+            configuration.protocolVersion == .v5
+            ? expireSessionOnStop.load(ordering: .acquiring) || (configuration.sessionExpiry ?? 0) == 0 : configuration.cleanStart
+        let filters = (sessionEnds ? state.withLock { $0.liveFilters.map(\.filter) } : []) + [MosquittoConnection.wakeFilter]
         var mid: Int32 = 0
         let rc = MosquittoConnection.withCStrings(filters) { count, strings in
             mosquitto_unsubscribe_multiple(handle, &mid, count, strings, nil)
@@ -206,6 +214,9 @@ extension MosquittoConnection {
                 ContinuousClock.now < deadline
             {
                 if turn(timeout: 50, lastKeepaliveCheck: &lastKeepaliveCheck) != MOSQ_ERR_SUCCESS.rawValue { break }
+            }
+            while bytesWaiting(), ContinuousClock.now < deadline {
+                if turn(timeout: 0, lastKeepaliveCheck: &lastKeepaliveCheck) != MOSQ_ERR_SUCCESS.rawValue { break }
             }
         }
         var properties: OpaquePointer? = nil

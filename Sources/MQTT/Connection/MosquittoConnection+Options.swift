@@ -17,9 +17,16 @@ extension MosquittoConnection {
             try check(mosquitto_username_pw_set(handle, configuration.username, configuration.password))
         }
         if let tls = configuration.tls {
-            let rc = mosquitto_tls_set(handle, tls.caFile, nil, tls.certificateFile, tls.keyFile, nil)
-            if rc != MOSQ_ERR_SUCCESS.rawValue {
-                throw .invalidConfiguration("TLS files unusable (\(String(cString: mosquitto_strerror(rc)))): CA \(tls.caFile)")
+            if tls.caFile == nil { try check(mosquitto_int_option(handle, MOSQ_OPT_TLS_USE_OS_CERTS, 1)) }
+            // Without a CA file and without a client certificate, the system's trust store alone is the
+            // configuration; libmosquitto takes a client certificate only with a CA file or directory.
+            if tls.caFile != nil || tls.certificateFile != nil {
+                let directory = tls.caFile == nil ? ProcessInfo.processInfo.environment["SSL_CERT_DIR"] ?? "/etc/ssl/certs" : nil
+                let rc = mosquitto_tls_set(handle, tls.caFile, directory, tls.certificateFile, tls.keyFile, nil)
+                if rc != MOSQ_ERR_SUCCESS.rawValue {
+                    throw .invalidConfiguration(
+                        "TLS files unusable (\(String(cString: mosquitto_strerror(rc)))): CA \(tls.caFile ?? directory ?? "")")
+                }
             }
             let verifyPeer: Int32 = 1  // OpenSSL's SSL_VERIFY_PEER
             try check(mosquitto_tls_opts_set(handle, verifyPeer, nil, nil))

@@ -78,6 +78,8 @@ import Testing
         #expect(full.host == "broker.local" && full.port == 1999 && full.username == "alice" && full.password == "s@cret")
         let tls = try MQTTClient.Configuration(url: "mqtts://h", tls: .init(caFile: "/ca.pem"))
         #expect(tls.port == 8883 && tls.tls?.caFile == "/ca.pem")
+        let system = try MQTTClient.Configuration(url: "mqtts://h")
+        #expect(system.tls == MQTTClient.TLS(), "checked against the system's trust store")
     }
 
     /// A comma list names brokers to move between: one scheme and one set of credentials for all.
@@ -97,8 +99,9 @@ import Testing
     @Test func rejectsBadURLsWithReasons() {
         #expect(throws: MQTTError.self) { try MQTTClient.Configuration(url: "http://h") }
         #expect(throws: MQTTError.self) { try MQTTClient.Configuration(url: "mqtt://") }
-        #expect(throws: MQTTError.self) { try MQTTClient.Configuration(url: "mqtts://h") }
         #expect(throws: MQTTError.self) { try MQTTClient.Configuration(url: "mqtt://h/path") }
+        #expect(throws: MQTTError.self) { try MQTTClient.Configuration(url: "mqtt://h:99999") }
+        #expect(throws: MQTTError.self) { try MQTTClient.Configuration(url: "mqtt://h:0") }
         var config = MQTTClient.Configuration()
         config.keepAlive = 1
         #expect(throws: MQTTError.self) { try config.validate() }
