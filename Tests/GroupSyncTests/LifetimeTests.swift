@@ -52,6 +52,39 @@ struct Brief: GroupActivity {
         }
     }
 
+    /// leave(), end() and close() return within the farewell timeout whatever the broker does — gone
+    /// (killed) or frozen (SIGSTOP) — and leave the session over on this side.
+    @Test(.needsOwnBroker("kills or freezes it"), arguments: [false, true]) func farewellsAreBoundedWithoutABroker(frozen: Bool)
+        async throws
+    {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let oneSecond = { (configuration: inout GroupCoordinator.Configuration) in configuration.farewellTimeout = .seconds(1) }
+            let alice = try await group.join("alice", oneSecond)
+            let bob = try await group.join("bob", oneSecond)
+            let left = try await alice.startJoined(Gallery(galleryID: "left"))
+            let ended = try await bob.joinSession(left.id, of: Gallery.self)
+            let closing = try await bob.startJoined(Gallery(galleryID: "closed"))
+            if frozen { broker.pause() } else { broker.kill() }
+            let bound = timeBound(.seconds(1)) + .milliseconds(500)
+            for what in ["leave()", "end()", "close()"] {
+                let start = ContinuousClock.now
+                switch what {
+                case "leave()": await left.leave()
+                case "end()": await ended.end()
+                default: await bob.close()
+                }
+                // close() also sends DISCONNECT: up to a second more with a frozen broker.
+                let allowed = what == "close()" ? bound + .seconds(1) : bound
+                #expect(ContinuousClock.now - start < allowed, "\(what) took \(ContinuousClock.now - start)")
+            }
+            #expect(left.state == .invalidated(reason: .left) && closing.state != .joined)
+            if case .invalidated(reason: .ended) = ended.state {} else { Issue.record("ended: \(ended.state)") }
+            if frozen { broker.resume() }
+            await alice.close()
+        }
+    }
+
     @Test(.needsOwnBroker("one case runs it with users and an ACL"), arguments: [false, true])
     func whatNobodyKeepsExpires(underTheACL: Bool) async throws {
         let config = underTheACL ? MosquittoBroker.Configuration(users: Self.users, acl: Self.acl) : .init()

@@ -43,7 +43,8 @@ extension GroupCoordinator {
         var outbox = OutboxStateMachine.Configuration()
 
         /// - Parameters:
-        ///   - broker: `mqtt://[user[:password]@]host[:port]` (or `mqtts://` with `tls`); a comma list
+        ///   - broker: `mqtt://[user[:password]@]host[:port]` (or `mqtts://`, checked against the system's
+        ///     trust store unless `tls` names a CA or a client certificate); a comma list
         ///     (`mqtt://a:1883,mqtt://b:1883`) names brokers that share the group's topics — bridged, or
         ///     nodes of a cluster — and the participant moves to the next when its broker fails, keeping its
         ///     identity, epoch and sessions (see ``MQTTClient/Configuration/fallbacks``).
