@@ -147,8 +147,9 @@ struct SessionStateMachine {
     private(set) var states: [String: Wire.StateRecord] = [:]
     /// Every retained state topic seen, to clear them when the session ends.
     private(set) var stateTopics: Set<String> = []
-    /// Members whose connection is the one they joined with (us too, once joined).
-    private(set) var active: Set<Participant> = []
+    /// Members whose connection is the one they joined with (us too, once joined), from ``peers``: a
+    /// session keeps no second table of a thousand entries for them, and builds the set when asked.
+    var active: Set<Participant> { Set(peers.compactMap { $0.value.isActive ? Participant(id: $0.key) : nil }) }
     /// Inputs rejected as forged or out of place, and messages that could not be read.
     private(set) var rejected = 0
     private var listeners = ListenerRegistry<Listener>()
@@ -258,6 +259,7 @@ struct SessionStateMachine {
         if case .invalidated = phase { return action }
         guard case .joining = phase else { preconditionFailure("a join completed that had not started or had completed") }
         phase = .joined(Joined(receiver: StreamReceiver<InboundMessage>(configuration: receiving)))
+        let wasActive = peers[me]?.isActive == true
         peers[me] = Peer(joined: myEpoch, online: myEpoch)
         listeners.forEach { _, listener in
             switch listener.kind {
@@ -266,7 +268,7 @@ struct SessionStateMachine {
             default: break
             }
         }
-        recomputeActive(into: &action)
+        updateActive(me, wasActive: wasActive, into: &action)
         return action
     }
 
@@ -303,6 +305,7 @@ struct SessionStateMachine {
     mutating func onMember(_ participant: String, _ record: Wire.Member?, retained: Bool, now: Int64) -> Action {
         var action = Action()
         guard participant != me else { return action }
+        let wasActive = peers[participant]?.isActive == true
         if let record {
             guard CoordinatorStateMachine.isPlausible(epoch: record.epoch, now: now) else { return reject() }
             let peer = peers[participant] ?? Peer()
@@ -328,7 +331,7 @@ struct SessionStateMachine {
             update(participant) { $0.joined = nil }
             receive(into: &action) { $0.senderGone(participant) }
         }
-        updateActive(participant, into: &action)
+        updateActive(participant, wasActive: wasActive, into: &action)
         return action
     }
 
@@ -343,6 +346,7 @@ struct SessionStateMachine {
     mutating func onPresence(_ participant: String, epoch: Int64?, now: Int64) -> Action {
         var action = Action()
         guard participant != me, peers[participant]?.online != epoch else { return action }
+        let wasActive = peers[participant]?.isActive == true
         update(participant) { $0.online = epoch }
         if epoch == nil { receive(into: &action) { $0.senderLost(participant) } }
         if let epoch, heldMembers[participant] == epoch {
@@ -350,7 +354,7 @@ struct SessionStateMachine {
             numbering.outbox.memberSeen(participant, epoch: epoch)
             adoptMember(participant, epoch: epoch, now: now, into: &action)
         }
-        updateActive(participant, into: &action)
+        updateActive(participant, wasActive: wasActive, into: &action)
         return action
     }
 
@@ -398,6 +402,7 @@ struct SessionStateMachine {
         let records = catchUp.states.filter { $0.clock.isPlausible(now: now) }
         var action = Action(observed: records.map(\.clock))
         for record in records { applyIfNewer(record, into: &action) }
+        let before = listensForParticipants ? active : nil
         for member in catchUp.members where member.participant != me {
             update(member.participant) { peer in
                 peer.joined = member.epoch
@@ -405,7 +410,7 @@ struct SessionStateMachine {
             }
             numbering.outbox.memberSeen(member.participant, epoch: member.epoch)
         }
-        recomputeActive(into: &action)
+        if let before, before != active { notifyParticipants(into: &action) }
         // A catch-up too large for one message comes in parts; the join waits for the last.
         if catchUp.more != true { action.handovers.append(.yield(joining.caughtUp, .caughtUp)) }
         return action
@@ -577,9 +582,11 @@ struct SessionStateMachine {
     /// newcomer, the one with the largest ``rank(_:_:)`` (rendezvous hashing): every participant computes
     /// the same answer from the same view, and when that one is gone the next largest answers.
     func isCatchUpResponder(for newcomer: String) -> Bool {
-        guard newcomer != me, active.contains(Participant(id: me)) else { return false }
+        guard newcomer != me, peers[me]?.isActive == true else { return false }
         let mine = SessionStateMachine.rank(newcomer, me)
-        return !active.contains { $0.id != newcomer && $0.id != me && SessionStateMachine.rank(newcomer, $0.id) > mine }
+        return !peers.contains {
+            $0.value.isActive && $0.key != newcomer && $0.key != me && SessionStateMachine.rank(newcomer, $0.key) > mine
+        }
     }
 
     /// FNV-1a 64 over the UTF-8 of `"<newcomer>/<candidate>"`, then the candidate's ID: part of the
@@ -603,7 +610,8 @@ struct SessionStateMachine {
     func catchUp(listingMembers: Bool, budget: Int = .max) -> [Wire.CatchUp] {
         let listed =
             listingMembers
-            ? active.map { Wire.Member(participant: $0.id, epoch: peers[$0.id]?.joined ?? 0) }.sorted { $0.participant < $1.participant }
+            ? peers.compactMap { $0.value.isActive ? Wire.Member(participant: $0.key, epoch: $0.value.joined ?? 0) : nil }
+                .sorted { $0.participant < $1.participant }
             : []
         let used = listed.reduce(64) { $0 + ((try? Wire.encode($1).count) ?? 0) + 1 }
         let groups = Wire.groups(states.values.sorted { $0.key < $1.key }, budget: budget, used: used)
@@ -641,18 +649,17 @@ struct SessionStateMachine {
         peers[participant] = peer.isEmpty ? nil : peer
     }
 
-    /// Re-evaluates one participant after its member record or presence changed.
-    private mutating func updateActive(_ participant: String, into action: inout Action) {
-        let entry = Participant(id: participant)
-        let isActive = peers[participant]?.isActive == true
-        let changed = isActive ? active.insert(entry).inserted : active.remove(entry) != nil
-        if changed { notify(.participants, .participants(active), into: &action) }
+    /// Tells the participants' listeners if `participant`, who `wasActive` before its member record or
+    /// presence changed, is active now or the other way round.
+    private func updateActive(_ participant: String, wasActive: Bool, into action: inout Action) {
+        if (peers[participant]?.isActive == true) != wasActive { notifyParticipants(into: &action) }
     }
 
-    private mutating func recomputeActive(into action: inout Action) {
-        let now = Set(peers.filter(\.value.isActive).keys.map(Participant.init(id:)))
-        guard now != active else { return }
-        active = now
+    private var listensForParticipants: Bool { !listeners.filter { $0.kind == .participants }.isEmpty }
+
+    /// The active participants to each participants' listener (the set is built only if there is one).
+    private func notifyParticipants(into action: inout Action) {
+        guard listensForParticipants else { return }
         notify(.participants, .participants(active), into: &action)
     }
 
