@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what GroupSync needs from Debian/Ubuntu packages, only when something is missing:
 # the mosquitto broker, its command-line clients, libmosquitto's and OpenSSL's headers (libcrypto, libssl), openssl for the TLS tests,
-# and paho-mqtt for the Python participant of the interoperability tests (docs/interop/participant.py).
+# paho-mqtt for the Python participant of the interoperability tests (docs/interop/participant.py), and
+# Node.js, which runs the Node-RED flow's function node of docs/DASHBOARDS.md in its test.
 set -euo pipefail
 
 missing=()
@@ -11,6 +12,7 @@ pkg-config --exists libmosquitto 2>/dev/null || missing+=(libmosquitto-dev pkg-c
 pkg-config --exists libcrypto 2>/dev/null || missing+=(libssl-dev pkg-config)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 /usr/bin/python3 -c 'import paho.mqtt' >/dev/null 2>&1 || missing+=(python3-paho-mqtt)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0

@@ -8,8 +8,8 @@ import Darwin
 
 /// A loopback TCP port where nothing listens, held for as long as this value lives: a connection to it
 /// is refused, and no broker started meanwhile by another test can take it (a port found free and let go,
-/// as `FreePort.loopback()` does, can be). The socket is bound without `SO_REUSEADDR`, never listens,
-/// and is closed on `deinit`.
+/// as `FreePort.loopback()` does, can be). The socket is bound without `SO_REUSEADDR`, never listens
+/// (unless told to: see ``init(listening:)``), and is closed on `deinit`.
 public final class ClosedPort: Sendable {
     /// A socket call failed: `operation`, with `errno` `code`.
     public struct Failure: Error, Sendable {
@@ -20,7 +20,9 @@ public final class ClosedPort: Sendable {
     public let port: UInt16
     private let descriptor: Int32
 
-    public init() throws {
+    /// With `listening`, the kernel takes connections (into its backlog) that nobody ever accepts or
+    /// answers: a broker that never sends CONNACK.
+    public init(listening: Bool = false) throws {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw Failure(operation: "socket", code: errno) }
         var address = sockaddr_in()
@@ -35,6 +37,11 @@ public final class ClosedPort: Sendable {
             let code = errno
             close(fd)
             throw Failure(operation: "bind", code: code)
+        }
+        if listening && listen(fd, 16) != 0 {
+            let code = errno
+            close(fd)
+            throw Failure(operation: "listen", code: code)
         }
         descriptor = fd
         port = UInt16(bigEndian: address.sin_port)

@@ -25,6 +25,9 @@ public enum TestPKI {
         /// Certificate of a second, unrelated CA: trusting only it must make
         /// verification of the server (or client) certificate fail.
         public var wrongCACert: String
+
+        /// ``TestPKI/trustDirectory(for:)``.
+        public func trustDirectory() throws -> String { try TestPKI.trustDirectory(for: self) }
     }
 
     /// `openssl` failed.
@@ -140,6 +143,18 @@ public enum TestPKI {
         try run(openssl, ["verify", "-CAfile", files.caCert, "-purpose", "sslserver", files.serverCert])
         try run(openssl, ["verify", "-CAfile", files.caCert, "-purpose", "sslclient", files.clientCert])
         return files
+    }
+
+    /// A trust directory holding the test CA as the system's does (`/etc/ssl/certs`: certificates under
+    /// their subject hashes, made by `openssl rehash`), for `$SSL_CERT_DIR`. Made once per PKI.
+    public static func trustDirectory(for files: Files) throws -> String {
+        let directory = files.directory + "/trust"
+        if FileManager.default.fileExists(atPath: directory + "/ca.pem") { return directory }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: files.caCert, toPath: directory + "/ca.pem")
+        let openssl = try MosquittoBroker.locate("openssl", extraDirectories: ["/usr/bin", "/usr/local/bin", "/opt/homebrew/bin"])
+        try run(openssl, ["rehash", directory])
+        return directory
     }
 
     private static func run(_ tool: String, _ arguments: [String]) throws {

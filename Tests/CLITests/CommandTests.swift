@@ -68,6 +68,28 @@ import Testing
         }
     }
 
+    /// A usage error is one line saying what is wrong and one saying where to read more, exit status 2:
+    /// invalid ports and unreadable TLS files too, found before connecting, in the CLI's words.
+    @Test func aUsageErrorIsTwoLinesAndExitsWithTwo() async throws {
+        let cases: [(arguments: [String], says: String, command: String?)] = [
+            (["join"], "give exactly one ACTIVITY-ID", "join"),
+            (["nope"], "unknown command 'nope'", nil),
+            (["--version", "extra"], "unexpected argument 'extra'", nil),
+            (["dashboard", "stray"], "stray", "dashboard"),
+            (["sessions", "--broker", "mqtt://127.0.0.1:99999"], "port 99999", "sessions"),
+            (["sessions", "--broker", "mqtt://127.0.0.1:0"], "port 0", "sessions"),
+            (["sessions", "--broker", "mqtts://127.0.0.1", "--cafile", "/nonexistent/ca.pem"], "cannot read --cafile", "sessions"),
+            (["join", "a.b", "--cert", "/nonexistent/c.pem", "--key", "/nonexistent/k.pem"], "cannot read --cert", "join"),
+        ]
+        for (arguments, says, command) in cases {
+            let result = try await runCLI(arguments)
+            #expect(result.status == 2, "\(arguments)")
+            #expect(result.errors.count == 2 && result.errors.first?.contains(says) == true, "\(arguments): \(result.errors)")
+            #expect(result.errors.last == "see 'groupsync help\(command.map { " " + $0 } ?? "")'", "\(arguments)")
+            #expect(!result.errors.joined().contains("MQTT configuration"), "the library's words: \(result.errors)")
+        }
+    }
+
     @Test func usageErrorsExitWithTwo() async throws {
         #expect(try await runCLI([]).status == 2)
         #expect(try await runCLI(["nope"]).status == 2)
@@ -127,16 +149,26 @@ import Testing
                 ])
             #expect(byEnvironment.status == 0, "\(byEnvironment.errors)")
             let wrongCA = try await runCLI(["sessions", "--broker", url, "--cafile", pki.wrongCACert, "--password-file", passwordFile])
-            #expect(wrongCA.status == 3)
+            #expect(wrongCA.status == 3 && wrongCA.errors.first?.contains("TLS handshake") == true, "\(wrongCA.errors)")
+            // The wrong scheme for the port: a plain CONNECT to a TLS listener, and the other way round.
+            let plain = try await runCLI(["sessions", "--broker", "mqtt://127.0.0.1:\(broker.port)"])
+            #expect(plain.status == 3 && plain.errors.first?.contains("needs mqtts://") == true, "\(plain.errors)")
             // The demo takes the same options for the broker it is given.
             let demo = try await runCLI(
                 ["demo", "--broker", url, "--cafile", pki.caCert, "--password-file", passwordFile], timeout: .seconds(60))
             #expect(demo.status == 0, "\(demo.errors)\n\(demo.output.joined(separator: "\n"))")
-            #expect(try await runCLI(["sessions", "--broker", url]).status == 2, "mqtts:// without a CA is a usage error")
+            // Without --cafile the system's trust store decides: it does not know the test CA, until the
+            // CA is installed into a trust directory (OpenSSL's $SSL_CERT_DIR stands for /etc/ssl/certs).
+            let untrusted = try await runCLI(["sessions", "--broker", url, "--password-file", passwordFile])
+            #expect(untrusted.status == 3, "\(untrusted.errors)")
+            let trusted = try await runCLI(
+                ["sessions", "--json", "--broker", url, "--password-file", passwordFile],
+                environment: ["SSL_CERT_DIR": try pki.trustDirectory()])
+            #expect(trusted.status == 0, "\(trusted.errors)")
         }
         // A broker that requires a client certificate: refused without one (exit 3), accepted with the
         // test CA's client certificate and key, by flags or by environment; a certificate without its
-        // key, or without a CA, is a usage error.
+        // key is a usage error; without --cafile the system's trust store checks the broker.
         let requiring = MosquittoBroker.Configuration(tls: .init(pki, requireClientCertificate: true))
         try await MosquittoBroker.withBroker(requiring) { broker in
             let common = ["sessions", "--json", "--broker", broker.url, "--cafile", pki.caCert]
@@ -149,7 +181,11 @@ import Testing
             let withoutKey = try await runCLI(common + ["--cert", pki.clientCert])
             #expect(withoutKey.status == 2, "\(withoutKey.errors)")
             let withoutCA = try await runCLI(["sessions", "--broker", broker.url, "--cert", pki.clientCert, "--key", pki.clientKey])
-            #expect(withoutCA.status == 2, "\(withoutCA.errors)")
+            #expect(withoutCA.status == 3, "the system's trust store does not know the test CA: \(withoutCA.errors)")
+            let systemCA = try await runCLI(
+                ["sessions", "--json", "--broker", broker.url, "--cert", pki.clientCert, "--key", pki.clientKey],
+                environment: ["SSL_CERT_DIR": try pki.trustDirectory()])
+            #expect(systemCA.status == 0, "\(systemCA.errors)")
             // join's state key has an option of its own: --key is the certificate's key there too.
             let join = try CLIProcess([
                 "join", "com.example.board", "--state-key", "page", "--broker", broker.url, "--cafile", pki.caCert, "--cert",
@@ -213,7 +249,29 @@ import Testing
         #expect(result.status == 3)
         #expect(result.errors.count == 1)
         #expect(result.errors.first?.contains(closed.url) == true)
-        #expect(result.errors.first?.contains("groupsync broker") == true)
+        #expect(result.errors.first?.contains("nothing listens") == true && result.errors.first?.contains("groupsync broker") == true)
+    }
+
+    /// `mqtts://` at a broker that speaks plain MQTT: the handshake fails, and the message says which
+    /// scheme the port may want.
+    @Test func aTLSURLAtAPlainBrokerSaysSo() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let result = try await runCLI(["sessions", "--broker", "mqtts://127.0.0.1:\(broker.port)"])
+            #expect(result.status == 3 && result.errors.count == 1, "\(result.errors)")
+            #expect(result.errors.first?.contains("TLS handshake") == true && result.errors.first?.contains("needs mqtt://") == true)
+        }
+    }
+
+    /// `--timeout` bounds the whole wait for a broker that takes the connection but never answers, past
+    /// the keepalive (5 s) after which one connection attempt gives up.
+    @Test func theTimeoutBoundsTheWaitForABrokerThatNeverAnswers() async throws {
+        let silent = try ClosedPort(listening: true)
+        let start = ContinuousClock.now
+        let result = try await runCLI(["sessions", "--broker", silent.url, "--timeout", "7"], timeout: .seconds(20))
+        let took = ContinuousClock.now - start
+        #expect(
+            result.status == 1 && result.errors.first?.contains("timed out after 7 s waiting for the broker") == true, "\(result.errors)")
+        #expect(took >= .seconds(7) && took < timeBound(.seconds(10)), "\(took)")
     }
 
     /// Several brokers, by repeating `--broker` or in a comma list: a broker that is down is passed over.
@@ -232,7 +290,7 @@ import Testing
 
     /// `groupsync broker` stops on Ctrl-C (SIGINT) and SIGTERM, exits 0 and leaves no configuration file.
     /// mosquitto's log comes on standard error as it is written; standard output holds only the banner.
-    @Test(arguments: [SIGINT, SIGTERM])
+    @Test(arguments: [SIGINT, SIGTERM, SIGHUP])
     func theBrokerStopsOnASignal(_ number: Int32) async throws {
         let port = try FreePort.loopback()
         let broker = try CLIProcess(["broker", "--port", "\(port)"])
@@ -255,6 +313,72 @@ import Testing
         #expect(broker.output == [banner], "stdout holds the banner only: \(broker.output)")
         #expect(!FileManager.default.fileExists(atPath: config), "its configuration is removed")
         #expect(Self.processes(withArgument: config).isEmpty, "no mosquitto is left running")
+    }
+
+    /// `groupsync broker --persist DIR` persists, run as root (when mosquitto drops to its own user, which
+    /// must be able to write DIR) or not: a retained message and the queue of a QoS 1 subscription whose
+    /// session lives on survive a stop and a start, and a SIGKILL once the database was saved.
+    @Test(arguments: [SIGTERM, SIGKILL])
+    func aPersistentBrokerKeepsRetainedMessagesAndQueues(_ stop: Int32) async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("gs-persist-\(UUID())").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let port = try FreePort.loopback()
+        let url = "mqtt://127.0.0.1:\(port)"
+        /// A client of a session that outlives its connections, connected once mosquitto is up, and the
+        /// messages of its subscription to `filter` — made before it connects, to take what the broker
+        /// queued for the session, which comes right after CONNACK.
+        @Sendable func client(_ id: String, subscribedTo filter: String? = nil) async throws -> (MQTTClient, Collector<MQTTMessage>?) {
+            var persistent = try MQTTClient.Configuration(url: url, clientID: id)
+            persistent.cleanStart = false
+            persistent.sessionExpiry = 600
+            let configuration = persistent
+            let connected = LockedValue<(MQTTClient, Collector<MQTTMessage>?)?>(nil)
+            try await waitUntil(timeout: .seconds(5), "mosquitto accepts connections") {
+                let client = try MQTTClient(configuration: configuration)  // a failed connect stops its client
+                var messages: Collector<MQTTMessage>?
+                if let filter { messages = Collector(try await client.subscribe(to: [TopicSubscription(filter, qos: .atLeastOnce)])) }
+                guard (try? await client.connect()) != nil else { return false }
+                connected.withLock { $0 = (client, messages) }
+                return true
+            }
+            return try #require(connected.withLock { $0 })
+        }
+        var broker = try CLIProcess(["broker", "--port", "\(port)", "--persist", directory])
+        let (queue, _) = try await client("queue", subscribedTo: "q/#")
+        await queue.disconnect()  // the session, its subscription and what it queues live on
+        let (publisher, _) = try await client("publisher")
+        try await publisher.publish(to: "r/kept", string: "kept", qos: .atLeastOnce, retain: true)
+        try await publisher.publish(to: "q/1", string: "queued", qos: .atLeastOnce)
+        await publisher.disconnect()
+        let database = directory + "/mosquitto.db"
+        if stop == SIGKILL {
+            let published = Date()
+            try await waitUntil(timeout: .seconds(15), "the database is saved") {
+                let modified = try? FileManager.default.attributesOfItem(atPath: database)[.modificationDate] as? Date
+                return modified.map { $0 > published } ?? false
+            }
+            // What a crash or a power cut does: the broker gets no chance to save.
+            let config = FileManager.default.temporaryDirectory.appendingPathComponent("groupsync-broker-\(broker.pid).conf").path
+            for pid in Self.processes(withArgument: config) { kill(pid, SIGKILL) }
+        } else {
+            broker.signal(stop)
+        }
+        _ = try await broker.wait(timeout: timeBound(.seconds(10)))
+        #expect(FileManager.default.fileExists(atPath: database), "the database is in \(directory)")
+        broker = try CLIProcess(["broker", "--port", "\(port)", "--persist", directory])
+        let (reader, _) = try await client("reader")
+        let kept = Collector(try await reader.subscribe(to: [TopicSubscription("r/#")]))
+        try await waitUntil("the retained message is back (broker: \(broker.errors.suffix(8)))") { kept.elements.count == 1 }
+        #expect(kept.elements.first?.string == "kept" && kept.elements.first?.retain == true)
+        let (back, subscribed) = try await client("queue", subscribedTo: "q/#")
+        let queued = try #require(subscribed)
+        try await waitUntil("the queued message is delivered (broker: \(broker.errors.suffix(8)))") { queued.elements.count == 1 }
+        #expect(queued.elements.first?.string == "queued")
+        await reader.disconnect()
+        await back.disconnect()
+        broker.signal(SIGTERM)
+        #expect(try await broker.wait(timeout: timeBound(.seconds(10))) == 0, "\(broker.errors.suffix(5))")
+        #expect(!broker.errors.contains { $0.contains("Permission denied") || $0.contains("unable to open") }, "\(broker.errors)")
     }
 
     /// A signal that comes just after the banner — while mosquitto is being spawned — still stops it:

@@ -92,7 +92,7 @@ import Testing
             #expect(Self.object(configs[volumeConfig])?["state_class"] as? String == "measurement")
             try await recorder.wait(for: "\(flat)/participant/bob", toBe: "online")
 
-            // A participant leaves: the count follows; his connectivity entity stays, off.
+            // A participant leaves: the count follows; his connectivity entity stays, off, while the session lives.
             bob.signal(SIGINT)  // leaves cleanly, as Ctrl-C would
             #expect(try await Self.exit(bob, "bob") == 0)
             try await recorder.wait(for: "\(session)/participants", toBe: "1")
@@ -129,9 +129,12 @@ import Testing
             try await recorder.wait(for: "\(flat)/session_list", toBe: "[]")
             _ = try await dashboard.waitForLine { $0 == "session \(id) removed" }
             await carol.close()
+            // alice and bob took part in the session only: their sensors go with it.
+            for topic in connectivity { try await recorder.wait(for: topic, toBe: "") }
             #expect(
-                configs.keys.allSatisfy { afterRestart.count($0) == recorder.snapshot.count($0) || sessionConfigs.contains($0) },
-                "`offline` on homeassistant/status republishes nothing")
+                configs.keys.allSatisfy {
+                    afterRestart.count($0) == recorder.snapshot.count($0) || sessionConfigs.contains($0) || connectivity.contains($0)
+                }, "`offline` on homeassistant/status republishes nothing")
 
             // A fresh subscriber finds nothing of the session; the group's sensor stays.
             let retained = try await Self.retained(broker, filters: ["homeassistant/#", "groupsync/dashboard/#"])
@@ -339,9 +342,12 @@ import Testing
         #expect(
             out.map(\.topic) == [
                 "\(f)/availability",
-                "\(c)/sessions/config", "\(b)/alice_connected/config", "\(b)/bob_connected/config",
+                // carol (lost) and dave (never seen online) take part in the session: their sensors, off
+                "\(c)/sessions/config", "\(b)/alice_connected/config", "\(b)/bob_connected/config", "\(b)/carol_connected/config",
+                "\(b)/dave_connected/config",
                 "\(c)/\(board)_participants/config", "\(c)/\(board)_state_mood/config", "\(c)/\(board)_state_page/config",
-                "\(f)/sessions", "\(f)/session_list", "\(f)/participant/alice", "\(f)/participant/bob",
+                "\(f)/sessions", "\(f)/session_list", "\(f)/participant/alice", "\(f)/participant/bob", "\(f)/participant/carol",
+                "\(f)/participant/dave",
                 "\(f)/session/s1/title", "\(f)/session/s1/activity", "\(f)/session/s1/participants", "\(f)/session/s1/participant_list",
                 "\(f)/session/s1/state/mood", "\(f)/session/s1/state/page",
                 "\(f)/availability",
@@ -433,7 +439,7 @@ import Testing
                 "\(c)/\(board)_state_page/config {config}", "\(f)/session/s1/state/page 3",
                 // the newer object value: the sensor keeps its kind, only the value changes
                 #"\#(f)/session/s1/state/page {"n":4}"#,
-                // bob leaves, then exits: his entity stays, off
+                // bob leaves, then exits: his entity stays, off, while the session lives
                 "\(f)/session/s1/participants 1", #"\#(f)/session/s1/participant_list ["alice"]"#,
                 "\(f)/participant/bob offline",
                 // Home Assistant restarted: every config again
@@ -441,9 +447,11 @@ import Testing
                 "\(c)/\(board)_participants/config {config}", "\(c)/\(board)_state_page/config {config}",
                 // alice lost
                 "\(f)/participant/alice offline", "\(f)/session/s1/participants 0", "\(f)/session/s1/participant_list []",
-                // the session ends: its activity's configs first, then the counts, then the flat topics
+                // the session ends: its activity's configs and its participants' sensors first, then the
+                // counts, then the flat topics
+                "\(b)/alice_connected/config (null)", "\(b)/bob_connected/config (null)",
                 "\(c)/\(board)_participants/config (null)", "\(c)/\(board)_state_page/config (null)",
-                "\(f)/sessions 0", "\(f)/session_list []",
+                "\(f)/sessions 0", "\(f)/session_list []", "\(f)/participant/alice (null)", "\(f)/participant/bob (null)",
                 "\(f)/session/s1/activity (null)", "\(f)/session/s1/participant_list (null)", "\(f)/session/s1/participants (null)",
                 "\(f)/session/s1/state/page (null)", "\(f)/session/s1/title (null)",
                 // exit
@@ -537,6 +545,30 @@ import Testing
             ])
     }
 
+    /// A participant's connectivity sensor stays across restarts of the dashboard while it takes part in
+    /// a live session — off while it is offline — and goes when the session ends.
+    @Test func connectivitySensorsOfASessionStayAcrossRestartsUntilItEnds() async throws {
+        let carol = "homeassistant/binary_sensor/groupsync_g/carol_connected/config"
+        let flat = "groupsync/dashboard/g/participant/carol"
+        let group = [
+            WireLine.presence("alice", epoch: 10), WireLine.announcement("s1", title: "Board", createdAt: 1),
+            WireLine.member("s1", "alice", epoch: 10), WireLine.member("s1", "carol", epoch: 20),
+        ]
+        // A first run, while carol is online…
+        let first = try await Self.replay(group + [WireLine.presence("carol", epoch: 20)])
+        #expect(first.contains { $0.topic == carol && !$0.payload.isEmpty })
+        let capture = first.dropLast().map { "\($0.topic) \($0.payload)" }
+        // …and a restart after carol crashed (her will, her member record still there)…
+        let restart = group + [WireLine.presence("carol", epoch: 20, status: "lost")] + capture
+        let restarted = try await Self.replay(restart)
+        #expect(!restarted.contains { $0.topic == carol }, "kept, unchanged: \(restarted.map(\.description))")
+        #expect(restarted.last { $0.topic == flat }?.payload == "offline")
+        // …until the session ends.
+        let ended = try await Self.replay(restart + ["--", "groupsync/v2/g/session/s1/alice (null)"])
+        #expect(ended.last { $0.topic == carol }?.payload == "", "removed when the session ends")
+        #expect(ended.last { $0.topic == flat }?.payload == "", "and its flat topic cleared")
+    }
+
     @Test func identifiersBecomeDistinctHomeAssistantIDs() async throws {
         let out = try await Self.replay(
             [
@@ -583,7 +615,7 @@ import Testing
             try block("flat-topics").split(separator: "\n").map(String.init)
                 == output.dropLast().filter { $0.hasPrefix("groupsync/dashboard/family/") })
 
-        // The Node-RED flow: valid JSON, mqtt in → json → debug, and a broker config node speaking 3.1.1.
+        // The Node-RED flow: valid JSON, mqtt in → function → debug, and a broker config node speaking 3.1.1.
         let flow = try #require(try JSONSerialization.jsonObject(with: Data(block("node-red-flow").utf8)) as? [[String: Any]])
         let ids = flow.compactMap { $0["id"] as? String }
         #expect(ids.count == flow.count && Set(ids).count == ids.count, "every node has a unique id")
@@ -592,17 +624,96 @@ import Testing
             #expect(matches.count == 1, "one \(type) node")
             return try #require(matches.first)
         }
-        let tab = try node("tab"), input = try node("mqtt in"), debug = try node("debug"), broker = try node("mqtt-broker")
+        let tab = try node("tab"), input = try node("mqtt in"), function = try node("function"), debug = try node("debug")
+        let broker = try node("mqtt-broker")
         #expect(input["topic"] as? String == "groupsync/dashboard/family/#")
         #expect(input["broker"] as? String == broker["id"] as? String)
-        // Auto-detect parses JSON payloads and leaves the plain-text ones strings; a json node would fail on those.
-        #expect(input["datatype"] as? String == "auto-detect")
-        #expect(!flow.contains { $0["type"] as? String == "json" })
-        #expect(input["wires"] as? [[String]] == [[debug["id"] as? String ?? "?"]])
+        #expect(input["datatype"] as? String == "utf8", "strings, parsed by the function node")
+        #expect(input["wires"] as? [[String]] == [[function["id"] as? String ?? "?"]])
+        #expect(function["wires"] as? [[String]] == [[debug["id"] as? String ?? "?"]])
         #expect((debug["wires"] as? [Any])?.isEmpty == true)
-        for flowNode in [input, debug] { #expect(flowNode["z"] as? String == tab["id"] as? String) }
+        for flowNode in [input, function, debug] { #expect(flowNode["z"] as? String == tab["id"] as? String) }
         #expect(broker["protocolVersion"] as? String == "4", "MQTT 3.1.1")
         #expect(broker["broker"] is String && broker["port"] != nil)
+    }
+
+    /// The ACL of docs/DASHBOARDS.md, as written, on a real mosquitto: the dashboard runs under its user,
+    /// Home Assistant's user reads the discovery topics and publishes its birth message (which brings
+    /// every config again), and Node-RED's reads the flat topics.
+    @Test(.needsOwnBroker("users and an ACL")) func theDocumentedACLLetsEachUserDoItsPart() async throws {
+        let users = ["dashboard": "d-pw", "homeassistant": "h-pw", "nodered": "n-pw"]
+        try await MosquittoBroker.withBroker(.init(users: users, acl: try Self.docsBlock("acl"))) { broker in
+            func client(_ user: String) async throws -> MQTTClient {
+                let client = try MQTTClient(
+                    configuration: .init(url: broker.url.replacingOccurrences(of: "://", with: "://\(user):\(users[user]!)@")))
+                try await client.connect()
+                return client
+            }
+            let dashboard = try CLIProcess(
+                [
+                    "dashboard", "--group", "family", "--broker", broker.url.replacingOccurrences(of: "://", with: "://dashboard@"),
+                ], environment: ["GROUPSYNC_PASSWORD": users["dashboard"]!])
+            _ = try await dashboard.waitForLine { $0.hasPrefix("synchronized:") }
+            let homeAssistant = try await client("homeassistant")
+            let discovery = Collector(
+                try await homeAssistant.subscribe(to: [TopicSubscription("homeassistant/+/groupsync_family/+/config")]))
+            try await waitUntil("Home Assistant reads the configs") { !discovery.elements.isEmpty }
+            let before = discovery.elements.count
+            // Refused by the ACL, this would throw `notAuthorized` (MQTT 5 answers the publish).
+            try await homeAssistant.publish(to: "homeassistant/status", string: "online", qos: .atLeastOnce)
+            try await waitUntil("every config again") { discovery.elements.count >= 2 * before }
+            let nodeRED = try await client("nodered")
+            let flat = Collector(try await nodeRED.subscribe(to: [TopicSubscription("groupsync/dashboard/family/#")]))
+            try await waitUntil("Node-RED reads the flat topics") {
+                flat.elements.contains { $0.topic == "groupsync/dashboard/family/availability" && $0.string == "online" }
+            }
+            dashboard.signal(SIGINT)
+            #expect(try await Self.exit(dashboard, "dashboard") == 0)
+            #expect(!dashboard.errors.contains { $0.contains("not authorized") || $0.contains("failed") }, "\(dashboard.errors)")
+            await homeAssistant.disconnect()
+            await nodeRED.disconnect()
+        }
+    }
+
+    /// The Node-RED flow's function node, run by Node.js as Node-RED runs it, on the documented flat
+    /// topics: JSON payloads parsed, the plain-text topics left strings — a title that looks like a number
+    /// too, and the empty payload of a cleared topic.
+    @Test func theNodeREDFlowKeepsTextAsText() throws {
+        let flow = try #require(try JSONSerialization.jsonObject(with: Data(Self.docsBlock("node-red-flow").utf8)) as? [[String: Any]])
+        let body = try #require(flow.first { $0["type"] as? String == "function" }?["func"] as? String)
+        let session = "groupsync/dashboard/family/session/k3q8x2m1v9p4r7t5"
+        var cases = try Self.docsBlock("flat-topics").split(separator: "\n").map { line in
+            let space = try #require(line.firstIndex(of: " "))
+            return [String(line[..<space]), String(line[line.index(after: space)...])]
+        }
+        cases += [["\(session)/title", "2024"], ["\(session)/participants", ""]]
+        let script = """
+            const run = new Function("msg", process.argv[1]);
+            for (const [topic, payload] of JSON.parse(process.argv[2])) {
+                const result = run({ topic, payload }).payload;
+                console.log(typeof result + " " + JSON.stringify(result));
+            }
+            """
+        let arguments = String(decoding: try JSONSerialization.data(withJSONObject: cases), as: UTF8.self)
+        let node = try MosquittoBroker.locate("node", extraDirectories: ["/usr/bin", "/usr/local/bin"])
+        let run = try ChildProcess.run(node, ["-e", script, body, arguments])
+        let lines = String(decoding: run.output, as: UTF8.self).split(separator: "\n").map(String.init)
+        #expect(run.termination == .exited(0), "\(lines)")
+        let text = ["availability", "title", "activity"]
+        for (index, pair) in cases.enumerated() {
+            let (topic, payload) = (pair[0], pair[1])
+            let isText = payload.isEmpty || text.contains { topic.hasSuffix("/" + $0) } || topic.contains("/participant/")
+            let expected =
+                isText
+                ? "string \(String(decoding: try JSONSerialization.data(withJSONObject: payload, options: .fragmentsAllowed), as: UTF8.self))"
+                : nil
+            let line = index < lines.count ? lines[index] : "missing"
+            if let expected {
+                #expect(line == expected, "\(topic)")
+            } else {
+                #expect(!line.hasPrefix("string "), "\(topic) \(payload): \(line)")
+            }
+        }
     }
 
     @Test func usageErrors() async throws {

@@ -16,7 +16,8 @@ enum BrokerCommand: Command {
           --port N           MQTT listener port (default 1883)
           --bind ADDRESS     address to listen on (default 127.0.0.1; 0.0.0.0 for the network)
           --websockets PORT  also a websockets listener, for browser dashboards (e.g. 9001)
-          --persist DIR      keep retained messages and sessions in DIR across restarts
+          --persist DIR      keep retained messages and sessions in DIR across restarts (saved every
+                             5 s and on stop; run as root, DIR is handed to mosquitto's own user)
 
         The websockets listener listens where the MQTT one does: on the interface that holds --bind's
         address (libwebsockets, which serves it, binds to interfaces, not addresses).
@@ -61,7 +62,11 @@ enum BrokerCommand: Command {
         }
         if let directory = args.value("persist") {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-            lines += ["persistence true", "persistence_location \(directory.hasSuffix("/") ? directory : directory + "/")"]
+            try handToBrokerUser(directory)
+            lines += [
+                "persistence true", "persistence_location \(directory.hasSuffix("/") ? directory : directory + "/")",
+                "autosave_interval \(autosaveInterval)",
+            ]
         }
         let config = FileManager.default.temporaryDirectory.appendingPathComponent("groupsync-broker-\(getpid()).conf").path
         try lines.joined(separator: "\n").appending("\n").write(toFile: config, atomically: true, encoding: .utf8)
@@ -111,5 +116,21 @@ enum BrokerCommand: Command {
             )
         }
         return " \(interface)"
+    }
+
+    /// Seconds between saves of the persistence database: what a SIGKILL (or a power cut) can lose.
+    static let autosaveInterval = 5
+
+    /// Run as root, mosquitto drops to its own user (`mosquitto`, or `nobody` where there is none) before
+    /// it writes its database: the directory must be that user's, or every save fails.
+    private static func handToBrokerUser(_ directory: String) throws {
+        guard geteuid() == 0, let account = getpwnam("mosquitto") ?? getpwnam("nobody") else { return }
+        let (uid, gid) = (account.pointee.pw_uid, account.pointee.pw_gid)
+        let database = (directory as NSString).appendingPathComponent("mosquitto.db")
+        for path in [directory, database] where FileManager.default.fileExists(atPath: path) {
+            guard chown(path, uid, gid) == 0 else {
+                throw CommandFailure("cannot hand --persist '\(path)' to mosquitto's user: \(String(cString: strerror(errno)))")
+            }
+        }
     }
 }

@@ -59,7 +59,8 @@ enum DemoCommand: Command {
             throw UsageError("--\(stray) is for a broker given with --broker (the private mosquitto needs none)")
         }
         let interruption = Interruption()
-        Signals.onInterrupt { interruption.fire() }
+        // No forced exit: the private mosquitto is this process's to stop (the stop is bounded).
+        Signals.onInterrupt(exitAfter: nil) { interruption.fire() }
         var broker: MosquittoBroker?
         let urls: [String]
         let given = args.allValues("broker").flatMap(MQTTClient.Configuration.urls(inList:))

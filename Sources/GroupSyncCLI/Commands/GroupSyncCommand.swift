@@ -41,32 +41,24 @@ enum GroupSyncCommand {
 
     static func main() async {
         var arguments = Array(CommandLine.arguments.dropFirst())
-        if arguments == ["--version"] || arguments == ["version"] {
+        if let first = arguments.first, ["--version", "version"].contains(first) {
+            if arguments.count > 1 { usageError("unexpected argument '\(arguments[1])'") }
             Output.line(version)
             exit(0)
         }
         if arguments.first == "help", arguments.count == 2 {
-            guard let command = commands.first(where: { $0.name == arguments[1] }) else {
-                Output.error("groupsync: unknown command '\(arguments[1])'\n\n\(usage)")
-                exit(2)
-            }
+            guard let command = commands.first(where: { $0.name == arguments[1] }) else { usageError("unknown command '\(arguments[1])'") }
             Output.line(command.help)
             exit(0)
         }
         guard let name = arguments.first, !["-h", "--help", "help"].contains(name) else {
             // `help`, `--help`, `-h` alone; with more than `help COMMAND`, a usage error, as anywhere else.
-            if arguments.count > 1 {
-                Output.error("groupsync: unexpected argument '\(arguments[arguments.first == "help" ? 2 : 1])'\n\n\(usage)")
-                exit(2)
-            }
+            if arguments.count > 1 { usageError("unexpected argument '\(arguments[arguments.first == "help" ? 2 : 1])'") }
             Output.line(usage)
             exit(arguments.isEmpty ? 2 : 0)
         }
         arguments.removeFirst()
-        guard let command = commands.first(where: { $0.name == name }) else {
-            Output.error("groupsync: unknown command '\(name)'\n\n\(usage)")
-            exit(2)
-        }
+        guard let command = commands.first(where: { $0.name == name }) else { usageError("unknown command '\(name)'") }
         if arguments.contains("--help") || arguments.contains("-h") {
             Output.line(command.help)
             exit(0)
@@ -74,8 +66,7 @@ enum GroupSyncCommand {
         do {
             exit(try await command.run(arguments))
         } catch let error as UsageError {
-            Output.error("groupsync \(name): \(error)\n\n\(command.help)")
-            exit(2)
+            usageError("\(error)", command: name)
         } catch let failure as CommandFailure {
             Output.error("groupsync \(name): \(failure)")
             exit(failure.exitCode)
@@ -83,5 +74,11 @@ enum GroupSyncCommand {
             Output.error("groupsync \(name): \(error)")
             exit(1)
         }
+    }
+
+    /// A usage error: what is wrong on one line, where to read more on the next; exit status 2.
+    static func usageError(_ message: String, command: String? = nil) -> Never {
+        Output.error("groupsync\(command.map { " \($0)" } ?? ""): \(message)\nsee 'groupsync help\(command.map { " \($0)" } ?? "")'")
+        exit(2)
     }
 }

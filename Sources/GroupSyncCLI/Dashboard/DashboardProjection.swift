@@ -38,9 +38,13 @@ struct DashboardProjection {
     private(set) var retained: [String: String] = [:]
     /// How each state sensor (by object ID) shows its values, once decided (see ``StateKind``).
     private(set) var kinds: [String: StateKind] = [:]
-    /// Every participant seen online since the dashboard started: each has a connectivity entity, on or
-    /// off.
-    private(set) var participants: Set<String> = []
+    /// Who took part in each live session while the dashboard watched it (its members then, and at the
+    /// start its member records): their connectivity entities stay, off while they are offline, until
+    /// the session ends — across restarts of the dashboard too, as long as their member records do.
+    private(set) var sessionParticipants: [String: Set<String>] = [:]
+
+    /// Every participant with a connectivity entity, on or off: those online, and those of a live session.
+    var participants: Set<String> { Set(view.online.keys).union(sessionParticipants.values.joined()) }
 
     /// How a state key's sensor shows its values. Decided once per activity and key — by the config an
     /// earlier run left retained, else by the key's first value that is not null — and then kept: Home
@@ -178,7 +182,8 @@ struct DashboardProjection {
     /// clears of flat topics that must go.
     private mutating func reconcile() -> [Publication] {
         guard isSynchronized else { return [] }
-        participants.formUnion(view.online.keys)
+        for (id, session) in view.sessions { sessionParticipants[id, default: []].formUnion(session.members.keys) }
+        sessionParticipants = sessionParticipants.filter { view.sessions[$0.key] != nil }
         learnKinds()
         let wanted = desired()
         let wantedTopics = Set(wanted.map(\.topic))

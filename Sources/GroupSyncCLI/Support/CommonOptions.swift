@@ -20,7 +20,8 @@ struct CommonOptions {
                             of a cluster): when one fails, the participant moves to the next
           --password-file F the password, from the first line of F (else $GROUPSYNC_PASSWORD; a password
                             in the URL wins). No password is ever printed
-          --cafile F        mqtts: the CA certificate the broker's is checked against ($GROUPSYNC_CAFILE)
+          --cafile F        mqtts: the CA certificate the broker's is checked against ($GROUPSYNC_CAFILE;
+                            default: the system's trust store, /etc/ssl/certs)
           --cert F, --key F mqtts: a client certificate and its key, for brokers that require one
                             ($GROUPSYNC_CERT, $GROUPSYNC_KEY)
           --group NAME      the group, like a call everyone is in (default: default)
@@ -54,17 +55,18 @@ struct CommonOptions {
             throw UsageError("invalid \(kind) '\(value)': use 1–128 characters from A–Z a–z 0–9 . _ - : @ ~")
         }
         let environment = ProcessInfo.processInfo.environment
-        let keyFlag = arguments.value("key")
-        if let caFile = arguments.value("cafile") ?? environment["GROUPSYNC_CAFILE"] {
-            let certificate = arguments.value("cert") ?? environment["GROUPSYNC_CERT"]
-            let key = keyFlag ?? environment["GROUPSYNC_KEY"]
-            guard (certificate == nil) == (key == nil) else {
-                throw UsageError("a client certificate needs its key: give both --cert and --key (or $GROUPSYNC_CERT and $GROUPSYNC_KEY)")
-            }
-            tls = MQTTClient.TLS(caFile: caFile, certificateFile: certificate, keyFile: key)
-        } else if arguments.value("cert") != nil || keyFlag != nil {
-            throw UsageError("a client certificate is for mqtts:// brokers: give the CA with --cafile too")
+        let caFile = arguments.value("cafile") ?? environment["GROUPSYNC_CAFILE"]
+        let certificate = arguments.value("cert") ?? environment["GROUPSYNC_CERT"]
+        let key = arguments.value("key") ?? environment["GROUPSYNC_KEY"]
+        guard (certificate == nil) == (key == nil) else {
+            throw UsageError("a client certificate needs its key: give both --cert and --key (or $GROUPSYNC_CERT and $GROUPSYNC_KEY)")
         }
+        for (option, file) in [("cafile", caFile), ("cert", certificate), ("key", key)] {
+            guard let file, !FileManager.default.isReadableFile(atPath: file) else { continue }
+            throw UsageError("cannot read --\(option) '\(file)'")
+        }
+        // Without --cafile an mqtts:// broker's certificate is checked against the system's trust store.
+        if caFile != nil || certificate != nil { tls = MQTTClient.TLS(caFile: caFile, certificateFile: certificate, keyFile: key) }
         if let file = arguments.value("password-file") {
             guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
                 throw UsageError("cannot read --password-file '\(file)'")
@@ -77,8 +79,8 @@ struct CommonOptions {
         do {
             _ = try mqttConfiguration()
         } catch {
-            let hint = broker.hasPrefix("mqtts://") && tls == nil ? " (give the CA with --cafile)" : ""
-            throw UsageError("invalid --broker '\(CommonOptions.redacted(broker))': \(error)\(hint)")
+            guard case let .invalidConfiguration(detail) = error else { throw UsageError("invalid --broker: \(error)") }
+            throw UsageError("invalid --broker: \(detail)")
         }
     }
 
@@ -138,7 +140,15 @@ struct CommonOptions {
                     report(topic, size)
                 }
             }
-            return try await GroupCoordinator.connect(configuration)
+            // A broker that takes the connection but does not answer is tried again until the command's
+            // --timeout (the race around this call) gives up.
+            while true {
+                do {
+                    return try await GroupCoordinator.connect(configuration)
+                } catch .connection(.noAnswer) where !Task.isCancelled {
+                    continue
+                }
+            }
         } catch {
             throw CommonOptions.failure(error, broker: broker)
         }
@@ -147,12 +157,19 @@ struct CommonOptions {
     /// Connects a plain MQTT client (for observers that must not appear as participants), with `will` if
     /// given. Cancelled, it behaves as ``connect()``.
     func connectObserver(will: MQTTClient.Will? = nil) async throws(CommandFailure) -> MQTTClient {
-        let client: MQTTClient
+        var client: MQTTClient
         do {
             var configuration = try mqttConfiguration()
             if let will { configuration.will = will }
-            client = try MQTTClient(configuration: configuration)
-            try await client.connect()
+            while true {  // as in ``connect(reportingRejections:)``
+                client = try MQTTClient(configuration: configuration)
+                do {
+                    try await client.connect()
+                    break
+                } catch .noAnswer where !Task.isCancelled {
+                    continue
+                }
+            }
         } catch {
             throw CommonOptions.failure(.connection(error), broker: broker)
         }
@@ -163,17 +180,34 @@ struct CommonOptions {
         return client
     }
 
+    /// A connection error in the CLI's words (exit code 3): nothing listens, the TLS handshake failed (with
+    /// a hint when the port is the other scheme's), the login was refused, or the broker is unreachable.
     static func failure(_ error: GroupSyncError, broker: String) -> CommandFailure {
-        if case let .connection(mqtt) = error {
-            switch mqtt {
-            case .unreachable:
-                return CommandFailure(
-                    "cannot reach the MQTT broker at \(redacted(broker)); start one with `groupsync broker` or `docker compose up`",
-                    exitCode: 3)
-            default:
-                return CommandFailure("broker \(redacted(broker)): \(mqtt)", exitCode: 3)
-            }
+        guard case let .connection(mqtt) = error else { return CommandFailure(error.description, exitCode: 1) }
+        let url = redacted(broker)
+        let tls = broker.hasPrefix("mqtts://")
+        let message: String
+        switch mqtt {
+        case let .unreachable(host, port, detail) where detail == String(cString: strerror(ECONNREFUSED)):
+            let at = url.contains(",") ? "\(host):\(port), the last of \(url)" : url
+            message = "nothing listens at \(at) (connection refused): start a broker (`groupsync broker`) or check --broker"
+        case let .unreachable(host, _, detail) where detail == "host name lookup failed":
+            message = "cannot find the host \(host) of --broker (\(detail)); check the URL"
+        case let .unreachable(host, port, detail):
+            let hint = tls ? "" : "; a broker that speaks TLS (usually on port 8883) needs mqtts://"
+            message = "\(host):\(port) closed the connection before answering (\(detail))\(hint)"
+        case let .noAnswer(host, port, seconds):
+            message = "\(host):\(port) took the connection but sent no answer within \(seconds) s; is it an MQTT broker?"
+        case let .tls(detail):
+            let hint = tls ? "; a broker that speaks plain MQTT (usually on port 1883) needs mqtt://" : ""
+            message =
+                "TLS handshake with \(url) failed (\(detail)): check --cafile (or the system's trust store), "
+                + "the client certificate and the host name\(hint)"
+        case let .connectionRefused(code, reason):
+            message = "the broker at \(url) refused the login: \(reason) (reason code \(code)); check the user, the password and its ACL"
+        default:
+            message = "broker \(url): \(mqtt)"
         }
-        return CommandFailure(error.description, exitCode: 1)
+        return CommandFailure(message, exitCode: 3)
     }
 }
