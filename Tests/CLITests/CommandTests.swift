@@ -316,12 +316,26 @@ import Testing
     }
 
     /// `groupsync broker --persist DIR` persists, run as root (when mosquitto drops to its own user, which
-    /// must be able to write DIR) or not: a retained message and the queue of a QoS 1 subscription whose
-    /// session lives on survive a stop and a start, and a SIGKILL once the database was saved.
-    @Test(arguments: [SIGTERM, SIGKILL])
-    func aPersistentBrokerKeepsRetainedMessagesAndQueues(_ stop: Int32) async throws {
+    /// must be able to write DIR) or not (as `nobody`, when the tests run as root): a retained message and
+    /// the queue of a QoS 1 subscription whose session lives on survive a stop and a start, and a SIGKILL
+    /// once the database was saved.
+    @Test(arguments: [(SIGTERM, false), (SIGKILL, false), (SIGTERM, true)])
+    func aPersistentBrokerKeepsRetainedMessagesAndQueues(_ stop: Int32, asNobody: Bool) async throws {
+        let root = geteuid() == 0
+        guard root || !asNobody else { return }  // not root: the first cases run as this user already
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("gs-persist-\(UUID())").path
         defer { try? FileManager.default.removeItem(atPath: directory) }
+        if asNobody {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            #expect(chown(directory, 65_534, 65_534) == 0)
+        }
+        /// `groupsync broker` on `port` persisting in `directory`, as this user or as `nobody`.
+        func startBroker(_ port: UInt16) throws -> CLIProcess {
+            let arguments = ["broker", "--port", "\(port)", "--persist", directory]
+            guard asNobody else { return try CLIProcess(arguments) }
+            return try CLIProcess(
+                ["--reuid=65534", "--regid=65534", "--clear-groups", groupsyncExecutable] + arguments, executable: "/usr/bin/setpriv")
+        }
         let port = try FreePort.loopback()
         let url = "mqtt://127.0.0.1:\(port)"
         /// A client of a session that outlives its connections, connected once mosquitto is up, and the
@@ -343,7 +357,7 @@ import Testing
             }
             return try #require(connected.withLock { $0 })
         }
-        var broker = try CLIProcess(["broker", "--port", "\(port)", "--persist", directory])
+        var broker = try startBroker(port)
         let (queue, _) = try await client("queue", subscribedTo: "q/#")
         await queue.disconnect()  // the session, its subscription and what it queues live on
         let (publisher, _) = try await client("publisher")
@@ -365,7 +379,7 @@ import Testing
         }
         _ = try await broker.wait(timeout: timeBound(.seconds(10)))
         #expect(FileManager.default.fileExists(atPath: database), "the database is in \(directory)")
-        broker = try CLIProcess(["broker", "--port", "\(port)", "--persist", directory])
+        broker = try startBroker(port)
         let (reader, _) = try await client("reader")
         let kept = Collector(try await reader.subscribe(to: [TopicSubscription("r/#")]))
         try await waitUntil("the retained message is back (broker: \(broker.errors.suffix(8)))") { kept.elements.count == 1 }

@@ -181,13 +181,21 @@ import Testing
             broker.pause()
             client.connection.closeSocketAbruptly()
             let sent = LockedValue(0)
-            try await waitUntil(timeout: .seconds(10), "50 published while CONNACK is awaited") {
-                guard case .reconnecting = client.connection.state.withLock({ $0.state }) else { return false }
-                try sent.withLock { sent in
-                    _ = try client.enqueuePublish(to: "own/\(sent)", payload: Data("x".utf8), qos: .atLeastOnce, retain: true)
-                    sent += 1
+            let seen = LockedValue<Set<String>>([])  // the connection's states, should the wait fail
+            do {
+                try await waitUntil(timeout: timeBound(.seconds(10)), "50 published while CONNACK is awaited") {
+                    let state = client.connection.state.withLock { $0.state }
+                    seen.withLock { _ = $0.insert("\(state)".prefix(40).description) }
+                    guard case .reconnecting = state else { return false }
+                    try sent.withLock { sent in
+                        _ = try client.enqueuePublish(to: "own/\(sent)", payload: Data("x".utf8), qos: .atLeastOnce, retain: true)
+                        sent += 1
+                    }
+                    return sent.withLock { $0 } >= 50
                 }
-                return sent.withLock { $0 } >= 50
+            } catch {
+                Issue.record("the connection's states meanwhile: \(seen.withLock { $0 }), \(sent.withLock { $0 }) published")
+                throw error
             }
             broker.resume()
             try await waitUntil(timeout: .seconds(10), "all 50 arrive") { Set(received.elements.map(\.topic)).count == 50 }
