@@ -508,15 +508,17 @@ struct CoordinatorStateMachine {
     }
 
     /// A new `sessions()` listener. It gets every announced session it wants at once (returned, sorted
-    /// by ID), then each new one. Returns nil as its ID once closed: then it ends at once.
-    mutating func addListener(_ listener: Listener) -> (id: ListenerRegistry<Listener>.ID?, sessions: [String]) {
+    /// by ID), then each new one. Returns nil once closed: then it ends at once, not added. Its sequence
+    /// removes it by its inbox (``removeListener(_:)``).
+    mutating func addListener(_ listener: Listener) -> [String]? {
         modifyGroup { group in
-            let sessions = group.sessions.filter { listener.wants($0.value.activityType) }.keys.sorted()
-            return (group.listeners.add(listener), sessions)
-        } ?? (nil, [])
+            group.listeners.add(listener, id: ObjectIdentifier(listener.inbox))
+            return group.sessions.filter { listener.wants($0.value.activityType) }.keys.sorted()
+        }
     }
 
-    mutating func removeListener(_ id: ListenerRegistry<Listener>.ID) { modifyGroup { $0.listeners.remove(id) } }
+    /// The sequence of the inbox `id` ended.
+    mutating func removeListener(_ id: ObjectIdentifier) { modifyGroup { $0.listeners.remove(id) } }
 
     /// `close()`: no new sessions. Returns the listeners to end and the sessions to leave.
     mutating func close() -> (listeners: [Inbox<SessionCore>], sessions: [String]) {

@@ -23,12 +23,13 @@ extension GroupCoordinator {
 
     /// Feeds `inbox` the live sessions of `activityType`, now and as they are announced, until it ends.
     func listen(for activityType: String, _ inbox: Inbox<SessionCore>) {
-        let (id, cores) = state.withLock { state in
-            let (id, sessions) = state.machine.addListener(.init(activityType: activityType, inbox: inbox))
-            return (id, sessions.compactMap { state.cores[$0] }.filter { !$0.isInvalidated })
+        let cores = state.withLock { state in
+            state.machine.addListener(.init(activityType: activityType, inbox: inbox))?.compactMap { state.cores[$0] }
+                .filter { !$0.isInvalidated }
         }
+        guard let cores else { return inbox.finish() }
         for core in cores { inbox.yield(core) }
-        guard let id else { return inbox.finish() }
+        let id = ObjectIdentifier(inbox)
         inbox.onTermination { [weak self] in self?.state.withLock { $0.machine.removeListener(id) } }
     }
 

@@ -2,7 +2,7 @@ import MQTT
 
 extension GroupCoordinator {
     private static let current = LockedValue<GroupCoordinator?>(nil)
-    private static let waiters = LockedValue(ListenerRegistry<CheckedContinuation<GroupCoordinator, Never>>())
+    private static let waiters = LockedValue<[CheckedContinuation<GroupCoordinator, Never>]>([])
 
     /// The coordinator used by `MyActivity.sessions()`, `activity.prepareForActivation()` and
     /// `activity.activate()`.
@@ -13,7 +13,12 @@ extension GroupCoordinator {
     public static func setShared(_ coordinator: GroupCoordinator?) {
         current.withLock { $0 = coordinator }
         guard let coordinator else { return }
-        for waiter in waiters.withLock({ $0.removeAll() }) { waiter.resume(returning: coordinator) }
+        for waiter in waiters.withLock({ waiters in
+            defer { waiters = [] }
+            return waiters
+        }) {
+            waiter.resume(returning: coordinator)
+        }
     }
 
     static func awaitShared() async -> GroupCoordinator {
@@ -21,7 +26,7 @@ extension GroupCoordinator {
         return await withCheckedContinuation { waiter in
             let now = current.withLock { current -> GroupCoordinator? in
                 if let current { return current }
-                _ = waiters.withLock { $0.add(waiter) }
+                waiters.withLock { $0.append(waiter) }
                 return nil
             }
             if let now { waiter.resume(returning: now) }

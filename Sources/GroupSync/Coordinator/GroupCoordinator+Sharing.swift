@@ -7,9 +7,9 @@ extension GroupCoordinator {
     /// cancelled, or when the sequence is dropped.
     public func sharingUpdates() -> GroupUpdates<Bool> {
         let inbox = Inbox<Bool>(keepingNewest: 1)
-        let (id, action) = state.withLock { $0.sharing.addListener(inbox) }
-        action.perform()
-        if let id { inbox.onTermination { [weak self] in self?.state.withLock { $0.sharing.removeListener(id) } } }
+        state.withLock { $0.sharing.addListener(inbox) }.perform()
+        let id = ObjectIdentifier(inbox)
+        inbox.onTermination { [weak self] in self?.state.withLock { $0.sharing.removeListener(id) } }
         return GroupUpdates(inbox)
     }
 

@@ -56,15 +56,17 @@ struct SharingGate {
         } ?? Action()
     }
 
-    /// A `sharingUpdates()` listener: it gets the current value at once. Returns nil as its ID once
-    /// closed: then it ends after that value.
-    mutating func addListener(_ inbox: Inbox<Bool>) -> (ListenerRegistry<Inbox<Bool>>.ID?, Action) {
+    /// A `sharingUpdates()` listener: it gets the current value at once; once closed, it ends after that
+    /// value, not added. Its sequence removes it by its inbox (``removeListener(_:)``).
+    mutating func addListener(_ inbox: Inbox<Bool>) -> Action {
         modifyOpen { open in
-            (open.listeners.add(inbox), Action(yield: [(inbox, !open.joined.isEmpty)]))
-        } ?? (nil, Action(yield: [(inbox, false)], finish: [inbox]))
+            open.listeners.add(inbox, id: ObjectIdentifier(inbox))
+            return Action(yield: [(inbox, !open.joined.isEmpty)])
+        } ?? Action(yield: [(inbox, false)], finish: [inbox])
     }
 
-    mutating func removeListener(_ id: ListenerRegistry<Inbox<Bool>>.ID) { modifyOpen { $0.listeners.remove(id) } }
+    /// The sequence of the inbox `id` ended.
+    mutating func removeListener(_ id: ObjectIdentifier) { modifyOpen { $0.listeners.remove(id) } }
 
     /// Work to run once no session is joined: now, if none is.
     mutating func onDefer(_ work: @escaping Work) -> Action {

@@ -110,12 +110,14 @@ struct JournalStateMachine {
     }
 
     /// A new sequence: it gets the current list at once, then every change.
-    mutating func addListener(_ inbox: Inbox<[JournalAttachment]>) -> (ListenerRegistry<Inbox<[JournalAttachment]>>.ID?, Action) {
-        guard case .following = state else { return (nil, .finish([inbox])) }
-        return (listeners.add(inbox), .publish(attachments, to: [inbox]))
+    mutating func addListener(_ inbox: Inbox<[JournalAttachment]>) -> Action {
+        guard case .following = state else { return .finish([inbox]) }
+        listeners.add(inbox, id: ObjectIdentifier(inbox))
+        return .publish(attachments, to: [inbox])
     }
 
-    mutating func removeListener(_ id: ListenerRegistry<Inbox<[JournalAttachment]>>.ID) { _ = listeners.remove(id) }
+    /// The sequence of `inbox` ended.
+    mutating func removeListener(_ inbox: ObjectIdentifier) { _ = listeners.remove(inbox) }
 
     /// The session is over for us: the list empties and every sequence ends.
     mutating func end() -> Action {

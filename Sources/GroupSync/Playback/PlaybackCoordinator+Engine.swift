@@ -68,7 +68,8 @@ extension PlaybackCoordinator {
             let registry = self.state
             let ended = registry.withLock { state -> Bool in
                 guard !state.machine.isEnded else { return true }
-                let id = state[keyPath: inboxes].add(inbox)
+                let id = ObjectIdentifier(inbox)
+                state[keyPath: inboxes].add(inbox, id: id)
                 inbox.onTermination { registry.withLock { _ = $0[keyPath: inboxes].remove(id) } }
                 // Handed out under the lock: a change handed out meanwhile comes after it, never before.
                 if let element = first(state.machine) { inbox.yield(element) }

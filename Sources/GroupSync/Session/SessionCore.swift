@@ -136,19 +136,15 @@ final class SessionCore: Sendable {
         return inbox
     }
 
-    /// Adds a sequence's inbox to the machine through `add`; `removal` takes it out when the inbox ends.
+    /// Adds a sequence's inbox to the machine through `add`; `removal` takes it out, by the inbox's
+    /// identity, when the inbox ends (nothing to take out when the session was over and `add` ended it).
     func register<Element>(
-        _ inbox: Inbox<Element>,
-        _ add: (inout SessionStateMachine) -> (ListenerRegistry<SessionStateMachine.Listener>.ID?, SessionStateMachine.Action),
-        removal: @escaping @Sendable (inout SessionStateMachine, ListenerRegistry<SessionStateMachine.Listener>.ID) -> Void
+        _ inbox: Inbox<Element>, _ add: (inout SessionStateMachine) -> SessionStateMachine.Action,
+        removal: @escaping @Sendable (inout SessionStateMachine, ObjectIdentifier) -> Void
     ) {
-        var id: ListenerRegistry<SessionStateMachine.Listener>.ID?
-        perform { machine in
-            let (added, action) = add(&machine)
-            id = added
-            return action
-        }
-        if let id { inbox.onTermination { [locked] in locked.withLock { removal(&$0.machine, id) } } }
+        perform(add)
+        let id = ObjectIdentifier(inbox)
+        inbox.onTermination { [locked] in locked.withLock { removal(&$0.machine, id) } }
     }
 
     /// The facet at `keyPath` (the playback coordinator, the journal), made by `make` if there is none:

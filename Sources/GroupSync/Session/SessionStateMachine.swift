@@ -184,10 +184,9 @@ struct SessionStateMachine {
     // MARK: - Listeners
 
     /// A new sequence. It gets the current value first (state, participants, activity; a value listener
-    /// once joined); on a session that is over it ends at once, after that value. Returns the ID it is
-    /// added under, for its removal when it ends (nil: not added, the session is over), and the action
-    /// that hands it that value.
-    mutating func addListener(_ listener: Listener) -> (ListenerRegistry<Listener>.ID?, Action) {
+    /// once joined); on a session that is over it ends at once, after that value (it is not added then).
+    /// Its sequence removes it by its inbox (``removeListener(_:)``).
+    mutating func addListener(_ listener: Listener) -> Action {
         let first: Update?
         switch listener.kind {
         case .state: first = .state(state)
@@ -197,23 +196,26 @@ struct SessionStateMachine {
         case .messages, .gaps: first = nil
         }
         var action = Action(handovers: first.map { [.yield(listener.inbox, $0)] } ?? [])
-        guard case .invalidated = phase else { return (listeners.add(listener), action) }
+        guard case .invalidated = phase else {
+            listeners.add(listener, id: ObjectIdentifier(listener.inbox))
+            return action
+        }
         action.handovers.append(.finish(listener.inbox))
-        return (nil, action)
+        return action
     }
 
+    /// The sequence of the inbox `id` ended.
     mutating func removeListener(_ id: ListenerRegistry<Listener>.ID) {
         listeners.remove(id)
         modifyJoined { $0.held[id] = nil }
     }
 
     /// A new sequence of the journal's lists: the current list first, then every change (as ``addListener(_:)``).
-    mutating func addJournalListener(_ inbox: Inbox<[JournalAttachment]>) -> (ListenerRegistry<Listener>.ID?, Action) {
-        let (id, journalAction) = journal.addListener(inbox)
-        return (id, Action(handovers: [.journal(journalAction)]))  // its list, and its end if the journal is over
+    mutating func addJournalListener(_ inbox: Inbox<[JournalAttachment]>) -> Action {
+        Action(handovers: [.journal(journal.addListener(inbox))])  // its list, and its end if the journal is over
     }
 
-    mutating func removeJournalListener(_ id: ListenerRegistry<Inbox<[JournalAttachment]>>.ID) { journal.removeListener(id) }
+    mutating func removeJournalListener(_ inbox: ObjectIdentifier) { journal.removeListener(inbox) }
 
     // MARK: - Joining
 

@@ -1,22 +1,21 @@
-/// The listeners of a state machine (continuations, inboxes, waiters), each under the ID it was added
-/// with, so that its sequence can remove it when it ends.
+/// The listeners of a state machine (continuations, inboxes, waiters), each under the identity of the
+/// object it yields to (its inbox), which its sequence knows to remove it when it ends.
 ///
 /// A value type without side effects: the machine that owns it decides what each listener receives and
 /// returns the listeners to resume or finish; its runtime does that outside its lock. Iteration order is
 /// unspecified.
 package struct ListenerRegistry<Listener> {
-    package typealias ID = UInt64
+    /// The identity of the object the listener yields to: unique while that object lives, and it lives
+    /// while it is registered.
+    package typealias ID = ObjectIdentifier
 
     private var listeners: [ID: Listener] = [:]
-    private var lastID: ID = 0
 
     package init() {}
 
-    /// Adds `listener` under a new ID, never used before in this registry.
-    package mutating func add(_ listener: Listener) -> ID {
-        lastID += 1
-        listeners[lastID] = listener
-        return lastID
+    /// Adds `listener` under `id`, the identity of the object it yields to.
+    package mutating func add(_ listener: Listener, id: ID) {
+        listeners[id] = listener
     }
 
     /// Removes the listener added under `id`, if it is still there.
