@@ -152,7 +152,7 @@ import Testing
             #expect(wrongCA.status == 3 && wrongCA.errors.first?.contains("TLS handshake") == true, "\(wrongCA.errors)")
             // The wrong scheme for the port: a plain CONNECT to a TLS listener, and the other way round.
             let plain = try await runCLI(["sessions", "--broker", "mqtt://127.0.0.1:\(broker.port)"])
-            #expect(plain.status == 3 && plain.errors.first?.contains("needs mqtts://") == true, "\(plain.errors)")
+            #expect(plain.status == 3 && plain.errors.first?.contains("closed the connection before answering") == true, "\(plain.errors)")
             // The demo takes the same options for the broker it is given.
             let demo = try await runCLI(
                 ["demo", "--broker", url, "--cafile", pki.caCert, "--password-file", passwordFile], timeout: .seconds(60))
@@ -258,7 +258,7 @@ import Testing
         try await MosquittoBroker.withBroker { broker in
             let result = try await runCLI(["sessions", "--broker", "mqtts://127.0.0.1:\(broker.port)"])
             #expect(result.status == 3 && result.errors.count == 1, "\(result.errors)")
-            #expect(result.errors.first?.contains("TLS handshake") == true && result.errors.first?.contains("needs mqtt://") == true)
+            #expect(result.errors.first?.contains("TLS handshake") == true && result.errors.first?.contains("mqtt://") == true)
         }
     }
 
@@ -347,7 +347,7 @@ import Testing
             persistent.sessionExpiry = 600
             let configuration = persistent
             let connected = LockedValue<(MQTTClient, Collector<MQTTMessage>?)?>(nil)
-            try await waitUntil(timeout: .seconds(5), "mosquitto accepts connections") {
+            try await waitUntil(timeout: timeBound(.seconds(10)), "mosquitto accepts connections") {
                 let client = try MQTTClient(configuration: configuration)  // a failed connect stops its client
                 var messages: Collector<MQTTMessage>?
                 if let filter { messages = Collector(try await client.subscribe(to: [TopicSubscription(filter, qos: .atLeastOnce)])) }

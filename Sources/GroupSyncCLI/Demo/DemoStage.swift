@@ -81,7 +81,10 @@ final class DemoStage: Sendable {
 
     /// Closes every participant the script connected (those it closed already stay closed).
     func closeAll() async {
-        for coordinator in connected.withLock({ $0 }) { await coordinator.close() }
+        // Together: each close is bounded by the farewell timeout, so the demo's end is too.
+        await withTaskGroup(of: Void.self) { group in
+            for coordinator in connected.withLock({ $0 }) { group.addTask { await coordinator.close() } }
+        }
     }
 
     /// Milliseconds, with `decimals` below 10 ms.

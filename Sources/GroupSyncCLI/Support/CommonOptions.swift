@@ -194,15 +194,18 @@ struct CommonOptions {
         case let .unreachable(host, _, detail) where detail == "host name lookup failed":
             message = "cannot find the host \(host) of --broker (\(detail)); check the URL"
         case let .unreachable(host, port, detail):
-            let hint = tls ? "" : "; a broker that speaks TLS (usually on port 8883) needs mqtts://"
+            let hint = !tls && port == 8883 ? ": port 8883 is MQTT over TLS's, which needs mqtts://" : ""
             message = "\(host):\(port) closed the connection before answering (\(detail))\(hint)"
         case let .noAnswer(host, port, seconds):
             message = "\(host):\(port) took the connection but sent no answer within \(seconds) s; is it an MQTT broker?"
         case let .tls(detail):
-            let hint = tls ? "; a broker that speaks plain MQTT (usually on port 1883) needs mqtt://" : ""
+            let plain = (try? MQTTClient.Configuration(url: broker).servers.contains { $0.port == 1883 }) == true
             message =
-                "TLS handshake with \(url) failed (\(detail)): check --cafile (or the system's trust store), "
-                + "the client certificate and the host name\(hint)"
+                "TLS handshake with \(url) failed (\(detail)): "
+                + (plain
+                    ? "port 1883 is plain MQTT's, which needs mqtt://"
+                    : "check --cafile (or the system's trust store), the client certificate and the host name, "
+                        + "or use mqtt:// for a broker that speaks plain MQTT")
         case let .connectionRefused(code, reason):
             message = "the broker at \(url) refused the login: \(reason) (reason code \(code)); check the user, the password and its ACL"
         default:

@@ -13,7 +13,7 @@ enum Signals {
     /// with status 130 that long after the first one, and at once on a second: a command's farewell is
     /// bounded (``GroupCoordinator/Configuration/farewellTimeout``), and nothing may hold its exit up
     /// past that. Without, for commands that own a child process to stop first (`broker`, `demo`).
-    static func onInterrupt(exitAfter grace: Duration? = .seconds(4), _ handler: @escaping @Sendable () -> Void) {
+    static func onInterrupt(exitAfter grace: Duration? = .seconds(5), _ handler: @escaping @Sendable () -> Void) {
         let count = LockedValue(0)
         for number in [SIGINT, SIGTERM, SIGHUP] {
             // The source sees the signal; ignoring it stops the default action (termination).
