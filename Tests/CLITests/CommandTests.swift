@@ -71,16 +71,18 @@ import Testing
     /// A usage error is one line saying what is wrong and one saying where to read more, exit status 2:
     /// invalid ports and unreadable TLS files too, found before connecting, in the CLI's words.
     @Test func aUsageErrorIsTwoLinesAndExitsWithTwo() async throws {
-        let cases: [(arguments: [String], says: String, command: String?)] = [
-            (["join"], "give exactly one ACTIVITY-ID", "join"),
-            (["nope"], "unknown command 'nope'", nil),
-            (["--version", "extra"], "unexpected argument 'extra'", nil),
-            (["dashboard", "stray"], "stray", "dashboard"),
-            (["sessions", "--broker", "mqtt://127.0.0.1:99999"], "port 99999", "sessions"),
-            (["sessions", "--broker", "mqtt://127.0.0.1:0"], "port 0", "sessions"),
-            (["sessions", "--broker", "mqtts://127.0.0.1", "--cafile", "/nonexistent/ca.pem"], "cannot read --cafile", "sessions"),
-            (["join", "a.b", "--cert", "/nonexistent/c.pem", "--key", "/nonexistent/k.pem"], "cannot read --cert", "join"),
-        ]
+        let cases: [(arguments: [String], says: String, command: String?)] =
+            [
+                (["join"], "give exactly one ACTIVITY-ID", "join"),
+                (["nope"], "unknown command 'nope'", nil),
+                (["--version", "extra"], "unexpected argument 'extra'", nil),
+                (["dashboard", "stray"], "stray", "dashboard"),
+                (["sessions", "--broker", "mqtt://127.0.0.1:99999"], "port 99999", "sessions"),
+                (["sessions", "--broker", "mqtt://127.0.0.1:0"], "port 0", "sessions"),
+                (["sessions", "--broker", "mqtts://127.0.0.1", "--cafile", "/nonexistent/ca.pem"], "cannot read --cafile", "sessions"),
+                (["join", "a.b", "--cert", "/nonexistent/c.pem", "--key", "/nonexistent/k.pem"], "cannot read --cert", "join"),
+                (["sessions", "--broker", "mqtt://127.0.0.1", "--cafile", "/etc/hostname"], "--cafile is for mqtts://", "sessions"),
+            ] + (geteuid() == 0 ? [(["broker", "--persist", "/tmp"], "is not", "broker")] : [])
         for (arguments, says, command) in cases {
             let result = try await runCLI(arguments)
             #expect(result.status == 2, "\(arguments)")

@@ -75,7 +75,8 @@ public final class GroupCoordinator: Sendable {
         try Identifier.validate(configuration.group, kind: "group")
         try Identifier.validate(configuration.participant, kind: "participant")
         let topics = GroupTopics(group: configuration.group)
-        let epoch = configuration.clock.milliseconds()
+        // Epochs are 0…9×10¹² on the wire: a clock before 1970 (a test's) counts from 0.
+        let epoch = max(configuration.clock.milliseconds(), 0)
         var mqtt = configuration.mqtt
         if mqtt.clientID.isEmpty {
             mqtt.clientID = "gs-\(configuration.participant)-\(String(UInt32.random(in: 0...UInt32.max), radix: 36))"
@@ -166,11 +167,16 @@ public final class GroupCoordinator: Sendable {
             return (listeners, Array(state.cores.values))
         }
         for inbox in listeners { inbox.finish() }
-        // Say goodbye (leave sessions, clear presence) while the connection allows; a broker that is
-        // down gets the farewell timeout, after which the will reports us lost instead.
-        await withTimeout(configuration.farewellTimeout) { [self] in
-            for core in open where core.isJoined { await core.leave() }
-            await retained.clear(topics.presence(localParticipant.id))
+        // Say goodbye (leave sessions, clear presence) while the connection allows, all at once, so that
+        // one acknowledgement a frozen broker holds back does not keep the others from being sent; what a
+        // gone or frozen broker did not take within the farewell timeout expires (and the will tells a
+        // broker that sees the connection die).
+        let presence = topics.presence(localParticipant.id)
+        await withTimeout(configuration.farewellTimeout) { [retained] in
+            await withTaskGroup(of: Void.self) { group in
+                for core in open where core.isJoined { group.addTask { await core.leave() } }
+                group.addTask { await retained.clear(presence) }
+            }
         }
         for core in open { core.invalidate(.coordinatorClosed) }
         state.withLock { $0.groupSubscription }?.unsubscribe()

@@ -318,7 +318,12 @@ actor Bridge {
             client = observer
         } else {
             do {
-                client = try await options.connectObserver()
+                // Bounded as the coordinator's connect is: a broker that takes the connection and never
+                // answers is tried again only until --timeout.
+                let options = self.options
+                client = try await interruption.race(timeout: timeout, waitingFor: "the broker", discard: CommonOptions.disconnect) {
+                    try await options.connectObserver()
+                }
                 observer = client
             } catch {
                 observerUnavailable = true

@@ -61,8 +61,9 @@ enum BrokerCommand: Command {
             lines += ["listener \(wsPort)\(try websocketsHost(bind))", "protocol websockets"]
         }
         if let directory = args.value("persist") {
+            let exists = FileManager.default.fileExists(atPath: directory)
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-            try handToBrokerUser(directory)
+            try handToBrokerUser(directory, created: !exists)
             lines += [
                 "persistence true", "persistence_location \(directory.hasSuffix("/") ? directory : directory + "/")",
                 "autosave_interval \(autosaveInterval)",
@@ -122,15 +123,22 @@ enum BrokerCommand: Command {
     static let autosaveInterval = 5
 
     /// Run as root, mosquitto drops to its own user (`mosquitto`, or `nobody` where there is none) before
-    /// it writes its database: the directory must be that user's, or every save fails.
-    private static func handToBrokerUser(_ directory: String) throws {
+    /// it writes its database: a directory this command made is handed to that user; one that was there
+    /// must be that user's already (handing over an existing directory could be `/root`'s or a home's).
+    private static func handToBrokerUser(_ directory: String, created: Bool) throws {
         guard geteuid() == 0, let account = getpwnam("mosquitto") ?? getpwnam("nobody") else { return }
-        let (uid, gid) = (account.pointee.pw_uid, account.pointee.pw_gid)
-        let database = (directory as NSString).appendingPathComponent("mosquitto.db")
-        for path in [directory, database] where FileManager.default.fileExists(atPath: path) {
-            guard chown(path, uid, gid) == 0 else {
-                throw CommandFailure("cannot hand --persist '\(path)' to mosquitto's user: \(String(cString: strerror(errno)))")
+        let (uid, gid, name) = (account.pointee.pw_uid, account.pointee.pw_gid, String(cString: account.pointee.pw_name))
+        guard created else {
+            let owner = (try? FileManager.default.attributesOfItem(atPath: directory)[.ownerAccountID] as? NSNumber)?.uint32Value
+            guard owner == uid else {
+                throw UsageError(
+                    "--persist '\(directory)' is not \(name)'s, the user mosquitto runs as when started by root: "
+                        + "give a new directory (it is made for that user) or `chown \(name) '\(directory)'`")
             }
+            return
+        }
+        guard chown(directory, uid, gid) == 0 else {
+            throw CommandFailure("cannot hand --persist '\(directory)' to \(name): \(String(cString: strerror(errno)))")
         }
     }
 }

@@ -67,6 +67,11 @@ struct CommonOptions {
         }
         // Without --cafile an mqtts:// broker's certificate is checked against the system's trust store.
         if caFile != nil || certificate != nil { tls = MQTTClient.TLS(caFile: caFile, certificateFile: certificate, keyFile: key) }
+        if let flag = ["cafile", "cert", "key"].first(where: { arguments.value($0) != nil }),
+            !MQTTClient.Configuration.urls(inList: broker).allSatisfy({ $0.lowercased().hasPrefix("mqtts://") })
+        {
+            throw UsageError("--\(flag) is for mqtts:// brokers; --broker '\(CommonOptions.redacted(broker))' is not one")
+        }
         if let file = arguments.value("password-file") {
             guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
                 throw UsageError("cannot read --password-file '\(file)'")
@@ -141,7 +146,7 @@ struct CommonOptions {
                 }
             }
             // A broker that takes the connection but does not answer is tried again until the command's
-            // --timeout (the race around this call) gives up.
+            // --timeout (the race every caller puts around this call) gives up.
             while true {
                 do {
                     return try await GroupCoordinator.connect(configuration)

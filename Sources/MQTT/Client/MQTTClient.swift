@@ -67,7 +67,8 @@ public final class MQTTClient: Sendable {
         try result.get()
     }
 
-    /// Closes the connection cleanly (DISCONNECT: the broker does not publish the will), ends every
+    /// Closes the connection cleanly (DISCONNECT: the broker does not publish the will — unless, for a
+    /// session that outlives the connection, a message arrives in the instant the socket closes), ends every
     /// subscription and event sequence, and fails pending operations with ``MQTTError/disconnected``.
     /// Idempotent; returns within two seconds even when the broker is unreachable or a connection attempt
     /// hangs (the network thread then finishes in the background).
@@ -226,8 +227,8 @@ public final class MQTTClient: Sendable {
     /// (nothing more waiting on the socket), so that their effects can be shown at once. Returns, like
     /// ``subscribe(to:bufferingPolicy:)``, once the broker acknowledged.
     ///
-    /// `connected` runs on the network thread when the client has reconnected, before the subscriptions
-    /// are restored and so before any message of the new connection (the session-present flag).
+    /// `connected` runs on the network thread when the client has reconnected, at CONNACK, before any
+    /// message of the new connection (the session-present flag).
     ///
     /// `whenSent` runs once the SUBSCRIBE packets were handed to the connection, before their SUBACKs are
     /// awaited: what it publishes reaches the broker after them, so the broker delivers every retained

@@ -294,8 +294,9 @@ struct ConnectionStateMachine {
     }
 
     /// A subscription ended (consumer cancelled, unsubscribe, or deallocation; whichever comes first —
-    /// the others find nothing to do): the filters no other subscription uses are unsubscribed while
-    /// connected, then its sink is finished.
+    /// the others find nothing to do): the filters no other subscription uses are unsubscribed while the
+    /// socket is open (CONNACK may still be awaited; without a socket the next connection restores only
+    /// live filters), then its sink is finished.
     mutating func onSubscriptionRemoved(id: UInt64) -> Action {
         guard let entry = subscriptions.removeValue(forKey: id) else { return [] }
         let stillUsed = Set(subscriptions.values.flatMap { $0.filters.map(\.filter) })
@@ -386,13 +387,15 @@ struct ConnectionStateMachine {
 
     /// The socket is open, CONNECT queued, and the connect step already sent SUBSCRIBE for `restored`,
     /// the ``liveFilters`` it read when the socket opened; CONNACK is awaited. Only the connect step comes
-    /// here, as for ``onConnectFailed(_:now:random:)``. Restores the filters added since.
+    /// here, as for ``onConnectFailed(_:now:random:)``. Restores the filters added since, and unsubscribes
+    /// those removed since.
     ///
-    /// Subscriptions go right behind CONNECT (MQTT lets a client send before CONNACK), before a publisher
-    /// can see the socket open: a message published on the new connection reaches the broker after them
-    /// (one published before waits in libmosquitto until CONNACK), so that a subscriber gets its own
-    /// retained messages live, never back in the replay of its resubscription. From here on a new
-    /// subscription is sent at once.
+    /// Subscriptions go right behind CONNECT (MQTT lets a client send before CONNACK): a message published
+    /// once the connection is `.reconnecting` reaches the broker after them, and one published while no
+    /// socket was open waits in libmosquitto until CONNACK, so that a subscriber gets its own retained
+    /// messages live, not back in the replay of its resubscription. (A publish that races the socket's
+    /// opening itself, microseconds long, can still precede them.) From here on a new subscription is sent
+    /// at once.
     mutating func onSocketOpened(restored: [TopicSubscription]) -> Action {
         switch state {
         case let .firstConnect(waiter, socketOpen: false): state = .firstConnect(waiter, socketOpen: true)
@@ -401,11 +404,13 @@ struct ConnectionStateMachine {
         case .idle, .firstConnect(_, socketOpen: true), .connected, .reconnecting, .stopped:
             preconditionFailure("a socket opened outside the network thread's connect step: \(state)")
         }
-        return liveFilters.filter { !restored.contains($0) }.map(Effect.restore)
+        let live = liveFilters
+        let gone = Set(restored.map(\.filter)).subtracting(live.map(\.filter))
+        return live.filter { !restored.contains($0) }.map(Effect.restore) + (gone.isEmpty ? [] : [.unsubscribe(gone.sorted())])
     }
 
     /// CONNACK arrived. `reasonCode` 0 is success: the subscriptions (restored already, see
-    /// ``onSocketOpened()``) hear of the new connection before anyone else does (a first `connect()`
+    /// ``onSocketOpened(restored:)``) hear of the new connection before anyone else does (a first `connect()`
     /// returns, `.connected` is announced), and before its replay of retained messages arrives. No CONNACK comes before `connect()`; one after
     /// `disconnect()` (or a cancelled connect) changes nothing.
     mutating func onConnack(

@@ -197,7 +197,9 @@ extension MosquittoConnection {
     ///
     /// A session that outlives the connection keeps its subscriptions (its messages are queued for the
     /// next connection): then only a filter of no subscription is unsubscribed, its UNSUBACK marks the end
-    /// of what the broker sent before, and what still arrives is read as long as more waits.
+    /// of what the broker sent before, and what still arrives is read as long as more waits — a message
+    /// that arrives after that can still make the socket close with a reset, and the broker publish the
+    /// will.
     private func sendDisconnect() {
         let deadline = ContinuousClock.now + .seconds(1)
         let sessionEnds =

@@ -13,7 +13,7 @@ struct MessageSink: Sendable {
     /// messages read together (records a broker sent at once) can be shown as one change.
     var endOfBurst: (@Sendable () -> Void)? = nil
     /// Called on the network thread when a new connection was accepted (with CONNACK's session-present
-    /// flag), before the subscriptions are restored: before any message of the new connection.
+    /// flag), before any message of the new connection (its subscriptions went out with its CONNECT).
     var connected: (@Sendable (_ sessionPresent: Bool) -> Void)? = nil
     /// The subscription's ID, set when the client registers it.
     var id: UInt64 = 0
