@@ -50,8 +50,8 @@ extension Bridge {
     }
 
     /// Starts loading an attachment to `path` and answers at once: the load goes on beside the requests
-    /// that follow, reported by `progress` events and its `loaded` (or `error`) event, all carrying the
-    /// `load` ID of the answer. It ends with the session.
+    /// that follow, reported — after the answer — by `progress` events and its `loaded` (or `error`)
+    /// event, all carrying the `load` ID of the answer. It ends with the session.
     func load(digest: String, owner: String?, path: String) throws(Failure) -> [String: JSONValue] {
         let (joined, journal) = try requireJournal()
         let attachment = try Bridge.attachment(digest, owner: owner, in: journal, of: joined.session)
@@ -65,8 +65,11 @@ extension Bridge {
         let report = { @Sendable (event: String, fields: [String: JSONValue]) in
             events.load(event, about.merging(fields) { $1 }, in: session)
         }
+        let (answered, release) = AsyncStream.makeStream(of: Void.self)
+        afterAnswer.append(release)
         current?.tasks.append(
             Task.detached {
+                for await _ in answered {}  // the answer with the load's ID goes first
                 do {
                     try await journal.load(attachment, to: URL(fileURLWithPath: path)) { progress in
                         guard throttle.withLock({ $0.admits(progress) }) else { return }

@@ -50,6 +50,9 @@ actor Bridge {
     private var followed: [String: Task<Void, Never>] = [:]
     var current: Joined?
     private var closing = false
+    /// Work a request started that must report after its answer (a load's events carry the answer's
+    /// `load` ID): released once the answer is written.
+    var afterAnswer: [AsyncStream<Void>.Continuation] = []
 
     init(options: CommonOptions, events: BridgeEvents, timeout: Duration, interruption: Interruption) {
         self.options = options
@@ -65,6 +68,8 @@ actor Bridge {
         } catch {
             events.error(error.message, id: request.id)
         }
+        for waiting in afterAnswer { waiting.finish() }
+        afterAnswer = []
     }
 
     private func perform(_ operation: BridgeRequest.Operation) async throws(Failure) -> [String: JSONValue] {
