@@ -51,7 +51,9 @@ struct FarewellTests {
         Case(command: ["dashboard"], stop: .signal(SIGINT), fate: .killed),
     ]
 
-    @Test(arguments: cases) func aCommandExitsWithinItsBoundWhenTheBrokerIsGoneOrFrozen(_ test: Case) async throws {
+    @Test(.needsOwnBroker("kills or freezes it"), arguments: cases) func aCommandExitsWithinItsBoundWhenTheBrokerIsGoneOrFrozen(
+        _ test: Case
+    ) async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = "farewell-\(UInt32.random(in: 0...UInt32.max))"
             let child = try CLIProcess(test.command + ["--broker", broker.url, "--group", group])

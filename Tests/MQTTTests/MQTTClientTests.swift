@@ -169,6 +169,28 @@ import Testing
         }
     }
 
+    /// A connection that drops comes back with its subscriptions, sent right behind CONNECT: on whichever
+    /// broker the suite runs against (mosquitto, or an external one such as ejabberd).
+    @Test func aDroppedConnectionComesBackWithItsSubscriptions() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let topic = "drop/\(UInt32.random(in: 0...UInt32.max))"
+            let client = try await connectedClient(broker)
+            let sender = try await connectedClient(broker)
+            let events = Collector(client.events())
+            let messages = Collector(try await client.subscribe(to: [TopicSubscription(topic, qos: .atLeastOnce)]))
+            client.connection.closeSocketAbruptly()
+            try await waitUntil(timeout: timeBound(.seconds(10)), "the client reconnects") {
+                events.elements.contains { if case .connected = $0 { true } else { false } } && client.isConnected
+            }
+            try await sender.publish(to: topic, string: "after", qos: .atLeastOnce)
+            try await waitUntil(timeout: timeBound(.seconds(5)), "the restored subscription delivers") {
+                messages.elements.contains { $0.string == "after" }
+            }
+            await client.disconnect()
+            await sender.disconnect()
+        }
+    }
+
     /// After a reconnect the subscriptions are restored before anything the client publishes on the new
     /// connection reaches the broker, even while CONNACK is awaited: a client's own retained messages come
     /// back live, never in the replay of its resubscription, where they would look stored before it came
