@@ -401,8 +401,10 @@ struct SessionStateMachine {
     /// record is replayed) are owed what we send from now on, as members whose record we read are.
     mutating func onCatchUp(_ catchUp: Wire.CatchUp, from sender: String, retainAvailable: Bool, now: Int64) -> Action {
         guard case let .joining(joining) = phase, peers[sender]?.joined != nil || !retainAvailable else { return reject() }
+        // A state whose clock is implausible is left out, counted and reported; the rest applies.
         let records = catchUp.states.filter { $0.clock.isPlausible(now: now) }
-        var action = Action(observed: records.map(\.clock))
+        var action = Action(observed: records.map(\.clock), rejected: catchUp.states.count - records.count)
+        rejected += action.rejected
         for record in records { applyIfNewer(record, into: &action) }
         let before = listensForParticipants ? active : nil
         for member in catchUp.members where member.participant != me {

@@ -124,7 +124,8 @@ import Testing
         let action = machine.onCatchUp(
             .init(states: [future, Self.record(2, at: 50, by: "bob")], members: []), from: "bob", retainAvailable: true, now: 1_000)
         #expect(action.clocks.map(\.time) == [50])
-        #expect(machine.states.keys.sorted() == ["k"])
+        #expect(machine.states.keys.sorted() == ["k"], "the other state applies")
+        #expect(action.rejected == 1 && machine.rejected == 1, "the implausible one is counted and reported")
     }
 
     @Test func valueListenersStartWithTheCaughtUpValueWhenJoined() {
