@@ -93,11 +93,10 @@ final class SessionCore: Sendable {
                 let now = context.clock.milliseconds()
                 context.hlc.withLock { clock in action.observed.forEach { clock.observe($0, now: now) } }
             }
-            let queued = action.handovers
             if state.pending != nil {
-                state.pending?.append(contentsOf: queued)
-            } else if !queued.isEmpty {
-                (state.pending, handovers) = ([], queued)  // no other thread performs any: this one does
+                state.pending?.append(contentsOf: action.handovers)
+            } else if !action.handovers.isEmpty {
+                (state.pending, handovers) = ([], action.handovers)  // no other thread performs any: this one does
             }
             return action
         }

@@ -397,11 +397,11 @@ struct SessionStateMachine {
 
     /// `$catchup` addressed to us by `sender`: accepted only while joining, and only from a member —
     /// unless the broker keeps no retained messages, when members cannot be known before the catch-up.
-    /// Records whose clock is implausible at `now` are left out. The members it lists (where no member
-    /// record is replayed) are owed what we send from now on, as members whose record we read are.
+    /// Records whose clock is implausible at `now` are left out, each counted and reported as rejected;
+    /// the rest applies. The members it lists (where no member record is replayed) are owed what we send
+    /// from now on, as members whose record we read are.
     mutating func onCatchUp(_ catchUp: Wire.CatchUp, from sender: String, retainAvailable: Bool, now: Int64) -> Action {
         guard case let .joining(joining) = phase, peers[sender]?.joined != nil || !retainAvailable else { return reject() }
-        // A state whose clock is implausible is left out, counted and reported; the rest applies.
         let records = catchUp.states.filter { $0.clock.isPlausible(now: now) }
         var action = Action(observed: records.map(\.clock), rejected: catchUp.states.count - records.count)
         rejected += action.rejected

@@ -135,8 +135,8 @@ extension MQTTClient {
 
         /// Parses `mqtt://[user[:password]@]host[:port]` or `mqtts://…` (default ports 1883 and 8883).
         /// For `mqtts` the broker's certificate is checked against the system's trust store unless `tls`
-        /// names a CA (and it carries the client certificate, if the broker wants one). A comma-separated list of
-        /// URLs (`mqtt://a:1883,mqtt://b:1883`) names the ``fallbacks`` too: one scheme for all, and the
+        /// names a CA (and it carries the client certificate, if the broker wants one). A comma-separated
+        /// list of URLs (`mqtt://a:1883,mqtt://b:1883`) names the ``fallbacks`` too: one scheme for all, and the
         /// credentials of the first (later ones may repeat them, not differ; a comma in a password is
         /// written `%2C`).
         public init(url: String, clientID: String = MQTTClient.Configuration.randomClientID(), tls: TLS? = nil) throws(MQTTError) {

@@ -68,8 +68,8 @@ public final class MQTTClient: Sendable {
     }
 
     /// Closes the connection cleanly (DISCONNECT: the broker does not publish the will — unless, for a
-    /// session that outlives the connection, a message arrives in the instant the socket closes), ends every
-    /// subscription and event sequence, and fails pending operations with ``MQTTError/disconnected``.
+    /// session that outlives the connection, a message arrives in the instant the socket closes), ends
+    /// every subscription and event sequence, and fails pending operations with ``MQTTError/disconnected``.
     /// Idempotent; returns within two seconds even when the broker is unreachable or a connection attempt
     /// hangs (the network thread then finishes in the background).
     ///
@@ -165,7 +165,8 @@ public final class MQTTClient: Sendable {
     /// (QoS 0: the network thread, or a publishing thread that holds no lock of its caller's, see
     /// ``enqueuePublish(to:payload:qos:retain:properties:writeNow:)``) or acknowledged (QoS ≥ 1: the
     /// network thread), or at once on this thread when its outcome is known already — its receipt's
-    /// `completed` says when either way. `handler` must return at once (it can hold up the connection). Use this, ``detach(_:)`` or ``acknowledgement(of:)`` once per ticket.
+    /// `completed` says when either way. `handler` must return at once (it can hold up the connection).
+    /// Use this, ``detach(_:)`` or ``acknowledgement(of:)`` once per ticket.
     package func onOutcome(of ticket: PublishTicket, _ handler: @escaping @Sendable (Result<PublishReceipt, MQTTError>) -> Void) {
         connection.update { $0.onPublishRegistered(mid: ticket.mid, qos: ticket.qos, generation: ticket.generation, .handler(handler)) }
     }

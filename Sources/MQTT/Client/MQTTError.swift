@@ -35,8 +35,8 @@ public enum MQTTError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The configuration is invalid (URL, client ID, will, TLS files). The message says which part.
     case invalidConfiguration(String)
     /// The process may not open another descriptor (`EMFILE`, or the system's `ENFILE`): each connection
-    /// uses four (five off Linux, where the wake-up is a pipe). Raise the process's limit (`ulimit -n`, or `setrlimit(RLIMIT_NOFILE)`) or use fewer
-    /// connections per process.
+    /// uses four (five off Linux, where the wake-up is a pipe). Raise the process's limit (`ulimit -n`, or
+    /// `setrlimit(RLIMIT_NOFILE)`) or use fewer connections per process.
     case tooManyOpenDescriptors
     /// libmosquitto returned an unexpected error code.
     case library(code: Int, message: String)

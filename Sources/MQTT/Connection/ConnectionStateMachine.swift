@@ -410,9 +410,10 @@ struct ConnectionStateMachine {
     }
 
     /// CONNACK arrived. `reasonCode` 0 is success: the subscriptions (restored already, see
-    /// ``onSocketOpened(restored:)``) hear of the new connection before anyone else does (a first `connect()`
-    /// returns, `.connected` is announced), and before its replay of retained messages arrives. No CONNACK comes before `connect()`; one after
-    /// `disconnect()` (or a cancelled connect) changes nothing.
+    /// ``onSocketOpened(restored:)``) hear of the new connection before anyone else does (a first
+    /// `connect()` returns, `.connected` is announced), and before its replay of retained messages
+    /// arrives. No CONNACK comes before `connect()`; one after `disconnect()` (or a cancelled connect)
+    /// changes nothing.
     mutating func onConnack(
         reasonCode: Int, reason: String, sessionPresent: Bool, limits: BrokerLimits,
         now: ContinuousClock.Instant, random: Double
