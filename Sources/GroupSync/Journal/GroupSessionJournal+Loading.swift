@@ -67,7 +67,7 @@ extension GroupSessionJournal {
         case cancelled
     }
 
-    /// The load's loop: requests chunks by subscribing to their retained topics, a window at a time, as
+    /// The load's loop: requests chunks by subscribing to their retained topics, within a window, as
     /// ``TransferStateMachine`` says; verifies them; hands them to `deliver` in order.
     private func transfer(
         _ attachment: JournalAttachment, progress: (@Sendable (JournalLoadProgress) -> Void)?,
@@ -95,10 +95,8 @@ extension GroupSessionJournal {
 
         let (events, continuation) = AsyncStream.makeStream(of: Event.self)
         let requests = LockedValue(ChunkRequests<MessageHandlerSubscription>())
-        var current: [Int: Int] = [:]  // chunk → its live request
-        var lastRequest = 0
-        // A discarding group: each chunk's request is a child task, and a plain group would keep every
-        // finished child until the load ends — memory growing with the attachment's size.
+        // A discarding group: each request is a child task, and a plain group would keep every finished
+        // child until the load ends — memory growing with the attachment's size.
         let failure: GroupSyncError? = await withDiscardingTaskGroup(returning: GroupSyncError?.self) { group in
             // Nothing polls: the journal's list says when the attachment is removed and ends with the
             // session; the stall timer wakes at the machine's deadline.
@@ -117,30 +115,28 @@ extension GroupSessionJournal {
                 guard let deadline = machine.stallDeadline else { return }
                 stall.schedule(after: .milliseconds(max(deadline &- clock.milliseconds(), 0)))
             }
-            func giveUp(_ index: Int) {
-                guard let request = current.removeValue(forKey: index) else { return }
-                requests.withLock { $0.abandon(request, chunk: index) }?.unsubscribe()
-            }
-            func request(_ index: Int) {
-                giveUp(index)
-                lastRequest += 1
-                let request = lastRequest
-                current[index] = request
-                let topic = topics.chunk(session, attachment: record.id, index: index, owner: record.added.participant)
+            func giveUp(_ index: Int) { requests.withLock { $0.giveUp(index) }?.unsubscribe() }
+            func request(_ chunks: Range<Int>) {
+                let (request, released) = requests.withLock { $0.request(chunks) }
+                for subscription in released { subscription.unsubscribe() }
+                let filters = chunks.map { topics.chunk(session, attachment: record.id, index: $0, owner: record.added.participant) }
+                let index = Dictionary(uniqueKeysWithValues: zip(filters, chunks))
                 group.addTask {
                     do {
                         let subscription = try await client.subscribe(
-                            to: [TopicSubscription(topic, qos: .atLeastOnce)],
+                            to: filters.map { TopicSubscription($0, qos: .atLeastOnce) },
                             handler: { message in
                                 // A cleared chunk (the session ended, the owner removed it) is no chunk.
-                                if !message.payload.isEmpty { continuation.yield(.chunk(index: index, message.payload)) }
+                                if !message.payload.isEmpty, let index = index[message.topic] {
+                                    continuation.yield(.chunk(index: index, message.payload))
+                                }
                             })
                         if !requests.withLock({ $0.arrived(request, subscription) }) { subscription.unsubscribe() }
                     } catch {
                         // Refused or failed: ask again in a moment (the stall timeout bounds the attempts).
                         requests.withLock { $0.fail(request) }
                         try? await Task.sleep(for: .milliseconds(200))
-                        continuation.yield(.retryDue(index: index))
+                        for index in chunks { continuation.yield(.retryDue(index: index)) }
                     }
                 }
             }
@@ -155,7 +151,7 @@ extension GroupSessionJournal {
                         try deliver(chunk)
                         completed += 1
                         report(completedChunks: completed)
-                    case let .subscribe(index): request(index)
+                    case let .subscribe(chunks): request(chunks)
                     case let .retry(index, delay):
                         group.addTask {
                             try? await Task.sleep(for: delay)
@@ -198,7 +194,7 @@ extension GroupSessionJournal {
                         }
                         action = machine.onChunk(index, data, verified: verified, now: clock.milliseconds())
                     case let .retryDue(index):
-                        if requests.withLock({ $0.isArriving(index) }) {  // not yet: its predecessor is still coming
+                        if requests.withLock({ $0.isCovered(index) }) {  // not yet: an earlier request still covers it
                             group.addTask {
                                 try? await Task.sleep(for: .milliseconds(20))
                                 continuation.yield(.retryDue(index: index))

@@ -3,7 +3,8 @@ import Foundation
 /// One load of an attachment: which chunks to ask the broker for, and what to hand over, in order.
 ///
 /// The window is `[next, next + window)`: `next` is the first chunk not yet handed over, and only chunks
-/// inside the window are requested. A chunk that arrives ahead of `next` waits in memory until the ones
+/// inside the window are requested, in batches: once half the window (at least one chunk) is free, every
+/// chunk of it not requested yet at once, so that one subscription asks for several. A chunk that arrives ahead of `next` waits in memory until the ones
 /// before it are in, so at most `window` chunks are ever held, whatever the attachment's size. Chunks are
 /// handed over strictly in order, each once: a duplicate (a refresh, a republish after a reconnect) is
 /// ignored. A chunk whose digest does not match is rejected and requested again after a backoff. With
@@ -46,8 +47,8 @@ struct TransferStateMachine {
         case unsubscribe(Int)
         /// Hand these bytes over: the next chunk in order.
         case deliver(Data)
-        /// Request this chunk (subscribe to its retained topic).
-        case subscribe(Int)
+        /// Request these chunks (subscribe to their retained topics, in one request).
+        case subscribe(Range<Int>)
         /// Request this rejected chunk again after the backoff: ``onRetryDue(_:)`` then.
         case retry(Int, after: Duration)
         /// Every chunk is handed over.
@@ -125,7 +126,7 @@ struct TransferStateMachine {
     /// A rejected chunk's backoff is over: request it again.
     mutating func onRetryDue(_ index: Int) -> Action {
         guard case .loading(let loading) = state, loading.pending.contains(index) else { return [] }
-        return [.subscribe(index)]
+        return [.subscribe(index..<index + 1)]
     }
 
     /// When (ms) the load fails unless a chunk comes first: ``onTick(now:)`` is due then. nil once it
@@ -150,13 +151,16 @@ struct TransferStateMachine {
         return loading.pending.sorted().map(Effect.unsubscribe)
     }
 
-    /// Requests every chunk of the window not requested yet.
+    /// Requests every chunk of the window not requested yet, once half of the window (at least one chunk)
+    /// is free or the attachment's last chunks are.
     private func fill(_ loading: inout Loading, _ action: inout Action) {
         let end = min(loading.next + configuration.window, configuration.chunkCount)
-        while loading.requestedUpTo < end {
-            action.append(.subscribe(loading.requestedUpTo))
-            loading.pending.insert(loading.requestedUpTo)
-            loading.requestedUpTo += 1
+        let batch = max(configuration.window / 2, 1)
+        guard end - loading.requestedUpTo >= batch || (end == configuration.chunkCount && end > loading.requestedUpTo) else {
+            return
         }
+        action.append(.subscribe(loading.requestedUpTo..<end))
+        loading.pending.formUnion(loading.requestedUpTo..<end)
+        loading.requestedUpTo = end
     }
 }

@@ -4,42 +4,60 @@ import Testing
 
 /// A load's chunk subscriptions: none outlives its request or the load, without a broker.
 @Suite struct ChunkRequestsTests {
-    @Test func aLiveSubscriptionIsHandedBackWhenGivenUp() {
+    /// A request for several chunks is unsubscribed once the last of them is given up, not before.
+    @Test func aRequestIsHandedBackWhenItsLastChunkIsGivenUp() {
         var requests = ChunkRequests<String>()
-        let kept = requests.arrived(1, "s1")
-        let handed = requests.abandon(1, chunk: 0)
-        #expect(kept && handed == "s1")
-        #expect(!requests.isArriving(0))
+        let (request, released) = requests.request(0..<3)
+        let kept = requests.arrived(request, "s1")
+        #expect(released.isEmpty && kept)
+        let first = [requests.giveUp(0), requests.giveUp(2)]
+        #expect(first == [nil, nil] && requests.isCovered(0), "chunk 1 is still wanted: the filters stay")
+        let last = requests.giveUp(1)
+        #expect(last == "s1" && !requests.isCovered(0) && !requests.isCovered(1))
+        let again = requests.giveUp(1)
+        #expect(again == nil)
     }
 
-    /// Given up before the broker acknowledged it: refused when it arrives, and a new request for its
-    /// chunk waits until then (it would share the filter).
-    @Test func aSubscriptionGivenUpBeforeItArrivesIsRefused() {
+    /// Given up before the broker acknowledged it: refused when it arrives, and a new request for one of
+    /// its chunks waits until then (it would share the filter).
+    @Test func aRequestGivenUpBeforeItArrivesIsRefused() {
         var requests = ChunkRequests<String>()
-        let handed = requests.abandon(1, chunk: 3)
-        #expect(handed == nil && requests.isArriving(3))
-        let kept = requests.arrived(1, "s1")
-        #expect(!kept && !requests.isArriving(3))
+        let (request, _) = requests.request(3..<4)
+        let handed = requests.giveUp(3)
+        #expect(handed == nil && requests.isCovered(3))
+        let kept = requests.arrived(request, "s1")
+        #expect(!kept && !requests.isCovered(3))
     }
 
-    /// A failed subscription never arrives: giving it up leaves nothing waiting for it, in either order.
-    @Test func aFailedSubscriptionIsForgotten() {
+    /// Asking again for a chunk gives it up from its earlier request.
+    @Test func askingAgainReleasesTheEarlierRequest() {
         var requests = ChunkRequests<String>()
-        requests.fail(1)
-        let first = requests.abandon(1, chunk: 2)
-        #expect(first == nil && !requests.isArriving(2))
-        let second = requests.abandon(2, chunk: 4)
-        requests.fail(2)
-        #expect(second == nil && !requests.isArriving(4))
+        let (first, _) = requests.request(5..<6)
+        _ = requests.arrived(first, "s1")
+        let (_, released) = requests.request(5..<6)
+        #expect(released == ["s1"])
+    }
+
+    /// A failed subscription never arrives: it covers nothing, and giving up its chunks hands nothing back.
+    @Test func aFailedRequestIsForgotten() {
+        var requests = ChunkRequests<String>()
+        let (request, _) = requests.request(2..<4)
+        requests.fail(request)
+        #expect(!requests.isCovered(2))
+        let handed = [requests.giveUp(2), requests.giveUp(3)]
+        #expect(handed == [nil, nil])
     }
 
     @Test func closingHandsBackEveryLiveSubscriptionAndRefusesLaterOnes() {
         var requests = ChunkRequests<String>()
-        let kept = [requests.arrived(1, "s1"), requests.arrived(2, "s2")]
+        let (one, _) = requests.request(0..<1)
+        let (two, _) = requests.request(1..<2)
+        let (three, _) = requests.request(2..<3)
+        let kept = [requests.arrived(one, "s1"), requests.arrived(two, "s2")]
         #expect(kept == [true, true])
         let live = Set(requests.close())
         #expect(live == ["s1", "s2"])
-        let late = requests.arrived(3, "s3")
+        let late = requests.arrived(three, "s3")
         let again = requests.close()
         #expect(!late && again.isEmpty)
     }
