@@ -457,6 +457,7 @@ class Joined:
         self.phase = "joining"    # joining -> joined
         self.barrier = False
         self.catchup = False
+        self.owed = []            # newcomers whose catch-up is ours once joined (§Catch-up)
         self.members = {}         # participant -> member epoch
         self.states = {}          # key -> winning record (dict), clock tuple in "_clock"
         self.state_topics = set()
@@ -879,12 +880,15 @@ class Participant:
             return  # stored records never trigger a catch-up
         if participant not in self.presences:
             self.presences[participant] = Presence(epoch, "online", None)  # a live record proves the connection
-        if j.phase == "joined" and previous != epoch:
-            candidates = [p for p in self.active() if p != participant]
-            responder = max(candidates, key=lambda c: (fnv1a64(participant + "/" + c), c), default=None)
-            if responder == self.me:
+        if previous != epoch:
+            # A participant still joining counts itself among the candidates, as the others do.
+            candidates = {p for p in self.active() if p != participant} | {self.me}
+            responder = max(candidates, key=lambda c: (fnv1a64(participant + "/" + c), c))
+            if responder == self.me and j.phase == "joined":
                 self.send_catchup(j, participant)
                 self.emit("catchup", session=j.id, to=participant)
+            elif responder == self.me:
+                j.owed.append(participant)  # answered once joined
 
     @staticmethod
     def state_wire(rec):
@@ -931,7 +935,7 @@ class Participant:
         env = envelope(decode(payload))
         kind = env["type"]
         if kind == "$catchup":
-            if j.phase != "joining" or sender not in j.members:
+            if sender not in j.members:  # joining or joined: a joining responder answers once joined
                 raise Reject("unexpected-catchup")
             body = env["body"]
             if not isinstance(body, dict):
@@ -1222,6 +1226,10 @@ class Participant:
             j.phase = "joined"
             self.publish_own_copy(self.sessions[sid])
             j.active = self.active()
+            for newcomer in j.owed:
+                if newcomer in j.active:
+                    self.send_catchup(j, newcomer)
+                    self.emit("catchup", session=j.id, to=newcomer)
             state = {k: r["value"] for k, r in sorted(j.states.items())}
             self.emit("joined", session=sid, participants=j.active, state=state)
 

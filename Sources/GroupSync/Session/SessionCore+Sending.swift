@@ -148,6 +148,11 @@ extension SessionCore {
             for part in read({ $0.catchUp(listingMembers: listingMembers, budget: budget) }) {
                 sendControl(.catchUp, part, to: newcomer)
             }
+        case .memberRecord:
+            guard let member = try? Wire.encode(Wire.Member(participant: me, epoch: context.epoch)),
+                let ticket = try? context.retained.enqueue(topics.member(id, me), member, lifetime: lifetime)
+            else { break }
+            context.client.detach(ticket)
         case let .resend(request): sendControl(.resend, request.resend, to: request.sender)
         case let .position(position, recipient): sendControl(.position, position, to: recipient)
         case let .skip(skip, recipient): sendControl(.skip, skip, to: recipient)

@@ -211,7 +211,9 @@ final class SessionCore: Sendable {
             let record = message.payload.isEmpty ? nil : Wire.decode(Wire.Member.self, from: message.payload)
             guard message.payload.isEmpty || record?.matches(participant: participant) == true else { return reject() }
             guard participant == me else {
-                return perform { $0.onMember(participant, record, retained: message.retain, now: now) }.rejected
+                let retainAvailable = context.client.retainAvailable
+                return perform { $0.onMember(participant, record, retained: message.retain, retainAvailable: retainAvailable, now: now) }
+                    .rejected
             }
             guard record?.epoch == context.epoch else {
                 restoreOwnMemberRecord()

@@ -49,6 +49,13 @@ struct SessionStateMachine {
         case joining(Joining)
         case joined(Joined)
         case invalidated(GroupSessionState.InvalidationReason)
+
+        var isJoiningOrJoined: Bool {
+            switch self {
+            case .joining, .joined: true
+            case .waiting, .invalidated: false
+            }
+        }
     }
 
     /// What a `join()` in progress waits on: its barrier (our own member record coming back after every
@@ -56,6 +63,8 @@ struct SessionStateMachine {
     struct Joining {
         var barrier: Inbox<Update>?
         var caughtUp: Inbox<Update>
+        /// Newcomers whose catch-up is ours to send once we are joined: others count us as active already.
+        var owedCatchUps: [String] = []
 
         var inboxes: [Inbox<Update>] { [barrier, caughtUp].compactMap { $0 } }
     }
@@ -105,6 +114,8 @@ struct SessionStateMachine {
     enum Send: Hashable {
         /// `$catchup` to this newcomer, in the parts of ``catchUp(listingMembers:budget:)``.
         case catchUp(to: String)
+        /// Our member record again, unchanged.
+        case memberRecord
         case resend(StreamReceiver<InboundMessage>.Request)
         /// Our streams' position, to a member or (nil) everyone.
         case position(Reliable.Position, to: String?)
@@ -259,8 +270,9 @@ struct SessionStateMachine {
     mutating func onJoined() -> Action {
         var action = Action()
         if case .invalidated = phase { return action }
-        guard case .joining = phase else { preconditionFailure("a join completed that had not started or had completed") }
+        guard case let .joining(joining) = phase else { preconditionFailure("a join completed that had not started or had completed") }
         phase = .joined(Joined(receiver: StreamReceiver<InboundMessage>(configuration: receiving)))
+        action.sends = joining.owedCatchUps.filter { peers[$0]?.isActive == true }.map(Send.catchUp)
         let wasActive = peers[me]?.isActive == true
         peers[me] = Peer(joined: myEpoch, online: myEpoch)
         listeners.forEach { _, listener in
@@ -297,14 +309,14 @@ struct SessionStateMachine {
 
     /// A member record of another participant (`nil`: cleared, the participant left), read at wall-clock
     /// time `now` (ms). `retained`: a stored copy replayed by the broker, not a live join — only a live join
-    /// makes someone send a catch-up. A member's reliable messages are followed from its record on, and
+    /// makes someone send a catch-up, and, on a broker without retained messages, our member record again. A member's reliable messages are followed from its record on, and
     /// forgotten when it leaves (what is held of them comes out, with the gaps); it is owed what we send
     /// from its record on. An implausible epoch is rejected.
     ///
     /// A record that would replace an active member's epoch with another than its live connection's is
     /// held back until the connection has that epoch: a record alone (possibly forged) never makes an
     /// active participant inactive.
-    mutating func onMember(_ participant: String, _ record: Wire.Member?, retained: Bool, now: Int64) -> Action {
+    mutating func onMember(_ participant: String, _ record: Wire.Member?, retained: Bool, retainAvailable: Bool, now: Int64) -> Action {
         var action = Action()
         guard participant != me else { return action }
         let wasActive = peers[participant]?.isActive == true
@@ -323,9 +335,18 @@ struct SessionStateMachine {
                 // A live join proves the connection is alive even when presence was not retained.
                 peers[participant]?.online = record.epoch
             }
-            if !retained, case .joined = phase, isCatchUpResponder(for: participant) {
-                action.sends.append(.catchUp(to: participant))
+            if !retained, ranksFirst(for: participant) {
+                switch phase {
+                case .joined: action.sends.append(.catchUp(to: participant))
+                case var .joining(joining):
+                    joining.owedCatchUps.append(participant)
+                    phase = .joining(joining)
+                case .waiting, .invalidated: break
+                }
             }
+            // Without retained messages the newcomer may have subscribed after our record went out, and
+            // a catch-up lists us only if its responder knows us: it hears from us again.
+            if !retained, !retainAvailable, phase.isJoiningOrJoined { action.sends.append(.memberRecord) }
         } else {
             heldMembers[participant] = nil
             numbering.outbox.memberLeft(participant)
@@ -395,13 +416,19 @@ struct SessionStateMachine {
         return action
     }
 
-    /// `$catchup` addressed to us by `sender`: accepted only while joining, and only from a member —
-    /// unless the broker keeps no retained messages, when members cannot be known before the catch-up.
-    /// Records whose clock is implausible at `now` are left out, each counted and reported as rejected;
-    /// the rest applies. The members it lists (where no member record is replayed) are owed what we send
-    /// from now on, as members whose record we read are.
+    /// `$catchup` addressed to us by `sender`: accepted from a member while joining or joined (a responder
+    /// that was joining itself answers once joined, possibly after our join gave up waiting) — and from
+    /// anyone while joining if the broker keeps no retained messages, when members cannot be known before
+    /// the catch-up. Records whose clock is implausible at `now` are left out, each counted and reported
+    /// as rejected; the rest applies. The members it lists (where no member record is replayed) are owed
+    /// what we send from now on, as members whose record we read are.
     mutating func onCatchUp(_ catchUp: Wire.CatchUp, from sender: String, retainAvailable: Bool, now: Int64) -> Action {
-        guard case let .joining(joining) = phase, peers[sender]?.joined != nil || !retainAvailable else { return reject() }
+        let joining: Joining?
+        switch phase {
+        case let .joining(current) where peers[sender]?.joined != nil || !retainAvailable: joining = current
+        case .joined where peers[sender]?.joined != nil: joining = nil
+        default: return reject()
+        }
         let records = catchUp.states.filter { $0.clock.isPlausible(now: now) }
         var action = Action(observed: records.map(\.clock), rejected: catchUp.states.count - records.count)
         rejected += action.rejected
@@ -416,7 +443,7 @@ struct SessionStateMachine {
         }
         if let before, before != active { notifyParticipants(into: &action) }
         // A catch-up too large for one message comes in parts; the join waits for the last.
-        if catchUp.more != true { action.handovers.append(.yield(joining.caughtUp, .caughtUp)) }
+        if catchUp.more != true, let joining { action.handovers.append(.yield(joining.caughtUp, .caughtUp)) }
         return action
     }
 
@@ -585,8 +612,12 @@ struct SessionStateMachine {
     /// Whether we answer `newcomer`. The responder is, among the active participants other than the
     /// newcomer, the one with the largest ``rank(_:_:)`` (rendezvous hashing): every participant computes
     /// the same answer from the same view, and when that one is gone the next largest answers.
-    func isCatchUpResponder(for newcomer: String) -> Bool {
-        guard newcomer != me, peers[me]?.isActive == true else { return false }
+    func isCatchUpResponder(for newcomer: String) -> Bool { peers[me]?.isActive == true && ranksFirst(for: newcomer) }
+
+    /// Whether we rank first among the active participants for `newcomer`'s catch-up, counting ourselves
+    /// whether or not we are active yet.
+    private func ranksFirst(for newcomer: String) -> Bool {
+        guard newcomer != me else { return false }
         let mine = SessionStateMachine.rank(newcomer, me)
         return !peers.contains {
             $0.value.isActive && $0.key != newcomer && $0.key != me && SessionStateMachine.rank(newcomer, $0.key) > mine

@@ -38,7 +38,7 @@ import Testing
     /// `name` joined with epoch `epoch` and is online with it.
     static func present(_ name: String, epoch: Int64 = 7, in machine: inout Machine) {
         #expect(machine.onPresence(name, epoch: epoch, now: 1_000).rejected == 0)
-        let member = machine.onMember(name, Wire.Member(participant: name, epoch: epoch), retained: true, now: 1_000)
+        let member = machine.onMember(name, Wire.Member(participant: name, epoch: epoch), retained: true, retainAvailable: true, now: 1_000)
         #expect(member.rejected == 0 && member.sends.isEmpty, "a replayed record: no catch-up")
     }
 
@@ -173,7 +173,9 @@ import Testing
         #expect(machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) == .proceed, "it can be joined again")
     }
 
-    @Test func aCatchUpIsAcceptedOnlyWhileJoiningAndFromAMember() {
+    /// A catch-up comes from a member, while we join or (from a responder that was joining itself and
+    /// answered once joined) after; a waiting participant takes none.
+    @Test func aCatchUpIsAcceptedFromAMemberOnceJoining() {
         let catchUp = Wire.CatchUp(states: [Self.record(9, at: 50, by: "bob")], members: [])
         var machine = Self.waiting()
         Self.present("bob", in: &machine)
@@ -185,8 +187,22 @@ import Testing
         #expect(accepted.clocks == catchUp.states.map(\.clock), "merged into our clock")
         #expect(machine.states["k"]?.value == .int(9))
         #expect(machine.onJoined().isNothing, "nobody listens")
-        #expect(machine.onCatchUp(catchUp, from: "bob", retainAvailable: true, now: 1_000).isRejected, "too late")
+        let late = Wire.CatchUp(states: [Self.record(10, at: 60, by: "bob")], members: [])
+        let afterJoining = machine.onCatchUp(late, from: "bob", retainAvailable: true, now: 1_000)
+        #expect(!afterJoining.isRejected && !afterJoining.caughtUp && machine.states["k"]?.value == .int(10), "applied, no join waits")
+        #expect(machine.onCatchUp(catchUp, from: "mallory", retainAvailable: false, now: 1_000).isRejected, "joined: members only")
         #expect(machine.rejected == 3)
+    }
+
+    /// A participant still joining that ranks first for a newcomer (everyone else counts it as active
+    /// already) owes the newcomer its catch-up, and sends it once joined, if the newcomer is still there.
+    @Test func aJoiningResponderAnswersOnceJoined() {
+        var machine = Self.waiting()
+        #expect(machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) == .proceed)
+        let owed = machine.onMember("bob", Wire.Member(participant: "bob", epoch: 2), retained: false, retainAvailable: true, now: 1_000)
+        #expect(owed.sends.isEmpty, "not joined: nothing to tell yet")
+        #expect(machine.onPresence("bob", epoch: 2, now: 1_000).isNothing)
+        #expect(machine.onJoined().sends == [.catchUp(to: "bob")])
     }
 
     @Test func withoutRetainedMessagesTheCatchUpListsTheMembers() {
@@ -205,7 +221,8 @@ import Testing
 
     @Test func aMemberRecordFromTooFarAheadIsRejected() {
         var machine = Self.joined()
-        let forged = machine.onMember("eve", Wire.Member(participant: "eve", epoch: .max), retained: false, now: 1_000)
+        let forged = machine.onMember(
+            "eve", Wire.Member(participant: "eve", epoch: .max), retained: false, retainAvailable: true, now: 1_000)
         #expect(forged.isRejected && machine.members["eve"] == nil)
         #expect(machine.rejected == 1)
     }
@@ -239,7 +256,9 @@ import Testing
         var machine = Self.joined()
         Self.present("bob", epoch: 7, in: &machine)
         #expect(Set(machine.active.map(\.id)) == ["alice", "bob"])
-        #expect(machine.onMember("bob", Wire.Member(participant: "bob", epoch: 8), retained: true, now: 1_000).isNothing, "held back")
+        #expect(
+            machine.onMember("bob", Wire.Member(participant: "bob", epoch: 8), retained: true, retainAvailable: true, now: 1_000).isNothing,
+            "held back")
         #expect(Set(machine.active.map(\.id)) == ["alice", "bob"] && machine.members["bob"] == 7)
         let (chat, payload) = Self.envelope(epoch: 7, seq: 1)
         #expect(Self.listen(&machine, .messages(type: "Chat")).first.isEmpty, "messages have no current value")
@@ -262,27 +281,54 @@ import Testing
         let inbox = Inbox<Machine.Update>()
         #expect(Self.listen(&machine, .participants, inbox: inbox).first == [.participants([Participant(id: "alice")])])
         #expect(
-            machine.onMember("bob", Wire.Member(participant: "bob", epoch: 2), retained: true, now: 1_000).participants.isEmpty,
+            machine.onMember("bob", Wire.Member(participant: "bob", epoch: 2), retained: true, retainAvailable: true, now: 1_000)
+                .participants.isEmpty,
             "no presence yet")
         #expect(machine.onPresence("bob", epoch: 2, now: 1_000).participants == [["alice", "bob"]])
         #expect(machine.onPresence("bob", epoch: 3, now: 1_000).participants == [["alice"]], "a newer connection did not join")
         #expect(
-            machine.onMember("bob", Wire.Member(participant: "bob", epoch: 3), retained: false, now: 1_000).participants == [
-                ["alice", "bob"]
-            ])
-        #expect(machine.onMember("bob", nil, retained: false, now: 1_000).participants == [["alice"]], "left")
+            machine.onMember("bob", Wire.Member(participant: "bob", epoch: 3), retained: false, retainAvailable: true, now: 1_000)
+                .participants == [
+                    ["alice", "bob"]
+                ])
+        #expect(machine.onMember("bob", nil, retained: false, retainAvailable: true, now: 1_000).participants == [["alice"]], "left")
         #expect(machine.onPresence("alice", epoch: nil, now: 1_000).participants.isEmpty, "our own presence is ours to know")
     }
 
     @Test func aLiveJoinProvesTheConnectionAndAsksTheResponderForACatchUp() {
         var machine = Self.joined()
-        let live = machine.onMember("bob", Wire.Member(participant: "bob", epoch: 2), retained: false, now: 1_000)
+        let live = machine.onMember("bob", Wire.Member(participant: "bob", epoch: 2), retained: false, retainAvailable: true, now: 1_000)
         #expect(live.sends == [.catchUp(to: "bob")], "we are the only one who can answer")
         #expect(ids(machine.active) == ["alice", "bob"], "a live join counts without retained presence")
         var other = Self.joined()
         #expect(
-            other.onMember("carol", Wire.Member(participant: "carol", epoch: 2), retained: true, now: 1_000).sends.isEmpty,
+            other.onMember("carol", Wire.Member(participant: "carol", epoch: 2), retained: true, retainAvailable: true, now: 1_000).sends
+                .isEmpty,
             "a replayed record is no join")
+    }
+
+    /// Without retained messages a newcomer may have subscribed after our member record went out, and
+    /// the catch-up lists us only if its responder knows us: whoever is joining or joined publishes its
+    /// record again for each live join (a new epoch), never for a replay, a record it had, or while not
+    /// in the session. With retained messages the newcomer read ours from the broker.
+    @Test func withoutRetainedMessagesALiveJoinGetsOurMemberRecordAgain() {
+        func join(_ machine: inout Machine, _ name: String, retained: Bool = false, retainAvailable: Bool = false) -> [Machine.Send] {
+            machine.onMember(
+                name, Wire.Member(participant: name, epoch: 2), retained: retained, retainAvailable: retainAvailable, now: 1_000
+            ).sends
+        }
+        var joining = Self.waiting()
+        #expect(joining.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) == .proceed)
+        #expect(join(&joining, "bob") == [.memberRecord])
+        #expect(join(&joining, "bob").isEmpty, "had it")
+        #expect(join(&joining, "carol", retained: true).isEmpty, "a replay is no join")
+        var joined = Self.joined()
+        Self.present("zed", in: &joined)  // a member, who answers bob
+        #expect(join(&joined, "bob") == [.memberRecord], "we tell bob we are here")
+        var retaining = Self.joined()
+        #expect(join(&retaining, "bob", retainAvailable: true) == [.catchUp(to: "bob")])
+        var waiting = Self.waiting()
+        #expect(join(&waiting, "bob").isEmpty, "not in the session")
     }
 
     // MARK: - Messages
@@ -358,7 +404,7 @@ import Testing
         // bob leaves while 6 waits for 5: 6 comes out after a gap.
         let waiting = receive(6)
         #expect(waiting.messages.isEmpty, "held until 5 arrives or is given up")
-        let left = machine.onMember("bob", nil, retained: false, now: 3_000)
+        let left = machine.onMember("bob", nil, retained: false, retainAvailable: true, now: 3_000)
         #expect(left.updates.map(\.isGap) == [true, false])
     }
 

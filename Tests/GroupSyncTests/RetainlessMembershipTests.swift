@@ -1,0 +1,129 @@
+import BrokerSupport
+import Foundation
+import Testing
+
+@testable import GroupSync
+
+/// Participants who join one session at random moments, within a second of each other or not, on brokers
+/// without retained messages: within the catch-up timeout plus 1 s of the last join, every one lists
+/// every other and holds the value written before it joined, and nobody's broadcast is rejected. Each round is seeded: a failure names its seed, and
+/// `GROUPSYNC_STRESS_SEED=<seed> GROUPSYNC_STRESS_ROUNDS=1` replays it (`--filter` the case).
+@Suite(.timeLimit(.minutes(timeLimitMinutes(10)))) struct RetainlessMembershipTests {
+    /// Rounds per case: 50, or `GROUPSYNC_STRESS_ROUNDS`; a fifth of that under a sanitizer, whose
+    /// rounds take four times as long.
+    static let rounds: Int = {
+        if let text = ProcessInfo.processInfo.environment["GROUPSYNC_STRESS_ROUNDS"], let rounds = Int(text), rounds > 0 {
+            return rounds
+        }
+        return timeScale > 1 ? 10 : 50
+    }()
+
+    static let seed: UInt64 = ProcessInfo.processInfo.environment["GROUPSYNC_STRESS_SEED"].flatMap { UInt64($0) } ?? 0x5eed
+
+    @Test(arguments: [2, 5, 20]) func membershipConvergesOnOneBroker(participants: Int) async throws {
+        var configuration = MosquittoBroker.Configuration()
+        configuration.retainAvailable = false
+        try await MosquittoBroker.withBroker(configuration) { broker in
+            try await Self.stress(participants: participants, seedBase: Self.seed &+ UInt64(participants) << 32) { _ in broker }
+        }
+    }
+
+    /// Every other participant on the second of two bridged brokers.
+    @Test(.needsOwnBroker("two bridged brokers"), arguments: [2, 5, 20])
+    func membershipConvergesOnBridgedBrokers(participants: Int) async throws {
+        try await MosquittoBroker.withBridgedBrokers { first, second in
+            try await Self.stress(participants: participants, seedBase: Self.seed &+ UInt64(participants) << 40) { index in
+                index.isMultiple(of: 2) ? first : second
+            }
+        }
+    }
+
+    /// Runs ``rounds`` rounds, as many at once as keep about 40 participants connected.
+    static func stress(
+        participants: Int, seedBase: UInt64, broker: @escaping @Sendable (Int) -> MosquittoBroker
+    ) async throws {
+        let wave = max(1, 40 / participants)
+        for start in stride(from: 0, to: rounds, by: wave) {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for round in start..<min(start + wave, rounds) {
+                    group.addTask { try await Self.round(participants: participants, seed: seedBase &+ UInt64(round), broker: broker) }
+                }
+                try await group.waitForAll()
+            }
+        }
+    }
+
+    /// One round: participant 0 starts a session at once; each participant connects at its offset (0–3 s,
+    /// drawn from `seed`), joins the session and, once everyone has joined, broadcasts one message.
+    static func round(participants: Int, seed: UInt64, broker: @Sendable (Int) -> MosquittoBroker) async throws {
+        var random = SeededGenerator(state: seed)
+        let offsets = (0..<participants).map { $0 == 0 ? 0 : Int.random(in: 0...3_000, using: &random) }
+        let group = broker(0).unique("stress-\(seed)")
+        let catchUpTimeout = timeBound(.seconds(1))
+        let everyone = Set((0..<participants).map { "p\($0)" })
+        let joined = LockedValue<[(GroupCoordinator, GroupSession<Gallery>, Collector<(Chat, Participant)>)]>([])
+        @Sendable func value(_ session: GroupSession<Gallery>) -> Int? { try? SharedState(session, key: "index", initialValue: 0).value }
+        let sessionID = LockedValue<String?>(nil)
+        func replay() -> String { "seed \(seed), offsets (ms) \(offsets)" }
+        do {
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                for (index, offset) in offsets.enumerated() {
+                    let host = broker(index)
+                    tasks.addTask {
+                        try await Task.sleep(for: timeBound(.milliseconds(offset)))  // the schedule under test
+                        var configuration = try GroupCoordinator.Configuration(
+                            broker: host.url, group: group, participant: "p\(index)", catchUpTimeout: catchUpTimeout)
+                        configuration.mqtt.retainedMessages = false
+                        let coordinator = try await GroupCoordinator.connect(configuration)
+                        let session: GroupSession<Gallery>
+                        do {
+                            if index == 0 {
+                                session = try await coordinator.startJoined(Gallery(galleryID: "stress"))
+                                try await SharedState(session, key: "index", initialValue: 0).set(42)
+                                sessionID.withLock { $0 = session.id }
+                            } else {
+                                session = try await coordinator.firstSession(of: Gallery.self, timeout: timeBound(.seconds(10)))
+                                try await session.join()
+                            }
+                        } catch {
+                            await coordinator.close()
+                            throw error
+                        }
+                        let chats = Collector(GroupSessionMessenger(session: session).messages(of: Chat.self).map { ($0, $1.source) })
+                        joined.withLock { $0.append((coordinator, session, chats)) }
+                    }
+                }
+                try await tasks.waitForAll()
+            }
+            let members = joined.withLock { $0 }
+            #expect(Set(members.map(\.1.id)) == [sessionID.withLock { $0 }!], "one session: \(replay())")
+            for (_, session, _) in members {
+                try await GroupSessionMessenger(session: session).send(Chat(text: session.localParticipant.id))
+            }
+            try await waitUntil(
+                timeout: catchUpTimeout + timeBound(.seconds(1)),
+                "every participant lists every other, has their messages and the value participant 0 set",
+                {
+                    members.allSatisfy { _, session, chats in
+                        ids(session.activeParticipants) == everyone && value(session) == 42
+                            && Set(chats.elements.map(\.1.id)) == everyone.subtracting([session.localParticipant.id])
+                    }
+                },
+                else: {
+                    "\(replay()): "
+                        + members.map { _, session, chats in
+                            "\(session.localParticipant.id) lists \(ids(session.activeParticipants).sorted()), value \(value(session) ?? -1), heard from "
+                                + "\(Set(chats.elements.map(\.1.id)).sorted())"
+                        }.sorted().joined(separator: "; ")
+                })
+            let rejected = members.map { $0.0.rejectedMessageCount }
+            #expect(rejected.allSatisfy { $0 == 0 }, "rejected messages \(rejected): \(replay())")
+        } catch {
+            Issue.record("\(replay()): \(error)")
+        }
+        for (coordinator, _, chats) in joined.withLock({ $0 }) {
+            chats.cancel()
+            await coordinator.close()
+        }
+    }
+}
