@@ -183,10 +183,9 @@ extension GroupCoordinator {
         case let .invalidated(wasJoined):
             if wasJoined { state.withLock { $0.sharing.onLeft(core.id) }.perform() }
         case .left:
-            // A fresh, waiting session object replaces the left one, for `sessions()` listeners that
-            // start from now on and for `currentSessions` — listeners that already got the session do
-            // not get it again, so an app that joins every session it receives does not rejoin what the
-            // user left.
+            // A fresh, waiting session object replaces the left one, for `sessions()` listeners from now
+            // on and `currentSessions`; those that already got the session do not get it again, so an app
+            // that joins every session it receives does not rejoin what the user left.
             let context = sessionContext
             state.withLock { state in
                 guard state.cores[core.id] === core, !state.machine.isClosed else { return }
