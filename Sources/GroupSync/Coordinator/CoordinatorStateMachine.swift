@@ -25,9 +25,8 @@ struct CoordinatorStateMachine {
     struct Group {
         /// Every participant with a live connection (us too), and how it is judged alive.
         var connections: [String: Connection]
-        /// A newer connection epoch of a participant in `connections` that is not (yet) taken for its
-        /// live connection. Apart from `connections`, whose every entry it would otherwise enlarge: a
-        /// participant holds one per member of its group, and a challenger is rare.
+        /// The ``Challenger`` of a participant in `connections`, apart from them, whose every entry it would
+        /// otherwise enlarge: a participant holds one per member of its group, and a challenger is rare.
         var challengers: [String: Challenger] = [:]
         var sessions: [String: Announced] = [:]
         /// Sessions whose end we saw, until their ended copy expires: older copies that arrive later (a
@@ -87,9 +86,9 @@ struct CoordinatorStateMachine {
         static func silence(interval: Int64) -> Duration { max(.milliseconds(interval * 3 - 500), .seconds(1)) }
     }
 
-    /// A newer connection epoch of a participant, read from a presence record while its connection was
-    /// confirmed and heard: it takes over only once it proves itself (two heartbeats) or that connection
-    /// is gone.
+    /// Another connection epoch of a participant than its live connection's, not taken for it at once (see
+    /// ``heard(_:epoch:interval:byHeartbeat:now:)``): it takes over only once it proves itself (two
+    /// heartbeats) or that connection is gone.
     struct Challenger {
         var epoch: Int64
         var interval: Int64?

@@ -4,11 +4,8 @@ import MQTT
 extension GroupCoordinator {
     /// Network thread: a presence record (an empty payload: cleared, a clean exit).
     func onPresenceMessage(_ participant: String, _ message: MQTTMessage) {
-        var presence: Wire.Presence?
-        if !message.payload.isEmpty {
-            guard let decoded = Wire.decode(Wire.Presence.self, from: message.payload) else { return countRejection() }
-            presence = decoded
-        }
+        let presence = message.payload.isEmpty ? nil : Wire.decode(Wire.Presence.self, from: message.payload)
+        guard presence != nil || message.payload.isEmpty else { return countRejection() }
         if participant == localParticipant.id {
             if message.retain {
                 state.withLock { $0.replay?.ownPresence = true }
@@ -39,22 +36,17 @@ extension GroupCoordinator {
     /// sessions are live, as we know them.
     private func welcome(_ newcomer: String) async {
         let (online, cores) = state.withLock { ($0.machine.connections, Array($0.cores.values)) }
-        var presences = [onlinePresence]
-        for (participant, connection) in online where participant != localParticipant.id && participant != newcomer {
-            presences.append(
-                Wire.Presence(
-                    participant: participant, status: .online, epoch: connection.epoch, name: nil, interval: connection.interval))
+        let others = online.filter { $0.key != localParticipant.id && $0.key != newcomer }.map {
+            Wire.Presence(participant: $0.key, status: .online, epoch: $0.value.epoch, name: nil, interval: $0.value.interval)
         }
         let sessions = cores.filter { !$0.isInvalidated }.map(\.announcement).sorted { $0.session < $1.session }
         // As many welcomes as the broker's packet limit takes: the presences in the first.
-        let first = Wire.Welcome(presences: presences.sorted { $0.participant < $1.participant }, sessions: [])
+        let first = Wire.Welcome(presences: ([onlinePresence] + others).sorted { $0.participant < $1.participant }, sessions: [])
         let groups = Wire.groups(
             sessions, budget: Wire.budget(maximumPacketSize: client.maximumPacketSize), used: (try? Wire.encode(first).count) ?? 0)
-        let parts = groups.enumerated().map { index, sessions in
-            Wire.Welcome(presences: index == 0 ? first.presences : [], sessions: sessions)
-        }
         let topic = topics.welcome(to: newcomer, from: localParticipant.id)
-        for part in parts {
+        for (index, sessions) in groups.enumerated() {
+            let part = Wire.Welcome(presences: index == 0 ? first.presences : [], sessions: sessions)
             guard let payload = try? Wire.encode(part) else { continue }
             _ = try? await client.publish(to: topic, payload: payload, qos: .atLeastOnce)
         }

@@ -94,11 +94,8 @@ extension GroupCoordinator {
         if message.retain && !message.payload.isEmpty && publisher == localParticipant.id {
             _ = state.withLock { $0.replay?.announcements.insert(sessionID) }
         }
-        var announcement: Wire.Announcement?
-        if !message.payload.isEmpty {
-            guard let decoded = Wire.decode(Wire.Announcement.self, from: message.payload) else { return countRejection() }
-            announcement = decoded
-        }
+        let announcement = message.payload.isEmpty ? nil : Wire.decode(Wire.Announcement.self, from: message.payload)
+        guard announcement != nil || message.payload.isEmpty else { return countRejection() }
         // A stored copy comes with what is left of its lifetime; a live one has all of it.
         let lifetime = message.properties.messageExpiry.map { Int64($0) } ?? announcement?.ttl ?? 0
         onCopy(sessionID, publisher: publisher, announcement, lifetime: lifetime)
@@ -107,25 +104,20 @@ extension GroupCoordinator {
     /// `publisher`'s copy of an announcement (nil: cleared), which lives `lifetime` seconds from now.
     func onCopy(_ sessionID: String, publisher: String, _ announcement: Wire.Announcement?, lifetime: Int64) {
         let (context, now) = (sessionContext, configuration.clock.milliseconds())
-        typealias Outcome = (CoordinatorStateMachine.AnnouncementAction, SessionCore?, SessionCore?)
-        let ((action, core, replaced), wake) = state.withLock { state -> (Outcome, CoordinatorStateMachine.WakeRequest) in
+        typealias Outcome = (CoordinatorStateMachine.AnnouncementAction, SessionCore?, SessionCore?, CoordinatorStateMachine.WakeRequest)
+        let (action, core, replaced, wake) = state.withLock { state -> Outcome in
             let action = state.machine.onAnnouncement(
                 sessionID, publisher: publisher, announcement, expiresAt: now + lifetime * 1000, now: now)
-            let outcome: Outcome
+            let wake = state.machine.takeWakeRequest()
             switch action {
             case let .new(_, presence), let .retyped(_, presence):
-                guard let announcement else {
-                    outcome = (.none, nil, nil)
-                    break
-                }
+                guard let announcement else { return (action, nil, nil, wake) }
                 let core = SessionCore(context: context, announcement: announcement, presence: presence)
-                let replaced = state.cores.updateValue(core, forKey: sessionID)
-                outcome = (action, core, replaced)
-            case .changed: outcome = (action, state.cores[sessionID], nil)
-            case .ended: outcome = (action, state.cores.removeValue(forKey: sessionID), nil)
-            case .none, .rejected, .settled: outcome = (action, nil, nil)
+                return (action, core, state.cores.updateValue(core, forKey: sessionID), wake)
+            case .changed: return (action, state.cores[sessionID], nil, wake)
+            case .ended: return (action, state.cores.removeValue(forKey: sessionID), nil, wake)
+            case .none, .rejected, .settled: return (action, nil, nil, wake)
             }
-            return (outcome, state.machine.takeWakeRequest())
         }
         armUpkeep(wake)
         switch (action, announcement) {
@@ -191,10 +183,9 @@ extension GroupCoordinator {
         case let .invalidated(wasJoined):
             if wasJoined { state.withLock { $0.sharing.onLeft(core.id) }.perform() }
         case .left:
-            // A fresh, waiting session object replaces the left one, for `sessions()` listeners that
-            // start from now on and for `currentSessions` — listeners that already got the session do
-            // not get it again, so an app that joins every session it receives does not rejoin what the
-            // user left.
+            // A fresh, waiting session object replaces the left one, for `sessions()` listeners from now
+            // on and `currentSessions`; those that already got the session do not get it again, so an app
+            // that joins every session it receives does not rejoin what the user left.
             let context = sessionContext
             state.withLock { state in
                 guard state.cores[core.id] === core, !state.machine.isClosed else { return }

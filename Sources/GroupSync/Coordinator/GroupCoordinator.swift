@@ -29,8 +29,7 @@ public final class GroupCoordinator: Sendable {
     let upkeep = WakeUp()
 
     /// What the retained replay of a connection whose MQTT session the broker had lost showed of our own
-    /// records. Complete once our presence came back live on it: the replay comes before anything we
-    /// publish on that connection (see ``forgetSessionsEndedWhileAway()``).
+    /// records; complete once our presence came back live on it (see ``forgetSessionsEndedWhileAway()``).
     struct Replay {
         var announcements: Set<String> = []
         var ownPresence = false

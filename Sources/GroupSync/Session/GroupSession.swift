@@ -13,15 +13,11 @@ public final class GroupSession<Activity: GroupActivity>: Sendable, Identifiable
     /// a foreign client) leaves the previous value in place instead of failing.
     private let lastActivity: LockedValue<Activity>
 
-    init(core: SessionCore, activity: Activity) {
+    /// A view of `core` if its activity decodes as `Activity`.
+    init?(core: SessionCore) {
+        guard let activity = Wire.value(Activity.self, from: core.announcement.activity.data) else { return nil }
         self.core = core
         self.lastActivity = LockedValue(activity)
-    }
-
-    /// A view of `core` if its activity decodes as `Activity`.
-    convenience init?(core: SessionCore) {
-        guard let activity = Wire.value(Activity.self, from: core.announcement.activity.data) else { return nil }
-        self.init(core: core, activity: activity)
     }
 
     /// Unique in the group; the `<session>` level of the session's topics.

@@ -4,14 +4,9 @@ extension SessionStateMachine {
     /// keeps one per participant of its group: 16 bytes each.
     struct Peer: Equatable {
         /// The epoch it joined with; nil while it is not a member.
-        @PackedOptional<Int64> var joined: Int64?
+        @PackedOptional<Int64> var joined: Int64? = nil
         /// The epoch of its live connection; nil while it is offline.
-        @PackedOptional<Int64> var online: Int64?
-
-        init(joined: Int64? = nil, online: Int64? = nil) {
-            self.joined = joined
-            self.online = online
-        }
+        @PackedOptional<Int64> var online: Int64? = nil
 
         var isActive: Bool { joined != nil && joined == online }
 

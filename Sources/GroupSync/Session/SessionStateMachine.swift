@@ -72,9 +72,8 @@ struct SessionStateMachine {
     struct Joined {
         /// Reliable messages per sender and stream: in order, once, the missing ones asked for again.
         var receiver: StreamReceiver<InboundMessage>
-        /// Value changes from received records, held until the connection reaches the end of the burst
-        /// they arrived in: crossing writes that arrive together show as one change (per listener, the
-        /// newest).
+        /// Value changes from received records, held until the end of the connection's burst they arrived
+        /// in: crossing writes that arrive together show as one change (per listener, the newest).
         var held: [ListenerRegistry<Listener>.ID: Wire.StateRecord] = [:]
     }
 
@@ -150,23 +149,20 @@ struct SessionStateMachine {
     /// Every participant the session knows of: the connection epoch it joined with, and its live
     /// connection's (see ``Peer``).
     private(set) var peers: [String: Peer]
-    /// Member records held back: an active member's record of another epoch than its live connection's
-    /// (a forgery, or a new process whose presence has not come yet). It counts once the participant's
-    /// connection has that epoch.
+    /// Member records held back until their participant's connection has their epoch (a forgery, or a new
+    /// process whose presence has not come yet): see ``onMember(_:_:retained:now:)``.
     private(set) var heldMembers: [String: Int64] = [:]
     /// The winning record per key.
     private(set) var states: [String: Wire.StateRecord] = [:]
     /// Every retained state topic seen, to clear them when the session ends.
     private(set) var stateTopics: Set<String> = []
-    /// Members whose connection is the one they joined with (us too, once joined), from ``peers``: a
-    /// session keeps no second table of a thousand entries for them, and builds the set when asked.
+    /// Active members (us too, once joined), built from ``peers`` when asked: no second table of them is kept.
     var active: Set<Participant> { Set(peers.compactMap { $0.value.isActive ? Participant(id: $0.key) : nil }) }
     /// Inputs rejected as forged or out of place, and messages that could not be read.
     private(set) var rejected = 0
     private var listeners = ListenerRegistry<Listener>()
-    /// How we number our messages, with the outbox that re-sends them. The runtime numbers a message and
-    /// hands it to the connection in one hold of the session's lock; the machine marks members in it as it
-    /// adopts them, so that each is owed what we send from then on.
+    /// How we number our messages, with the outbox that re-sends them: the runtime numbers a message as it
+    /// hands it to the connection; the machine marks members in it as it adopts them.
     var numbering: MessageNumbering
     /// The session's journal records, read while joined.
     private(set) var journal = JournalStateMachine()
@@ -527,8 +523,7 @@ struct SessionStateMachine {
         guard case .joined = phase else { return action }
         let position = numbering.outbox.position
         if position.all > 0 || !position.direct.isEmpty { action.sends = [.position(position, to: nil)] }
-        var others = members
-        others[me] = nil
+        let others = members.filter { $0.key != me }
         receive(into: &action) { $0.reconnected(now: now, members: others) }
         return action
     }
