@@ -65,7 +65,7 @@ extension MosquittoConnection {
         if case let .success(mid?) = subscribe([request]) { state.withLock { $0.onRestoreRegistered(mid: mid, filter: request.filter) } }
     }
 
-    private func didDisconnect(rc: Int32) {
+    func didDisconnect(rc: Int32) {
         let reason = rc == 0 ? "disconnected by the client" : String(cString: mosquitto_strerror(rc))
         let cause = connectError(rc)
         update { $0.onConnectionLost(reason: reason, cause: cause, now: .now, random: .random(in: 0..<1)) }

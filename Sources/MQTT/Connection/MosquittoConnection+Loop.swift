@@ -63,9 +63,7 @@ extension MosquittoConnection {
                 if rc != MOSQ_ERR_SUCCESS.rawValue && mosquitto_socket(handle) == -1 {
                     // Reported by the disconnect callback as a rule; this covers a socket libmosquitto
                     // closed without it (e.g. a failed TLS read). Once reported, it changes nothing.
-                    let reason = String(cString: mosquitto_strerror(rc))
-                    let cause = connectError(rc)
-                    update { $0.onConnectionLost(reason: reason, cause: cause, now: .now, random: .random(in: 0..<1)) }
+                    didDisconnect(rc: rc)
                 }
             }
         }
