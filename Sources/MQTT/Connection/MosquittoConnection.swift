@@ -44,7 +44,7 @@ final class MosquittoConnection: @unchecked Sendable {
     let lastUnsubscribeAck = Atomic<Int32>(0)
     init(configuration: MQTTClient.Configuration) throws(MQTTError) {
         try configuration.validate()
-        MosquittoLibrary.initializeOnce()
+        _ = MosquittoConnection.libraryInitialized
         guard let handle = mosquitto_new(configuration.clientID, configuration.cleanStart, nil) else {
             throw .invalidConfiguration("libmosquitto could not create a client (clean start off needs a client ID)")
         }
@@ -73,6 +73,13 @@ final class MosquittoConnection: @unchecked Sendable {
     deinit {
         mosquitto_destroy(handle)
     }
+
+    /// `mosquitto_lib_init` must run once per process before any client exists (after OpenSSL's own
+    /// set-up, see ``OpenSSLLibrary``).
+    private static let libraryInitialized: Void = {
+        OpenSSLLibrary.initializeOnce()
+        mosquitto_lib_init()
+    }()
 
     func makeID() -> UInt64 { nextID.add(1, ordering: .relaxed).newValue }
 
@@ -247,19 +254,5 @@ final class MosquittoConnection: @unchecked Sendable {
         return copies.withUnsafeMutableBufferPointer { buffer in
             buffer.withMemoryRebound(to: UnsafeMutablePointer<CChar>?.self) { body(Int32($0.count), $0.baseAddress) }
         }
-    }
-}
-
-/// `mosquitto_lib_init` must run once per process before any client exists (after OpenSSL's own set-up,
-/// see ``OpenSSLLibrary``).
-enum MosquittoLibrary {
-    private static let initialized: Bool = {
-        OpenSSLLibrary.initializeOnce()
-        mosquitto_lib_init()
-        return true
-    }()
-
-    static func initializeOnce() {
-        _ = initialized
     }
 }
