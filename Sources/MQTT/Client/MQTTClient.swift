@@ -120,40 +120,25 @@ public final class MQTTClient: Sendable {
     /// The calling thread writes it to the socket itself when it can, and libmosquitto then runs the
     /// callbacks of what it wrote on that thread (a publish's outcome handler, a lost connection). A
     /// caller that holds a lock such a callback may take passes `writeNow` false and calls ``flush()``
-    /// once it released the lock.
+    /// once it released the lock. `payload` is `Data`, or an array for payloads written byte by byte.
     package func enqueuePublish(
-        to topic: String, payload: Data, qos: QoS, retain: Bool = false, properties: MQTTProperties = .init(),
+        to topic: String, payload: some ContiguousBytes, qos: QoS, retain: Bool = false, properties: MQTTProperties = .init(),
         writeNow: Bool = true
     ) throws(MQTTError) -> PublishTicket {
-        try payload.withUnsafeBytes { bytes in
-            enqueuePublish(to: topic, bytes: bytes, qos: qos, retain: retain, properties: properties, writeNow: writeNow)
+        guard Topic.isValidName(topic) else { throw .invalidTopic(topic) }
+        if configuration.protocolVersion == .v311 && !properties.isEmpty {
+            throw .invalidConfiguration("MQTT 3.1.1 has no message properties")
+        }
+        return try payload.withUnsafeBytes { bytes in
+            connection.publish(topic: topic, payload: bytes, qos: qos, retain: retain, properties: properties, writeNow: writeNow).map {
+                mid, generation in
+                PublishTicket(mid: mid, qos: qos, generation: generation, topic: topic, size: bytes.count)
+            }
         }.get()
     }
 
     /// Writes what was enqueued with `writeNow` false (or wakes the network thread to).
     package func flush() { connection.writeFromCaller() }
-
-    /// The same from an array, for payloads written byte by byte (no `Data` to build first).
-    package func enqueuePublish(
-        to topic: String, payload: [UInt8], qos: QoS, retain: Bool = false, properties: MQTTProperties = .init()
-    ) throws(MQTTError) -> PublishTicket {
-        try payload.withUnsafeBytes { bytes in
-            enqueuePublish(to: topic, bytes: bytes, qos: qos, retain: retain, properties: properties, writeNow: true)
-        }.get()
-    }
-
-    private func enqueuePublish(
-        to topic: String, bytes: UnsafeRawBufferPointer, qos: QoS, retain: Bool, properties: MQTTProperties, writeNow: Bool
-    ) -> Result<PublishTicket, MQTTError> {
-        guard Topic.isValidName(topic) else { return .failure(.invalidTopic(topic)) }
-        if configuration.protocolVersion == .v311 && !properties.isEmpty {
-            return .failure(.invalidConfiguration("MQTT 3.1.1 has no message properties"))
-        }
-        return connection.publish(topic: topic, payload: bytes, qos: qos, retain: retain, properties: properties, writeNow: writeNow).map {
-            mid, generation in
-            PublishTicket(mid: mid, qos: qos, generation: generation, topic: topic, size: bytes.count)
-        }
-    }
 
     /// Gives up on a ticket's acknowledgement without waiting (a fire-and-forget publish): the client
     /// forgets it when it comes. Use this, ``acknowledgement(of:)`` or ``onOutcome(of:_:)`` once per ticket.
