@@ -84,10 +84,16 @@ public final class MQTTClient: Sendable {
             try? await Task.sleep(for: .seconds(2))
             connection.update { $0.onDisconnectTimedOut(id: id) }
         }
-        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
-            connection.update { $0.onDisconnectRequested(id: id, waiter, stop: expireSession ? .expireSession : .disconnect) }
-        }
+        await stop(expireSession ? .expireSession : .disconnect, id: id)
         timeout.cancel()
+    }
+
+    /// Stops the network thread as `stop` says, and waits for its end (or the timeout of the stop `id`).
+    private func stop(_ stop: ConnectionStateMachine.Stop, id: UInt64) async {
+        let connection = self.connection
+        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+            connection.update { $0.onDisconnectRequested(id: id, waiter, stop: stop) }
+        }
     }
 
     /// Publishes `payload` to `topic`.
@@ -322,10 +328,6 @@ public final class MQTTClient: Sendable {
     /// Test and demo hook: dies as a crashed process would — the socket closes without DISCONNECT (so
     /// the broker publishes the will) and the client never reconnects.
     package func abort() async {
-        let connection = self.connection
-        let id = connection.makeID()
-        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
-            connection.update { $0.onDisconnectRequested(id: id, waiter, stop: .abort) }
-        }
+        await stop(.abort, id: connection.makeID())
     }
 }
