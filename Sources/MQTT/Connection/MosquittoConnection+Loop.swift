@@ -83,10 +83,11 @@ extension MosquittoConnection {
 
     /// One turn of the open connection: waits up to `timeout` milliseconds for the socket or a wake-up,
     /// lets libmosquitto read and write, and — once ``keepaliveCheckInterval`` has passed since
-    /// `lastKeepaliveCheck` (updated) — keep the connection alive; then ``endBurstUnlessMoreIsWaiting()``.
-    /// Returns libmosquitto's result, like `mosquitto_loop`.
+    /// `lastKeepaliveCheck` (updated) — keep the connection alive; then ends a burst of messages unless
+    /// more bytes wait (``ConnectionStateMachine/onTurnEnded(moreWaiting:)``). Returns libmosquitto's
+    /// result, like `mosquitto_loop`.
     private func turn(timeout: Int32, lastKeepaliveCheck: inout ContinuousClock.Instant) -> Int32 {
-        defer { endBurstUnlessMoreIsWaiting() }
+        defer { update { $0.onTurnEnded { bytesWaiting() } } }
         let socket = mosquitto_socket(handle)
         guard socket != -1 else { return MOSQ_ERR_NO_CONN.rawValue }
         let buffered = tlsHoldsReceivedBytes()
@@ -147,12 +148,6 @@ extension MosquittoConnection {
         return SSL_pending(OpaquePointer(ssl)) > 0
     }
 
-    /// Tells the sinks of the messages read in this turn that their burst is over, unless more bytes
-    /// already wait on the socket (``ConnectionStateMachine/onTurnEnded(moreWaiting:)``).
-    private func endBurstUnlessMoreIsWaiting() {
-        update { $0.onTurnEnded { bytesWaiting() } }
-    }
-
     /// Whether received bytes wait on the socket.
     private func bytesWaiting() -> Bool {
         var waiting: Int32 = 0
@@ -165,9 +160,7 @@ extension MosquittoConnection {
     private func sleepOnWakeup(until instant: ContinuousClock.Instant) -> Bool {
         let remaining = instant - .now
         guard remaining > .zero else { return true }
-        let (seconds, attoseconds) = remaining.components
-        let nanoseconds = Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)
-        _ = wakeup.wait(timeout: .now() + .nanoseconds(nanoseconds))
+        _ = wakeup.wait(timeout: .now() + .nanoseconds(Int(remaining / .nanoseconds(1))))
         return ContinuousClock.now >= instant
     }
 
