@@ -53,9 +53,7 @@ public final class MQTTClient: Sendable {
     /// or as long as the kernel's TCP connect to a host that never answers. The client is then stopped.
     /// Called from a task already cancelled, it fails with ``MQTTError/cancelled`` without an attempt.
     public func connect() async throws(MQTTError) {
-        // Already cancelled: no attempt at all (a TCP connect, once started, may take the kernel's time).
         guard !Task.isCancelled else { throw .cancelled }
-        let connection = self.connection
         let result = await withTaskCancellationHandler {
             await withCheckedContinuation { (waiter: ConnectionStateMachine.ConnectWaiter) in
                 // Read under the lock: a cancellation that came before the attempt existed found nothing to stop.
@@ -78,8 +76,6 @@ public final class MQTTClient: Sendable {
     public func disconnect(expireSession: Bool = false) async {
         let connection = self.connection
         let id = connection.makeID()
-        // The network thread can be inside a blocking TCP connect to an unresponsive host (up to the
-        // kernel's timeout, minutes): stop waiting for it after two seconds, it ends on its own.
         let timeout = Task {
             try? await Task.sleep(for: .seconds(2))
             connection.update { $0.onDisconnectTimedOut(id: id) }
@@ -90,7 +86,6 @@ public final class MQTTClient: Sendable {
 
     /// Stops the network thread as `stop` says, and waits for its end (or the timeout of the stop `id`).
     private func stop(_ stop: ConnectionStateMachine.Stop, id: UInt64) async {
-        let connection = self.connection
         await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
             connection.update { $0.onDisconnectRequested(id: id, waiter, stop: stop) }
         }
@@ -164,7 +159,6 @@ public final class MQTTClient: Sendable {
 
     /// The asynchronous half: waits until the message was written (QoS 0) or acknowledged (QoS ≥ 1).
     package func acknowledgement(of ticket: PublishTicket) async throws(MQTTError) -> PublishReceipt {
-        let connection = self.connection
         let result = await withTaskCancellationHandler {
             await withUnsafeContinuation { continuation in
                 connection.update {
@@ -254,7 +248,6 @@ public final class MQTTClient: Sendable {
         for request in subscriptions where !Topic.isValidFilter(request.filter) {
             throw .invalidTopicFilter(request.filter)
         }
-        let connection = self.connection
         let id = connection.makeID()
         let toSend: [TopicSubscription]
         switch connection.update({ $0.onSubscriptionAdded(id: id, subscriptions, sink: sink) }) {

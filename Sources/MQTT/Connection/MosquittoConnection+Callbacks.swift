@@ -1,9 +1,8 @@
 import CMosquitto
 import Foundation
 
-/// libmosquitto's callbacks, turned into state machine inputs. libmosquitto calls back from the loop
-/// functions: on the network thread, and on a publisher that writes its own packet (see
-/// ``MosquittoConnection``'s threading), so a callback never blocks.
+/// libmosquitto's callbacks, turned into state machine inputs. They never block: where they run is in
+/// ``MosquittoConnection``'s threading.
 extension MosquittoConnection {
     func setCallbacks() {
         if getenv("GROUPSYNC_MQTT_DEBUG") != nil {

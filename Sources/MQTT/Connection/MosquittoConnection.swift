@@ -164,11 +164,8 @@ final class MosquittoConnection: @unchecked Sendable {
     /// costs a wake-up and a context switch on each side —, and otherwise (the network thread or another
     /// publisher is in libmosquitto's I/O, TLS, stopping) wakes the network thread, which writes whatever
     /// is queued before it waits. A write that fails has closed the socket and reported the loss (the
-    /// disconnect callback, on this thread); the network thread is woken to see the socket gone.
-    ///
-    /// libmosquitto runs callbacks in the write (a QoS 0 message's publish callback, the disconnect
-    /// callback), and they take locks of their own: a caller that holds a lock does not write here
-    /// (`writeNow` false) but calls this once it released it.
+    /// disconnect callback, on this thread); the network thread is woken to see the socket gone. Callbacks
+    /// run in the write: see ``MQTTClient/enqueuePublish(to:payload:qos:retain:properties:writeNow:)``.
     func writeFromCaller() {
         let written =
             callerWrites.load(ordering: .relaxed)
