@@ -61,12 +61,7 @@ final class MosquittoConnection: @unchecked Sendable {
             ConnectionStateMachine(
                 backoff: configuration.reconnect, servers: configuration.servers, retainedMessages: configuration.retainedMessages))
         mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
-        do {
-            try configure()
-        } catch {
-            mosquitto_destroy(handle)
-            throw error
-        }
+        try configure()  // on failure `deinit` destroys the handle: `self` is initialised
         setCallbacks()
     }
 
