@@ -436,9 +436,9 @@ struct ConnectionStateMachine {
 
     /// The connection ended after its socket was opened (broker gone, keepalive, CONNACK refused, or the
     /// DISCONNECT written after `disconnect()`). `cause` is what a first `connect()` fails with if the
-    /// connection ends before CONNACK. Reported by the disconnect callback, on the network thread or a
-    /// publisher whose write failed, and by the loop when libmosquitto closed the socket without it: once
-    /// reported (backing off, stopping, stopped), it changes nothing. There is no socket before `connect()`.
+    /// connection ends before CONNACK. Reported by the disconnect callback, and by the loop when
+    /// libmosquitto closed the socket without it: once reported (backing off, stopping, stopped), it
+    /// changes nothing.
     mutating func onConnectionLost(
         reason: String, cause: MQTTError? = nil, now: ContinuousClock.Instant, random: Double
     ) -> Action {
