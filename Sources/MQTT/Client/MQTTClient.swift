@@ -53,9 +53,7 @@ public final class MQTTClient: Sendable {
     /// or as long as the kernel's TCP connect to a host that never answers. The client is then stopped.
     /// Called from a task already cancelled, it fails with ``MQTTError/cancelled`` without an attempt.
     public func connect() async throws(MQTTError) {
-        // Already cancelled: no attempt at all (a TCP connect, once started, may take the kernel's time).
         guard !Task.isCancelled else { throw .cancelled }
-        let connection = self.connection
         let result = await withTaskCancellationHandler {
             await withCheckedContinuation { (waiter: ConnectionStateMachine.ConnectWaiter) in
                 // Read under the lock: a cancellation that came before the attempt existed found nothing to stop.
@@ -78,16 +76,19 @@ public final class MQTTClient: Sendable {
     public func disconnect(expireSession: Bool = false) async {
         let connection = self.connection
         let id = connection.makeID()
-        // The network thread can be inside a blocking TCP connect to an unresponsive host (up to the
-        // kernel's timeout, minutes): stop waiting for it after two seconds, it ends on its own.
         let timeout = Task {
             try? await Task.sleep(for: .seconds(2))
             connection.update { $0.onDisconnectTimedOut(id: id) }
         }
-        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
-            connection.update { $0.onDisconnectRequested(id: id, waiter, stop: expireSession ? .expireSession : .disconnect) }
-        }
+        await stop(expireSession ? .expireSession : .disconnect, id: id)
         timeout.cancel()
+    }
+
+    /// Stops the network thread as `stop` says, and waits for its end (or the timeout of the stop `id`).
+    private func stop(_ stop: ConnectionStateMachine.Stop, id: UInt64) async {
+        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+            connection.update { $0.onDisconnectRequested(id: id, waiter, stop: stop) }
+        }
     }
 
     /// Publishes `payload` to `topic`.
@@ -120,40 +121,25 @@ public final class MQTTClient: Sendable {
     /// The calling thread writes it to the socket itself when it can, and libmosquitto then runs the
     /// callbacks of what it wrote on that thread (a publish's outcome handler, a lost connection). A
     /// caller that holds a lock such a callback may take passes `writeNow` false and calls ``flush()``
-    /// once it released the lock.
+    /// once it released the lock. `payload` is `Data`, or an array for payloads written byte by byte.
     package func enqueuePublish(
-        to topic: String, payload: Data, qos: QoS, retain: Bool = false, properties: MQTTProperties = .init(),
+        to topic: String, payload: some ContiguousBytes, qos: QoS, retain: Bool = false, properties: MQTTProperties = .init(),
         writeNow: Bool = true
     ) throws(MQTTError) -> PublishTicket {
-        try payload.withUnsafeBytes { bytes in
-            enqueuePublish(to: topic, bytes: bytes, qos: qos, retain: retain, properties: properties, writeNow: writeNow)
+        guard Topic.isValidName(topic) else { throw .invalidTopic(topic) }
+        if configuration.protocolVersion == .v311 && !properties.isEmpty {
+            throw .invalidConfiguration("MQTT 3.1.1 has no message properties")
+        }
+        return try payload.withUnsafeBytes { bytes in
+            connection.publish(topic: topic, payload: bytes, qos: qos, retain: retain, properties: properties, writeNow: writeNow).map {
+                mid, generation in
+                PublishTicket(mid: mid, qos: qos, generation: generation, topic: topic, size: bytes.count)
+            }
         }.get()
     }
 
     /// Writes what was enqueued with `writeNow` false (or wakes the network thread to).
     package func flush() { connection.writeFromCaller() }
-
-    /// The same from an array, for payloads written byte by byte (no `Data` to build first).
-    package func enqueuePublish(
-        to topic: String, payload: [UInt8], qos: QoS, retain: Bool = false, properties: MQTTProperties = .init()
-    ) throws(MQTTError) -> PublishTicket {
-        try payload.withUnsafeBytes { bytes in
-            enqueuePublish(to: topic, bytes: bytes, qos: qos, retain: retain, properties: properties, writeNow: true)
-        }.get()
-    }
-
-    private func enqueuePublish(
-        to topic: String, bytes: UnsafeRawBufferPointer, qos: QoS, retain: Bool, properties: MQTTProperties, writeNow: Bool
-    ) -> Result<PublishTicket, MQTTError> {
-        guard Topic.isValidName(topic) else { return .failure(.invalidTopic(topic)) }
-        if configuration.protocolVersion == .v311 && !properties.isEmpty {
-            return .failure(.invalidConfiguration("MQTT 3.1.1 has no message properties"))
-        }
-        return connection.publish(topic: topic, payload: bytes, qos: qos, retain: retain, properties: properties, writeNow: writeNow).map {
-            mid, generation in
-            PublishTicket(mid: mid, qos: qos, generation: generation, topic: topic, size: bytes.count)
-        }
-    }
 
     /// Gives up on a ticket's acknowledgement without waiting (a fire-and-forget publish): the client
     /// forgets it when it comes. Use this, ``acknowledgement(of:)`` or ``onOutcome(of:_:)`` once per ticket.
@@ -173,7 +159,6 @@ public final class MQTTClient: Sendable {
 
     /// The asynchronous half: waits until the message was written (QoS 0) or acknowledged (QoS ≥ 1).
     package func acknowledgement(of ticket: PublishTicket) async throws(MQTTError) -> PublishReceipt {
-        let connection = self.connection
         let result = await withTaskCancellationHandler {
             await withUnsafeContinuation { continuation in
                 connection.update {
@@ -263,7 +248,6 @@ public final class MQTTClient: Sendable {
         for request in subscriptions where !Topic.isValidFilter(request.filter) {
             throw .invalidTopicFilter(request.filter)
         }
-        let connection = self.connection
         let id = connection.makeID()
         let toSend: [TopicSubscription]
         switch connection.update({ $0.onSubscriptionAdded(id: id, subscriptions, sink: sink) }) {
@@ -337,10 +321,6 @@ public final class MQTTClient: Sendable {
     /// Test and demo hook: dies as a crashed process would — the socket closes without DISCONNECT (so
     /// the broker publishes the will) and the client never reconnects.
     package func abort() async {
-        let connection = self.connection
-        let id = connection.makeID()
-        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
-            connection.update { $0.onDisconnectRequested(id: id, waiter, stop: .abort) }
-        }
+        await stop(.abort, id: connection.makeID())
     }
 }

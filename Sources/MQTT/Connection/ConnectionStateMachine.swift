@@ -11,8 +11,7 @@ struct ConnectionStateMachine {
         /// A task awaiting it. Unchecked, unlike the other continuations: one is made for every reliable
         /// message sent, and the machine guarantees the single resume.
         case task(UnsafeContinuation<Result<PublishReceipt, MQTTError>, Never>)
-        /// A function called where the outcome becomes known — on the network thread, or on a publishing
-        /// thread that writes (``MQTTClient/onOutcome(of:_:)``) —, so it must return at once.
+        /// A function called where the outcome becomes known (see ``MQTTClient/onOutcome(of:_:)``).
         case handler(@Sendable (Result<PublishReceipt, MQTTError>) -> Void)
     }
     typealias SubscribeWaiter = CheckedContinuation<Result<[Int], MQTTError>, Never>
@@ -50,7 +49,6 @@ struct ConnectionStateMachine {
         case tellConnected(MessageSink, sessionPresent: Bool)
         /// Subscribe a live filter again on a new connection, then ``onRestoreRegistered(mid:filter:)``.
         case restore(TopicSubscription)
-        /// Hand a received message to these sinks.
         case deliver(MQTTMessage, to: [MessageSink])
         /// Tell a sink that the burst its messages came in is over (``MessageSink/endOfBurst``).
         case endBurst(MessageSink)
@@ -129,9 +127,8 @@ struct ConnectionStateMachine {
     }
     /// Which sinks each recently received topic goes to: an application's topics repeat (one per sender
     /// and kind), so most messages skip matching every filter. Emptied whenever a subscription comes or
-    /// goes, and when it grows past ``maximumRoutes``: enough for the topics a small group sends on, and
-    /// small, since a process may hold a thousand connections, each with its own table (in a group of a
-    /// thousand, whose topics no such table holds, a miss costs matching a handful of filters).
+    /// goes, and past ``maximumRoutes``: enough for a small group's topics, and small, as a process may
+    /// hold a thousand connections (in a group of a thousand a miss costs matching a handful of filters).
     private(set) var routes: [String: [MessageSink]] = [:]
     static let maximumRoutes = 32
     /// The listeners of ``MQTTClient/events()``, under the IDs their sequences remove them by.
@@ -193,9 +190,8 @@ struct ConnectionStateMachine {
     }
 
     /// The task waiting in the first `connect()` was cancelled: the network thread stops, and the connect
-    /// fails with ``MQTTError/cancelled`` once the thread has ended, as a failed first connect does. The
-    /// cancellation may come at any time: once the first connect is over (or before it started), nothing
-    /// changes.
+    /// fails with ``MQTTError/cancelled`` once the thread has ended. Once the first connect is over (or
+    /// before it started), nothing changes.
     mutating func onConnectCancelled() -> Action {
         guard case let .firstConnect(waiter, _) = state else { return [] }
         state = .stopping(connectWaiter: waiter, connectFailure: .cancelled, stopWaiters: [:])
@@ -263,9 +259,7 @@ struct ConnectionStateMachine {
         // Not registered yet (the task sees its cancellation when it registers), or over already: nothing
         // to record — an entry would outlive the message and meet a later one that reuses its ID.
         guard case let .waiting(qos, waiter) = publishes[mid] else { return [] }
-        // The entry stays: the acknowledgement still comes and must not be left for a later message
-        // that reuses this ID.
-        publishes[mid] = .cancelled(qos: qos)
+        publishes[mid] = .cancelled(qos: qos)  // its acknowledgement still comes: not one for a later message
         return [.resumePublish(waiter, .failure(.cancelled))]
     }
 
@@ -312,7 +306,7 @@ struct ConnectionStateMachine {
         return []
     }
 
-    /// A listener's sequence ended. Nothing to do.
+    /// A listener's sequence ended.
     mutating func onListenerRemoved(id: UInt64) {
         listeners[id] = nil
     }
@@ -348,7 +342,6 @@ struct ConnectionStateMachine {
 
     // MARK: - Network thread side
 
-    /// What the network thread does next.
     enum NextStep: Equatable {
         /// Open a socket, not before `notBefore` (nil: now): with `mosquitto_connect` to `servers[to]` (the
         /// first time, and every time when there are several brokers), else (nil) with `mosquitto_reconnect`
@@ -370,11 +363,10 @@ struct ConnectionStateMachine {
 
     /// Opening the socket failed before any CONNACK. Only the network thread's connect step comes here
     /// (``nextStep``), in the first connect or backing off — or stopping, when `disconnect()` came
-    /// meanwhile: nothing changes then. Any other state is a bug of the caller.
+    /// meanwhile: nothing changes then.
     mutating func onConnectFailed(_ error: MQTTError, now: ContinuousClock.Instant, random: Double) -> Action {
         switch state {
         case let .firstConnect(waiter, socketOpen: false):
-            // The first connect fails fast and for good, once every broker was tried: the caller learns why.
             return failFirstConnectOrMoveOn(waiter, error)
         case let .backingOff(attempt, _):
             return scheduleReconnect(attempt: attempt + 1, now: now, random: random)
@@ -444,9 +436,9 @@ struct ConnectionStateMachine {
 
     /// The connection ended after its socket was opened (broker gone, keepalive, CONNACK refused, or the
     /// DISCONNECT written after `disconnect()`). `cause` is what a first `connect()` fails with if the
-    /// connection ends before CONNACK. Reported by the disconnect callback, on the network thread or a
-    /// publisher whose write failed, and by the loop when libmosquitto closed the socket without it: once
-    /// reported (backing off, stopping, stopped), it changes nothing. There is no socket before `connect()`.
+    /// connection ends before CONNACK. Reported by the disconnect callback, and by the loop when
+    /// libmosquitto closed the socket without it: once reported (backing off, stopping, stopped), it
+    /// changes nothing.
     mutating func onConnectionLost(
         reason: String, cause: MQTTError? = nil, now: ContinuousClock.Instant, random: Double
     ) -> Action {
@@ -566,9 +558,7 @@ struct ConnectionStateMachine {
     }
 
     /// The first connect failed for good. Its caller learns why once the network thread has ended
-    /// (``onStopped()``): by then the thread has let go of the connection, so a caller that drops the
-    /// client and exits the process at once destroys libmosquitto's handle itself, before the exit — not
-    /// a network thread racing the process's exit handlers (OpenSSL's among them).
+    /// (``onStopped()``) and let go of the connection (see ``MosquittoConnection/startNetworkThread()``).
     private mutating func failFirstConnect(_ waiter: ConnectWaiter, _ error: MQTTError) -> Action {
         state = .stopping(connectWaiter: waiter, connectFailure: error, stopWaiters: [:])
         return []

@@ -1,9 +1,8 @@
 import CMosquitto
 import Foundation
 
-/// libmosquitto's callbacks, turned into state machine inputs. libmosquitto calls back from the loop
-/// functions: on the network thread, and on a publisher that writes its own packet (see
-/// ``MosquittoConnection``'s threading), so a callback never blocks.
+/// libmosquitto's callbacks, turned into state machine inputs. They never block: where they run is in
+/// ``MosquittoConnection``'s threading.
 extension MosquittoConnection {
     func setCallbacks() {
         if getenv("GROUPSYNC_MQTT_DEBUG") != nil {
@@ -65,7 +64,7 @@ extension MosquittoConnection {
         if case let .success(mid?) = subscribe([request]) { state.withLock { $0.onRestoreRegistered(mid: mid, filter: request.filter) } }
     }
 
-    private func didDisconnect(rc: Int32) {
+    func didDisconnect(rc: Int32) {
         let reason = rc == 0 ? "disconnected by the client" : String(cString: mosquitto_strerror(rc))
         let cause = connectError(rc)
         update { $0.onConnectionLost(reason: reason, cause: cause, now: .now, random: .random(in: 0..<1)) }

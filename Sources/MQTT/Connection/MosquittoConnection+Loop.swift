@@ -4,15 +4,13 @@ import Foundation
 /// The network thread: ``ConnectionStateMachine/nextStep`` says whether to connect (after a backoff
 /// delay), to run the open connection, or to stop.
 ///
-/// An open connection runs in turns: `poll()` on the socket (for writing too while libmosquitto has
-/// bytes to send) and on ``WakeChannel``, then `mosquitto_loop_read`, `mosquitto_loop_write` and, every
-/// ``keepaliveCheckInterval``, `mosquitto_loop_misc` — the functions `mosquitto.h` offers for a loop of
-/// one's own. Not `mosquitto_loop`: it waits with `select()`, which cannot watch a descriptor at or above
-/// `FD_SETSIZE` (1024), about 340 connections per process. What this thread adds to libmosquitto's loop:
-/// the state machine's connect policy (a first connect that fails is reported, not retried; reconnects
-/// back off with jitter), the subscriptions restored as soon as the socket is open, the end of a burst
-/// of messages reported, and a stop that quiesces the connection before DISCONNECT (see
-/// ``sendDisconnect()``).
+/// An open connection runs in turns (`turn(timeout:lastKeepaliveCheck:)`) of `poll()` and the functions
+/// `mosquitto.h` offers for a loop of one's own. Not `mosquitto_loop`: it waits with `select()`, which
+/// cannot watch a descriptor at or above `FD_SETSIZE` (1024), about 340 connections per process. What
+/// this thread adds to libmosquitto's loop: the state machine's connect policy (a first connect that
+/// fails is reported, not retried; reconnects back off with jitter), the subscriptions restored as soon
+/// as the socket is open, the end of a burst of messages reported, and a stop that quiesces the
+/// connection before DISCONNECT (see ``sendDisconnect()``).
 extension MosquittoConnection {
     /// Starts the network thread. It runs until `disconnect` (or a failed first connect) stops it.
     ///
@@ -63,9 +61,7 @@ extension MosquittoConnection {
                 if rc != MOSQ_ERR_SUCCESS.rawValue && mosquitto_socket(handle) == -1 {
                     // Reported by the disconnect callback as a rule; this covers a socket libmosquitto
                     // closed without it (e.g. a failed TLS read). Once reported, it changes nothing.
-                    let reason = String(cString: mosquitto_strerror(rc))
-                    let cause = connectError(rc)
-                    update { $0.onConnectionLost(reason: reason, cause: cause, now: .now, random: .random(in: 0..<1)) }
+                    didDisconnect(rc: rc)
                 }
             }
         }
@@ -85,10 +81,11 @@ extension MosquittoConnection {
 
     /// One turn of the open connection: waits up to `timeout` milliseconds for the socket or a wake-up,
     /// lets libmosquitto read and write, and — once ``keepaliveCheckInterval`` has passed since
-    /// `lastKeepaliveCheck` (updated) — keep the connection alive; then ``endBurstUnlessMoreIsWaiting()``.
-    /// Returns libmosquitto's result, like `mosquitto_loop`.
+    /// `lastKeepaliveCheck` (updated) — keep the connection alive; then ends a burst of messages unless
+    /// more bytes wait (``ConnectionStateMachine/onTurnEnded(moreWaiting:)``). Returns libmosquitto's
+    /// result, like `mosquitto_loop`.
     private func turn(timeout: Int32, lastKeepaliveCheck: inout ContinuousClock.Instant) -> Int32 {
-        defer { endBurstUnlessMoreIsWaiting() }
+        defer { update { $0.onTurnEnded { bytesWaiting() } } }
         let socket = mosquitto_socket(handle)
         guard socket != -1 else { return MOSQ_ERR_NO_CONN.rawValue }
         let buffered = tlsHoldsReceivedBytes()
@@ -149,12 +146,6 @@ extension MosquittoConnection {
         return SSL_pending(OpaquePointer(ssl)) > 0
     }
 
-    /// Tells the sinks of the messages read in this turn that their burst is over, unless more bytes
-    /// already wait on the socket (``ConnectionStateMachine/onTurnEnded(moreWaiting:)``).
-    private func endBurstUnlessMoreIsWaiting() {
-        update { $0.onTurnEnded { bytesWaiting() } }
-    }
-
     /// Whether received bytes wait on the socket.
     private func bytesWaiting() -> Bool {
         var waiting: Int32 = 0
@@ -167,9 +158,7 @@ extension MosquittoConnection {
     private func sleepOnWakeup(until instant: ContinuousClock.Instant) -> Bool {
         let remaining = instant - .now
         guard remaining > .zero else { return true }
-        let (seconds, attoseconds) = remaining.components
-        let nanoseconds = Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)
-        _ = wakeup.wait(timeout: .now() + .nanoseconds(nanoseconds))
+        _ = wakeup.wait(timeout: .now() + .nanoseconds(Int(remaining / .nanoseconds(1))))
         return ContinuousClock.now >= instant
     }
 
@@ -192,14 +181,12 @@ extension MosquittoConnection {
     /// libmosquitto closes the socket as soon as DISCONNECT is written. A socket closed with unread data
     /// in its receive buffer sends a TCP reset, which can reach the broker before it has read the
     /// DISCONNECT — it then sees a broken connection and publishes the will. So first the connection is
-    /// made quiet: one UNSUBSCRIBE of every live filter, and everything up to its UNSUBACK is read
-    /// normally. The broker answers in order, so after that UNSUBACK nothing more is on its way.
+    /// made quiet: one UNSUBSCRIBE of every live filter, and everything up to its UNSUBACK is read. The
+    /// broker answers in order, so after that UNSUBACK nothing more is on its way.
     ///
-    /// A session that outlives the connection keeps its subscriptions (its messages are queued for the
-    /// next connection): then only a filter of no subscription is unsubscribed, its UNSUBACK marks the end
-    /// of what the broker sent before, and what still arrives is read as long as more waits — a message
-    /// that arrives after that can still make the socket close with a reset, and the broker publish the
-    /// will.
+    /// A session that outlives the connection keeps its subscriptions: then only ``wakeFilter`` is
+    /// unsubscribed, its UNSUBACK marks the end of what the broker sent before, and what still arrives is
+    /// read while more waits — a message that arrives later can still cause the reset, and the will.
     private func sendDisconnect() {
         let deadline = ContinuousClock.now + .seconds(1)
         let sessionEnds =

@@ -44,7 +44,7 @@ final class MosquittoConnection: @unchecked Sendable {
     let lastUnsubscribeAck = Atomic<Int32>(0)
     init(configuration: MQTTClient.Configuration) throws(MQTTError) {
         try configuration.validate()
-        MosquittoLibrary.initializeOnce()
+        _ = MosquittoConnection.libraryInitialized
         guard let handle = mosquitto_new(configuration.clientID, configuration.cleanStart, nil) else {
             throw .invalidConfiguration("libmosquitto could not create a client (clean start off needs a client ID)")
         }
@@ -61,18 +61,20 @@ final class MosquittoConnection: @unchecked Sendable {
             ConnectionStateMachine(
                 backoff: configuration.reconnect, servers: configuration.servers, retainedMessages: configuration.retainedMessages))
         mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
-        do {
-            try configure()
-        } catch {
-            mosquitto_destroy(handle)
-            throw error
-        }
+        try configure()  // on failure `deinit` destroys the handle: `self` is initialised
         setCallbacks()
     }
 
     deinit {
         mosquitto_destroy(handle)
     }
+
+    /// `mosquitto_lib_init` must run once per process before any client exists (after OpenSSL's own
+    /// set-up, see ``OpenSSLLibrary``).
+    private static let libraryInitialized: Void = {
+        OpenSSLLibrary.initializeOnce()
+        mosquitto_lib_init()
+    }()
 
     func makeID() -> UInt64 { nextID.add(1, ordering: .relaxed).newValue }
 
@@ -157,11 +159,8 @@ final class MosquittoConnection: @unchecked Sendable {
     /// costs a wake-up and a context switch on each side —, and otherwise (the network thread or another
     /// publisher is in libmosquitto's I/O, TLS, stopping) wakes the network thread, which writes whatever
     /// is queued before it waits. A write that fails has closed the socket and reported the loss (the
-    /// disconnect callback, on this thread); the network thread is woken to see the socket gone.
-    ///
-    /// libmosquitto runs callbacks in the write (a QoS 0 message's publish callback, the disconnect
-    /// callback), and they take locks of their own: a caller that holds a lock does not write here
-    /// (`writeNow` false) but calls this once it released it.
+    /// disconnect callback, on this thread); the network thread is woken to see the socket gone. Callbacks
+    /// run in the write: see ``MQTTClient/enqueuePublish(to:payload:qos:retain:properties:writeNow:)``.
     func writeFromCaller() {
         let written =
             callerWrites.load(ordering: .relaxed)
@@ -247,19 +246,5 @@ final class MosquittoConnection: @unchecked Sendable {
         return copies.withUnsafeMutableBufferPointer { buffer in
             buffer.withMemoryRebound(to: UnsafeMutablePointer<CChar>?.self) { body(Int32($0.count), $0.baseAddress) }
         }
-    }
-}
-
-/// `mosquitto_lib_init` must run once per process before any client exists (after OpenSSL's own set-up,
-/// see ``OpenSSLLibrary``).
-enum MosquittoLibrary {
-    private static let initialized: Bool = {
-        OpenSSLLibrary.initializeOnce()
-        mosquitto_lib_init()
-        return true
-    }()
-
-    static func initializeOnce() {
-        _ = initialized
     }
 }

@@ -8,12 +8,11 @@ struct MessageSink: Sendable {
     /// Takes one message; false when it was dropped (a full stream buffer).
     let deliver: @Sendable (MQTTMessage) -> Bool
     let finish: @Sendable () -> Void
-    /// Called on the network thread after a burst of messages — once nothing more waits on the socket,
-    /// or after `ConnectionStateMachine.maximumBurst` messages — if this sink received any of them, so that
-    /// messages read together (records a broker sent at once) can be shown as one change.
+    /// Called on the network thread after a burst of messages this sink received some of
+    /// (``ConnectionStateMachine/onTurnEnded(moreWaiting:)``).
     var endOfBurst: (@Sendable () -> Void)? = nil
-    /// Called on the network thread when a new connection was accepted (with CONNACK's session-present
-    /// flag), before any message of the new connection (its subscriptions went out with its CONNECT).
+    /// Called on the network thread at CONNACK, with its session-present flag, before any message of the
+    /// new connection.
     var connected: (@Sendable (_ sessionPresent: Bool) -> Void)? = nil
     /// The subscription's ID, set when the client registers it.
     var id: UInt64 = 0

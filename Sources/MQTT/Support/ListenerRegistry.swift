@@ -13,18 +13,15 @@ package struct ListenerRegistry<Listener> {
 
     package init() {}
 
-    /// Adds `listener` under `id`, the identity of the object it yields to.
     package mutating func add(_ listener: Listener, id: ID) {
         listeners[id] = listener
     }
 
-    /// Removes the listener added under `id`, if it is still there.
     @discardableResult
     package mutating func remove(_ id: ID) -> Listener? {
         listeners.removeValue(forKey: id)
     }
 
-    /// Removes every listener and returns them, e.g. to finish them all.
     package mutating func removeAll() -> [Listener] {
         defer { listeners = [:] }
         return Array(listeners.values)
@@ -34,15 +31,12 @@ package struct ListenerRegistry<Listener> {
         listeners[id]
     }
 
-    /// Every listener, to resume them all with the same value.
     package var all: [Listener] { Array(listeners.values) }
 
-    /// The listeners that `isIncluded` selects, e.g. those of one message type.
     package func filter(_ isIncluded: (Listener) -> Bool) -> [Listener] {
         listeners.values.filter(isIncluded)
     }
 
-    /// Calls `body` with each listener and its ID.
     package func forEach(_ body: (_ id: ID, _ listener: Listener) throws -> Void) rethrows {
         for (id, listener) in listeners { try body(id, listener) }
     }

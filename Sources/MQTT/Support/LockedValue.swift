@@ -3,10 +3,9 @@ import Foundation
 /// A value guarded by a `pthread_mutex_t`, with the same `withLock` shape as `Synchronization.Mutex`.
 ///
 /// Why not `Mutex`: on Linux, `Synchronization.Mutex` waits with raw futex system calls, which
-/// ThreadSanitizer does not see, so every access it protects is reported as a race (reproduced with a
-/// 10-line program under `swift build --sanitize=thread`). CI runs the suite under ThreadSanitizer, so
-/// the state that libmosquitto's network thread and Swift tasks share is guarded by a lock it
-/// understands. Used only inside this package.
+/// ThreadSanitizer does not see, so every access it protects is reported as a race. CI runs the suite
+/// under ThreadSanitizer, so the state that libmosquitto's network thread and Swift tasks share is
+/// guarded by a lock it understands.
 ///
 /// The value lives behind a pointer rather than in a stored `var`: an `inout` access to a class's
 /// stored property is checked for exclusivity at run time on every lock, and the mutex already
