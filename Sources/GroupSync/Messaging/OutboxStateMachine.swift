@@ -78,10 +78,8 @@ struct OutboxStateMachine {
     /// left; nor streams still at 0). To broadcast as `$position` after each reconnect.
     var position: Reliable.Position {
         var direct: [String: Int64] = [:]
-        for (stream, numbers) in numbering {
-            if case let .direct(recipient) = stream, numbers.latest > 0, marks[recipient] != nil {
-                direct[recipient] = numbers.latest
-            }
+        for case let (.direct(recipient), numbers) in numbering where numbers.latest > 0 && marks[recipient] != nil {
+            direct[recipient] = numbers.latest
         }
         return Reliable.Position(all: latest(of: .all), direct: direct)
     }
