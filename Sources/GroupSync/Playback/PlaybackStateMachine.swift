@@ -338,8 +338,7 @@ struct PlaybackStateMachine {
     /// Time passes (at a moment an action named): a takeover whose patience ran out, a `$ping` due (to
     /// the reference that holds after the takeover), a start whose instant came.
     mutating func onTick(atLocal local: Int64) -> Action {
-        let claimed = checkReference(atLocal: local)
-        return act(atLocal: local, claimed: claimed, ping: takePing(atLocal: local))
+        act(atLocal: local, claimed: checkReference(atLocal: local), ping: takePing(atLocal: local))
     }
 
     /// When (local) this participant next has something to do without an input: a `$ping` due (every
