@@ -76,9 +76,9 @@ extension Wire {
 
 extension Reliable.ResendRequest: Wire.Record {
     init(fields: Wire.Fields) throws(Wire.Rejection) {
-        let stream = try fields.enum(CodingKeys.stream, Reliable.StreamKind.self)
         self.init(
-            stream: stream, from: try fields.int(CodingKeys.from, in: Wire.Bounds.position),
+            stream: try fields.enum(CodingKeys.stream, Reliable.StreamKind.self),
+            from: try fields.int(CodingKeys.from, in: Wire.Bounds.position),
             to: try fields.optionalInt(CodingKeys.to, in: Wire.Bounds.position))
     }
 }
