@@ -46,9 +46,8 @@ enum Reliable {
     ///
     /// No seq up to `through` will be re-sent to the receiver: the ranges in `lost` were owed to it but have
     /// left the outbox (the receiver reports them as gap events), the others were never owed (sent before
-    /// the sender saw the receiver as a member). The receiver may move its cursor to `through`. What the
-    /// sender can re-send is always a suffix of the stream, so the answer to a request is this skip
-    /// (covering the start of the range) followed by the re-sent envelopes (the rest of it).
+    /// the sender saw the receiver as a member). The receiver may move its cursor to `through`. How it
+    /// answers a request: ``OutboxStateMachine/answer(_:from:)``.
     struct Skip: Hashable, Sendable, Encodable {
         var stream: StreamKind
         var through: Int64

@@ -242,10 +242,7 @@ struct PlaybackStateMachine {
     var isReference: Bool { if case .reference = role { true } else { false } }
 
     /// Our answer to a `$ping` received at local `local`: the group time, when we serve it.
-    func answerPing(atLocal local: Int64) -> GroupInstant? {
-        guard case let .reference(offset) = role else { return nil }
-        return GroupInstant(nanoseconds: local &+ offset)
-    }
+    func answerPing(atLocal local: Int64) -> GroupInstant? { isReference ? groupTime(atLocal: local) : nil }
 
     /// The connection took the `$ping` carrying `t0` at local time `local`.
     mutating func onPingQueued(t0: Int64, atLocal local: Int64) -> Action {
