@@ -140,8 +140,7 @@ struct OutboxStateMachine {
         else { return .position(position(for: requester)) }
         guard first <= last else { return .resend(skip: nil, entries: []) }
 
-        let owedAfter =
-            marks[requester].map { stream == .all ? $0.all : $0.direct } ?? numbers.latest
+        let owedAfter = marks[requester].map { stream == .all ? $0.all : $0.direct } ?? numbers.latest
         let notResentThrough = min(last, max(owedAfter, numbers.evictedThrough))
         var skip: Reliable.Skip?
         if notResentThrough >= first {
