@@ -117,7 +117,5 @@ public enum Identifier {
     }
 
     /// Whether `value` follows the rules (for input from the wire).
-    public static func isValid(_ value: String) -> Bool { isValid(value[...]) }
-
-    static func isValid(_ value: Substring) -> Bool { !value.isEmpty && value.utf8.count <= 128 && value.utf8.allSatisfy(isAllowed) }
+    public static func isValid(_ value: String) -> Bool { !value.isEmpty && value.utf8.count <= 128 && value.utf8.allSatisfy(isAllowed) }
 }

@@ -83,10 +83,7 @@ public final class GroupSessionMessenger: Sendable {
     /// before it saved them, or restarted without persistence) and a sender that could not re-send them.
     /// Ends like ``messages(of:)``.
     public func gaps() -> GroupUpdates<Gap> {
-        GroupUpdates(core.listen(.gaps)) { update in
-            guard case let .gap(gap) = update else { return nil }
-            return gap
-        }
+        GroupUpdates(core.listen(.gaps)) { update in if case let .gap(gap) = update { gap } else { nil } }
     }
 }
 

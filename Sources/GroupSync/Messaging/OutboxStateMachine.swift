@@ -78,10 +78,8 @@ struct OutboxStateMachine {
     /// left; nor streams still at 0). To broadcast as `$position` after each reconnect.
     var position: Reliable.Position {
         var direct: [String: Int64] = [:]
-        for (stream, numbers) in numbering {
-            if case let .direct(recipient) = stream, numbers.latest > 0, marks[recipient] != nil {
-                direct[recipient] = numbers.latest
-            }
+        for case let (.direct(recipient), numbers) in numbering where numbers.latest > 0 && marks[recipient] != nil {
+            direct[recipient] = numbers.latest
         }
         return Reliable.Position(all: latest(of: .all), direct: direct)
     }
@@ -142,8 +140,7 @@ struct OutboxStateMachine {
         else { return .position(position(for: requester)) }
         guard first <= last else { return .resend(skip: nil, entries: []) }
 
-        let owedAfter =
-            marks[requester].map { stream == .all ? $0.all : $0.direct } ?? numbers.latest
+        let owedAfter = marks[requester].map { stream == .all ? $0.all : $0.direct } ?? numbers.latest
         let notResentThrough = min(last, max(owedAfter, numbers.evictedThrough))
         var skip: Reliable.Skip?
         if notResentThrough >= first {

@@ -46,9 +46,8 @@ enum Reliable {
     ///
     /// No seq up to `through` will be re-sent to the receiver: the ranges in `lost` were owed to it but have
     /// left the outbox (the receiver reports them as gap events), the others were never owed (sent before
-    /// the sender saw the receiver as a member). The receiver may move its cursor to `through`. What the
-    /// sender can re-send is always a suffix of the stream, so the answer to a request is this skip
-    /// (covering the start of the range) followed by the re-sent envelopes (the rest of it).
+    /// the sender saw the receiver as a member). The receiver may move its cursor to `through`. How it
+    /// answers a request: ``OutboxStateMachine/answer(_:from:)``.
     struct Skip: Hashable, Sendable, Encodable {
         var stream: StreamKind
         var through: Int64
@@ -76,9 +75,9 @@ extension Wire {
 
 extension Reliable.ResendRequest: Wire.Record {
     init(fields: Wire.Fields) throws(Wire.Rejection) {
-        let stream = try fields.enum(CodingKeys.stream, Reliable.StreamKind.self)
         self.init(
-            stream: stream, from: try fields.int(CodingKeys.from, in: Wire.Bounds.position),
+            stream: try fields.enum(CodingKeys.stream, Reliable.StreamKind.self),
+            from: try fields.int(CodingKeys.from, in: Wire.Bounds.position),
             to: try fields.optionalInt(CodingKeys.to, in: Wire.Bounds.position))
     }
 }

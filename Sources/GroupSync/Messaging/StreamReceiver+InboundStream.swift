@@ -114,11 +114,7 @@ extension StreamReceiver {
         /// and counted), and what is missing up to it is asked for. A position below one stated before
         /// changes nothing.
         mutating func position(_ latest: Int64, now: Int64, _ configuration: Configuration, _ output: inout Output) {
-            guard latest >= 0, latest <= Reliable.maximumSeq else {
-                output.rejected += 1
-                return
-            }
-            if let cursor, latest - cursor > configuration.sequenceWindow {
+            guard latest >= 0, latest <= Reliable.maximumSeq, cursor.map({ latest - $0 <= configuration.sequenceWindow }) ?? true else {
                 output.rejected += 1
                 return
             }
@@ -152,11 +148,9 @@ extension StreamReceiver {
         /// Asks for everything after the cursor; the pending request counts as sent now.
         mutating func reconnected(now: Int64, _ configuration: Configuration, _ output: inout Output) {
             output.asks.append((cursor.map { $0 + 1 } ?? 0, nil))
-            if request != nil {
-                request?.sentAt = now
-                request?.retryDelay = configuration.retryInterval
-                request?.cursorWhenSent = cursor
-            }
+            request?.sentAt = now
+            request?.retryDelay = configuration.retryInterval
+            request?.cursorWhenSent = cursor
         }
 
         /// Sends the pending request again once its retry delay has passed. The delay doubles while nothing
@@ -198,11 +192,7 @@ extension StreamReceiver {
             finish(&output)
             let highest = max(held.keys.max() ?? 0, request?.through ?? 0)
             let settled = min(highest, max(cursor ?? 0, stated))
-            if let cursor {
-                self.cursor = max(cursor, settled)
-            } else if settled > 0 {
-                cursor = settled
-            }
+            if cursor != nil || settled > 0 { cursor = max(cursor ?? 0, settled) }
             for seq in held.keys where seq > (cursor ?? 0) { deliveredAhead.insert(seq) }
             held = [:]
             request = nil

@@ -121,10 +121,9 @@ struct StreamReceiver<Message> {
         var action = Action()
         guard admit(sender, epoch: epoch, now: now, &action) else { return action }
         for (stream, latest) in [(Reliable.StreamKind.all, all), (.direct, direct)] {
-            var output = InboundStream.Output()
-            senders[sender]!.streams[stream, default: InboundStream()]
-                .position(latest, now: now, configuration, &output)
-            record(output, from: sender, stream, into: &action)
+            run(stream, of: sender, into: &action) { inbound, configuration, output in
+                inbound.position(latest, now: now, configuration, &output)
+            }
         }
         return action
     }
@@ -153,11 +152,8 @@ struct StreamReceiver<Message> {
     /// stay: if the same connection turns out to be alive after all, nothing is delivered twice.
     mutating func senderLost(_ sender: String) -> Action {
         var action = Action()
-        guard senders[sender] != nil else { return action }
-        for stream in Reliable.StreamKind.allCases {
-            var output = InboundStream.Output()
-            senders[sender]!.streams[stream]?.flush(&output)
-            record(output, from: sender, stream, into: &action)
+        for stream in Reliable.StreamKind.allCases where senders[sender]?.streams[stream] != nil {
+            run(stream, of: sender, into: &action) { inbound, _, output in inbound.flush(&output) }
         }
         return action
     }
@@ -197,11 +193,8 @@ struct StreamReceiver<Message> {
 
     /// Ends the streams of `sender`'s epoch followed: what they hold comes out, with the gaps.
     private mutating func end(_ sender: String, into action: inout Action) {
-        guard let streams = senders[sender]?.streams else { return }
-        for stream in Reliable.StreamKind.allCases {
-            var output = InboundStream.Output()
-            streams[stream]?.finish(&output)
-            record(output, from: sender, stream, into: &action)
+        for stream in Reliable.StreamKind.allCases where senders[sender]?.streams[stream] != nil {
+            run(stream, of: sender, into: &action) { inbound, _, output in inbound.finish(&output) }
         }
     }
 
@@ -211,9 +204,7 @@ struct StreamReceiver<Message> {
     ) -> Action {
         var action = Action()
         guard admit(sender, epoch: epoch, now: now, &action) else { return action }
-        var output = InboundStream.Output()
-        body(&senders[sender]!.streams[stream, default: InboundStream()], configuration, &output)
-        record(output, from: sender, stream, into: &action)
+        run(stream, of: sender, into: &action, body)
         return action
     }
 
@@ -226,18 +217,18 @@ struct StreamReceiver<Message> {
     ) -> Action {
         var action = Action()
         for sender in senders.keys.sorted() {
-            for stream in Reliable.StreamKind.allCases {
-                var output = InboundStream.Output()
-                body(&senders[sender]!.streams[stream, default: InboundStream()], configuration, &output)
-                record(output, from: sender, stream, into: &action)
-            }
+            for stream in Reliable.StreamKind.allCases { run(stream, of: sender, into: &action, body) }
         }
         return action
     }
 
-    private mutating func record(
-        _ output: InboundStream.Output, from sender: String, _ stream: Reliable.StreamKind, into action: inout Action
+    /// Runs `body` on `sender`'s `stream` (a new one if it has none) and adds what it gives out to `action`.
+    private mutating func run(
+        _ stream: Reliable.StreamKind, of sender: String, into action: inout Action,
+        _ body: (inout InboundStream, Configuration, inout InboundStream.Output) -> Void
     ) {
+        var output = InboundStream.Output()
+        body(&senders[sender]!.streams[stream, default: InboundStream()], configuration, &output)
         rejected += output.rejected
         for item in output.items {
             switch item {

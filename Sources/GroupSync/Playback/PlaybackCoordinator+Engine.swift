@@ -30,13 +30,12 @@ extension PlaybackCoordinator {
         init(core: SessionCore, initiator: String, configuration: Configuration) {
             self.core = core
             self.configuration = configuration
-            let state = LockedValue(
+            state = LockedValue(
                 State(
                     machine: PlaybackStateMachine(
                         me: core.me, initiator: initiator,
                         waitingReasons: Set(configuration.suspensionReasonsThatTriggerWaiting.map(\.rawValue)),
                         lead: configuration.lead, pingInterval: configuration.synchronizationInterval)))
-            self.state = state
             timer.onWake { [weak self] in self?.wake() }
             startTimer.onWake { [weak self] in self?.wake() }
         }
@@ -199,9 +198,7 @@ extension PlaybackCoordinator {
                 case let .deliver(start): for inbox in state.starts.all { inbox.yield(start) }
                 case .finish: ending += state.starts.removeAll().map { inbox in inbox.finish }
                 }
-                switch action.waiters {
-                case .none: break
-                case .release:
+                if action.waiters == .release {
                     ending += state.clockWaiters.map { inbox in inbox.finish }
                     state.clockWaiters = []
                 }

@@ -70,10 +70,8 @@ public final class PlaybackCoordinator: Sendable {
     public func expectedMediaTime(at instant: GroupInstant? = nil) -> Double {
         let local = engine.localNow
         return engine.state.withLock { state in
-            let machine = state.machine
-            let timeline = machine.effectiveTimeline
-            guard let at = instant ?? machine.groupTime(atLocal: local) else { return timeline.position }
-            return timeline.mediaTime(at: at)
+            let timeline = state.machine.effectiveTimeline
+            return (instant ?? state.machine.groupTime(atLocal: local)).map(timeline.mediaTime(at:)) ?? timeline.position
         }
     }
 

@@ -242,10 +242,7 @@ struct PlaybackStateMachine {
     var isReference: Bool { if case .reference = role { true } else { false } }
 
     /// Our answer to a `$ping` received at local `local`: the group time, when we serve it.
-    func answerPing(atLocal local: Int64) -> GroupInstant? {
-        guard case let .reference(offset) = role else { return nil }
-        return GroupInstant(nanoseconds: local &+ offset)
-    }
+    func answerPing(atLocal local: Int64) -> GroupInstant? { isReference ? groupTime(atLocal: local) : nil }
 
     /// The connection took the `$ping` carrying `t0` at local time `local`.
     mutating func onPingQueued(t0: Int64, atLocal local: Int64) -> Action {
@@ -338,8 +335,7 @@ struct PlaybackStateMachine {
     /// Time passes (at a moment an action named): a takeover whose patience ran out, a `$ping` due (to
     /// the reference that holds after the takeover), a start whose instant came.
     mutating func onTick(atLocal local: Int64) -> Action {
-        let claimed = checkReference(atLocal: local)
-        return act(atLocal: local, claimed: claimed, ping: takePing(atLocal: local))
+        act(atLocal: local, claimed: checkReference(atLocal: local), ping: takePing(atLocal: local))
     }
 
     /// When (local) this participant next has something to do without an input: a `$ping` due (every

@@ -6,15 +6,10 @@ struct CompactInstant: Hashable, Sendable {
     private static let origin = ContinuousClock.now
     private var nanoseconds: Int64
 
-    init(wrappedValue: ContinuousClock.Instant) { nanoseconds = CompactInstant.nanoseconds(to: wrappedValue) }
+    init(wrappedValue: ContinuousClock.Instant) { nanoseconds = CompactInstant.origin.duration(to: wrappedValue).nanoseconds }
 
     var wrappedValue: ContinuousClock.Instant {
         get { CompactInstant.origin.advanced(by: .nanoseconds(nanoseconds)) }
-        set { nanoseconds = CompactInstant.nanoseconds(to: newValue) }
-    }
-
-    private static func nanoseconds(to instant: ContinuousClock.Instant) -> Int64 {
-        let (seconds, attoseconds) = origin.duration(to: instant).components
-        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+        set { nanoseconds = CompactInstant.origin.duration(to: newValue).nanoseconds }
     }
 }

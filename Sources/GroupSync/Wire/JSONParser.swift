@@ -46,12 +46,6 @@ struct JSONParser {
     private var fields: Wire.Fields?
     private var body: Range<Int>?
 
-    private init(bytes: UnsafeRawBufferPointer, topLevelFields: Bool, skippingBody: Bool) {
-        self.bytes = bytes
-        self.topLevelFields = topLevelFields
-        self.skippingBody = skippingBody
-    }
-
     private var current: UInt8? { i < bytes.count ? bytes[i] : nil }
 
     private mutating func take(_ byte: UInt8) -> Bool {

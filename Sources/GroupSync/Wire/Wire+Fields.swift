@@ -25,16 +25,6 @@ extension Wire {
         let keys: [String]
         let values: [JSONValue]
 
-        init(keys: [String], values: [JSONValue]) {
-            self.keys = keys
-            self.values = values
-        }
-
-        init(_ json: JSONValue) throws(Rejection) {
-            guard case let .object(object) = json else { throw .wrongShape }
-            self.init(keys: Array(object.keys), values: Array(object.values))
-        }
-
         /// Checks that `v` is the integer 2 (a record's first check).
         func checkVersion() throws(Rejection) {
             guard case .int(Int64(Wire.version))? = member("v") else { throw .badVersion }
@@ -61,17 +51,12 @@ extension Wire {
             try Fields.integer(try value(key), in: bounds)
         }
 
-        /// A JSON integer within `bounds`.
+        /// A JSON integer within `bounds`: a number with a fraction or an exponent is not an integer; anything
+        /// else is another type.
         static func integer(_ value: JSONValue, in bounds: ClosedRange<Int64>) throws(Rejection) -> Int64 {
-            let number = try integer(value)
-            guard bounds.contains(number) else { throw .outOfRange }
-            return number
-        }
-
-        /// A JSON integer: a number with a fraction or an exponent is not one; anything else is another type.
-        static func integer(_ value: JSONValue) throws(Rejection) -> Int64 {
             switch value {
-            case let .int(value): value
+            case let .int(number) where bounds.contains(number): return number
+            case .int: throw .outOfRange
             case .double: throw .notAnInteger
             default: throw .wrongShape
             }
@@ -123,7 +108,10 @@ extension Wire.Readable {
 }
 
 extension Wire.Record {
-    package init(json: JSONValue) throws(Wire.Rejection) { try self.init(fields: try Wire.Fields(json)) }
+    package init(json: JSONValue) throws(Wire.Rejection) {
+        guard case let .object(object) = json else { throw .wrongShape }
+        try self.init(fields: Wire.Fields(keys: Array(object.keys), values: Array(object.values)))
+    }
 
     package static func read(_ data: Data) throws(Wire.Rejection) -> Self { try Self(fields: try JSONParser.parseObject(data).fields) }
 }

@@ -80,14 +80,12 @@ extension Wire.Timeline: Wire.Record {
 extension Wire.Fields {
     /// A number (an integer or with a fraction) within `bounds`.
     func number(_ key: some CodingKey, in bounds: ClosedRange<Double>) throws(Wire.Rejection) -> Double {
-        let number: Double
         switch try value(key) {
-        case let .int(value): number = Double(value)
-        case let .double(value): number = value
+        case let .int(value) where bounds.contains(Double(value)): return Double(value)
+        case let .double(value) where bounds.contains(value): return value
+        case .int, .double: throw .outOfRange
         default: throw .wrongShape
         }
-        guard bounds.contains(number) else { throw .outOfRange }
-        return number
     }
 
     /// A finite number of milliseconds since 1970 (an integer or with a fraction) within
