@@ -355,6 +355,16 @@ import Testing
         }
     }
 
+    /// A client whose TLS files cannot be used is refused with a typed error, and the libmosquitto
+    /// handle it had made is freed once (a second free aborts the process).
+    @Test func aClientWithUnusableTLSFilesIsRefused() {
+        for _ in 0..<20 {
+            var configuration = MQTTClient.Configuration(host: "127.0.0.1", port: 1)
+            configuration.tls = MQTTClient.TLS(caFile: "/nonexistent/ca.pem")
+            #expect(throws: MQTTError.self) { _ = try MQTTClient(configuration: configuration) }
+        }
+    }
+
     @Test(.needsOwnBroker("a TLS listener")) func tlsWithGeneratedCertificatesAndWrongCA() async throws {
         try await withTLSBroker { broker, tls, pki in
             let url = "mqtts://127.0.0.1:\(broker.port)"
