@@ -54,6 +54,7 @@ import Testing
                 let alice = try await group.join("alice") {
                     if underTheACL { LifetimeTests.login("alice")(&$0) }
                     $0.onRejected = { topic, _ in reports.withLock { $0.append(topic) } }
+                    $0.catchUpTimeout = .milliseconds(100)  // how long after her join a member's catch-up is welcome
                 }
                 let bob = try await group.join("bob") { if underTheACL { LifetimeTests.login("bob")(&$0) } }
                 let a = try await alice.startJoined(Gallery(galleryID: "adversarial"))
@@ -61,6 +62,12 @@ import Testing
                 let (stateA, stateB) = (try SharedState(a, key: "k", initialValue: 0), try SharedState(b, key: "k", initialValue: 0))
                 try await stateA.set(7)
                 try await waitUntil("bob has the shared value") { stateB.value == 7 }
+                try await waitUntil("alice takes no catch-up any more: every one from now on is a forgery") {
+                    a.core.read { machine in
+                        guard case let .joined(joined) = machine.phase else { return false }
+                        return a.core.context.clock.milliseconds() > joined.catchUpsUntil
+                    }
+                }
                 let (messengerA, messengerB) = (GroupSessionMessenger(session: a), GroupSessionMessenger(session: b))
                 let toAlice = Collector(messengerA.messages(of: Chat.self))
                 let toBob = Collector(messengerB.messages(of: Chat.self))

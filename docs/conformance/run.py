@@ -201,7 +201,11 @@ def welcome(value):
 
 def member(value):
     f = Fields(value)
-    return {"epoch": f.int("epoch", TIME), "participant": f.str("participant"), "v": VERSION}
+    record = {"epoch": f.int("epoch", TIME), "participant": f.str("participant"), "v": VERSION}
+    again = f.optional_bool("again")
+    if again is not None:
+        record["again"] = again
+    return record
 
 
 def state(value):

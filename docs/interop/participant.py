@@ -280,6 +280,7 @@ def member_record(obj, participant=None):
     name = field(obj, "participant", str)
     if participant is not None and name != participant:
         raise Reject("identity-mismatch")
+    field(obj, "again", bool, optional=True)
     return name, integer(obj, "epoch")
 
 
@@ -865,7 +866,9 @@ class Participant:
                 outbox.marks.pop(participant, None)
             j.members.pop(participant, None)
             return
-        name, epoch = member_record(decode(msg.payload), participant)
+        rec = decode(msg.payload)
+        name, epoch = member_record(rec, participant)
+        again = rec.get("again") is True
         if participant == self.me:
             if epoch == self.epoch:
                 j.barrier = True
@@ -880,7 +883,7 @@ class Participant:
             return  # stored records never trigger a catch-up
         if participant not in self.presences:
             self.presences[participant] = Presence(epoch, "online", None)  # a live record proves the connection
-        if previous != epoch:
+        if previous != epoch and not again:  # a record published again answers a join: it is none
             # A participant still joining counts itself among the candidates, as the others do.
             candidates = {p for p in self.active() if p != participant} | {self.me}
             responder = max(candidates, key=lambda c: (fnv1a64(participant + "/" + c), c))
@@ -935,7 +938,8 @@ class Participant:
         env = envelope(decode(payload))
         kind = env["type"]
         if kind == "$catchup":
-            if sender not in j.members:  # joining or joined: a joining responder answers once joined
+            # Joining, or joined without one: a responder that was joining answers once joined.
+            if sender not in j.members or (j.phase == "joined" and j.catchup):
                 raise Reject("unexpected-catchup")
             body = env["body"]
             if not isinstance(body, dict):

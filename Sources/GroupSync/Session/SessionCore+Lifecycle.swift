@@ -68,7 +68,8 @@ extension SessionCore {
         try await acknowledgements(of: [ticket])
         guard case let .barrier(awaitCatchUp)? = await barrier.next() else { throw .sessionInvalidated }
         if awaitCatchUp { await withTimeout(context.catchUpTimeout) { _ = await caughtUp.next() } }
-        perform { $0.onJoined() }
+        let catchUpsUntil = context.clock.milliseconds() &+ context.catchUpTimeout.nanoseconds / 1_000_000
+        perform { $0.onJoined(acceptingCatchUpsUntil: catchUpsUntil) }
         guard isJoined else { throw .sessionInvalidated }
     }
 

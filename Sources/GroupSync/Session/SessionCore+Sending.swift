@@ -149,7 +149,7 @@ extension SessionCore {
                 sendControl(.catchUp, part, to: newcomer)
             }
         case .memberRecord:
-            guard let member = try? Wire.encode(Wire.Member(participant: me, epoch: context.epoch)),
+            guard let member = try? Wire.encode(Wire.Member(participant: me, epoch: context.epoch, again: true)),
                 let ticket = try? context.retained.enqueue(topics.member(id, me), member, lifetime: lifetime)
             else { break }
             context.client.detach(ticket)

@@ -75,6 +75,9 @@ struct SessionStateMachine {
         /// Value changes from received records, held until the end of the connection's burst they arrived
         /// in: crossing writes that arrive together show as one change (per listener, the newest).
         var held: [ListenerRegistry<Listener>.ID: Wire.StateRecord] = [:]
+        /// Until when (wall clock, ms) a catch-up is still welcome: a responder that was joining itself
+        /// answers once joined, within a catch-up timeout of our join's end.
+        var catchUpsUntil: Int64
     }
 
     /// What an input asks of the session's runtime, which performs its parts in the order declared here
@@ -113,7 +116,7 @@ struct SessionStateMachine {
     enum Send: Hashable {
         /// `$catchup` to this newcomer, in the parts of ``catchUp(listingMembers:budget:)``.
         case catchUp(to: String)
-        /// Our member record again, unchanged.
+        /// Our member record again, marked as no join (`again`).
         case memberRecord
         case resend(StreamReceiver<InboundMessage>.Request)
         /// Our streams' position, to a member or (nil) everyone.
@@ -263,14 +266,16 @@ struct SessionStateMachine {
     /// now: the caught-up value. Members' reliable messages are followed from now on, each sender from its
     /// first message (``StreamReceiver/senderSeen(_:epoch:now:)``). Nothing if the session was invalidated
     /// meanwhile.
-    mutating func onJoined() -> Action {
+    mutating func onJoined(acceptingCatchUpsUntil catchUpsUntil: Int64) -> Action {
         var action = Action()
         if case .invalidated = phase { return action }
         guard case let .joining(joining) = phase else { preconditionFailure("a join completed that had not started or had completed") }
-        phase = .joined(Joined(receiver: StreamReceiver<InboundMessage>(configuration: receiving)))
-        action.sends = joining.owedCatchUps.filter { peers[$0]?.isActive == true }.map(Send.catchUp)
+        phase = .joined(Joined(receiver: StreamReceiver<InboundMessage>(configuration: receiving), catchUpsUntil: catchUpsUntil))
         let wasActive = peers[me]?.isActive == true
         peers[me] = Peer(joined: myEpoch, online: myEpoch)
+        // Not judged again on what we know now: who joined after the newcomer never saw its join, and the
+        // newcomer takes a second catch-up as well as the first.
+        action.sends = joining.owedCatchUps.filter { peers[$0]?.isActive == true }.map(Send.catchUp)
         listeners.forEach { _, listener in
             switch listener.kind {
             case .state: action.handovers.append(.yield(listener.inbox, .state(.joined)))
@@ -331,7 +336,8 @@ struct SessionStateMachine {
                 // A live join proves the connection is alive even when presence was not retained.
                 peers[participant]?.online = record.epoch
             }
-            if !retained, ranksFirst(for: participant) {
+            let join = !retained && record.again != true
+            if join, ranksFirst(for: participant) {
                 switch phase {
                 case .joined: action.sends.append(.catchUp(to: participant))
                 case var .joining(joining):
@@ -342,7 +348,7 @@ struct SessionStateMachine {
             }
             // Without retained messages the newcomer may have subscribed after our record went out, and
             // a catch-up lists us only if its responder knows us: it hears from us again.
-            if !retained, !retainAvailable, phase.isJoiningOrJoined { action.sends.append(.memberRecord) }
+            if join, !retainAvailable, phase.isJoiningOrJoined { action.sends.append(.memberRecord) }
         } else {
             heldMembers[participant] = nil
             numbering.outbox.memberLeft(participant)
@@ -412,17 +418,16 @@ struct SessionStateMachine {
         return action
     }
 
-    /// `$catchup` addressed to us by `sender`: accepted from a member while joining or joined (a responder
-    /// that was joining itself answers once joined, possibly after our join gave up waiting) — and from
-    /// anyone while joining if the broker keeps no retained messages, when members cannot be known before
-    /// the catch-up. Records whose clock is implausible at `now` are left out, each counted and reported
+    /// `$catchup` addressed to us by `sender`: accepted from a member while joining and until the time
+    /// ``onJoined(acceptingCatchUpsUntil:)`` names (a responder that was joining itself answers once
+    /// joined) — and from anyone while joining if the broker keeps no retained messages, when members
+    /// cannot be known before the catch-up. Records whose clock is implausible at `now` are left out, each counted and reported
     /// as rejected; the rest applies. The members it lists (where no member record is replayed) are owed
     /// what we send from now on, as members whose record we read are.
     mutating func onCatchUp(_ catchUp: Wire.CatchUp, from sender: String, retainAvailable: Bool, now: Int64) -> Action {
-        let joining: Joining?
         switch phase {
-        case let .joining(current) where peers[sender]?.joined != nil || !retainAvailable: joining = current
-        case .joined where peers[sender]?.joined != nil: joining = nil
+        case .joining where peers[sender]?.joined != nil || !retainAvailable: break
+        case let .joined(joined) where now <= joined.catchUpsUntil && peers[sender]?.joined != nil: break
         default: return reject()
         }
         let records = catchUp.states.filter { $0.clock.isPlausible(now: now) }
@@ -439,7 +444,7 @@ struct SessionStateMachine {
         }
         if let before, before != active { notifyParticipants(into: &action) }
         // A catch-up too large for one message comes in parts; the join waits for the last.
-        if catchUp.more != true, let joining { action.handovers.append(.yield(joining.caughtUp, .caughtUp)) }
+        if catchUp.more != true, case let .joining(joining) = phase { action.handovers.append(.yield(joining.caughtUp, .caughtUp)) }
         return action
     }
 

@@ -35,6 +35,9 @@ extension Wire {
         package var v = Wire.version
         package var participant: String
         package var epoch: Int64
+        /// True on a record published again to answer another's join (brokers without retained
+        /// messages): it is no join itself.
+        package var again: Bool? = nil
     }
 
     /// `…/s/<session>/state/<key>/<writer>`, retained: the writer's latest value for `key`. Readers keep,
@@ -80,7 +83,9 @@ extension Wire.Announcement.Activity: Wire.Record {
 extension Wire.Member: Wire.Record {
     package init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()
-        self.init(participant: try fields.string(CodingKeys.participant), epoch: try fields.int(CodingKeys.epoch, in: Wire.Bounds.time))
+        self.init(
+            participant: try fields.string(CodingKeys.participant), epoch: try fields.int(CodingKeys.epoch, in: Wire.Bounds.time),
+            again: try fields.optionalBool(CodingKeys.again))
     }
 }
 

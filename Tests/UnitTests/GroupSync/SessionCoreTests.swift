@@ -19,7 +19,7 @@ import Testing
         let core = SessionCore(
             context: context, announcement: SessionStateMachineTests.announcement, presence: ["alice": 1])
         #expect(core.locked.withLock { $0.machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) } == .proceed)
-        core.perform { $0.onJoined() }
+        core.perform { $0.onJoined(acceptingCatchUpsUntil: 0) }
         #expect(core.isJoined)
         return core
     }

@@ -18,7 +18,7 @@ import Testing
     static func joined(as me: String = "alice") -> Machine {
         var machine = waiting(as: me)
         #expect(machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) == .proceed)
-        #expect(machine.onJoined().isNothing, "nobody listens")
+        #expect(machine.onJoined(acceptingCatchUpsUntil: 0).isNothing, "nobody listens")
         return machine
     }
 
@@ -134,7 +134,7 @@ import Testing
         #expect(Self.listen(&machine, inbox: inbox).first.isEmpty, "nothing before the join")
         #expect(machine.onState(Self.record(3, at: 100, by: "bob"), key: "k", writer: "bob", topic: "t", now: 1_000).values.isEmpty)
         #expect(machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) == .proceed)
-        let joined = machine.onJoined()
+        let joined = machine.onJoined(acceptingCatchUpsUntil: 0)
         #expect(joined.values == [.int(3)])
         let late = Self.listen(&machine, .values(key: "other"))
         #expect(late.first == [.value(nil)], "a listener added once joined gets the current value (none here) at once")
@@ -173,9 +173,7 @@ import Testing
         #expect(machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) == .proceed, "it can be joined again")
     }
 
-    /// A catch-up comes from a member, while we join or (from a responder that was joining itself and
-    /// answered once joined) after; a waiting participant takes none.
-    @Test func aCatchUpIsAcceptedFromAMemberOnceJoining() {
+    @Test func aCatchUpIsAcceptedOnlyWhileJoiningAndFromAMember() {
         let catchUp = Wire.CatchUp(states: [Self.record(9, at: 50, by: "bob")], members: [])
         var machine = Self.waiting()
         Self.present("bob", in: &machine)
@@ -186,12 +184,23 @@ import Testing
         #expect(accepted.caughtUp)
         #expect(accepted.clocks == catchUp.states.map(\.clock), "merged into our clock")
         #expect(machine.states["k"]?.value == .int(9))
-        #expect(machine.onJoined().isNothing, "nobody listens")
-        let late = Wire.CatchUp(states: [Self.record(10, at: 60, by: "bob")], members: [])
-        let afterJoining = machine.onCatchUp(late, from: "bob", retainAvailable: true, now: 1_000)
-        #expect(!afterJoining.isRejected && !afterJoining.caughtUp && machine.states["k"]?.value == .int(10), "applied, no join waits")
-        #expect(machine.onCatchUp(catchUp, from: "mallory", retainAvailable: false, now: 1_000).isRejected, "joined: members only")
+        #expect(machine.onJoined(acceptingCatchUpsUntil: 0).isNothing, "nobody listens")
+        #expect(machine.onCatchUp(catchUp, from: "bob", retainAvailable: true, now: 1_000).isRejected, "too late")
         #expect(machine.rejected == 3)
+    }
+
+    /// A responder that was joining itself answers once joined, possibly after our join stopped waiting:
+    /// a catch-up from a member is still taken until the time the join names, and no later.
+    @Test func aCatchUpFromAMemberIsTakenUntilTheJoinSays() {
+        var machine = Self.waiting()
+        Self.present("bob", in: &machine)
+        #expect(machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) == .proceed)
+        #expect(machine.onJoined(acceptingCatchUpsUntil: 2_000).isNothing, "nobody listens")
+        let late = Wire.CatchUp(states: [Self.record(10, at: 60, by: "carol")], members: [])
+        #expect(machine.onCatchUp(late, from: "mallory", retainAvailable: false, now: 1_500).isRejected, "members only")
+        let taken = machine.onCatchUp(late, from: "bob", retainAvailable: true, now: 2_000)
+        #expect(!taken.isRejected && !taken.caughtUp && machine.states["k"]?.value == .int(10), "applied; no join waits")
+        #expect(machine.onCatchUp(late, from: "bob", retainAvailable: true, now: 2_001).isRejected, "too late")
     }
 
     /// A participant still joining that ranks first for a newcomer (everyone else counts it as active
@@ -202,7 +211,7 @@ import Testing
         let owed = machine.onMember("bob", Wire.Member(participant: "bob", epoch: 2), retained: false, retainAvailable: true, now: 1_000)
         #expect(owed.sends.isEmpty, "not joined: nothing to tell yet")
         #expect(machine.onPresence("bob", epoch: 2, now: 1_000).isNothing)
-        #expect(machine.onJoined().sends == [.catchUp(to: "bob")])
+        #expect(machine.onJoined(acceptingCatchUpsUntil: 0).sends == [.catchUp(to: "bob")])
     }
 
     @Test func withoutRetainedMessagesTheCatchUpListsTheMembers() {
@@ -213,7 +222,7 @@ import Testing
         #expect(machine.onCatchUp(catchUp, from: "bob", retainAvailable: false, now: 1_000).caughtUp)
         #expect(machine.members == ["bob": 4], "our own entry is ours to make")
         #expect(ids(machine.active) == ["bob"])
-        #expect(machine.onJoined().isNothing, "nobody listens")
+        #expect(machine.onJoined(acceptingCatchUpsUntil: 0).isNothing, "nobody listens")
         #expect(ids(machine.active) == ["alice", "bob"])
         #expect(machine.catchUp(listingMembers: true).flatMap(\.members).map(\.participant) == ["alice", "bob"])
         #expect(machine.catchUp(listingMembers: false).flatMap(\.members).isEmpty)
@@ -329,6 +338,9 @@ import Testing
         #expect(join(&retaining, "bob", retainAvailable: true) == [.catchUp(to: "bob")])
         var waiting = Self.waiting()
         #expect(join(&waiting, "bob").isEmpty, "not in the session")
+        let again = Wire.Member(participant: "dave", epoch: 2, again: true)
+        #expect(joined.onMember("dave", again, retained: false, retainAvailable: false, now: 1_000).sends.isEmpty, "an answer is no join")
+        #expect(ids(joined.active).contains("dave"), "but it is a member, live")
     }
 
     // MARK: - Messages
@@ -343,7 +355,7 @@ import Testing
         let (first, payload) = Self.envelope(seq: 1)
         #expect(machine.onMessage(first, payload: payload, sender: "bob", direct: false, now: 1_000).isNothing, "not joined yet")
         #expect(machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) == .proceed)
-        #expect(machine.onJoined().isNothing, "no state, value or participants listener")
+        #expect(machine.onJoined(acceptingCatchUpsUntil: 0).isNothing, "no state, value or participants listener")
         #expect(machine.onMessage(first, payload: payload, sender: "bob", direct: false, now: 1_000).messages == ["bob"])
         #expect(machine.onMessage(first, payload: payload, sender: "bob", direct: false, now: 1_000).messages.isEmpty, "a redelivery")
         let (unreliable, unreliablePayload) = Self.envelope(seq: 1, reliable: false)
@@ -376,7 +388,7 @@ import Testing
         #expect(Self.listen(&machine, .gaps, inbox: gaps).first.isEmpty)
         Self.present("bob", in: &machine)
         #expect(machine.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) == .proceed)
-        #expect(machine.onJoined().isNothing, "no state, value or participants listener")
+        #expect(machine.onJoined(acceptingCatchUpsUntil: 0).isNothing, "no state, value or participants listener")
         func receive(_ seq: Int64, direct: Bool = false) -> Machine.Action {
             let (envelope, payload) = Self.envelope(seq: seq)
             return machine.onMessage(envelope, payload: payload, sender: "bob", direct: direct, now: 1_000)
