@@ -72,6 +72,8 @@ enum DashboardCommand: Command {
         /// A message of the subscription made for connection `generation`.
         case message(generation: Int, MQTTMessage)
         case reconnected
+        /// A session's last copy may have expired (``GroupView/nextExpiry``).
+        case expiry
     }
 
     private static func serve(_ start: DashboardProjection, common: CommonOptions, timeout: Duration, verbose: Bool) async throws -> Int32 {
@@ -112,8 +114,10 @@ enum DashboardCommand: Command {
             return subscription
         }
 
+        let alarm = ExpiryAlarm { feed.yield(.expiry) }
         let worker = Task {
             var projection = start
+            defer { alarm.cancel() }
             var generation = 0
             var subscription = try await subscribe(generation)
             for await input in inputs {
@@ -140,12 +144,18 @@ enum DashboardCommand: Command {
                         continue
                     }
                     let before = Set(projection.view.sessions.keys)
-                    let publications = projection.apply(message)
+                    let publications = projection.apply(message, now: ExpiryAlarm.now())
                     await publish(publications, client: client, verbose: verbose)
+                    alarm.arm(at: projection.view.nextExpiry)
                     guard projection.isSynchronized else { continue }
                     let after = Set(projection.view.sessions.keys)
                     for id in after.subtracting(before).sorted() { Output.line("session \(id) published") }
                     for id in before.subtracting(after).sorted() { Output.line("session \(id) removed") }
+                case .expiry:
+                    let before = Set(projection.view.sessions.keys)
+                    await publish(projection.expire(now: ExpiryAlarm.now()), client: client, verbose: verbose)
+                    alarm.arm(at: projection.view.nextExpiry)
+                    for id in before.subtracting(projection.view.sessions.keys).sorted() { Output.line("session \(id) expired") }
                 }
             }
             subscription.unsubscribe()
@@ -214,9 +224,10 @@ enum DashboardCommand: Command {
                 }
             }
         }
-        for line in lines[..<separator] { emit(projection.apply(try message(line))) }
+        let now = ExpiryAlarm.now()
+        for line in lines[..<separator] { emit(projection.apply(try message(line), now: now)) }
         emit(projection.synchronize())
-        for line in lines[separator...].dropFirst() { emit(projection.apply(try message(line))) }
+        for line in lines[separator...].dropFirst() { emit(projection.apply(try message(line), now: now)) }
         emit(projection.stop())
         return 0
     }

@@ -74,14 +74,30 @@ enum SessionsCommand: Command {
             subscription.unsubscribe()
         }
         defer { stopper.cancel() }
-        for await message in subscription {
-            if message.topic == marker {
+        // The subscription's messages, and the moments a session's last copy may have expired.
+        let (inputs, feed) = AsyncStream.makeStream(of: MQTTMessage?.self)
+        let alarm = ExpiryAlarm { feed.yield(nil) }
+        let forward = Task {
+            for await message in subscription { feed.yield(message) }
+            feed.finish()
+        }
+        defer {
+            forward.cancel()
+            alarm.cancel()
+        }
+        for await input in inputs {
+            let complete = outcome.withLock { $0.complete }
+            switch input {
+            case let message? where message.topic == marker:
                 outcome.withLock { $0.complete = true }
                 print(view, json: args.has("json"))
-                if !args.has("watch") { break }
-                continue
+            case let message?:
+                if view.apply(message, now: ExpiryAlarm.now()) != nil && complete { print(view, json: args.has("json")) }
+            case nil:
+                if !view.expire(now: ExpiryAlarm.now()).isEmpty && complete { print(view, json: args.has("json")) }
             }
-            if view.apply(message) != nil && outcome.withLock({ $0.complete }) { print(view, json: args.has("json")) }
+            if input?.topic == marker && !args.has("watch") { break }  // the listing once
+            alarm.arm(at: view.nextExpiry)
         }
         subscription.unsubscribe()
         let (complete, timedOut, interrupted) = outcome.withLock { ($0.complete, $0.timedOut, $0.interrupted) }

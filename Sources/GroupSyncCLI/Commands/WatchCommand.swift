@@ -44,23 +44,40 @@ enum WatchCommand: Command {
         if !asJSON { Output.line("watching \(view.topics.root)/# on \(CommonOptions.redacted(common.broker)) — Ctrl-C to stop") }
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        for await message in subscription {
-            guard let event = view.apply(message) else { continue }
-            let time = formatter.string(from: Date())
-            if asJSON {
-                var object = event.fields
-                object["time"] = .string(time)
-                object["kind"] = .string(event.kind)
-                object["text"] = .string(event.text)
-                object["retained"] = .bool(message.retain)
-                if let session = event.session { object["session"] = .string(session) }
-                if let participant = event.participant { object["participant"] = .string(participant) }
-                Output.json(object)
-            } else {
-                Output.line("\(time.dropFirst(11).prefix(12))  \(event.text)\(message.retain ? " (retained)" : "")")
-            }
+        // The subscription's messages, and the moments a session's last copy may have expired.
+        let (inputs, feed) = AsyncStream.makeStream(of: MQTTMessage?.self)
+        let alarm = ExpiryAlarm { feed.yield(nil) }
+        let forward = Task {
+            for await message in subscription { feed.yield(message) }
+            feed.finish()
+        }
+        defer {
+            forward.cancel()
+            alarm.cancel()
+        }
+        for await input in inputs {
+            let events = input.map { view.apply($0, now: ExpiryAlarm.now()).map { [$0] } ?? [] } ?? view.expire(now: ExpiryAlarm.now())
+            alarm.arm(at: view.nextExpiry)
+            let retained = input?.retain == true
+            for event in events { print(event, retained: retained, asJSON: asJSON, formatter: formatter) }
         }
         await client.disconnect()
         return 0
+    }
+
+    private static func print(_ event: GroupView.Event, retained: Bool, asJSON: Bool, formatter: ISO8601DateFormatter) {
+        let time = formatter.string(from: Date())
+        guard asJSON else {
+            Output.line("\(time.dropFirst(11).prefix(12))  \(event.text)\(retained ? " (retained)" : "")")
+            return
+        }
+        var object = event.fields
+        object["time"] = .string(time)
+        object["kind"] = .string(event.kind)
+        object["text"] = .string(event.text)
+        object["retained"] = .bool(retained)
+        if let session = event.session { object["session"] = .string(session) }
+        if let participant = event.participant { object["participant"] = .string(participant) }
+        Output.json(object)
     }
 }

@@ -83,8 +83,8 @@ struct DashboardProjection {
 
     // MARK: - Inputs
 
-    /// Applies one received message and returns what to publish.
-    mutating func apply(_ message: MQTTMessage) -> [Publication] {
+    /// Applies one message received at `now` (wall clock, ms) and returns what to publish.
+    mutating func apply(_ message: MQTTMessage, now: Int64) -> [Publication] {
         if message.topic == topics.homeAssistantStatus {
             // Home Assistant (re)started: it wants every config again (its birth message is `online`).
             guard isSynchronized, message.payload == Data("online".utf8) else { return [] }
@@ -98,7 +98,14 @@ struct DashboardProjection {
             }
             return []
         }
-        guard view.apply(message) != nil else { return [] }
+        guard view.apply(message, now: now) != nil else { return [] }
+        return reconcile()
+    }
+
+    /// Forgets the sessions no copy keeps alive at `now` (wall clock, ms, ``GroupView/nextExpiry``) and
+    /// returns what to publish.
+    mutating func expire(now: Int64) -> [Publication] {
+        guard !view.expire(now: now).isEmpty, isSynchronized else { return [] }
         return reconcile()
     }
 

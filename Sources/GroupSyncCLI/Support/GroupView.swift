@@ -4,13 +4,15 @@ import MQTT
 
 /// What an observer (not a participant) knows of a group from its traffic: sessions, who is online,
 /// who joined what, the current state values. Fed with raw MQTT messages; used by `sessions`, `watch`
-/// and `dashboard`.
+/// and `dashboard`. A session lasts while a copy of its announcement does, as for a participant
+/// (PROTOCOL.md, Lifetimes): each copy expires when its message expiry (a stored copy's remaining one)
+/// or its `ttl` runs out unless it is published again, and ``expire(now:)`` forgets what expired.
 struct GroupView {
     struct Session {
         /// The copy with the largest revision.
         var announcement: Wire.Announcement
-        /// Who holds a copy of the announcement on the broker.
-        var announcers: Set<String> = []
+        /// The copies that keep the session alive, by publisher: when each expires (wall clock, ms).
+        var copies: [String: Int64] = [:]
         var members: [String: Int64] = [:]
         var states: [String: Wire.StateRecord] = [:]
     }
@@ -40,9 +42,30 @@ struct GroupView {
         session.members.filter { online[$0.key] == $0.value }.map(\.key).sorted()
     }
 
-    /// Applies a message; returns what it was, or nil for anything that is not GroupSync traffic and for
-    /// heartbeats of participants known to be online (they only say that nothing changed).
-    mutating func apply(_ message: MQTTMessage) -> Event? {
+    /// When the next copy of an announcement expires (wall clock, ms): ``expire(now:)`` is due then.
+    var nextExpiry: Int64? { sessions.values.compactMap { $0.copies.values.min() }.min() }
+
+    /// Forgets the copies expired at `now` (wall clock, ms), and the sessions left without one; returns
+    /// an event for each session forgotten.
+    mutating func expire(now: Int64) -> [Event] {
+        var events: [Event] = []
+        for (id, session) in sessions.sorted(by: { $0.key < $1.key }) {
+            let left = session.copies.filter { $0.value > now }
+            guard left.isEmpty else {
+                sessions[id]?.copies = left
+                continue
+            }
+            sessions[id] = nil
+            early[id] = nil
+            events.append(Event(kind: "expired", session: id, text: "session \(id) expired: nobody kept it alive", fields: [:]))
+        }
+        return events
+    }
+
+    /// Applies a message read at `now` (wall clock, ms); returns what it was, or nil for anything that is
+    /// not GroupSync traffic and for heartbeats of participants known to be online (they only say that
+    /// nothing changed).
+    mutating func apply(_ message: MQTTMessage, now: Int64) -> Event? {
         guard let kind = topics.parse(message.topic) else { return nil }
         let payload = message.payload
         switch kind {
@@ -74,8 +97,8 @@ struct GroupView {
                 fields: ["epoch": .int(heartbeat.epoch)])
         case let .announcement(id, publisher):
             if payload.isEmpty {
-                sessions[id]?.announcers.remove(publisher)
-                guard sessions[id]?.announcers.isEmpty == true else { return nil }
+                sessions[id]?.copies[publisher] = nil
+                guard sessions[id]?.copies.isEmpty == true else { return nil }
                 sessions[id] = nil
                 early[id] = nil
                 return Event(kind: "ended", session: id, text: "session \(id) ended (announcement cleared)", fields: [:])
@@ -89,14 +112,17 @@ struct GroupView {
                     : nil
             }
             let changed = sessions[id] != nil
+            // A stored copy lives what is left of its message expiry; a live one its whole ttl.
+            let expiresAt = now &+ (message.properties.messageExpiry.map(Int64.init) ?? announcement.ttl) &* 1_000
             if let current = sessions[id] {
-                sessions[id]?.announcers.insert(publisher)
+                sessions[id]?.copies[publisher] = expiresAt
                 guard announcement.revision > current.announcement.revision else { return nil }  // a copy or a refresh
                 sessions[id]?.announcement = announcement
             } else {
                 let waiting = early.removeValue(forKey: id)
                 sessions[id] = Session(
-                    announcement: announcement, announcers: [publisher], members: waiting?.members ?? [:], states: waiting?.states ?? [:])
+                    announcement: announcement, copies: [publisher: expiresAt], members: waiting?.members ?? [:],
+                    states: waiting?.states ?? [:])
             }
             let title = announcement.activity.metadata.title
             return Event(
