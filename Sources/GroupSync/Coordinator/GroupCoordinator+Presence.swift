@@ -22,10 +22,14 @@ extension GroupCoordinator {
             let action = state.machine.onPresence(participant, presence, wallNow: wallNow, now: .now)
             let wake = state.machine.takeWakeRequest()
             // A new connection came online where nothing is retained: it cannot know the group unless told.
-            guard !client.retainAvailable, case .changed(_, _?) = action, presence?.status == .online else {
+            guard !client.retainAvailable, case .changed(_, _?) = action, presence?.status == .online,
+                state.machine.isWelcomeResponder(for: participant)
+            else { return (action, false, wake) }
+            guard state.welcomed == nil else {
+                state.owedWelcomes.append(participant)
                 return (action, false, wake)
             }
-            return (action, state.machine.isWelcomeResponder(for: participant), wake)
+            return (action, true, wake)
         }
         armUpkeep(wake)
         performPresence(action)
@@ -68,11 +72,19 @@ extension GroupCoordinator {
 
     /// Publishes our presence and waits until it comes back; on a broker without retained messages, then
     /// also (at most the catch-up timeout) for someone to welcome us — nobody does when we are the first.
+    /// Newcomers we answer meanwhile are welcomed once the wait is over, with what it brought.
     func publishPresenceAndAwaitWelcome() async throws(GroupSyncError) {
         guard !client.retainAvailable else { return try await publishPresenceAndAwaitEcho() }
         let inbox = Inbox<Void>()
         state.withLock { $0.welcomed = inbox }
-        defer { state.withLock { $0.welcomed = nil } }
+        defer {
+            let owed = state.withLock { state in
+                state.welcomed = nil
+                defer { state.owedWelcomes = [] }
+                return state.owedWelcomes
+            }
+            for newcomer in owed { tasks.spawn { [self] in await welcome(newcomer) } }
+        }
         try await publishPresenceAndAwaitEcho()
         await withTimeout(configuration.catchUpTimeout) { _ = await inbox.next() }
     }

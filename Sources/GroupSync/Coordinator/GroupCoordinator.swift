@@ -47,6 +47,8 @@ public final class GroupCoordinator: Sendable {
         var presenceEcho: Inbox<Void>?
         /// Set while `connect()` waits for a welcome (on a broker without retained messages).
         var welcomed: Inbox<Void>?
+        /// Newcomers we are to welcome once that wait is over: until then we know too little to tell.
+        var owedWelcomes: [String] = []
         /// What the broker replayed as retained after a reconnect without session, while it is collected.
         var replay: Replay?
     }
