@@ -43,7 +43,7 @@ enum BrokerCommand: Command {
                 child.stopping = true
                 return child.pid
             }
-            if let pid { kill(pid, SIGTERM) }
+            if let pid { stop(pid, child) }
         }
         var lines = [
             "# Written by `groupsync broker`.",
@@ -91,7 +91,7 @@ enum BrokerCommand: Command {
             child.pid = pid
             return child.stopping
         }) {
-            kill(pid, SIGTERM)
+            stop(pid, child)
         }
         let status = await Task.detached { () -> Int32 in
             var status: Int32 = 0
@@ -104,6 +104,20 @@ enum BrokerCommand: Command {
         // by the SIGTERM we passed on, which kills a mosquitto that has not installed its handlers yet.
         if status & 0x7F == 0 { return (status >> 8) & 0xFF }
         return status & 0x7F == SIGTERM && child.withLock({ $0.stopping }) ? 0 : 128 + (status & 0x7F)
+    }
+
+    /// Sends mosquitto SIGTERM, and again every 250 ms until it is reaped: one that comes while it starts
+    /// can be lost (it installs its handler before it sets the flag the handler clears).
+    private static func stop(_ pid: pid_t, _ child: LockedValue<(pid: pid_t?, stopping: Bool)>) {
+        kill(pid, SIGTERM)
+        Task.detached {
+            while true {
+                try? await Task.sleep(for: .milliseconds(250))
+                // Reaped: its PID may be reused, so nothing more is sent.
+                guard child.withLock({ $0.pid }) == pid else { return }
+                kill(pid, SIGTERM)
+            }
+        }
     }
 
     /// The host part of the websockets `listener` line for `bind`: none for every address, else the name
