@@ -145,12 +145,11 @@ final class MosquittoConnection: @unchecked Sendable {
         }
     }
 
-    /// Sends UNSUBSCRIBE without waiting for UNSUBACK. Nothing to do when disconnected: the next
-    /// connection only restores live filters.
+    /// Sends one UNSUBSCRIBE for `filters` without waiting for UNSUBACK. Nothing to do when disconnected:
+    /// the next connection only restores live filters.
     func unsubscribe(_ filters: [String]) {
-        for filter in filters {
-            _ = mosquitto_unsubscribe_v5(handle, nil, filter, nil)
-        }
+        guard !filters.isEmpty else { return }
+        _ = MosquittoConnection.withCStrings(filters) { count, strings in mosquitto_unsubscribe_multiple(handle, nil, count, strings, nil) }
         wake.signal()
     }
 
