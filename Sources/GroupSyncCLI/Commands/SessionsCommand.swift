@@ -74,18 +74,9 @@ enum SessionsCommand: Command {
             subscription.unsubscribe()
         }
         defer { stopper.cancel() }
-        // The subscription's messages, and the moments a session's last copy may have expired.
-        let (inputs, feed) = AsyncStream.makeStream(of: MQTTMessage?.self)
-        let alarm = ExpiryAlarm { feed.yield(nil) }
-        let forward = Task {
-            for await message in subscription { feed.yield(message) }
-            feed.finish()
-        }
-        defer {
-            forward.cancel()
-            alarm.cancel()
-        }
-        for await input in inputs {
+        let inputs = ObserverInputs(subscription)
+        defer { inputs.cancel() }
+        for await input in inputs.stream {
             let complete = outcome.withLock { $0.complete }
             switch input {
             case let message? where message.topic == marker:
@@ -97,7 +88,7 @@ enum SessionsCommand: Command {
                 if !view.expire(now: ExpiryAlarm.now()).isEmpty && complete { print(view, json: args.has("json")) }
             }
             if input?.topic == marker && !args.has("watch") { break }  // the listing once
-            alarm.arm(at: view.nextExpiry)
+            inputs.alarm.arm(at: view.nextExpiry)
         }
         subscription.unsubscribe()
         let (complete, timedOut, interrupted) = outcome.withLock { ($0.complete, $0.timedOut, $0.interrupted) }

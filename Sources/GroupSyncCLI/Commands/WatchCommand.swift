@@ -44,20 +44,11 @@ enum WatchCommand: Command {
         if !asJSON { Output.line("watching \(view.topics.root)/# on \(CommonOptions.redacted(common.broker)) — Ctrl-C to stop") }
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        // The subscription's messages, and the moments a session's last copy may have expired.
-        let (inputs, feed) = AsyncStream.makeStream(of: MQTTMessage?.self)
-        let alarm = ExpiryAlarm { feed.yield(nil) }
-        let forward = Task {
-            for await message in subscription { feed.yield(message) }
-            feed.finish()
-        }
-        defer {
-            forward.cancel()
-            alarm.cancel()
-        }
-        for await input in inputs {
+        let inputs = ObserverInputs(subscription)
+        defer { inputs.cancel() }
+        for await input in inputs.stream {
             let events = input.map { view.apply($0, now: ExpiryAlarm.now()).map { [$0] } ?? [] } ?? view.expire(now: ExpiryAlarm.now())
-            alarm.arm(at: view.nextExpiry)
+            inputs.alarm.arm(at: view.nextExpiry)
             let retained = input?.retain == true
             for event in events { print(event, retained: retained, asJSON: asJSON, formatter: formatter) }
         }
