@@ -10,13 +10,13 @@ import Testing
 /// round is seeded: a failure names its seed, and `GROUPSYNC_STRESS_SEED=<seed> GROUPSYNC_STRESS_ROUNDS=1`
 /// with `--filter` on its case replays its schedule.
 @Suite(.timeLimit(.minutes(timeLimitMinutes(10)))) struct RetainlessMembershipTests {
-    /// Rounds per case: 50, or `GROUPSYNC_STRESS_ROUNDS`; 3 under a sanitizer, whose rounds take four
+    /// Rounds per case: 50, or `GROUPSYNC_STRESS_ROUNDS`; 2 under a sanitizer, whose rounds take four
     /// times as long and whose participants slow every other suite running beside them.
     static let rounds: Int = {
         if let text = ProcessInfo.processInfo.environment["GROUPSYNC_STRESS_ROUNDS"], let rounds = Int(text), rounds > 0 {
             return rounds
         }
-        return timeScale > 1 ? 3 : 50
+        return timeScale > 1 ? 2 : 50
     }()
 
     /// The seed of a case's first round: `GROUPSYNC_STRESS_SEED`, or one per case and topology.
