@@ -112,6 +112,17 @@ struct BenchReport {
                     verdict: perOther <= 1.0001))
             rows.append(Row(metric: "late join: MQTT messages per join, all", groupSync: format(late.total, digits: 1)))
         }
+        if let late = results.retainlessLateJoin {
+            let retained = results.lateJoin.map { "retained: \(format($0.p50)) ms" } ?? ""
+            rows.append(
+                Row(metric: "late join, \(late.participants) present, --no-retain: p50 (ms)", groupSync: format(late.p50), target: retained)
+            )
+            rows.append(Row(metric: "late join --no-retain: p99 (ms)", groupSync: format(late.p99)))
+            rows.append(
+                Row(
+                    metric: "late join --no-retain: member records in answer", groupSync: format(late.memberRecordsPerJoin, digits: 1),
+                    target: "one per participant present"))
+        }
         if let convergence = results.convergence {
             let p50 = convergence.p50 / convergence.rawP50
             rows.append(
@@ -494,6 +505,14 @@ struct BenchReport {
                     "raw_p50_ms": number(late.rawP50), "raw_p99_ms": number(late.rawP99),
                     "p50_ratio": number(late.p50 / late.rawP50), "p99_ratio": number(late.p99 / late.rawP99),
                     "member_record_bytes": late.memberBytes, "catchup_bytes": late.catchUpBytes,
+                ] as [String: Any]
+        }
+        if let late = results.retainlessLateJoin {
+            root["late_join_no_retain"] =
+                [
+                    "p50_ms": number(late.p50), "p99_ms": number(late.p99), "participants": late.participants,
+                    "samples": late.samples, "member_records_per_join": number(late.memberRecordsPerJoin),
+                    "stale_at_return": late.staleAtReturn,
                 ] as [String: Any]
         }
         if let convergence = results.convergence {

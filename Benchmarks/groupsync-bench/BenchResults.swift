@@ -50,6 +50,17 @@ struct BenchResults: Sendable {
         var payloadBytes: Int
     }
 
+    /// ``RetainlessLateJoinBenchmark``: a join with `--no-retain` participants.
+    struct RetainlessLateJoin: Sendable {
+        var p50: Double
+        var p99: Double
+        var participants: Int
+        var samples: Int
+        /// Member records the others publish again in answer to one join.
+        var memberRecordsPerJoin: Double
+        var staleAtReturn: Int
+    }
+
     struct LateJoin: Sendable {
         var p50: Double
         var p99: Double
@@ -242,6 +253,7 @@ struct BenchResults: Sendable {
     var throughput: [Int: Throughput] = [:]
     var fanout: Fanout?
     var lateJoin: LateJoin?
+    var retainlessLateJoin: RetainlessLateJoin?
     var convergence: Convergence?
     var crash: Crash?
     var failover: Failover?

@@ -144,6 +144,12 @@ enum GroupSyncBench {
                 await cluster.close()
             }
         }
+        if sections.contains(.lateJoin) {
+            results.retainlessLateJoin = await section("late join without retained messages", &failures) {
+                try await RetainlessLateJoinBenchmark.run(
+                    url: url, group: "bn-\(run)", present: options.fanoutParticipants, samples: options.lateJoinSamples)
+            }
+        }
         if sections.contains(.convergence) || sections.contains(.crash) {
             let cluster = await section("\(options.convergenceWriters) participants joining", &failures) {
                 try await SessionCluster.make(

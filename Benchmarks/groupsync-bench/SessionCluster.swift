@@ -34,16 +34,14 @@ final class SessionCluster: Sendable {
     /// caught up by an already joined participant). `clock` gives participant `index` its wall clock.
     static func make(
         url: String, group: String, prefix: String, count: Int, sharedState: Bool,
-        connectWidth: Int = 16, joinWidth: Int = 1, catchUpTimeout: Duration = .seconds(1),
+        connectWidth: Int = 16, joinWidth: Int = 1, catchUpTimeout: Duration = .seconds(1), retainedMessages: Bool = true,
         clock: @escaping @Sendable (Int) -> any WallClock = { _ in SystemWallClock() }
     ) async throws -> SessionCluster {
         let coordinators = try await Parallel.map(count, width: connectWidth) { index in
             try await GroupCoordinator.connect(
-                .init(
-                    broker: url, group: group, participant: "\(prefix)\(index)", clock: clock(index), catchUpTimeout: catchUpTimeout,
-                    // 100 coordinators in one process: their heartbeats (4,000 deliveries a second) would be
-                    // measured along with the messages.
-                    presenceHeartbeats: false))
+                SessionCluster.configuration(
+                    url: url, group: group, participant: "\(prefix)\(index)", clock: clock(index), catchUpTimeout: catchUpTimeout,
+                    retainedMessages: retainedMessages))
         }
         let sessionID = try await coordinators[0].activate(activityIdentifier: activity, value: .object([:]))
         let sessions = try await Parallel.map(count, width: connectWidth) { index in
@@ -76,6 +74,19 @@ final class SessionCluster: Sendable {
             }
         }
         return cluster
+    }
+
+    /// A participant of the bench: 100 coordinators in one process would measure their heartbeats (4,000
+    /// deliveries a second) along with the messages, so they send none.
+    static func configuration(
+        url: String, group: String, participant: String, clock: any WallClock = SystemWallClock(),
+        catchUpTimeout: Duration = .seconds(1), retainedMessages: Bool = true
+    ) throws -> GroupCoordinator.Configuration {
+        var configuration = try GroupCoordinator.Configuration(
+            broker: url, group: group, participant: participant, clock: clock, catchUpTimeout: catchUpTimeout,
+            presenceHeartbeats: false)
+        configuration.mqtt.retainedMessages = retainedMessages
+        return configuration
     }
 
     /// The session `id` as `coordinator` sees it, once announced to it.
