@@ -459,6 +459,7 @@ class Joined:
         self.barrier = False
         self.catchup = False
         self.owed = []            # newcomers whose catch-up is ours once joined (§Catch-up)
+        self.joined_at = None     # time.monotonic() when the join completed
         self.members = {}         # participant -> member epoch
         self.states = {}          # key -> winning record (dict), clock tuple in "_clock"
         self.state_topics = set()
@@ -890,7 +891,7 @@ class Participant:
             if responder == self.me and j.phase == "joined":
                 self.send_catchup(j, participant)
                 self.emit("catchup", session=j.id, to=participant)
-            elif responder == self.me:
+            elif responder == self.me and participant not in j.owed:
                 j.owed.append(participant)  # answered once joined
 
     @staticmethod
@@ -938,9 +939,13 @@ class Participant:
         env = envelope(decode(payload))
         kind = env["type"]
         if kind == "$catchup":
-            # Joining, or joined without one: a responder that was joining answers once joined.
-            if sender not in j.members or (j.phase == "joined" and j.catchup):
+            # Joining, or joined less than a catch-up timeout ago: a responder that was joining answers
+            # once joined. A second whole one in that time is ignored.
+            late = j.phase == "joined" and time.monotonic() > j.joined_at + self.args.catchup_timeout
+            if sender not in j.members or late:
                 raise Reject("unexpected-catchup")
+            if j.phase == "joined" and j.catchup:
+                return
             body = env["body"]
             if not isinstance(body, dict):
                 raise Reject("wrong-shape")
@@ -953,7 +958,7 @@ class Participant:
                 self.apply_state(j, rec, stamp)
             for item in members:
                 name, epoch = member_record(record(item))
-                if name != self.me:
+                if name != self.me and not (j.phase == "joined" and name in j.members):
                     j.members[name] = epoch
                     if name not in self.presences:
                         self.presences[name] = Presence(epoch, "online", None)
@@ -1228,6 +1233,7 @@ class Participant:
             if self.joined is not j:
                 return
             j.phase = "joined"
+            j.joined_at = time.monotonic()
             self.publish_own_copy(self.sessions[sid])
             j.active = self.active()
             for newcomer in j.owed:

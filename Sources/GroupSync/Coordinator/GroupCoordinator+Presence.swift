@@ -26,7 +26,7 @@ extension GroupCoordinator {
                 state.machine.isWelcomeResponder(for: participant)
             else { return (action, false, wake) }
             guard state.welcomed == nil else {
-                state.owedWelcomes.append(participant)
+                if !state.owedWelcomes.contains(participant) { state.owedWelcomes.append(participant) }
                 return (action, false, wake)
             }
             return (action, true, wake)
@@ -77,16 +77,24 @@ extension GroupCoordinator {
         guard !client.retainAvailable else { return try await publishPresenceAndAwaitEcho() }
         let inbox = Inbox<Void>()
         state.withLock { $0.welcomed = inbox }
-        defer {
-            let owed = state.withLock { state in
+        // The wait is over: what it brought decides whom we still answer (those online, if we rank first).
+        func endWait() -> [String] {
+            state.withLock { state in
                 state.welcomed = nil
                 defer { state.owedWelcomes = [] }
-                return state.owedWelcomes
+                return state.owedWelcomes.filter {
+                    state.machine.connections[$0] != nil && state.machine.isWelcomeResponder(for: $0)
+                }
             }
-            for newcomer in owed { tasks.spawn { [self] in await welcome(newcomer) } }
         }
-        try await publishPresenceAndAwaitEcho()
+        do {
+            try await publishPresenceAndAwaitEcho()
+        } catch {
+            _ = endWait()
+            throw error
+        }
         await withTimeout(configuration.catchUpTimeout) { _ = await inbox.next() }
+        for newcomer in endWait() { tasks.spawn { [self] in await welcome(newcomer) } }
     }
 
     /// Network thread: a heartbeat.

@@ -29,12 +29,19 @@ final class RetainedRecords: Sendable {
         -> MQTTClient.PublishTicket
     {
         let record = OwnedRetained.Record(payload: payload, lifetime: lifetime, refreshing: refreshing, published: .now)
-        owned.withLock { $0.own(topic, record) }
-        if refreshing { timer.schedule(at: record.refreshDue) }
-        return try GroupSyncError.overConnection { () throws(MQTTError) in
-            try client.enqueuePublish(
-                to: topic, payload: payload, qos: .atLeastOnce, retain: client.retainAvailable, properties: record.properties(at: .now))
+        // Owned and handed to the connection in one hold of the lock: nothing sent while it is kept
+        // (``publishOnceWhileKept(_:_:)``) can go out before it.
+        let enqueued = owned.withLock { owned in
+            owned.own(topic, record)
+            return Result { () throws(MQTTError) in
+                try client.enqueuePublish(
+                    to: topic, payload: payload, qos: .atLeastOnce, retain: client.retainAvailable, properties: record.properties(at: .now),
+                    writeNow: false)
+            }
         }
+        client.flush()  // once the lock is released: see `enqueuePublish(…writeNow:)`
+        if refreshing { timer.schedule(at: record.refreshDue) }
+        return try GroupSyncError.overConnection { () throws(MQTTError) in try enqueued.get() }
     }
 
     /// Clears a record, ours or someone else's (that only works where the broker's ACL lets us), and
@@ -66,6 +73,20 @@ final class RetainedRecords: Sendable {
 
     /// Whether we own the record on `topic` and keep refreshing it.
     func keeps(_ topic: String) -> Bool { owned.withLock { $0.records[topic]?.refreshing == true } }
+
+    /// Sends `payload` once on `topic` while we keep the record there, without changing what we keep:
+    /// under the lock ``clear(_:)`` takes to disown it, so it never goes out after the clear (nor before
+    /// the record itself was handed to the connection). Not awaited.
+    func publishOnceWhileKept(_ topic: String, _ payload: Data) {
+        let ticket = owned.withLock { owned -> MQTTClient.PublishTicket? in
+            guard let record = owned.records[topic], record.refreshing else { return nil }
+            return try? client.enqueuePublish(
+                to: topic, payload: payload, qos: .atLeastOnce, retain: client.retainAvailable, properties: record.properties(at: .now),
+                writeNow: false)
+        }
+        client.flush()  // once the lock is released: see `enqueuePublish(…writeNow:)`
+        if let ticket { client.detach(ticket) }
+    }
 
     /// The owned topics that start with `prefix`, sorted.
     func topics(under prefix: String) -> [String] { owned.withLock { $0.topics(under: prefix) } }

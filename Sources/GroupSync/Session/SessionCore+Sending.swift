@@ -149,10 +149,9 @@ extension SessionCore {
                 sendControl(.catchUp, part, to: newcomer)
             }
         case .memberRecord:
-            guard let member = try? Wire.encode(Wire.Member(participant: me, epoch: context.epoch, again: true)),
-                let ticket = try? context.retained.enqueue(topics.member(id, me), member, lifetime: lifetime)
-            else { break }
-            context.client.detach(ticket)
+            // Only while our own record is kept: after it went out, and never after a leave's clear.
+            guard let member = try? Wire.encode(Wire.Member(participant: me, epoch: context.epoch, again: true)) else { break }
+            context.retained.publishOnceWhileKept(topics.member(id, me), member)
         case let .resend(request): sendControl(.resend, request.resend, to: request.sender)
         case let .position(position, recipient): sendControl(.position, position, to: recipient)
         case let .skip(skip, recipient): sendControl(.skip, skip, to: recipient)

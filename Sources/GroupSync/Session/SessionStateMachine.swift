@@ -65,6 +65,8 @@ struct SessionStateMachine {
         var caughtUp: Inbox<Update>
         /// Newcomers whose catch-up is ours to send once we are joined: others count us as active already.
         var owedCatchUps: [String] = []
+        /// Whether a whole catch-up came.
+        var isCaughtUp = false
 
         var inboxes: [Inbox<Update>] { [barrier, caughtUp].compactMap { $0 } }
     }
@@ -75,9 +77,11 @@ struct SessionStateMachine {
         /// Value changes from received records, held until the end of the connection's burst they arrived
         /// in: crossing writes that arrive together show as one change (per listener, the newest).
         var held: [ListenerRegistry<Listener>.ID: Wire.StateRecord] = [:]
-        /// Until when (wall clock, ms) a catch-up is still welcome: a responder that was joining itself
-        /// answers once joined, within a catch-up timeout of our join's end.
+        /// Until when (wall clock, ms) a catch-up from a member is still expected: a responder that was
+        /// joining itself answers once joined, within a catch-up timeout of our join's end.
         var catchUpsUntil: Int64
+        /// No whole catch-up came yet: one is still applied (a second responder's is ignored).
+        var awaitsCatchUp: Bool
     }
 
     /// What an input asks of the session's runtime, which performs its parts in the order declared here
@@ -270,7 +274,10 @@ struct SessionStateMachine {
         var action = Action()
         if case .invalidated = phase { return action }
         guard case let .joining(joining) = phase else { preconditionFailure("a join completed that had not started or had completed") }
-        phase = .joined(Joined(receiver: StreamReceiver<InboundMessage>(configuration: receiving), catchUpsUntil: catchUpsUntil))
+        phase = .joined(
+            Joined(
+                receiver: StreamReceiver<InboundMessage>(configuration: receiving), catchUpsUntil: catchUpsUntil,
+                awaitsCatchUp: !joining.isCaughtUp))
         let wasActive = peers[me]?.isActive == true
         peers[me] = Peer(joined: myEpoch, online: myEpoch)
         // Not judged again on what we know now: who joined after the newcomer never saw its join, and the
@@ -340,9 +347,10 @@ struct SessionStateMachine {
             if join, ranksFirst(for: participant) {
                 switch phase {
                 case .joined: action.sends.append(.catchUp(to: participant))
-                case var .joining(joining):
+                case var .joining(joining) where !joining.owedCatchUps.contains(participant):
                     joining.owedCatchUps.append(participant)
                     phase = .joining(joining)
+                case .joining: break
                 case .waiting, .invalidated: break
                 }
             }
@@ -427,7 +435,9 @@ struct SessionStateMachine {
     mutating func onCatchUp(_ catchUp: Wire.CatchUp, from sender: String, retainAvailable: Bool, now: Int64) -> Action {
         switch phase {
         case .joining where peers[sender]?.joined != nil || !retainAvailable: break
-        case let .joined(joined) where now <= joined.catchUpsUntil && peers[sender]?.joined != nil: break
+        case let .joined(joined) where peers[sender]?.joined != nil && now <= joined.catchUpsUntil:
+            // A second responder's answer (views differ while people join): nothing wrong, nothing new.
+            guard joined.awaitsCatchUp else { return Action() }
         default: return reject()
         }
         let records = catchUp.states.filter { $0.clock.isPlausible(now: now) }
@@ -435,7 +445,11 @@ struct SessionStateMachine {
         rejected += action.rejected
         for record in records { applyIfNewer(record, into: &action) }
         let before = listensForParticipants ? active : nil
+        let joined = if case .joined = phase { true } else { false }
         for member in catchUp.members where member.participant != me {
+            // Once joined, a late catch-up only adds members we have no record of: what their own records
+            // said since (a leave, another epoch held back) stands.
+            if joined && (peers[member.participant]?.joined != nil || heldMembers[member.participant] != nil) { continue }
             update(member.participant) { peer in
                 peer.joined = member.epoch
                 if peer.online == nil { peer.online = member.epoch }
@@ -444,7 +458,17 @@ struct SessionStateMachine {
         }
         if let before, before != active { notifyParticipants(into: &action) }
         // A catch-up too large for one message comes in parts; the join waits for the last.
-        if catchUp.more != true, case let .joining(joining) = phase { action.handovers.append(.yield(joining.caughtUp, .caughtUp)) }
+        guard catchUp.more != true else { return action }
+        switch phase {
+        case var .joining(joining):
+            joining.isCaughtUp = true
+            phase = .joining(joining)
+            action.handovers.append(.yield(joining.caughtUp, .caughtUp))
+        case var .joined(joined):
+            joined.awaitsCatchUp = false
+            phase = .joined(joined)
+        case .waiting, .invalidated: break
+        }
         return action
     }
 

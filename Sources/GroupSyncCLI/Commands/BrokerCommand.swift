@@ -94,10 +94,13 @@ enum BrokerCommand: Command {
             stop(pid, child)
         }
         let status = await Task.detached { () -> Int32 in
+            // Waited for without reaping first: until the PID is forgotten (under the lock every signal
+            // is sent under), it cannot be reused, so no signal reaches another process.
+            var info = siginfo_t()
+            while waitid(P_PID, id_t(pid), &info, WEXITED | WNOWAIT) == -1 && errno == EINTR {}
+            child.withLock { $0.pid = nil }
             var status: Int32 = 0
             while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
-            // Reaped: its PID may be reused, so a later signal must not be passed on to it.
-            child.withLock { $0.pid = nil }
             return status
         }.value
         // Exited: its code (mosquitto exits 0 on SIGINT and SIGTERM); killed by signal N: 128 + N — except
@@ -106,17 +109,20 @@ enum BrokerCommand: Command {
         return status & 0x7F == SIGTERM && child.withLock({ $0.stopping }) ? 0 : 128 + (status & 0x7F)
     }
 
-    /// Sends mosquitto SIGTERM, and again every 250 ms until it is reaped: one that comes while it starts
-    /// can be lost (it installs its handler before it sets the flag the handler clears).
+    /// Sends mosquitto SIGTERM, and again every 250 ms until it exited: one that comes while it starts
+    /// can be lost (it installs its handler before it sets the flag the handler clears). Each signal is
+    /// sent under the lock, while the PID is still mosquitto's.
     private static func stop(_ pid: pid_t, _ child: LockedValue<(pid: pid_t?, stopping: Bool)>) {
-        kill(pid, SIGTERM)
-        Task.detached {
-            while true {
-                try? await Task.sleep(for: .milliseconds(250))
-                // Reaped: its PID may be reused, so nothing more is sent.
-                guard child.withLock({ $0.pid }) == pid else { return }
+        func signal() -> Bool {
+            child.withLock { child in
+                guard child.pid == pid else { return false }
                 kill(pid, SIGTERM)
+                return true
             }
+        }
+        guard signal() else { return }
+        Task.detached {
+            repeat { try? await Task.sleep(for: .milliseconds(250)) } while signal()
         }
     }
 

@@ -5,7 +5,7 @@ import Synchronization
 /// (``GroupView/nextExpiry``): `fire` runs once at the wall-clock time last armed. Arming again replaces
 /// the earlier time; nil, or ``cancel()``, disarms. The owner cancels it when its loop ends.
 final class ExpiryAlarm: Sendable {
-    private let pending = Mutex<Task<Void, Never>?>(nil)
+    private let pending = Mutex<(deadline: Int64?, task: Task<Void, Never>?)>((nil, nil))
     private let fire: @Sendable () -> Void
 
     init(_ fire: @escaping @Sendable () -> Void) { self.fire = fire }
@@ -13,16 +13,23 @@ final class ExpiryAlarm: Sendable {
     /// Fires at `deadline` (wall clock, ms since 1970), or not at all for nil.
     func arm(at deadline: Int64?) {
         let fire = self.fire
-        let next = deadline.map { deadline in
-            Task {
-                let wait = deadline - ExpiryAlarm.now()
-                if wait > 0 { try? await Task.sleep(for: .milliseconds(wait)) }
-                if !Task.isCancelled { fire() }
-            }
-        }
-        let previous = pending.withLock { current in
-            defer { current = next }
-            return current
+        let previous = pending.withLock { pending -> Task<Void, Never>? in
+            guard pending.deadline != deadline else { return nil }  // armed for that time already
+            let previous = pending.task
+            pending = (
+                deadline,
+                deadline.map { deadline in
+                    Task { [self] in
+                        let wait = deadline - ExpiryAlarm.now()
+                        if wait > 0 { try? await Task.sleep(for: .milliseconds(wait)) }
+                        guard !Task.isCancelled else { return }
+                        // Fired: arming for the same time again (a copy that had not quite run out) is new.
+                        self.pending.withLock { if $0.deadline == deadline { $0.deadline = nil } }
+                        fire()
+                    }
+                }
+            )
+            return previous
         }
         previous?.cancel()
     }

@@ -111,6 +111,11 @@ struct GroupView {
                     ? Event(kind: "ended", session: id, participant: publisher, text: "\(publisher) ended session \(id)", fields: [:])
                     : nil
             }
+            if let current = sessions[id]?.announcement, publisher != announcement.createdBy,
+                announcement.activity.type != current.activity.type || announcement.ttl != current.ttl
+            {
+                return invalid(message)  // only the creator chooses the activity and the lifetime, as participants read
+            }
             let changed = sessions[id] != nil
             // A stored copy lives what is left of its message expiry; a live one its whole ttl.
             let expiresAt = now &+ (message.properties.messageExpiry.map(Int64.init) ?? announcement.ttl) &* 1_000

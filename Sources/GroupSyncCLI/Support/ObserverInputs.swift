@@ -9,7 +9,8 @@ struct ObserverInputs {
     private let forward: Task<Void, Never>
 
     init(_ subscription: MQTTSubscription) {
-        let (stream, feed) = AsyncStream.makeStream(of: MQTTMessage?.self)
+        // As bounded as the subscription's own buffer: a slow terminal drops the newest, never grows.
+        let (stream, feed) = AsyncStream.makeStream(of: MQTTMessage?.self, bufferingPolicy: .bufferingOldest(100_000))
         self.stream = stream
         alarm = ExpiryAlarm { feed.yield(nil) }
         forward = Task {
