@@ -14,6 +14,18 @@ import MQTT
 /// present client GroupSync picked, with a catch-up of the size GroupSync's had. GroupSync and raw joins
 /// alternate, one each, so that a slow phase of the machine hits both alike.
 enum LateJoinBenchmark {
+    /// `join()` timed until `session` holds `expected` (ms); `stale` when it returned without it.
+    static func timedJoin(_ session: GroupSession<AnyGroupActivity>, expected: Int) async throws -> (milliseconds: Double, stale: Bool) {
+        let start = MonotonicClock.nanoseconds()
+        try await session.join()
+        let state = try SharedState(session, key: SessionCluster.stateKey, initialValue: 0)
+        guard state.value != expected else { return (MonotonicClock.milliseconds(from: start, to: MonotonicClock.nanoseconds()), false) }
+        try await withTimeLimit(.seconds(5), "\(session.localParticipant.id) gets the current value") {
+            for await value in state.valueUpdates() where value == expected { return }
+        }
+        return (MonotonicClock.milliseconds(from: start, to: MonotonicClock.nanoseconds()), true)
+    }
+
     static func run(cluster: SessionCluster, samples: Int, expected: Int) async throws -> BenchResults.LateJoin {
         let topics = cluster.topics
         let sessionID = cluster.sessionID
@@ -41,18 +53,9 @@ enum LateJoinBenchmark {
                 try await sniffer.waitQuiet(.milliseconds(20))
                 let mark = sniffer.count
 
-                let start = MonotonicClock.nanoseconds()
-                try await session.join()
-                var end = MonotonicClock.nanoseconds()
-                let state = try SharedState(session, key: SessionCluster.stateKey, initialValue: 0)
-                if state.value != expected {
-                    stale += 1
-                    try await withTimeLimit(.seconds(5), "\(name) gets the current value") {
-                        for await value in state.valueUpdates() where value == expected { return }
-                    }
-                    end = MonotonicClock.nanoseconds()
-                }
-                times.append(MonotonicClock.milliseconds(from: start, to: end))
+                let join = try await timedJoin(session, expected: expected)
+                times.append(join.milliseconds)
+                if join.stale { stale += 1 }
 
                 try await sniffer.waitQuiet(.milliseconds(30))
                 var responder: String?

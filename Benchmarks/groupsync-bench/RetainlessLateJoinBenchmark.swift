@@ -54,18 +54,9 @@ enum RetainlessLateJoinBenchmark {
                     let session = try await SessionCluster.findSession(coordinator, id: cluster.sessionID)
                     try await sniffer.waitQuiet(.milliseconds(20))
                     let mark = sniffer.count
-                    let start = MonotonicClock.nanoseconds()
-                    try await session.join()
-                    var end = MonotonicClock.nanoseconds()
-                    let state = try SharedState(session, key: SessionCluster.stateKey, initialValue: 0)
-                    if state.value != expected {
-                        stale += 1
-                        try await withTimeLimit(.seconds(5), "\(name) gets the current value") {
-                            for await value in state.valueUpdates() where value == expected { return }
-                        }
-                        end = MonotonicClock.nanoseconds()
-                    }
-                    times.append(MonotonicClock.milliseconds(from: start, to: end))
+                    let join = try await LateJoinBenchmark.timedJoin(session, expected: expected)
+                    times.append(join.milliseconds)
+                    if join.stale { stale += 1 }
                     try await sniffer.waitQuiet(.milliseconds(30))
                     // Member records of others during the join: the answers to it (the newcomer's own is not one).
                     republished += sniffer.records(from: mark).filter { !$0.topic.hasSuffix("/\(name)") && $0.size > 0 }.count

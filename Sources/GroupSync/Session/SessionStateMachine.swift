@@ -157,7 +157,7 @@ struct SessionStateMachine {
     /// connection's (see ``Peer``).
     private(set) var peers: [String: Peer]
     /// Member records held back until their participant's connection has their epoch (a forgery, or a new
-    /// process whose presence has not come yet): see ``onMember(_:_:retained:now:)``.
+    /// process whose presence has not come yet): see ``onMember(_:_:retained:retainAvailable:now:)``.
     private(set) var heldMembers: [String: Int64] = [:]
     /// The winning record per key.
     private(set) var states: [String: Wire.StateRecord] = [:]
@@ -280,8 +280,8 @@ struct SessionStateMachine {
                 awaitsCatchUp: !joining.isCaughtUp))
         let wasActive = peers[me]?.isActive == true
         peers[me] = Peer(joined: myEpoch, online: myEpoch)
-        // Not judged again on what we know now: who joined after the newcomer never saw its join, and the
-        // newcomer takes a second catch-up as well as the first.
+        // Not judged again on what we know now: who joined after the newcomer never saw its join, and a
+        // second answer costs the newcomer nothing (it ignores it).
         action.sends = joining.owedCatchUps.filter { peers[$0]?.isActive == true }.map(Send.catchUp)
         listeners.forEach { _, listener in
             switch listener.kind {
@@ -317,7 +317,8 @@ struct SessionStateMachine {
 
     /// A member record of another participant (`nil`: cleared, the participant left), read at wall-clock
     /// time `now` (ms). `retained`: a stored copy replayed by the broker, not a live join — only a live join
-    /// makes someone send a catch-up, and, on a broker without retained messages, our member record again. A member's reliable messages are followed from its record on, and
+    /// (not one marked `again`) makes someone send a catch-up and, on a broker without retained messages,
+    /// our member record again. A member's reliable messages are followed from its record on, and
     /// forgotten when it leaves (what is held of them comes out, with the gaps); it is owed what we send
     /// from its record on. An implausible epoch is rejected.
     ///
@@ -350,8 +351,7 @@ struct SessionStateMachine {
                 case var .joining(joining) where !joining.owedCatchUps.contains(participant):
                     joining.owedCatchUps.append(participant)
                     phase = .joining(joining)
-                case .joining: break
-                case .waiting, .invalidated: break
+                case .joining, .waiting, .invalidated: break
                 }
             }
             // Without retained messages the newcomer may have subscribed after our record went out, and
