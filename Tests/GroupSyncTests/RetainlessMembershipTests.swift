@@ -6,9 +6,9 @@ import Testing
 
 /// Participants who join one session at random moments, within a second of each other or not, on brokers
 /// without retained messages: within the catch-up timeout plus 1 s of the last join, every one lists
-/// every other, and nobody's broadcast is rejected. Each
-/// round is seeded: a failure names its seed, and `GROUPSYNC_STRESS_SEED=<seed> GROUPSYNC_STRESS_ROUNDS=1`
-/// with `--filter` on its case replays its schedule.
+/// every other and holds the value participant 0 wrote before most of them joined, and nobody's broadcast
+/// is rejected. Each round is seeded: a failure names its seed, and
+/// `GROUPSYNC_STRESS_SEED=<seed> GROUPSYNC_STRESS_ROUNDS=1` with `--filter` on its case replays its schedule.
 @Suite(.timeLimit(.minutes(timeLimitMinutes(10)))) struct RetainlessMembershipTests {
     /// Rounds per case: 50, or `GROUPSYNC_STRESS_ROUNDS`; 2 under a sanitizer, whose rounds take four
     /// times as long and whose participants slow every other suite running beside them.
@@ -91,6 +91,7 @@ import Testing
                         do {
                             if index == 0 {
                                 session = try await coordinator.startJoined(Gallery(galleryID: "stress"))
+                                try await SharedState(session, key: "index", initialValue: 0).set(42)
                                 sessionID.withLock { $0 = session.id }
                             } else {
                                 session = try await coordinator.firstSession(of: Gallery.self, timeout: timeBound(.seconds(10)))
@@ -113,17 +114,18 @@ import Testing
             }
             try await waitUntil(
                 timeout: catchUpTimeout + timeBound(.seconds(1)),
-                "every participant lists every other and has their messages",
+                "every participant lists every other, holds the value and has their messages",
                 {
                     members.allSatisfy { _, session, chats in
                         ids(session.activeParticipants) == everyone
+                            && (try? SharedState(session, key: "index", initialValue: 0).value) == 42
                             && Set(chats.elements.map(\.1.id)) == everyone.subtracting([session.localParticipant.id])
                     }
                 },
                 else: {
                     "\(replay()): "
                         + members.map { _, session, chats in
-                            "\(session.localParticipant.id) lists \(ids(session.activeParticipants).sorted()), heard from "
+                            "\(session.localParticipant.id) lists \(ids(session.activeParticipants).sorted()), value \((try? SharedState(session, key: "index", initialValue: 0).value) ?? -1), heard from "
                                 + "\(Set(chats.elements.map(\.1.id)).sorted())"
                         }.sorted().joined(separator: "; ") + "; rejected: \(rejections.withLock { $0 })"
                 })
