@@ -59,7 +59,7 @@ demos() {
                     awk -v l="$label" -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "PASS  %s (%.2f s)\n", l, b - a }' >&2
                 elif [[ -z $retain ]]; then
                     echo "FAIL  $label (not counted):" >&2
-                    grep -E 'demo failed|result:|late joiner:|position spread:' "$log" | sed 's/^/      /' >&2
+                    { grep -E 'demo failed|result:|late joiner:|position spread:' "$log" || tail -n 3 "$log"; } | sed 's/^/      /' >&2
                 else
                     echo "FAIL  $label:" >&2
                     tail -n 25 "$log" >&2
@@ -67,7 +67,7 @@ demos() {
                 fi
                 if [[ $mode == gallery ]]; then
                     # Each joiner's own view of who is active; everyone joined before the late joiner.
-                    grep -E ' joined; active: ' "$log" | awk '{ n = split($0, a, "active: "); m = split(a[2], b, ", ");
+                    { grep -E ' joined; active: ' "$log" || true; } | awk '{ n = split($0, a, "active: "); m = split(a[2], b, ", ");
                         printf "%s%s:%d", sep, $3, m; sep = " " } END { print "" }' | sed 's/^/      active at join: /' >&2
                 fi
             done
