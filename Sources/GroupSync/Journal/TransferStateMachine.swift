@@ -4,11 +4,11 @@ import Foundation
 ///
 /// The window is `[next, next + window)`: `next` is the first chunk not yet handed over, and only chunks
 /// inside the window are requested, in batches: once half the window (at least one chunk) is free, every
-/// chunk of it not requested yet at once, so that one subscription asks for several. A chunk that arrives ahead of `next` waits in memory until the ones
-/// before it are in, so at most `window` chunks are ever held, whatever the attachment's size. Chunks are
-/// handed over strictly in order, each once: a duplicate (a refresh, a republish after a reconnect) is
-/// ignored. A chunk whose digest does not match is rejected and requested again after a backoff. With
-/// no progress for `stallTimeout`, the load fails.
+/// chunk of it not requested yet at once, so that one subscription asks for several. A chunk that
+/// arrives ahead of `next` waits in memory until the ones before it are in, so at most `window` chunks
+/// are ever held, whatever the attachment's size. Chunks are handed over strictly in order, each once: a
+/// duplicate (a refresh, a republish after a reconnect) is ignored. A chunk whose digest does not match
+/// is rejected and requested again after a backoff. With no progress for `stallTimeout`, the load fails.
 ///
 /// Pure logic: the caller verifies digests, subscribes, writes and keeps time.
 struct TransferStateMachine {

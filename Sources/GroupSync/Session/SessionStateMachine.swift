@@ -428,10 +428,11 @@ struct SessionStateMachine {
 
     /// `$catchup` addressed to us by `sender`: accepted from a member while joining and until the time
     /// ``onJoined(acceptingCatchUpsUntil:)`` names (a responder that was joining itself answers once
-    /// joined) — and from anyone while joining if the broker keeps no retained messages, when members
-    /// cannot be known before the catch-up. Records whose clock is implausible at `now` are left out, each counted and reported
-    /// as rejected; the rest applies. The members it lists (where no member record is replayed) are owed
-    /// what we send from now on, as members whose record we read are.
+    /// joined; after one came whole, another is ignored) — and from anyone while joining if the broker
+    /// keeps no retained messages, when members cannot be known before the catch-up. Records whose clock
+    /// is implausible at `now` are left out, each counted and reported as rejected; the rest applies. The
+    /// members it lists (where no member record is replayed) are owed what we send from now on, as
+    /// members whose record we read are.
     mutating func onCatchUp(_ catchUp: Wire.CatchUp, from sender: String, retainAvailable: Bool, now: Int64) -> Action {
         switch phase {
         case .joining where peers[sender]?.joined != nil || !retainAvailable: break
