@@ -1,11 +1,11 @@
 import Foundation
-import Synchronization
+import MQTT
 
 /// Wakes an observer's loop when the next copy of an announcement it knows of expires
 /// (``GroupView/nextExpiry``): `fire` runs once at the wall-clock time last armed. Arming again replaces
 /// the earlier time; nil, or ``cancel()``, disarms. The owner cancels it when its loop ends.
 final class ExpiryAlarm: Sendable {
-    private let pending = Mutex<(deadline: Int64?, task: Task<Void, Never>?)>((nil, nil))
+    private let pending = LockedValue<(deadline: Int64?, task: Task<Void, Never>?)>((nil, nil))
     private let fire: @Sendable () -> Void
 
     init(_ fire: @escaping @Sendable () -> Void) { self.fire = fire }

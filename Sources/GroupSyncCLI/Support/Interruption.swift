@@ -1,4 +1,4 @@
-import Synchronization
+import MQTT
 
 /// Ctrl-C, SIGTERM or SIGHUP, for every wait of a command: each wait takes a stream that ends when it comes.
 /// Waits started after it came end at once.
@@ -10,7 +10,8 @@ final class Interruption: Sendable {
         var nextID = 0
     }
 
-    private let state = Mutex(State())
+    // A lock ThreadSanitizer sees (LockedValue's doc says why not `Mutex`): the tests run this under it.
+    private let state = LockedValue(State())
 
     /// A Ctrl-C, SIGTERM or SIGHUP came: every wait ends.
     func fire() {
@@ -97,7 +98,7 @@ final class Interruption: Sendable {
 
 /// The first result of a race, handed to the one waiter.
 private final class Outcome<Value: Sendable>: Sendable {
-    private let state = Mutex<(result: Result<Value, any Error>?, waiter: CheckedContinuation<Value, any Error>?)>((nil, nil))
+    private let state = LockedValue<(result: Result<Value, any Error>?, waiter: CheckedContinuation<Value, any Error>?)>((nil, nil))
 
     /// Settles the outcome unless it was settled already; returns whether `result` is the outcome.
     @discardableResult
