@@ -144,7 +144,7 @@ enum DashboardCommand: Command {
                         continue
                     }
                     let before = Set(projection.view.sessions.keys)
-                    let publications = projection.apply(message, now: ExpiryAlarm.now())
+                    let publications = projection.apply(message, now: SystemWallClock().milliseconds())
                     await publish(publications, client: client, verbose: verbose)
                     alarm.arm(at: projection.view.nextExpiry)
                     guard projection.isSynchronized else { continue }
@@ -153,7 +153,7 @@ enum DashboardCommand: Command {
                     for id in before.subtracting(after).sorted() { Output.line("session \(id) removed") }
                 case .expiry:
                     let before = Set(projection.view.sessions.keys)
-                    await publish(projection.expire(now: ExpiryAlarm.now()), client: client, verbose: verbose)
+                    await publish(projection.expire(now: SystemWallClock().milliseconds()), client: client, verbose: verbose)
                     alarm.arm(at: projection.view.nextExpiry)
                     for id in before.subtracting(projection.view.sessions.keys).sorted() { Output.line("session \(id) expired") }
                 }
@@ -224,7 +224,7 @@ enum DashboardCommand: Command {
                 }
             }
         }
-        let now = ExpiryAlarm.now()
+        let now = SystemWallClock().milliseconds()
         for line in lines[..<separator] { emit(projection.apply(try message(line), now: now)) }
         emit(projection.synchronize())
         for line in lines[separator...].dropFirst() { emit(projection.apply(try message(line), now: now)) }

@@ -83,9 +83,9 @@ enum SessionsCommand: Command {
                 outcome.withLock { $0.complete = true }
                 print(view, json: args.has("json"))
             case let message?:
-                if view.apply(message, now: ExpiryAlarm.now()) != nil && complete { print(view, json: args.has("json")) }
+                if view.apply(message, now: SystemWallClock().milliseconds()) != nil && complete { print(view, json: args.has("json")) }
             case nil:
-                if !view.expire(now: ExpiryAlarm.now()).isEmpty && complete { print(view, json: args.has("json")) }
+                if !view.expire(now: SystemWallClock().milliseconds()).isEmpty && complete { print(view, json: args.has("json")) }
             }
             if input?.topic == marker && !args.has("watch") { break }  // the listing once
             inputs.alarm.arm(at: view.nextExpiry)
@@ -101,7 +101,7 @@ enum SessionsCommand: Command {
     }
 
     static func print(_ view: GroupView, json: Bool) {
-        let now = Int64(Date().timeIntervalSince1970 * 1_000)
+        let now = SystemWallClock().milliseconds()
         let rows = view.sessions.values.sorted { $0.announcement.createdAt < $1.announcement.createdAt }
         if json {
             Output.json([

@@ -47,7 +47,9 @@ enum WatchCommand: Command {
         let inputs = ObserverInputs(subscription)
         defer { inputs.cancel() }
         for await input in inputs.stream {
-            let events = input.map { view.apply($0, now: ExpiryAlarm.now()).map { [$0] } ?? [] } ?? view.expire(now: ExpiryAlarm.now())
+            let events =
+                input.map { view.apply($0, now: SystemWallClock().milliseconds()).map { [$0] } ?? [] }
+                ?? view.expire(now: SystemWallClock().milliseconds())
             inputs.alarm.arm(at: view.nextExpiry)
             let retained = input?.retain == true
             for event in events { print(event, retained: retained, asJSON: asJSON, formatter: formatter) }

@@ -1,4 +1,4 @@
-import Foundation
+import GroupSync
 import MQTT
 
 /// Wakes an observer's loop when the next copy of an announcement it knows of expires
@@ -20,7 +20,7 @@ final class ExpiryAlarm: Sendable {
                 deadline,
                 deadline.map { deadline in
                     Task { [self] in
-                        let wait = deadline - ExpiryAlarm.now()
+                        let wait = deadline - SystemWallClock().milliseconds()
                         if wait > 0 { try? await Task.sleep(for: .milliseconds(wait)) }
                         guard !Task.isCancelled else { return }
                         // Fired: arming for the same time again (a copy that had not quite run out) is new.
@@ -35,7 +35,4 @@ final class ExpiryAlarm: Sendable {
     }
 
     func cancel() { arm(at: nil) }
-
-    /// The wall clock in ms, as copies' expiries are kept.
-    static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1_000) }
 }
