@@ -639,7 +639,8 @@ import Testing
 
     /// The ACL of docs/DASHBOARDS.md, as written, on a real mosquitto: the dashboard runs under its user,
     /// Home Assistant's user reads the discovery topics and publishes its birth message (which brings
-    /// every config again), and Node-RED's reads the flat topics.
+    /// every config again), and Node-RED's reads the flat topics. With `--no-retain` the dashboard may
+    /// ask to be welcomed (nobody answers here: it synchronizes after the wait, refused nothing).
     @Test(.needsOwnBroker("users and an ACL")) func theDocumentedACLLetsEachUserDoItsPart() async throws {
         let users = ["dashboard": "d-pw", "homeassistant": "h-pw", "nodered": "n-pw"]
         try await MosquittoBroker.withBroker(.init(users: users, acl: try Self.docsBlock("acl"))) { broker in
@@ -670,6 +671,15 @@ import Testing
             dashboard.signal(SIGINT)
             #expect(try await Self.exit(dashboard, "dashboard") == 0)
             #expect(!dashboard.errors.contains { $0.contains("not authorized") || $0.contains("failed") }, "\(dashboard.errors)")
+            let welcomed = try CLIProcess(
+                [
+                    "dashboard", "--group", "family", "--no-retain", "--broker",
+                    broker.url.replacingOccurrences(of: "://", with: "://dashboard@"),
+                ], environment: ["GROUPSYNC_PASSWORD": users["dashboard"]!])
+            _ = try await welcomed.waitForLine { $0.hasPrefix("synchronized:") }
+            welcomed.signal(SIGINT)
+            #expect(try await Self.exit(welcomed, "dashboard --no-retain") == 0)
+            #expect(!welcomed.errors.contains { $0.contains("not authorized") || $0.contains("failed") }, "\(welcomed.errors)")
             await homeAssistant.disconnect()
             await nodeRED.disconnect()
         }

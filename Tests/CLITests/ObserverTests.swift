@@ -3,9 +3,62 @@ import Foundation
 import GroupSync
 import Testing
 
-/// Observers (`sessions`, `watch`) forget a session as participants do: once every copy of its
-/// announcement has expired, without a message saying so (the broker drops expired copies silently).
-@Suite(.timeLimit(.minutes(timeLimitMinutes(1)))) struct ObserverTests {
+/// Observers (`sessions`, `watch`, `dashboard`) know a group as its participants do: they forget a
+/// session once every copy of its announcement has expired, and where nothing is retained they are
+/// welcomed with what began before them.
+@Suite(.timeLimit(.minutes(timeLimitMinutes(2)))) struct ObserverTests {
+    /// Participants that use no retained messages (`--no-retain`, for clusters whose nodes keep none in
+    /// common) leave nothing for an observer to read: with `--no-retain` it asks, and the participants
+    /// online welcome it with the sessions, their members and state, without listing it anywhere.
+    @Test func observersAreWelcomedWhereNothingIsRetained() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = broker.unique("welcomed")
+            let common = ["--broker", broker.url, "--group", group, "--no-retain"]
+            let alice = try CLIProcess(["join", "com.example.board", "--as", "alice", "--title", "Quiz", "--state-key", "page"] + common)
+            let started = try? await alice.waitForLine { $0.hasPrefix("session ") }
+            let id = String(try #require(started, "\(alice.errors)").split(separator: " ")[1])
+            let bob = try CLIProcess(["join", "com.example.board", "--as", "bob", "--session", id, "--state-key", "page"] + common)
+            _ = try await alice.waitForLine { $0 == "participants alice,bob" }
+            alice.send("3")
+            _ = try await bob.waitForLine { $0 == "state page 3" }
+
+            let listing = try await runCLI(["sessions", "--json", "--timeout", "5"] + common)
+            #expect(listing.status == 0, "\(listing.errors)")
+            let row = try #require(listing.output.last.flatMap { Self.object($0) }?["sessions"] as? [[String: Any]])
+            #expect(row.count == 1)
+            #expect(row.first?["id"] as? String == id)
+            #expect(row.first?["participants"] as? [String] == ["alice", "bob"])
+
+            let watch = try CLIProcess(["watch", "--json"] + common)
+            _ = try await watch.waitForLine { $0.contains(#""kind":"welcome""#) && $0.contains(#""sessions":1"#) }
+            _ = try await watch.waitForLine { $0.contains(#""kind":"catch-up""#) && $0.contains(id) }
+
+            let dashboard = try CLIProcess(["dashboard", "--verbose"] + common)
+            _ = try await dashboard.waitForLine { $0.hasPrefix("synchronized: 1 live sessions") }
+            let flat = "groupsync/dashboard/\(group)/session/\(id)"
+            let published = dashboard.output
+            #expect(published.contains("\(flat)/participants 2"), "\(published)")
+            #expect(published.contains("\(flat)/state/page 3"), "\(published)")
+
+            // Nobody lists an observer, and `end` finds the session through its own welcome.
+            #expect(!alice.output.contains { $0.hasPrefix("participants") && $0 != "participants alice,bob" && $0 != "participants alice" })
+            let ended = try await runCLI(["end", id, "--as", "carol", "--timeout", "5"] + common)
+            #expect(ended.status == 0, "\(ended.errors)")
+            _ = try await alice.waitForLine { $0.hasPrefix("ended ") }
+            _ = try await watch.waitForLine { $0.contains(#""kind":"end""#) || $0.contains(#""kind":"ended""#) }
+            for process in [watch, dashboard] { process.signal(SIGTERM) }
+            #expect(try await watch.wait() == 0)
+            #expect(try await dashboard.wait() == 0)
+            for process in [alice, bob] { process.closeInput() }
+            _ = try await alice.wait()
+            _ = try await bob.wait()
+        }
+    }
+
+    private static func object(_ line: String) -> [String: Any]? {
+        (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any]
+    }
+
     @Test func aSessionWhoseCopiesExpiredLeavesTheListingAndTheLog() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = broker.unique("observed")

@@ -199,6 +199,11 @@ def welcome(value):
             "sessions": [announcement(a) for a in f.typed("sessions", list)], "v": VERSION}
 
 
+def observe(value):
+    Fields(value)  # a record: an object with "v": 2; nothing else is read
+    return {"v": VERSION}
+
+
 def member(value):
     f = Fields(value)
     record = {"epoch": f.int("epoch", TIME), "participant": f.str("participant"), "v": VERSION}
@@ -397,6 +402,8 @@ def route(topic):
             return heartbeat, lambda r: True
         case ["welcome", _, _]:
             return welcome, lambda r: True
+        case ["observe", _]:
+            return observe, lambda r: True
         case ["session", session, _]:
             return announcement, lambda r: r["session"] == session
         case ["s", _, "member", participant]:
@@ -416,7 +423,7 @@ def receive(topic, payload):
     if routed is None:
         return "reject", "bad-topic"
     reader, identity = routed
-    if not payload and reader not in (envelope, heartbeat, welcome):
+    if not payload and reader not in (envelope, heartbeat, welcome, observe):
         return "cleared", None
     try:
         record = reader(parse(payload))

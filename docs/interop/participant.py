@@ -38,7 +38,7 @@ Events are JSON lines on stdout, each with an "event" field:
     rejected {topic, reason}  (a message it ignored, with the docs/conformance code)    error {message}
 
 Not implemented: brokers without retained messages (`retain_available false`, §Connect, §Catch-up,
-§Brokers without retained messages: no welcomes), a silent sender's held messages (only its will, a
+§Brokers without retained messages, §Observers: no welcomes), a silent sender's held messages (only its will, a
 cleared member record or a newer epoch end its streams), and in §End step 3 clearing the ended copy
 at once when the broker accepted every clear (paho 1.6 does not report PUBACK reason codes): it clears
 its ended copy when it sees the last other copy cleared. Of §Journal, it lists and loads attachments but

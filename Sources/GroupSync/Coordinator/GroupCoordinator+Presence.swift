@@ -25,15 +25,26 @@ extension GroupCoordinator {
             guard !client.retainAvailable, case .changed(_, _?) = action, presence?.status == .online,
                 state.machine.isWelcomeResponder(for: participant)
             else { return (action, false, wake) }
-            guard state.welcomed == nil else {
-                if !state.owedWelcomes.contains(participant) { state.owedWelcomes.append(participant) }
-                return (action, false, wake)
-            }
-            return (action, true, wake)
+            return (action, state.welcomesNow(participant, observer: false), wake)
         }
         armUpkeep(wake)
         performPresence(action)
         if welcomes { tasks.spawn { [self] in await welcome(participant) } }
+    }
+
+    /// Network thread: an observer asks what a newcomer would be told. The participant that ranks first
+    /// for it among those online welcomes it, and in each session the member that ranks first among the
+    /// active ones sends it a catch-up that lists the members. A stored record is no request: it would
+    /// be answered again on every replay.
+    func onObserveMessage(_ observer: String, _ message: MQTTMessage) {
+        guard !message.retain, observer != localParticipant.id, Wire.decode(Wire.Observe.self, from: message.payload) != nil else {
+            return countRejection()
+        }
+        let (welcomes, cores) = state.withLock { state in
+            (state.machine.isWelcomeResponder(for: observer) && state.welcomesNow(observer, observer: true), Array(state.cores.values))
+        }
+        if welcomes { tasks.spawn { [self] in await welcome(observer) } }
+        for core in cores { core.onObserver(observer) }
     }
 
     /// Tells `newcomer` what a broker with retained messages would have: who is online and which
@@ -83,8 +94,8 @@ extension GroupCoordinator {
                 state.welcomed = nil
                 defer { state.owedWelcomes = [] }
                 return state.owedWelcomes.filter {
-                    state.machine.connections[$0] != nil && state.machine.isWelcomeResponder(for: $0)
-                }
+                    ($0.observer || state.machine.connections[$0.newcomer] != nil) && state.machine.isWelcomeResponder(for: $0.newcomer)
+                }.map(\.newcomer)
             }
         }
         do {
@@ -161,5 +172,14 @@ extension GroupCoordinator {
         defer { state.withLock { $0.presenceEcho = nil } }
         try await publishPresence()
         await withTimeout(.seconds(5)) { _ = await echo.next() }
+    }
+}
+
+extension GroupCoordinator.CoordinatorState {
+    /// Whether to welcome `newcomer` now: not while our own welcome wait runs — it is owed until then.
+    mutating func welcomesNow(_ newcomer: String, observer: Bool) -> Bool {
+        guard welcomed != nil else { return true }
+        if !owedWelcomes.contains(where: { $0.newcomer == newcomer }) { owedWelcomes.append((newcomer, observer)) }
+        return false
     }
 }

@@ -47,8 +47,9 @@ public final class GroupCoordinator: Sendable {
         var presenceEcho: Inbox<Void>?
         /// Set while `connect()` waits for a welcome (on a broker without retained messages).
         var welcomed: Inbox<Void>?
-        /// Newcomers we are to welcome once that wait is over: until then we know too little to tell.
-        var owedWelcomes: [String] = []
+        /// Newcomers we are to welcome once that wait is over (until then we know too little to tell), and
+        /// whether each is an observer.
+        var owedWelcomes: [(newcomer: String, observer: Bool)] = []
         /// What the broker replayed as retained after a reconnect without session, while it is collected.
         var replay: Replay?
     }
@@ -128,6 +129,7 @@ public final class GroupCoordinator: Sendable {
                     TopicSubscription(topics.heartbeatFilter, qos: .atLeastOnce),
                     TopicSubscription(topics.announcementFilter, qos: .atLeastOnce),
                     TopicSubscription(topics.welcomeFilter(for: configuration.participant), qos: .atLeastOnce),
+                    TopicSubscription(topics.observeFilter, qos: .atLeastOnce),
                 ],
                 handler: { [weak self] message in self?.handleGroupMessage(message) },
                 connected: { [weak self] sessionPresent in
@@ -218,6 +220,7 @@ public final class GroupCoordinator: Sendable {
         case let .presence(participant): onPresenceMessage(participant, message)
         case let .heartbeat(participant): onHeartbeatMessage(participant, message)
         case let .welcome(recipient, sender) where recipient == localParticipant.id: onWelcomeMessage(from: sender, message)
+        case let .observe(observer): onObserveMessage(observer, message)
         case let .announcement(sessionID, publisher): onAnnouncementMessage(sessionID, publisher: publisher, message)
         default: countRejection()  // not a group topic of this protocol
         }

@@ -142,11 +142,11 @@ extension SessionCore {
 
     func send(_ send: SessionStateMachine.Send) {
         switch send {
-        case let .catchUp(newcomer):
-            let listingMembers = !context.client.retainAvailable
+        case let .catchUp(recipient), let .observerCatchUp(recipient):
+            let listingMembers = !context.client.retainAvailable || send == .observerCatchUp(to: recipient)
             let budget = Wire.budget(maximumPacketSize: context.client.maximumPacketSize)
             for part in read({ $0.catchUp(listingMembers: listingMembers, budget: budget) }) {
-                sendControl(.catchUp, part, to: newcomer)
+                sendControl(.catchUp, part, to: recipient)
             }
         case .memberRecord:
             // Only while our own record is kept: after it went out, and never after a leave's clear.

@@ -166,6 +166,11 @@ final class SessionCore: Sendable {
         }
     }
 
+    /// An observer asked to be welcomed (see ``SessionStateMachine/onObserver(_:)``).
+    func onObserver(_ observer: String) {
+        perform { $0.onObserver(observer) }
+    }
+
     func onPresence(_ participant: String, epoch: Int64?) {
         let now = context.clock.milliseconds()
         perform { $0.onPresence(participant, epoch: epoch, now: now) }

@@ -120,6 +120,8 @@ struct SessionStateMachine {
     enum Send: Hashable {
         /// `$catchup` to this newcomer, in the parts of ``catchUp(listingMembers:budget:)``.
         case catchUp(to: String)
+        /// `$catchup` to this observer (``onObserver(_:)``), listing the members.
+        case observerCatchUp(to: String)
         /// Our member record again, marked as no join (`again`).
         case memberRecord
         case resend(StreamReceiver<InboundMessage>.Request)
@@ -371,6 +373,14 @@ struct SessionStateMachine {
     private mutating func adoptMember(_ participant: String, epoch: Int64, now: Int64, into action: inout Action) {
         peers[participant, default: Peer()].joined = epoch
         receive(into: &action) { $0.senderSeen(participant, epoch: epoch, now: now) }
+    }
+
+    /// An observer asked to be welcomed: if we are joined and rank first for it among the active members,
+    /// it gets a catch-up that lists them, as a newcomer on a broker without retained messages does. It
+    /// changes nothing here: an observer never becomes a member.
+    func onObserver(_ observer: String) -> Action {
+        guard case .joined = phase, isCatchUpResponder(for: observer), peers[observer] == nil else { return Action() }
+        return Action(sends: [.observerCatchUp(to: observer)])
     }
 
     /// The group's presence changed: `epoch` of the live connection, or nil when it is gone. A gone

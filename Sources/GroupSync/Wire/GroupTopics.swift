@@ -33,6 +33,9 @@ package struct GroupTopics: Sendable, Hashable {
     /// Where `sender` welcomes `recipient` to the group on a broker without retained messages.
     package func welcome(to recipient: String, from sender: String) -> String { "\(root)/welcome/\(recipient)/\(sender)" }
     package func welcomeFilter(for recipient: String) -> String { "\(root)/welcome/\(recipient)/+" }
+    /// Where `observer` (not a participant) asks to be welcomed on a broker without retained messages.
+    package func observe(_ observer: String) -> String { "\(root)/observe/\(observer)" }
+    package var observeFilter: String { "\(root)/observe/+" }
     package func member(_ session: String, _ participant: String) -> String { "\(root)/s/\(session)/member/\(participant)" }
     package func state(_ session: String, key: String, writer: String) -> String { "\(root)/s/\(session)/state/\(key)/\(writer)" }
     /// `owner`'s journal record of the attachment whose digest (the record's `id`) is `attachment`.
@@ -62,6 +65,7 @@ package struct GroupTopics: Sendable, Hashable {
         case heartbeat(participant: String)
         case announcement(session: String, publisher: String)
         case welcome(recipient: String, sender: String)
+        case observe(observer: String)
         case member(session: String, participant: String)
         case state(session: String, key: String, writer: String)
         case journal(session: String, attachment: String, owner: String)
@@ -104,6 +108,7 @@ package struct GroupTopics: Sendable, Hashable {
             switch count {
             case 2 where level(0, is: "presence"): return .presence(participant: string(1))
             case 2 where level(0, is: "alive"): return .heartbeat(participant: string(1))
+            case 2 where level(0, is: "observe"): return .observe(observer: string(1))
             case 3 where level(0, is: "session"): return .announcement(session: string(1), publisher: string(2))
             case 3 where level(0, is: "welcome"): return .welcome(recipient: string(1), sender: string(2))
             case 4 where level(0, is: "s") && level(2, is: "member"): return .member(session: string(1), participant: string(3))

@@ -67,9 +67,9 @@ extension Wire {
     }
 
     /// An envelope's header, and where its body's JSON value is in the payload.
-    struct ScannedEnvelope: Sendable, Equatable {
-        var header: EnvelopeHeader
-        var body: Range<Int>
+    package struct ScannedEnvelope: Sendable, Equatable {
+        package var header: EnvelopeHeader
+        package var body: Range<Int>
     }
 
     /// Reads an envelope (the whole payload, body included, by the decoding rules), or says why it is
@@ -82,7 +82,7 @@ extension Wire {
     }
 
     /// ``readEnvelope(_:)``; nil when it is rejected.
-    static func decodeEnvelope(_ payload: Data) -> ScannedEnvelope? { try? readEnvelope(payload) }
+    package static func decodeEnvelope(_ payload: Data) -> ScannedEnvelope? { try? readEnvelope(payload) }
 
     /// An app value (a message body) from its bytes, with `JSONDecoder`.
     static func decodeBody<T: Decodable>(_ type: T.Type, from data: Data) -> T? { try? decoder.decode(type, from: data) }

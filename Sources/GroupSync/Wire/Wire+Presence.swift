@@ -1,5 +1,6 @@
 /// The group's records: who is online (presence, heartbeats) and, on a broker without retained messages,
-/// the welcome that tells a newcomer what retained records would have (docs/PROTOCOL.md, "Presence").
+/// the welcome that tells a newcomer (or an observer that asks) what retained records would have
+/// (docs/PROTOCOL.md, "Presence").
 extension Wire {
     /// `…/presence/<participant>`, retained. Online while the connection lives; the connection's will
     /// replaces it with `"status": "lost"` and the same epoch. An empty payload means offline (clean exit).
@@ -35,6 +36,13 @@ extension Wire {
         /// The current announcement of every live session the sender knows.
         package var sessions: [Announcement]
     }
+
+    /// `…/observe/<observer>`, QoS 1, never retained: an observer — a dashboard, a tool that lists
+    /// sessions — asks to be welcomed as a newcomer would be, without appearing as a participant.
+    package struct Observe: Encodable, Sendable, Hashable {
+        package var v = Wire.version
+        package init() {}
+    }
 }
 
 extension Wire.Presence: Wire.Record {
@@ -62,5 +70,12 @@ extension Wire.Welcome: Wire.Record {
         self.init(
             presences: try fields.array(CodingKeys.presences, of: Wire.Presence.self),
             sessions: try fields.array(CodingKeys.sessions, of: Wire.Announcement.self))
+    }
+}
+
+extension Wire.Observe: Wire.Record {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
+        try fields.checkVersion()
+        self.init()
     }
 }

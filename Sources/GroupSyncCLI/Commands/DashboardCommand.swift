@@ -9,6 +9,7 @@ enum DashboardCommand: Command {
     static let summary = "publish Home Assistant discovery and flat topics for dashboards"
     static let help = """
         Usage: groupsync dashboard [--discovery-prefix PREFIX] [--verbose] [--timeout SEC] [--broker URL] [--group NAME]
+                                   [--no-retain]
                groupsync dashboard --replay FILE [--json] [--discovery-prefix PREFIX] [--group NAME]
 
         Projects one group for IoT dashboards as an observer (it never appears as a participant), until
@@ -35,6 +36,7 @@ enum DashboardCommand: Command {
         subtrees: leftovers of an earlier run are cleared at start-up. Run one dashboard per group.
 
         \(CommonOptions.help)
+        \(CommonOptions.observerHelp)
           --discovery-prefix P  Home Assistant's discovery prefix (default homeassistant)
           --verbose             print every publish as `topic payload`
           --timeout SEC         how long to wait for the broker (default 10)
@@ -51,7 +53,8 @@ enum DashboardCommand: Command {
 
     static func run(_ arguments: [String]) async throws -> Int32 {
         let args = try Arguments(
-            arguments, options: CommonOptions.names.union(["discovery-prefix", "replay", "timeout"]), flags: ["verbose", "json"])
+            arguments, options: CommonOptions.names.union(["discovery-prefix", "replay", "timeout"]),
+            flags: ["verbose", "json", "no-retain"])
         let common = try CommonOptions(args)
         let prefix = args.value("discovery-prefix") ?? DashboardTopics.defaultDiscoveryPrefix
         guard DashboardTopics.isValidDiscoveryPrefix(prefix) else {
@@ -76,8 +79,9 @@ enum DashboardCommand: Command {
         case expiry
     }
 
-    private static func serve(_ start: DashboardProjection, common: CommonOptions, timeout: Duration, verbose: Bool) async throws -> Int32 {
-        let topics = start.topics
+    private static func serve(_ initial: DashboardProjection, common: CommonOptions, timeout: Duration, verbose: Bool) async throws -> Int32
+    {
+        let topics = initial.topics
         // Signals first: one that arrives while connecting or synchronizing waits here, and a test (or
         // a script) that stops the dashboard as soon as it printed something is never lost.
         let (interrupts, interrupt) = AsyncStream.makeStream(of: Void.self)
@@ -89,8 +93,12 @@ enum DashboardCommand: Command {
         // An observer (not a participant) whose will marks the dashboard offline.
         let client = try await interruption.race(timeout: timeout, waitingFor: "the broker", discard: CommonOptions.disconnect) {
             try await common.connectObserver(
-                will: MQTTClient.Will(topic: start.will.topic, payload: Array(start.will.payload.utf8), qos: .atLeastOnce, retain: true))
+                will: MQTTClient.Will(topic: initial.will.topic, payload: Array(initial.will.payload.utf8), qos: .atLeastOnce, retain: true)
+            )
         }
+        var welcomed = initial
+        if ObserverWelcome.isNeeded(common, client) { welcomed.observe(as: ObserverWelcome.id(of: client)) }
+        let start = welcomed
         let marker = "groupsync-observer/\(client.configuration.clientID)"
         let (inputs, feed) = AsyncStream.makeStream(of: Input.self)
         let events = client.events()
@@ -138,23 +146,33 @@ enum DashboardCommand: Command {
                     guard from == generation else { continue }
                     if message.topic == marker {
                         guard message.payload == Data("sync-\(generation)".utf8) else { continue }
-                        await publish(projection.synchronize(), client: client, verbose: verbose)
-                        Output.line(
-                            "synchronized: \(projection.view.sessions.count) live sessions, \(projection.retained.count) retained topics")
+                        if projection.welcome != nil {
+                            // Nothing is retained: synchronized once the welcome it asks for is in.
+                            do {
+                                try await projection.askWelcome(client, now: SystemWallClock().milliseconds())
+                                alarm.arm(at: projection.nextAlarm)
+                                continue
+                            } catch {
+                                Output.error("groupsync dashboard: asking to be welcomed failed (\(error)); going on with what it has")
+                            }
+                        }
+                        await synchronize(&projection, client: client, verbose: verbose)
                         continue
                     }
-                    let before = Set(projection.view.sessions.keys)
+                    let (before, wasSynchronized) = (Set(projection.view.sessions.keys), projection.isSynchronized)
                     let publications = projection.apply(message, now: SystemWallClock().milliseconds())
                     await publish(publications, client: client, verbose: verbose)
-                    alarm.arm(at: projection.view.nextExpiry)
-                    guard projection.isSynchronized else { continue }
+                    alarm.arm(at: projection.nextAlarm)
+                    if !wasSynchronized && projection.isSynchronized { reportSynchronized(projection) }
+                    guard wasSynchronized else { continue }
                     let after = Set(projection.view.sessions.keys)
                     for id in after.subtracting(before).sorted() { Output.line("session \(id) published") }
                     for id in before.subtracting(after).sorted() { Output.line("session \(id) removed") }
                 case .expiry:
-                    let before = Set(projection.view.sessions.keys)
+                    let (before, wasSynchronized) = (Set(projection.view.sessions.keys), projection.isSynchronized)
                     await publish(projection.expire(now: SystemWallClock().milliseconds()), client: client, verbose: verbose)
-                    alarm.arm(at: projection.view.nextExpiry)
+                    alarm.arm(at: projection.nextAlarm)
+                    if !wasSynchronized && projection.isSynchronized { reportSynchronized(projection) }
                     for id in before.subtracting(projection.view.sessions.keys).sorted() { Output.line("session \(id) expired") }
                 }
             }
@@ -183,6 +201,15 @@ enum DashboardCommand: Command {
             if let error = error as? MQTTError, error == .cancelled { return 0 }
             throw CommandFailure("subscribing to \(topics.root) and \(topics.discoveryFilter) failed: \(error)")
         }
+    }
+
+    private static func synchronize(_ projection: inout DashboardProjection, client: MQTTClient, verbose: Bool) async {
+        await publish(projection.synchronize(), client: client, verbose: verbose)
+        reportSynchronized(projection)
+    }
+
+    private static func reportSynchronized(_ projection: DashboardProjection) {
+        Output.line("synchronized: \(projection.view.sessions.count) live sessions, \(projection.retained.count) retained topics")
     }
 
     private static func publish(_ publications: [DashboardProjection.Publication], client: MQTTClient, verbose: Bool) async {

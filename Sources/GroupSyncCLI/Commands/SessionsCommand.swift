@@ -7,12 +7,13 @@ enum SessionsCommand: Command {
     static let name = "sessions"
     static let summary = "list the live sessions of a group (--watch to follow changes)"
     static let help = """
-        Usage: groupsync sessions [--watch] [--json] [--timeout SEC] [--broker URL] [--group NAME]
+        Usage: groupsync sessions [--watch] [--json] [--timeout SEC] [--broker URL] [--group NAME] [--no-retain]
 
         Lists live sessions: ID, activity, title, active participants, age. As an observer: it never
         appears as a participant. With --watch, prints the list again after every change until Ctrl-C.
 
         \(CommonOptions.help)
+        \(CommonOptions.observerHelp)
           --watch           follow changes
           --timeout SEC     how long to wait for the broker and the group's records (default 10)
           --json            one JSON object per listing: {"sessions":[{"id","activity","title","participants","age_s"}]}
@@ -22,7 +23,7 @@ enum SessionsCommand: Command {
         """
 
     static func run(_ arguments: [String]) async throws -> Int32 {
-        let args = try Arguments(arguments, options: CommonOptions.names.union(["timeout"]), flags: ["watch", "json"])
+        let args = try Arguments(arguments, options: CommonOptions.names.union(["timeout"]), flags: ["watch", "json", "no-retain"])
         let common = try CommonOptions(args)
         let timeout = Duration.seconds(try args.integer("timeout", default: 10, range: 1...86_400))
         let interruption = Interruption()
@@ -43,16 +44,17 @@ enum SessionsCommand: Command {
     private static func list(
         _ client: MQTTClient, common: CommonOptions, timeout: Duration, interruption: Interruption, args: Arguments
     ) async throws -> Int32 {
-        var view = GroupView(group: common.group)
+        let observer = ObserverWelcome.id(of: client)
+        let welcomed = ObserverWelcome.isNeeded(common, client)
+        var view = GroupView(group: common.group, observer: welcomed ? observer : nil)
+        var welcome = ObserverWelcome(observer: observer)
         let topics = view.topics
         let marker = "groupsync-observer/\(client.configuration.clientID)"
+        let filters =
+            [topics.presenceFilter, topics.announcementFilter, "\(topics.root)/s/+/member/+", marker]
+            + (welcomed ? ObserverWelcome.filters(topics, observer: observer) : [])
         let subscription = try await interruption.race(timeout: timeout, waitingFor: "the broker's answer") {
-            let subscription = try await client.subscribe(to: [
-                TopicSubscription(topics.presenceFilter, qos: .atLeastOnce),
-                TopicSubscription(topics.announcementFilter, qos: .atLeastOnce),
-                TopicSubscription("\(topics.root)/s/+/member/+", qos: .atLeastOnce),
-                TopicSubscription(marker, qos: .atLeastOnce),
-            ])
+            let subscription = try await client.subscribe(to: filters.map { TopicSubscription($0, qos: .atLeastOnce) })
             // The marker comes back after every retained message: then the snapshot is complete.
             try await client.publish(to: marker, string: "sync")
             return subscription
@@ -76,19 +78,34 @@ enum SessionsCommand: Command {
         defer { stopper.cancel() }
         let inputs = ObserverInputs(subscription)
         defer { inputs.cancel() }
+        // Complete once the retained replay is in (the marker came back), and where nothing is retained
+        // once the welcome this observer then asks for is (ObserverWelcome).
         for await input in inputs.stream {
+            let now = SystemWallClock().milliseconds()
             let complete = outcome.withLock { $0.complete }
+            var completes = false
             switch input {
             case let message? where message.topic == marker:
+                if welcomed {
+                    do { try await welcome.ask(client, topics: topics, now: now) } catch { completes = true }
+                } else {
+                    completes = true
+                }
+            case let message?:
+                let event = view.apply(message, now: now)
+                completes = event.map { welcome.onEvent($0, view: view, now: now) } ?? false
+                if event != nil && complete { print(view, json: args.has("json")) }
+            case nil:
+                let expired = !view.expire(now: now).isEmpty
+                completes = welcome.onAlarm(now: now)
+                if expired && complete { print(view, json: args.has("json")) }
+            }
+            if completes {
                 outcome.withLock { $0.complete = true }
                 print(view, json: args.has("json"))
-            case let message?:
-                if view.apply(message, now: SystemWallClock().milliseconds()) != nil && complete { print(view, json: args.has("json")) }
-            case nil:
-                if !view.expire(now: SystemWallClock().milliseconds()).isEmpty && complete { print(view, json: args.has("json")) }
+                if !args.has("watch") { break }  // the listing once
             }
-            if input?.topic == marker && !args.has("watch") { break }  // the listing once
-            inputs.alarm.arm(at: view.nextExpiry)
+            inputs.alarm.arm(at: [view.nextExpiry, welcome.deadline].compactMap { $0 }.min())
         }
         subscription.unsubscribe()
         let (complete, timedOut, interrupted) = outcome.withLock { ($0.complete, $0.timedOut, $0.interrupted) }

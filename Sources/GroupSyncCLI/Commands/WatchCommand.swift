@@ -7,7 +7,7 @@ enum WatchCommand: Command {
     static let name = "watch"
     static let summary = "decode all GroupSync traffic of a group as a readable log"
     static let help = """
-        Usage: groupsync watch [--json] [--timeout SEC] [--broker URL] [--group NAME]
+        Usage: groupsync watch [--json] [--timeout SEC] [--broker URL] [--group NAME] [--no-retain]
 
         Subscribes to groupsync/v2/<group>/# as an observer (it never appears as a participant) and prints
         announcements, joins, leaves, crashes (wills), state changes with their clocks, and messages
@@ -15,6 +15,7 @@ enum WatchCommand: Command {
         Runs until Ctrl-C.
 
         \(CommonOptions.help)
+        \(CommonOptions.observerHelp)
           --json            one JSON object per line: {"time","kind","session","participant","text",…}
           --timeout SEC     how long to wait for the broker (default 10)
 
@@ -23,19 +24,25 @@ enum WatchCommand: Command {
         """
 
     static func run(_ arguments: [String]) async throws -> Int32 {
-        let args = try Arguments(arguments, options: CommonOptions.names.union(["timeout"]), flags: ["json"])
+        let args = try Arguments(arguments, options: CommonOptions.names.union(["timeout"]), flags: ["json", "no-retain"])
         let common = try CommonOptions(args)
         let asJSON = args.has("json")
         let timeout = Duration.seconds(try args.integer("timeout", default: 10, range: 1...86_400))
         let interruption = Interruption()
         Signals.onInterrupt { interruption.fire() }
-        var view = GroupView(group: common.group)
-        let root = view.topics.root
+        let topics = GroupTopics(group: common.group)
         let disconnect: @Sendable ((MQTTClient, MQTTSubscription)) async -> Void = { await $0.0.disconnect() }
         let (client, subscription) = try await interruption.race(timeout: timeout, waitingFor: "the broker", discard: disconnect) {
             let client = try await common.connectObserver()
-            return (client, try await client.subscribe(to: [TopicSubscription("\(root)/#", qos: .atLeastOnce)]))
+            let subscription = try await client.subscribe(to: [TopicSubscription("\(topics.root)/#", qos: .atLeastOnce)])
+            if ObserverWelcome.isNeeded(common, client) {
+                // What began before: the participants online welcome this observer (it prints as it comes).
+                var welcome = ObserverWelcome(observer: ObserverWelcome.id(of: client))
+                try await welcome.ask(client, topics: topics, now: SystemWallClock().milliseconds())
+            }
+            return (client, subscription)
         }
+        var view = GroupView(group: common.group, observer: ObserverWelcome.isNeeded(common, client) ? ObserverWelcome.id(of: client) : nil)
         let stopper = Task {
             for await _ in interruption.stream() {}
             subscription.unsubscribe()

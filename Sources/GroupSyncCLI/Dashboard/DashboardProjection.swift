@@ -33,6 +33,9 @@ struct DashboardProjection {
     let topics: DashboardTopics
     private(set) var view: GroupView
     private(set) var isSynchronized = false
+    /// Where nothing is retained, the welcome this dashboard asks for (``observe(as:)``): it synchronizes
+    /// once that is complete, instead of once the retained replay is in.
+    private(set) var welcome: ObserverWelcome?
     /// Topic → payload of every retained message under the dashboard's own topics, as far as it knows:
     /// learnt from the broker before synchronizing, then kept up to date with what it publishes.
     private(set) var retained: [String: String] = [:]
@@ -73,9 +76,21 @@ struct DashboardProjection {
     }
 
     /// Everything the dashboard subscribes to: the group, its own topics (to find leftovers) and Home
-    /// Assistant's status.
+    /// Assistant's status; and its welcomes, if it asks for them.
     var filters: [String] {
         groupFilters + [topics.flatFilter, topics.discoveryFilter, topics.homeAssistantStatus]
+            + (welcome.map { ObserverWelcome.filters(view.topics, observer: $0.observer) } ?? [])
+    }
+
+    /// On a group without retained messages: learn it from the welcome that `observer` asks for.
+    mutating func observe(as observer: String) {
+        welcome = ObserverWelcome(observer: observer)
+        view = GroupView(group: topics.group, observer: observer)
+    }
+
+    /// Asks for the welcome (after the marker, ``observe(as:)``) at `now` (wall clock, ms).
+    mutating func askWelcome(_ client: MQTTClient, now: Int64) async throws(MQTTError) {
+        try await welcome?.ask(client, topics: view.topics, now: now)
     }
 
     /// The MQTT will: the broker marks the dashboard offline when its connection dies.
@@ -98,16 +113,22 @@ struct DashboardProjection {
             }
             return []
         }
-        guard view.apply(message, now: now) != nil else { return [] }
+        guard let event = view.apply(message, now: now) else { return [] }
+        if welcome?.onEvent(event, view: view, now: now) == true { return synchronize() }
         return reconcile()
     }
 
     /// Forgets the sessions no copy keeps alive at `now` (wall clock, ms, ``GroupView/nextExpiry``) and
     /// returns what to publish.
     mutating func expire(now: Int64) -> [Publication] {
-        guard !view.expire(now: now).isEmpty, isSynchronized else { return [] }
+        let expired = !view.expire(now: now).isEmpty
+        if welcome?.onAlarm(now: now) == true { return synchronize() }
+        guard expired, isSynchronized else { return [] }
         return reconcile()
     }
+
+    /// When ``expire(now:)`` is due next: a copy's expiry, or the end of the welcome's wait.
+    var nextAlarm: Int64? { [view.nextExpiry, welcome?.deadline].compactMap { $0 }.min() }
 
     /// Every retained message was delivered: from now on, publish. Returns the whole projection (minus
     /// what is already retained as it should be) and clears for leftovers.
@@ -119,7 +140,8 @@ struct DashboardProjection {
     /// After a reconnect: forget everything and learn it again from the retained messages (a session may
     /// have ended, a participant may have gone, while the connection was down).
     mutating func restart() {
-        view = GroupView(group: topics.group)
+        view = GroupView(group: topics.group, observer: welcome?.observer)
+        welcome = welcome.map { ObserverWelcome(observer: $0.observer) }
         retained = [:]
         isSynchronized = false
     }

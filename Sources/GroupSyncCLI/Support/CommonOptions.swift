@@ -13,6 +13,12 @@ struct CommonOptions {
                             participants' welcomes and catch-ups, as on a broker without them. For
                             clusters whose nodes do not share their retained store (ejabberd)
         """
+    /// `--no-retain` of the observers (`sessions`, `watch`, `dashboard`).
+    static let observerHelp = """
+          --no-retain       the group uses no retained messages (its participants run with --no-retain,
+                            or the broker keeps none): ask the participants online to welcome this
+                            observer with what they know, without appearing as a participant
+        """
     static let help = """
           --broker URL      mqtt://[user[:password]@]host[:port], or mqtts:// for TLS
                             (default: $GROUPSYNC_BROKER or mqtt://127.0.0.1:1883). Repeat it, or give
@@ -165,6 +171,9 @@ struct CommonOptions {
         var client: MQTTClient
         do {
             var configuration = try mqttConfiguration()
+            // `--no-retain` says what the group's participants do; what an observer publishes of its own
+            // (a dashboard's retained topics and will) is not theirs.
+            configuration.retainedMessages = true
             if let will { configuration.will = will }
             while true {  // as in ``connect(reportingRejections:)``
                 client = try MQTTClient(configuration: configuration)

@@ -27,14 +27,18 @@ struct GroupView {
     }
 
     let topics: GroupTopics
+    /// The ID this observer asked to be welcomed as (PROTOCOL.md, "Observers"): welcomes and catch-ups
+    /// addressed to it are applied as the records they stand for. Nil: it reads retained records only.
+    let observer: String?
     private(set) var online: [String: Int64] = [:]
     private(set) var sessions: [String: Session] = [:]
     /// Member and state records of sessions whose announcement has not arrived yet: retained messages
     /// of different topics come in any order, so they wait here instead of being lost.
     private var early: [String: (members: [String: Int64], states: [String: Wire.StateRecord])] = [:]
 
-    init(group: String) {
+    init(group: String, observer: String? = nil) {
         topics = GroupTopics(group: group)
+        self.observer = observer
     }
 
     /// Participants of `session` that joined and whose connection is alive.
@@ -86,8 +90,21 @@ struct GroupView {
                 kind: "lost", participant: participant,
                 text: "\(participant) LOST — connection died without leaving (epoch \(presence.epoch))",
                 fields: ["epoch": .int(presence.epoch)])
-        case .welcome:
-            return nil  // a newcomer's copy of what the others know: nothing new to an observer
+        case let .welcome(recipient, sender):
+            guard recipient == observer else { return nil }  // a newcomer's copy of what the others know
+            guard let welcome = Wire.decode(Wire.Welcome.self, from: payload) else { return invalid(message) }
+            for presence in welcome.presences where presence.status == .online { online[presence.participant] = presence.epoch }
+            // Each session as a live copy of the welcomer's, as participants apply it.
+            for announcement in welcome.sessions {
+                _ = applyCopy(announcement, publisher: sender, expiresAt: now &+ announcement.ttl &* 1_000)
+            }
+            return Event(
+                kind: "welcome", participant: sender,
+                text: "\(sender) welcomed this observer: \(welcome.presences.count) online, \(welcome.sessions.count) sessions",
+                fields: ["online": .int(Int64(welcome.presences.count)), "sessions": .int(Int64(welcome.sessions.count))])
+        case let .observe(observer):
+            guard Wire.decode(Wire.Observe.self, from: payload) != nil else { return invalid(message) }
+            return Event(kind: "observe", participant: observer, text: "observer \(observer) asks to be welcomed", fields: [:])
         case let .heartbeat(participant):
             guard let heartbeat = Wire.decode(Wire.Heartbeat.self, from: payload) else { return invalid(message) }
             guard online[participant] != heartbeat.epoch else { return nil }
@@ -111,34 +128,10 @@ struct GroupView {
                     ? Event(kind: "ended", session: id, participant: publisher, text: "\(publisher) ended session \(id)", fields: [:])
                     : nil
             }
-            if let current = sessions[id]?.announcement, publisher != announcement.createdBy,
-                announcement.activity.type != current.activity.type || announcement.ttl != current.ttl
-            {
-                return invalid(message)  // only the creator chooses the activity and the lifetime, as participants read
-            }
-            let changed = sessions[id] != nil
             // A stored copy lives what is left of its message expiry; a live one its whole ttl.
             let expiresAt = now &+ (message.properties.messageExpiry.map(Int64.init) ?? announcement.ttl) &* 1_000
-            if let current = sessions[id] {
-                sessions[id]?.copies[publisher] = expiresAt
-                guard announcement.revision > current.announcement.revision else { return nil }  // a copy or a refresh
-                sessions[id]?.announcement = announcement
-            } else {
-                let waiting = early.removeValue(forKey: id)
-                sessions[id] = Session(
-                    announcement: announcement, copies: [publisher: expiresAt], members: waiting?.members ?? [:],
-                    states: waiting?.states ?? [:])
-            }
-            let title = announcement.activity.metadata.title
-            return Event(
-                kind: changed ? "activity" : "announce", session: id, participant: announcement.createdBy,
-                text: changed
-                    ? "session \(id) activity changed: \(json(announcement.activity.data))"
-                    : "session \(id) announced by \(announcement.createdBy): \(announcement.activity.type) \"\(title)\"",
-                fields: [
-                    "activity": .string(announcement.activity.type), "title": .string(title),
-                    "revision": .string(announcement.revision.description),
-                ])
+            guard announcement.session == id else { return invalid(message) }
+            return applyCopy(announcement, publisher: publisher, expiresAt: expiresAt) ?? nil
         case let .member(id, participant):
             if payload.isEmpty {
                 setMember(id, participant, nil)
@@ -156,14 +149,7 @@ struct GroupView {
                     fields: ["key": .string(key)])
             }
             guard let record = Wire.decode(Wire.StateRecord.self, from: payload) else { return invalid(message) }
-            let current = sessions[id]?.states[key] ?? early[id]?.states[key]
-            if current.map({ $0.clock < record.clock }) ?? true {  // a reader keeps the newer record
-                if sessions[id] != nil {
-                    sessions[id]?.states[key] = record
-                } else {
-                    early[id, default: ([:], [:])].states[key] = record
-                }
-            }
+            keepNewer(record, session: id)
             return Event(
                 kind: "state", session: id, participant: writer,
                 text: "\(writer) set \(key) = \(json(record.value)) in \(id) (clock \(record.clock))",
@@ -192,6 +178,55 @@ struct GroupView {
         }
     }
 
+    /// A copy of a session's announcement, live until `expiresAt` (wall clock, ms). Returns nil when it is
+    /// rejected — only the creator chooses the activity and the lifetime, as participants read —, else
+    /// the event it makes (none for a copy or a refresh of what is known).
+    private mutating func applyCopy(_ announcement: Wire.Announcement, publisher: String, expiresAt: Int64) -> Event?? {
+        let id = announcement.session
+        if let current = sessions[id]?.announcement, publisher != announcement.createdBy,
+            announcement.activity.type != current.activity.type || announcement.ttl != current.ttl
+        {
+            return nil
+        }
+        let changed = sessions[id] != nil
+        if let current = sessions[id] {
+            sessions[id]?.copies[publisher] = expiresAt
+            guard announcement.revision > current.announcement.revision else { return .some(nil) }
+            sessions[id]?.announcement = announcement
+        } else {
+            let waiting = early.removeValue(forKey: id)
+            sessions[id] = Session(
+                announcement: announcement, copies: [publisher: expiresAt], members: waiting?.members ?? [:],
+                states: waiting?.states ?? [:])
+        }
+        let title = announcement.activity.metadata.title
+        return Event(
+            kind: changed ? "activity" : "announce", session: id, participant: announcement.createdBy,
+            text: changed
+                ? "session \(id) activity changed: \(json(announcement.activity.data))"
+                : "session \(id) announced by \(announcement.createdBy): \(announcement.activity.type) \"\(title)\"",
+            fields: [
+                "activity": .string(announcement.activity.type), "title": .string(title),
+                "revision": .string(announcement.revision.description),
+            ])
+    }
+
+    /// A catch-up addressed to this observer: its members and records, as if read from the broker.
+    private mutating func applyCatchUp(_ catchUp: Wire.CatchUp, session: String) {
+        for member in catchUp.members { setMember(session, member.participant, member.epoch) }
+        for record in catchUp.states { keepNewer(record, session: session) }
+    }
+
+    private mutating func keepNewer(_ record: Wire.StateRecord, session id: String) {
+        let current = sessions[id]?.states[record.key] ?? early[id]?.states[record.key]
+        guard current.map({ $0.clock < record.clock }) ?? true else { return }  // a reader keeps the newer record
+        if sessions[id] != nil {
+            sessions[id]?.states[record.key] = record
+        } else {
+            early[id, default: ([:], [:])].states[record.key] = record
+        }
+    }
+
     private mutating func setMember(_ session: String, _ participant: String, _ epoch: Int64?) {
         if sessions[session] != nil {
             sessions[session]?.members[participant] = epoch
@@ -200,8 +235,9 @@ struct GroupView {
         }
     }
 
-    private func messageEvent(_ message: MQTTMessage, session: String, sender: String, recipient: String?) -> Event? {
-        guard let header = Wire.decode(Wire.EnvelopeHeader.self, from: message.payload) else { return invalid(message) }
+    private mutating func messageEvent(_ message: MQTTMessage, session: String, sender: String, recipient: String?) -> Event? {
+        guard let envelope = Wire.decodeEnvelope(message.payload) else { return invalid(message) }
+        let header = envelope.header
         let to = recipient ?? "all"
         var fields: [String: JSONValue] = [
             "to": .string(to), "type": .string(header.type), "size": .int(Int64(message.payload.count)),
@@ -210,6 +246,10 @@ struct GroupView {
         if let seq = header.seq { fields["seq"] = .int(seq) }
         switch header.type {
         case "$catchup":
+            if recipient != nil, recipient == observer {
+                guard let catchUp = Wire.decode(Wire.CatchUp.self, from: message.payload[envelope.body]) else { return invalid(message) }
+                applyCatchUp(catchUp, session: session)
+            }
             return Event(
                 kind: "catch-up", session: session, participant: sender,
                 text: "\(sender) → \(to): catch-up for the newcomer (\(message.payload.count) bytes)", fields: fields)

@@ -87,6 +87,8 @@ import Testing
             return record(Wire.Presence.self) { $0.matches(participant: participant) ? nil : "identity-mismatch" }
         case .welcome:
             return payload.isEmpty ? .reject("malformed") : record(Wire.Welcome.self) { _ in nil }
+        case .observe:
+            return payload.isEmpty ? .reject("malformed") : record(Wire.Observe.self) { _ in nil }
         case .heartbeat:
             // Not a retained topic: nothing to clear, so an empty payload is just not JSON.
             return payload.isEmpty ? .reject("malformed") : record(Wire.Heartbeat.self) { _ in nil }
@@ -186,7 +188,7 @@ import Testing
         #expect(
             Set(files).isSuperset(of: [
                 "announcement.json", "clock.json", "envelope.json", "journal.json", "json.json", "member.json", "playback.json",
-                "presence.json", "state.json", "topics.json",
+                "observe.json", "presence.json", "state.json", "topics.json", "welcome.json",
             ]))
         let codes = Set(
             try files.flatMap { try ConformanceVectorTests.vectors(in: $0) }.compactMap { vector -> String? in

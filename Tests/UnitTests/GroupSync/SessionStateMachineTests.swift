@@ -556,6 +556,29 @@ extension SessionStateMachineTests {
     }
 }
 
+extension SessionStateMachineTests {
+    /// An observer that asks is answered once: by the joined member that ranks first for it, with a
+    /// catch-up that lists the members. A participant still joining answers no observer, and an ID that
+    /// is a member's is no observer.
+    @Test func anObserverIsCaughtUpByTheMemberThatRanksFirst() {
+        let members = ["alice", "bob", "carol"]
+        for observer in ["gs-k2x8qv0m4t7c1n5p9r3w", "dash", "zoe"] {
+            let expected = members.max { Machine.rank(observer, $0) < Machine.rank(observer, $1) }!
+            for me in members {
+                var machine = Self.joined(as: me)
+                for (index, name) in members.enumerated() where name != me { Self.present(name, epoch: Int64(index + 1), in: &machine) }
+                #expect(
+                    machine.onObserver(observer).sends == (me == expected ? [.observerCatchUp(to: observer)] : []), "\(me), \(observer)")
+                #expect(machine.catchUp(listingMembers: true).first?.members.map(\.participant) == members)
+                #expect(machine.onObserver("bob").sends.isEmpty, "a member is no observer")
+            }
+        }
+        var joining = Self.waiting()
+        #expect(joining.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) == .proceed)
+        #expect(joining.onObserver("dash").sends.isEmpty)
+    }
+}
+
 /// What an action hands to each kind of sequence, for the expectations above.
 extension SessionStateMachine.Action {
     var updates: [SessionStateMachine.Update] {
