@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # GroupSync across a two-node ejabberd cluster (scripts/ejabberd-cluster.sh), loopback only.
 #
-#   scripts/ejabberd-cluster-check.sh [GROUPSYNC-BINARY [demos|failover]]
-#       (default: builds and uses .build/debug/groupsync, runs both parts)
+#   scripts/ejabberd-cluster-check.sh [GROUPSYNC-BINARY [demos|failover|ci]]
+#       (default: builds and uses .build/debug/groupsync, runs demos and failover)
+#
+# ci: what CI runs, retain-less only — the demos that hold their bounds on a two-core machine (gallery
+#     with 3, 10 and 20 participants, playback with 3 and 10: with 20 in one process on two nodes, the
+#     first play's start spread is 12–14 ms against 10), the failover, and the suites that spread
+#     their clients over two brokers against both nodes (GROUPSYNC_TEST_BROKER=URL1,URL2): the
+#     retain-less stress test (GROUPSYNC_STRESS_ROUNDS rounds, default 50), the observers, and the
+#     retain-less shared state. Needs `swift build --build-tests` done.
 #
 # 1. demos: `groupsync demo --broker URL1 --broker URL2` (participants spread across the nodes),
 #    gallery and playback, 3/10/20 participants, with and without --no-retain; PASS/FAIL each, and
@@ -43,13 +50,15 @@ start_cluster() { # sets URL1 URL2
 
 failed=0
 
-demos() {
+demos() { # [--no-retain-only]
     start_cluster
     echo "cluster: $URL1 + $URL2" >&2
-    local retain participants mode
-    for retain in "" --no-retain; do
+    local retain participants mode retains=("" --no-retain)
+    [[ ${1:-} == --no-retain-only ]] && retains=(--no-retain)
+    for retain in "${retains[@]}"; do
         for participants in 3 10 20; do
             for mode in gallery playback; do
+                [[ ${1:-} == --no-retain-only && $mode == playback && $participants == 20 ]] && continue
                 local flags=(--participants "$participants" --broker "$URL1" --broker "$URL2" --timeout 60)
                 [[ $mode == playback ]] && flags+=(--playback)
                 [[ -n $retain ]] && flags+=("$retain")
@@ -207,10 +216,32 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
+suites() {
+    start_cluster
+    local start=$SECONDS log=$WORK/tests.log
+    # One test at a time, as against one ejabberd node (scripts/ejabberd-check.sh); in the background,
+    # so that a TERM or INT is handled at once.
+    GROUPSYNC_TEST_BROKER=$URL1,$URL2 GROUPSYNC_STRESS_ROUNDS=${GROUPSYNC_STRESS_ROUNDS:-50} swift test --skip-build --no-parallel \
+        --filter 'RetainlessMembershipTests|ObserverTests|ObserverWelcomeTests|participantsWithoutRetainedMessages' >"$log" 2>&1 &
+    BG+=($!)
+    if wait $!; then
+        echo "PASS  test suites across both nodes ($((SECONDS - start)) s): $(grep -E '^. Test run with' "$log" | tail -n 1)" >&2
+    else
+        echo "FAIL  test suites across both nodes ($((SECONDS - start)) s):" >&2
+        grep -E '^. Test run with|recorded an issue|^error|[Ff]atal|skipped' "$log" | tail -n 60 >&2
+        failed=1
+    fi
+}
+
 part=${2:-all}
 if [[ $part == all || $part == demos ]]; then demos; fi
 if [[ $part == all || $part == failover ]]; then
     failover ""
     failover --no-retain
+fi
+if [[ $part == ci ]]; then
+    demos --no-retain-only
+    failover --no-retain
+    suites
 fi
 exit "$failed"

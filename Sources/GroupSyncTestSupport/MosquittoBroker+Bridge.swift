@@ -44,11 +44,33 @@ extension MosquittoBroker {
 extension MosquittoBroker {
     /// Starts a broker and a second one bridged to it, waits for the bridge, runs `body` with
     /// (first, bridged) and stops both, also when `body` throws.
+    ///
+    /// With `GROUPSYNC_TEST_BROKER=URL1,URL2` (two nodes of a cluster, see
+    /// ``ExternalBroker/isPairConfigured``) it starts nothing and runs `body` with values standing for
+    /// the two; with one external broker it throws (a test that needs two is skipped there).
     public static func withBridgedBrokers<R>(
         isolation: isolated (any Actor)? = #isolation,
         _ body: (_ first: MosquittoBroker, _ bridged: MosquittoBroker) async throws -> R
     ) async throws -> R {
-        try await withBroker { first in
+        if ExternalBroker.isConfigured {
+            guard let second = try ExternalBroker.secondFromEnvironment() else {
+                throw Failure(
+                    "two brokers were asked for while \(ExternalBroker.environmentVariable) names one: give the test the "
+                        + "trait that skips it there, or name two brokers that share the group's topics as URL1,URL2")
+            }
+            return try await withBroker { first in
+                let other = MosquittoBroker(external: second)
+                do {
+                    let result = try await body(first, other)
+                    await other.clearRetainedRecords()
+                    return result
+                } catch {
+                    await other.clearRetainedRecords()
+                    throw error
+                }
+            }
+        }
+        return try await withBroker { first in
             try await withBroker(.bridged(to: first.port)) { bridged in
                 try await bridged.waitForBridge(to: first)
                 return try await body(first, bridged)

@@ -124,11 +124,31 @@ extension ExternalBroker {
         !(ProcessInfo.processInfo.environment[environmentVariable] ?? "").isEmpty
     }
 
-    /// The broker `GROUPSYNC_TEST_BROKER` names, or nil when it is not set.
-    /// - Throws: ``MosquittoBroker/Failure`` when it is not a single `mqtt://` URL.
+    /// The broker `GROUPSYNC_TEST_BROKER` names (the first, when it names two), or nil when it is not set.
+    /// - Throws: ``MosquittoBroker/Failure`` when it is not one `mqtt://` URL, or two separated by a comma.
     public static func fromEnvironment() throws -> ExternalBroker? {
-        guard isConfigured, let url = ProcessInfo.processInfo.environment[environmentVariable] else { return nil }
-        return try ExternalBroker(url: url)
+        try fromEnvironment(node: 0)
+    }
+
+    /// Whether `GROUPSYNC_TEST_BROKER` names two brokers that share the group's topics (the nodes of one
+    /// cluster, or bridged brokers), as `URL1,URL2`: ``MosquittoBroker/withBridgedBrokers(isolation:_:)``
+    /// then hands out both, and everything else uses the first.
+    public static var isPairConfigured: Bool {
+        (ProcessInfo.processInfo.environment[environmentVariable] ?? "").contains(",")
+    }
+
+    /// The second broker of `GROUPSYNC_TEST_BROKER=URL1,URL2`, or nil when it names one or none.
+    public static func secondFromEnvironment() throws -> ExternalBroker? {
+        isPairConfigured ? try fromEnvironment(node: 1) : nil
+    }
+
+    private static func fromEnvironment(node: Int) throws -> ExternalBroker? {
+        guard isConfigured, let value = ProcessInfo.processInfo.environment[environmentVariable] else { return nil }
+        let urls = value.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+        guard urls.count <= 2 else {
+            throw MosquittoBroker.Failure("\(environmentVariable) names one broker, or two as URL1,URL2, not \(urls.count)")
+        }
+        return node < urls.count ? try ExternalBroker(url: urls[node]) : nil
     }
 
     /// Set while a `withBroker` body runs against the external broker: a second broker inside it

@@ -9,27 +9,30 @@ import Testing
 @Suite(.timeLimit(.minutes(timeLimitMinutes(2)))) struct ObserverTests {
     /// Participants that use no retained messages (`--no-retain`, for clusters whose nodes keep none in
     /// common) leave nothing for an observer to read: with `--no-retain` it asks, and the participants
-    /// online welcome it with the sessions, their members and state, without listing it anywhere.
-    @Test func observersAreWelcomedWhereNothingIsRetained() async throws {
-        try await MosquittoBroker.withBroker { broker in
+    /// online welcome it with the sessions, their members and state, without listing it anywhere. The
+    /// clients are spread over two brokers that share the group's topics (bridged mosquittos, or the
+    /// nodes of a cluster: `GROUPSYNC_TEST_BROKER=URL1,URL2`).
+    @Test(.needsTwoBrokers) func observersAreWelcomedWhereNothingIsRetained() async throws {
+        try await MosquittoBroker.withBridgedBrokers { broker, other in
             let group = broker.unique("welcomed")
             let common = ["--broker", broker.url, "--group", group, "--no-retain"]
+            let across = ["--broker", other.url, "--group", group, "--no-retain"]
             let alice = try CLIProcess(["join", "com.example.board", "--as", "alice", "--title", "Quiz", "--state-key", "page"] + common)
             let started = try? await alice.waitForLine { $0.hasPrefix("session ") }
             let id = String(try #require(started, "\(alice.errors)").split(separator: " ")[1])
-            let bob = try CLIProcess(["join", "com.example.board", "--as", "bob", "--session", id, "--state-key", "page"] + common)
+            let bob = try CLIProcess(["join", "com.example.board", "--as", "bob", "--session", id, "--state-key", "page"] + across)
             _ = try await alice.waitForLine { $0 == "participants alice,bob" }
             alice.send("3")
             _ = try await bob.waitForLine { $0 == "state page 3" }
 
-            let listing = try await runCLI(["sessions", "--json", "--timeout", "5"] + common)
+            let listing = try await runCLI(["sessions", "--json", "--timeout", "5"] + across)
             #expect(listing.status == 0, "\(listing.errors)")
             let row = try #require(listing.output.last.flatMap { Self.object($0) }?["sessions"] as? [[String: Any]])
             #expect(row.count == 1)
             #expect(row.first?["id"] as? String == id)
             #expect(row.first?["participants"] as? [String] == ["alice", "bob"])
 
-            let watch = try CLIProcess(["watch", "--json"] + common)
+            let watch = try CLIProcess(["watch", "--json"] + across)
             _ = try await watch.waitForLine { $0.contains(#""kind":"welcome""#) && $0.contains(#""sessions":1"#) }
             _ = try await watch.waitForLine { $0.contains(#""kind":"catch-up""#) && $0.contains(id) }
 
@@ -42,7 +45,7 @@ import Testing
 
             // Nobody lists an observer, and `end` finds the session through its own welcome.
             #expect(!alice.output.contains { $0.hasPrefix("participants") && $0 != "participants alice,bob" && $0 != "participants alice" })
-            let ended = try await runCLI(["end", id, "--as", "carol", "--timeout", "5"] + common)
+            let ended = try await runCLI(["end", id, "--as", "carol", "--timeout", "5"] + across)
             #expect(ended.status == 0, "\(ended.errors)")
             _ = try await alice.waitForLine { $0.hasPrefix("ended ") }
             _ = try await watch.waitForLine { $0.contains(#""kind":"end""#) || $0.contains(#""kind":"ended""#) }

@@ -35,8 +35,9 @@ import Testing
         }
     }
 
-    /// Every other participant on the second of two bridged brokers.
-    @Test(.needsOwnBroker("two bridged brokers"), arguments: [2, 5, 20])
+    /// Every other participant on the second of two bridged brokers (or of the two nodes of a cluster
+    /// the suite is given: `GROUPSYNC_TEST_BROKER=URL1,URL2`).
+    @Test(.needsTwoBrokers, arguments: [2, 5, 20])
     func membershipConvergesOnBridgedBrokers(participants: Int) async throws {
         try await MosquittoBroker.withBridgedBrokers { first, second in
             try await Self.stress(participants: participants, seedBase: Self.seed(participants, bridged: true)) { index in

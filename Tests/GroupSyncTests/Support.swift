@@ -161,6 +161,15 @@ extension Trait where Self == ConditionTrait {
     static func needsOwnBroker(_ why: String) -> Self {
         .disabled(if: ExternalBroker.isConfigured, Comment(rawValue: ExternalBroker.skipReason(why)))
     }
+
+    /// For a test that spreads its clients over two brokers sharing the group's topics
+    /// (``MosquittoBroker/withBridgedBrokers(isolation:_:)``): skipped against one external broker, run
+    /// against two (`GROUPSYNC_TEST_BROKER=URL1,URL2`).
+    static var needsTwoBrokers: Self {
+        .disabled(
+            if: ExternalBroker.isConfigured && !ExternalBroker.isPairConfigured,
+            Comment(rawValue: "needs two brokers that share the group's topics: GROUPSYNC_TEST_BROKER=URL1,URL2, or none"))
+    }
 }
 
 /// What `session`'s stream receiver holds, per sender and stream, and whether its connection is up: for
