@@ -302,15 +302,100 @@ import Testing
         }
     }
 
-    /// Without retained messages the bytes have nowhere to live: adding and loading say so.
-    @Test func withoutRetainedMessagesTheJournalSaysItIsUnavailable() async throws {
+    /// Without retained messages the owner serves its attachments while it is in the session, and so does
+    /// whoever loaded one: a member loads it, a late joiner finds it listed through its catch-up and loads
+    /// it too, another loads it after the owner left, from those who loaded it — across two brokers that
+    /// share the group's topics (or two nodes of a cluster); nothing is left retained. Once nobody active
+    /// holds it, a load fails at once with a typed error, not after a stall.
+    @Test(.needsTwoBrokers) func withoutRetainedMessagesTheOwnerServesItsAttachments() async throws {
+        try await MosquittoBroker.withBridgedBrokers { broker, other in
+            let group = Group(broker)
+            let across = Group(other, name: group.name)
+            let alice = try await group.join("alice") { $0.mqtt.retainedMessages = false }
+            let a = try await alice.startJoined(Gallery(galleryID: "no-retain"))
+            let bob = try await across.join("bob") { $0.mqtt.retainedMessages = false }
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let photo = Self.bytes(300_000)
+            let added = try await GroupSessionJournal(session: a, configuration: Self.small).add(
+                photo, name: "photo.png", mediaType: "image/png")
+            let bobs = GroupSessionJournal(session: b, configuration: Self.small)
+            try await waitUntil("bob lists it") { bobs.attachments.map(\.id) == [added.id] }
+            let progress = LockedValue<[Int]>([])
+            #expect(try await bobs.load(bobs.attachments[0]) { update in progress.withLock { $0.append(update.completedBytes) } } == photo)
+            #expect(progress.withLock { $0 }.last == photo.count)
+
+            let carol = try await across.join("carol") { $0.mqtt.retainedMessages = false }
+            let c = try await carol.joinSession(a.id, of: Gallery.self)
+            let carols = GroupSessionJournal(session: c, configuration: Self.small)
+            #expect(carols.attachments.map(\.id) == [added.id], "listed once join() returns: its catch-up lists the journal")
+            let file = FileManager.default.temporaryDirectory.appendingPathComponent("journal-\(group.name).png")
+            defer { try? FileManager.default.removeItem(at: file) }
+            try await carols.load(carols.attachments[0], to: file)
+            #expect(try Data(contentsOf: file) == photo)
+            let root = "\(GroupTopics.chunkProtocolRoot)/\(group.name)"
+            #expect(try await retainedTopics(broker, under: root).isEmpty, "no chunk is retained")
+
+            await a.leave()
+            let dave = try await group.join("dave") { $0.mqtt.retainedMessages = false }
+            let d = try await dave.joinSession(a.id, of: Gallery.self)
+            let daves = GroupSessionJournal(session: d, configuration: Self.small)
+            #expect(daves.attachments.map(\.id) == [added.id], "still listed: its catch-up lists the journal")
+            #expect(try await daves.load(daves.attachments[0]) == photo, "from bob or carol, who loaded it")
+
+            await b.leave()
+            await c.leave()
+            try await waitUntil("only dave is left") { ids(d.activeParticipants) == ["dave"] }
+            let start = ContinuousClock.now
+            let erin = try await group.join("erin") { $0.mqtt.retainedMessages = false }
+            let e = try await erin.joinSession(a.id, of: Gallery.self)
+            let erins = GroupSessionJournal(session: e, configuration: Self.small)
+            #expect(try await erins.load(erins.attachments[0]) == photo, "dave loaded it: he holds it")
+            await d.leave()
+            try await waitUntil("only erin is left") { ids(e.activeParticipants) == ["erin"] }
+            #expect(try await erins.load(erins.attachments[0]) == photo, "her own copy: nobody else need serve it")
+            let frank = try await group.join("frank") { $0.mqtt.retainedMessages = false }
+            let f = try await frank.joinSession(a.id, of: Gallery.self)
+            let franks = GroupSessionJournal(session: f, configuration: Self.small)
+            await e.leave()
+            try await waitUntil("only frank is left") { ids(f.activeParticipants) == ["frank"] }
+            let unavailable = ContinuousClock.now
+            await #expect(throws: GroupSyncError.attachmentUnavailable(digest: added.digest, chunk: 0)) {
+                try await franks.load(franks.attachments[0])
+            }
+            #expect(ContinuousClock.now - unavailable < .seconds(1), "at once, not after the stall timeout")
+            _ = start
+            #expect([alice, bob, carol, dave, erin, frank].map(\.rejectedMessageCount) == [0, 0, 0, 0, 0, 0])
+            await across.closeAll()
+            await group.closeAll()
+        }
+    }
+
+    /// A member that asks for chunks past the end of an attachment, or someone who is no member, is
+    /// refused and reported; the owner goes on serving the others.
+    @Test func aChunkRequestOutOfRangeIsRejected() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
             let alice = try await group.join("alice") { $0.mqtt.retainedMessages = false }
-            let a = try await alice.startJoined(Gallery(galleryID: "no-retain"))
-            await #expect(throws: GroupSyncError.journalNeedsRetainedMessages) {
-                try await GroupSessionJournal(session: a).add(Data("x".utf8), name: "x")
+            let a = try await alice.startJoined(Gallery(galleryID: "requests"))
+            let bob = try await group.join("bob") { $0.mqtt.retainedMessages = false }
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let photo = Self.bytes(100_000)
+            let added = try await GroupSessionJournal(session: a, configuration: Self.small).add(photo, name: "p")
+            let topics = GroupTopics(group: group.name)
+            func ask(_ from: Int64, _ count: Int64, as sender: String) async throws {
+                let body = try Wire.encode(Wire.ChunkRequest(id: added.digest, from: from, count: count))
+                let envelope = Wire.EnvelopeBytes(encodedBody: body).finished(type: "$chunks", epoch: 1, seq: nil, reliable: true)
+                let client = try MQTTClient(configuration: .init(url: broker.url))
+                try await client.connect()
+                try await client.publish(to: topics.direct(a.id, to: "alice", from: sender), payload: Data(envelope))
+                await client.disconnect()
             }
+            try await ask(5, 100, as: "bob")  // past the end: 7 chunks
+            try await ask(0, 1, as: "mallory")  // no member
+            try await waitUntil("both reported") { alice.rejectedMessageCount == 2 }
+            let bobs = GroupSessionJournal(session: b, configuration: Self.small)
+            try await waitUntil("bob lists it") { !bobs.attachments.isEmpty }
+            #expect(try await bobs.load(bobs.attachments[0]) == photo)
             await group.closeAll()
         }
     }

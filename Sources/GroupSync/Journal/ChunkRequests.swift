@@ -61,6 +61,10 @@ struct ChunkRequests<Subscription> {
     /// get no retained copy of its own.
     func isCovered(_ chunk: Int) -> Bool { requests.values.contains { $0.chunks.contains(chunk) } }
 
+    /// The chunks still wanted whose subscription the broker acknowledged, in order: what a new server
+    /// is asked for (one whose subscription is on its way is asked for once it arrives).
+    var subscribedWanted: [Int] { current.filter { requests[$0.value]?.subscription != nil }.keys.sorted() }
+
     /// The load is over: every live subscription, to unsubscribe; any that arrives later is refused.
     mutating func close() -> [Subscription] {
         closed = true

@@ -9,7 +9,9 @@ extension GroupSessionJournal {
     /// verified chunk is handed over (in order: one that arrived early waits for its predecessors) and
     /// after each rejected one. A load survives reconnects and broker restarts: it goes on where it was, with
     /// nothing lost or handed over twice. It fails with ``GroupSyncError/attachmentUnavailable(digest:chunk:)``
-    /// after ``Configuration/stallTimeout`` without a chunk, ``GroupSyncError/attachmentRemoved(digest:)``
+    /// after ``Configuration/stallTimeout`` without a chunk — and, where nothing is retained (the owner,
+    /// and whoever loaded an attachment, serve it while they are in the session), at once when nobody
+    /// active holds it —, ``GroupSyncError/attachmentRemoved(digest:)``
     /// when its owner removes it meanwhile, ``GroupSyncError/attachmentCorrupted(digest:)`` when a chunk
     /// matches its digest but not its record's length, ``GroupSyncError/sessionInvalidated`` when the
     /// session is over for us, and ``GroupSyncError/cancelled`` when its task is cancelled.
@@ -18,6 +20,7 @@ extension GroupSessionJournal {
     ) async throws(GroupSyncError) -> Data {
         var bytes = Data(capacity: attachment.size)
         try await transfer(attachment, progress: progress) { chunk throws(GroupSyncError) in bytes.append(chunk) }
+        serve(bytes, of: attachment)
         return bytes
     }
 
@@ -46,6 +49,8 @@ extension GroupSessionJournal {
             guard rename(partial.path, file.path) == 0 else {
                 throw GroupSyncError.file("cannot move \(partial.path) to \(file.path): \(String(cString: strerror(errno)))")
             }
+            // Mapped, not read: the bytes stay on disk until asked for (a loader verifies what it gets).
+            if let mapped = try? Data(contentsOf: file, options: .alwaysMapped) { serve(mapped, of: attachment) }
         } catch {
             try? handle.close()
             try? manager.removeItem(at: partial)
@@ -64,17 +69,19 @@ extension GroupSessionJournal {
         case removed
         /// The session is over for us.
         case invalidated
+        /// Where nothing is retained: the participant asked for the chunks left the session.
+        case serverGone
         case cancelled
     }
 
-    /// The load's loop: requests chunks by subscribing to their retained topics, within a window, as
+    /// The load's loop: requests chunks by subscribing to their retained topics — where nothing is
+    /// retained, then asking the owner to publish them (`$chunks`) —, within a window, as
     /// ``TransferStateMachine`` says; verifies them; hands them to `deliver` in order.
     private func transfer(
         _ attachment: JournalAttachment, progress: (@Sendable (JournalLoadProgress) -> Void)?,
         deliver: (Data) throws(GroupSyncError) -> Void
     ) async throws(GroupSyncError) {
         let client = core.context.client
-        guard client.retainAvailable else { throw .journalNeedsRetainedMessages }
         guard !core.isInvalidated else { throw .sessionInvalidated }
         guard attachment.size <= configuration.maximumAttachmentSize else {
             throw .journalLimitExceeded(.attachmentSize(size: attachment.size, limit: configuration.maximumAttachmentSize))
@@ -82,6 +89,27 @@ extension GroupSessionJournal {
         guard configuration.window > 0 else { throw .invalidArgument("window must be positive") }
         guard !isRemoved(attachment) else { throw .attachmentRemoved(digest: attachment.digest) }
         let record = attachment.record
+        // Where nothing is retained, the chunks come from a participant that holds them, on its own chunk
+        // topics: the owner if it is active, else one that loaded them.
+        let servedByHolders = !client.retainAvailable
+        if servedByHolders, let held = core.read({ $0.journal.heldAttachment(record.id)?.bytes }) {
+            // Ours already (added or loaded here): from memory or its file, if it still verifies.
+            let chunkSize = Int(record.chunkSize)
+            let chunks = record.chunks.indices.map { index in
+                held[(held.startIndex + index * chunkSize)..<min(held.startIndex + (index + 1) * chunkSize, held.endIndex)]
+            }
+            if held.count == attachment.size, zip(chunks, record.chunks).allSatisfy({ SHA256.hex($0) == $1 }) {
+                progress?(JournalLoadProgress(completedBytes: 0, totalBytes: attachment.size, rejectedChunks: 0))
+                for (index, chunk) in chunks.enumerated() {
+                    try deliver(Data(chunk))
+                    let done = min((index + 1) * chunkSize, attachment.size)
+                    progress?(JournalLoadProgress(completedBytes: done, totalBytes: attachment.size, rejectedChunks: 0))
+                }
+                return
+            }
+        }
+        let server = LockedValue<String?>(servedByHolders ? firstServer(of: record.id) : nil)
+        if servedByHolders, server.withLock({ $0 }) == nil { throw .attachmentUnavailable(digest: record.id, chunk: 0) }
         let (clock, topics, session) = (core.context.clock, core.topics, core.id)
         var machine = TransferStateMachine(
             .init(
@@ -108,6 +136,23 @@ extension GroupSessionJournal {
                 }
                 if !Task.isCancelled { continuation.yield(.invalidated) }
             }
+            if servedByHolders {
+                let participants = GroupUpdates(core.listen(.participants, keepingNewest: 1)) {
+                    if case let .participants(active) = $0 { active } else { nil }
+                }
+                group.addTask {
+                    for await active in participants where !active.contains(where: { $0.id == server.withLock { $0 } }) {
+                        continuation.yield(.serverGone)
+                    }
+                }
+            }
+            func ask(_ chunks: [Int]) {
+                guard let to = server.withLock({ $0 }) else { return }
+                let limit = Int(Wire.Bounds.chunkRequest.upperBound)
+                for (from, count) in Self.runs(of: chunks, atMost: limit) {
+                    core.sendControl(.chunks, Wire.ChunkRequest(id: record.id, from: Int64(from), count: Int64(count)), to: to)
+                }
+            }
             let stall = WakeUp()
             stall.onWake { continuation.yield(.stallDue) }
             defer { stall.cancel() }
@@ -119,19 +164,24 @@ extension GroupSessionJournal {
             func request(_ chunks: Range<Int>) {
                 let (request, released) = requests.withLock { $0.request(chunks) }
                 for subscription in released { subscription.unsubscribe() }
-                let filters = chunks.map { topics.chunk(session, attachment: record.id, index: $0, owner: record.added.participant) }
-                let index = Dictionary(uniqueKeysWithValues: zip(filters, chunks))
+                // Where a holder serves them, from any holder: the chunk's digest says whether it is the one.
+                let filters = chunks.map {
+                    topics.chunk(session, attachment: record.id, index: $0, owner: servedByHolders ? "+" : record.added.participant)
+                }
+                let index = Dictionary(uniqueKeysWithValues: zip(filters.map(Self.withoutPublisher), chunks))
                 group.addTask {
                     do {
                         let subscription = try await client.subscribe(
                             to: filters.map { TopicSubscription($0, qos: .atLeastOnce) },
                             handler: { message in
                                 // A cleared chunk (the session ended, the owner removed it) is no chunk.
-                                if !message.payload.isEmpty, let index = index[message.topic] {
+                                if !message.payload.isEmpty, let index = index[Self.withoutPublisher(message.topic)] {
                                     continuation.yield(.chunk(index: index, message.payload))
                                 }
                             })
-                        if !requests.withLock({ $0.arrived(request, subscription) }) { subscription.unsubscribe() }
+                        guard requests.withLock({ $0.arrived(request, subscription) }) else { return subscription.unsubscribe() }
+                        // Subscribed: what the server publishes now reaches us.
+                        if servedByHolders { ask(Array(chunks)) }
                     } catch {
                         // Refused or failed: ask again in a moment (the stall timeout bounds the attempts).
                         requests.withLock { $0.fail(request) }
@@ -207,6 +257,13 @@ extension GroupSessionJournal {
                         armStall()
                     case .removed: try abandon(.attachmentRemoved(digest: record.id))
                     case .invalidated: try abandon(.sessionInvalidated)
+                    case .serverGone:
+                        let next = firstServer(of: record.id)
+                        guard server.withLock({ $0 }) != next else { continue }  // still there, or already moved
+                        guard let next else { try abandon(.attachmentUnavailable(digest: record.id, chunk: machine.completedChunks)) }
+                        server.withLock { $0 = next }
+                        ask(requests.withLock { $0.subscribedWanted })
+                        continue
                     case .cancelled: try abandon(.cancelled)
                     }
                     try perform(action)
@@ -222,6 +279,41 @@ extension GroupSessionJournal {
         // Requests still on their way when the loop ended were dropped as they arrived (the group waited
         // for them); none is left.
         if let failure { throw failure }
+    }
+
+    /// The participant to ask for the chunks of `digest` where nothing is retained (see
+    /// ``JournalStateMachine/servers(of:active:me:)``), nil when nobody active holds them.
+    private func firstServer(of digest: String) -> String? {
+        let me = core.me
+        return core.read { machine in machine.journal.servers(of: digest, active: Set(machine.active.map(\.id)), me: me).first }
+    }
+
+    /// Where nothing is retained, we serve what we loaded while we are joined, and say so (`$have`).
+    private func serve(_ bytes: Data, of attachment: JournalAttachment) {
+        guard !core.context.client.retainAvailable else { return }
+        core.perform {
+            $0.onJournal { journal in
+                journal.hold(bytes, digest: attachment.digest)
+                return .none
+            }
+        }
+        core.sendControl(.have, Wire.Have(id: attachment.digest), to: nil)
+    }
+
+    /// A topic without its last level (the publisher): a chunk's topic as the load knows it.
+    static func withoutPublisher(_ topic: String) -> Substring { topic[..<(topic.lastIndex(of: "/") ?? topic.endIndex)] }
+
+    /// Sorted `chunks` as runs of consecutive indices, each at most `limit` long: (first, count).
+    static func runs(of chunks: [Int], atMost limit: Int) -> [(Int, Int)] {
+        var runs: [(Int, Int)] = []
+        for chunk in chunks {
+            if let (first, count) = runs.last, first + count == chunk, count < limit {
+                runs[runs.count - 1].1 += 1
+            } else {
+                runs.append((chunk, 1))
+            }
+        }
+        return runs
     }
 
     /// Whether the journal saw `attachment` removed by its owner.

@@ -57,7 +57,6 @@ public final class GroupSessionJournal: Sendable {
     ) async throws(GroupSyncError) -> JournalAttachment {
         guard core.isJoined else { throw core.isInvalidated ? .sessionInvalidated : .notJoined }
         let client = core.context.client
-        guard client.retainAvailable else { throw .journalNeedsRetainedMessages }
         guard configuration.chunkSize > 0, configuration.window > 0 else {
             throw .invalidArgument("chunkSize and window must be positive")
         }
@@ -87,6 +86,23 @@ public final class GroupSessionJournal: Sendable {
             throw .journalLimitExceeded(.recordSize(size: payload.count, limit: limit))
         }
         let lifetime = core.lifetime
+        let recordTopic = topics.journal(session, attachment: digest, owner: me)
+        guard client.retainAvailable else {
+            // Nothing is retained: we hold the bytes and serve them to whoever asks while we are joined.
+            core.perform {
+                $0.onJournal { journal in
+                    journal.hold(data, digest: digest)
+                    return journal.onRecord(record, digest: digest, owner: me)
+                }
+            }
+            do throws(GroupSyncError) {
+                try await core.context.retained.publish(recordTopic, payload, lifetime: lifetime)
+            } catch {
+                core.perform { $0.onJournal { $0.onRecord(nil, digest: digest, owner: me) } }
+                throw error
+            }
+            return JournalAttachment(record: record)
+        }
         // Chunks first, at most `window` unacknowledged at a time; the record once the broker holds them
         // all, so that whoever sees the record finds every chunk.
         var unacknowledged: [MQTTClient.PublishTicket] = []
@@ -102,7 +118,7 @@ public final class GroupSessionJournal: Sendable {
                 }
             }
             while !unacknowledged.isEmpty { try await core.acknowledgements(of: [unacknowledged.removeFirst()]) }
-            try await core.context.retained.publish(topics.journal(session, attachment: digest, owner: me), payload, lifetime: lifetime)
+            try await core.context.retained.publish(recordTopic, payload, lifetime: lifetime)
         } catch {
             // No record names these chunks: nobody would ever load them. They are not kept, and go now.
             for ticket in unacknowledged { client.detach(ticket) }
@@ -138,10 +154,12 @@ public final class GroupSessionJournal: Sendable {
         guard !core.isInvalidated else { throw .sessionInvalidated }
         let recordTopic = core.topics.journal(core.id, attachment: attachment.digest, owner: attachment.owner.id)
         core.context.retained.disown(recordTopic)
+        let client = core.context.client
         _ = try await GroupSyncError.awaitOverConnection { () async throws(MQTTError) in
-            try await core.context.client.publish(to: recordTopic, payload: Data(), qos: .atLeastOnce, retain: true)
+            try await client.publish(to: recordTopic, payload: Data(), qos: .atLeastOnce, retain: client.retainAvailable)
         }
         core.perform { $0.onJournal { $0.onRecord(nil, digest: attachment.digest, owner: attachment.owner.id) } }
+        guard client.retainAvailable else { return }  // no chunk was published to stay
         for topic in JournalStateMachine.topics(of: attachment.record, core.topics, session: core.id).dropFirst() {
             await core.context.retained.clear(topic)
         }

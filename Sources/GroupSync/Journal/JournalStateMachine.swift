@@ -1,3 +1,4 @@
+import Foundation
 import MQTT
 
 /// The journal of one session as this participant knows it: every attachment's record, from the journal
@@ -41,6 +42,11 @@ struct JournalStateMachine {
     /// Attachments removed while we followed the journal (until added again): a load of one fails at once
     /// instead of waiting for chunks that are gone. An attachment not listed yet is not one of them.
     private(set) var removed: Set<JournalAttachment.ID> = []
+    /// Where nothing is retained: the bytes we hold, by digest — of our own attachments (what the app
+    /// handed to `add`) and of those we loaded —, which we serve to loaders (`$chunks`) while joined.
+    private(set) var held: [String: Data] = [:]
+    /// Where nothing is retained: who besides the owners holds each listed attachment's bytes (`$have`).
+    private(set) var holders: [String: Set<String>] = [:]
 
     /// The attachments, in the order they were added (by their `added` clock).
     var attachments: [JournalAttachment] {
@@ -100,7 +106,56 @@ struct JournalStateMachine {
             removed.insert(id)
         }
         state = .following(attachments: attachments)
+        if listed(digest) == nil {  // the last attachment of these bytes: nobody asks for them any more
+            held[digest] = nil
+            holders[digest] = nil
+        }
         return .publish(self.attachments, to: listeners.all)
+    }
+
+    /// Where nothing is retained, we serve our attachment `digest` from `bytes` (``held``), until we
+    /// remove it or the session is over for us.
+    mutating func hold(_ bytes: Data, digest: String) {
+        guard case .following = state else { return }
+        held[digest] = bytes
+    }
+
+    /// A listed attachment of `digest` whose bytes we hold: its record and the bytes.
+    func heldAttachment(_ digest: String) -> (record: Wire.JournalRecord, bytes: Data)? {
+        guard let bytes = held[digest], let attachment = listed(digest) else { return nil }
+        return (attachment.record, bytes)
+    }
+
+    private func listed(_ digest: String) -> JournalAttachment? {
+        guard case let .following(attachments) = state else { return nil }
+        return attachments.values.first { $0.digest == digest }
+    }
+
+    /// `participant` holds the bytes of `digest` (a `$have`, or a catch-up's holders): kept while the
+    /// digest is listed.
+    mutating func onHave(_ digest: String, from participant: String) {
+        guard listed(digest) != nil else { return }
+        holders[digest, default: []].insert(participant)
+    }
+
+    /// Who can serve `digest`, among `active`, `me` aside: its owners first (by ID), then the other
+    /// holders, by rendezvous rank for `me` (so that loaders spread over them).
+    func servers(of digest: String, active: Set<String>, me: String) -> [String] {
+        guard case let .following(attachments) = state else { return [] }
+        let owners = Set(attachments.values.filter { $0.digest == digest }.map(\.owner.id))
+        let others = (holders[digest] ?? []).subtracting(owners)
+        return owners.filter { active.contains($0) && $0 != me }.sorted()
+            + others.filter { active.contains($0) && $0 != me }.sorted {
+                SessionStateMachine.rank(me, $0) > SessionStateMachine.rank(me, $1)
+            }
+    }
+
+    /// For a catch-up by `me`: who holds each listed attachment (`me` among them where it does).
+    func listedHolders(me: String) -> [Wire.Holders] {
+        var all = holders
+        for digest in held.keys { all[digest, default: []].insert(me) }
+        return all.filter { listed($0.key) != nil && !$0.value.isEmpty }.sorted { $0.key < $1.key }
+            .map { Wire.Holders(id: $0.key, participants: $0.value.sorted()) }
     }
 
     /// A message on a journal topic that does not decode as a record.
@@ -123,6 +178,8 @@ struct JournalStateMachine {
     mutating func end() -> Action {
         guard case .following = state else { return .none }
         state = .over
+        held = [:]
+        holders = [:]
         return .finish(listeners.removeAll())
     }
 }

@@ -104,6 +104,8 @@ extension SessionCore {
         case position = "$position"
         case ping = "$ping"
         case pong = "$pong"
+        case chunks = "$chunks"
+        case have = "$have"
 
         var isReliable: Bool { self != .ping && self != .pong }
     }
@@ -148,6 +150,8 @@ extension SessionCore {
             for part in read({ $0.catchUp(listingMembers: listingMembers, budget: budget) }) {
                 sendControl(.catchUp, part, to: recipient)
             }
+        case let .chunks(record, bytes, range, recipient):
+            serve(record, bytes, range, to: recipient)
         case .memberRecord:
             // Only while our own record is kept: after it went out, and never after a leave's clear.
             guard let member = try? Wire.encode(Wire.Member(participant: me, epoch: context.epoch, again: true)) else { break }
@@ -164,6 +168,27 @@ extension SessionCore {
                 let replied = service.groupTime(context.clock.nanoseconds())
             else { return }
             sendControl(.pong, Wire.Pong(t0: ping.t0, t1: received.milliseconds, t2: replied.milliseconds), to: recipient)
+        }
+    }
+
+    /// Publishes chunks `range` of our attachment live (never retained) on their chunk topics, where
+    /// `recipient` subscribed to them, with at most the journal's window unacknowledged: the memory a
+    /// request takes is bounded by the window, whatever it asks for.
+    private func serve(_ record: Wire.JournalRecord, _ bytes: Data, _ range: Range<Int>, to recipient: String) {
+        let (client, session, chunkSize) = (context.client, id, Int(record.chunkSize))
+        let window = max(1, locked.withLock { $0.journal?.window } ?? GroupSessionJournal.Configuration().window)
+        let topics = self.topics
+        context.tasks.spawn { [me] in
+            var unacknowledged: [MQTTClient.PublishTicket] = []
+            for index in range {
+                let start = bytes.startIndex + index * chunkSize
+                let chunk = bytes[start..<min(start + chunkSize, bytes.endIndex)]
+                let topic = topics.chunk(session, attachment: record.id, index: index, owner: me)
+                guard let ticket = try? client.enqueuePublish(to: topic, payload: chunk, qos: .atLeastOnce) else { break }
+                unacknowledged.append(ticket)
+                if unacknowledged.count >= window { _ = try? await client.acknowledgement(of: unacknowledged.removeFirst()) }
+            }
+            for ticket in unacknowledged { _ = try? await client.acknowledgement(of: ticket) }
         }
     }
 

@@ -267,6 +267,10 @@ final class SessionCore: Sendable {
             return feed(body) { (resend: Wire.Resend, machine) in machine.onResend(resend, from: sender) }
         case Control.skip.rawValue where direct:
             return feed(body) { (skip: Wire.Skip, machine) in machine.onSkip(skip, from: sender, epoch: epoch, now: now) }
+        case Control.have.rawValue:
+            return feed(body) { (have: Wire.Have, machine) in machine.onHave(have, from: sender) }
+        case Control.chunks.rawValue where direct:
+            return feed(body) { (request: Wire.ChunkRequest, machine) in machine.onChunkRequest(request, from: sender) }
         case Control.position.rawValue:
             return feed(body) { (position: Wire.Position, machine) in machine.onPosition(position, from: sender, epoch: epoch, now: now) }
         default: return perform { $0.onMessage(envelope, payload: payload, sender: sender, direct: direct, now: now) }.rejected

@@ -122,6 +122,9 @@ struct SessionStateMachine {
         case catchUp(to: String)
         /// `$catchup` to this observer (``onObserver(_:)``), listing the members.
         case observerCatchUp(to: String)
+        /// Chunks `range` of our attachment (its record and bytes) to a loader that asked, live on their
+        /// chunk topics (``onChunkRequest(_:from:)``).
+        case chunks(of: Wire.JournalRecord, bytes: Data, range: Range<Int>, to: String)
         /// Our member record again, marked as no join (`again`).
         case memberRecord
         case resend(StreamReceiver<InboundMessage>.Request)
@@ -375,6 +378,28 @@ struct SessionStateMachine {
         receive(into: &action) { $0.senderSeen(participant, epoch: epoch, now: now) }
     }
 
+    /// A member asks for chunks of one of our attachments (where nothing is retained, the owner serves
+    /// them): answered while we are joined and hold its bytes, for a range within the attachment. A
+    /// request from someone not active here, or for chunks past the end, is rejected; one for an
+    /// attachment we no longer hold (removed meanwhile) is ignored.
+    mutating func onChunkRequest(_ request: Wire.ChunkRequest, from sender: String) -> Action {
+        guard case .joined = phase, peers[sender]?.isActive == true else { return reject() }
+        guard let (record, bytes) = journal.heldAttachment(request.id) else { return Action() }
+        guard request.from < Int64(record.chunks.count), request.count <= Int64(record.chunks.count) - request.from else {
+            return reject()
+        }
+        let range = Int(request.from)..<Int(request.from + request.count)
+        return Action(sends: [.chunks(of: record, bytes: bytes, range: range, to: sender)])
+    }
+
+    /// A member holds the bytes of attachment `have.id` and serves them (`$have`): a loader may ask it
+    /// for chunks. From someone not active here it is rejected.
+    mutating func onHave(_ have: Wire.Have, from sender: String) -> Action {
+        guard case .joined = phase, peers[sender]?.isActive == true else { return reject() }
+        journal.onHave(have.id, from: sender)
+        return Action()
+    }
+
     /// An observer asked to be welcomed: if we are joined and rank first for it among the active members,
     /// it gets a catch-up that lists them, as a newcomer on a broker without retained messages does. It
     /// changes nothing here: an observer never becomes a member.
@@ -455,6 +480,14 @@ struct SessionStateMachine {
         var action = Action(observed: records.map(\.clock), rejected: catchUp.states.count - records.count)
         rejected += action.rejected
         for record in records { applyIfNewer(record, into: &action) }
+        for record in catchUp.journal ?? [] {
+            let listed = onJournal { $0.onRecord(record, digest: record.id, owner: record.added.participant) }
+            action.handovers += listed.handovers
+            action.rejected += listed.rejected
+        }
+        for holders in catchUp.holders ?? [] {
+            for participant in holders.participants where participant != me { journal.onHave(holders.id, from: participant) }
+        }
         let before = listensForParticipants ? active : nil
         let joined = if case .joined = phase { true } else { false }
         for member in catchUp.members where member.participant != me {
@@ -684,9 +717,22 @@ struct SessionStateMachine {
                 .sorted { $0.participant < $1.participant }
             : []
         let used = listed.reduce(64) { $0 + ((try? Wire.encode($1).count) ?? 0) + 1 }
-        let groups = Wire.groups(states.values.sorted { $0.key < $1.key }, budget: budget, used: used)
-        return groups.enumerated().map { index, records in
-            Wire.CatchUp(states: records, members: index == 0 ? listed : [], more: index < groups.count - 1 ? true : nil)
+        // Where members are listed (nothing is retained), the journal's records come first, in parts of
+        // their own when they do not fit beside the members.
+        let records = listingMembers ? self.journal.attachments.map(\.record) : []
+        let journal = records.isEmpty ? [] : Wire.groups(records, budget: budget, used: used)
+        let groups = Wire.groups(states.values.sorted { $0.key < $1.key }, budget: budget, used: journal.isEmpty ? used : 64)
+        let holders = listingMembers ? self.journal.listedHolders(me: me) : []
+        let parts =
+            journal.enumerated().map { index, records in
+                Wire.CatchUp(
+                    states: [], members: [], journal: records, holders: index == journal.count - 1 && !holders.isEmpty ? holders : nil)
+            } + groups.map { Wire.CatchUp(states: $0, members: []) }
+        return parts.enumerated().map { index, part in
+            var part = part
+            if index == 0 { part.members = listed }
+            part.more = index < parts.count - 1 ? true : nil
+            return part
         }
     }
 

@@ -33,6 +33,53 @@ extension Wire {
     }
 }
 
+extension Wire {
+    /// Body of `$chunks`, to an attachment's owner where nothing is retained: send chunks `from` up to
+    /// `from + count` (exclusive) of attachment `id`, live on their chunk topics.
+    package struct ChunkRequest: Encodable, Sendable, Hashable {
+        package var id: String
+        package var from: Int64
+        package var count: Int64
+    }
+}
+
+extension Wire {
+    /// Body of `$have`, to everyone where nothing is retained: the sender holds the bytes of attachment
+    /// `id` (it loaded them) and serves them while it is joined.
+    package struct Have: Encodable, Sendable, Hashable {
+        package var id: String
+    }
+
+    /// In a `$catchup` where nothing is retained: who besides its owners holds attachment `id`.
+    package struct Holders: Encodable, Sendable, Hashable {
+        package var id: String
+        package var participants: [String]
+    }
+}
+
+extension Wire.Have: Wire.Record {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
+        self.init(id: try fields.string(CodingKeys.id))
+        guard SHA256.isDigest(id) else { throw .wrongShape }
+    }
+}
+
+extension Wire.Holders: Wire.Record {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
+        self.init(id: try fields.string(CodingKeys.id), participants: try fields.strings(CodingKeys.participants))
+        guard SHA256.isDigest(id), participants.allSatisfy(Identifier.isValid) else { throw .wrongShape }
+    }
+}
+
+extension Wire.ChunkRequest: Wire.Record {
+    package init(fields: Wire.Fields) throws(Wire.Rejection) {
+        self.init(
+            id: try fields.string(CodingKeys.id), from: try fields.int(CodingKeys.from, in: Wire.Bounds.size),
+            count: try fields.int(CodingKeys.count, in: Wire.Bounds.chunkRequest))
+        guard SHA256.isDigest(id) else { throw .wrongShape }
+    }
+}
+
 extension Wire.JournalRecord: Wire.Record {
     package init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()

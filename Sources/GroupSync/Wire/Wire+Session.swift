@@ -57,6 +57,10 @@ extension Wire {
         package var members: [Member]
         /// True on every part but the last, when the catch-up does not fit one message.
         package var more: Bool?
+        /// Where nothing is retained: the journal records the sender knows, and who holds their bytes
+        /// besides their owners.
+        package var journal: [JournalRecord]? = nil
+        package var holders: [Holders]? = nil
     }
 }
 
@@ -103,6 +107,8 @@ extension Wire.CatchUp: Wire.Record {
     package init(fields: Wire.Fields) throws(Wire.Rejection) {
         self.init(
             states: try fields.array(CodingKeys.states, of: Wire.StateRecord.self),
-            members: try fields.array(CodingKeys.members, of: Wire.Member.self), more: try fields.optionalBool(CodingKeys.more))
+            members: try fields.array(CodingKeys.members, of: Wire.Member.self), more: try fields.optionalBool(CodingKeys.more),
+            journal: fields[CodingKeys.journal] == nil ? nil : try fields.array(CodingKeys.journal, of: Wire.JournalRecord.self),
+            holders: fields[CodingKeys.holders] == nil ? nil : try fields.array(CodingKeys.holders, of: Wire.Holders.self))
     }
 }
