@@ -39,9 +39,6 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
     /// A chunk matched its digest but not the length the owner's record gives it (`chunkSize`, less for
     /// the last): the record is inconsistent. Nothing was returned.
     case attachmentCorrupted(digest: String)
-    /// The journal keeps its bytes as retained messages, which this broker (or this coordinator's
-    /// configuration) does not have. Use a broker with retained messages for sessions with a journal.
-    case journalNeedsRetainedMessages
     /// A file could not be read or written; the message says which and why.
     case file(String)
 
@@ -63,12 +60,10 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
         case let .journalLimitExceeded(limit): "journal limit exceeded: \(limit)"
         case let .notAttachmentOwner(owner): "only the attachment's owner (\(owner)) can remove it"
         case let .attachmentUnavailable(digest, chunk):
-            "attachment \(digest.prefix(12)) is unavailable: chunk \(chunk) did not arrive (its owner is away and the broker no longer has it); load it again once its owner is back"
+            "attachment \(digest.prefix(12)) is unavailable: chunk \(chunk) did not arrive (its owner is away and the broker no longer has it, or nobody online holds it); load it again once its owner is back"
         case let .attachmentRemoved(digest): "attachment \(digest.prefix(12)) was removed by its owner"
         case let .attachmentCorrupted(digest):
             "attachment \(digest.prefix(12)) did not verify: a chunk's length differs from its record; ask its owner to add it again"
-        case .journalNeedsRetainedMessages:
-            "the journal needs a broker with retained messages (this one has none, or retainedMessages is off)"
         case let .file(detail): "file error: \(detail)"
         }
     }

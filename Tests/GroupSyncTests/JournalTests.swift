@@ -370,6 +370,44 @@ import Testing
         }
     }
 
+    /// Without retained messages, a load whose holder leaves halfway goes on with the next holder, every
+    /// byte once.
+    @Test func withoutRetainedMessagesALoadMovesToAnotherHolder() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            func join(_ name: String) async throws -> GroupCoordinator { try await group.join(name) { $0.mqtt.retainedMessages = false } }
+            let alice = try await join("alice")
+            let a = try await alice.startJoined(Gallery(galleryID: "holders"))
+            var sessions: [String: GroupSession<Gallery>] = [:]
+            for name in ["bob", "carol", "dave"] { sessions[name] = try await join(name).joinSession(a.id, of: Gallery.self) }
+            let photo = Self.bytes(1_000_000)
+            let added = try await GroupSessionJournal(session: a, configuration: Self.small).add(photo, name: "big")
+            for name in ["bob", "carol"] {
+                let journal = GroupSessionJournal(session: sessions[name]!, configuration: Self.small)
+                try await waitUntil("\(name) lists it") { !journal.attachments.isEmpty }
+                #expect(try await journal.load(journal.attachments[0]) == photo)
+            }
+            await a.leave()
+            let d = sessions["dave"]!
+            try await waitUntil("alice left") { !ids(d.activeParticipants).contains("alice") }
+            let daves = GroupSessionJournal(session: d, configuration: Self.small)
+            let first = try #require(
+                d.core.read { $0.journal.servers(of: added.digest, active: ["bob", "carol", "dave"], me: "dave").first })
+            let server = sessions[first]!
+            let leaving = LockedValue<Task<Void, Never>?>(nil)
+            let loaded = try await daves.load(daves.attachments[0]) { progress in
+                guard progress.completedBytes > 0 else { return }
+                leaving.withLock { task in
+                    if task == nil { task = Task { await server.leave() } }
+                }
+            }
+            await leaving.withLock { $0 }?.value
+            #expect(loaded == photo, "from \(first), then the other")
+            #expect(!ids(d.activeParticipants).contains(first))
+            await group.closeAll()
+        }
+    }
+
     /// A member that asks for chunks past the end of an attachment, or someone who is no member, is
     /// refused and reported; the owner goes on serving the others.
     @Test func aChunkRequestOutOfRangeIsRejected() async throws {

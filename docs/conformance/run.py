@@ -30,6 +30,7 @@ SEQ = range(1, 1 << 62)                   # an envelope's seq
 POSITION = range(0, 1 << 62)              # $resend from/to, $skip through/lost, $position all/direct
 SIZE = range(0, (1 << 53) + 1)            # a journal record's size in bytes
 CHUNK_SIZE = range(1, 268_435_455 + 1)    # a chunk fits one MQTT packet
+CHUNK_REQUEST = range(1, 65_536 + 1)      # chunks per $chunks request
 INSTANT = 9e12                            # $ping/$pong instants: finite, within ±9e12 ms
 ACTIVITY_TYPES = {"generic", "watchTogether", "listenTogether", "workoutTogether", "shopTogether",
                   "exploreTogether", "createTogether", "learnTogether", "playTogether", "readTogether"}
@@ -278,6 +279,35 @@ def catchup_body(body):
     more = body.optional_bool("more")
     if more is not None:
         record["more"] = more
+    if "journal" in body.object:
+        record["journal"] = [journal(j) for j in body.typed("journal", list)]
+    if "holders" in body.object:
+        record["holders"] = [holders_entry(Fields(h, record=False)) for h in body.typed("holders", list)]
+    return record
+
+
+def holders_entry(f):
+    entry = {"id": f.str("id"), "participants": f.typed("participants", list)}
+    if not all(type(p) is str for p in entry["participants"]):
+        raise Rejected("wrong-shape")
+    if not DIGEST.match(entry["id"]) or not all(IDENTIFIER.match(p) for p in entry["participants"]):
+        raise Rejected("wrong-shape")
+    return entry
+
+
+def chunks_body(body):
+    record = {"id": body.str("id")}
+    record["from"] = body.int("from", SIZE)
+    record["count"] = body.int("count", CHUNK_REQUEST)
+    if not DIGEST.match(record["id"]):
+        raise Rejected("wrong-shape")
+    return record
+
+
+def have_body(body):
+    record = {"id": body.str("id")}
+    if not DIGEST.match(record["id"]):
+        raise Rejected("wrong-shape")
     return record
 
 
@@ -330,7 +360,7 @@ def pong_body(body):
 
 
 CONTROL_BODIES = {"$catchup": catchup_body, "$resend": resend_body, "$skip": skip_body, "$position": position_body,
-                  "$ping": ping_body, "$pong": pong_body}
+                  "$ping": ping_body, "$pong": pong_body, "$chunks": chunks_body, "$have": have_body}
 
 
 class Meaningless(Exception):

@@ -11,14 +11,16 @@ import MQTT
 /// - Where the bytes live: on the broker, as retained messages, in chunks of at most
 ///   ``Configuration/chunkSize`` bytes, next to the owner's journal record (name, media type, size, each
 ///   chunk's SHA-256). So an attachment can be loaded while nobody who has it is online, at the cost of
-///   broker memory (bounded by ``Configuration/maximumSessionSize``).
+///   broker memory (bounded by ``Configuration/maximumSessionSize``). On a broker without retained
+///   messages (or with the coordinator's `retainedMessages` off) they live with the participants: the
+///   owner and everyone who loaded an attachment keep its bytes while they are in the session (what was
+///   added or loaded into memory, or the loaded file, mapped) and publish the chunks a loader asks for.
+///   An attachment nobody online holds cannot be loaded then.
 /// - Integrity: every chunk is checked against its digest as it arrives (a corrupted or forged one is
 ///   rejected and fetched again), and ``JournalAttachment/digest`` binds those digests: each byte is hashed once.
 /// - Lifetime: an attachment lives as long as the owner's state records — refreshed while the owner is in
 ///   the session, expiring a session TTL after it left — and ends with the session: ``GroupSession/end()``
 ///   removes it from the broker. Only its owner can ``remove(_:)`` it.
-/// - Needs a broker with retained messages: on one without (or with the coordinator's `retainedMessages`
-///   off), adding and loading throw ``GroupSyncError/journalNeedsRetainedMessages``.
 public final class GroupSessionJournal: Sendable {
     public let configuration: Configuration
     let core: SessionCore

@@ -17,7 +17,7 @@ enum DemoCommand: Command {
         N participants (default 3) share one gallery index. Scripted: swipes, a simultaneous swipe by two
         participants, a photo added to the session's journal, a late joiner who opens it, and one
         participant killed without leaving. Prints a timeline (who did what, what each saw, latencies)
-        and a verdict. Without retained messages the photo is skipped (the journal needs them).
+        and a verdict. Without retained messages the late joiner loads the photo from those who hold it.
 
         --playback: N participants watch together instead, with clocks off by up to ±10 minutes and
         drifting up to ±100 ppm: play, seek, a rate change, a buffering suspension and its release, a late

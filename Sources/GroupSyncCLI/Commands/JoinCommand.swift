@@ -21,7 +21,7 @@ enum JoinCommand: Command {
         starting with "!" sends the rest as a message {"text": …} to everyone, except the journal's:
         \(JoinJournal.help)
         Messages travel as the type BridgeMessage (docs/BRIDGE.md): `join` and `bridge` read each other's.
-        The journal needs a broker with retained messages. EOF or Ctrl-C leaves the session cleanly.
+        EOF or Ctrl-C leaves the session cleanly.
 
         \(CommonOptions.help)
         \(CommonOptions.participantHelp)

@@ -114,6 +114,8 @@ import Testing
                 case "$position": body = json(try Wire.Position.read(bodyBytes))
                 case "$ping": body = json(try Wire.Ping.read(bodyBytes))
                 case "$pong": body = json(try Wire.Pong.read(bodyBytes))
+                case "$chunks": body = json(try Wire.ChunkRequest.read(bodyBytes))
+                case "$have": body = json(try Wire.Have.read(bodyBytes))
                 default: body = try JSONParser.parse(bodyBytes)
                 }
                 let header = envelope.header

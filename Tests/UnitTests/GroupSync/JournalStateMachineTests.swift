@@ -141,4 +141,29 @@ import Testing
                 == .journal(session: "s", attachment: record.id, owner: "alice"))
         #expect(topics.parse("groupsync/v2-chunks/g/s/\(record.id).0/alice") == nil, "chunks are not in the group's tree")
     }
+
+    /// Where nothing is retained: an attachment is served by its active owners first, then by the active
+    /// holders in rendezvous order for the loader; holders of bytes nobody lists any more are forgotten,
+    /// and so are the bytes held.
+    @Test func holdersServeInOrderAndAreForgottenWithTheirAttachment() {
+        var journal = JournalStateMachine()
+        let content = Data("shared bytes".utf8)
+        let record = Self.record(content, owner: "alice")
+        journal.onHave(record.id, from: "bob")
+        #expect(journal.holders.isEmpty, "a $have of nothing listed is not kept")
+        _ = journal.onRecord(record, digest: record.id, owner: "alice")
+        for holder in ["bob", "carol", "dave"] { journal.onHave(record.id, from: holder) }
+        let active: Set<String> = ["alice", "bob", "carol", "dave", "erin"]
+        #expect(journal.servers(of: record.id, active: active, me: "erin").first == "alice", "the owner first")
+        let holders = ["bob", "carol", "dave"].sorted { SessionStateMachine.rank("erin", $0) > SessionStateMachine.rank("erin", $1) }
+        #expect(journal.servers(of: record.id, active: active, me: "erin") == ["alice"] + holders)
+        #expect(journal.servers(of: record.id, active: ["bob", "erin"], me: "erin") == ["bob"], "only the active ones")
+        #expect(journal.servers(of: record.id, active: ["erin"], me: "erin").isEmpty)
+
+        journal.hold(content, digest: record.id)
+        #expect(journal.heldAttachment(record.id)?.bytes == content)
+        #expect(journal.listedHolders(me: "erin") == [Wire.Holders(id: record.id, participants: ["bob", "carol", "dave", "erin"])])
+        _ = journal.onRecord(nil, digest: record.id, owner: "alice")
+        #expect(journal.holders.isEmpty && journal.heldAttachment(record.id) == nil && journal.listedHolders(me: "erin").isEmpty)
+    }
 }

@@ -579,6 +579,42 @@ extension SessionStateMachineTests {
     }
 }
 
+extension SessionStateMachineTests {
+    /// Where nothing is retained a catch-up carries the journal and who holds it, and applying one lists
+    /// both; a member asks a holder for chunks within the attachment, anyone else is refused.
+    @Test func theJournalTravelsInCatchUpsAndIsServedOnRequest() {
+        let content = Data("journal bytes, three chunks".utf8)
+        let record = JournalStateMachineTests.record(content, owner: "alice", chunkSize: 10)
+        var alice = Self.joined()
+        Self.present("bob", in: &alice)
+        _ = alice.onJournal { journal in
+            journal.hold(content, digest: record.id)
+            return journal.onRecord(record, digest: record.id, owner: "alice")
+        }
+        #expect(alice.onHave(Wire.Have(id: record.id), from: "bob").rejected == 0)
+        #expect(alice.onHave(Wire.Have(id: record.id), from: "mallory").rejected == 1, "no member")
+        let parts = alice.catchUp(listingMembers: true)
+        #expect(parts.count == 2 && parts[0].more == true && parts[1].more == nil)
+        #expect(parts[0].journal == [record] && parts[0].members.map(\.participant) == ["alice", "bob"])
+        #expect(parts[0].holders == [Wire.Holders(id: record.id, participants: ["alice", "bob"])])
+        #expect(alice.catchUp(listingMembers: false).allSatisfy { $0.journal == nil && $0.holders == nil }, "with retained messages: none")
+
+        var carol = Self.waiting(as: "carol")
+        #expect(carol.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) == .proceed)
+        for part in parts { #expect(carol.onCatchUp(part, from: "alice", retainAvailable: false, now: 1_000).rejected == 0) }
+        #expect(carol.journal.attachments.map(\.digest) == [record.id])
+        #expect(carol.journal.servers(of: record.id, active: ["alice", "bob", "carol"], me: "carol") == ["alice", "bob"])
+
+        let request = Wire.ChunkRequest(id: record.id, from: 1, count: 2)
+        #expect(alice.onChunkRequest(request, from: "bob").sends == [.chunks(of: record, bytes: content, range: 1..<3, to: "bob")])
+        #expect(alice.onChunkRequest(Wire.ChunkRequest(id: record.id, from: 2, count: 2), from: "bob").rejected == 1, "past the end")
+        #expect(alice.onChunkRequest(request, from: "mallory").rejected == 1, "no member")
+        let unknown = Wire.ChunkRequest(id: String(repeating: "0", count: 64), from: 0, count: 1)
+        let ignored = alice.onChunkRequest(unknown, from: "bob")
+        #expect(ignored.sends.isEmpty && ignored.rejected == 0, "not held (removed meanwhile): nothing to say")
+    }
+}
+
 /// What an action hands to each kind of sequence, for the expectations above.
 extension SessionStateMachine.Action {
     var updates: [SessionStateMachine.Update] {
