@@ -39,8 +39,9 @@ import Testing
             }
             try await ask("dash")
             try await waitUntil("a welcome and a catch-up") { answered("dash").count >= 2 }
-            // Each answer to the second request was sent after any duplicate of the first one's by the same
-            // participant, and the broker keeps each sender's order.
+            // Answers to the second request: by then a duplicate answer to the first that a participant sent
+            // at once (a catch-up, from the network thread) would have come, as the broker keeps each
+            // sender's order; a welcome goes out from a task, so this bounds its duplicates less tightly.
             try await ask("dash2")
             try await waitUntil("the second observer's answers") { answered("dash2").count >= 2 }
 

@@ -208,7 +208,6 @@ import Testing
             // What bob holds at the broker (and would subscribe to again after a reconnect): the group's filters only.
             let groupFilters = [
                 bob.topics.presenceFilter, bob.topics.heartbeatFilter, bob.topics.announcementFilter, bob.topics.welcomeFilter(for: "bob"),
-                bob.topics.observeFilter,
             ].sorted()
             #expect(
                 bob.client.connection.state.withLock { $0.liveFilters.map(\.filter) }.sorted() == groupFilters,

@@ -196,8 +196,12 @@ def announcement(value):
 
 def welcome(value):
     f = Fields(value)
-    return {"presences": [presence(p) for p in f.typed("presences", list)],
-            "sessions": [announcement(a) for a in f.typed("sessions", list)], "v": VERSION}
+    record = {"presences": [presence(p) for p in f.typed("presences", list)],
+              "sessions": [announcement(a) for a in f.typed("sessions", list)], "v": VERSION}
+    more = f.optional_bool("more")
+    if more is not None:
+        record["more"] = more
+    return record
 
 
 def observe(value):

@@ -61,7 +61,8 @@ extension GroupCoordinator {
             sessions, budget: Wire.budget(maximumPacketSize: client.maximumPacketSize), used: (try? Wire.encode(first).count) ?? 0)
         let topic = topics.welcome(to: newcomer, from: localParticipant.id)
         for (index, sessions) in groups.enumerated() {
-            let part = Wire.Welcome(presences: index == 0 ? first.presences : [], sessions: sessions)
+            let part = Wire.Welcome(
+                presences: index == 0 ? first.presences : [], sessions: sessions, more: index < groups.count - 1 ? true : nil)
             guard let payload = try? Wire.encode(part) else { continue }
             _ = try? await client.publish(to: topic, payload: payload, qos: .atLeastOnce)
         }
@@ -78,7 +79,7 @@ extension GroupCoordinator {
         for announcement in welcome.sessions {
             onCopy(announcement.session, publisher: sender, announcement, lifetime: announcement.ttl)
         }
-        state.withLock { $0.welcomed }?.yield(())
+        if welcome.more != true { state.withLock { $0.welcomed }?.yield(()) }  // the last part
     }
 
     /// Publishes our presence and waits until it comes back; on a broker without retained messages, then

@@ -123,14 +123,14 @@ public final class GroupCoordinator: Sendable {
         let events = client.events()
         // Handled on the network thread, in the broker's order with the sessions' messages.
         let subscription = try await GroupSyncError.awaitOverConnection { () async throws(MQTTError) in
+            // Observers ask only where nothing is retained: elsewhere an ACL need not let us read their requests.
             try await client.subscribe(
                 to: [
                     TopicSubscription(topics.presenceFilter, qos: .atLeastOnce),
                     TopicSubscription(topics.heartbeatFilter, qos: .atLeastOnce),
                     TopicSubscription(topics.announcementFilter, qos: .atLeastOnce),
                     TopicSubscription(topics.welcomeFilter(for: configuration.participant), qos: .atLeastOnce),
-                    TopicSubscription(topics.observeFilter, qos: .atLeastOnce),
-                ],
+                ] + (client.retainAvailable ? [] : [TopicSubscription(topics.observeFilter, qos: .atLeastOnce)]),
                 handler: { [weak self] message in self?.handleGroupMessage(message) },
                 connected: { [weak self] sessionPresent in
                     // Before the retained replay of the new connection: record it if the broker lost our

@@ -35,6 +35,8 @@ extension Wire {
         package var presences: [Presence]
         /// The current announcement of every live session the sender knows.
         package var sessions: [Announcement]
+        /// True on every part but the last, when the welcome does not fit one message.
+        package var more: Bool? = nil
     }
 
     /// `…/observe/<observer>`, QoS 1, never retained: an observer — a dashboard, a tool that lists
@@ -69,7 +71,7 @@ extension Wire.Welcome: Wire.Record {
         try fields.checkVersion()
         self.init(
             presences: try fields.array(CodingKeys.presences, of: Wire.Presence.self),
-            sessions: try fields.array(CodingKeys.sessions, of: Wire.Announcement.self))
+            sessions: try fields.array(CodingKeys.sessions, of: Wire.Announcement.self), more: try fields.optionalBool(CodingKeys.more))
     }
 }
 

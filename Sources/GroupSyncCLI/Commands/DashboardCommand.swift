@@ -112,14 +112,18 @@ enum DashboardCommand: Command {
                 + "\(topics.discoveryPrefix)/sensor/\(topics.nodeID)/, flat topics under \(topics.root)/ — Ctrl-C to stop")
 
         // Subscribes for one connection; its marker coming back means the retained messages are all in.
-        @Sendable func subscribe(_ generation: Int) async throws(MQTTError) -> MQTTSubscription {
-            let subscription = try await client.subscribe(
-                to: (start.filters + [marker]).map { TopicSubscription($0, qos: .atLeastOnce) })
-            Task {
-                for await message in subscription { feed.yield(.message(generation: generation, message)) }
+        // At most 8 filters per SUBSCRIBE (PROTOCOL.md, Conventions): the welcome's filters go apart.
+        @Sendable func subscribe(_ generation: Int) async throws(MQTTError) -> [MQTTSubscription] {
+            var subscriptions: [MQTTSubscription] = []
+            for filters in [start.filters + [marker], start.welcomeFilters] where !filters.isEmpty {
+                let subscription = try await client.subscribe(to: filters.map { TopicSubscription($0, qos: .atLeastOnce) })
+                Task {
+                    for await message in subscription { feed.yield(.message(generation: generation, message)) }
+                }
+                subscriptions.append(subscription)
             }
             try await client.publish(to: marker, string: "sync-\(generation)")
-            return subscription
+            return subscriptions
         }
 
         let alarm = ExpiryAlarm { feed.yield(.expiry) }
@@ -138,7 +142,7 @@ enum DashboardCommand: Command {
                     do {
                         let previous = subscription
                         subscription = try await subscribe(generation)
-                        previous.unsubscribe()
+                        for old in previous { old.unsubscribe() }
                     } catch {
                         Output.error("groupsync dashboard: resubscribing failed (\(error)); retrying on the next reconnect")
                     }
@@ -149,7 +153,7 @@ enum DashboardCommand: Command {
                         if projection.welcome != nil {
                             // Nothing is retained: synchronized once the welcome it asks for is in.
                             do {
-                                try await projection.askWelcome(client, now: SystemWallClock().milliseconds())
+                                try projection.askWelcome(client, now: SystemWallClock().milliseconds())
                                 alarm.arm(at: projection.nextAlarm)
                                 continue
                             } catch {
@@ -176,7 +180,7 @@ enum DashboardCommand: Command {
                     for id in before.subtracting(projection.view.sessions.keys).sorted() { Output.line("session \(id) expired") }
                 }
             }
-            subscription.unsubscribe()
+            for old in subscription { old.unsubscribe() }
         }
         let stopper = Task {
             for await _ in interrupts {

@@ -87,7 +87,7 @@ enum SessionsCommand: Command {
             switch input {
             case let message? where message.topic == marker:
                 if welcomed {
-                    do { try await welcome.ask(client, topics: topics, now: now) } catch { completes = true }
+                    do { try welcome.ask(client, topics: topics, now: now) } catch { completes = true }
                 } else {
                     completes = true
                 }

@@ -38,7 +38,7 @@ enum WatchCommand: Command {
             if ObserverWelcome.isNeeded(common, client) {
                 // What began before: the participants online welcome this observer (it prints as it comes).
                 var welcome = ObserverWelcome(observer: ObserverWelcome.id(of: client))
-                try await welcome.ask(client, topics: topics, now: SystemWallClock().milliseconds())
+                try welcome.ask(client, topics: topics, now: SystemWallClock().milliseconds())
             }
             return (client, subscription)
         }

@@ -76,11 +76,11 @@ struct DashboardProjection {
     }
 
     /// Everything the dashboard subscribes to: the group, its own topics (to find leftovers) and Home
-    /// Assistant's status; and its welcomes, if it asks for them.
-    var filters: [String] {
-        groupFilters + [topics.flatFilter, topics.discoveryFilter, topics.homeAssistantStatus]
-            + (welcome.map { ObserverWelcome.filters(view.topics, observer: $0.observer) } ?? [])
-    }
+    /// Assistant's status.
+    var filters: [String] { groupFilters + [topics.flatFilter, topics.discoveryFilter, topics.homeAssistantStatus] }
+
+    /// The welcomes and catch-ups addressed to it, if it asks for them (``observe(as:)``).
+    var welcomeFilters: [String] { welcome.map { ObserverWelcome.filters(view.topics, observer: $0.observer) } ?? [] }
 
     /// On a group without retained messages: learn it from the welcome that `observer` asks for.
     mutating func observe(as observer: String) {
@@ -89,8 +89,8 @@ struct DashboardProjection {
     }
 
     /// Asks for the welcome (after the marker, ``observe(as:)``) at `now` (wall clock, ms).
-    mutating func askWelcome(_ client: MQTTClient, now: Int64) async throws(MQTTError) {
-        try await welcome?.ask(client, topics: view.topics, now: now)
+    mutating func askWelcome(_ client: MQTTClient, now: Int64) throws(MQTTError) {
+        try welcome?.ask(client, topics: view.topics, now: now)
     }
 
     /// The MQTT will: the broker marks the dashboard offline when its connection dies.

@@ -6,7 +6,7 @@ import MQTT
 /// broker.
 struct CommonOptions {
     static let names: Set<String> = ["broker", "group", "as", "keepalive", "cafile", "cert", "key", "password-file"]
-    /// The flags of commands whose participant takes part in sessions (`join`, `bridge`).
+    /// The flags of commands that connect a participant (`join`, `bridge`, `end`).
     static let participantFlags: Set<String> = ["no-retain"]
     static let participantHelp = """
           --no-retain       use no retained messages: sessions are found and joined through the

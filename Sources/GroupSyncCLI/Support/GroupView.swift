@@ -98,10 +98,15 @@ struct GroupView {
             for announcement in welcome.sessions {
                 _ = applyCopy(announcement, publisher: sender, expiresAt: now &+ announcement.ttl &* 1_000)
             }
+            var fields: [String: JSONValue] = [
+                "online": .int(Int64(welcome.presences.count)), "sessions": .int(Int64(welcome.sessions.count)),
+            ]
+            if welcome.more == true { fields["more"] = .bool(true) }
             return Event(
                 kind: "welcome", participant: sender,
-                text: "\(sender) welcomed this observer: \(welcome.presences.count) online, \(welcome.sessions.count) sessions",
-                fields: ["online": .int(Int64(welcome.presences.count)), "sessions": .int(Int64(welcome.sessions.count))])
+                text: "\(sender) welcomed this observer: \(welcome.presences.count) online, \(welcome.sessions.count) sessions"
+                    + (welcome.more == true ? " (more to come)" : ""),
+                fields: fields)
         case let .observe(observer):
             guard Wire.decode(Wire.Observe.self, from: payload) != nil else { return invalid(message) }
             return Event(kind: "observe", participant: observer, text: "observer \(observer) asks to be welcomed", fields: [:])
@@ -120,7 +125,9 @@ struct GroupView {
                 early[id] = nil
                 return Event(kind: "ended", session: id, text: "session \(id) ended (announcement cleared)", fields: [:])
             }
-            guard let announcement = Wire.decode(Wire.Announcement.self, from: payload) else { return invalid(message) }
+            guard let announcement = Wire.decode(Wire.Announcement.self, from: payload), announcement.session == id else {
+                return invalid(message)
+            }
             if announcement.ended == true {
                 let known = sessions.removeValue(forKey: id) != nil
                 early[id] = nil
@@ -130,8 +137,8 @@ struct GroupView {
             }
             // A stored copy lives what is left of its message expiry; a live one its whole ttl.
             let expiresAt = now &+ (message.properties.messageExpiry.map(Int64.init) ?? announcement.ttl) &* 1_000
-            guard announcement.session == id else { return invalid(message) }
-            return applyCopy(announcement, publisher: publisher, expiresAt: expiresAt) ?? nil
+            guard let event = applyCopy(announcement, publisher: publisher, expiresAt: expiresAt) else { return invalid(message) }
+            return event
         case let .member(id, participant):
             if payload.isEmpty {
                 setMember(id, participant, nil)
@@ -249,6 +256,7 @@ struct GroupView {
             if recipient != nil, recipient == observer {
                 guard let catchUp = Wire.decode(Wire.CatchUp.self, from: message.payload[envelope.body]) else { return invalid(message) }
                 applyCatchUp(catchUp, session: session)
+                if catchUp.more == true { fields["more"] = .bool(true) }
             }
             return Event(
                 kind: "catch-up", session: session, participant: sender,

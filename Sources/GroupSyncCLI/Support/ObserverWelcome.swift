@@ -6,9 +6,9 @@ import MQTT
 /// with an `observe` record, and what it would have read from retained messages comes as a welcome
 /// (presences and sessions) and, for each session, a catch-up (members and state) addressed to it.
 ///
-/// Complete when a welcome came and a catch-up for each session it listed, or once the catch-up
-/// timeout passed since the request or the last welcome: nobody answers in an empty group, and a
-/// session that nobody online is joined to has nobody to answer for it.
+/// Complete when a whole welcome came (its last part) and a whole catch-up for each session it listed,
+/// or once the catch-up timeout passed since the request or the last welcome part: nobody answers in an
+/// empty group, and a session that nobody online is joined to has nobody to answer for it.
 struct ObserverWelcome {
     /// The protocol's catch-up timeout (ms): an answer is sent at once.
     static let timeout: Int64 = 1_000
@@ -40,10 +40,11 @@ struct ObserverWelcome {
         [topics.welcomeFilter(for: observer), "\(topics.root)/s/+/to/\(observer)/+"]
     }
 
-    /// Publishes the request and starts the wait at `now` (wall clock, ms).
-    mutating func ask(_ client: MQTTClient, topics: GroupTopics, now: Int64) async throws(MQTTError) {
-        let payload = try? Wire.encode(Wire.Observe())
-        try await client.publish(to: topics.observe(observer), payload: payload ?? Data(), qos: .atLeastOnce)
+    /// Hands the request to the connection (without waiting for the broker: a connection that is down
+    /// sends it once back) and starts the wait at `now` (wall clock, ms).
+    mutating func ask(_ client: MQTTClient, topics: GroupTopics, now: Int64) throws(MQTTError) {
+        let payload = (try? Wire.encode(Wire.Observe())) ?? Data()
+        client.detach(try client.enqueuePublish(to: topics.observe(observer), payload: payload, qos: .atLeastOnce))
         deadline = now &+ ObserverWelcome.timeout
     }
 
@@ -54,9 +55,9 @@ struct ObserverWelcome {
         guard deadline != nil else { return false }
         switch event.kind {
         case "welcome":
-            welcomed = true
+            welcomed = welcomed || event.fields["more"] == nil
             deadline = now &+ ObserverWelcome.timeout
-        case "catch-up" where event.fields["to"] == .string(observer):
+        case "catch-up" where event.fields["to"] == .string(observer) && event.fields["more"] == nil:
             if let session = event.session { caughtUp.insert(session) }
         default: return false
         }
