@@ -235,6 +235,14 @@ struct BenchReport {
         if let journal = results.journal {
             rows += journalRows(journal)
         }
+        if let fanout = results.retainlessJournal, let journal = results.journal {
+            rows.append(
+                Row(
+                    metric:
+                        "journal --no-retain: \(mebibytes(journal.fanoutBytes, digits: 0)) MiB to \(journal.receivers), all loaded (ms)",
+                    groupSync: format(fanout.groupSync), raw: format(fanout.raw), ratio: ratio(fanout.groupSync / fanout.raw),
+                    target: "retained: \(format(journal.fanout)) ms; served by the owner"))
+        }
         return rows
     }
 
@@ -621,6 +629,15 @@ struct BenchReport {
                     "receiver_small_growth_mb": number(mebibytes(small.growthBytes)),
                     "receiver_small_bytes": journal.receiverBytes / 10,
                     "window_mb": number(mebibytes(journal.windowBytes)),
+                ] as [String: Any]
+        }
+        if let fanout = results.retainlessJournal {
+            root["journal_no_retain"] =
+                [
+                    "fanout_10mib_ms": number(fanout.groupSync), "raw_fanout_10mib_ms": number(fanout.raw),
+                    "fanout_ratio": number(fanout.groupSync / fanout.raw), "fanout_add_ms": number(fanout.add),
+                    "fanout_listed_ms": number(fanout.listed), "fanout_load_ms": number(fanout.load),
+                    "fanout_cpu_ms": number(fanout.cpu), "raw_fanout_cpu_ms": number(fanout.rawCPU),
                 ] as [String: Any]
         }
         var targets: [String: Any] = [:]

@@ -254,6 +254,8 @@ struct BenchResults: Sendable {
     var fanout: Fanout?
     var lateJoin: LateJoin?
     var retainlessLateJoin: RetainlessLateJoin?
+    /// ``RetainlessJournalBenchmark``: the journal's fan-out served by the owner.
+    var retainlessJournal: JournalBenchmark.Fanout?
     var convergence: Convergence?
     var crash: Crash?
     var failover: Failover?

@@ -193,6 +193,11 @@ enum GroupSyncBench {
             ) {
                 try await JournalBenchmark.run(url: url, group: "bj-\(run)", plan: plan)
             }
+            results.retainlessJournal = await section(
+                "journal without retained messages (\(plan.fanoutBytes >> 20) MiB to \(plan.receivers))", &failures
+            ) {
+                try await RetainlessJournalBenchmark.run(url: url, group: "bk-\(run)", plan: plan)
+            }
         }
         if sections.contains(.idle) {
             let (count, seconds) = options.mode == .full ? (100, 15.0) : (10, 2.0)

@@ -52,7 +52,54 @@ enum JournalBenchmark {
             fanoutBytes: plan.fanoutBytes, rounds: plan.rounds,
             lateJoinerBytes: plan.lateJoinerBytes, lateJoinerSamples: plan.lateJoinerSamples, receiverBytes: plan.receiverBytes)
 
-        // Fan-out, GroupSync and raw rounds alternating.
+        let fanout = try await fanout(cluster, owner: owner, plan: plan)
+        (result.fanout, result.rawFanout, result.cpu, result.rawCPU) = (fanout.groupSync, fanout.raw, fanout.cpu, fanout.rawCPU)
+        (result.add, result.listed, result.load) = (fanout.add, fanout.listed, fanout.load)
+
+        // Late joiner, after the owner left.
+        var joins: [Double] = []
+        var loads: [Double] = []
+        for sample in 0..<plan.lateJoinerSamples {
+            let (join, load) = try await lateJoiner(cluster, data: try randomData(plan.lateJoinerBytes), sample: sample)
+            Log.progress("journal late joiner \(sample + 1): join + load \(format(join + load)) ms (load \(format(load)) ms)")
+            joins.append(join + load)
+            loads.append(load)
+        }
+        result.lateJoiner = Percentiles(joins).p50
+        result.lateJoinerLoad = Percentiles(loads).p50
+
+        // Receiver memory, in a process of its own: at a tenth of the size, then at the size.
+        var measured: [JournalReceiver.Measurement] = []
+        for (index, size) in [plan.receiverBytes / 10, plan.receiverBytes].enumerated() {
+            let attachment = try await owner.add(try randomData(size), name: "memory-\(index)")
+            let child = try await JournalReceiver.spawn(
+                url: cluster.url, group: cluster.group, session: cluster.sessionID, name: attachment.name, size: size)
+            try await owner.remove(attachment)
+            Log.progress(
+                "journal receiver: \(mebibytes(size)) MiB loaded to disk in \(format(child.loadMilliseconds)) ms, "
+                    + "resident \(mebibytes(child.baselineBytes)) MiB before, peak \(mebibytes(child.peakBytes)) MiB")
+            measured.append(child)
+        }
+        result.receiverSmall = measured[0]
+        result.receiver = measured[1]
+        return result
+    }
+
+    /// Medians of the fan-out rounds (ms): GroupSync's and the raw floor's, alternating.
+    struct Fanout: Sendable {
+        var groupSync: Double
+        var raw: Double
+        var add: Double
+        var listed: Double
+        var load: Double
+        var cpu: Double
+        var rawCPU: Double
+    }
+
+    /// `plan.rounds` fan-out rounds of `plan.fanoutBytes` from `owner` to the other members of
+    /// `cluster`, each followed by a raw round of the same bytes.
+    static func fanout(_ cluster: SessionCluster, owner: GroupSessionJournal, plan: Plan) async throws -> Fanout {
+        let configuration = owner.configuration
         let address = try BrokerAddress(cluster.url)
         let rawRoot = "groupsync/v2-chunks/r\(cluster.group.dropFirst())/\(cluster.sessionID)/raw"
         let raw = try await BlockingThread.run("raw-journal-connect") {
@@ -83,41 +130,10 @@ enum JournalBenchmark {
             throw error
         }
         await BlockingThread.run("raw-journal-close") { raw.close() }
-        result.fanout = Percentiles(rounds.map(\.total)).p50
-        result.rawFanout = Percentiles(rawTimes).p50
-        result.add = Percentiles(rounds.map(\.add)).p50
-        result.listed = Percentiles(rounds.map(\.listed)).p50
-        result.load = Percentiles(rounds.flatMap(\.loads)).p50
-        result.cpu = Percentiles(rounds.map(\.cpu)).p50
-        result.rawCPU = Percentiles(rawCPUs).p50
-
-        // Late joiner, after the owner left.
-        var joins: [Double] = []
-        var loads: [Double] = []
-        for sample in 0..<plan.lateJoinerSamples {
-            let (join, load) = try await lateJoiner(cluster, data: try randomData(plan.lateJoinerBytes), sample: sample)
-            Log.progress("journal late joiner \(sample + 1): join + load \(format(join + load)) ms (load \(format(load)) ms)")
-            joins.append(join + load)
-            loads.append(load)
-        }
-        result.lateJoiner = Percentiles(joins).p50
-        result.lateJoinerLoad = Percentiles(loads).p50
-
-        // Receiver memory, in a process of its own: at a tenth of the size, then at the size.
-        var measured: [JournalReceiver.Measurement] = []
-        for (index, size) in [plan.receiverBytes / 10, plan.receiverBytes].enumerated() {
-            let attachment = try await owner.add(try randomData(size), name: "memory-\(index)")
-            let child = try await JournalReceiver.spawn(
-                url: cluster.url, group: cluster.group, session: cluster.sessionID, name: attachment.name, size: size)
-            try await owner.remove(attachment)
-            Log.progress(
-                "journal receiver: \(mebibytes(size)) MiB loaded to disk in \(format(child.loadMilliseconds)) ms, "
-                    + "resident \(mebibytes(child.baselineBytes)) MiB before, peak \(mebibytes(child.peakBytes)) MiB")
-            measured.append(child)
-        }
-        result.receiverSmall = measured[0]
-        result.receiver = measured[1]
-        return result
+        return Fanout(
+            groupSync: Percentiles(rounds.map(\.total)).p50, raw: Percentiles(rawTimes).p50, add: Percentiles(rounds.map(\.add)).p50,
+            listed: Percentiles(rounds.map(\.listed)).p50, load: Percentiles(rounds.flatMap(\.loads)).p50,
+            cpu: Percentiles(rounds.map(\.cpu)).p50, rawCPU: Percentiles(rawCPUs).p50)
     }
 
     /// One GroupSync fan-out round; times in ms from the start of `add`.

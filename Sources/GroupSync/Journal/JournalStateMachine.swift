@@ -47,6 +47,10 @@ struct JournalStateMachine {
     private(set) var held: [String: Data] = [:]
     /// Where nothing is retained: who besides the owners holds each listed attachment's bytes (`$have`).
     private(set) var holders: [String: Set<String>] = [:]
+    /// The chunks asked of us and not yet handed to the connection, by digest: one serving task per
+    /// digest takes them in order (``nextToServe(_:)``). A chunk asked for again before it went out goes
+    /// out once: every loader that asked had subscribed before asking, so that one publication reaches all.
+    private(set) var serving: [String: Set<Int>] = [:]
 
     /// The attachments, in the order they were added (by their `added` clock).
     var attachments: [JournalAttachment] {
@@ -109,6 +113,7 @@ struct JournalStateMachine {
         if listed(digest) == nil {  // the last attachment of these bytes: nobody asks for them any more
             held[digest] = nil
             holders[digest] = nil
+            serving[digest] = nil
         }
         return .publish(self.attachments, to: listeners.all)
     }
@@ -124,6 +129,25 @@ struct JournalStateMachine {
     func heldAttachment(_ digest: String) -> (record: Wire.JournalRecord, bytes: Data)? {
         guard let bytes = held[digest], let attachment = listed(digest) else { return nil }
         return (attachment.record, bytes)
+    }
+
+    /// Chunks `range` of `digest` are asked of us (we hold it); true when no serving task runs for it yet:
+    /// the caller starts one.
+    mutating func onChunksAsked(_ digest: String, _ range: Range<Int>) -> Bool {
+        let starts = serving[digest] == nil
+        serving[digest, default: []].formUnion(range)
+        return starts
+    }
+
+    /// For the serving task of `digest`: the next chunk to publish, or nil — no chunk left, or the bytes
+    /// no longer held — and the task ends.
+    mutating func nextToServe(_ digest: String) -> Int? {
+        guard held[digest] != nil, let next = serving[digest]?.min() else {
+            serving[digest] = nil
+            return nil
+        }
+        serving[digest]?.remove(next)
+        return next
     }
 
     private func listed(_ digest: String) -> JournalAttachment? {
@@ -180,6 +204,7 @@ struct JournalStateMachine {
         state = .over
         held = [:]
         holders = [:]
+        serving = [:]
         return .finish(listeners.removeAll())
     }
 }

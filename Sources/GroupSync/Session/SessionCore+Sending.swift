@@ -150,8 +150,8 @@ extension SessionCore {
             for part in read({ $0.catchUp(listingMembers: listingMembers, budget: budget) }) {
                 sendControl(.catchUp, part, to: recipient)
             }
-        case let .chunks(record, bytes, range, recipient):
-            serve(record, bytes, range, to: recipient)
+        case let .serveChunks(record, bytes):
+            serve(record, bytes)
         case .memberRecord:
             // Only while our own record is kept: after it went out, and never after a leave's clear.
             guard let member = try? Wire.encode(Wire.Member(participant: me, epoch: context.epoch, again: true)) else { break }
@@ -171,20 +171,23 @@ extension SessionCore {
         }
     }
 
-    /// Publishes chunks `range` of our attachment live (never retained) on their chunk topics, where
-    /// `recipient` subscribed to them, with at most the journal's window unacknowledged: the memory a
-    /// request takes is bounded by the window, whatever it asks for.
-    private func serve(_ record: Wire.JournalRecord, _ bytes: Data, _ range: Range<Int>, to recipient: String) {
+    /// Publishes the chunks asked of an attachment we hold, live (never retained) on their chunk topics,
+    /// where the loaders that asked subscribed to them, in order, with at most the journal's window
+    /// unacknowledged: whatever is asked, serving takes that much memory. Ends when nothing is left to
+    /// serve (``SessionStateMachine/nextChunkToServe(_:)``).
+    private func serve(_ record: Wire.JournalRecord, _ bytes: Data) {
         let (client, session, chunkSize) = (context.client, id, Int(record.chunkSize))
         let window = max(1, locked.withLock { $0.journal?.window } ?? GroupSessionJournal.Configuration().window)
         let topics = self.topics
-        context.tasks.spawn { [me] in
+        context.tasks.spawn { [me, self] in
             var unacknowledged: [MQTTClient.PublishTicket] = []
-            for index in range {
+            while let index = locked.withLock({ $0.machine.nextChunkToServe(record.id) }) {
                 let start = bytes.startIndex + index * chunkSize
                 let chunk = bytes[start..<min(start + chunkSize, bytes.endIndex)]
                 let topic = topics.chunk(session, attachment: record.id, index: index, owner: me)
-                guard let ticket = try? client.enqueuePublish(to: topic, payload: chunk, qos: .atLeastOnce) else { break }
+                // QoS 1 is queued even while disconnected; a chunk refused otherwise (never: it fit its record)
+                // is not sent, and its loader's stall timeout ends the wait for it.
+                guard let ticket = try? client.enqueuePublish(to: topic, payload: chunk, qos: .atLeastOnce) else { continue }
                 unacknowledged.append(ticket)
                 if unacknowledged.count >= window { _ = try? await client.acknowledgement(of: unacknowledged.removeFirst()) }
             }

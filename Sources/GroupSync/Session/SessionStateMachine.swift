@@ -122,9 +122,9 @@ struct SessionStateMachine {
         case catchUp(to: String)
         /// `$catchup` to this observer (``onObserver(_:)``), listing the members.
         case observerCatchUp(to: String)
-        /// Chunks `range` of our attachment (its record and bytes) to a loader that asked, live on their
-        /// chunk topics (``onChunkRequest(_:from:)``).
-        case chunks(of: Wire.JournalRecord, bytes: Data, range: Range<Int>, to: String)
+        /// Start serving the chunks asked of an attachment we hold (its record and bytes), live on their
+        /// chunk topics, taking them from ``nextChunkToServe(_:)`` (``onChunkRequest(_:from:)``).
+        case serveChunks(of: Wire.JournalRecord, bytes: Data)
         /// Our member record again, marked as no join (`again`).
         case memberRecord
         case resend(StreamReceiver<InboundMessage>.Request)
@@ -389,8 +389,13 @@ struct SessionStateMachine {
             return reject()
         }
         let range = Int(request.from)..<Int(request.from + request.count)
-        return Action(sends: [.chunks(of: record, bytes: bytes, range: range, to: sender)])
+        guard journal.onChunksAsked(request.id, range) else { return Action() }  // its serving task takes them
+        return Action(sends: [.serveChunks(of: record, bytes: bytes)])
     }
+
+    /// For the serving task of `digest` (``Send/serveChunks(of:bytes:)``): the next chunk to publish, nil
+    /// when it is done.
+    mutating func nextChunkToServe(_ digest: String) -> Int? { journal.nextToServe(digest) }
 
     /// A member holds the bytes of attachment `have.id` and serves them (`$have`): a loader may ask it
     /// for chunks. From someone not active here it is rejected.
