@@ -408,6 +408,53 @@ import Testing
         }
     }
 
+    /// Without retained messages, a holder that says it holds an attachment but sends nothing (here a
+    /// forged `$have`, as a member whose copy is gone would be) is given up after the answer timeout for
+    /// the next holder, long before the stall timeout.
+    @Test func withoutRetainedMessagesASilentHolderIsPassedOver() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            func join(_ name: String) async throws -> GroupCoordinator { try await group.join(name) { $0.mqtt.retainedMessages = false } }
+            // A loader for whom bob, who holds nothing, ranks before carol, who does.
+            let loader = try #require(
+                (0..<100).map { "loader\($0)" }.first { SessionStateMachine.rank($0, "bob") > SessionStateMachine.rank($0, "carol") })
+            let alice = try await join("alice")
+            let a = try await alice.startJoined(Gallery(galleryID: "silent"))
+            let bob = try await join("bob")
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let carol = try await join("carol")
+            let c = try await carol.joinSession(a.id, of: Gallery.self)
+            let photo = Self.bytes(100_000)
+            let added = try await GroupSessionJournal(session: a, configuration: Self.small).add(photo, name: "p")
+            let carols = GroupSessionJournal(session: c, configuration: Self.small)
+            try await waitUntil("carol lists it") { !carols.attachments.isEmpty }
+            #expect(try await carols.load(carols.attachments[0]) == photo)
+            // bob "has" it too.
+            let forger = try MQTTClient(configuration: .init(url: broker.url))
+            try await forger.connect()
+            let have = Wire.EnvelopeBytes(encodedBody: try Wire.encode(Wire.Have(id: added.digest)))
+                .finished(type: "$have", epoch: bob.epoch, seq: nil, reliable: true)
+            try await forger.publish(to: GroupTopics(group: group.name).broadcast(a.id, from: "bob"), payload: Data(have))
+            await forger.disconnect()
+            try await waitUntil("alice knows bob holds it") { a.core.read { $0.journal.holders[added.digest] } == ["bob", "carol"] }
+            await a.leave()
+
+            let late = try await join(loader)
+            let l = try await late.joinSession(a.id, of: Gallery.self)
+            try await waitUntil("alice is gone for the loader") { !ids(l.activeParticipants).contains("alice") }
+            let configuration = GroupSessionJournal.Configuration(chunkSize: 16 << 10, window: 4, stallTimeout: .seconds(10))
+            let journal = GroupSessionJournal(session: l, configuration: configuration)
+            #expect(
+                l.core.read { $0.journal.servers(of: added.digest, active: ["bob", "carol", loader], me: loader) } == ["bob", "carol"])
+            let start = ContinuousClock.now
+            #expect(try await journal.load(journal.attachments[0]) == photo)
+            let took = ContinuousClock.now - start
+            #expect(took >= .seconds(1) && took < .seconds(5), "after bob's answer timeout (1 s), not the stall timeout: \(took)")
+            _ = b
+            await group.closeAll()
+        }
+    }
+
     /// A member that asks for chunks past the end of an attachment, or someone who is no member, is
     /// refused and reported; the owner goes on serving the others.
     @Test func aChunkRequestOutOfRangeIsRejected() async throws {

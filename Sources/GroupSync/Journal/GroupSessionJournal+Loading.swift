@@ -20,7 +20,7 @@ extension GroupSessionJournal {
     ) async throws(GroupSyncError) -> Data {
         var bytes = Data(capacity: attachment.size)
         try await transfer(attachment, progress: progress) { chunk throws(GroupSyncError) in bytes.append(chunk) }
-        serve(bytes, of: attachment)
+        serve(.memory(bytes), of: attachment)
         return bytes
     }
 
@@ -49,8 +49,7 @@ extension GroupSessionJournal {
             guard rename(partial.path, file.path) == 0 else {
                 throw GroupSyncError.file("cannot move \(partial.path) to \(file.path): \(String(cString: strerror(errno)))")
             }
-            // Mapped, not read: the bytes stay on disk until asked for (a loader verifies what it gets).
-            if let mapped = try? Data(contentsOf: file, options: .alwaysMapped) { serve(mapped, of: attachment) }
+            serve(.file(file), of: attachment)  // read as asked for, each chunk checked first
         } catch {
             try? handle.close()
             try? manager.removeItem(at: partial)
@@ -71,6 +70,9 @@ extension GroupSessionJournal {
         case invalidated
         /// Where nothing is retained: the participant asked for the chunks left the session.
         case serverGone
+        /// Where nothing is retained: nothing came from the participant asked for a while (it holds
+        /// nothing after all, its answers were lost with a connection, or it does not answer).
+        case serverSilent
         case cancelled
     }
 
@@ -92,17 +94,15 @@ extension GroupSessionJournal {
         // Where nothing is retained, the chunks come from a participant that holds them, on its own chunk
         // topics: the owner if it is active, else one that loaded them.
         let servedByHolders = !client.retainAvailable
-        if servedByHolders, let held = core.read({ $0.journal.heldAttachment(record.id)?.bytes }) {
-            // Ours already (added or loaded here): from memory or its file, if it still verifies.
-            let chunkSize = Int(record.chunkSize)
-            let chunks = record.chunks.indices.map { index in
-                held[(held.startIndex + index * chunkSize)..<min(held.startIndex + (index + 1) * chunkSize, held.endIndex)]
-            }
-            if held.count == attachment.size, zip(chunks, record.chunks).allSatisfy({ SHA256.hex($0) == $1 }) {
+        if servedByHolders, let held = core.read({ $0.journal.heldAttachment(record.id) }), held.record == record {
+            // Ours already (added or loaded here, in this layout): from memory or its file, if it still verifies.
+            let chunks = record.chunks.indices.map { held.chunk($0) }
+            if chunks.allSatisfy({ $0 != nil }), zip(chunks, record.chunks).allSatisfy({ SHA256.hex($0!) == $1 }) {
                 progress?(JournalLoadProgress(completedBytes: 0, totalBytes: attachment.size, rejectedChunks: 0))
-                for (index, chunk) in chunks.enumerated() {
+                var done = 0
+                for case let chunk? in chunks {
                     try deliver(Data(chunk))
-                    let done = min((index + 1) * chunkSize, attachment.size)
+                    done += chunk.count
                     progress?(JournalLoadProgress(completedBytes: done, totalBytes: attachment.size, rejectedChunks: 0))
                 }
                 return
@@ -146,12 +146,26 @@ extension GroupSessionJournal {
                     }
                 }
             }
+            // A server that sends nothing for a while is given up for the next (or asked again, if it is
+            // the only one): the stall timeout still bounds the whole wait.
+            let silence = WakeUp()
+            silence.onWake { continuation.yield(.serverSilent) }
+            defer { silence.cancel() }
+            let answerTimeout = max(configuration.stallTimeout / 10, .seconds(1))
+            let lastHeard = LockedValue(ContinuousClock.now)  // from the server asked: an ask, or a chunk it sent
             func ask(_ chunks: [Int]) {
-                guard let to = server.withLock({ $0 }) else { return }
+                guard let to = server.withLock({ $0 }), !chunks.isEmpty else { return }
                 let limit = Int(Wire.Bounds.chunkRequest.upperBound)
                 for (from, count) in Self.runs(of: chunks, atMost: limit) {
                     core.sendControl(.chunks, Wire.ChunkRequest(id: record.id, from: Int64(from), count: Int64(count)), to: to)
                 }
+                lastHeard.withLock { $0 = .now }
+                silence.schedule(after: answerTimeout)
+            }
+            func move(to next: String?) throws(GroupSyncError) {
+                guard let next else { try abandon(.attachmentUnavailable(digest: record.id, chunk: machine.completedChunks)) }
+                server.withLock { $0 = next }
+                ask(requests.withLock { $0.subscribedWanted })
             }
             let stall = WakeUp()
             stall.onWake { continuation.yield(.stallDue) }
@@ -164,20 +178,26 @@ extension GroupSessionJournal {
             func request(_ chunks: Range<Int>) {
                 let (request, released) = requests.withLock { $0.request(chunks) }
                 for subscription in released { subscription.unsubscribe() }
-                // Where a holder serves them, from any holder: the chunk's digest says whether it is the one.
+                // Where a holder serves them, from whichever holder is asked (the handler takes only its).
                 let filters = chunks.map {
                     topics.chunk(session, attachment: record.id, index: $0, owner: servedByHolders ? "+" : record.added.participant)
                 }
                 let index = Dictionary(uniqueKeysWithValues: zip(filters.map(Self.withoutPublisher), chunks))
+                let largest = Int(record.chunkSize)
                 group.addTask {
                     do {
                         let subscription = try await client.subscribe(
                             to: filters.map { TopicSubscription($0, qos: .atLeastOnce) },
                             handler: { message in
-                                // A cleared chunk (the session ended, the owner removed it) is no chunk.
-                                if !message.payload.isEmpty, let index = index[Self.withoutPublisher(message.topic)] {
-                                    continuation.yield(.chunk(index: index, message.payload))
+                                // A cleared chunk (the session ended, the owner removed it) is no chunk; where
+                                // holders serve, only the one asked counts, and nothing larger than a chunk.
+                                guard !message.payload.isEmpty, let index = index[Self.withoutPublisher(message.topic)] else { return }
+                                if servedByHolders {
+                                    let publisher = message.topic[message.topic.index(after: message.topic.lastIndex(of: "/")!)...]
+                                    guard message.payload.count <= largest, server.withLock({ $0 }).map({ $0 == publisher }) == true
+                                    else { return }
                                 }
+                                continuation.yield(.chunk(index: index, message.payload))
                             })
                         guard requests.withLock({ $0.arrived(request, subscription) }) else { return subscription.unsubscribe() }
                         // Subscribed: what the server publishes now reaches us.
@@ -243,6 +263,7 @@ extension GroupSessionJournal {
                             try abandon(.attachmentCorrupted(digest: record.id))
                         }
                         action = machine.onChunk(index, data, verified: verified, now: clock.milliseconds())
+                        if servedByHolders && verified { lastHeard.withLock { $0 = .now } }
                     case let .retryDue(index):
                         if requests.withLock({ $0.isCovered(index) }) {  // not yet: an earlier request still covers it
                             group.addTask {
@@ -260,9 +281,18 @@ extension GroupSessionJournal {
                     case .serverGone:
                         let next = firstServer(of: record.id)
                         guard server.withLock({ $0 }) != next else { continue }  // still there, or already moved
-                        guard let next else { try abandon(.attachmentUnavailable(digest: record.id, chunk: machine.completedChunks)) }
-                        server.withLock { $0 = next }
-                        ask(requests.withLock { $0.subscribedWanted })
+                        try move(to: next)
+                        continue
+                    case .serverSilent:
+                        let quiet = lastHeard.withLock { $0 }.duration(to: .now)
+                        guard quiet >= answerTimeout, !requests.withLock({ $0.subscribedWanted.isEmpty }) else {
+                            if quiet < answerTimeout { silence.schedule(after: answerTimeout - quiet) }
+                            continue
+                        }
+                        // The next server after the silent one, in the order they are asked.
+                        let servers = self.servers(of: record.id)
+                        let current = server.withLock { $0 }.flatMap { servers.firstIndex(of: $0) }
+                        try move(to: servers.isEmpty ? nil : servers[current.map { ($0 + 1) % servers.count } ?? 0])
                         continue
                     case .cancelled: try abandon(.cancelled)
                     }
@@ -283,17 +313,19 @@ extension GroupSessionJournal {
 
     /// The participant to ask for the chunks of `digest` where nothing is retained (see
     /// ``JournalStateMachine/servers(of:active:me:)``), nil when nobody active holds them.
-    private func firstServer(of digest: String) -> String? {
+    private func firstServer(of digest: String) -> String? { servers(of: digest).first }
+
+    private func servers(of digest: String) -> [String] {
         let me = core.me
-        return core.read { machine in machine.journal.servers(of: digest, active: Set(machine.active.map(\.id)), me: me).first }
+        return core.read { machine in machine.journal.servers(of: digest, active: Set(machine.active.map(\.id)), me: me) }
     }
 
     /// Where nothing is retained, we serve what we loaded while we are joined, and say so (`$have`).
-    private func serve(_ bytes: Data, of attachment: JournalAttachment) {
-        guard !core.context.client.retainAvailable else { return }
+    private func serve(_ bytes: HeldAttachment.Bytes, of attachment: JournalAttachment) {
+        guard !core.context.client.retainAvailable, let held = HeldAttachment(record: attachment.record, bytes: bytes) else { return }
         core.perform {
             $0.onJournal { journal in
-                journal.hold(bytes, digest: attachment.digest)
+                journal.hold(held)
                 return .none
             }
         }

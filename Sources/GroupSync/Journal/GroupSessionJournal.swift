@@ -91,9 +91,10 @@ public final class GroupSessionJournal: Sendable {
         let recordTopic = topics.journal(session, attachment: digest, owner: me)
         guard client.retainAvailable else {
             // Nothing is retained: we hold the bytes and serve them to whoever asks while we are joined.
+            let held = HeldAttachment(record: record, bytes: .memory(data))
             core.perform {
                 $0.onJournal { journal in
-                    journal.hold(data, digest: digest)
+                    if let held { journal.hold(held) }
                     return journal.onRecord(record, digest: digest, owner: me)
                 }
             }

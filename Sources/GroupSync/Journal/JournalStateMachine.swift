@@ -42,9 +42,9 @@ struct JournalStateMachine {
     /// Attachments removed while we followed the journal (until added again): a load of one fails at once
     /// instead of waiting for chunks that are gone. An attachment not listed yet is not one of them.
     private(set) var removed: Set<JournalAttachment.ID> = []
-    /// Where nothing is retained: the bytes we hold, by digest — of our own attachments (what the app
-    /// handed to `add`) and of those we loaded —, which we serve to loaders (`$chunks`) while joined.
-    private(set) var held: [String: Data] = [:]
+    /// Where nothing is retained: what we hold, by digest — our own attachments (what the app handed to
+    /// `add`) and those we loaded —, which we serve to loaders (`$chunks`) while joined.
+    private(set) var held: [String: HeldAttachment] = [:]
     /// Where nothing is retained: who besides the owners holds each listed attachment's bytes (`$have`).
     private(set) var holders: [String: Set<String>] = [:]
     /// The chunks asked of us and not yet handed to the connection, by digest: one serving task per
@@ -118,17 +118,22 @@ struct JournalStateMachine {
         return .publish(self.attachments, to: listeners.all)
     }
 
-    /// Where nothing is retained, we serve our attachment `digest` from `bytes` (``held``), until we
-    /// remove it or the session is over for us.
-    mutating func hold(_ bytes: Data, digest: String) {
+    /// Where nothing is retained, we serve `attachment` (``held``) until no attachment of its digest is
+    /// listed any more, or the session is over for us.
+    mutating func hold(_ attachment: HeldAttachment) {
         guard case .following = state else { return }
-        held[digest] = bytes
+        held[attachment.digest] = attachment
     }
 
-    /// A listed attachment of `digest` whose bytes we hold: its record and the bytes.
-    func heldAttachment(_ digest: String) -> (record: Wire.JournalRecord, bytes: Data)? {
-        guard let bytes = held[digest], let attachment = listed(digest) else { return nil }
-        return (attachment.record, bytes)
+    /// We no longer hold `digest` (its file changed or went): we serve it no more.
+    mutating func release(_ digest: String) {
+        held[digest] = nil
+        serving[digest] = nil
+    }
+
+    /// What we hold of `digest`, if it is listed.
+    func heldAttachment(_ digest: String) -> HeldAttachment? {
+        listed(digest) == nil ? nil : held[digest]
     }
 
     /// Chunks `range` of `digest` are asked of us (we hold it); true when no serving task runs for it yet:

@@ -147,11 +147,12 @@ extension SessionCore {
         case let .catchUp(recipient), let .observerCatchUp(recipient):
             let listingMembers = !context.client.retainAvailable || send == .observerCatchUp(to: recipient)
             let budget = Wire.budget(maximumPacketSize: context.client.maximumPacketSize)
-            for part in read({ $0.catchUp(listingMembers: listingMembers, budget: budget) }) {
+            let listingJournal = !context.client.retainAvailable
+            for part in read({ $0.catchUp(listingMembers: listingMembers, listingJournal: listingJournal, budget: budget) }) {
                 sendControl(.catchUp, part, to: recipient)
             }
-        case let .serveChunks(record, bytes):
-            serve(record, bytes)
+        case let .serveChunks(held):
+            serve(held)
         case .memberRecord:
             // Only while our own record is kept: after it went out, and never after a leave's clear.
             guard let member = try? Wire.encode(Wire.Member(participant: me, epoch: context.epoch, again: true)) else { break }
@@ -175,15 +176,17 @@ extension SessionCore {
     /// where the loaders that asked subscribed to them, in order, with at most the journal's window
     /// unacknowledged: whatever is asked, serving takes that much memory. Ends when nothing is left to
     /// serve (``SessionStateMachine/nextChunkToServe(_:)``).
-    private func serve(_ record: Wire.JournalRecord, _ bytes: Data) {
-        let (client, session, chunkSize) = (context.client, id, Int(record.chunkSize))
+    private func serve(_ held: HeldAttachment) {
+        let (client, session, record) = (context.client, id, held.record)
         let window = max(1, locked.withLock { $0.journal?.window } ?? GroupSessionJournal.Configuration().window)
         let topics = self.topics
         context.tasks.spawn { [me, self] in
             var unacknowledged: [MQTTClient.PublishTicket] = []
             while let index = locked.withLock({ $0.machine.nextChunkToServe(record.id) }) {
-                let start = bytes.startIndex + index * chunkSize
-                let chunk = bytes[start..<min(start + chunkSize, bytes.endIndex)]
+                guard let chunk = held.chunk(index) else {
+                    locked.withLock { $0.machine.releaseHeld(record.id) }  // its file changed or went
+                    break
+                }
                 let topic = topics.chunk(session, attachment: record.id, index: index, owner: me)
                 // QoS 1 is queued even while disconnected; a chunk refused otherwise (never: it fit its record)
                 // is not sent, and its loader's stall timeout ends the wait for it.

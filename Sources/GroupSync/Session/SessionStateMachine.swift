@@ -118,13 +118,13 @@ struct SessionStateMachine {
     }
 
     enum Send: Hashable {
-        /// `$catchup` to this newcomer, in the parts of ``catchUp(listingMembers:budget:)``.
+        /// `$catchup` to this newcomer, in the parts of ``catchUp(listingMembers:listingJournal:budget:)``.
         case catchUp(to: String)
         /// `$catchup` to this observer (``onObserver(_:)``), listing the members.
         case observerCatchUp(to: String)
-        /// Start serving the chunks asked of an attachment we hold (its record and bytes), live on their
-        /// chunk topics, taking them from ``nextChunkToServe(_:)`` (``onChunkRequest(_:from:)``).
-        case serveChunks(of: Wire.JournalRecord, bytes: Data)
+        /// Start serving the chunks asked of an attachment we hold, live on their chunk topics, taking them
+        /// from ``nextChunkToServe(_:)`` (``onChunkRequest(_:from:)``).
+        case serveChunks(HeldAttachment)
         /// Our member record again, marked as no join (`again`).
         case memberRecord
         case resend(StreamReceiver<InboundMessage>.Request)
@@ -384,18 +384,20 @@ struct SessionStateMachine {
     /// attachment we no longer hold (removed meanwhile) is ignored.
     mutating func onChunkRequest(_ request: Wire.ChunkRequest, from sender: String) -> Action {
         guard case .joined = phase, peers[sender]?.isActive == true else { return reject() }
-        guard let (record, bytes) = journal.heldAttachment(request.id) else { return Action() }
-        guard request.from < Int64(record.chunks.count), request.count <= Int64(record.chunks.count) - request.from else {
-            return reject()
-        }
+        guard let held = journal.heldAttachment(request.id) else { return Action() }
+        let count = Int64(held.record.chunks.count)
+        guard request.from < count, request.count <= count - request.from else { return reject() }
         let range = Int(request.from)..<Int(request.from + request.count)
         guard journal.onChunksAsked(request.id, range) else { return Action() }  // its serving task takes them
-        return Action(sends: [.serveChunks(of: record, bytes: bytes)])
+        return Action(sends: [.serveChunks(held)])
     }
 
-    /// For the serving task of `digest` (``Send/serveChunks(of:bytes:)``): the next chunk to publish, nil
-    /// when it is done.
+    /// For the serving task of `digest` (``Send/serveChunks(_:)``): the next chunk to publish, nil when it
+    /// is done.
     mutating func nextChunkToServe(_ digest: String) -> Int? { journal.nextToServe(digest) }
+
+    /// We can no longer read what we held of `digest`: we serve it no more.
+    mutating func releaseHeld(_ digest: String) { journal.release(digest) }
 
     /// A member holds the bytes of attachment `have.id` and serves them (`$have`): a loader may ask it
     /// for chunks. From someone not active here it is rejected.
@@ -710,29 +712,34 @@ struct SessionStateMachine {
 
     /// What a newcomer needs: every key's winning record, and — only where the broker keeps no retained
     /// messages — the active members (with retained messages the newcomer read every member record
-    /// before its barrier).
+    /// before its barrier) and, with `listingJournal`, the journal's records and who holds them.
     ///
     /// It comes in as few parts as fit `budget` bytes each (the broker's packet limit less the envelope
-    /// and topic), every part but the last marked `more`. A single record above the budget is sent alone:
-    /// its writer could not have published it either.
-    func catchUp(listingMembers: Bool, budget: Int = .max) -> [Wire.CatchUp] {
+    /// and topic), every part but the last marked `more`: the members in the first, then the journal's
+    /// records, its holders, and the states, each in parts of their own. A single record above the budget
+    /// is sent alone: its writer could not have published it either.
+    func catchUp(listingMembers: Bool, listingJournal: Bool = false, budget: Int = .max) -> [Wire.CatchUp] {
         let listed =
             listingMembers
             ? peers.compactMap { $0.value.isActive ? Wire.Member(participant: $0.key, epoch: $0.value.joined ?? 0) : nil }
                 .sorted { $0.participant < $1.participant }
             : []
-        let used = listed.reduce(64) { $0 + ((try? Wire.encode($1).count) ?? 0) + 1 }
-        // Where members are listed (nothing is retained), the journal's records come first, in parts of
-        // their own when they do not fit beside the members.
-        let records = listingMembers ? self.journal.attachments.map(\.record) : []
-        let journal = records.isEmpty ? [] : Wire.groups(records, budget: budget, used: used)
-        let groups = Wire.groups(states.values.sorted { $0.key < $1.key }, budget: budget, used: journal.isEmpty ? used : 64)
-        let holders = listingMembers ? self.journal.listedHolders(me: me) : []
-        let parts =
-            journal.enumerated().map { index, records in
-                Wire.CatchUp(
-                    states: [], members: [], journal: records, holders: index == journal.count - 1 && !holders.isEmpty ? holders : nil)
-            } + groups.map { Wire.CatchUp(states: $0, members: []) }
+        var used = listed.reduce(64) { $0 + ((try? Wire.encode($1).count) ?? 0) + 1 }
+        var parts: [Wire.CatchUp] = []
+        // `Wire.groups` makes one empty group of nothing: only the states' may stand for an empty catch-up.
+        func append<Item: Encodable>(_ items: [Item], _ part: ([Item]) -> Wire.CatchUp) {
+            guard !items.isEmpty else { return }
+            parts += Wire.groups(items, budget: budget, used: used).map(part)
+            used = 64
+        }
+        if listingJournal {
+            append(journal.attachments.map(\.record)) { Wire.CatchUp(states: [], members: [], journal: $0) }
+            append(journal.listedHolders(me: me)) { Wire.CatchUp(states: [], members: [], holders: $0) }
+        }
+        let states = states.values.sorted { $0.key < $1.key }
+        if !states.isEmpty || parts.isEmpty {
+            parts += Wire.groups(states, budget: budget, used: used).map { Wire.CatchUp(states: $0, members: []) }
+        }
         return parts.enumerated().map { index, part in
             var part = part
             if index == 0 { part.members = listed }

@@ -21,7 +21,7 @@ extension Wire {
         static let size: ClosedRange<Int64> = 0...(1 << 53)
         /// An attachment's `chunkSize` in bytes: a chunk fits one MQTT packet (at most 268,435,455 bytes).
         static let chunkSize: ClosedRange<Int64> = 1...268_435_455
-        /// How many chunks one `$chunks` asks for: a load's window, at most 65,536.
+        /// How many chunks one `$chunks` asks for: at most a load's window, and never above 65,536.
         static let chunkRequest: ClosedRange<Int64> = 1...65_536
     }
 }

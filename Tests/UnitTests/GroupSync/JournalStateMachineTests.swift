@@ -145,7 +145,7 @@ import Testing
     /// Where nothing is retained: an attachment is served by its active owners first, then by the active
     /// holders in rendezvous order for the loader; holders of bytes nobody lists any more are forgotten,
     /// and so are the bytes held.
-    @Test func holdersServeInOrderAndAreForgottenWithTheirAttachment() {
+    @Test func holdersServeInOrderAndAreForgottenWithTheirAttachment() throws {
         var journal = JournalStateMachine()
         let content = Data("shared bytes".utf8)
         let record = Self.record(content, owner: "alice")
@@ -160,10 +160,40 @@ import Testing
         #expect(journal.servers(of: record.id, active: ["bob", "erin"], me: "erin") == ["bob"], "only the active ones")
         #expect(journal.servers(of: record.id, active: ["erin"], me: "erin").isEmpty)
 
-        journal.hold(content, digest: record.id)
-        #expect(journal.heldAttachment(record.id)?.bytes == content)
+        journal.hold(try #require(HeldAttachment(record: record, bytes: .memory(content))))
+        #expect(journal.heldAttachment(record.id)?.bytes == .memory(content))
+        #expect(HeldAttachment(record: record, bytes: .memory(content.dropLast())) == nil, "bytes of another length than the record's")
         #expect(journal.listedHolders(me: "erin") == [Wire.Holders(id: record.id, participants: ["bob", "carol", "dave", "erin"])])
         _ = journal.onRecord(nil, digest: record.id, owner: "alice")
         #expect(journal.holders.isEmpty && journal.heldAttachment(record.id) == nil && journal.listedHolders(me: "erin").isEmpty)
+    }
+
+    /// What a holder serves is read in the layout it added or loaded the attachment by, whatever another
+    /// record of the same digest claims; a file is read chunk by chunk and served only while each chunk
+    /// still matches its digest.
+    @Test func aHeldAttachmentIsServedInItsOwnLayoutWhileItMatches() throws {
+        let content = Data((0..<40).map { UInt8($0) })
+        let record = Self.record(content, owner: "alice", chunkSize: 10)
+        // The same digests under a larger layout: consistent, and listed beside the real one.
+        var claim = record
+        (claim.chunkSize, claim.size, claim.added) = (20, 80, HLCTimestamp(time: 2, counter: 0, participant: "mallory"))
+        #expect(claim.isConsistent)
+        var journal = JournalStateMachine()
+        _ = journal.onRecord(claim, digest: claim.id, owner: "mallory")
+        _ = journal.onRecord(record, digest: record.id, owner: "alice")
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("held-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: file) }
+        try content.write(to: file)
+        journal.hold(try #require(HeldAttachment(record: record, bytes: .file(file))))
+        let held = try #require(journal.heldAttachment(record.id))
+        #expect(held.record == record)
+        #expect((0..<4).map { held.chunk($0) } == (0..<4).map { content[($0 * 10)..<($0 * 10 + 10)] })
+        #expect(held.chunk(4) == nil)
+        var changed = content
+        changed[15] ^= 0xff
+        try changed.write(to: file)
+        #expect(held.chunk(1) == nil && held.chunk(0) == content[0..<10], "a changed chunk is not served")
+        try content.prefix(25).write(to: file)
+        #expect(held.chunk(3) == nil, "nor one cut short")
     }
 }
