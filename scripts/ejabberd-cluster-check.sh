@@ -8,8 +8,8 @@
 #     with 3, 10 and 20 participants, playback with 3 and 10: with 20 in one process on two nodes, the
 #     first play's start spread is 12–14 ms against 10), the failover, and the suites that spread
 #     their clients over two brokers against both nodes (GROUPSYNC_TEST_BROKER=URL1,URL2): the
-#     retain-less stress test (GROUPSYNC_STRESS_ROUNDS rounds, default 50), the observers, and the
-#     retain-less shared state. Needs `swift build --build-tests` done.
+#     retain-less stress test (GROUPSYNC_STRESS_ROUNDS rounds, default 50), the observers, the
+#     retain-less shared state and journal. Needs `swift build --build-tests` done.
 #
 # 1. demos: `groupsync demo --broker URL1 --broker URL2` (participants spread across the nodes),
 #    gallery and playback, 3/10/20 participants, with and without --no-retain; PASS/FAIL each, and
@@ -222,7 +222,8 @@ suites() {
     # One test at a time, as against one ejabberd node (scripts/ejabberd-check.sh); in the background,
     # so that a TERM or INT is handled at once.
     GROUPSYNC_TEST_BROKER=$URL1,$URL2 GROUPSYNC_STRESS_ROUNDS=${GROUPSYNC_STRESS_ROUNDS:-50} swift test --skip-build --no-parallel \
-        --filter 'RetainlessMembershipTests|ObserverTests|ObserverWelcomeTests|participantsWithoutRetainedMessages' >"$log" 2>&1 &
+        --filter 'RetainlessMembershipTests|ObserverTests|ObserverWelcomeTests|participantsWithoutRetainedMessages|withoutRetainedMessages' \
+        >"$log" 2>&1 &
     BG+=($!)
     if wait $!; then
         echo "PASS  test suites across both nodes ($((SECONDS - start)) s): $(grep -E '^. Test run with' "$log" | tail -n 1)" >&2
