@@ -455,6 +455,64 @@ import Testing
         }
     }
 
+    /// Without retained messages, a holder whose chunks do not verify (a hostile one here, answering as
+    /// bob with garbage) is passed over after a few, before its answer timeout.
+    @Test func withoutRetainedMessagesAHolderOfBadChunksIsPassedOver() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            func join(_ name: String) async throws -> GroupCoordinator { try await group.join(name) { $0.mqtt.retainedMessages = false } }
+            let loader = try #require(
+                (0..<100).map { "loader\($0)" }.first { SessionStateMachine.rank($0, "bob") > SessionStateMachine.rank($0, "carol") })
+            let alice = try await join("alice")
+            let a = try await alice.startJoined(Gallery(galleryID: "bad"))
+            let bob = try await join("bob")
+            _ = try await bob.joinSession(a.id, of: Gallery.self)
+            let carol = try await join("carol")
+            let c = try await carol.joinSession(a.id, of: Gallery.self)
+            let photo = Self.bytes(100_000)
+            let added = try await GroupSessionJournal(session: a, configuration: Self.small).add(photo, name: "p")
+            let carols = GroupSessionJournal(session: c, configuration: Self.small)
+            try await waitUntil("carol lists it") { !carols.attachments.isEmpty }
+            #expect(try await carols.load(carols.attachments[0]) == photo)
+            // Mallory, without an ACL, claims bob holds it and answers bob's requests with garbage.
+            let topics = GroupTopics(group: group.name)
+            let mallory = try MQTTClient(configuration: .init(url: broker.url))
+            try await mallory.connect()
+            let requests = try await mallory.subscribe(to: [TopicSubscription("\(topics.root)/s/\(a.id)/to/bob/+")])
+            let answering = Task {
+                for await message in requests {
+                    guard let envelope = Wire.decodeEnvelope(message.payload), envelope.header.type == "$chunks",
+                        let request = Wire.decode(Wire.ChunkRequest.self, from: message.payload[envelope.body])
+                    else { continue }
+                    for index in request.from..<(request.from + request.count) {
+                        let topic = topics.chunk(a.id, attachment: added.digest, index: Int(index), owner: "bob")
+                        _ = try? await mallory.publish(to: topic, payload: Data(repeating: 0x42, count: 100), qos: .atLeastOnce)
+                    }
+                }
+            }
+            let have = Wire.EnvelopeBytes(encodedBody: try Wire.encode(Wire.Have(id: added.digest)))
+                .finished(type: "$have", epoch: bob.epoch, seq: nil, reliable: true)
+            try await mallory.publish(to: topics.broadcast(a.id, from: "bob"), payload: Data(have))
+            try await waitUntil("alice knows bob holds it") { a.core.read { $0.journal.holders[added.digest] } == ["bob", "carol"] }
+            await a.leave()
+
+            let late = try await join(loader)
+            let l = try await late.joinSession(a.id, of: Gallery.self)
+            try await waitUntil("alice is gone for the loader") { !ids(l.activeParticipants).contains("alice") }
+            let configuration = GroupSessionJournal.Configuration(chunkSize: 16 << 10, window: 4, stallTimeout: .seconds(30))
+            let journal = GroupSessionJournal(session: l, configuration: configuration)
+            let rejected = LockedValue(0)
+            let start = ContinuousClock.now
+            #expect(
+                try await journal.load(journal.attachments[0]) { progress in rejected.withLock { $0 = progress.rejectedChunks } } == photo)
+            #expect(ContinuousClock.now - start < .seconds(3), "before bob's answer timeout (3 s)")
+            #expect(rejected.withLock { $0 } >= GroupSessionJournal.rejectedBeforeMovingOn)
+            answering.cancel()
+            await mallory.disconnect()
+            await group.closeAll()
+        }
+    }
+
     /// A member that asks for chunks past the end of an attachment, or someone who is no member, is
     /// refused and reported; the owner goes on serving the others.
     @Test func aChunkRequestOutOfRangeIsRejected() async throws {

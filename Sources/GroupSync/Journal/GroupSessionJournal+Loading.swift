@@ -167,6 +167,14 @@ extension GroupSessionJournal {
                 server.withLock { $0 = next }
                 ask(requests.withLock { $0.subscribedWanted })
             }
+            // The next server after the current one, in the order they are asked (after the last, the first).
+            func moveOn() throws(GroupSyncError) {
+                let servers = self.servers(of: record.id)
+                let current = server.withLock { $0 }.flatMap { servers.firstIndex(of: $0) }
+                try move(to: servers.isEmpty ? nil : servers[current.map { ($0 + 1) % servers.count } ?? 0])
+            }
+            // Chunks from the current server that did not verify, in a row: a few, and it is passed over.
+            var rejectedInARow = 0
             let stall = WakeUp()
             stall.onWake { continuation.yield(.stallDue) }
             defer { stall.cancel() }
@@ -263,7 +271,14 @@ extension GroupSessionJournal {
                             try abandon(.attachmentCorrupted(digest: record.id))
                         }
                         action = machine.onChunk(index, data, verified: verified, now: clock.milliseconds())
-                        if servedByHolders && verified { lastHeard.withLock { $0 = .now } }
+                        if servedByHolders {
+                            rejectedInARow = verified ? 0 : rejectedInARow + 1
+                            if verified { lastHeard.withLock { $0 = .now } }
+                            if rejectedInARow >= Self.rejectedBeforeMovingOn {
+                                rejectedInARow = 0
+                                try moveOn()
+                            }
+                        }
                     case let .retryDue(index):
                         if requests.withLock({ $0.isCovered(index) }) {  // not yet: an earlier request still covers it
                             group.addTask {
@@ -289,10 +304,7 @@ extension GroupSessionJournal {
                             if quiet < answerTimeout { silence.schedule(after: answerTimeout - quiet) }
                             continue
                         }
-                        // The next server after the silent one, in the order they are asked.
-                        let servers = self.servers(of: record.id)
-                        let current = server.withLock { $0 }.flatMap { servers.firstIndex(of: $0) }
-                        try move(to: servers.isEmpty ? nil : servers[current.map { ($0 + 1) % servers.count } ?? 0])
+                        try moveOn()
                         continue
                     case .cancelled: try abandon(.cancelled)
                     }
@@ -331,6 +343,10 @@ extension GroupSessionJournal {
         }
         core.sendControl(.have, Wire.Have(id: attachment.digest), to: nil)
     }
+
+    /// Where holders serve: how many chunks in a row from the one asked may fail their digest before the
+    /// load asks the next (a holder whose copy went bad, or a hostile one).
+    static let rejectedBeforeMovingOn = 3
 
     /// A topic without its last level (the publisher): a chunk's topic as the load knows it.
     static func withoutPublisher(_ topic: String) -> Substring { topic[..<(topic.lastIndex(of: "/") ?? topic.endIndex)] }
