@@ -50,8 +50,11 @@ import Testing
             let arrivals = sessions.map { Arrivals(GroupSessionMessenger(session: $0).messages(of: Numbered.self)) }
             let stop = ReliabilityTests.Flag()
             defer { stop.set() }  // also when a wait below throws: no sender outlives the test
+            let pace = LockedValue([String: Int]())
             let senders = sessions.enumerated().map { index, session in
-                send(as: names[index], in: session, to: arrivals.indices.filter { $0 != index }.map { arrivals[$0] }, until: stop)
+                send(
+                    as: names[index], in: session, to: arrivals.indices.filter { $0 != index }.map { arrivals[$0] }, pacedBy: pace,
+                    until: stop)
             }
             @Sendable func counts() -> [[Int]] { arrivals.map { receiver in names.map { receiver.count(from: $0) } } }
             @Sendable func flows(_ what: String) async throws {
@@ -94,10 +97,14 @@ import Testing
     }
 
     /// `name` sends numbered reliable messages to everyone in `session`, without pause but at most
-    /// ``window`` ahead of its slowest receiver (for up to a second: a receiver that lost the last
-    /// `window` messages for good gets the next one after a second, as a gap it can see), until `stop`.
+    /// ``window`` ahead of its slowest receiver and of the slowest sender in `pace` (for up to a second: a
+    /// receiver that lost the last `window` messages for good gets the next one after a second, as a gap
+    /// it can see), until `stop`. In step with the others: a receiver flooded by two senders takes the
+    /// third's acknowledgements late (they queue behind what it reads), and beside the whole suite under
+    /// ThreadSanitizer that sender fell thousands of messages behind and starved.
     static func send(
-        as name: String, in session: GroupSession<Gallery>, to receivers: [Arrivals], until stop: ReliabilityTests.Flag
+        as name: String, in session: GroupSession<Gallery>, to receivers: [Arrivals], pacedBy pace: LockedValue<[String: Int]>,
+        until stop: ReliabilityTests.Flag
     ) -> Task<Sent, Never> {
         Task {
             let messenger = GroupSessionMessenger(session: session)
@@ -106,8 +113,10 @@ import Testing
                 let n = sent.attempted + 1
                 try? await waitUntil(timeout: .seconds(1), pollEvery: .milliseconds(2)) {
                     receivers.allSatisfy { $0.highest(from: name) >= n - window }
+                        && pace.withLock { $0.values.allSatisfy { $0 >= n - window } }
                 }
                 sent.attempted = n
+                pace.withLock { $0[name] = n }
                 do {
                     try await messenger.send(Numbered(from: name, n: n))
                     sent.delivered.insert(n)

@@ -48,8 +48,9 @@ struct FailoverTests {
             let arrivals = sessions.map { Arrivals(GroupSessionMessenger(session: $0).messages(of: Numbered.self)) }
             let stop = ReliabilityTests.Flag()
             defer { stop.set() }
+            let pace = LockedValue([String: Int]())
             let senders = sessions.enumerated().map { index, session in
-                BrokerCrashTests.send(as: names[index], in: session, to: [arrivals[1 - index]], until: stop)
+                BrokerCrashTests.send(as: names[index], in: session, to: [arrivals[1 - index]], pacedBy: pace, until: stop)
             }
             @Sendable func flows(_ what: String) async throws {
                 let before = [arrivals[1].count(from: "alice"), arrivals[0].count(from: "bob")]
