@@ -474,6 +474,28 @@ import Testing
         #expect(client.connection.state.withLock { $0.isStopped }, "the network thread has ended")
     }
 
+    /// Cancelling the task that waits for a SUBACK a frozen broker never sends ends the wait at once
+    /// with `cancelled`, and the subscription is gone: a command stopped while it subscribes never hangs.
+    @Test(.needsOwnBroker("freezes it")) func cancellingASubscribeEndsItsWait() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let client = try MQTTClient(configuration: .init(url: broker.url))
+            try await client.connect()
+            broker.pause()
+            defer { broker.resume() }
+            let subscribing = Task { try await client.subscribe(to: [TopicSubscription("frozen/#")]) }
+            try await waitUntil(timeout: .seconds(5), "the SUBSCRIBE waits for its SUBACK") {
+                client.connection.state.withLock { $0.liveFilters.contains { $0.filter == "frozen/#" } }
+            }
+            let start = ContinuousClock.now
+            subscribing.cancel()
+            await #expect(throws: MQTTError.cancelled) { _ = try await subscribing.value }
+            #expect(ContinuousClock.now - start < timeBound(.seconds(1)))
+            #expect(!client.connection.state.withLock { $0.liveFilters.contains { $0.filter == "frozen/#" } }, "unsubscribed")
+            broker.resume()
+            await client.disconnect()
+        }
+    }
+
     /// A connect called from a task already cancelled makes no attempt at all: no connection reaches the
     /// listener, and the client never starts.
     @Test func aConnectAlreadyCancelledMakesNoAttempt() async throws {

@@ -192,7 +192,9 @@ public final class MQTTClient: Sendable {
     /// (so retained messages and everything published afterwards are in the sequence).
     ///
     /// While disconnected it returns at once; the filters are subscribed on the next connection.
-    /// Throws ``MQTTError/subscriptionRefused(filter:reasonCode:)`` when the broker refuses a filter.
+    /// Throws ``MQTTError/subscriptionRefused(filter:reasonCode:)`` when the broker refuses a filter, and
+    /// ``MQTTError/cancelled`` at once when the waiting task is cancelled (a frozen broker may never answer):
+    /// the subscription is then removed.
     public func subscribe(
         to subscriptions: [TopicSubscription], bufferingPolicy: MQTTSubscription.BufferingPolicy = .default
     ) async throws(MQTTError) -> MQTTSubscription {
@@ -276,9 +278,13 @@ public final class MQTTClient: Sendable {
         }
         whenSent()
         var failure: MQTTError?
-        for (mid, filters) in sent {  // every SUBACK is claimed, even after a refusal
-            let codes = await withCheckedContinuation { (waiter: ConnectionStateMachine.SubscribeWaiter) in
-                connection.update { $0.onSubscribeRegistered(mid: mid, waiter) }
+        for (mid, filters) in sent {  // every SUBACK is claimed, even after a refusal or a cancellation
+            let codes = await withTaskCancellationHandler {
+                await withCheckedContinuation { (waiter: ConnectionStateMachine.SubscribeWaiter) in
+                    connection.update { $0.onSubscribeRegistered(mid: mid, cancelled: Task.isCancelled, waiter) }
+                }
+            } onCancel: {
+                connection.update { $0.onSubscribeCancelled(mid: mid) }
             }
             switch codes {
             case .success(let codes):

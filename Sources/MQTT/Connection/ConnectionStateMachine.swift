@@ -96,6 +96,8 @@ struct ConnectionStateMachine {
     private enum SubscribeEntry {
         case waiting(SubscribeWaiter)
         case completed([Int])
+        /// The caller stopped waiting: the SUBACK, when it comes, is dropped.
+        case cancelled
         /// A resubscription made by the network thread after a reconnect.
         case restore(String)
     }
@@ -273,13 +275,25 @@ struct ConnectionStateMachine {
         return [.reply(.subscribe(isSocketOpen ? requested : []))]
     }
 
-    /// SUBSCRIBE `mid` was sent for a caller now awaiting its SUBACK: resumed at once if it came already
-    /// or the client is stopping.
-    mutating func onSubscribeRegistered(mid: Int32, _ waiter: SubscribeWaiter) -> Action {
+    /// SUBSCRIBE `mid` was sent for a caller now awaiting its SUBACK: resumed at once if it came already,
+    /// the client is stopping, or the caller's task is `cancelled` already.
+    mutating func onSubscribeRegistered(mid: Int32, cancelled: Bool = false, _ waiter: SubscribeWaiter) -> Action {
         if case let .completed(codes) = subacks.removeValue(forKey: mid) { return [.resumeSubscribe(waiter, .success(codes))] }
         guard !isEnding else { return [.resumeSubscribe(waiter, .failure(.disconnected))] }
+        guard !cancelled else {
+            subacks[mid] = .cancelled
+            return [.resumeSubscribe(waiter, .failure(.cancelled))]
+        }
         subacks[mid] = .waiting(waiter)
         return []
+    }
+
+    /// The task awaiting SUBACK `mid` was cancelled: it fails with ``MQTTError/cancelled`` now, and the
+    /// SUBACK is dropped when it comes (a frozen broker may never send it).
+    mutating func onSubscribeCancelled(mid: Int32) -> Action {
+        guard case let .waiting(waiter) = subacks[mid] else { return [] }
+        subacks[mid] = .cancelled
+        return [.resumeSubscribe(waiter, .failure(.cancelled))]
     }
 
     /// The network thread resubscribed `filter` after a reconnect as `mid` (``Effect/restore(_:)``).
@@ -502,6 +516,8 @@ struct ConnectionStateMachine {
         case let .restore(filter):
             guard let code = codes.first, code >= 128 else { return [] }
             return [.announce(.subscriptionRestoreFailed(filter: filter, reasonCode: code), to: Array(listeners.values))]
+        case .cancelled:
+            return []
         case .completed, nil:
             subacks[mid] = .completed(codes)
             return []

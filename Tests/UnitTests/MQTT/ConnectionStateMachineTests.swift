@@ -568,6 +568,25 @@ func run(_ action: ConnectionStateMachine.Action) -> [Kind] {
                 ])
         }
         #expect(lost == .success([]))
+        // A caller that stops waiting (its task cancelled, before or while it waits) fails at once, and
+        // its SUBACK, when it comes, goes nowhere: not to a later SUBSCRIBE that reuses the ID.
+        let cancelled = await withCheckedContinuation { (waiter: Machine.SubscribeWaiter) in
+            #expect(run(machine.onSubscribeRegistered(mid: 5, waiter)) == [])
+            #expect(run(machine.onSubscribeCancelled(mid: 5)) == [.resumeSubscribe(.failure(.cancelled))])
+        }
+        #expect(cancelled == .failure(.cancelled))
+        #expect(run(machine.onSubscribeAcknowledged(mid: 5, codes: [1])) == [])
+        #expect(run(machine.onSubscribeCancelled(mid: 6)) == [], "nothing registered: nothing to record")
+        let cancelledFirst = await withCheckedContinuation { (waiter: Machine.SubscribeWaiter) in
+            #expect(run(machine.onSubscribeRegistered(mid: 6, cancelled: true, waiter)) == [.resumeSubscribe(.failure(.cancelled))])
+        }
+        #expect(cancelledFirst == .failure(.cancelled))
+        #expect(run(machine.onSubscribeAcknowledged(mid: 6, codes: [1])) == [])
+        let reused = await withCheckedContinuation { (waiter: Machine.SubscribeWaiter) in
+            #expect(run(machine.onSubscribeRegistered(mid: 6, waiter)) == [])
+            #expect(run(machine.onSubscribeAcknowledged(mid: 6, codes: [0])) == [.resumeSubscribe(.success([0]))])
+        }
+        #expect(reused == .success([0]))
         // A subscription the broker refuses to restore is announced.
         #expect(run(machine.onSocketOpened(restored: [])) == [])
         let connack = machine.onConnack(reasonCode: 0, reason: "", sessionPresent: false, limits: .init(), now: .now, random: 0)
