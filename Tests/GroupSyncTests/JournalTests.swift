@@ -415,15 +415,16 @@ import Testing
         let load = try await Self.loadPastAFalseHolder(answeringWithGarbage: false, stallTimeout: .seconds(10))
         #expect(load.loaded == load.photo)
         #expect(
-            load.took >= .seconds(1) && load.took < .seconds(5), "after bob's answer timeout (1 s), not the stall timeout: \(load.took)")
+            load.took >= .seconds(1) && load.took < .seconds(8),
+            "after bob's answer timeout (1 s), not the stall timeout (10 s): \(load.took)")
     }
 
     /// Without retained messages, a holder whose chunks do not verify (a hostile one here, answering as
     /// bob with garbage) is passed over after a few, before its answer timeout.
     @Test func withoutRetainedMessagesAHolderOfBadChunksIsPassedOver() async throws {
-        let load = try await Self.loadPastAFalseHolder(answeringWithGarbage: true, stallTimeout: .seconds(30))
+        let load = try await Self.loadPastAFalseHolder(answeringWithGarbage: true, stallTimeout: .seconds(120))
         #expect(load.loaded == load.photo)
-        #expect(load.took < .seconds(3), "before bob's answer timeout (3 s)")
+        #expect(load.took < .seconds(10), "before bob's answer timeout (12 s): \(load.took)")
         #expect(load.rejected >= GroupSessionJournal.rejectedBeforeMovingOn)
     }
 
