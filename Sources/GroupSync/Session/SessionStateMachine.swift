@@ -378,8 +378,8 @@ struct SessionStateMachine {
         receive(into: &action) { $0.senderSeen(participant, epoch: epoch, now: now) }
     }
 
-    /// A member asks for chunks of one of our attachments (where nothing is retained, the owner serves
-    /// them): answered while we are joined and hold its bytes, for a range within the attachment. A
+    /// A member asks for chunks of an attachment we hold (where nothing is retained, its owner and whoever
+    /// loaded it serve it): answered while we are joined and hold its bytes, for a range within it. A
     /// request from someone not active here, or for chunks past the end, is rejected; one for an
     /// attachment we no longer hold (removed meanwhile) is ignored.
     mutating func onChunkRequest(_ request: Wire.ChunkRequest, from sender: String) -> Action {

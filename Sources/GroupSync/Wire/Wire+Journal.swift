@@ -34,8 +34,8 @@ extension Wire {
 }
 
 extension Wire {
-    /// Body of `$chunks`, to an attachment's owner where nothing is retained: send chunks `from` up to
-    /// `from + count` (exclusive) of attachment `id`, live on their chunk topics.
+    /// Body of `$chunks`, to a participant that holds an attachment where nothing is retained: send chunks
+    /// `from` up to `from + count` (exclusive) of attachment `id`, live on their chunk topics.
     package struct ChunkRequest: Encodable, Sendable, Hashable {
         package var id: String
         package var from: Int64
