@@ -120,8 +120,12 @@ struct BenchReport {
             rows.append(Row(metric: "late join --no-retain: p99 (ms)", groupSync: format(late.p99)))
             rows.append(
                 Row(
-                    metric: "late join --no-retain: member records in answer", groupSync: format(late.memberRecordsPerJoin, digits: 1),
-                    target: "one per participant present"))
+                    metric: "late join --no-retain: msgs to the newcomer", groupSync: format(late.answersPerJoin, digits: 1),
+                    target: "a $member per participant + catch-up"))
+            rows.append(
+                Row(
+                    metric: "late join --no-retain: member records of others", groupSync: format(late.memberRecordsPerJoin, digits: 1),
+                    target: "0 (answers go to the newcomer only)"))
         }
         if let convergence = results.convergence {
             let p50 = convergence.p50 / convergence.rawP50
@@ -519,7 +523,8 @@ struct BenchReport {
             root["late_join_no_retain"] =
                 [
                     "p50_ms": number(late.p50), "p99_ms": number(late.p99), "participants": late.participants,
-                    "samples": late.samples, "member_records_per_join": number(late.memberRecordsPerJoin),
+                    "samples": late.samples, "answers_per_join": number(late.answersPerJoin),
+                    "member_records_per_join": number(late.memberRecordsPerJoin),
                     "stale_at_return": late.staleAtReturn,
                 ] as [String: Any]
         }

@@ -56,7 +56,10 @@ struct BenchResults: Sendable {
         var p99: Double
         var participants: Int
         var samples: Int
-        /// Member records the others publish again in answer to one join.
+        /// Messages addressed to the newcomer during one join: each participant present's `$member` and
+        /// the catch-up.
+        var answersPerJoin: Double
+        /// Member records the others publish during one join (none: they answer the newcomer only).
         var memberRecordsPerJoin: Double
         var staleAtReturn: Int
     }

@@ -6,8 +6,9 @@ import GroupSyncTestSupport
 /// off), beside the retained figure of ``LateJoinBenchmark``: `present` participants hold a value in one
 /// session; a fresh one connects (not timed: its welcome brings the session), then `join()` is timed
 /// until it holds the value — from the catch-up, the only place it can come from. Every participant
-/// present answers the join with its member record again (PROTOCOL.md, Brokers without retained
-/// messages); those deliveries are counted too. No raw floor: the retained join is the reference.
+/// present answers the join with `$member` to the newcomer (PROTOCOL.md, Brokers without retained
+/// messages); the messages to the newcomer are counted, and member records of others (none expected).
+/// No raw floor: the retained join is the reference.
 enum RetainlessLateJoinBenchmark {
     static func run(url: String, group: String, present: Int, samples: Int) async throws -> BenchResults.RetainlessLateJoin {
         let cluster = try await SessionCluster.make(
@@ -28,9 +29,10 @@ enum RetainlessLateJoinBenchmark {
         try await cluster.members[0].state!.set(expected)
         _ = try await cluster.hub.wait(timeout: .seconds(10))
         let members = "\(cluster.topics.root)/s/\(cluster.sessionID)/member/+"
-        let sniffer = try await WireSniffer.start(url: cluster.url, filters: [members])
+        let direct = "\(cluster.topics.root)/s/\(cluster.sessionID)/to/+/+"
+        let sniffer = try await WireSniffer.start(url: cluster.url, filters: [members, direct])
         var times: [Double] = []
-        var republished = 0
+        var (answers, republished) = (0, 0)
         var stale = 0
         do {
             try await joins()
@@ -42,7 +44,8 @@ enum RetainlessLateJoinBenchmark {
         let percentiles = Percentiles(times)
         return BenchResults.RetainlessLateJoin(
             p50: percentiles.p50, p99: percentiles.p99, participants: present, samples: samples,
-            memberRecordsPerJoin: Double(republished) / Double(max(samples, 1)), staleAtReturn: stale)
+            answersPerJoin: Double(answers) / Double(max(samples, 1)), memberRecordsPerJoin: Double(republished) / Double(max(samples, 1)),
+            staleAtReturn: stale)
 
         func joins() async throws {
             for sample in 0..<samples {
@@ -58,8 +61,10 @@ enum RetainlessLateJoinBenchmark {
                     times.append(join.milliseconds)
                     if join.stale { stale += 1 }
                     try await sniffer.waitQuiet(.milliseconds(30))
-                    // Member records of others during the join: the answers to it (the newcomer's own is not one).
-                    republished += sniffer.records(from: mark).filter { !$0.topic.hasSuffix("/\(name)") && $0.size > 0 }.count
+                    let records = sniffer.records(from: mark)
+                    answers += records.filter { $0.topic.contains("/to/\(name)/") }.count
+                    // The newcomer's own member record is not one.
+                    republished += records.filter { $0.topic.contains("/member/") && !$0.topic.hasSuffix("/\(name)") && $0.size > 0 }.count
                     outcome = .success(())
                 } catch {
                     outcome = .failure(error)

@@ -46,6 +46,40 @@ import Testing
         }
     }
 
+    /// A join is answered by each member with one `$member` to the newcomer, and nothing else: no member
+    /// record but the newcomer's own goes to everyone (one message per member per join, not one per member
+    /// and reader).
+    @Test func aJoinIsAnsweredToTheNewcomerOnly() async throws {
+        var configuration = MosquittoBroker.Configuration()
+        if !ExternalBroker.isConfigured { configuration.retainAvailable = false }
+        try await MosquittoBroker.withBroker(configuration) { broker in
+            let group = Group(broker)
+            func join(_ name: String) async throws -> GroupCoordinator {
+                try await group.join(name) { $0.mqtt.retainedMessages = false }
+            }
+            let alice = try await join("alice")
+            let a = try await alice.startJoined(Gallery(galleryID: "answers"))
+            let b = try await join("bob").joinSession(a.id, of: Gallery.self)
+            try await waitUntil("alice lists bob") { ids(a.activeParticipants) == ["alice", "bob"] }
+            let session = "\(GroupTopics.protocolRoot)/\(group.name)/s/\(a.id)"
+            let (tap, seen) = try await rawSubscriber(broker, "\(session)/#")
+            let c = try await join("carol").joinSession(a.id, of: Gallery.self)
+            #expect(ids(c.activeParticipants) == ["alice", "bob", "carol"])
+            @Sendable func answers() -> [String] {
+                seen.elements.filter { String(decoding: $0.payload, as: UTF8.self).contains(#""type":"$member""#) }.map(\.topic).sorted()
+            }
+            try await waitUntil("alice and bob answer carol") { answers().count >= 2 }
+            // Whatever else they sent with their answers is in by the time the tap's own message is back.
+            try await tap.publish(to: "\(session)/marker", string: "m")
+            try await waitUntil("the tap's marker") { seen.elements.contains { $0.topic.hasSuffix("/marker") } }
+            await tap.disconnect()
+            #expect(answers() == ["\(session)/to/carol/alice", "\(session)/to/carol/bob"])
+            let members = seen.elements.filter { $0.topic.contains("/member/") }.map(\.topic)
+            #expect(members == ["\(session)/member/carol"], "only carol's own record")
+            await group.closeAll()
+        }
+    }
+
     /// Runs ``rounds`` rounds: alone (``requestedRounds``), as many at once as keep about 40 participants
     /// connected (10 under a sanitizer); inside the whole suite, one at a time.
     static func stress(

@@ -30,7 +30,7 @@ final class RetainedRecords: Sendable {
     {
         let record = OwnedRetained.Record(payload: payload, lifetime: lifetime, refreshing: refreshing, published: .now)
         // Owned and handed to the connection in one hold of the lock: nothing sent while it is kept
-        // (``publishOnceWhileKept(_:_:)``) can go out before it.
+        // (``whileKept(_:enqueue:)``) can go out before it.
         let enqueued = owned.withLock { owned in
             owned.own(topic, record)
             return Result { () throws(MQTTError) in
@@ -74,16 +74,11 @@ final class RetainedRecords: Sendable {
     /// Whether we own the record on `topic` and keep refreshing it.
     func keeps(_ topic: String) -> Bool { owned.withLock { $0.records[topic]?.refreshing == true } }
 
-    /// Sends `payload` once on `topic` while we keep the record there, without changing what we keep:
-    /// under the lock ``clear(_:)`` takes to disown it, so it never goes out after the clear (nor before
-    /// the record itself was handed to the connection). Not awaited.
-    func publishOnceWhileKept(_ topic: String, _ payload: Data) {
-        let ticket = owned.withLock { owned -> MQTTClient.PublishTicket? in
-            guard let record = owned.records[topic], record.refreshing else { return nil }
-            return try? client.enqueuePublish(
-                to: topic, payload: payload, qos: .atLeastOnce, retain: client.retainAvailable, properties: record.properties(at: .now),
-                writeNow: false)
-        }
+    /// Hands what `enqueue` makes to the connection only while we keep the record on `topic`: under the
+    /// lock ``clear(_:)`` takes to disown it, so it never goes out after the clear (nor before the record
+    /// itself was handed to the connection). `enqueue` must not write now (`writeNow` false). Not awaited.
+    func whileKept(_ topic: String, enqueue: () -> MQTTClient.PublishTicket?) {
+        let ticket = owned.withLock { owned in owned.records[topic]?.refreshing == true ? enqueue() : nil }
         client.flush()  // once the lock is released: see `enqueuePublish(…writeNow:)`
         if let ticket { client.detach(ticket) }
     }

@@ -106,19 +106,22 @@ extension SessionCore {
         case pong = "$pong"
         case chunks = "$chunks"
         case have = "$have"
+        case member = "$member"
 
         var isReliable: Bool { self != .ping && self != .pong }
     }
 
     /// Hands a control message to the connection, to `recipient` (nil: everyone), and returns its ticket.
-    func enqueueControl(_ control: Control, _ body: some Encodable, to recipient: String?) throws(GroupSyncError)
+    /// `writeNow`: see ``MQTTClient/enqueuePublish(to:payload:qos:retain:properties:writeNow:)``.
+    func enqueueControl(_ control: Control, _ body: some Encodable, to recipient: String?, writeNow: Bool = true) throws(GroupSyncError)
         -> MQTTClient.PublishTicket
     {
         let payload = Wire.EnvelopeBytes(encodedBody: try Wire.encode(body)).finished(
             type: control.rawValue, epoch: context.epoch, seq: nil, reliable: control.isReliable)
         let topic = recipient.map { topics.direct(id, to: $0, from: me) } ?? broadcastTopic
         return try GroupSyncError.overConnection { () throws(MQTTError) in
-            try context.client.enqueuePublish(to: topic, payload: payload, qos: control.isReliable ? .atLeastOnce : .atMostOnce)
+            try context.client.enqueuePublish(
+                to: topic, payload: payload, qos: control.isReliable ? .atLeastOnce : .atMostOnce, writeNow: writeNow)
         }
     }
 
@@ -153,10 +156,11 @@ extension SessionCore {
             }
         case let .serveChunks(held):
             serve(held)
-        case .memberRecord:
+        case let .memberAnswer(newcomer):
             // Only while our own record is kept: after it went out, and never after a leave's clear.
-            guard let member = try? Wire.encode(Wire.Member(participant: me, epoch: context.epoch, again: true)) else { break }
-            context.retained.publishOnceWhileKept(topics.member(id, me), member)
+            context.retained.whileKept(topics.member(id, me)) {
+                try? enqueueControl(.member, JSONValue.null, to: newcomer, writeNow: false)
+            }
         case let .resend(request): sendControl(.resend, request.resend, to: request.sender)
         case let .position(position, recipient): sendControl(.position, position, to: recipient)
         case let .skip(skip, recipient): sendControl(.skip, skip, to: recipient)

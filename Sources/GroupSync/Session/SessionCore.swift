@@ -267,6 +267,11 @@ final class SessionCore: Sendable {
             return feed(body) { (resend: Wire.Resend, machine) in machine.onResend(resend, from: sender) }
         case Control.skip.rawValue where direct:
             return feed(body) { (skip: Wire.Skip, machine) in machine.onSkip(skip, from: sender, epoch: epoch, now: now) }
+        case Control.member.rawValue where direct:
+            // The sender's member record, as an answer to our join (no join itself).
+            let retainAvailable = context.client.retainAvailable
+            let record = Wire.Member(participant: sender, epoch: epoch, again: true)
+            return perform { $0.onMember(sender, record, retained: false, retainAvailable: retainAvailable, now: now) }.rejected
         case Control.have.rawValue:
             return feed(body) { (have: Wire.Have, machine) in machine.onHave(have, from: sender) }
         case Control.chunks.rawValue where direct:

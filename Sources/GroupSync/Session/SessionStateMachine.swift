@@ -125,8 +125,8 @@ struct SessionStateMachine {
         /// Start serving the chunks asked of an attachment we hold, live on their chunk topics, taking them
         /// from ``nextChunkToServe(_:)`` (``onChunkRequest(_:from:)``).
         case serveChunks(HeldAttachment)
-        /// Our member record again, marked as no join (`again`).
-        case memberRecord
+        /// `$member` to this newcomer: we are a member (it may have subscribed after our record went out).
+        case memberAnswer(to: String)
         case resend(StreamReceiver<InboundMessage>.Request)
         /// Our streams' position, to a member or (nil) everyone.
         case position(Reliable.Position, to: String?)
@@ -321,9 +321,9 @@ struct SessionStateMachine {
     // MARK: - Inputs from the wire
 
     /// A member record of another participant (`nil`: cleared, the participant left), read at wall-clock
-    /// time `now` (ms). `retained`: a stored copy replayed by the broker, not a live join — only a live join
-    /// (not one marked `again`) makes someone send a catch-up and, on a broker without retained messages,
-    /// our member record again. A member's reliable messages are followed from its record on, and
+    /// time `now` (ms), or its `$member` (marked `again`). `retained`: a stored copy replayed by the
+    /// broker, not a live join — only a live join (not a `$member` nor a record marked `again`) makes
+    /// someone send a catch-up and, on a broker without retained messages, `$member` to the newcomer. A member's reliable messages are followed from its record on, and
     /// forgotten when it leaves (what is held of them comes out, with the gaps); it is owed what we send
     /// from its record on. An implausible epoch is rejected.
     ///
@@ -360,8 +360,8 @@ struct SessionStateMachine {
                 }
             }
             // Without retained messages the newcomer may have subscribed after our record went out, and
-            // a catch-up lists us only if its responder knows us: it hears from us again.
-            if join, !retainAvailable, phase.isJoiningOrJoined { action.sends.append(.memberRecord) }
+            // a catch-up lists us only if its responder knows us: we tell it, and only it.
+            if join, !retainAvailable, phase.isJoiningOrJoined { action.sends.append(.memberAnswer(to: participant)) }
         } else {
             heldMembers[participant] = nil
             numbering.outbox.memberLeft(participant)

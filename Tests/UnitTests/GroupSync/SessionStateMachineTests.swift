@@ -331,10 +331,10 @@ import Testing
     }
 
     /// Without retained messages a newcomer may have subscribed after our member record went out, and
-    /// the catch-up lists us only if its responder knows us: whoever is joining or joined publishes its
-    /// record again for each live join (a new epoch), never for a replay, a record it had, or while not
-    /// in the session. With retained messages the newcomer read ours from the broker.
-    @Test func withoutRetainedMessagesALiveJoinGetsOurMemberRecordAgain() {
+    /// the catch-up lists us only if its responder knows us: whoever is joining or joined sends it
+    /// `$member` for each live join (a new epoch), never for a replay, a record it had, an answer, or
+    /// while not in the session. With retained messages the newcomer read ours from the broker.
+    @Test func withoutRetainedMessagesALiveJoinIsAnsweredWithMember() {
         func join(_ machine: inout Machine, _ name: String, retained: Bool = false, retainAvailable: Bool = false) -> [Machine.Send] {
             machine.onMember(
                 name, Wire.Member(participant: name, epoch: 2), retained: retained, retainAvailable: retainAvailable, now: 1_000
@@ -342,12 +342,12 @@ import Testing
         }
         var joining = Self.waiting()
         #expect(joining.onJoinStarted(barrier: Inbox(), caughtUp: Inbox()) == .proceed)
-        #expect(join(&joining, "bob") == [.memberRecord])
+        #expect(join(&joining, "bob") == [.memberAnswer(to: "bob")])
         #expect(join(&joining, "bob").isEmpty, "had it")
         #expect(join(&joining, "carol", retained: true).isEmpty, "a replay is no join")
         var joined = Self.joined()
         Self.present("zed", in: &joined)  // a member, who answers bob
-        #expect(join(&joined, "bob") == [.memberRecord], "we tell bob we are here")
+        #expect(join(&joined, "bob") == [.memberAnswer(to: "bob")], "we tell bob we are here")
         var retaining = Self.joined()
         #expect(join(&retaining, "bob", retainAvailable: true) == [.catchUp(to: "bob")])
         var waiting = Self.waiting()
