@@ -18,6 +18,7 @@ import Testing
             "throughput.qos1.msgs_per_s", "throughput.qos1.raw_msgs_per_s", "throughput.qos1.round_ratio_median",
             "fanout.p50_ms", "fanout.p99_ms", "fanout.raw_p50_ms", "fanout.raw_p99_ms",
             "late_join.p50_ms", "late_join.messages_per_join", "late_join.raw_p50_ms", "late_join.raw_p99_ms",
+            "late_join_no_retain.p50_ms", "late_join_no_retain.answers_per_join", "late_join_no_retain.member_records_per_join",
             "convergence.ms", "convergence.max_changes", "convergence.raw_ms", "convergence.raw_p99_ms",
             "crash_detection_s", "idle.wakeups_per_s", "idle.cpu_s_per_min", "idle.playback_wakeups_per_s",
             "failover.move_p50_ms", "failover.move_max_ms", "failover.delivery_gap_p50_ms", "failover.delivery_gap_max_ms",
