@@ -68,7 +68,8 @@ struct StreamReceiver<Message> {
         /// To publish, in this order.
         var requests: [Request] = []
         /// When (ms) a request made or sent again now is due to be sent again, unless answered: call
-        /// ``tick(now:)`` then. The earliest of the input's requests.
+        /// ``tick(now:)`` then. The earliest of the input's requests; after ``tick(now:)``, of every
+        /// pending one.
         var retryAt: Int64?
     }
 
@@ -168,9 +169,13 @@ struct StreamReceiver<Message> {
     }
 
     /// Sends again the requests whose gap has stayed open for their retry interval: a request or its
-    /// answer can be lost when the broker crashes.
+    /// answer can be lost when the broker crashes. Its `retryAt` is the next request still pending, sent
+    /// now or not: the timer that ran this may have been set for an earlier deadline than the retry's, and
+    /// a timer keeps only the earliest one asked of it.
     mutating func tick(now: Int64) -> Action {
-        eachStream { inbound, configuration, output in inbound.retry(now: now, configuration, &output) }
+        var action = eachStream { inbound, configuration, output in inbound.retry(now: now, configuration, &output) }
+        action.retryAt = nextRetry
+        return action
     }
 
     // MARK: - Senders
