@@ -41,6 +41,10 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
     case attachmentCorrupted(digest: String)
     /// A file could not be read or written; the message says which and why.
     case file(String)
+    /// The session is private: its activity, messages and state are sealed with the group key `keyID`,
+    /// which this participant's keyring does not have. Joining needs it in
+    /// ``GroupCoordinator/Configuration/keyring``.
+    case privateSession(keyID: String)
 
     public var description: String {
         switch self {
@@ -65,6 +69,8 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
         case let .attachmentCorrupted(digest):
             "attachment \(digest.prefix(12)) did not verify: a chunk's length differs from its record; ask its owner to add it again"
         case let .file(detail): "file error: \(detail)"
+        case let .privateSession(keyID):
+            "the session is private: it is sealed with group key '\(keyID)', which this participant does not have; add it to the keyring to join"
         }
     }
 

@@ -60,7 +60,9 @@ import Testing
             let alice = try await join("alice")
             let a = try await alice.startJoined(Gallery(galleryID: "answers"))
             let b = try await join("bob").joinSession(a.id, of: Gallery.self)
-            try await waitUntil("alice lists bob") { ids(a.activeParticipants) == ["alice", "bob"] }
+            try await waitUntil("alice and bob list each other") {
+                ids(a.activeParticipants) == ["alice", "bob"] && ids(b.activeParticipants) == ["alice", "bob"]
+            }
             let session = "\(GroupTopics.protocolRoot)/\(group.name)/s/\(a.id)"
             let (tap, seen) = try await rawSubscriber(broker, "\(session)/#")
             let c = try await join("carol").joinSession(a.id, of: Gallery.self)

@@ -54,7 +54,7 @@ extension GroupCoordinator {
         let others = online.filter { $0.key != localParticipant.id && $0.key != newcomer }.map {
             Wire.Presence(participant: $0.key, status: .online, epoch: $0.value.epoch, name: nil, interval: $0.value.interval)
         }
-        let sessions = cores.filter { !$0.isInvalidated }.map(\.announcement).sorted { $0.session < $1.session }
+        let sessions = cores.filter { !$0.isInvalidated }.map { $0.wireAnnouncement($0.announcement) }.sorted { $0.session < $1.session }
         // As many welcomes as the broker's packet limit takes: the presences in the first.
         let first = Wire.Welcome(presences: ([onlinePresence] + others).sorted { $0.participant < $1.participant }, sessions: [])
         let groups = Wire.groups(

@@ -80,8 +80,25 @@ extension GroupCoordinator {
             revision: hlc.withLock { $0.tick(now: now) },
             ttl: min(max(timeToLive.components.seconds, Wire.Bounds.ttl.lowerBound), Wire.Bounds.ttl.upperBound))
         try await retained.publish(
-            topics.announcement(sessionID, by: localParticipant.id), try Wire.encode(announcement), lifetime: announcement.lifetime)
+            topics.announcement(sessionID, by: localParticipant.id), try Wire.encode(wireAnnouncement(announcement)),
+            lifetime: announcement.lifetime)
         return sessionID
+    }
+
+    /// An announcement as this coordinator publishes it: its activity sealed in a private group.
+    func wireAnnouncement(_ announcement: Wire.Announcement) -> Wire.Announcement {
+        guard let keyring = configuration.keyring else { return announcement }
+        return announcement.sealed(by: SessionSealer(keyring: keyring, group: configuration.group, session: announcement.session))
+    }
+
+    /// An announcement copy as this coordinator keeps it. In a private group it is opened; nil (rejected)
+    /// when it comes in clear, or does not open with a key we have. Sealed with a key we do not have (or
+    /// without a keyring), it is kept closed: the session is private to us (``GroupSyncError/privateSession(keyID:)``).
+    func readable(_ announcement: Wire.Announcement) -> Wire.Announcement? {
+        guard let keyring = configuration.keyring else { return announcement }
+        guard let keyID = announcement.activity.sealed else { return nil }
+        let sealer = SessionSealer(keyring: keyring, group: configuration.group, session: announcement.session)
+        return sealer.opens(keyID: keyID) ? announcement.opened(by: sealer) : announcement
     }
 
     static func makeSessionID() -> String {
@@ -102,7 +119,9 @@ extension GroupCoordinator {
     }
 
     /// `publisher`'s copy of an announcement (nil: cleared), which lives `lifetime` seconds from now.
-    func onCopy(_ sessionID: String, publisher: String, _ announcement: Wire.Announcement?, lifetime: Int64) {
+    func onCopy(_ sessionID: String, publisher: String, _ copy: Wire.Announcement?, lifetime: Int64) {
+        let announcement = copy.flatMap(readable)
+        guard announcement != nil || copy == nil else { return countRejection() }
         let (context, now) = (sessionContext, configuration.clock.milliseconds())
         typealias Outcome = (CoordinatorStateMachine.AnnouncementAction, SessionCore?, SessionCore?, CoordinatorStateMachine.WakeRequest)
         let (action, core, replaced, wake) = state.withLock { state -> Outcome in

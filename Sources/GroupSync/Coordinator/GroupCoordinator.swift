@@ -234,7 +234,7 @@ public final class GroupCoordinator: Sendable {
             client: client, topics: topics, me: localParticipant, epoch: epoch, clock: configuration.clock, hlc: hlc,
             outbox: configuration.outbox, catchUpTimeout: configuration.catchUpTimeout, farewellTimeout: configuration.farewellTimeout,
             positionInterval: .milliseconds(heartbeatInterval ?? Int64(min(max(configuration.mqtt.keepAlive, 1), 65_535)) * 500),
-            onRejected: configuration.onRejected,
+            onRejected: configuration.onRejected, keyring: configuration.keyring,
             retained: retained, announcers: { [weak self] id in self?.state.withLock { $0.machine.publishers(of: id) } ?? [] },
             tasks: tasks, report: { [weak self] core, event in self?.onSessionEvent(core, event) })
     }

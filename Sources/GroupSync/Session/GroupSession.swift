@@ -44,8 +44,11 @@ public final class GroupSession<Activity: GroupActivity>: Sendable, Identifiable
     /// The activity's identifier (its type's `activityIdentifier`).
     public var activityIdentifier: String { core.activityType }
 
-    /// The activity's title, subtitle and type, as announced.
-    public var metadata: GroupActivityMetadata { core.announcement.activity.metadata }
+    /// The activity's title, subtitle and type, as announced. A private session whose key this participant
+    /// does not have shows a title that says so.
+    public var metadata: GroupActivityMetadata {
+        core.announcement.activity.metadata ?? GroupActivityMetadata(title: core.announcement.activity.title)
+    }
 
     /// Who started the session.
     public var initiator: Participant { Participant(id: core.announcement.createdBy) }

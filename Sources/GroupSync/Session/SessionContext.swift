@@ -32,6 +32,8 @@ struct SessionContext: Sendable {
     /// How long after our last reliable message we state our streams' position (the heartbeat interval).
     let positionInterval: Duration
     let onRejected: (@Sendable (_ topic: String, _ payloadSize: Int) -> Void)?
+    /// The group's keys, when it is private (``GroupCoordinator/Configuration/keyring``).
+    let keyring: GroupKeyring?
     let retained: RetainedRecords
     /// Who has a copy of a session's announcement on the broker, by the coordinator's table of copies
     /// (which a session does not keep a second time: it has one entry per participant).

@@ -2,6 +2,7 @@ import MQTT
 
 extension SessionCore {
     func join() async throws(GroupSyncError) {
+        if let keyID = announcement.activity.sealed { throw .privateSession(keyID: keyID) }  // kept closed: no key for it
         let (barrier, caughtUp) = (Inbox<SessionStateMachine.Update>(), Inbox<SessionStateMachine.Update>())
         switch locked.withLock({ $0.machine.onJoinStarted(barrier: barrier, caughtUp: caughtUp) }) {
         case .proceed: break
@@ -24,7 +25,7 @@ extension SessionCore {
         // Owned now, so that a leave() right after releases it; its acknowledgement is not awaited:
         // join() is done once we hold the session's state.
         let current = announcement
-        if !context.retained.keeps(ownCopyTopic), let payload = try? Wire.encode(current),
+        if !context.retained.keeps(ownCopyTopic), let payload = try? Wire.encode(wireAnnouncement(current)),
             let ticket = try? context.retained.enqueue(ownCopyTopic, payload, lifetime: current.lifetime)
         {
             context.client.detach(ticket)
@@ -113,7 +114,7 @@ extension SessionCore {
         var ended = announcement
         ended.ended = true
         ended.revision = context.hlc.withLock { $0.tick(now: context.clock.milliseconds()) }
-        if let payload = try? Wire.encode(ended) {
+        if let payload = try? Wire.encode(wireAnnouncement(ended)) {
             try? await context.retained.publish(ownCopyTopic, payload, lifetime: ended.lifetime, refreshing: false)
         }
         var clearedAll = true

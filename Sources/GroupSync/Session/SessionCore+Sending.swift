@@ -32,23 +32,25 @@ extension SessionCore {
         }
         return try locked.withLock { state throws(GroupSyncError) -> [MQTTClient.PublishTicket] in
             guard case .joined = state.machine.state else { throw state.machine.state.isInvalidated ? .sessionInvalidated : .notJoined }
-            let destinations: [(topic: String, stream: Reliable.Stream)]
+            let destinations: [(topic: String, stream: Reliable.Stream, recipient: String?)]
             switch recipients.storage {
-            case .all: destinations = [(broadcastTopic, .all)]
+            case .all: destinations = [(broadcastTopic, .all, nil)]
             case let .only(set):
                 guard !set.isEmpty else { throw .noRecipients }
                 destinations = try set.map(\.id).sorted().map { participant throws(GroupSyncError) in
                     try Identifier.validate(participant, kind: "participant")  // every one before anything is sent
-                    return (topics.direct(id, to: participant, from: me), .direct(to: participant))
+                    return (topics.direct(id, to: participant, from: me), .direct(to: participant), participant)
                 }
             }
             if reliable { positionDue = state.machine.numbering.numberedReliable(at: now) }
             var tickets: [MQTTClient.PublishTicket] = []
             tickets.reserveCapacity(destinations.count)
             do throws(GroupSyncError) {
-                for (topic, stream) in destinations {
+                for (topic, stream, recipient) in destinations {
+                    let sealing = sealer.map { Wire.EnvelopeBytes.Sealing(sealer: $0, session: id, sender: me, recipient: recipient) }
                     let payload = try Self.number(
-                        envelope, type: type, epoch: epoch, stream: reliable ? stream : nil, limit: limit, &state.machine.numbering)
+                        envelope, type: type, epoch: epoch, stream: reliable ? stream : nil, sealing: sealing, limit: limit,
+                        &state.machine.numbering)
                     tickets.append(
                         try GroupSyncError.overConnection { () throws(MQTTError) in
                             try client.enqueuePublish(
@@ -65,14 +67,15 @@ extension SessionCore {
         }
     }
 
-    /// The envelope numbered: in `stream` through the outbox (which keeps it to re-send), or among the
-    /// unreliable messages (`stream` nil). A message above `limit` takes no number in its stream.
+    /// The envelope numbered (and sealed, in a private session): in `stream` through the outbox (which
+    /// keeps it to re-send), or among the unreliable messages (`stream` nil). A message above `limit` takes
+    /// no number in its stream.
     private static func number(
-        _ envelope: Wire.EnvelopeBytes, type: String, epoch: Int64, stream: Reliable.Stream?, limit: Int,
-        _ numbering: inout MessageNumbering
+        _ envelope: Wire.EnvelopeBytes, type: String, epoch: Int64, stream: Reliable.Stream?, sealing: Wire.EnvelopeBytes.Sealing?,
+        limit: Int, _ numbering: inout MessageNumbering
     ) throws(GroupSyncError) -> Data {
         func finished(_ seq: Int64, reliable: Bool) throws(GroupSyncError) -> Data {
-            let payload = envelope.finished(type: type, epoch: epoch, seq: seq, reliable: reliable)
+            let payload = envelope.finished(type: type, epoch: epoch, seq: seq, reliable: reliable, sealing: sealing)
             guard payload.count <= limit else { throw .messageTooLarge(size: payload.count, limit: limit) }
             return Data(payload)
         }
@@ -151,7 +154,10 @@ extension SessionCore {
             let listingMembers = !context.client.retainAvailable || send == .observerCatchUp(to: recipient)
             let budget = Wire.budget(maximumPacketSize: context.client.maximumPacketSize)
             let listingJournal = !context.client.retainAvailable
-            for part in read({ $0.catchUp(listingMembers: listingMembers, listingJournal: listingJournal, budget: budget) }) {
+            let sealing = wireRecord
+            for part in read({
+                $0.catchUp(listingMembers: listingMembers, listingJournal: listingJournal, budget: budget, sealing: sealing)
+            }) {
                 sendControl(.catchUp, part, to: recipient)
             }
         case let .serveChunks(held):
@@ -211,15 +217,19 @@ extension SessionCore {
         return record
     }
 
+    /// A state record as it goes on the wire: its value sealed in a private session.
+    func wireRecord(_ record: Wire.StateRecord) -> Wire.StateRecord { sealer.map { record.sealed(by: $0, session: id) } ?? record }
+
     /// Publishes a record written here, retained on our writer topic.
     func publish(_ record: Wire.StateRecord) async throws(GroupSyncError) {
-        try await context.retained.publish(topics.state(id, key: record.key, writer: me), try Wire.encode(record), lifetime: lifetime)
+        try await context.retained.publish(
+            topics.state(id, key: record.key, writer: me), try Wire.encode(wireRecord(record)), lifetime: lifetime)
     }
 
     /// Hands a record written here to the connection now, without waiting for the broker (a failure is
     /// what a lost connection makes of it: the record is refreshed, or re-sent by the reconnect).
     func enqueue(_ record: Wire.StateRecord) {
-        guard let payload = try? Wire.encode(record),
+        guard let payload = try? Wire.encode(wireRecord(record)),
             let ticket = try? context.retained.enqueue(topics.state(id, key: record.key, writer: me), payload, lifetime: lifetime)
         else { return }
         context.client.detach(ticket)

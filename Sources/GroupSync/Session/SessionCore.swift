@@ -16,6 +16,8 @@ final class SessionCore: Sendable {
     let activityType: String
     let context: SessionContext
     let broadcastTopic: String
+    /// Seals and opens the session's payloads in a private group (``GroupCoordinator/Configuration/keyring``).
+    let sealer: SessionSealer?
     let locked: LockedValue<State>
     /// Wakes the session when its machine asks (``tick()``); cancelled when the session is over for us.
     let timer = WakeUp()
@@ -55,6 +57,7 @@ final class SessionCore: Sendable {
         self.activityType = announcement.activity.type
         self.context = context
         self.broadcastTopic = context.topics.broadcast(announcement.session, from: context.me.id)
+        self.sealer = context.keyring.map { SessionSealer(keyring: $0, group: context.topics.group, session: announcement.session) }
         let machine = SessionStateMachine(
             me: context.me.id, myEpoch: context.epoch, announcement: announcement, presence: presence,
             numbering: numbering ?? MessageNumbering(outbox: context.outbox, positionInterval: context.positionInterval))
@@ -188,11 +191,16 @@ final class SessionCore: Sendable {
         if replaced, context.retained.owns(ownCopyTopic) { publishOwnCopy(announcement) }
     }
 
+    /// An announcement as it goes on the wire: its activity sealed in a private session.
+    func wireAnnouncement(_ announcement: Wire.Announcement) -> Wire.Announcement {
+        sealer.map { announcement.sealed(by: $0) } ?? announcement
+    }
+
     /// Publishes `announcement` as our copy, in the background, unless the session is over by then.
     func publishOwnCopy(_ announcement: Wire.Announcement) {
         let (retained, topic) = (context.retained, ownCopyTopic)
         context.tasks.spawn { [self] in
-            guard !isInvalidated, let payload = try? Wire.encode(announcement) else { return }
+            guard !isInvalidated, let payload = try? Wire.encode(wireAnnouncement(announcement)) else { return }
             try? await retained.publish(topic, payload, lifetime: announcement.lifetime)
         }
     }
@@ -228,8 +236,11 @@ final class SessionCore: Sendable {
             return perform { $0.onBarrierPassed(retainAvailable: retainAvailable) }.rejected
         case let .state(session, key, writer) where session == id:
             guard !message.payload.isEmpty else { return 0 }
+            guard let record = Wire.decode(Wire.StateRecord.self, from: message.payload)?.opened(by: sealer, session: id) else {
+                return reject()
+            }
             // Shown at the end of the burst: records that arrive together make one visible change.
-            return feed(message.payload) { $1.onState($0, key: key, writer: writer, topic: message.topic, now: now, holdingValues: true) }
+            return perform { $0.onState(record, key: key, writer: writer, topic: message.topic, now: now, holdingValues: true) }.rejected
         case let .journal(session, attachment, owner) where session == id:
             let record = message.payload.isEmpty ? nil : Wire.decode(Wire.JournalRecord.self, from: message.payload)
             let malformed = record == nil && !message.payload.isEmpty
@@ -257,8 +268,13 @@ final class SessionCore: Sendable {
             locked.withLock { $0.clockService }?.pong(sender, pong, arrival)
             return 0
         case Control.catchUp.rawValue:
+            guard var catchUp = Wire.decode(Wire.CatchUp.self, from: body) else { return reject() }
+            // A state that does not open is left out and rejected, as one with an implausible clock.
+            let states = catchUp.states.compactMap { $0.opened(by: sealer, session: id) }
+            let unopened = (0..<(catchUp.states.count - states.count)).reduce(0) { count, _ in count + reject() }
+            catchUp.states = states
             let retainAvailable = context.client.retainAvailable
-            return feed(body) { $1.onCatchUp($0, from: sender, retainAvailable: retainAvailable, now: now) }
+            return unopened + perform { $0.onCatchUp(catchUp, from: sender, retainAvailable: retainAvailable, now: now) }.rejected
         case Control.end.rawValue:
             let action = perform { $0.onEnd(from: sender) }
             if action.invalidatedFrom != nil { clearOwnRecords() }
@@ -278,8 +294,31 @@ final class SessionCore: Sendable {
             return feed(body) { (request: Wire.ChunkRequest, machine) in machine.onChunkRequest(request, from: sender) }
         case Control.position.rawValue:
             return feed(body) { (position: Wire.Position, machine) in machine.onPosition(position, from: sender, epoch: epoch, now: now) }
-        default: return perform { $0.onMessage(envelope, payload: payload, sender: sender, direct: direct, now: now) }.rejected
+        default:
+            guard let (envelope, payload) = opened(envelope, payload, from: sender, direct: direct) else { return reject() }
+            return perform { $0.onMessage(envelope, payload: payload, sender: sender, direct: direct, now: now) }.rejected
         }
+    }
+
+    /// An app message as the app reads it. In a private session its body is opened: nil when it is not
+    /// sealed, or does not open for its place (session, sender, recipient, epoch, seq, type, reliability),
+    /// or what it holds is not JSON by the decoding rules. Elsewhere it is as it came: nil when sealed.
+    private func opened(_ envelope: Wire.ScannedEnvelope, _ payload: Data, from sender: String, direct: Bool) -> (
+        Wire.ScannedEnvelope, Data
+    )? {
+        let header = envelope.header
+        guard let sealer else { return header.sealed == nil ? (envelope, payload) : nil }
+        guard let keyID = header.sealed, let seq = header.seq, case let .string(text)? = try? JSONParser.parse(payload[envelope.body])
+        else { return nil }
+        let context = SealedContext.message(
+            session: id, sender: sender, recipient: direct && header.stream == nil ? me : nil, epoch: header.epoch, seq: seq,
+            type: header.type, reliable: header.reliable)
+        guard let plaintext = sealer.open(text, keyID: keyID, context) else { return nil }
+        let body = Data(plaintext)
+        guard (try? JSONParser.parse(body)) != nil else { return nil }
+        var opened = envelope
+        opened.body = body.startIndex..<body.endIndex
+        return (opened, body)
     }
 
     /// `data` read as a `Record` and fed to the machine, or rejected if it does not read; returns how many

@@ -118,7 +118,7 @@ struct SessionStateMachine {
     }
 
     enum Send: Hashable {
-        /// `$catchup` to this newcomer, in the parts of ``catchUp(listingMembers:listingJournal:budget:)``.
+        /// `$catchup` to this newcomer, in the parts of ``catchUp(listingMembers:listingJournal:budget:sealing:)``.
         case catchUp(to: String)
         /// `$catchup` to this observer (``onObserver(_:)``), listing the members.
         case observerCatchUp(to: String)
@@ -717,8 +717,11 @@ struct SessionStateMachine {
     /// It comes in as few parts as fit `budget` bytes each (the broker's packet limit less the envelope
     /// and topic), every part but the last marked `more`: the members in the first, then the journal's
     /// records, its holders, and the states, each in parts of their own. A single record above the budget
-    /// is sent alone: its writer could not have published it either.
-    func catchUp(listingMembers: Bool, listingJournal: Bool = false, budget: Int = .max) -> [Wire.CatchUp] {
+    /// is sent alone: its writer could not have published it either. The states are as `sealing` makes them
+    /// (sealed, in a private session), measured so.
+    func catchUp(
+        listingMembers: Bool, listingJournal: Bool = false, budget: Int = .max, sealing: (Wire.StateRecord) -> Wire.StateRecord = { $0 }
+    ) -> [Wire.CatchUp] {
         let listed =
             listingMembers
             ? peers.compactMap { $0.value.isActive ? Wire.Member(participant: $0.key, epoch: $0.value.joined ?? 0) : nil }
@@ -736,7 +739,7 @@ struct SessionStateMachine {
             append(journal.attachments.map(\.record)) { Wire.CatchUp(states: [], members: [], journal: $0) }
             append(journal.listedHolders(me: me)) { Wire.CatchUp(states: [], members: [], holders: $0) }
         }
-        let states = states.values.sorted { $0.key < $1.key }
+        let states = states.values.sorted { $0.key < $1.key }.map(sealing)  // measured as they go out
         if !states.isEmpty || parts.isEmpty {
             parts += Wire.groups(states, budget: budget, used: used).map { Wire.CatchUp(states: $0, members: []) }
         }

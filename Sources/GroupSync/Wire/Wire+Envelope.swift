@@ -20,9 +20,11 @@ extension Wire {
         package var reliable: Bool
         /// `"all"` on a broadcast re-sent to one receiver on its direct topic; nil otherwise (the topic says).
         package var stream: String?
+        /// In a private session, the ID of the group key that sealed the body (a base64 string then).
+        package var sealed: String? = nil
 
         /// The header's fields and `body`, as ``EnvelopeBytes`` writes them.
-        enum CodingKeys: String, CodingKey { case v, type, epoch, seq, reliable, stream, body }
+        enum CodingKeys: String, CodingKey { case v, type, epoch, seq, reliable, stream, sealed, body }
     }
 
     /// An envelope written in two steps: the body first (encoded in the sender's task), then the
@@ -42,10 +44,37 @@ extension Wire {
             bytes.append(contentsOf: encodedBody)
         }
 
-        /// The whole envelope; without `seq` for a control message (in no stream).
-        func finished(type: String, epoch: Int64, seq: Int64?, reliable: Bool) -> [UInt8] {
-            var out = bytes
-            out.append(contentsOf: #","epoch":\#(epoch),"reliable":\#(reliable)"#.utf8)
+        /// Where the encoded body starts in `bytes`, after `{"body":`.
+        private static let bodyStart = 8
+
+        /// How an app message's body is sealed in a private session: by `sealer`, from `sender` to
+        /// `recipient` (nil: a broadcast).
+        struct Sealing {
+            var sealer: SessionSealer
+            var session: String
+            var sender: String
+            var recipient: String?
+        }
+
+        /// The whole envelope; without `seq` for a control message (in no stream). With `sealing` (an app
+        /// message, so with `seq`), the body is sealed for its place: session, sender, recipient, epoch,
+        /// seq, type and reliability.
+        func finished(type: String, epoch: Int64, seq: Int64?, reliable: Bool, sealing: Sealing? = nil) -> [UInt8] {
+            var out: [UInt8]
+            if let sealing, let seq {
+                let context = SealedContext.message(
+                    session: sealing.session, sender: sealing.sender, recipient: sealing.recipient, epoch: epoch, seq: seq, type: type,
+                    reliable: reliable)
+                let text = sealing.sealer.seal(bytes[Self.bodyStart...], context)
+                out = Array(#"{"body":""#.utf8)
+                out.reserveCapacity(text.utf8.count + 128)
+                out.append(contentsOf: text.utf8)
+                out.append(contentsOf: #"","epoch":\#(epoch),"reliable":\#(reliable),"sealed":"#.utf8)
+                JSONWriter.append(string: sealing.sealer.sealingKeyID, to: &out)
+            } else {
+                out = bytes
+                out.append(contentsOf: #","epoch":\#(epoch),"reliable":\#(reliable)"#.utf8)
+            }
             if let seq { out.append(contentsOf: #","seq":\#(seq)"#.utf8) }
             out.append(contentsOf: #","type":"#.utf8)
             JSONWriter.append(string: type, to: &out)
@@ -97,7 +126,9 @@ extension Wire.EnvelopeHeader: Wire.Record {
         guard stream == nil || stream == "all" else { throw .wrongShape }
         self.init(
             type: try fields.string(CodingKeys.type), epoch: try fields.int(CodingKeys.epoch, in: Wire.Bounds.time),
-            seq: try fields.optionalInt(CodingKeys.seq, in: Wire.Bounds.seq), reliable: try fields.bool(CodingKeys.reliable), stream: stream
+            seq: try fields.optionalInt(CodingKeys.seq, in: Wire.Bounds.seq), reliable: try fields.bool(CodingKeys.reliable),
+            stream: stream,
+            sealed: try fields.optionalString(CodingKeys.sealed)
         )
     }
 }

@@ -23,9 +23,13 @@ extension Wire {
         package struct Activity: Encodable, Sendable, Hashable {
             /// The activity's `activityIdentifier`.
             package var type: String
-            package var metadata: GroupActivityMetadata
-            /// The activity value itself, as the app encoded it.
+            /// nil only while sealed.
+            package var metadata: GroupActivityMetadata?
+            /// The activity value itself, as the app encoded it; while sealed, the sealed text of
+            /// `{"data": …, "metadata": …}`.
             package var data: JSONValue
+            /// In a private session, the ID of the group key that sealed `data` and `metadata`.
+            package var sealed: String? = nil
         }
     }
 
@@ -47,6 +51,8 @@ extension Wire {
         package var key: String
         package var value: JSONValue
         package var clock: HLCTimestamp
+        /// In a private session, the ID of the group key that sealed `value` (a base64 string then).
+        package var sealed: String? = nil
     }
 
     /// Body of `$catchup`: what a newcomer needs, sent by one existing participant to the newcomer only.
@@ -78,9 +84,17 @@ extension Wire.Announcement: Wire.Record {
 
 extension Wire.Announcement.Activity: Wire.Record {
     package init(fields: Wire.Fields) throws(Wire.Rejection) {
-        self.init(
-            type: try fields.string(CodingKeys.type), metadata: try GroupActivityMetadata(json: try fields.value(CodingKeys.metadata)),
-            data: try fields.value(CodingKeys.data))
+        let sealed = try fields.optionalString(CodingKeys.sealed)
+        let data = try fields.value(CodingKeys.data)
+        if sealed != nil {
+            // Sealed: the data is the sealed text, and the metadata is in it.
+            guard case .string = data, fields[CodingKeys.metadata] == nil else { throw .wrongShape }
+            self.init(type: try fields.string(CodingKeys.type), metadata: nil, data: data, sealed: sealed)
+        } else {
+            self.init(
+                type: try fields.string(CodingKeys.type), metadata: try GroupActivityMetadata(json: try fields.value(CodingKeys.metadata)),
+                data: data)
+        }
     }
 }
 
@@ -98,7 +112,8 @@ extension Wire.StateRecord: Wire.Record {
         try fields.checkVersion()
         self.init(
             key: try fields.string(CodingKeys.key), value: try fields.value(CodingKeys.value),
-            clock: try HLCTimestamp(json: try fields.value(CodingKeys.clock)))
+            clock: try HLCTimestamp(json: try fields.value(CodingKeys.clock)), sealed: try fields.optionalString(CodingKeys.sealed))
+        if sealed != nil { guard case .string = value else { throw .wrongShape } }
     }
 }
 

@@ -126,7 +126,7 @@ enum SessionsCommand: Command {
                     rows.map { session in
                         .object([
                             "id": .string(session.announcement.session), "activity": .string(session.announcement.activity.type),
-                            "title": .string(session.announcement.activity.metadata.title),
+                            "title": .string(session.announcement.activity.title),
                             "participants": .array(view.active(session).map(JSONValue.string)),
                             "age_s": .int(max(0, now - session.announcement.createdAt) / 1_000),
                         ])
@@ -145,7 +145,7 @@ enum SessionsCommand: Command {
                 [
                     session.announcement.session.padding(toLength: 17, withPad: " ", startingAt: 0),
                     session.announcement.activity.type.padding(toLength: 25, withPad: " ", startingAt: 0),
-                    session.announcement.activity.metadata.title.padding(toLength: 21, withPad: " ", startingAt: 0),
+                    session.announcement.activity.title.padding(toLength: 21, withPad: " ", startingAt: 0),
                     view.active(session).joined(separator: ",").padding(toLength: 21, withPad: " ", startingAt: 0),
                     "\(age)s",
                 ].joined(separator: " "))

@@ -178,7 +178,7 @@ struct DashboardProjection {
         for session in sessions {
             let id = session.announcement.session
             let active = view.active(session)
-            let title = session.announcement.activity.metadata.title
+            let title = session.announcement.activity.title
             // An empty retained payload would clear the topic: an empty title has none.
             if !title.isEmpty { result.append(Publication(topics.title(id), title)) }
             result.append(Publication(topics.activity(id), session.announcement.activity.type))
@@ -263,7 +263,7 @@ struct DashboardProjection {
 
     /// An activity's device, named after the title of the session it shows.
     private func activityDevice(_ activity: String, _ session: GroupView.Session) -> HomeAssistantEntityConfig.Device {
-        let title = session.announcement.activity.metadata.title
+        let title = session.announcement.activity.title
         return .init(
             identifiers: [topics.activityDeviceID(activity)], name: title.isEmpty ? activity : title, manufacturer: "GroupSync",
             model: activity, viaDevice: topics.groupDeviceID)

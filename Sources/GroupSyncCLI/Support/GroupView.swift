@@ -206,7 +206,7 @@ struct GroupView {
                 announcement: announcement, copies: [publisher: expiresAt], members: waiting?.members ?? [:],
                 states: waiting?.states ?? [:])
         }
-        let title = announcement.activity.metadata.title
+        let title = announcement.activity.title
         return Event(
             kind: changed ? "activity" : "announce", session: id, participant: announcement.createdBy,
             text: changed

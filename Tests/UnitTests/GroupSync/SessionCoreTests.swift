@@ -13,7 +13,8 @@ import Testing
             client: client, topics: GroupTopics(group: "g"), me: Participant(id: "alice"), epoch: 1, clock: SystemWallClock(),
             hlc: LockedValue(HybridLogicalClock(participant: "alice")), outbox: .init(), catchUpTimeout: .seconds(1),
             farewellTimeout: .seconds(2),
-            positionInterval: .seconds(60), onRejected: nil, retained: RetainedRecords(client: client), announcers: { _ in [] },
+            positionInterval: .seconds(60), onRejected: nil, keyring: nil, retained: RetainedRecords(client: client),
+            announcers: { _ in [] },
             tasks: BackgroundTasks(),
             report: { _, _ in })
         let core = SessionCore(

@@ -1,0 +1,59 @@
+import Foundation
+
+/// The keys of one private session: every key of the group's keyring derived for the session, the first
+/// sealing. A key per session (HKDF-SHA256 from the group key, the group and the session's ID) keeps one
+/// session's payloads from opening in another; each payload is bound to where it belongs by its
+/// associated data (``SealedContext``), and its nonce is drawn at random (96 bits: a repeat is not to be
+/// expected before 2³² payloads under one session key).
+///
+/// On the wire a sealed payload is `base64(nonce ‖ ciphertext ‖ tag)` beside the ID of the group key it
+/// was sealed with (PROTOCOL.md, Private sessions).
+package struct SessionSealer: Sendable {
+    /// The ID of the group key that seals.
+    package let sealingKeyID: String
+    private let keys: [String: [UInt8]]
+
+    package init(keyring: GroupKeyring, group: String, session: String) {
+        sealingKeyID = keyring.sealingKey.id
+        keys = Dictionary(uniqueKeysWithValues: keyring.keys.map { ($0.id, Self.sessionKey($0.secret, group: group, session: session)) })
+    }
+
+    /// HKDF-SHA256 of the group key, with salt `groupsync/v2` and info `session <group>/<session>`.
+    package static func sessionKey(_ groupKey: [UInt8], group: String, session: String) -> [UInt8] {
+        HKDF.sha256(key: groupKey, salt: Array("groupsync/v2".utf8), info: Array("session \(group)/\(session)".utf8))
+    }
+
+    /// Whether this keyring has the key named `id`.
+    package func opens(keyID id: String) -> Bool { keys[id] != nil }
+
+    /// `plaintext` sealed with the sealing key and a fresh nonce, bound to `context`: the base64 text of
+    /// nonce ‖ ciphertext ‖ tag.
+    package func seal(_ plaintext: some Collection<UInt8>, _ context: SealedContext) -> String {
+        let nonce = AEAD.randomBytes(AEAD.nonceSize)
+        let sealed = AEAD.seal(plaintext, key: keys[sealingKeyID]!, nonce: nonce, aad: context.bytes)
+        return Data(nonce + sealed).base64EncodedString()
+    }
+
+    /// The plaintext of `text` (as ``seal(_:_:)`` writes it) sealed with key `keyID` for `context`; nil
+    /// when this keyring has no such key, the text is no sealed payload, or it does not open (another
+    /// context, another key, a changed bit).
+    package func open(_ text: String, keyID: String, _ context: SealedContext) -> [UInt8]? {
+        guard let key = keys[keyID], let bytes = Data(base64Encoded: text), bytes.count >= AEAD.nonceSize + AEAD.tagSize else { return nil }
+        return AEAD.open(bytes.dropFirst(AEAD.nonceSize), key: key, nonce: Array(bytes.prefix(AEAD.nonceSize)), aad: context.bytes)
+    }
+}
+
+/// The associated data of a sealed payload: what it is and where it belongs, as fields each written as its
+/// length (4 bytes, big endian) and its UTF-8 bytes. A payload opens only with the same fields.
+package struct SealedContext: Sendable, Hashable {
+    package private(set) var bytes: [UInt8] = []
+
+    package init(_ fields: String...) { for field in fields { append(field) } }
+
+    private mutating func append(_ field: String) {
+        let utf8 = Array(field.utf8)
+        let count = UInt32(utf8.count)
+        bytes += [UInt8(count >> 24), UInt8(count >> 16 & 0xFF), UInt8(count >> 8 & 0xFF), UInt8(count & 0xFF)]
+        bytes += utf8
+    }
+}

@@ -1,0 +1,86 @@
+import Foundation
+
+/// The records of a private session as they go on the wire and come back: what is sealed in each
+/// (PROTOCOL.md, Private sessions), and where it is bound to.
+extension SealedContext {
+    /// An app message: its session, sender, recipient (`""` for a broadcast, also when re-sent to one
+    /// receiver), the sender's epoch, its `seq`, type and reliability.
+    package static func message(
+        session: String, sender: String, recipient: String?, epoch: Int64, seq: Int64, type: String, reliable: Bool
+    ) -> SealedContext {
+        SealedContext("message", session, sender, recipient ?? "", String(epoch), String(seq), type, reliable ? "1" : "0")
+    }
+
+    /// A shared state record's value: its session, key and clock.
+    package static func state(session: String, key: String, clock: HLCTimestamp) -> SealedContext {
+        SealedContext("state", session, key, clock.participant, String(clock.time), String(clock.counter))
+    }
+
+    /// An announcement's activity: its session, activity type, creator, creation time and revision.
+    package static func announcement(_ announcement: Wire.Announcement) -> SealedContext {
+        let revision = announcement.revision
+        return SealedContext(
+            "announcement", announcement.session, announcement.activity.type, announcement.createdBy, String(announcement.createdAt),
+            revision.participant, String(revision.time), String(revision.counter))
+    }
+}
+
+extension Wire.StateRecord {
+    /// This record with its value sealed by `sealer` for its place in `session` (key and clock).
+    func sealed(by sealer: SessionSealer, session: String) -> Wire.StateRecord {
+        var plaintext: [UInt8] = []
+        JSONWriter.append(value, to: &plaintext)
+        var record = self
+        record.value = .string(sealer.seal(plaintext, .state(session: session, key: key, clock: clock)))
+        record.sealed = sealer.sealingKeyID
+        return record
+    }
+
+    /// This record with its value opened by `sealer`: nil when it is not sealed, does not open for its
+    /// place (another session, key or clock, another group key, a changed bit), or holds no JSON value by
+    /// the decoding rules. Without a sealer (the session is not private), the record as it is, unless
+    /// sealed.
+    func opened(by sealer: SessionSealer?, session: String) -> Wire.StateRecord? {
+        guard let sealer else { return sealed == nil ? self : nil }
+        guard let keyID = sealed, case let .string(text) = value,
+            let plaintext = sealer.open(text, keyID: keyID, .state(session: session, key: key, clock: clock)),
+            let value = try? JSONParser.parse(Data(plaintext))
+        else { return nil }
+        return Wire.StateRecord(key: key, value: value, clock: clock)
+    }
+}
+
+extension Wire.Announcement {
+    /// This announcement with its activity's data and metadata sealed by `sealer` (one already sealed
+    /// as it is).
+    func sealed(by sealer: SessionSealer) -> Wire.Announcement {
+        guard activity.sealed == nil else { return self }
+        var members: [String: JSONValue] = ["data": activity.data]
+        members["metadata"] = activity.metadata.flatMap { try? Wire.jsonValue($0) }
+        var plaintext: [UInt8] = []
+        JSONWriter.append(.object(members), to: &plaintext)
+        var announcement = self
+        announcement.activity = Activity(
+            type: activity.type, metadata: nil, data: .string(sealer.seal(plaintext, .announcement(self))), sealed: sealer.sealingKeyID)
+        return announcement
+    }
+
+    /// This announcement with its activity opened by `sealer`: nil when it does not open for its place
+    /// (another session, type, creator or revision, another group key, a changed bit) or what it holds
+    /// is no `{"data": …, "metadata": …}`. One that is not sealed as it is.
+    func opened(by sealer: SessionSealer) -> Wire.Announcement? {
+        guard let keyID = activity.sealed else { return self }
+        guard case let .string(text) = activity.data, let plaintext = sealer.open(text, keyID: keyID, .announcement(self)),
+            case let .object(members)? = try? JSONParser.parse(Data(plaintext)), let data = members["data"],
+            let metadata = members["metadata"].flatMap({ try? GroupActivityMetadata(json: $0) })
+        else { return nil }
+        var announcement = self
+        announcement.activity = Activity(type: activity.type, metadata: metadata, data: data)
+        return announcement
+    }
+}
+
+extension Wire.Announcement.Activity {
+    /// The title to show: the metadata's, or "private session" while it is sealed with a key we do not have.
+    package var title: String { metadata?.title ?? "private session" }
+}

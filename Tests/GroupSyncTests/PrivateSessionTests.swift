@@ -1,0 +1,176 @@
+import BrokerSupport
+import Foundation
+import Testing
+
+@testable import GroupSync
+
+/// Private groups (``GroupCoordinator/Configuration/keyring``): what the broker carries of their sessions
+/// it cannot read, and a sealed payload moved, altered or opened with another key is rejected and counted,
+/// never delivered.
+@Suite(.timeLimit(.minutes(timeLimitMinutes(2)))) struct PrivateSessionTests {
+    static let k1 = try! GroupKey(id: "k1", secret: [UInt8](repeating: 1, count: 32))
+    static let k2 = try! GroupKey(id: "k2", secret: [UInt8](repeating: 2, count: 32))
+
+    static func keyed(_ keys: GroupKey...) -> (inout GroupCoordinator.Configuration) -> Void {
+        { $0.keyring = try! GroupKeyring(keys) }
+    }
+
+    static func chats(_ session: GroupSession<Gallery>) -> Collector<(Chat, Participant)> {
+        Collector(GroupSessionMessenger(session: session).messages(of: Chat.self).map { ($0, $1.source) })
+    }
+
+    @Test func messagesAreSealedOnTheWireAndReachTheirRecipients() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice", Self.keyed(Self.k1))
+            let bob = try await group.join("bob", Self.keyed(Self.k1))
+            let a = try await alice.startJoined(Gallery(galleryID: "private"))
+            let (tap, wire) = try await rawSubscriber(broker, "\(GroupTopics.protocolRoot)/\(group.name)/s/\(a.id)/#")
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let received = Self.chats(a)
+            let messenger = GroupSessionMessenger(session: b)
+            try await messenger.send(Chat(text: "a secret for everyone"))
+            try await messenger.send(Chat(text: "a secret for alice"), to: .only(a.localParticipant))
+            try await GroupSessionMessenger(session: b, deliveryMode: .unreliable).send(Chat(text: "an unreliable secret"))
+            try await received.waitForCount(3)
+            #expect(received.elements.map(\.0.text).sorted() == ["a secret for alice", "a secret for everyone", "an unreliable secret"])
+            #expect(received.elements.allSatisfy { $0.1.id == "bob" })
+            let envelopes = wire.elements.filter { $0.topic.hasSuffix("/bob") && !$0.topic.contains("/member/") }
+            let texts = envelopes.map { String(decoding: $0.payload, as: UTF8.self) }
+            #expect(texts.filter { $0.contains(#""sealed":"k1""#) }.count == 3, "\(texts)")
+            #expect(wire.elements.allSatisfy { !String(decoding: $0.payload, as: UTF8.self).contains("secret") })
+            #expect(alice.rejectedMessageCount == 0 && bob.rejectedMessageCount == 0)
+            await tap.disconnect()
+            await group.closeAll()
+        }
+    }
+
+    /// A sealed message altered by one bit, moved to a direct topic, or passed off as another member's is
+    /// rejected and counted; the same message again is the same message (delivered once).
+    @Test func alteredMovedOrReassignedMessagesAreRejected() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice", Self.keyed(Self.k1))
+            let bob = try await group.join("bob", Self.keyed(Self.k1))
+            let carol = try await group.join("carol", Self.keyed(Self.k1))
+            let a = try await alice.startJoined(Gallery(galleryID: "private"))
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            _ = try await carol.joinSession(a.id, of: Gallery.self)
+            try await waitUntil("alice lists everyone") { a.activeParticipants.count == 3 }
+            let session = "\(GroupTopics.protocolRoot)/\(group.name)/s/\(a.id)"
+            let (tap, wire) = try await rawSubscriber(broker, "\(session)/all/bob")
+            let received = Self.chats(a)
+            try await GroupSessionMessenger(session: b).send(Chat(text: "original"))
+            try await received.waitForCount(1)
+            try await wire.waitForCount(1)
+            let original = String(decoding: wire.elements[0].payload, as: UTF8.self)
+
+            // One character of the sealed text changed.
+            let start = original.range(of: #""body":""#)!.upperBound
+            let target = original.index(start, offsetBy: 20)
+            let altered = original.replacingCharacters(in: target...target, with: original[target] == "A" ? "B" : "A")
+            // Bob's stream into carol's: her epoch, her topic, the seq she has not used.
+            let reassigned = original.replacingOccurrences(of: #""epoch":\#(bob.epoch)"#, with: #""epoch":\#(carol.epoch)"#)
+            let forgeries = [
+                ("\(session)/all/bob", altered), ("\(session)/to/alice/bob", original), ("\(session)/all/carol", reassigned),
+            ]
+            for (index, (topic, payload)) in forgeries.enumerated() {
+                try await tap.publish(to: topic, string: payload)
+                try await waitUntil("forgery \(index) rejected") { alice.rejectedMessageCount == index + 1 }
+            }
+            try await tap.publish(to: "\(session)/all/bob", string: original)  // the same message again
+            try await GroupSessionMessenger(session: b).send(Chat(text: "after"))
+            try await received.waitForCount(2)
+            #expect(received.elements.map(\.0.text) == ["original", "after"])
+            #expect(alice.rejectedMessageCount == 3)
+            await tap.disconnect()
+            await group.closeAll()
+        }
+    }
+
+    /// Without the key a participant sees that the session exists, not what it is, and cannot join it. An announcement in clear is rejected in a private group.
+    @Test func aSessionIsPrivateToWhoeverLacksItsKey() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice", Self.keyed(Self.k1))
+            let (tap, wire) = try await rawSubscriber(broker, "\(GroupTopics.protocolRoot)/\(group.name)/session/#")
+            let a = try await alice.startJoined(Gallery(galleryID: "hidden"))
+            let eve = try await group.join("eve")
+            let frank = try await group.join("frank", Self.keyed(Self.k2))
+            for outsider in [eve, frank] {
+                try await waitUntil("the session is listed") { outsider.currentSessions(activityIdentifier: nil).map(\.id) == [a.id] }
+                let session = outsider.currentSessions(activityIdentifier: nil)[0]
+                #expect(session.metadata.title == "private session")
+                await #expect(throws: GroupSyncError.privateSession(keyID: "k1")) { try await session.join() }
+            }
+            #expect(!wire.elements.isEmpty)
+            #expect(wire.elements.allSatisfy { !String(decoding: $0.payload, as: UTF8.self).contains("hidden") })
+
+            let clear = try await group.join("mallory").activate(Gallery(galleryID: "in clear"))
+            try await waitUntil("the clear announcement is rejected") { alice.rejectedMessageCount >= 1 }
+            #expect(!alice.currentSessions(activityIdentifier: nil).map(\.id).contains(clear))
+            await tap.disconnect()
+            await group.closeAll()
+        }
+    }
+
+    /// Shared state values are sealed where they are retained and in the catch-up a late joiner gets
+    /// without retained messages; the late joiner opens them. A record in clear is rejected.
+    @Test(arguments: [true, false]) func stateIsSealedAndALateJoinerOpensIt(retainedMessages: Bool) async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            func join(_ name: String) async throws -> GroupCoordinator {
+                try await group.join(name) {
+                    $0.keyring = try! GroupKeyring([Self.k1])
+                    $0.mqtt.retainedMessages = retainedMessages
+                }
+            }
+            let alice = try await join("alice")
+            let a = try await alice.startJoined(Gallery(galleryID: "private"))
+            let session = "\(GroupTopics.protocolRoot)/\(group.name)/s/\(a.id)"
+            let (tap, wire) = try await rawSubscriber(broker, "\(session)/#")
+            try await SharedState(a, key: "page", initialValue: "").set("the secret page")
+            let bob = try await join("bob")
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            #expect(try SharedState(b, key: "page", initialValue: "").value == "the secret page")
+            try await wire.waitForCount(1)
+            #expect(wire.elements.contains { String(decoding: $0.payload, as: UTF8.self).contains(#""sealed":"k1""#) })
+            #expect(wire.elements.allSatisfy { !String(decoding: $0.payload, as: UTF8.self).contains("secret") })
+
+            let forged =
+                #"{"clock":{"c":0,"p":"bob","t":\#(SystemWallClock().milliseconds() + 1_000)},"key":"page","v":2,"value":"forged"}"#
+            try await tap.publish(to: "\(session)/state/page/bob", string: forged)
+            try await waitUntil("the record in clear is rejected") { alice.rejectedMessageCount == 1 }
+            #expect(try SharedState(a, key: "page", initialValue: "").value == "the secret page")
+            await tap.disconnect()
+            await group.closeAll()
+        }
+    }
+
+    /// With the old key second in its keyring, alice joins bob's session (sealed with the old key) and
+    /// reads what he seals with it; bob, who has only the old key, reads nothing alice seals with the new
+    /// one; dave, with the new key only, cannot join.
+    @Test func aRotatedKeyringOpensTheOldKeyOnly() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let bob = try await group.join("bob", Self.keyed(Self.k1))
+            let alice = try await group.join("alice", Self.keyed(Self.k2, Self.k1))
+            let dave = try await group.join("dave", Self.keyed(Self.k2))
+            let b = try await bob.startJoined(Gallery(galleryID: "rotated"))
+            let a = try await alice.joinSession(b.id, of: Gallery.self)
+            try await waitUntil("both list both") { [a, b].allSatisfy { $0.activeParticipants.count == 2 } }
+            let (atAlice, atBob) = (Self.chats(a), Self.chats(b))
+            try await GroupSessionMessenger(session: b).send(Chat(text: "sealed with k1"))
+            try await GroupSessionMessenger(session: a).send(Chat(text: "sealed with k2"))
+            try await atAlice.waitForCount(1)
+            try await waitUntil("bob rejects alice's") { bob.rejectedMessageCount == 1 }
+            #expect(atAlice.elements.map(\.0.text) == ["sealed with k1"])
+            #expect(atBob.elements.isEmpty)
+            try await waitUntil("dave sees the session") { dave.currentSessions(activityIdentifier: nil).map(\.id) == [b.id] }
+            await #expect(throws: GroupSyncError.privateSession(keyID: "k1")) {
+                try await dave.currentSessions(activityIdentifier: nil)[0].join()
+            }
+            await group.closeAll()
+        }
+    }
+}

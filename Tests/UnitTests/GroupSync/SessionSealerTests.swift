@@ -1,0 +1,99 @@
+import Foundation
+import Testing
+
+@testable import GroupSync
+
+/// The primitives of private sessions against their published test vectors, and the session sealer's
+/// binding of each payload to its key, session and context.
+@Suite struct SessionSealerTests {
+    static func bytes(_ hex: String) -> [UInt8] {
+        stride(from: 0, to: hex.count, by: 2).map { offset in
+            let start = hex.index(hex.startIndex, offsetBy: offset)
+            return UInt8(hex[start..<hex.index(start, offsetBy: 2)], radix: 16)!
+        }
+    }
+
+    /// RFC 5869, test case 1.
+    @Test func hkdfMatchesRFC5869() {
+        let okm = HKDF.sha256(key: [UInt8](repeating: 0x0b, count: 22), salt: Array(0...0x0c), info: Array(0xf0...0xf9), count: 42)
+        #expect(okm == Self.bytes("3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865"))
+    }
+
+    /// The GCM specification's test case 16 (McGrew and Viega): AES-256, a 96-bit IV, associated data.
+    @Test func aesGCMMatchesItsSpecification() {
+        let key = Self.bytes("feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308")
+        let plaintext = Self.bytes(
+            "d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a721c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39")
+        let (aad, nonce) = (Self.bytes("feedfacedeadbeeffeedfacedeadbeefabaddad2"), Self.bytes("cafebabefacedbaddecaf888"))
+        let sealed = AEAD.seal(plaintext, key: key, nonce: nonce, aad: aad)
+        #expect(
+            sealed
+                == Self.bytes(
+                    "522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f662"
+                        + "76fc6ece0f4e1768cddf8853bb2d551b"))
+        #expect(AEAD.open(sealed, key: key, nonce: nonce, aad: aad) == plaintext)
+        var flipped = sealed
+        flipped[3] ^= 1
+        #expect(AEAD.open(flipped, key: key, nonce: nonce, aad: aad) == nil, "a changed bit")
+        #expect(AEAD.open(sealed, key: key, nonce: nonce, aad: aad.dropLast()) == nil, "other associated data")
+        #expect(AEAD.open(sealed, key: key, nonce: Array(nonce.reversed()), aad: aad) == nil, "another nonce")
+        #expect(AEAD.open(sealed.prefix(15), key: key, nonce: nonce, aad: aad) == nil, "shorter than a tag")
+        #expect(AEAD.open(AEAD.seal([], key: key, nonce: nonce, aad: []), key: key, nonce: nonce, aad: []) == [], "nothing sealed")
+    }
+
+    static let old = try! GroupKey(id: "k1", secret: [UInt8](repeating: 1, count: 32))
+    static let new = try! GroupKey(id: "k2", secret: [UInt8](repeating: 2, count: 32))
+    static func sealer(_ keys: [GroupKey], session: String = "s1") -> SessionSealer {
+        SessionSealer(keyring: try! GroupKeyring(keys), group: "g", session: session)
+    }
+
+    @Test func aPayloadOpensOnlyWithItsKeySessionAndContext() {
+        let context = SealedContext.message(session: "s1", sender: "alice", recipient: nil, epoch: 7, seq: 1, type: "Chat", reliable: true)
+        let text = Self.sealer([Self.old]).seal(Array(#"{"text":"hi"}"#.utf8), context)
+        #expect(Self.sealer([Self.old]).open(text, keyID: "k1", context) == Array(#"{"text":"hi"}"#.utf8))
+        #expect(Self.sealer([Self.old], session: "s2").open(text, keyID: "k1", context) == nil, "another session's key")
+        let elsewhere: [SealedContext] = [
+            .message(session: "s1", sender: "mallory", recipient: nil, epoch: 7, seq: 1, type: "Chat", reliable: true),
+            .message(session: "s1", sender: "alice", recipient: "bob", epoch: 7, seq: 1, type: "Chat", reliable: true),
+            .message(session: "s1", sender: "alice", recipient: nil, epoch: 8, seq: 1, type: "Chat", reliable: true),
+            .message(session: "s1", sender: "alice", recipient: nil, epoch: 7, seq: 2, type: "Chat", reliable: true),
+            .message(session: "s1", sender: "alice", recipient: nil, epoch: 7, seq: 1, type: "Other", reliable: true),
+            .message(session: "s1", sender: "alice", recipient: nil, epoch: 7, seq: 1, type: "Chat", reliable: false),
+        ]
+        for other in elsewhere { #expect(Self.sealer([Self.old]).open(text, keyID: "k1", other) == nil) }
+        #expect(Self.sealer([Self.old]).open(text, keyID: "k2", context) == nil, "a key it does not have")
+        #expect(Self.sealer([Self.old]).open("not base64!", keyID: "k1", context) == nil)
+        #expect(Self.sealer([Self.old]).seal([1], context) != Self.sealer([Self.old]).seal([1], context), "a fresh nonce each time")
+    }
+
+    /// Fields are length-prefixed: moving a boundary between them changes the associated data.
+    @Test func contextFieldsCannotBeShifted() {
+        #expect(SealedContext("ab", "c") != SealedContext("a", "bc"))
+        #expect(SealedContext("ab", "c").bytes == [0, 0, 0, 2, 97, 98, 0, 0, 0, 1, 99])
+    }
+
+    /// A rotated keyring seals with its first key and still opens the old one's payloads; without the old
+    /// key they stay closed.
+    @Test func rotation() {
+        let context = SealedContext.state(session: "s1", key: "index", clock: HLCTimestamp(time: 5, counter: 0, participant: "alice"))
+        let before = Self.sealer([Self.old]).seal([42], context)
+        let rotated = Self.sealer([Self.new, Self.old])
+        #expect(rotated.sealingKeyID == "k2")
+        #expect(rotated.open(before, keyID: "k1", context) == [42])
+        let after = rotated.seal([43], context)
+        #expect(Self.sealer([Self.old]).open(after, keyID: "k2", context) == nil, "the old keyring cannot read the new key's")
+        #expect(Self.sealer([Self.new]).open(before, keyID: "k1", context) == nil, "the old key dropped")
+        #expect(Self.sealer([Self.new]).open(after, keyID: "k2", context) == [43])
+    }
+
+    @Test func keysAreCheckedAndNeverPrinted() throws {
+        #expect(throws: GroupSyncError.self) { try GroupKey(id: "k", secret: [UInt8](repeating: 0, count: 31)) }
+        #expect(throws: GroupSyncError.self) { try GroupKey(id: "a/b", secret: [UInt8](repeating: 0, count: 32)) }
+        #expect(throws: GroupSyncError.self) { try GroupKey(id: "", secret: [UInt8](repeating: 0, count: 32)) }
+        #expect(throws: GroupSyncError.self) { try GroupKeyring([]) }
+        #expect(throws: GroupSyncError.self) { try GroupKeyring([Self.old, Self.old]) }
+        let key = try GroupKey.random(id: "fresh")
+        #expect(try GroupKey(id: "fresh", base64: key.base64Secret) == key)
+        #expect(!"\(key)".contains(key.base64Secret) && "\(key)".contains("fresh"))
+    }
+}
