@@ -408,16 +408,21 @@ struct CoordinatorStateMachine {
         _ sessionID: String, publisher: String, _ announcement: Wire.Announcement?, expiresAt: Int64, now: Int64
     ) -> AnnouncementAction {
         guard let announcement else {
-            return modifyGroup { group in
-                if group.ended[sessionID]?.copies.remove(publisher) != nil {
-                    return group.ended[sessionID]?.copies.isEmpty == true ? .settled : .none
-                }
-                guard group.sessions[sessionID]?.copies.removeValue(forKey: publisher) != nil,
-                    group.sessions[sessionID]?.copies.isEmpty == true
-                else { return .none }
-                group.sessions[sessionID] = nil
-                return .ended(by: nil, settled: true)
-            } ?? .none
+            var remaining: Int64?
+            let action =
+                modifyGroup { group -> AnnouncementAction in
+                    if group.ended[sessionID]?.copies.remove(publisher) != nil {
+                        return group.ended[sessionID]?.copies.isEmpty == true ? .settled : .none
+                    }
+                    guard group.sessions[sessionID]?.copies.removeValue(forKey: publisher) != nil else { return .none }
+                    remaining = group.sessions[sessionID]?.copies.values.max()
+                    guard remaining == nil else { return .none }
+                    group.sessions[sessionID] = nil
+                    return .ended(by: nil, settled: true)
+                } ?? .none
+            // The session now lasts only as long as the copies left: it may expire sooner than it would have.
+            if let remaining { wakeRequest.formEarliest(WakeRequest(expiry: remaining)) }
+            return action
         }
         guard announcement.matches(session: sessionID), announcement.revision.isPlausible(now: now),
             Identifier.isValid(announcement.activity.type)

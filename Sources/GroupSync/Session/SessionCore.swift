@@ -120,7 +120,9 @@ final class SessionCore: Sendable {
         for send in action.sends { self.send(send) }
         switch action.timer {
         case .unchanged: break
-        case let .wake(due): timer.schedule(after: .milliseconds(max(due &- context.clock.milliseconds(), 0)))
+        // A millisecond late rather than early: the wall clock may have turned a millisecond since `due`
+        // was reckoned, and a wake-up before it would find nothing due.
+        case let .wake(due): timer.schedule(after: .milliseconds(max(due &- context.clock.milliseconds() &+ 1, 0)))
         case .cancel: timer.cancel()
         }
         if let previous = action.invalidatedFrom {

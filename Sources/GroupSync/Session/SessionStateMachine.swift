@@ -614,12 +614,12 @@ struct SessionStateMachine {
     /// The timer fired, at wall-clock time `now` (ms) and `instant`: unanswered requests are sent again,
     /// our position is stated when ``MessageNumbering`` says it is due, and the timer is asked for the
     /// next of either. While the connection is down (or the session not joined) nothing is sent, and open
-    /// requests are looked at again ``inactiveRecheck`` later: a reconnect asks for everything anyway,
-    /// but a request must not be forgotten because its moment fell in a gap.
+    /// requests and statements still due are looked at again ``inactiveRecheck`` later: a reconnect asks
+    /// for everything anyway, but neither may be forgotten because its moment fell in a gap.
     mutating func onTick(now: Int64, at instant: ContinuousClock.Instant, connected: Bool) -> Action {
         var action = Action()
         guard case .joined = phase, connected else {
-            if case let .joined(joined) = phase, joined.receiver.nextRetry != nil {
+            if case let .joined(joined) = phase, joined.receiver.nextRetry != nil || numbering.nextPositionDue != nil {
                 action.timer = .wake(atWallClock: now &+ Self.inactiveRecheck)
             }
             return action

@@ -410,6 +410,10 @@ import Testing
         #expect(machine.announce("s1", Self.announcement("s1"), by: "carol", expiresAt: 8_000) == .changed)
         #expect(machine.takeWakeRequest().expiry == 5_000, "asked by the first copy")
         #expect(machine.nextWake(ownInterval: 2_500).expiry == 8_000, "the session lives as long as its last copy")
+        // A copy cleared while another lives on: the session now lasts only as long as that one.
+        #expect(machine.announce("s1", Self.announcement("s1"), by: "dave", expiresAt: 30_000) == .changed)
+        #expect(machine.announce("s1", nil, by: "dave") == .none)
+        #expect(machine.takeWakeRequest().expiry == 8_000, "asked by the clear")
         #expect(machine.announce("s2", Self.announcement("s2", ended: true), expiresAt: 7_000) == .settled)
         #expect(machine.nextWake(ownInterval: 2_500).expiry == 7_000)
         // Once silent and expired, nothing is left to wake for.
