@@ -71,16 +71,17 @@ import Testing
             var reader = DocumentedReader(group: group.name)
             for message in messages { try reader.read(message) }
             #expect(
-                reader.kinds.subtracting(["heartbeat"]) == [
+                reader.kinds.subtracting(["heartbeat", "$position"]) == [
                     "presence", "announcement", "ended", "member", "state", "Chat", "$catchup", "$end",
                 ],
-                "heartbeats come every keepalive / 2, so maybe none in this capture")
+                "heartbeats come every keepalive / 2, a position statement a heartbeat interval after a reliable message: maybe none in this capture"
+            )
             #expect(reader.presences["alice"]?.name == "Alice" && reader.presences["bob"]?.name == nil)
             #expect(reader.presences.values.allSatisfy { !$0.statuses.contains("lost") }, "a clean close sends no will")
             // Reliable app messages are numbered per stream; control messages carry no seq.
             #expect(reader.reliable["alice"]?.map(\.type) == ["Chat"])
             #expect(reader.reliable["alice"]?.map(\.seq) == [1])
-            #expect(reader.control["alice"] == ["$catchup", "$end"])
+            #expect(reader.control["alice"]?.filter { $0 != "$position" } == ["$catchup", "$end"])
             #expect(reader.unreliable["bob"]?.map(\.seq) == [1])
             #expect(reader.catchUps.map(\.topic) == ["\(session)/to/bob/alice"], "alice, the only active one, answers bob")
             #expect(reader.rejected.isEmpty, "\(reader.rejected)")
@@ -564,6 +565,10 @@ struct DocumentedReader {
         case "$end":
             #expect(json["body"] is NSNull)
             #expect(message.topic.contains("/all/"))
+        case "$position":
+            let body = try #require(json["body"] as? [String: Any])
+            try expectKeys(body, ["all"], optional: ["direct"], message)
+            #expect(DocumentedReader.integer(body["all"]) != nil && (body["direct"] == nil || body["direct"] is [String: Any]))
         case "$catchup":
             catchUps.append(message)
             #expect(message.topic.contains("/to/"))
