@@ -147,6 +147,25 @@ import Testing
         }
     }
 
+    /// What a broker writes to disk of a private session's retained records holds none of its content.
+    @Test(.needsOwnBroker("stops it to read its database")) func aBrokersDatabaseHoldsNoClearContent() async throws {
+        var configuration = MosquittoBroker.Configuration()
+        configuration.persistence = true
+        try await MosquittoBroker.withBroker(configuration) { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice", Self.keyed(Self.k1))
+            let a = try await alice.startJoined(Gallery(galleryID: "hush-gallery"))
+            try await SharedState(a, key: "page", initialValue: "").set("the secret page")
+            try await GroupSessionMessenger(session: a).send(Chat(text: "a secret"))
+            await broker.stop()  // gracefully: mosquitto saves its database
+            let database = try Data(contentsOf: URL(fileURLWithPath: "\(broker.directory)/data/mosquitto.db"))
+            let text = String(decoding: database, as: UTF8.self)
+            #expect(text.contains(#""sealed":"k1""#), "the session's records are in the database")
+            for clear in ["hush-gallery", "Gallery", "secret"] { #expect(!text.contains(clear), "\(clear) in the database") }
+            await group.closeAll()
+        }
+    }
+
     /// With the old key second in its keyring, alice joins bob's session (sealed with the old key) and
     /// reads what he seals with it; bob, who has only the old key, reads nothing alice seals with the new
     /// one; dave, with the new key only, cannot join.

@@ -27,7 +27,7 @@ extension SealedContext {
 
 extension Wire.StateRecord {
     /// This record with its value sealed by `sealer` for its place in `session` (key and clock).
-    func sealed(by sealer: SessionSealer, session: String) -> Wire.StateRecord {
+    package func sealed(by sealer: SessionSealer, session: String) -> Wire.StateRecord {
         var plaintext: [UInt8] = []
         JSONWriter.append(value, to: &plaintext)
         var record = self
@@ -40,7 +40,7 @@ extension Wire.StateRecord {
     /// place (another session, key or clock, another group key, a changed bit), or holds no JSON value by
     /// the decoding rules. Without a sealer (the session is not private), the record as it is, unless
     /// sealed.
-    func opened(by sealer: SessionSealer?, session: String) -> Wire.StateRecord? {
+    package func opened(by sealer: SessionSealer?, session: String) -> Wire.StateRecord? {
         guard let sealer else { return sealed == nil ? self : nil }
         guard let keyID = sealed, case let .string(text) = value,
             let plaintext = sealer.open(text, keyID: keyID, .state(session: session, key: key, clock: clock)),
@@ -53,7 +53,7 @@ extension Wire.StateRecord {
 extension Wire.Announcement {
     /// This announcement with its activity's data and metadata sealed by `sealer` (one already sealed
     /// as it is).
-    func sealed(by sealer: SessionSealer) -> Wire.Announcement {
+    package func sealed(by sealer: SessionSealer) -> Wire.Announcement {
         guard activity.sealed == nil else { return self }
         var members: [String: JSONValue] = ["data": activity.data]
         members["metadata"] = activity.metadata.flatMap { try? Wire.jsonValue($0) }
@@ -68,7 +68,7 @@ extension Wire.Announcement {
     /// This announcement with its activity opened by `sealer`: nil when it does not open for its place
     /// (another session, type, creator or revision, another group key, a changed bit) or what it holds
     /// is no `{"data": …, "metadata": …}`. One that is not sealed as it is.
-    func opened(by sealer: SessionSealer) -> Wire.Announcement? {
+    package func opened(by sealer: SessionSealer) -> Wire.Announcement? {
         guard let keyID = activity.sealed else { return self }
         guard case let .string(text) = activity.data, let plaintext = sealer.open(text, keyID: keyID, .announcement(self)),
             case let .object(members)? = try? JSONParser.parse(Data(plaintext)), let data = members["data"],

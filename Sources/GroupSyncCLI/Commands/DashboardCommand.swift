@@ -60,7 +60,7 @@ enum DashboardCommand: Command {
         guard DashboardTopics.isValidDiscoveryPrefix(prefix) else {
             throw UsageError("invalid --discovery-prefix '\(prefix)': a topic without wildcards or empty levels")
         }
-        let projection = DashboardProjection(group: common.group, discoveryPrefix: prefix)
+        let projection = DashboardProjection(group: common.group, discoveryPrefix: prefix, keyring: common.keyring)
         if let file = args.value("replay") {
             return try replay(file, projection, json: args.has("json"))
         }

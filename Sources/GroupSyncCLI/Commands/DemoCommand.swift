@@ -12,7 +12,7 @@ enum DemoCommand: Command {
     static let summary = "run the gallery demo on a private broker and print a verdict"
     static let help = """
         Usage: groupsync demo [--playback] [--participants N] [--timeout SEC] [--broker URL]… [--no-retain]
-                              [--group NAME]
+                              [--private] [--secret-file F] [--group NAME]
 
         N participants (default 3) share one gallery index. Scripted: swipes, a simultaneous swipe by two
         participants, a photo added to the session's journal, a late joiner who opens it, and one
@@ -31,6 +31,9 @@ enum DemoCommand: Command {
                             of a cluster), each with its credentials: the participants are spread
                             across them in turn, each with the others as its fallbacks
           --no-retain       the participants use no retained messages (see `groupsync help join`)
+          --private         the group is private: its sessions are sealed end to end with a key made for
+                            this run (or the keys of --secret-file, else $GROUPSYNC_SECRET; see
+                            `groupsync help join`)
           --group NAME      group name (default: demo-<random>)
           --password-file F, --cafile F, --cert F, --key F
                             with --broker: the password and TLS files, as for every other command
@@ -47,8 +50,8 @@ enum DemoCommand: Command {
 
     static func run(_ arguments: [String]) async throws -> Int32 {
         let args = try Arguments(
-            arguments, options: ["participants", "broker", "group", "timeout", "password-file", "cafile", "cert", "key"],
-            flags: ["playback", "no-retain"])
+            arguments, options: ["participants", "broker", "group", "timeout", "password-file", "cafile", "cert", "key", "secret-file"],
+            flags: ["playback", "no-retain", "private"])
         let count = try args.integer("participants", default: 3, range: 3...20)
         let timeout = Duration.seconds(try args.integer("timeout", default: 60, range: 1...3_600))
         let group = args.value("group") ?? "demo-\(String(UInt32.random(in: 0...UInt32.max), radix: 36))"
@@ -58,6 +61,7 @@ enum DemoCommand: Command {
         if common == nil, let stray = ["password-file", "cafile", "cert", "key"].first(where: { args.value($0) != nil }) {
             throw UsageError("--\(stray) is for a broker given with --broker (the private mosquitto needs none)")
         }
+        let keyring = try Self.keyring(args)
         let interruption = Interruption()
         // No forced exit: the private mosquitto is this process's to stop (the stop is bounded).
         Signals.onInterrupt(exitAfter: nil) { interruption.fire() }
@@ -83,9 +87,10 @@ enum DemoCommand: Command {
                 ?? (urls.count > 1 ? "using \(using), participants spread across them in turn" : "using \(using)"))
         let retainedMessages = !args.has("no-retain")
         if !retainedMessages { timeline.note("broker", "no retained messages: sessions found through welcomes and catch-ups") }
+        if let keyring { timeline.note("private", "sessions sealed end to end with group key \(keyring.sealingKey.id)") }
         let stage = DemoStage(
             brokers: urls, group: group, count: count, timeline: timeline, retainedMessages: retainedMessages, tls: common?.tls,
-            password: common?.password)
+            password: common?.password, keyring: keyring)
         let scenario: any DemoScript = args.has("playback") ? PlaybackDemo(stage: stage) : Scenario(stage: stage)
         let outcome: Result<Bool, any Error>
         do {
@@ -105,5 +110,21 @@ enum DemoCommand: Command {
         case let .failure(error):
             throw CommandFailure("demo failed: \(error)")
         }
+    }
+
+    /// The participants' keys: those of `--secret-file` (private without `--private`); with `--private`,
+    /// those of `$GROUPSYNC_SECRET`, else a key made for this run; nil for a group that is not private.
+    private static func keyring(_ args: Arguments) throws -> GroupKeyring? {
+        if let file = args.value("secret-file") {
+            guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
+                throw UsageError("cannot read --secret-file '\(file)'")
+            }
+            return try CommonOptions.keyring(text, from: "--secret-file '\(file)'")
+        }
+        guard args.has("private") else { return nil }
+        if let text = ProcessInfo.processInfo.environment["GROUPSYNC_SECRET"] {
+            return try CommonOptions.keyring(text, from: "$GROUPSYNC_SECRET")
+        }
+        return try GroupKeyring([try GroupKey.random(id: "demo")])
     }
 }

@@ -46,7 +46,7 @@ enum SessionsCommand: Command {
     ) async throws -> Int32 {
         let observer = ObserverWelcome.id(of: client)
         let welcomed = ObserverWelcome.isNeeded(common, client)
-        var view = GroupView(group: common.group, observer: welcomed ? observer : nil)
+        var view = GroupView(group: common.group, observer: welcomed ? observer : nil, keyring: common.keyring)
         var welcome = ObserverWelcome(observer: observer)
         let topics = view.topics
         let marker = "groupsync-observer/\(client.configuration.clientID)"

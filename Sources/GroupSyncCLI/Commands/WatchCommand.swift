@@ -42,7 +42,9 @@ enum WatchCommand: Command {
             }
             return (client, subscription)
         }
-        var view = GroupView(group: common.group, observer: ObserverWelcome.isNeeded(common, client) ? ObserverWelcome.id(of: client) : nil)
+        var view = GroupView(
+            group: common.group, observer: ObserverWelcome.isNeeded(common, client) ? ObserverWelcome.id(of: client) : nil,
+            keyring: common.keyring)
         let stopper = Task {
             for await _ in interruption.stream() {}
             subscription.unsubscribe()

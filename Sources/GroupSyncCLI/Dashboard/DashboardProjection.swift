@@ -61,9 +61,11 @@ struct DashboardProjection {
         case text
     }
 
-    init(group: String, discoveryPrefix: String = DashboardTopics.defaultDiscoveryPrefix) {
+    /// `keyring`: the group's keys, when it is private; without them its sessions show their participants
+    /// and counts, not their values.
+    init(group: String, discoveryPrefix: String = DashboardTopics.defaultDiscoveryPrefix, keyring: GroupKeyring? = nil) {
         topics = DashboardTopics(group: group, discoveryPrefix: discoveryPrefix)
-        view = GroupView(group: group)
+        view = GroupView(group: group, keyring: keyring)
     }
 
     /// The GroupSync filters to subscribe to, in this order (announcements before the members and state
@@ -85,7 +87,7 @@ struct DashboardProjection {
     /// On a group without retained messages: learn it from the welcome that `observer` asks for.
     mutating func observe(as observer: String) {
         welcome = ObserverWelcome(observer: observer)
-        view = GroupView(group: topics.group, observer: observer)
+        view = GroupView(group: topics.group, observer: observer, keyring: view.keyring)
     }
 
     /// Asks for the welcome (after the marker, ``observe(as:)``) at `now` (wall clock, ms).
@@ -140,7 +142,7 @@ struct DashboardProjection {
     /// After a reconnect: forget everything and learn it again from the retained messages (a session may
     /// have ended, a participant may have gone, while the connection was down).
     mutating func restart() {
-        view = GroupView(group: topics.group, observer: welcome?.observer)
+        view = GroupView(group: topics.group, observer: welcome?.observer, keyring: view.keyring)
         welcome = welcome.map { ObserverWelcome(observer: $0.observer) }
         retained = [:]
         isSynchronized = false

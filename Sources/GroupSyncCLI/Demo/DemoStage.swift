@@ -18,11 +18,13 @@ final class DemoStage: Sendable {
     let tls: MQTTClient.TLS?
     /// For brokers whose URL has none (`--password-file`, `GROUPSYNC_PASSWORD`).
     let password: String?
+    /// The participants' keys with `--private`.
+    let keyring: GroupKeyring?
     private let connected = LockedValue<[GroupCoordinator]>([])
 
     init(
         brokers: [String], group: String, count: Int, timeline: Timeline, retainedMessages: Bool = true, tls: MQTTClient.TLS? = nil,
-        password: String? = nil
+        password: String? = nil, keyring: GroupKeyring? = nil
     ) {
         precondition(!brokers.isEmpty)
         self.brokers = brokers
@@ -32,6 +34,7 @@ final class DemoStage: Sendable {
         self.retainedMessages = retainedMessages
         self.tls = tls
         self.password = password
+        self.keyring = keyring
     }
 
     /// The broker list of the `index`th participant: the brokers from the `index`th on, round the list.
@@ -47,6 +50,7 @@ final class DemoStage: Sendable {
         var configuration = try GroupCoordinator.Configuration(broker: url, group: group, participant: name, tls: tls, clock: clock)
         configuration.mqtt.retainedMessages = retainedMessages
         if configuration.mqtt.password == nil, let password { configuration.mqtt.password = password }
+        configuration.keyring = keyring
         let coordinator: GroupCoordinator
         do {
             coordinator = try await GroupCoordinator.connect(configuration)

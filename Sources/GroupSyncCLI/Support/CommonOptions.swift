@@ -5,7 +5,7 @@ import MQTT
 /// `--broker`, `--group`, `--as` and the broker's credentials, shared by every command that talks to a
 /// broker.
 struct CommonOptions {
-    static let names: Set<String> = ["broker", "group", "as", "keepalive", "cafile", "cert", "key", "password-file"]
+    static let names: Set<String> = ["broker", "group", "as", "keepalive", "cafile", "cert", "key", "password-file", "secret-file"]
     /// The flags of commands that connect a participant (`join`, `bridge`, `end`).
     static let participantFlags: Set<String> = ["no-retain"]
     static let participantHelp = """
@@ -30,6 +30,10 @@ struct CommonOptions {
                             default: the system's trust store, /etc/ssl/certs)
           --cert F, --key F mqtts: a client certificate and its key, for brokers that require one
                             ($GROUPSYNC_CERT, $GROUPSYNC_KEY)
+          --secret-file F   the group's keys, which make its sessions private (sealed end to end): one
+                            per line, `ID BASE64` of 32 random bytes (make one with
+                            echo "k1 $(openssl rand -base64 32)" > F); the first seals, every one
+                            opens. Else $GROUPSYNC_SECRET, the same text. No key is ever printed
           --group NAME      the group, like a call everyone is in (default: default)
           --as ID           this participant's ID (default: USER@HOST, the same on every run, so that
                             a rerun takes its own place instead of leaving records behind)
@@ -46,6 +50,8 @@ struct CommonOptions {
     var password: String?
     /// False with `--no-retain`.
     var retainedMessages: Bool
+    /// The group's keys (`--secret-file`, `GROUPSYNC_SECRET`): its sessions are private.
+    var keyring: GroupKeyring?
 
     /// The options in `arguments`.
     init(_ arguments: Arguments, defaultParticipant: String = CommonOptions.stableParticipant()) throws(UsageError) {
@@ -86,6 +92,14 @@ struct CommonOptions {
         } else {
             password = environment["GROUPSYNC_PASSWORD"]
         }
+        if let file = arguments.value("secret-file") {
+            guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
+                throw UsageError("cannot read --secret-file '\(file)'")
+            }
+            keyring = try Self.keyring(text, from: "--secret-file '\(file)'")
+        } else if let text = environment["GROUPSYNC_SECRET"] {
+            keyring = try Self.keyring(text, from: "$GROUPSYNC_SECRET")
+        }
         // A URL that cannot be a broker is a usage error (exit 2), not an unreachable broker (exit 3).
         do {
             _ = try mqttConfiguration()
@@ -110,7 +124,29 @@ struct CommonOptions {
             broker: broker, group: group, participant: participant, tls: tls, keepAlive: keepAlive)
         if configuration.mqtt.password == nil, let password { configuration.mqtt.password = password }
         configuration.mqtt.retainedMessages = retainedMessages
+        configuration.keyring = keyring
         return configuration
+    }
+
+    /// The keys of `text`: one per line, `ID BASE64`; blank lines and lines starting with `#` are skipped.
+    /// A usage error names `source` and the line, never the key.
+    static func keyring(_ text: String, from source: String) throws(UsageError) -> GroupKeyring {
+        var keys: [GroupKey] = []
+        for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let words = line.split(whereSeparator: \.isWhitespace)
+            guard let first = words.first, !first.hasPrefix("#") else { continue }
+            guard words.count == 2 else { throw UsageError("\(source), line \(index + 1): expected `ID BASE64`") }
+            do {
+                keys.append(try GroupKey(id: String(words[0]), base64: String(words[1])))
+            } catch {
+                throw UsageError("\(source), line \(index + 1): \(error)")
+            }
+        }
+        do {
+            return try GroupKeyring(keys)
+        } catch {
+            throw UsageError("\(source): \(error)")
+        }
     }
 
     /// `USER@HOST` (with `suffix`), made an identifier: characters outside A–Z a–z 0–9 . _ - : @ ~

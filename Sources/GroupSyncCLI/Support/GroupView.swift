@@ -7,6 +7,10 @@ import MQTT
 /// and `dashboard`. A session lasts while a copy of its announcement does, as for a participant
 /// (PROTOCOL.md, Lifetimes): each copy expires when its message expiry (a stored copy's remaining one)
 /// or its `ttl` runs out unless it is published again, and ``expire(now:)`` forgets what expired.
+///
+/// In a private group it opens what its keyring can (PROTOCOL.md, Private sessions); what it cannot stays
+/// sealed: a session's title shows as "private session", and a sealed state value is reported as sealed and
+/// not kept (so a dashboard without the key shows participants and counts, not values).
 struct GroupView {
     struct Session {
         /// The copy with the largest revision.
@@ -27,6 +31,8 @@ struct GroupView {
     }
 
     let topics: GroupTopics
+    /// The group's keys, if this observer has them.
+    let keyring: GroupKeyring?
     /// The ID this observer asked to be welcomed as (PROTOCOL.md, "Observers"): welcomes and catch-ups
     /// addressed to it are applied as the records they stand for. Nil: it reads retained records only.
     let observer: String?
@@ -36,9 +42,23 @@ struct GroupView {
     /// of different topics come in any order, so they wait here instead of being lost.
     private var early: [String: (members: [String: Int64], states: [String: Wire.StateRecord])] = [:]
 
-    init(group: String, observer: String? = nil) {
+    init(group: String, observer: String? = nil, keyring: GroupKeyring? = nil) {
         topics = GroupTopics(group: group)
         self.observer = observer
+        self.keyring = keyring
+    }
+
+    /// What opens `session`'s sealed payloads: nil without a keyring.
+    private func sealer(_ session: String) -> SessionSealer? {
+        keyring.map { SessionSealer(keyring: $0, group: topics.group, session: session) }
+    }
+
+    /// Opened: `.some(record)`; sealed with a key this observer lacks: `.some(nil)`; not opening with a
+    /// key it has (forged or damaged): nil.
+    private func readable(_ record: Wire.StateRecord, session: String) -> Wire.StateRecord?? {
+        guard let keyID = record.sealed else { return .some(record) }
+        guard let sealer = sealer(session), sealer.opens(keyID: keyID) else { return .some(nil) }
+        return record.opened(by: sealer, session: session).map { .some($0) } ?? nil
     }
 
     /// Participants of `session` that joined and whose connection is alive.
@@ -125,8 +145,12 @@ struct GroupView {
                 early[id] = nil
                 return Event(kind: "ended", session: id, text: "session \(id) ended (announcement cleared)", fields: [:])
             }
-            guard let announcement = Wire.decode(Wire.Announcement.self, from: payload), announcement.session == id else {
+            guard var announcement = Wire.decode(Wire.Announcement.self, from: payload), announcement.session == id else {
                 return invalid(message)
+            }
+            if let keyID = announcement.activity.sealed, let sealer = sealer(id), sealer.opens(keyID: keyID) {
+                guard let opened = announcement.opened(by: sealer) else { return invalid(message) }
+                announcement = opened
             }
             if announcement.ended == true {
                 let known = sessions.removeValue(forKey: id) != nil
@@ -155,7 +179,14 @@ struct GroupView {
                     kind: "state-cleared", session: id, participant: writer, text: "\(writer)'s \(key) in \(id) cleared",
                     fields: ["key": .string(key)])
             }
-            guard let record = Wire.decode(Wire.StateRecord.self, from: payload) else { return invalid(message) }
+            guard let sealed = Wire.decode(Wire.StateRecord.self, from: payload), let readable = readable(sealed, session: id) else {
+                return invalid(message)
+            }
+            guard let record = readable else {
+                return Event(
+                    kind: "state", session: id, participant: writer, text: "\(writer) set \(key) = sealed in \(id) (clock \(sealed.clock))",
+                    fields: ["key": .string(key), "sealed": .string(sealed.sealed ?? ""), "clock": .string(sealed.clock.description)])
+            }
             keepNewer(record, session: id)
             return Event(
                 kind: "state", session: id, participant: writer,
@@ -221,7 +252,7 @@ struct GroupView {
     /// A catch-up addressed to this observer: its members and records, as if read from the broker.
     private mutating func applyCatchUp(_ catchUp: Wire.CatchUp, session: String) {
         for member in catchUp.members { setMember(session, member.participant, member.epoch) }
-        for record in catchUp.states { keepNewer(record, session: session) }
+        for case let record?? in catchUp.states.map({ readable($0, session: session) }) { keepNewer(record, session: session) }
     }
 
     private mutating func keepNewer(_ record: Wire.StateRecord, session id: String) {
@@ -251,6 +282,7 @@ struct GroupView {
             "reliable": .bool(header.reliable),
         ]
         if let seq = header.seq { fields["seq"] = .int(seq) }
+        if let keyID = header.sealed { fields["sealed"] = .string(keyID) }
         switch header.type {
         case "$catchup":
             if recipient != nil, recipient == observer {
