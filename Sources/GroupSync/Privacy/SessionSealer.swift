@@ -48,7 +48,9 @@ package struct SessionSealer: Sendable {
 package struct SealedContext: Sendable, Hashable {
     package private(set) var bytes: [UInt8] = []
 
-    package init(_ fields: String...) { for field in fields { append(field) } }
+    package init(_ fields: String...) { self.init(fields) }
+
+    package init(_ fields: [String]) { for field in fields { append(field) } }
 
     private mutating func append(_ field: String) {
         let utf8 = Array(field.utf8)
