@@ -147,6 +147,55 @@ import Testing
         }
     }
 
+    /// The journal of a private session: names, types and metadata sealed in the record, every chunk
+    /// sealed; the members read and load them (where nothing is retained, also from a holder who loaded
+    /// them, after their owner left); nothing of them travels in clear.
+    @Test(arguments: [true, false]) func theJournalIsSealed(retainedMessages: Bool) async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            func join(_ name: String) async throws -> GroupCoordinator {
+                try await group.join(name) {
+                    $0.keyring = try! GroupKeyring([Self.k1])
+                    $0.mqtt.retainedMessages = retainedMessages
+                }
+            }
+            let (tap, wire) = try await rawSubscriber(broker, "#")
+            let alice = try await join("alice")
+            let a = try await alice.startJoined(Gallery(galleryID: "journal"))
+            let configuration = GroupSessionJournal.Configuration(chunkSize: 16 << 10, window: 4)
+            let content = Data(String(repeating: "the plain photo bytes ", count: 3_000).utf8)  // 66,000 bytes: 5 chunks
+            let added = try await GroupSessionJournal(session: a, configuration: configuration).add(
+                content, name: "hidden-photo.jpg", mediaType: "image/jpeg", metadata: ["caption": "a quiet caption"])
+            let bob = try await join("bob")
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let journal = GroupSessionJournal(session: b)
+            try await waitUntil("bob lists the attachment") { journal.attachments.count == 1 }
+            let listed = journal.attachments[0]
+            #expect(
+                listed.name == "hidden-photo.jpg" && listed.mediaType == "image/jpeg" && listed.metadata == ["caption": "a quiet caption"])
+            #expect(listed.size == content.count && listed.digest == added.digest)
+            #expect(try await journal.load(listed) == content)
+            if !retainedMessages {
+                // alice leaves; carol loads from bob, who holds what he loaded and seals it as it goes out.
+                await alice.close()
+                let carol = try await join("carol")
+                let c = try await carol.joinSession(a.id, of: Gallery.self)
+                let carolsJournal = GroupSessionJournal(session: c)
+                try await waitUntil("carol lists the attachment") { carolsJournal.attachments.count == 1 }
+                #expect(try await carolsJournal.load(carolsJournal.attachments[0]) == content)
+            }
+            try await tap.publish(to: "\(group.name)/marker", string: "m")
+            try await waitUntil("the tap's marker") { wire.elements.contains { $0.topic == "\(group.name)/marker" } }
+            await tap.disconnect()
+            #expect(wire.elements.contains { $0.topic.hasPrefix(GroupTopics.chunkProtocolRoot) }, "the chunks went by")
+            for clear in ["plain photo", "hidden-photo", "image/jpeg", "quiet caption"] {
+                #expect(!wire.elements.contains { String(decoding: $0.payload, as: UTF8.self).contains(clear) }, "\(clear) on the wire")
+            }
+            #expect(bob.rejectedMessageCount == 0)
+            await group.closeAll()
+        }
+    }
+
     /// What a broker writes to disk of a private session's retained records holds none of its content.
     @Test(.needsOwnBroker("stops it to read its database")) func aBrokersDatabaseHoldsNoClearContent() async throws {
         var configuration = MosquittoBroker.Configuration()

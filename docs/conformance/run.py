@@ -178,14 +178,22 @@ def heartbeat(value):
 def announcement(value):
     f = Fields(value)
     activity = Fields(f.value("activity"), record=False)
-    metadata = Fields(activity.value("metadata"), record=False)
-    meta = {"title": metadata.str("title"), "type": metadata.str("type")}
-    if meta["type"] not in ACTIVITY_TYPES:
-        meta["type"] = "generic"  # a type from a newer writer: shown as generic, never hidden
-    subtitle = metadata.optional_str("subtitle")
-    if subtitle is not None:
-        meta["subtitle"] = subtitle
-    record = {"activity": {"data": activity.value("data"), "metadata": meta, "type": activity.str("type")},
+    sealed = activity.optional_str("sealed")
+    if sealed is not None:
+        # Private (PROTOCOL.md#private-sessions): the data is the sealed text of data and metadata.
+        if type(activity.value("data")) is not str or "metadata" in activity.object:
+            raise Rejected("wrong-shape")
+        read = {"data": activity.value("data"), "sealed": sealed, "type": activity.str("type")}
+    else:
+        metadata = Fields(activity.value("metadata"), record=False)
+        meta = {"title": metadata.str("title"), "type": metadata.str("type")}
+        if meta["type"] not in ACTIVITY_TYPES:
+            meta["type"] = "generic"  # a type from a newer writer: shown as generic, never hidden
+        subtitle = metadata.optional_str("subtitle")
+        if subtitle is not None:
+            meta["subtitle"] = subtitle
+        read = {"data": activity.value("data"), "metadata": meta, "type": activity.str("type")}
+    record = {"activity": read,
             "createdAt": f.int("createdAt", TIME), "createdBy": f.str("createdBy"), "revision": clock(f.value("revision")),
             "session": f.str("session"), "ttl": f.int("ttl", TTL), "v": VERSION}
     ended = f.optional_bool("ended")
@@ -220,7 +228,13 @@ def member(value):
 
 def state(value):
     f = Fields(value)
-    return {"clock": clock(f.value("clock")), "key": f.str("key"), "v": VERSION, "value": f.value("value")}
+    record = {"clock": clock(f.value("clock")), "key": f.str("key"), "v": VERSION, "value": f.value("value")}
+    sealed = f.optional_str("sealed")
+    if sealed is not None:
+        if type(record["value"]) is not str:  # private: the sealed text of the value
+            raise Rejected("wrong-shape")
+        record["sealed"] = sealed
+    return record
 
 
 DIGEST = re.compile(r"[0-9a-f]{64}\Z")
@@ -231,6 +245,14 @@ def attachment_id(digests):
     return hashlib.sha256(b"".join(bytes.fromhex(d) for d in digests)).hexdigest()
 
 
+def base64_bytes(text):
+    """The bytes of standard base64 with padding (RFC 4648), or none when it is not that."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        return b""
+
+
 def journal(value):
     """A journal record (PROTOCOL.md#the-journal-record): size and chunkSize in their ranges (out-of-range), then
     consistent, its id that of its chunks' digests included (wrong-shape)."""
@@ -239,8 +261,19 @@ def journal(value):
     if not all(type(digest) is str for digest in chunks):
         raise Rejected("wrong-shape")
     record = {"added": clock(f.value("added")), "chunkSize": f.int("chunkSize", CHUNK_SIZE), "chunks": chunks, "id": f.str("id"),
-              "name": f.str("name"), "size": f.int("size", SIZE), "type": f.str("type"), "v": VERSION}
-    if "metadata" in f.object:
+              "name": f.str("name"), "size": f.int("size", SIZE), "v": VERSION}
+    sealed = f.optional_str("sealed")
+    if sealed is not None:
+        # Private: name holds the sealed name, type and metadata; the chunks' salt is 16 bytes.
+        salt = f.optional_str("salt")
+        if "type" in f.object or "metadata" in f.object or salt is None or len(base64_bytes(salt)) != 16:
+            raise Rejected("wrong-shape")
+        record["sealed"], record["salt"] = sealed, salt
+    elif "salt" in f.object:
+        raise Rejected("wrong-shape")
+    else:
+        record["type"] = f.str("type")
+    if sealed is None and "metadata" in f.object:
         metadata = f.typed("metadata", dict)
         if not all(type(text) is str for text in metadata.values()):
             raise Rejected("wrong-shape")
@@ -259,6 +292,11 @@ def envelope(value):
     seq = f.optional_int("seq", SEQ)
     if seq is not None:
         record["seq"] = seq
+    sealed = f.optional_str("sealed")
+    if sealed is not None:
+        if type(record["body"]) is not str:  # private: the sealed text of the body
+            raise Rejected("wrong-shape")
+        record["sealed"] = sealed
     stream = f.optional_str("stream")
     if stream is not None:
         if stream != "all":
@@ -496,6 +534,17 @@ def sealing_failures(file):
         session_key = primitives.hkdf_sha256(group_key, b"groupsync/v2", info)
         if "session_key_hex" in vector:
             ok = session_key.hex() == vector["session_key_hex"]
+        elif "salt" in vector:
+            # A chunk: its attachment's key, and its index as the nonce; no nonce on the wire.
+            chunk_key = primitives.hkdf_sha256(session_key, base64.b64decode(vector["salt"]), b"chunks")
+            nonce, raw = vector["index"].to_bytes(12, "big"), base64.b64decode(vector["sealed"])
+            opened = primitives.open_sealed(chunk_key, nonce, b"\x00\x00\x00\x05chunk", raw)
+            if vector.get("opens", True):
+                sealed = primitives.seal(chunk_key, nonce, b"\x00\x00\x00\x05chunk", vector["plaintext"].encode("utf-8"))
+                ok = (chunk_key.hex() == vector["chunk_key_hex"] and sealed == raw and opened == vector["plaintext"].encode("utf-8")
+                      and hashlib.sha256(raw).hexdigest() == vector["sealed_sha256"])
+            else:
+                ok = opened is None
         else:
             aad = b"".join(len(f.encode("utf-8")).to_bytes(4, "big") + f.encode("utf-8") for f in vector["context"])
             raw = base64.b64decode(vector["sealed"])

@@ -43,9 +43,10 @@ extension GroupCoordinator {
         var outbox = OutboxStateMachine.Configuration()
         /// Makes the group private (nil, the default: it is not). Every session this participant starts
         /// is sealed with the keyring's first key (AES-256-GCM, a key per session derived with HKDF-SHA256);
-        /// what it receives is opened with whichever key it was sealed with. Sealed: app message bodies.
-        /// In clear: topics, participant IDs, epochs, sequence numbers, clocks, message types, lifetimes and
-        /// sizes (PROTOCOL.md, Private sessions). A sealed payload that does not open — another key, moved
+        /// what it receives is opened with whichever key it was sealed with. Sealed: app message bodies,
+        /// shared state values, the activity, and the journal's names, media types, metadata and bytes. In
+        /// clear: topics, participant IDs, epochs, sequence numbers, clocks, message types, state keys,
+        /// lifetimes and sizes (PROTOCOL.md, Private sessions). A sealed payload that does not open — another key, moved
         /// to another topic or sender, changed — is rejected and counted, never delivered.
         public var keyring: GroupKeyring?
 

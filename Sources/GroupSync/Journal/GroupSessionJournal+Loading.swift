@@ -91,13 +91,16 @@ extension GroupSessionJournal {
         guard configuration.window > 0 else { throw .invalidArgument("window must be positive") }
         guard !isRemoved(attachment) else { throw .attachmentRemoved(digest: attachment.digest) }
         let record = attachment.record
+        // A private attachment's chunks come sealed: the key is ours, or the attachment is not for us.
+        let cipher = core.chunkCipher(for: record)
+        if let keyID = record.sealed, cipher == nil { throw .privateSession(keyID: keyID) }
         // Where nothing is retained, the chunks come from a participant that holds them, on its own chunk
         // topics: the owner if it is active, else one that loaded them.
         let servedByHolders = !client.retainAvailable
         if servedByHolders, let held = core.read({ $0.journal.heldAttachment(record.id) }), held.record == record {
             // Ours already (added or loaded here, in this layout): from memory — bytes the app added, or that
             // verified when we loaded them — or from its file, each chunk checked as it is read.
-            let chunks = record.chunks.indices.map { held.chunk($0) }
+            let chunks = record.chunks.indices.map { held.contentChunk($0) }
             if chunks.allSatisfy({ $0 != nil }) {
                 progress?(JournalLoadProgress(completedBytes: 0, totalBytes: attachment.size, rejectedChunks: 0))
                 var done = 0
@@ -192,7 +195,7 @@ extension GroupSessionJournal {
                     topics.chunk(session, attachment: record.id, index: $0, owner: servedByHolders ? "+" : record.added.participant)
                 }
                 let index = Dictionary(uniqueKeysWithValues: zip(filters.map(Self.withoutPublisher), chunks))
-                let largest = Int(record.chunkSize)
+                let largest = Int(record.chunkSize) + (cipher == nil ? 0 : AEAD.tagSize)
                 group.addTask {
                     do {
                         let subscription = try await client.subscribe(
@@ -266,12 +269,22 @@ extension GroupSessionJournal {
                     switch event {
                     case let .chunk(index, data):
                         // The only hash of these bytes: the record's id binds its digests, so verified chunks are
-                        // the content. A verified chunk of another length than the record says is the owner's error.
+                        // the content (sealed, in a private session: opened once verified). A verified chunk of
+                        // another length than the record says, or that does not open, is the owner's error.
                         let verified = index < record.chunks.count && SHA256.hex(data) == record.chunks[index]
-                        if verified, Int64(data.count) != min(record.chunkSize, record.size - Int64(index) * record.chunkSize) {
-                            try abandon(.attachmentCorrupted(digest: record.id))
+                        let length = min(record.chunkSize, record.size - Int64(index) * record.chunkSize)
+                        var content = data
+                        if verified {
+                            if let cipher {
+                                guard Int64(data.count) == length + Int64(AEAD.tagSize), let opened = cipher.open(data, index: index) else {
+                                    try abandon(.attachmentCorrupted(digest: record.id))
+                                }
+                                content = opened
+                            } else if Int64(data.count) != length {
+                                try abandon(.attachmentCorrupted(digest: record.id))
+                            }
                         }
-                        action = machine.onChunk(index, data, verified: verified, now: clock.milliseconds())
+                        action = machine.onChunk(index, content, verified: verified, now: clock.milliseconds())
                         if servedByHolders {
                             rejectedInARow = verified ? 0 : rejectedInARow + 1
                             if verified { lastHeard.withLock { $0 = .now } }
@@ -335,7 +348,9 @@ extension GroupSessionJournal {
 
     /// Where nothing is retained, we serve what we loaded while we are joined, and say so (`$have`).
     private func serve(_ bytes: HeldAttachment.Bytes, of attachment: JournalAttachment) {
-        guard !core.context.client.retainAvailable, let held = HeldAttachment(record: attachment.record, bytes: bytes) else { return }
+        guard !core.context.client.retainAvailable,
+            let held = HeldAttachment(record: attachment.record, bytes: bytes, cipher: core.chunkCipher(for: attachment.record))
+        else { return }
         core.perform {
             $0.onJournal { journal in
                 journal.hold(held)

@@ -63,15 +63,22 @@ public final class GroupSessionJournal: Sendable {
             throw .invalidArgument("chunkSize and window must be positive")
         }
         let packetLimit = client.maximumPacketSize.map { $0 - Wire.envelopeAllowance }
-        let chunkSize = min(configuration.chunkSize, packetLimit ?? .max)
+        // In a private session each chunk is sealed, which makes it a tag longer; its key is the session's
+        // with a salt of its own.
+        let sealer = core.sealer
+        let salt = sealer.map { _ in Data(AEAD.randomBytes(16)).base64EncodedString() }
+        let cipher = sealer.flatMap { sealer in salt.flatMap { sealer.chunkCipher(keyID: sealer.sealingKeyID, salt: $0) } }
+        let chunkSize = min(configuration.chunkSize, (packetLimit ?? .max) - (cipher == nil ? 0 : AEAD.tagSize))
         // The record lists 67 bytes per chunk (a quoted digest and a comma): one that cannot fit the
         // broker's packets is refused before anything is hashed.
         let chunkCount = (data.count + chunkSize - 1) / chunkSize
         if let limit = packetLimit, chunkCount * 67 > limit {
             throw .journalLimitExceeded(.recordSize(size: chunkCount * 67, limit: limit))
         }
-        // Slices share `data`'s bytes: the owner keeps (and refreshes) one copy of the attachment.
-        let chunks = stride(from: data.startIndex, to: data.endIndex, by: chunkSize).map { data[$0..<min($0 + chunkSize, data.endIndex)] }
+        // Slices share `data`'s bytes: the owner keeps (and refreshes) one copy of the attachment (sealed
+        // chunks are copies of their own).
+        let content = stride(from: data.startIndex, to: data.endIndex, by: chunkSize).map { data[$0..<min($0 + chunkSize, data.endIndex)] }
+        let chunks = cipher.map { cipher in content.enumerated().map { cipher.seal($1, index: $0) } } ?? content
         // Each byte is hashed once, into its chunk's digest; the attachment's digest is that of theirs.
         let digests = chunks.map(SHA256.hex)
         let digest = SHA256.hex(ofDigests: digests)
@@ -80,9 +87,10 @@ public final class GroupSessionJournal: Sendable {
             try machine.journal.check(adding: data.count, digest: digest, owner: me, limits: configuration)
         }
         let added = core.context.hlc.withLock { $0.tick(now: core.context.clock.milliseconds()) }
-        let record = Wire.JournalRecord(
+        var record = Wire.JournalRecord(
             id: digest, name: name, type: mediaType, size: Int64(data.count), chunkSize: Int64(chunkSize),
-            chunks: digests, added: added, metadata: metadata.isEmpty ? nil : metadata)
+            chunks: digests, added: added, metadata: metadata.isEmpty ? nil : metadata, salt: salt)
+        if let sealer { record = record.sealed(by: sealer, session: session) }
         let payload = try Wire.encode(record)
         if let limit = packetLimit, payload.count > limit {
             throw .journalLimitExceeded(.recordSize(size: payload.count, limit: limit))
@@ -91,7 +99,7 @@ public final class GroupSessionJournal: Sendable {
         let recordTopic = topics.journal(session, attachment: digest, owner: me)
         guard client.retainAvailable else {
             // Nothing is retained: we hold the bytes and serve them to whoever asks while we are joined.
-            let held = HeldAttachment(record: record, bytes: .memory(data))
+            let held = HeldAttachment(record: record, bytes: .memory(data), cipher: cipher)
             core.perform {
                 $0.onJournal { journal in
                     if let held { journal.hold(held) }

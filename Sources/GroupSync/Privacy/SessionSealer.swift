@@ -43,6 +43,40 @@ package struct SessionSealer: Sendable {
     }
 }
 
+extension SessionSealer {
+    /// What seals and opens the chunks of a private attachment sealed with key `keyID` and `salt` (16
+    /// bytes, base64); nil when this keyring lacks the key or the salt is no such thing.
+    package func chunkCipher(keyID: String, salt: String) -> ChunkCipher? {
+        guard let sessionKey = keys[keyID], let salt = Data(base64Encoded: salt), salt.count == 16 else { return nil }
+        return ChunkCipher(key: HKDF.sha256(key: sessionKey, salt: Array(salt), info: Array("chunks".utf8)))
+    }
+}
+
+/// Seals and opens the chunks of one private attachment. Its key is HKDF-SHA256 of the session key with
+/// the record's salt (info `chunks`): a key per attachment, so chunk `index`'s nonce is `index` itself
+/// (12 bytes, big endian), never used twice under one key for different bytes. Sealing is deterministic:
+/// whoever holds the bytes makes the very chunk the record's digest names, and a holder whose bytes no
+/// longer match sees it by that digest before it publishes anything.
+package struct ChunkCipher: Sendable, Hashable {
+    let key: [UInt8]
+
+    /// Chunk `index`'s bytes sealed: ciphertext ‖ tag (16 bytes longer).
+    package func seal(_ plaintext: some Collection<UInt8>, index: Int) -> Data {
+        Data(AEAD.seal(plaintext, key: key, nonce: Self.nonce(index), aad: Self.context.bytes))
+    }
+
+    /// Chunk `index` opened; nil when it does not open.
+    package func open(_ sealed: Data, index: Int) -> Data? {
+        AEAD.open(sealed, key: key, nonce: Self.nonce(index), aad: Self.context.bytes).map { Data($0) }
+    }
+
+    private static let context = SealedContext("chunk")
+
+    private static func nonce(_ index: Int) -> [UInt8] {
+        (0..<AEAD.nonceSize).map { byte in UInt8(truncatingIfNeeded: UInt64(index) >> (8 * UInt64(AEAD.nonceSize - 1 - byte))) }
+    }
+}
+
 /// The associated data of a sealed payload: what it is and where it belongs, as fields each written as its
 /// length (4 bytes, big endian) and its UTF-8 bytes. A payload opens only with the same fields.
 package struct SealedContext: Sendable, Hashable {

@@ -16,6 +16,11 @@ extension SealedContext {
         SealedContext("state", session, key, clock.participant, String(clock.time), String(clock.counter))
     }
 
+    /// A journal record's name, type and metadata: its session, attachment and when its owner added it.
+    package static func journal(_ record: Wire.JournalRecord, session: String) -> SealedContext {
+        SealedContext("journal", session, record.id, record.added.participant, String(record.added.time), String(record.added.counter))
+    }
+
     /// An announcement's activity: its session, activity type, creator, creation time and revision.
     package static func announcement(_ announcement: Wire.Announcement) -> SealedContext {
         let revision = announcement.revision
@@ -77,6 +82,45 @@ extension Wire.Announcement {
         var announcement = self
         announcement.activity = Activity(type: activity.type, metadata: metadata, data: data)
         return announcement
+    }
+}
+
+extension Wire.JournalRecord {
+    /// This record (its `salt` set) with its name, type and metadata sealed by `sealer`.
+    package func sealed(by sealer: SessionSealer, session: String) -> Wire.JournalRecord {
+        var members: [String: JSONValue] = ["name": .string(name), "type": .string(type)]
+        members["metadata"] = metadata.map { .object($0.mapValues(JSONValue.string)) }
+        var plaintext: [UInt8] = []
+        JSONWriter.append(.object(members), to: &plaintext)
+        var record = self
+        record.sealed = sealer.sealingKeyID
+        record.sealedText = sealer.seal(plaintext, .journal(self, session: session))
+        return record
+    }
+
+    /// This record with its name, type and metadata opened by `sealer`: nil when it does not open for its
+    /// place (another session or attachment, another owner or time, another group key, a changed bit) or
+    /// holds no `{"name": …, "type": …, "metadata": …}`. Without a sealer, the record as it is, unless
+    /// sealed.
+    package func opened(by sealer: SessionSealer?, session: String) -> Wire.JournalRecord? {
+        guard let sealer else { return sealed == nil ? self : nil }
+        guard let keyID = sealed, let text = sealedText, salt != nil,
+            let plaintext = sealer.open(text, keyID: keyID, .journal(self, session: session)),
+            case let .object(members)? = try? JSONParser.parse(Data(plaintext)), case let .string(name)? = members["name"],
+            case let .string(type)? = members["type"]
+        else { return nil }
+        var metadata: [String: String]?
+        if let value = members["metadata"] {
+            guard case let .object(object) = value else { return nil }
+            metadata = [:]
+            for (key, value) in object {
+                guard case let .string(text) = value else { return nil }
+                metadata?[key] = text
+            }
+        }
+        var record = self
+        (record.name, record.type, record.metadata) = (name, type, metadata)
+        return record
     }
 }
 

@@ -193,7 +193,7 @@ extension SessionCore {
         context.tasks.spawn { [me, self] in
             var unacknowledged: [MQTTClient.PublishTicket] = []
             while let index = locked.withLock({ $0.machine.nextChunkToServe(record.id) }) {
-                guard let chunk = held.chunk(index) else {
+                guard let chunk = held.wireChunk(index) else {
                     locked.withLock { $0.machine.releaseHeld(record.id) }  // its file changed or went
                     break
                 }

@@ -193,6 +193,13 @@ final class SessionCore: Sendable {
         if replaced, context.retained.owns(ownCopyTopic) { publishOwnCopy(announcement) }
     }
 
+    /// What seals and opens the chunks of `record`'s attachment: nil for one in clear, or one sealed with a
+    /// key we lack.
+    func chunkCipher(for record: Wire.JournalRecord) -> ChunkCipher? {
+        guard let keyID = record.sealed, let salt = record.salt else { return nil }
+        return sealer?.chunkCipher(keyID: keyID, salt: salt)
+    }
+
     /// An announcement as it goes on the wire: its activity sealed in a private session.
     func wireAnnouncement(_ announcement: Wire.Announcement) -> Wire.Announcement {
         sealer.map { announcement.sealed(by: $0) } ?? announcement
@@ -244,7 +251,10 @@ final class SessionCore: Sendable {
             // Shown at the end of the burst: records that arrive together make one visible change.
             return perform { $0.onState(record, key: key, writer: writer, topic: message.topic, now: now, holdingValues: true) }.rejected
         case let .journal(session, attachment, owner) where session == id:
-            let record = message.payload.isEmpty ? nil : Wire.decode(Wire.JournalRecord.self, from: message.payload)
+            // In a private session a record opens, or is rejected as malformed (in clear, another key's, forged).
+            let record =
+                message.payload.isEmpty
+                ? nil : Wire.decode(Wire.JournalRecord.self, from: message.payload)?.opened(by: sealer, session: id)
             let malformed = record == nil && !message.payload.isEmpty
             return perform { $0.onJournal { malformed ? $0.onMalformedRecord() : $0.onRecord(record, digest: attachment, owner: owner) } }
                 .rejected
@@ -271,10 +281,13 @@ final class SessionCore: Sendable {
             return 0
         case Control.catchUp.rawValue:
             guard var catchUp = Wire.decode(Wire.CatchUp.self, from: body) else { return reject() }
-            // A state that does not open is left out and rejected, as one with an implausible clock.
+            // A state or journal record that does not open is left out and rejected, as a state with an
+            // implausible clock is.
             let states = catchUp.states.compactMap { $0.opened(by: sealer, session: id) }
-            let unopened = (0..<(catchUp.states.count - states.count)).reduce(0) { count, _ in count + reject() }
-            catchUp.states = states
+            let journal = catchUp.journal.map { records in records.compactMap { $0.opened(by: sealer, session: id) } }
+            let left = catchUp.states.count - states.count + (catchUp.journal?.count ?? 0) - (journal?.count ?? 0)
+            let unopened = (0..<left).reduce(0) { count, _ in count + reject() }
+            (catchUp.states, catchUp.journal) = (states, journal)
             let retainAvailable = context.client.retainAvailable
             return unopened + perform { $0.onCatchUp(catchUp, from: sender, retainAvailable: retainAvailable, now: now) }.rejected
         case Control.end.rawValue:

@@ -107,6 +107,8 @@ extension Wire {
         let (fields, body) = try JSONParser.parseObject(payload, skippingBody: true)
         let header = try EnvelopeHeader(fields: fields)
         guard let body else { throw .wrongShape }  // (never: the header requires a body)
+        // A sealed body is the sealed text: a JSON string.
+        if header.sealed != nil, payload[body].first != UInt8(ascii: "\"") { throw .wrongShape }
         return ScannedEnvelope(header: header, body: body)
     }
 

@@ -1,3 +1,5 @@
+import Foundation
+
 extension Wire {
     /// `…/s/<session>/journal/<id>/<owner>`, retained: one attachment of the session's journal, added
     /// by `owner`. Its bytes are the chunks `groupsync/v2-chunks/<group>/<session>/<id>.<index>/<owner>`,
@@ -23,6 +25,35 @@ extension Wire {
         package var added: HLCTimestamp
         /// Anything else the owner's app says about it (string values).
         package var metadata: [String: String]?
+        /// In a private session: the ID of the group key that sealed `name`, `type` and `metadata` (on the
+        /// wire, `name` holds them sealed, and `type` and `metadata` are absent) and the chunks.
+        package var sealed: String? = nil
+        /// In a private session: the salt (16 bytes, base64) of the key its chunks are sealed with.
+        package var salt: String? = nil
+        /// What `name` is on the wire while sealed: the sealed text as it came, or as the owner made it.
+        var sealedText: String? = nil
+
+        enum CodingKeys: String, CodingKey { case v, id, name, type, size, chunkSize, chunks, added, metadata, sealed, salt }
+
+        /// The wire form: while sealed, `name` is the sealed text and `type` and `metadata` are left out.
+        package func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(v, forKey: .v)
+            try container.encode(id, forKey: .id)
+            try container.encode(size, forKey: .size)
+            try container.encode(chunkSize, forKey: .chunkSize)
+            try container.encode(chunks, forKey: .chunks)
+            try container.encode(added, forKey: .added)
+            if let sealed, let sealedText {
+                try container.encode(sealedText, forKey: .name)
+                try container.encode(sealed, forKey: .sealed)
+                try container.encodeIfPresent(salt, forKey: .salt)
+            } else {
+                try container.encode(name, forKey: .name)
+                try container.encode(type, forKey: .type)
+                try container.encodeIfPresent(metadata, forKey: .metadata)
+            }
+        }
 
         /// Whether the record is consistent: digests well formed, as many chunks as the size needs, and
         /// `id` the digest of theirs.
@@ -83,6 +114,21 @@ extension Wire.ChunkRequest: Wire.Record {
 extension Wire.JournalRecord: Wire.Record {
     package init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()
+        if let sealed = try fields.optionalString(CodingKeys.sealed) {
+            // Sealed: `name` holds name, type and metadata; the chunks' salt is 16 bytes.
+            guard fields[CodingKeys.type] == nil, fields[CodingKeys.metadata] == nil,
+                let salt = try fields.optionalString(CodingKeys.salt), Data(base64Encoded: salt)?.count == 16
+            else { throw .wrongShape }
+            let text = try fields.string(CodingKeys.name)
+            self.init(
+                id: try fields.string(CodingKeys.id), name: text, type: "", size: try fields.int(CodingKeys.size, in: Wire.Bounds.size),
+                chunkSize: try fields.int(CodingKeys.chunkSize, in: Wire.Bounds.chunkSize), chunks: try fields.strings(CodingKeys.chunks),
+                added: try HLCTimestamp(json: try fields.value(CodingKeys.added)), metadata: nil, sealed: sealed, salt: salt,
+                sealedText: text)
+            guard isConsistent else { throw .wrongShape }
+            return
+        }
+        guard fields[CodingKeys.salt] == nil else { throw .wrongShape }
         var metadata: [String: String]?
         if let value = fields[CodingKeys.metadata] {
             guard case let .object(object) = value else { throw .wrongShape }

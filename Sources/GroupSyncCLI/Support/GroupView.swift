@@ -199,8 +199,18 @@ struct GroupView {
                     text: "\(owner) removed attachment \(attachment.prefix(12)) from \(id)",
                     fields: ["digest": .string(attachment)])
             }
-            guard let record = Wire.decode(Wire.JournalRecord.self, from: payload), record.id == attachment else {
+            guard var record = Wire.decode(Wire.JournalRecord.self, from: payload), record.id == attachment else {
                 return invalid(message)
+            }
+            if let keyID = record.sealed {
+                guard let sealer = sealer(id), sealer.opens(keyID: keyID) else {
+                    return Event(
+                        kind: "attach", session: id, participant: owner,
+                        text: "\(owner) attached a sealed attachment (\(record.size) bytes, \(record.chunks.count) chunks) to \(id)",
+                        fields: ["digest": .string(attachment), "size": .int(record.size), "sealed": .string(keyID)])
+                }
+                guard let opened = record.opened(by: sealer, session: id) else { return invalid(message) }
+                record = opened
             }
             return Event(
                 kind: "attach", session: id, participant: owner,

@@ -125,6 +125,7 @@ import Testing
                 ]
                 if let seq = header.seq { fields["seq"] = .int(seq) }
                 if let stream = header.stream { fields["stream"] = .string(stream) }
+                if let sealed = header.sealed { fields["sealed"] = .string(sealed) }
                 return .accept(.object(fields))
             } catch {
                 return .reject(error.rawValue)

@@ -187,13 +187,13 @@ import Testing
         journal.hold(try #require(HeldAttachment(record: record, bytes: .file(file))))
         let held = try #require(journal.heldAttachment(record.id))
         #expect(held.record == record)
-        #expect((0..<4).map { held.chunk($0) } == (0..<4).map { content[($0 * 10)..<($0 * 10 + 10)] })
-        #expect(held.chunk(4) == nil)
+        #expect((0..<4).map { held.wireChunk($0) } == (0..<4).map { content[($0 * 10)..<($0 * 10 + 10)] })
+        #expect(held.wireChunk(4) == nil)
         var changed = content
         changed[15] ^= 0xff
         try changed.write(to: file)
-        #expect(held.chunk(1) == nil && held.chunk(0) == content[0..<10], "a changed chunk is not served")
+        #expect(held.wireChunk(1) == nil && held.wireChunk(0) == content[0..<10], "a changed chunk is not served")
         try content.prefix(25).write(to: file)
-        #expect(held.chunk(3) == nil, "nor one cut short")
+        #expect(held.wireChunk(3) == nil, "nor one cut short")
     }
 }

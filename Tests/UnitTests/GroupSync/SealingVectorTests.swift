@@ -25,6 +25,25 @@ import Testing
                 checked += 1
                 continue
             }
+            if case let .string(salt)? = vector["salt"], case let .int(index)? = vector["index"], case let .string(text)? = vector["sealed"]
+            {
+                // A chunk: its attachment's key from the salt, its index as the nonce.
+                let sealer = SessionSealer(keyring: try GroupKeyring([groupKey]), group: group, session: session)
+                let cipher = try #require(sealer.chunkCipher(keyID: keyID, salt: salt))
+                let raw = try #require(Data(base64Encoded: text))
+                if case .bool(false)? = vector["opens"] {
+                    #expect(cipher.open(raw, index: Int(index)) == nil, "\(name) must not open")
+                } else {
+                    guard case let .string(plaintext)? = vector["plaintext"], case let .string(keyHex)? = vector["chunk_key_hex"],
+                        case let .string(digest)? = vector["sealed_sha256"]
+                    else { throw Wire.Rejection.wrongShape }
+                    #expect(cipher.key == Self.bytes(keyHex), "\(name): the chunk key")
+                    #expect(cipher.seal(Array(plaintext.utf8), index: Int(index)) == raw, "\(name): sealed byte for byte")
+                    #expect(cipher.open(raw, index: Int(index)) == Data(plaintext.utf8) && SHA256.hex(raw) == digest, "\(name)")
+                }
+                checked += 1
+                continue
+            }
             guard case let .array(fields)? = vector["context"], case let .string(text)? = vector["sealed"] else {
                 throw Wire.Rejection.wrongShape
             }
