@@ -60,12 +60,24 @@ import Testing
         }
     }
 
-    /// `demo --private`: the same script and verdict with sealed sessions.
+    /// `demo --private`: the same script and verdict with sealed sessions, and nothing of the gallery —
+    /// its title, its state, the photo's name or bytes — in clear on the broker.
     @Test func theDemoRunsPrivate() async throws {
-        let result = try await runCLI(["demo", "--private"], timeout: .seconds(60))
-        #expect(result.status == 0, "\(result.errors)\n\(result.output.joined(separator: "\n"))")
-        #expect(result.output.contains { $0.contains("sealed end to end with group key demo") })
-        #expect(result.output.contains { $0.contains("result:") && $0.contains("PASS") })
+        try await MosquittoBroker.withBroker { broker in
+            let probe = try MQTTClient(configuration: .init(url: broker.url))
+            try await probe.connect()
+            let wire = Collector(try await probe.subscribe(to: [TopicSubscription("#")]))
+            let result = try await runCLI(["demo", "--private", "--broker", broker.url], timeout: .seconds(60))
+            #expect(result.status == 0, "\(result.errors)\n\(result.output.joined(separator: "\n"))")
+            #expect(result.output.contains { $0.contains("sealed end to end with group key demo") })
+            #expect(result.output.contains { $0.contains("shared photo:") && $0.contains("opened it") })
+            let seen = wire.elements.map { String(decoding: $0.payload, as: UTF8.self) }
+            #expect(seen.contains { $0.contains(#""sealed":"demo""#) })
+            for clear in ["Gallery ", "paris-evening", "image/png", "IHDR", "IDAT"] {
+                #expect(!seen.contains { $0.contains(clear) }, "\(clear) on the wire")
+            }
+            await probe.disconnect()
+        }
     }
 
     @Test func aSecretThatIsNoKeyIsAUsageError() async throws {
