@@ -10,7 +10,7 @@ struct BenchOptions: Sendable {
 
     enum Section: String, Sendable, CaseIterable {
         case latency, latencyProcesses = "latency-processes", throughput, fanout, lateJoin = "late-join", convergence, crash, failover,
-            memory, playback, journal, idle
+            memory, playback, journal, idle, `private`
     }
 
     static let help = """
@@ -35,6 +35,8 @@ struct BenchOptions: Sendable {
           idle         100 joined sessions in this process doing nothing, then with a playback
                        coordinator each: wake-ups per second and CPU per minute over 15 s each
                        (--quick: 10 sessions, 2 s)
+          private      the same with sealed sessions (a keyring) and without, in the same run: send(Data)
+                       QoS 0 p50 and throughput, late join with 100 present, the journal's fan-out
           journal      a 10 MiB attachment until 10 joined participants loaded it, vs raw; a late
                        joiner loading 10 MiB after its owner left; a receiver's peak memory while
                        loading 100 MiB (and 10 MiB) to disk, in a process of its own.

@@ -247,6 +247,30 @@ struct BenchReport {
                     groupSync: format(fanout.groupSync), raw: format(fanout.raw), ratio: ratio(fanout.groupSync / fanout.raw),
                     target: "retained: \(format(journal.fanout)) ms; served by the owner"))
         }
+        if let sealed = results.private {
+            // The "raw" column holds the figure in clear: the ratio is sealed / in clear.
+            func row(_ metric: String, _ clear: Double, _ value: Double, bound: Double, higherIsBetter: Bool = false) -> Row {
+                let cost = higherIsBetter ? clear / value : value / clear
+                return Row(
+                    metric: metric, groupSync: format(value), raw: format(clear), ratio: ratio(value / clear),
+                    target: "cost ≤ \(format(bound))× in clear", verdict: cost <= bound)
+            }
+            rows.append(
+                Row(
+                    metric: "private: seal + open a message body (µs)",
+                    groupSync: "\(format(sealed.sealMicroseconds, digits: 2)) + \(format(sealed.openMicroseconds, digits: 2))"))
+            rows.append(row("private: send(Data) QoS 0 p50 (µs), sealed vs clear", sealed.latencyP50, sealed.sealedLatencyP50, bound: 1.10))
+            rows.append(
+                row(
+                    "private: send(Data) QoS 0 throughput (msg/s)", sealed.throughput, sealed.sealedThroughput, bound: 1.10,
+                    higherIsBetter: true))
+            rows.append(
+                row("private: late join, \(sealed.present) present, p50 (ms)", sealed.lateJoinP50, sealed.sealedLateJoinP50, bound: 1.10))
+            rows.append(
+                row(
+                    "private: journal, \(mebibytes(sealed.journalBytes, digits: 0)) MiB to \(sealed.journalReceivers) (ms)", sealed.journal,
+                    sealed.sealedJournal, bound: 1.15))
+        }
         return rows
     }
 
@@ -517,6 +541,15 @@ struct BenchReport {
                     "raw_p50_ms": number(late.rawP50), "raw_p99_ms": number(late.rawP99),
                     "p50_ratio": number(late.p50 / late.rawP50), "p99_ratio": number(late.p99 / late.rawP99),
                     "member_record_bytes": late.memberBytes, "catchup_bytes": late.catchUpBytes,
+                ] as [String: Any]
+        }
+        if let sealed = results.private {
+            root["private"] =
+                [
+                    "qos0_p50_us": number(sealed.sealedLatencyP50), "clear_qos0_p50_us": number(sealed.latencyP50),
+                    "qos0_msgs_per_s": number(sealed.sealedThroughput), "clear_qos0_msgs_per_s": number(sealed.throughput),
+                    "late_join_p50_ms": number(sealed.sealedLateJoinP50), "clear_late_join_p50_ms": number(sealed.lateJoinP50),
+                    "journal_ms": number(sealed.sealedJournal), "clear_journal_ms": number(sealed.journal),
                 ] as [String: Any]
         }
         if let late = results.retainlessLateJoin {

@@ -201,6 +201,28 @@ struct BenchResults: Sendable {
         var suspensionBound: Double { roundTrip + max(stateFanout - roundTrip / 2, 0) }
     }
 
+    /// ``PrivateBenchmark``: each figure in clear and sealed, from the same run.
+    struct Private: Sendable {
+        /// Sealing and opening a message body alone, µs each.
+        var sealMicroseconds = 0.0
+        var openMicroseconds = 0.0
+        /// `send(Data)` QoS 0 one-way latency, p50 (µs).
+        var latencyP50 = 0.0
+        var sealedLatencyP50 = 0.0
+        /// `send(Data)` QoS 0 messages per second (median of the rounds).
+        var throughput = 0.0
+        var sealedThroughput = 0.0
+        /// Late join with `present` participants, p50 (ms).
+        var lateJoinP50 = 0.0
+        var sealedLateJoinP50 = 0.0
+        var present = 0
+        /// The journal's fan-out of `journalBytes` to `journalReceivers` (ms, median of the rounds).
+        var journal = 0.0
+        var sealedJournal = 0.0
+        var journalBytes = 0
+        var journalReceivers = 0
+    }
+
     /// The shared journal (``JournalBenchmark``); times in ms (medians), sizes in bytes.
     struct Journal: Sendable {
         var receivers: Int
@@ -259,6 +281,7 @@ struct BenchResults: Sendable {
     var retainlessLateJoin: RetainlessLateJoin?
     /// ``RetainlessJournalBenchmark``: the journal's fan-out served by the owner.
     var retainlessJournal: JournalBenchmark.Fanout?
+    var `private`: Private?
     var convergence: Convergence?
     var crash: Crash?
     var failover: Failover?

@@ -199,6 +199,11 @@ enum GroupSyncBench {
                 try await RetainlessJournalBenchmark.run(url: url, group: "bk-\(run)", plan: plan)
             }
         }
+        if sections.contains(.private) {
+            results.private = await section("private sessions, sealed and in clear", &failures) {
+                try await PrivateBenchmark.run(url: url, group: "bp-\(run)", options: options)
+            }
+        }
         if sections.contains(.idle) {
             let (count, seconds) = options.mode == .full ? (100, 15.0) : (10, 2.0)
             results.idle = await section("idle (\(count) sessions)", &failures) {

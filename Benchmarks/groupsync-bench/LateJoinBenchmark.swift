@@ -26,7 +26,10 @@ enum LateJoinBenchmark {
         return (MonotonicClock.milliseconds(from: start, to: MonotonicClock.nanoseconds()), true)
     }
 
-    static func run(cluster: SessionCluster, samples: Int, expected: Int) async throws -> BenchResults.LateJoin {
+    /// `keyring`: the cluster's, when it is private (the newcomers get it too).
+    static func run(cluster: SessionCluster, samples: Int, expected: Int, keyring: GroupKeyring? = nil) async throws
+        -> BenchResults.LateJoin
+    {
         let topics = cluster.topics
         let sessionID = cluster.sessionID
         let present = cluster.members.count
@@ -48,7 +51,9 @@ enum LateJoinBenchmark {
         do {
             for sample in 0..<samples {
                 let name = "late\(sample)"
-                let coordinator = try await GroupCoordinator.connect(.init(broker: cluster.url, group: cluster.group, participant: name))
+                var configuration = try GroupCoordinator.Configuration(broker: cluster.url, group: cluster.group, participant: name)
+                configuration.keyring = keyring
+                let coordinator = try await GroupCoordinator.connect(configuration)
                 let session = try await SessionCluster.findSession(coordinator, id: sessionID)
                 try await sniffer.waitQuiet(.milliseconds(20))
                 let mark = sniffer.count

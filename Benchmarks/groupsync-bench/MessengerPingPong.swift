@@ -27,8 +27,10 @@ final class MessengerPingPong: Sendable {
         ]
     }
 
-    static func make(url: String, group: String, mode: GroupSessionMessenger.DeliveryMode) async throws -> MessengerPingPong {
-        let cluster = try await SessionCluster.make(url: url, group: group, prefix: "p", count: 2, sharedState: false)
+    static func make(
+        url: String, group: String, mode: GroupSessionMessenger.DeliveryMode, keyring: GroupKeyring? = nil
+    ) async throws -> MessengerPingPong {
+        let cluster = try await SessionCluster.make(url: url, group: group, prefix: "p", count: 2, sharedState: false, keyring: keyring)
         return MessengerPingPong(cluster: cluster, mode: mode)
     }
 

@@ -37,8 +37,10 @@ final class MessengerStream: Sendable {
         }
     }
 
-    static func make(url: String, group: String, mode: GroupSessionMessenger.DeliveryMode) async throws -> MessengerStream {
-        let cluster = try await SessionCluster.make(url: url, group: group, prefix: "t", count: 2, sharedState: false)
+    static func make(
+        url: String, group: String, mode: GroupSessionMessenger.DeliveryMode, keyring: GroupKeyring? = nil
+    ) async throws -> MessengerStream {
+        let cluster = try await SessionCluster.make(url: url, group: group, prefix: "t", count: 2, sharedState: false, keyring: keyring)
         return MessengerStream(cluster: cluster, mode: mode)
     }
 

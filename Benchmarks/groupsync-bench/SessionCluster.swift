@@ -35,13 +35,13 @@ final class SessionCluster: Sendable {
     static func make(
         url: String, group: String, prefix: String, count: Int, sharedState: Bool,
         connectWidth: Int = 16, joinWidth: Int = 1, catchUpTimeout: Duration = .seconds(1), retainedMessages: Bool = true,
-        clock: @escaping @Sendable (Int) -> any WallClock = { _ in SystemWallClock() }
+        keyring: GroupKeyring? = nil, clock: @escaping @Sendable (Int) -> any WallClock = { _ in SystemWallClock() }
     ) async throws -> SessionCluster {
         let coordinators = try await Parallel.map(count, width: connectWidth) { index in
             try await GroupCoordinator.connect(
                 SessionCluster.configuration(
                     url: url, group: group, participant: "\(prefix)\(index)", clock: clock(index), catchUpTimeout: catchUpTimeout,
-                    retainedMessages: retainedMessages))
+                    retainedMessages: retainedMessages, keyring: keyring))
         }
         let sessionID = try await coordinators[0].activate(activityIdentifier: activity, value: .object([:]))
         let sessions = try await Parallel.map(count, width: connectWidth) { index in
@@ -80,12 +80,13 @@ final class SessionCluster: Sendable {
     /// deliveries a second) along with the messages, so they send none.
     static func configuration(
         url: String, group: String, participant: String, clock: any WallClock = SystemWallClock(),
-        catchUpTimeout: Duration = .seconds(1), retainedMessages: Bool = true
+        catchUpTimeout: Duration = .seconds(1), retainedMessages: Bool = true, keyring: GroupKeyring? = nil
     ) throws -> GroupCoordinator.Configuration {
         var configuration = try GroupCoordinator.Configuration(
             broker: url, group: group, participant: participant, clock: clock, catchUpTimeout: catchUpTimeout,
             presenceHeartbeats: false)
         configuration.mqtt.retainedMessages = retainedMessages
+        configuration.keyring = keyring
         return configuration
     }
 

@@ -19,6 +19,8 @@ import Testing
             "fanout.p50_ms", "fanout.p99_ms", "fanout.raw_p50_ms", "fanout.raw_p99_ms",
             "late_join.p50_ms", "late_join.messages_per_join", "late_join.raw_p50_ms", "late_join.raw_p99_ms",
             "late_join_no_retain.p50_ms", "late_join_no_retain.answers_per_join", "late_join_no_retain.member_records_per_join",
+            "private.qos0_p50_us", "private.clear_qos0_p50_us", "private.qos0_msgs_per_s", "private.clear_qos0_msgs_per_s",
+            "private.late_join_p50_ms", "private.clear_late_join_p50_ms", "private.journal_ms", "private.clear_journal_ms",
             "convergence.ms", "convergence.max_changes", "convergence.raw_ms", "convergence.raw_p99_ms",
             "crash_detection_s", "idle.wakeups_per_s", "idle.cpu_s_per_min", "idle.playback_wakeups_per_s",
             "failover.move_p50_ms", "failover.move_max_ms", "failover.delivery_gap_p50_ms", "failover.delivery_gap_max_ms",

@@ -1,21 +1,29 @@
 import Foundation
+import MQTT
 
 /// The keys of one private session: every key of the group's keyring derived for the session, the first
 /// sealing. A key per session (HKDF-SHA256 from the group key, the group and the session's ID) keeps one
 /// session's payloads from opening in another; each payload is bound to where it belongs by its
-/// associated data (``SealedContext``), and its nonce is drawn at random (96 bits: a repeat is not to be
-/// expected before 2³² payloads under one session key).
+/// associated data (``SealedContext``). Its nonce: 96 random bits drawn when the sealer is made, with the
+/// count of payloads it sealed so far XORed into the last 64 — distinct within a sealer, and as unlikely to
+/// meet another sealer's (another participant's, or another process's) as random nonces are.
 ///
 /// On the wire a sealed payload is `base64(nonce ‖ ciphertext ‖ tag)` beside the ID of the group key it
 /// was sealed with (PROTOCOL.md, Private sessions).
 package struct SessionSealer: Sendable {
     /// The ID of the group key that seals.
     package let sealingKeyID: String
-    private let keys: [String: [UInt8]]
+    /// Each group key's session key, and its cipher.
+    private let keys: [String: (bytes: [UInt8], cipher: AEADKey)]
+    private let nonces = NonceSequence()
 
     package init(keyring: GroupKeyring, group: String, session: String) {
         sealingKeyID = keyring.sealingKey.id
-        keys = Dictionary(uniqueKeysWithValues: keyring.keys.map { ($0.id, Self.sessionKey($0.secret, group: group, session: session)) })
+        keys = Dictionary(
+            uniqueKeysWithValues: keyring.keys.map { key in
+                let bytes = Self.sessionKey(key.secret, group: group, session: session)
+                return (key.id, (bytes, AEADKey(bytes)))
+            })
     }
 
     /// HKDF-SHA256 of the group key, with salt `groupsync/v2` and info `session <group>/<session>`.
@@ -29,8 +37,8 @@ package struct SessionSealer: Sendable {
     /// `plaintext` sealed with the sealing key and a fresh nonce, bound to `context`: the base64 text of
     /// nonce ‖ ciphertext ‖ tag.
     package func seal(_ plaintext: some Collection<UInt8>, _ context: SealedContext) -> String {
-        let nonce = AEAD.randomBytes(AEAD.nonceSize)
-        let sealed = AEAD.seal(plaintext, key: keys[sealingKeyID]!, nonce: nonce, aad: context.bytes)
+        let nonce = nonces.next()
+        let sealed = keys[sealingKeyID]!.cipher.seal(plaintext, nonce: nonce, aad: context.bytes)
         return Data(nonce + sealed).base64EncodedString()
     }
 
@@ -39,7 +47,23 @@ package struct SessionSealer: Sendable {
     /// context, another key, a changed bit).
     package func open(_ text: String, keyID: String, _ context: SealedContext) -> [UInt8]? {
         guard let key = keys[keyID], let bytes = Data(base64Encoded: text), bytes.count >= AEAD.nonceSize + AEAD.tagSize else { return nil }
-        return AEAD.open(bytes.dropFirst(AEAD.nonceSize), key: key, nonce: Array(bytes.prefix(AEAD.nonceSize)), aad: context.bytes)
+        return key.cipher.open(bytes.dropFirst(AEAD.nonceSize), nonce: Array(bytes.prefix(AEAD.nonceSize)), aad: context.bytes)
+    }
+}
+
+/// The nonces of one sealer: a random start, and a count XORed into its last 8 bytes.
+private final class NonceSequence: Sendable {
+    private let start = AEAD.randomBytes(AEAD.nonceSize)
+    private let count = LockedValue<UInt64>(0)
+
+    func next() -> [UInt8] {
+        let n = count.withLock { count in
+            defer { count &+= 1 }
+            return count
+        }
+        var nonce = start
+        for byte in 0..<8 { nonce[4 + byte] ^= UInt8(truncatingIfNeeded: n >> (8 * UInt64(7 - byte))) }
+        return nonce
     }
 }
 
@@ -47,7 +71,7 @@ extension SessionSealer {
     /// What seals and opens the chunks of a private attachment sealed with key `keyID` and `salt` (16
     /// bytes, base64); nil when this keyring lacks the key or the salt is no such thing.
     package func chunkCipher(keyID: String, salt: String) -> ChunkCipher? {
-        guard let sessionKey = keys[keyID], let salt = Data(base64Encoded: salt), salt.count == 16 else { return nil }
+        guard let sessionKey = keys[keyID]?.bytes, let salt = Data(base64Encoded: salt), salt.count == 16 else { return nil }
         return ChunkCipher(key: HKDF.sha256(key: sessionKey, salt: Array(salt), info: Array("chunks".utf8)))
     }
 }
@@ -59,16 +83,25 @@ extension SessionSealer {
 /// longer match sees it by that digest before it publishes anything.
 package struct ChunkCipher: Sendable, Hashable {
     let key: [UInt8]
+    private let cipher: AEADKey
+
+    init(key: [UInt8]) {
+        self.key = key
+        cipher = AEADKey(key)
+    }
 
     /// Chunk `index`'s bytes sealed: ciphertext ‖ tag (16 bytes longer).
     package func seal(_ plaintext: some Collection<UInt8>, index: Int) -> Data {
-        Data(AEAD.seal(plaintext, key: key, nonce: Self.nonce(index), aad: Self.context.bytes))
+        Data(cipher.seal(plaintext, nonce: Self.nonce(index), aad: Self.context.bytes))
     }
 
     /// Chunk `index` opened; nil when it does not open.
     package func open(_ sealed: Data, index: Int) -> Data? {
-        AEAD.open(sealed, key: key, nonce: Self.nonce(index), aad: Self.context.bytes).map { Data($0) }
+        cipher.open(sealed, nonce: Self.nonce(index), aad: Self.context.bytes).map { Data($0) }
     }
+
+    package static func == (lhs: ChunkCipher, rhs: ChunkCipher) -> Bool { lhs.key == rhs.key }
+    package func hash(into hasher: inout Hasher) { hasher.combine(key) }
 
     private static let context = SealedContext("chunk")
 

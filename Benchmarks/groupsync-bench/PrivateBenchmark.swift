@@ -1,0 +1,128 @@
+import Foundation
+import GroupSync
+
+/// 13. Private sessions: the same figures with a keyring (sealed) and without, on the same broker in the
+/// same run — `send(Data)` QoS 0 one-way latency and throughput, rounds alternating between the two; late
+/// join with `present` participants; the journal's fan-out (10 MiB to 10 receivers) — each as the ratio
+/// sealed / in clear.
+enum PrivateBenchmark {
+    /// A fixed key: the figure is the cost of sealing, whatever the key.
+    static let keyring = try! GroupKeyring([GroupKey(id: "bench", secret: [UInt8](repeating: 7, count: 32))])
+
+    static func run(url: String, group: String, options: BenchOptions) async throws -> BenchResults.Private {
+        var result = BenchResults.Private()
+        (result.sealMicroseconds, result.openMicroseconds) = primitives(count: 20_000)
+        try await latencyAndThroughput(url: url, group: group, options: options, into: &result)
+        try await lateJoin(url: url, group: group, options: options, into: &result)
+        try await journal(url: url, group: group, plan: options.journal, into: &result)
+        return result
+    }
+
+    /// What sealing and opening a message's body (5 bytes, as `send(Data)`'s) costs in this process, µs each.
+    static func primitives(count: Int) -> (seal: Double, open: Double) {
+        let sealer = SessionSealer(keyring: keyring, group: "g", session: "s")
+        let context = SealedContext.message(session: "s", sender: "p0", recipient: nil, epoch: 1, seq: 1, type: "Data", reliable: false)
+        let body = Array(#""MTI=""#.utf8)
+        var texts: [String] = []
+        texts.reserveCapacity(count)
+        let start = MonotonicClock.nanoseconds()
+        for _ in 0..<count { texts.append(sealer.seal(body, context)) }
+        let sealed = MonotonicClock.nanoseconds()
+        var opened = 0
+        for text in texts where sealer.open(text, keyID: "bench", context) != nil { opened += 1 }
+        let end = MonotonicClock.nanoseconds()
+        precondition(opened == count)
+        return (
+            MonotonicClock.microseconds(from: start, to: sealed) / Double(count),
+            MonotonicClock.microseconds(from: sealed, to: end) / Double(count)
+        )
+    }
+
+    private static func latencyAndThroughput(url: String, group: String, options: BenchOptions, into result: inout BenchResults.Private)
+        async throws
+    {
+        let pairs = [
+            try await MessengerPingPong.make(url: url, group: "\(group)-l", mode: .unreliable),
+            try await MessengerPingPong.make(url: url, group: "\(group)-ls", mode: .unreliable, keyring: keyring),
+        ]
+        let streams = [
+            try await MessengerStream.make(url: url, group: "\(group)-t", mode: .unreliable),
+            try await MessengerStream.make(url: url, group: "\(group)-ts", mode: .unreliable, keyring: keyring),
+        ]
+        do {
+            var latency: [[Double]] = [[], []]
+            var next = 0
+            for pair in pairs { _ = try await pair.run(first: 0, count: options.latencyWarmup, asData: true) }
+            next += options.latencyWarmup
+            let perRound = max(options.latencySamples / options.latencyRounds / 2, 1)
+            for _ in 0..<options.latencyRounds {
+                for (index, pair) in pairs.enumerated() { latency[index] += try await pair.run(first: next, count: perRound, asData: true) }
+                next += perRound
+            }
+            (result.latencyP50, result.sealedLatencyP50) = (Percentiles(latency[0]).p50, Percentiles(latency[1]).p50)
+
+            var rates: [[Double]] = [[], []]
+            for stream in streams { _ = try await stream.run(count: options.throughputWarmup, window: options.window, asData: true) }
+            for _ in 0..<options.throughputRounds {
+                for (index, stream) in streams.enumerated() {
+                    let round = try await stream.run(count: options.throughputMessages, window: options.window, asData: true)
+                    rates[index].append(Double(round.received) / round.seconds)
+                }
+            }
+            (result.throughput, result.sealedThroughput) = (Percentiles(rates[0]).p50, Percentiles(rates[1]).p50)
+        } catch {
+            for pair in pairs { await pair.close() }
+            for stream in streams { await stream.close() }
+            throw error
+        }
+        for pair in pairs { await pair.close() }
+        for stream in streams { await stream.close() }
+        Log.progress(
+            "private: send(Data) QoS 0 p50 \(String(format: "%.1f", result.latencyP50)) µs, sealed \(String(format: "%.1f", result.sealedLatencyP50)) µs; "
+                + "throughput \(Int(result.throughput)) msg/s, sealed \(Int(result.sealedThroughput)) msg/s")
+    }
+
+    private static func lateJoin(url: String, group: String, options: BenchOptions, into result: inout BenchResults.Private) async throws {
+        var p50: [Double] = []
+        for (index, keyring) in [nil, keyring].enumerated() {
+            let cluster = try await SessionCluster.make(
+                url: url, group: "\(group)-j\(index)", prefix: "q", count: options.fanoutParticipants, sharedState: true, keyring: keyring)
+            do {
+                let expected = 7
+                cluster.hub.expect(expected, from: Set(cluster.members.map(\.index)))
+                try await cluster.members[0].state!.set(expected)
+                _ = try await cluster.hub.wait(timeout: .seconds(10))
+                p50.append(
+                    try await LateJoinBenchmark.run(
+                        cluster: cluster, samples: options.lateJoinSamples, expected: expected, keyring: keyring
+                    ).p50)
+            } catch {
+                await cluster.close()
+                throw error
+            }
+            await cluster.close()
+        }
+        (result.lateJoinP50, result.sealedLateJoinP50) = (p50[0], p50[1])
+        result.present = options.fanoutParticipants
+    }
+
+    private static func journal(url: String, group: String, plan: JournalBenchmark.Plan, into result: inout BenchResults.Private)
+        async throws
+    {
+        var times: [Double] = []
+        for (index, keyring) in [nil, keyring].enumerated() {
+            let cluster = try await SessionCluster.make(
+                url: url, group: "\(group)-f\(index)", prefix: "g", count: plan.receivers + 1, sharedState: false, keyring: keyring)
+            do {
+                let owner = GroupSessionJournal(session: cluster.members[0].session)
+                times.append(try await JournalBenchmark.fanout(cluster, owner: owner, plan: plan).groupSync)
+            } catch {
+                await cluster.close()
+                throw error
+            }
+            await cluster.close()
+        }
+        (result.journal, result.sealedJournal) = (times[0], times[1])
+        (result.journalBytes, result.journalReceivers) = (plan.fanoutBytes, plan.receivers)
+    }
+}
