@@ -38,45 +38,62 @@ enum PrivateBenchmark {
         )
     }
 
+    /// Pairs of participants, in clear and sealed, interleaved: each pair's connections land where they
+    /// land (threads, cores), which moves a pair's figures by several percent, so each kind gets several.
+    static let pairsPerKind = 3
+
     private static func latencyAndThroughput(url: String, group: String, options: BenchOptions, into result: inout BenchResults.Private)
         async throws
     {
-        let pairs = [
-            try await MessengerPingPong.make(url: url, group: "\(group)-l", mode: .unreliable),
-            try await MessengerPingPong.make(url: url, group: "\(group)-ls", mode: .unreliable, keyring: keyring),
-        ]
-        let streams = [
-            try await MessengerStream.make(url: url, group: "\(group)-t", mode: .unreliable),
-            try await MessengerStream.make(url: url, group: "\(group)-ts", mode: .unreliable, keyring: keyring),
-        ]
+        var pairs: [(sealed: Bool, pair: MessengerPingPong)] = []
+        var streams: [(sealed: Bool, stream: MessengerStream)] = []
+        func closeAll() async {
+            for (_, pair) in pairs { await pair.close() }
+            for (_, stream) in streams { await stream.close() }
+        }
         do {
-            var latency: [[Double]] = [[], []]
+            for index in 0..<(2 * pairsPerKind) {
+                let sealed = index % 2 == 1
+                pairs.append(
+                    (
+                        sealed,
+                        try await MessengerPingPong.make(
+                            url: url, group: "\(group)-l\(index)", mode: .unreliable, keyring: sealed ? keyring : nil)
+                    ))
+                streams.append(
+                    (
+                        sealed,
+                        try await MessengerStream.make(
+                            url: url, group: "\(group)-t\(index)", mode: .unreliable, keyring: sealed ? keyring : nil)
+                    ))
+            }
+            var latency: [Bool: [Double]] = [:]
             var next = 0
-            for pair in pairs { _ = try await pair.run(first: 0, count: options.latencyWarmup, asData: true) }
+            for (_, pair) in pairs { _ = try await pair.run(first: 0, count: options.latencyWarmup, asData: true) }
             next += options.latencyWarmup
-            let perRound = max(options.latencySamples / options.latencyRounds / 2, 1)
+            let perRound = max(options.latencySamples / options.latencyRounds / pairs.count, 1)
             for _ in 0..<options.latencyRounds {
-                for (index, pair) in pairs.enumerated() { latency[index] += try await pair.run(first: next, count: perRound, asData: true) }
+                for (sealed, pair) in pairs {
+                    latency[sealed, default: []] += try await pair.run(first: next, count: perRound, asData: true)
+                }
                 next += perRound
             }
-            (result.latencyP50, result.sealedLatencyP50) = (Percentiles(latency[0]).p50, Percentiles(latency[1]).p50)
+            (result.latencyP50, result.sealedLatencyP50) = (Percentiles(latency[false]!).p50, Percentiles(latency[true]!).p50)
 
-            var rates: [[Double]] = [[], []]
-            for stream in streams { _ = try await stream.run(count: options.throughputWarmup, window: options.window, asData: true) }
+            var rates: [Bool: [Double]] = [:]
+            for (_, stream) in streams { _ = try await stream.run(count: options.throughputWarmup, window: options.window, asData: true) }
             for _ in 0..<options.throughputRounds {
-                for (index, stream) in streams.enumerated() {
-                    let round = try await stream.run(count: options.throughputMessages, window: options.window, asData: true)
-                    rates[index].append(Double(round.received) / round.seconds)
+                for (sealed, stream) in streams {
+                    let round = try await stream.run(count: options.throughputMessages / pairsPerKind, window: options.window, asData: true)
+                    rates[sealed, default: []].append(Double(round.received) / round.seconds)
                 }
             }
-            (result.throughput, result.sealedThroughput) = (Percentiles(rates[0]).p50, Percentiles(rates[1]).p50)
+            (result.throughput, result.sealedThroughput) = (Percentiles(rates[false]!).p50, Percentiles(rates[true]!).p50)
         } catch {
-            for pair in pairs { await pair.close() }
-            for stream in streams { await stream.close() }
+            await closeAll()
             throw error
         }
-        for pair in pairs { await pair.close() }
-        for stream in streams { await stream.close() }
+        await closeAll()
         Log.progress(
             "private: send(Data) QoS 0 p50 \(String(format: "%.1f", result.latencyP50)) µs, sealed \(String(format: "%.1f", result.sealedLatencyP50)) µs; "
                 + "throughput \(Int(result.throughput)) msg/s, sealed \(Int(result.sealedThroughput)) msg/s")

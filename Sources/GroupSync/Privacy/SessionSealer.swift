@@ -117,12 +117,12 @@ package struct SealedContext: Sendable, Hashable {
 
     package init(_ fields: String...) { self.init(fields) }
 
-    package init(_ fields: [String]) { for field in fields { append(field) } }
-
-    private mutating func append(_ field: String) {
-        let utf8 = Array(field.utf8)
-        let count = UInt32(utf8.count)
-        bytes += [UInt8(count >> 24), UInt8(count >> 16 & 0xFF), UInt8(count >> 8 & 0xFF), UInt8(count & 0xFF)]
-        bytes += utf8
+    package init(_ fields: [String]) {
+        bytes.reserveCapacity(fields.reduce(0) { $0 + 4 + $1.utf8.count })
+        for field in fields {
+            let count = UInt32(field.utf8.count)
+            bytes.append(contentsOf: [UInt8(count >> 24), UInt8(count >> 16 & 0xFF), UInt8(count >> 8 & 0xFF), UInt8(count & 0xFF)])
+            bytes.append(contentsOf: field.utf8)
+        }
     }
 }

@@ -315,6 +315,16 @@ final class SessionCore: Sendable {
         }
     }
 
+    /// The JSON string `json` (checked by the envelope's parse); one without escapes, as base64 is, is read
+    /// as it is.
+    private static func string(_ json: Data) -> String? {
+        guard json.count >= 2, !json.contains(UInt8(ascii: "\\")) else {
+            guard case let .string(text)? = try? JSONParser.parse(json) else { return nil }
+            return text
+        }
+        return String(decoding: json.dropFirst().dropLast(), as: UTF8.self)
+    }
+
     /// An app message as the app reads it. In a private session its body is opened: nil when it is not
     /// sealed, or does not open for its place (session, sender, recipient, epoch, seq, type, reliability),
     /// or what it holds is not JSON by the decoding rules. Elsewhere it is as it came: nil when sealed.
@@ -323,8 +333,7 @@ final class SessionCore: Sendable {
     )? {
         let header = envelope.header
         guard let sealer else { return header.sealed == nil ? (envelope, payload) : nil }
-        guard let keyID = header.sealed, let seq = header.seq, case let .string(text)? = try? JSONParser.parse(payload[envelope.body])
-        else { return nil }
+        guard let keyID = header.sealed, let seq = header.seq, let text = Self.string(payload[envelope.body]) else { return nil }
         let context = SealedContext.message(
             session: id, sender: sender, recipient: direct && header.stream == nil ? me : nil, epoch: header.epoch, seq: seq,
             type: header.type, reliable: header.reliable)
