@@ -165,6 +165,75 @@ struct InteropTests {
         }
     }
 
+    /// PROTOCOL.md, "Private sessions": py, given the group's key, joins a private Swift session (state,
+    /// messages both ways, the journal) and Swift joins py's private session; without the key py cannot
+    /// join; nothing is rejected on either side and nothing of it travels in clear.
+    @Test func aPythonParticipantInAPrivateGroupBothWays() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let key = try GroupKey.random(id: "k1")
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("gs-interop-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let keyFile = directory.appendingPathComponent("group.key").path
+            try "k1 \(key.base64Secret)\n".write(toFile: keyFile, atomically: true, encoding: .utf8)
+            let group = Group(broker)
+            let (tap, wire) = try await rawSubscriber(broker, "#")
+            let keyring = try GroupKeyring([key])
+            let alice = try await group.join("alice") { $0.keyring = keyring }
+            let a = try await alice.startJoined(Gallery(galleryID: "hush-interop"))
+            let sa = try SharedState(a, key: "index", initialValue: 0)
+            try await sa.set(3)
+            let content = Data((0..<40_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 5) })
+            let added = try await GroupSessionJournal(session: a, configuration: .init(chunkSize: 4_096)).add(
+                content, name: "quiet-notes.txt", mediaType: "text/plain", metadata: ["lang": "en"])
+
+            let py = try PythonParticipant(broker, group: group.name, participant: "py", ["--session", a.id, "--secret-file", keyFile])
+            let joined = try await py.event("joined")
+            #expect((joined["state"] as? [String: Any])?["index"] as? Int == 3, "caught up, the value opened")
+            py.command(["op": "set", "key": "index", "value": 5])
+            try await waitUntil("py's sealed write reaches alice") { sa.value == 5 }
+            try await sa.set(6)
+            _ = try await py.event("value") { $0["value"] as? Int == 6 && $0["writer"] as? String == "alice" }
+            let chats = Collector(GroupSessionMessenger(session: a).messages(of: Chat.self))
+            try await GroupSessionMessenger(session: a).send(Chat(text: "whisper to py"), to: .only(Participant(id: "py")))
+            _ = try await py.event("message") { ($0["body"] as? [String: Any])?["text"] as? String == "whisper to py" }
+            py.command(["op": "send", "type": "Chat", "body": ["text": "whisper from py"]])
+            try await waitUntil("alice has py's sealed message") { chats.elements.map(\.message.text) == ["whisper from py"] }
+            let listed = try await py.event("attachment") { $0["id"] as? String == added.digest }
+            #expect(listed["name"] as? String == "quiet-notes.txt" && listed["metadata"] as? [String: String] == ["lang": "en"])
+            let file = directory.appendingPathComponent("loaded.txt")
+            py.command(["op": "load", "id": added.digest, "owner": "alice", "path": file.path])
+            _ = try await py.event("loaded")
+            #expect(try Data(contentsOf: file) == content)
+
+            // py's own private session, joined by Swift.
+            let pyHost = try PythonParticipant(
+                broker, group: group.name, participant: "pyhost",
+                [
+                    "--activate", Gallery.activityIdentifier, "--title", "Gallery pyhost", "--data", #"{"galleryID":"pyhost"}"#,
+                    "--secret-file", keyFile,
+                ])
+            let hosted = try #require(try await pyHost.event("joined")["session"] as? String)
+            let bob = try await group.join("bob") { $0.keyring = keyring }
+            let b = try await bob.joinSession(hosted, of: Gallery.self)
+            #expect(b.activity.galleryID == "pyhost" && b.metadata.title == "Gallery pyhost")
+
+            // Without the key, py cannot join.
+            let outsider = try PythonParticipant(broker, group: group.name, participant: "eve", ["--session", a.id])
+            _ = try await outsider.event("error") { ($0["message"] as? String)?.contains("private") == true }
+
+            for participant in [py, pyHost] { #expect(participant.events("rejected").isEmpty, "\(participant.events("rejected"))") }
+            #expect(alice.rejectedMessageCount == 0 && bob.rejectedMessageCount == 0)
+            await tap.disconnect()
+            for clear in ["hush-interop", "whisper", "quiet-notes", "Gallery pyhost"] {
+                #expect(!wire.elements.contains { String(decoding: $0.payload, as: UTF8.self).contains(clear) }, "\(clear) in clear")
+            }
+            try await py.close()
+            try await pyHost.close()
+            await group.closeAll()
+        }
+    }
+
     /// Under the example ACL, where only its owner may clear a record: alice ends a session py is in
     /// (py clears its own records), then py ends one alice is in; nothing of either is left on the broker.
     @Test(.needsOwnBroker("users and an ACL")) func endingWorksBothWaysUnderTheExampleACL() async throws {

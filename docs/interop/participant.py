@@ -12,6 +12,7 @@ Usage:
     participant.py --broker 127.0.0.1:1883 --group G --participant P
                    [--session S | --activate TYPE [--title T] [--data JSON]]
                    [--name NAME] [--password PW] [--keepalive N] [--ttl SECONDS] [--catchup-timeout SECONDS]
+                   [--secret-file F]
 
 It connects and follows the group, then joins session S (once its announcement is read), or announces
 a new session of activity TYPE and joins it. Reliable messages are numbered per stream, kept in a
@@ -37,6 +38,10 @@ Events are JSON lines on stdout, each with an "event" field:
     left {session}    ended {session, by}    closed
     rejected {topic, reason}  (a message it ignored, with the docs/conformance code)    error {message}
 
+With `--secret-file F` (one `ID BASE64` key per line, the first sealing) the group is private (§Private
+sessions): it seals and opens message bodies, state values, the activity and the journal's records and
+chunks with docs/conformance/sealing/primitives.py (the standard library only), and rejects what is in clear.
+
 Not implemented: brokers without retained messages (`retain_available false`, §Connect, §Catch-up,
 §Brokers without retained messages, §Observers: no welcomes), a silent sender's held messages (only its will, a
 cleared member record or a newer epoch end its streams), and in §End step 3 clearing the ended copy
@@ -46,6 +51,8 @@ adds none.
 """
 
 import argparse
+import base64
+import pathlib
 import collections
 import hashlib
 import os
@@ -94,6 +101,69 @@ def is_identifier(s):
 def encode(obj):
     """§Conventions: compact JSON, keys sorted, `/` not escaped, raw UTF-8, optional fields omitted."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+class Keyring:
+    """§Private sessions: the group's keys, the first sealing; a session key per session and key."""
+
+    def __init__(self, text, group):
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "conformance" / "sealing"))
+        import primitives  # AES-256-GCM and HKDF-SHA256, standard library only
+        self.primitives, self.group, self.keys = primitives, group, {}
+        for line in text.splitlines():
+            words = line.split()
+            if words and not words[0].startswith("#"):
+                key = base64.b64decode(words[1], validate=True)
+                if len(words) != 2 or len(key) != 32:
+                    raise ValueError("a key line is `ID BASE64` of 32 bytes")
+                self.keys.setdefault(words[0], key)
+                self.sealing = getattr(self, "sealing", words[0])
+        if not self.keys:
+            raise ValueError("no key")
+        self.session_keys = {}
+
+    def session_key(self, sid, key_id):
+        if key_id not in self.keys:
+            return None
+        if (sid, key_id) not in self.session_keys:
+            info = f"session {self.group}/{sid}".encode("utf-8")
+            self.session_keys[(sid, key_id)] = self.primitives.hkdf_sha256(self.keys[key_id], b"groupsync/v2", info)
+        return self.session_keys[(sid, key_id)]
+
+    @staticmethod
+    def aad(context):
+        return b"".join(len(f.encode("utf-8")).to_bytes(4, "big") + f.encode("utf-8") for f in context)
+
+    def seal(self, sid, plaintext, context):
+        """The sealed text (base64 of nonce ‖ ciphertext ‖ tag) of `plaintext` (bytes): a random nonce."""
+        nonce = os.urandom(12)
+        sealed = self.primitives.seal(self.session_key(sid, self.sealing), nonce, self.aad(context), plaintext)
+        return base64.b64encode(nonce + sealed).decode("ascii")
+
+    def open(self, sid, key_id, text, context):
+        """The plaintext of a sealed text, or None (no such key, not base64, does not open)."""
+        key = self.session_key(sid, key_id)
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except ValueError:
+            return None
+        if key is None or len(raw) < 28:
+            return None
+        return self.primitives.open_sealed(key, raw[:12], self.aad(context), raw[12:])
+
+    def chunk_key(self, sid, key_id, salt):
+        key = self.session_key(sid, key_id)
+        return None if key is None else self.primitives.hkdf_sha256(key, base64.b64decode(salt), b"chunks")
+
+    def open_chunk(self, chunk_key, index, sealed):
+        return self.primitives.open_sealed(chunk_key, index.to_bytes(12, "big"), self.aad(["chunk"]), sealed)
+
+    def open_json(self, sid, key_id, text, context):
+        """A sealed JSON value, read by §Decoding rules; raises Reject("sealed") when it does not open."""
+        plaintext = self.open(sid, key_id, text, context) if isinstance(text, str) else None
+        if plaintext is None:
+            raise Reject("sealed")
+        return decode_value(plaintext)
 
 
 def fnv1a64(s):
@@ -187,6 +257,11 @@ def _check_strings(value):
 
 def decode(payload):
     """Rules 1–3: one strict JSON object with `"v": 2`."""
+    return record(decode_value(payload))
+
+
+def decode_value(payload):
+    """Rules 1–2: one strict JSON value (a sealed body, value or activity, once opened)."""
     if len(payload) > MAX_PAYLOAD:
         raise Reject("too-large")
     if payload.startswith(b"\xef\xbb\xbf"):
@@ -203,7 +278,7 @@ def decode(payload):
     except (ValueError, RecursionError):
         raise Reject("malformed")
     _check_strings(value)
-    return record(value)
+    return value
 
 
 def record(value):
@@ -297,15 +372,32 @@ def attachment_id(digests):
     return hashlib.sha256(b"".join(bytes.fromhex(d) for d in digests)).hexdigest()
 
 
+def base64_bytes(text):
+    """The bytes of standard base64 with padding, or none when it is not that."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        return b""
+
+
 def journal_record(obj, attachment, owner):
     """§Journal, "The journal record": consistent (its `id` that of its chunks' digests), and matching its
     topic's `<id>` and `<owner>`."""
     chunks = field(obj, "chunks", list)
+    sealed = field(obj, "sealed", str, optional=True)
+    if sealed is not None:
+        # §Private sessions: `name` holds name, type and metadata, sealed; the chunks' salt is 16 bytes.
+        salt = field(obj, "salt", str, optional=True)
+        if "type" in obj or "metadata" in obj or salt is None or len(base64_bytes(salt)) != 16:
+            raise Reject("wrong-shape")
+    elif "salt" in obj:
+        raise Reject("wrong-shape")
     metadata = field(obj, "metadata", dict, optional=True) or {}
     if not all(type(d) is str for d in chunks) or not all(type(m) is str for m in metadata.values()):
         raise Reject("wrong-shape")
     size, chunk_size = integer(obj, "size"), integer(obj, "chunkSize")
-    name, kind, digest = field(obj, "name", str), field(obj, "type", str), field(obj, "id", str)
+    name, digest = field(obj, "name", str), field(obj, "id", str)
+    kind = "" if sealed is not None else field(obj, "type", str)
     added = required(obj, "added")
     if not isinstance(added, dict):
         raise Reject("wrong-shape")
@@ -315,7 +407,10 @@ def journal_record(obj, attachment, owner):
         raise Reject("wrong-shape")
     if digest != attachment or p != owner:
         raise Reject("identity-mismatch")
-    return {"name": name, "type": kind, "size": size, "chunkSize": chunk_size, "chunks": chunks, "metadata": metadata}
+    record = {"name": name, "type": kind, "size": size, "chunkSize": chunk_size, "chunks": chunks, "metadata": metadata}
+    if sealed is not None:
+        record.update(sealed=sealed, salt=obj["salt"], added=(t, c, p), id=digest)
+    return record
 
 
 def announcement(obj, session):
@@ -324,11 +419,16 @@ def announcement(obj, session):
     activity = field(obj, "activity", dict)
     if not is_identifier(field(activity, "type", str)):
         raise Reject("bad-identifier")
-    metadata = field(activity, "metadata", dict)
-    field(metadata, "title", str)
-    field(metadata, "subtitle", str, optional=True)
-    field(metadata, "type", str)  # an unknown kind reads as generic
-    required(activity, "data")
+    if field(activity, "sealed", str, optional=True) is not None:
+        # §Private sessions: the data is the sealed text of data and metadata.
+        if not isinstance(required(activity, "data"), str) or "metadata" in activity:
+            raise Reject("wrong-shape")
+    else:
+        metadata = field(activity, "metadata", dict)
+        field(metadata, "title", str)
+        field(metadata, "subtitle", str, optional=True)
+        field(metadata, "type", str)  # an unknown kind reads as generic
+        required(activity, "data")
     field(obj, "createdBy", str)
     integer(obj, "createdAt")
     revision = clock(required(obj, "revision"))
@@ -503,6 +603,10 @@ class Participant:
         self.grace_from = time.monotonic()
         self.next_heartbeat = 0.0
         self.unsubacks = set()
+        self.keyring = None       # §Private sessions, with --secret-file
+        if args.secret_file:
+            with open(args.secret_file, encoding="utf-8") as file:
+                self.keyring = Keyring(file.read(), args.group)
 
         suffix = "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(6))
         self.client = mqtt.Client(client_id=f"py-{self.me}-{suffix}", protocol=mqtt.MQTTv5)
@@ -807,6 +911,7 @@ class Participant:
             return
         obj = decode(msg.payload)
         revision, ended = announcement(obj, sid)
+        obj = self.opened_announcement(obj)
         self.observe(revision)
         activity_type = obj["activity"]["type"]
         if session is None:
@@ -898,6 +1003,76 @@ class Participant:
     def state_wire(rec):
         return {k: v for k, v in rec.items() if k != "_clock"}
 
+    # --- §Private sessions ---
+
+    @staticmethod
+    def announcement_context(ann):
+        r = ann["revision"]
+        return ["announcement", ann["session"], ann["activity"]["type"], ann["createdBy"], str(ann["createdAt"]),
+                r["p"], str(r["t"]), str(r["c"])]
+
+    def opened_announcement(self, ann):
+        """An announcement as kept: opened in a private group (Reject when in clear or it does not open),
+        as it came otherwise (a sealed one stays closed: the session is private to us)."""
+        sealed = ann["activity"].get("sealed")
+        if self.keyring is None:
+            return ann
+        if sealed is None:
+            raise Reject("not-sealed")
+        if sealed not in self.keyring.keys:
+            return ann
+        inner = self.keyring.open_json(ann["session"], sealed, ann["activity"]["data"], self.announcement_context(ann))
+        if not isinstance(inner, dict) or "data" not in inner or not isinstance(inner.get("metadata"), dict):
+            raise Reject("sealed")
+        return dict(ann, activity={"data": inner["data"], "metadata": inner["metadata"], "type": ann["activity"]["type"]})
+
+    def wire_announcement(self, ann):
+        """An announcement as published: its activity sealed in a private group."""
+        if self.keyring is None or "sealed" in ann["activity"]:
+            return ann
+        inner = encode({"data": ann["activity"]["data"], "metadata": ann["activity"]["metadata"]})
+        text = self.keyring.seal(ann["session"], inner, self.announcement_context(ann))
+        return dict(ann, activity={"data": text, "sealed": self.keyring.sealing, "type": ann["activity"]["type"]})
+
+    def opened_state(self, sid, rec):
+        """A state record as kept: its value opened in a private group (Reject when in clear or it does not
+        open); one sealed without a keyring is rejected too."""
+        sealed = rec.get("sealed")
+        if self.keyring is None:
+            if sealed is not None:
+                raise Reject("sealed")
+            return rec
+        if not isinstance(sealed, str):
+            raise Reject("not-sealed")
+        c = rec["clock"]
+        value = self.keyring.open_json(sid, sealed, rec["value"], ["state", sid, rec["key"], c["p"], str(c["t"]), str(c["c"])])
+        return {"clock": c, "key": rec["key"], "v": VERSION, "value": value}
+
+    def message_context(self, sid, sender, env, recipient):
+        return ["message", sid, sender, recipient, str(env["epoch"]), str(env["seq"]), env["type"], "1" if env["reliable"] else "0"]
+
+    def opened_envelope(self, sid, sender, env, direct):
+        """An app message as delivered: its body opened in a private group (Reject when in clear or it does
+        not open); one sealed without a keyring is rejected."""
+        sealed = env.get("sealed")
+        if self.keyring is None:
+            if sealed is not None:
+                raise Reject("sealed")
+            return env
+        if not isinstance(sealed, str) or env.get("seq") is None:
+            raise Reject("not-sealed")
+        recipient = self.me if direct and env.get("stream") != "all" else ""
+        body = self.keyring.open_json(sid, sealed, env["body"], self.message_context(sid, sender, env, recipient))
+        return dict({k: v for k, v in env.items() if k != "sealed"}, body=body)
+
+    def wire_state(self, sid, rec):
+        """A state record as published: its value sealed in a private group."""
+        if self.keyring is None:
+            return rec
+        c = rec["clock"]
+        text = self.keyring.seal(sid, encode(rec["value"]), ["state", sid, rec["key"], c["p"], str(c["t"]), str(c["c"])])
+        return dict(rec, value=text, sealed=self.keyring.sealing)
+
     def on_state(self, key, writer, msg):
         """§Shared state, "Read"."""
         j = self.joined
@@ -906,7 +1081,7 @@ class Participant:
             return  # removed: the value does not go back
         rec = decode(msg.payload)
         _, stamp = state_record(rec, key, writer)
-        self.apply_state(j, rec, stamp)
+        self.apply_state(j, self.opened_state(j.id, rec), stamp)
 
     def on_journal(self, attachment, owner, payload):
         """§Journal: a record lists the attachment, an empty payload removes it."""
@@ -916,6 +1091,18 @@ class Participant:
                 self.emit("removed", session=j.id, id=attachment, owner=owner)
             return
         rec = journal_record(decode(payload), attachment, owner)
+        if self.keyring is None and "sealed" in rec:
+            raise Reject("sealed")
+        if self.keyring is not None:  # §Private sessions: open name, type and metadata; in clear is rejected
+            if "sealed" not in rec:
+                raise Reject("not-sealed")
+            t, c, p = rec["added"]
+            inner = self.keyring.open_json(j.id, rec["sealed"], rec["name"], ["journal", j.id, attachment, p, str(t), str(c)])
+            if (not isinstance(inner, dict) or not isinstance(inner.get("name"), str) or not isinstance(inner.get("type"), str)
+                    or not all(type(v) is str for v in (inner.get("metadata") or {}).values())):
+                raise Reject("sealed")
+            rec = dict(rec, name=inner["name"], type=inner["type"], metadata=inner.get("metadata") or {},
+                       chunk_key=self.keyring.chunk_key(j.id, rec["sealed"], rec["salt"]))
         if j.attachments.get((attachment, owner)) != rec:
             j.attachments[(attachment, owner)] = rec
             self.emit("attachment", session=j.id, id=attachment, owner=owner, name=rec["name"], type=rec["type"],
@@ -955,7 +1142,12 @@ class Participant:
             for item in states:
                 rec = record(item)
                 _, stamp = state_record(rec)
-                self.apply_state(j, rec, stamp)
+                try:
+                    opened = self.opened_state(j.id, rec)
+                except Reject as rejection:  # §Private sessions: left out and rejected, the rest applies
+                    self.emit("rejected", topic=f"$catchup from {sender}", reason=rejection.code)
+                    continue
+                self.apply_state(j, opened, stamp)
             for item in members:
                 name, epoch = member_record(record(item))
                 if name != self.me and not (j.phase == "joined" and name in j.members):
@@ -989,6 +1181,7 @@ class Participant:
             return
         if j.members.get(sender) != env["epoch"]:
             raise Reject("not-a-member")
+        env = self.opened_envelope(j.id, sender, env, direct)
         if not env["reliable"]:
             self.deliver(j, sender, env, direct)  # neither deduplicated nor ordered
             return
@@ -1155,6 +1348,9 @@ class Participant:
                 outbox.unreliable += 1
                 seq = outbox.unreliable
             env = {"body": body, "epoch": self.epoch, "reliable": reliable, "seq": seq, "type": kind, "v": VERSION}
+            if self.keyring is not None:  # §Private sessions: the body sealed for its place
+                context = self.message_context(j.id, self.me, env, "" if recipient is None else recipient)
+                env = dict(env, body=self.keyring.seal(j.id, encode(body), context), sealed=self.keyring.sealing)
             if reliable:
                 outbox.keep(stream, seq, env)
             topic = self.topic("s", j.id, *(("all", self.me) if recipient is None else ("to", recipient, self.me)))
@@ -1169,7 +1365,7 @@ class Participant:
 
     def send_catchup(self, j, newcomer):
         """§Catch-up: the winning record of each key, in parts under the broker's Maximum Packet Size."""
-        states = [self.state_wire(j.states[k]) for k in sorted(j.states)]
+        states = [self.wire_state(j.id, self.state_wire(j.states[k])) for k in sorted(j.states)]
         limit = (self.max_packet or MAX_PAYLOAD) - 1024  # room for the topic and the packet's header
         parts, part = [], []
         for state in states:
@@ -1186,7 +1382,7 @@ class Participant:
 
     def publish_own_copy(self, session):
         j = self.joined
-        self.publish_retained(self.topic("session", session.id, self.me), encode(session.current), j.ttl)
+        self.publish_retained(self.topic("session", session.id, self.me), encode(self.wire_announcement(session.current)), j.ttl)
         j.own_copy_revision = session.revision
 
     # --- commands (main thread) ---
@@ -1203,7 +1399,7 @@ class Participant:
                                 "type": activity_type},
                    "createdAt": now_ms(), "createdBy": self.me, "revision": self.tick(),
                    "session": sid, "ttl": self.args.ttl, "v": VERSION}
-            self.publish_retained(self.topic("session", sid, self.me), encode(ann), self.args.ttl)
+            self.publish_retained(self.topic("session", sid, self.me), encode(self.wire_announcement(ann)), self.args.ttl)
         self.emit("activated", session=sid)
         return sid
 
@@ -1216,6 +1412,9 @@ class Participant:
             session = self.sessions[sid]
             if session.ended or self.joined:
                 self.emit("error", message=f"cannot join {sid}")
+                return
+            if "sealed" in session.current["activity"]:
+                self.emit("error", message=f"session {sid} is private (key {session.current['activity']['sealed']})")
                 return
             j = self.joined = Joined(sid, session.current["ttl"])
             self.outbox(sid).marks.clear()  # §Reliable delivery: its own join forgets the marks
@@ -1253,7 +1452,7 @@ class Participant:
             rec = {"clock": self.tick(), "key": key, "v": VERSION, "value": value}
             stamp = (rec["clock"]["t"], rec["clock"]["c"], self.me)
             self.apply_state(j, rec, stamp)
-            self.publish_retained(self.topic("s", j.id, "state", key, self.me), encode(rec), j.ttl)
+            self.publish_retained(self.topic("s", j.id, "state", key, self.me), encode(self.wire_state(j.id, rec)), j.ttl)
 
     def send(self, kind, body, to, reliable):
         with self.lock:
@@ -1287,7 +1486,7 @@ class Participant:
             session = self.sessions[j.id]
             self.send_control(j, "$end", None)
             ended = dict(session.current, ended=True, revision=self.tick())
-            self.publish_retained(self.topic("session", j.id, self.me), encode(ended), j.ttl, keep=False)
+            self.publish_retained(self.topic("session", j.id, self.me), encode(self.wire_announcement(ended)), j.ttl, keep=False)
             for publisher in list(session.copies):
                 if publisher != self.me:
                     self.clear(self.topic("session", j.id, publisher))
@@ -1350,7 +1549,14 @@ class Participant:
                             attempts[index] = attempts.get(index, 0) + 1
                             loading.retry_at[index] = time.monotonic() + min(0.05 * 2 ** (attempts[index] - 1), 2.0)
                             continue
-                        if len(payload) != min(chunk_size, size - index * chunk_size):
+                        expected = min(chunk_size, size - index * chunk_size)
+                        if rec.get("chunk_key") is not None:  # §Private sessions: verified, then opened
+                            opened = self.keyring.open_chunk(rec["chunk_key"], index, payload) if len(payload) == expected + 16 else None
+                            if opened is None:
+                                self.emit("error", message=f"load: {attachment} does not verify: chunk {index} does not open")
+                                return
+                            payload = opened
+                        if len(payload) != expected:
                             self.emit("error", message=f"load: {attachment} does not verify: chunk {index}'s length")
                             return
                         loading.pending.discard(index)
@@ -1451,6 +1657,7 @@ def main():
     parser.add_argument("--keepalive", type=int, default=5, help="MQTT keepalive, s (heartbeats every half)")
     parser.add_argument("--ttl", type=int, default=3600, help="lifetime of a new session's records, s")
     parser.add_argument("--catchup-timeout", type=float, default=2.0, help="s to wait for $catchup")
+    parser.add_argument("--secret-file", help="the group's keys, one `ID BASE64` per line: a private group")
     args = parser.parse_args()
     for kind in ("group", "participant", "session", "activate"):
         value = getattr(args, kind)
