@@ -1,5 +1,6 @@
 import Foundation
 import MQTT
+import Synchronization
 
 /// The keys of one private session: every key of the group's keyring derived for the session, the first
 /// sealing. A key per session (HKDF-SHA256 from the group key, the group and the session's ID) keeps one
@@ -15,6 +16,7 @@ package struct SessionSealer: Sendable {
     package let sealingKeyID: String
     /// Each group key's session key, and its cipher.
     private let keys: [String: (bytes: [UInt8], cipher: AEADKey)]
+    private let sealingCipher: AEADKey
     private let nonces = NonceSequence()
 
     package init(keyring: GroupKeyring, group: String, session: String) {
@@ -24,6 +26,7 @@ package struct SessionSealer: Sendable {
                 let bytes = Self.sessionKey(key.secret, group: group, session: session)
                 return (key.id, (bytes, AEADKey(bytes)))
             })
+        sealingCipher = keys[sealingKeyID]!.cipher
     }
 
     /// HKDF-SHA256 of the group key, with salt `groupsync/v2` and info `session <group>/<session>`.
@@ -37,30 +40,25 @@ package struct SessionSealer: Sendable {
     /// `plaintext` sealed with the sealing key and a fresh nonce, bound to `context`: the base64 text of
     /// nonce ‖ ciphertext ‖ tag.
     package func seal(_ plaintext: some Collection<UInt8>, _ context: SealedContext) -> String {
-        let nonce = nonces.next()
-        let sealed = keys[sealingKeyID]!.cipher.seal(plaintext, nonce: nonce, aad: context.bytes)
-        return Data(nonce + sealed).base64EncodedString()
+        Data(sealingCipher.sealedWithNonce(plaintext, nonce: nonces.next(), aad: context.bytes)).base64EncodedString()
     }
 
     /// The plaintext of `text` (as ``seal(_:_:)`` writes it) sealed with key `keyID` for `context`; nil
     /// when this keyring has no such key, the text is no sealed payload, or it does not open (another
     /// context, another key, a changed bit).
     package func open(_ text: String, keyID: String, _ context: SealedContext) -> [UInt8]? {
-        guard let key = keys[keyID], let bytes = Data(base64Encoded: text), bytes.count >= AEAD.nonceSize + AEAD.tagSize else { return nil }
-        return key.cipher.open(bytes.dropFirst(AEAD.nonceSize), nonce: Array(bytes.prefix(AEAD.nonceSize)), aad: context.bytes)
+        guard let key = keys[keyID], let bytes = Data(base64Encoded: text) else { return nil }
+        return key.cipher.openWithNonce(Array(bytes), aad: context.bytes)
     }
 }
 
 /// The nonces of one sealer: a random start, and a count XORed into its last 8 bytes.
 private final class NonceSequence: Sendable {
     private let start = AEAD.randomBytes(AEAD.nonceSize)
-    private let count = LockedValue<UInt64>(0)
+    private let count = Atomic<UInt64>(0)
 
     func next() -> [UInt8] {
-        let n = count.withLock { count in
-            defer { count &+= 1 }
-            return count
-        }
+        let n = count.add(1, ordering: .relaxed).oldValue
         var nonce = start
         for byte in 0..<8 { nonce[4 + byte] ^= UInt8(truncatingIfNeeded: n >> (8 * UInt64(7 - byte))) }
         return nonce
