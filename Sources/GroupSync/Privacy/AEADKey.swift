@@ -83,8 +83,9 @@ package final class AEADKey: Sendable {
                         && (aad.isEmpty || EVP_DecryptUpdate(context, nil, &length, aad, Int32(aad.count)) == 1)
                         && (count == 0 || EVP_DecryptUpdate(context, out.baseAddress, &length, body, Int32(count)) == 1)
                         && EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_SET_TAG, Int32(AEAD.tagSize), tag) == 1
+                        // Final succeeds only when the tag matched.
                         && withUnsafeMutableBytes(of: &scratch) {
-                            EVP_DecryptFinal_ex(context, $0.baseAddress!.assumingMemoryBound(to: UInt8.self), &length) == 1  // the tag matched
+                            EVP_DecryptFinal_ex(context, $0.baseAddress!.assumingMemoryBound(to: UInt8.self), &length) == 1
                         }
                 }
                 initialized = opened ? count : 0
