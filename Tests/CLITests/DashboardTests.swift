@@ -391,6 +391,25 @@ import Testing
         #expect(alice["object_id"] as? String == "groupsync_g_alice_connected")
     }
 
+    /// A private session seen without its key: the dashboard publishes its participants and counts under
+    /// the title "private session", and no state value (they are sealed).
+    @Test func aPrivateSessionWithoutTheKeyShowsParticipantsNotValues() async throws {
+        let sealed = "AAECAwQFBgcICQoLXB82GKQi4pfpaZ4JgFo7uAVeF4YjYZhDQxq1rHCrUjY="
+        let out = try await Self.replay([
+            WireLine.presence("alice", epoch: 10), WireLine.presence("bob", epoch: 20),
+            #"groupsync/v2/g/session/s1/alice {"activity":{"data":"\#(sealed)","sealed":"k1","type":"com.example.board"},"createdAt":1000,"createdBy":"alice","revision":{"c":0,"p":"alice","t":1000},"session":"s1","ttl":3600,"v":2}"#,
+            WireLine.member("s1", "alice", epoch: 10), WireLine.member("s1", "bob", epoch: 20),
+            #"groupsync/v2/g/s/s1/state/page/bob {"clock":{"c":0,"p":"bob","t":5},"key":"page","sealed":"k1","v":2,"value":"\#(sealed)"}"#,
+        ])
+        let values = Dictionary(out.dropLast().map { ($0.topic, $0.payload) }, uniquingKeysWith: { $1 })
+        let f = "groupsync/dashboard/g"
+        #expect(values["\(f)/session/s1/title"] == "private session")
+        #expect(values["\(f)/session/s1/participants"] == "2")
+        #expect(values["\(f)/session/s1/participant_list"] == #"["alice","bob"]"#)
+        #expect(!out.contains { $0.topic.contains("/state/") || $0.topic.contains("_state_") }, "no state value")
+        #expect(!out.contains { $0.payload.contains(sealed) })
+    }
+
     static let numberTemplate =
         "{{ value_json if value_json is defined and value_json is number and value_json is not boolean else None }}"
     static let textTemplate =

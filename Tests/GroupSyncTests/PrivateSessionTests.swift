@@ -11,8 +11,11 @@ import Testing
     static let k1 = try! GroupKey(id: "k1", secret: [UInt8](repeating: 1, count: 32))
     static let k2 = try! GroupKey(id: "k2", secret: [UInt8](repeating: 2, count: 32))
 
-    static func keyed(_ keys: GroupKey...) -> (inout GroupCoordinator.Configuration) -> Void {
-        { $0.keyring = try! GroupKeyring(keys) }
+    static func keyed(_ keys: GroupKey..., retainedMessages: Bool = true) -> (inout GroupCoordinator.Configuration) -> Void {
+        { configuration in
+            configuration.keyring = try! GroupKeyring(keys)
+            configuration.mqtt.retainedMessages = retainedMessages
+        }
     }
 
     static func chats(_ session: GroupSession<Gallery>) -> Collector<(Chat, Participant)> {
@@ -120,10 +123,7 @@ import Testing
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
             func join(_ name: String) async throws -> GroupCoordinator {
-                try await group.join(name) {
-                    $0.keyring = try! GroupKeyring([Self.k1])
-                    $0.mqtt.retainedMessages = retainedMessages
-                }
+                try await group.join(name, Self.keyed(Self.k1, retainedMessages: retainedMessages))
             }
             let alice = try await join("alice")
             let a = try await alice.startJoined(Gallery(galleryID: "private"))
@@ -154,10 +154,7 @@ import Testing
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
             func join(_ name: String) async throws -> GroupCoordinator {
-                try await group.join(name) {
-                    $0.keyring = try! GroupKeyring([Self.k1])
-                    $0.mqtt.retainedMessages = retainedMessages
-                }
+                try await group.join(name, Self.keyed(Self.k1, retainedMessages: retainedMessages))
             }
             let (tap, wire) = try await rawSubscriber(broker, "#")
             let alice = try await join("alice")
