@@ -66,8 +66,13 @@ import Testing
         try await MosquittoBroker.withBroker { broker in
             let probe = try MQTTClient(configuration: .init(url: broker.url))
             try await probe.connect()
-            let wire = Collector(try await probe.subscribe(to: [TopicSubscription("#")]))
-            let result = try await runCLI(["demo", "--private", "--broker", broker.url], timeout: .seconds(60))
+            // The demo's group only: on a broker the suite shares (GROUPSYNC_TEST_BROKER) others talk in clear.
+            let group = broker.unique("private-demo")
+            let wire = Collector(
+                try await probe.subscribe(to: [
+                    TopicSubscription("groupsync/v2/\(group)/#"), TopicSubscription("groupsync/v2-chunks/\(group)/#"),
+                ]))
+            let result = try await runCLI(["demo", "--private", "--broker", broker.url, "--group", group], timeout: .seconds(60))
             #expect(result.status == 0, "\(result.errors)\n\(result.output.joined(separator: "\n"))")
             #expect(result.output.contains { $0.contains("sealed end to end with group key demo") })
             #expect(result.output.contains { $0.contains("shared photo:") && $0.contains("opened it") })

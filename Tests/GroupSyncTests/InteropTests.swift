@@ -177,7 +177,8 @@ struct InteropTests {
             let keyFile = directory.appendingPathComponent("group.key").path
             try "k1 \(key.base64Secret)\n".write(toFile: keyFile, atomically: true, encoding: .utf8)
             let group = Group(broker)
-            let (tap, wire) = try await rawSubscriber(broker, "#")
+            let (tap, wire) = try await rawSubscriber(
+                broker, "\(GroupTopics.protocolRoot)/\(group.name)/#", "\(GroupTopics.chunkProtocolRoot)/\(group.name)/#")
             let keyring = try GroupKeyring([key])
             let alice = try await group.join("alice") { $0.keyring = keyring }
             let a = try await alice.startJoined(Gallery(galleryID: "hush-interop"))

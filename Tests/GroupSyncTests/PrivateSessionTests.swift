@@ -156,7 +156,9 @@ import Testing
             func join(_ name: String) async throws -> GroupCoordinator {
                 try await group.join(name, Self.keyed(Self.k1, retainedMessages: retainedMessages))
             }
-            let (tap, wire) = try await rawSubscriber(broker, "#")
+            // The group's topics only: on a broker the suite shares (GROUPSYNC_TEST_BROKER) others talk in clear.
+            let (tap, wire) = try await rawSubscriber(
+                broker, "\(GroupTopics.protocolRoot)/\(group.name)/#", "\(GroupTopics.chunkProtocolRoot)/\(group.name)/#")
             let alice = try await join("alice")
             let a = try await alice.startJoined(Gallery(galleryID: "journal"))
             let configuration = GroupSessionJournal.Configuration(chunkSize: 16 << 10, window: 4)
@@ -181,8 +183,9 @@ import Testing
                 try await waitUntil("carol lists the attachment") { carolsJournal.attachments.count == 1 }
                 #expect(try await carolsJournal.load(carolsJournal.attachments[0]) == content)
             }
-            try await tap.publish(to: "\(group.name)/marker", string: "m")
-            try await waitUntil("the tap's marker") { wire.elements.contains { $0.topic == "\(group.name)/marker" } }
+            let marker = "\(GroupTopics.protocolRoot)/\(group.name)/marker"
+            try await tap.publish(to: marker, string: "m")
+            try await waitUntil("the tap's marker") { wire.elements.contains { $0.topic == marker } }
             await tap.disconnect()
             #expect(wire.elements.contains { $0.topic.hasPrefix(GroupTopics.chunkProtocolRoot) }, "the chunks went by")
             for clear in ["plain photo", "hidden-photo", "image/jpeg", "quiet caption"] {

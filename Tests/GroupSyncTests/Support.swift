@@ -126,9 +126,9 @@ func waitUntil(
     }
 }
 
-/// A raw MQTT client (not GroupSync) subscribed to `filter`.
+/// A raw MQTT client (not GroupSync) subscribed to `filters`.
 func rawSubscriber(
-    _ broker: MosquittoBroker, _ filter: String, user: String? = nil, password: String? = nil
+    _ broker: MosquittoBroker, _ filters: String..., user: String? = nil, password: String? = nil
 ) async throws -> (MQTTClient, Collector<MQTTMessage>) {
     var configuration = try MQTTClient.Configuration(url: broker.url)
     if let user {  // else the URL's credentials, which an external broker may need
@@ -137,7 +137,7 @@ func rawSubscriber(
     }
     let client = try MQTTClient(configuration: configuration)
     try await client.connect()
-    let messages = Collector(try await client.subscribe(to: [TopicSubscription(filter)]))
+    let messages = Collector(try await client.subscribe(to: filters.map { TopicSubscription($0) }))
     return (client, messages)
 }
 
