@@ -7,28 +7,19 @@ _SBOX = []
 
 
 def _sbox():
-    # The AES S-box from its definition: the multiplicative inverse in GF(2^8), then the affine map.
+    # The AES S-box from its definition: the multiplicative inverse in GF(2^8) (from the powers of the
+    # generator 3), then the affine map.
     if _SBOX:
         return _SBOX
-    def mul(a, b):
-        p = 0
-        while b:
-            if b & 1:
-                p ^= a
-            a = ((a << 1) ^ 0x11B) if a & 0x80 else a << 1
-            b >>= 1
-        return p
-    inverse = [0] * 256
-    for a in range(1, 256):
-        for b in range(1, 256):
-            if mul(a, b) == 1:
-                inverse[a] = b
-                break
+    exp, log, x = [0] * 255, [0] * 256, 1
+    for power in range(255):
+        exp[power], log[x] = x, power
+        x ^= ((x << 1) ^ 0x11B) if x & 0x80 else x << 1  # x * 3
     for a in range(256):
-        x = inverse[a]
-        s = x
+        inverse = exp[(255 - log[a]) % 255] if a else 0
+        s = inverse
         for shift in range(1, 5):
-            s ^= ((x << shift) | (x >> (8 - shift))) & 0xFF
+            s ^= ((inverse << shift) | (inverse >> (8 - shift))) & 0xFF
         _SBOX.append(s ^ 0x63)
     return _SBOX
 
