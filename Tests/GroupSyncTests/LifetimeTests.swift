@@ -67,8 +67,7 @@ struct Brief: GroupActivity {
             let closing = try await bob.startJoined(Gallery(galleryID: "closed"))
             if frozen { broker.pause() } else { broker.kill() }
             // The farewell timeout, and a second for the tasks' scheduling when the whole suite loads both
-            // cores (half a second was overrun there by 28 ms): what it guards against is a wait on the
-            // broker, seconds long (keepalive, TCP timeouts).
+            // cores: what it guards against is a wait on the broker, seconds long (keepalive, TCP timeouts).
             let bound = timeBound(.seconds(1)) + .seconds(1)
             for what in ["leave()", "end()", "close()"] {
                 let start = ContinuousClock.now

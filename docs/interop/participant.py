@@ -113,13 +113,12 @@ class Keyring:
         for line in text.splitlines():
             words = line.split()
             if words and not words[0].startswith("#"):
-                key = base64.b64decode(words[1], validate=True)
-                if len(words) != 2 or len(key) != 32:
+                if len(words) != 2 or len(base64_bytes(words[1])) != 32:
                     raise ValueError("a key line is `ID BASE64` of 32 bytes")
-                self.keys.setdefault(words[0], key)
-                self.sealing = getattr(self, "sealing", words[0])
+                self.keys.setdefault(words[0], base64_bytes(words[1]))
         if not self.keys:
             raise ValueError("no key")
+        self.sealing = next(iter(self.keys))  # the first key seals (dicts keep their order)
         self.session_keys = {}
 
     def session_key(self, sid, key_id):

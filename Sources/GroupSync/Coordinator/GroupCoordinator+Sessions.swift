@@ -87,18 +87,23 @@ extension GroupCoordinator {
 
     /// An announcement as this coordinator publishes it: its activity sealed in a private group.
     func wireAnnouncement(_ announcement: Wire.Announcement) -> Wire.Announcement {
-        guard let keyring = configuration.keyring else { return announcement }
-        return announcement.sealed(by: SessionSealer(keyring: keyring, group: configuration.group, session: announcement.session))
+        sealer(for: announcement.session).map { announcement.sealed(by: $0) } ?? announcement
     }
 
     /// An announcement copy as this coordinator keeps it. In a private group it is opened; nil (rejected)
     /// when it comes in clear, or does not open with a key we have. Sealed with a key we do not have (or
     /// without a keyring), it is kept closed: the session is private to us (``GroupSyncError/privateSession(keyID:)``).
     func readable(_ announcement: Wire.Announcement) -> Wire.Announcement? {
-        guard let keyring = configuration.keyring else { return announcement }
+        guard let sealer = sealer(for: announcement.session) else { return announcement }
         guard let keyID = announcement.activity.sealed else { return nil }
-        let sealer = SessionSealer(keyring: keyring, group: configuration.group, session: announcement.session)
         return sealer.opens(keyID: keyID) ? announcement.opened(by: sealer) : announcement
+    }
+
+    /// The sealer of `session` in a private group (nil otherwise): its session object's when there is one,
+    /// whose keys were derived and scheduled once, else one made now (a session not yet known here).
+    private func sealer(for session: String) -> SessionSealer? {
+        guard let keyring = configuration.keyring else { return nil }
+        return state.withLock { $0.cores[session]?.sealer } ?? SessionSealer(keyring: keyring, group: configuration.group, session: session)
     }
 
     static func makeSessionID() -> String {
