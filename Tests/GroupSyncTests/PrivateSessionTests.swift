@@ -59,7 +59,7 @@ import Testing
             let a = try await alice.startJoined(Gallery(galleryID: "private"))
             let b = try await bob.joinSession(a.id, of: Gallery.self)
             _ = try await carol.joinSession(a.id, of: Gallery.self)
-            try await waitUntil("alice lists everyone") { a.activeParticipants.count == 3 }
+            try await waitUntil(timeout: timeBound(.seconds(5)), "alice lists everyone") { a.activeParticipants.count == 3 }
             let session = "\(GroupTopics.protocolRoot)/\(group.name)/s/\(a.id)"
             let (tap, wire) = try await rawSubscriber(broker, "\(session)/all/bob")
             let received = Self.chats(a)
@@ -79,7 +79,9 @@ import Testing
             ]
             for (index, (topic, payload)) in forgeries.enumerated() {
                 try await tap.publish(to: topic, string: payload)
-                try await waitUntil("forgery \(index) rejected") { alice.rejectedMessageCount == index + 1 }
+                try await waitUntil(timeout: timeBound(.seconds(5)), "forgery \(index) rejected") {
+                    alice.rejectedMessageCount == index + 1
+                }
             }
             try await tap.publish(to: "\(session)/all/bob", string: original)  // the same message again
             try await GroupSessionMessenger(session: b).send(Chat(text: "after"))
@@ -101,7 +103,9 @@ import Testing
             let eve = try await group.join("eve")
             let frank = try await group.join("frank", Self.keyed(Self.k2))
             for outsider in [eve, frank] {
-                try await waitUntil("the session is listed") { outsider.currentSessions(activityIdentifier: nil).map(\.id) == [a.id] }
+                try await waitUntil(timeout: timeBound(.seconds(5)), "the session is listed") {
+                    outsider.currentSessions(activityIdentifier: nil).map(\.id) == [a.id]
+                }
                 let session = outsider.currentSessions(activityIdentifier: nil)[0]
                 #expect(session.metadata.title == "private session")
                 await #expect(throws: GroupSyncError.privateSession(keyID: "k1")) { try await session.join() }
@@ -110,7 +114,7 @@ import Testing
             #expect(wire.elements.allSatisfy { !String(decoding: $0.payload, as: UTF8.self).contains("hidden") })
 
             let clear = try await group.join("mallory").activate(Gallery(galleryID: "in clear"))
-            try await waitUntil("the clear announcement is rejected") { alice.rejectedMessageCount >= 1 }
+            try await waitUntil(timeout: timeBound(.seconds(5)), "the clear announcement is rejected") { alice.rejectedMessageCount >= 1 }
             #expect(!alice.currentSessions(activityIdentifier: nil).map(\.id).contains(clear))
             await tap.disconnect()
             await group.closeAll()
@@ -140,7 +144,7 @@ import Testing
             let forged =
                 #"{"clock":{"c":0,"p":"bob","t":\#(SystemWallClock().milliseconds() + 1_000)},"key":"page","v":2,"value":"forged"}"#
             try await tap.publish(to: "\(session)/state/page/bob", string: forged)
-            try await waitUntil("the record in clear is rejected") { alice.rejectedMessageCount == 1 }
+            try await waitUntil(timeout: timeBound(.seconds(5)), "the record in clear is rejected") { alice.rejectedMessageCount == 1 }
             #expect(try SharedState(a, key: "page", initialValue: "").value == "the secret page")
             await tap.disconnect()
             await group.closeAll()
@@ -168,7 +172,7 @@ import Testing
             let bob = try await join("bob")
             let b = try await bob.joinSession(a.id, of: Gallery.self)
             let journal = GroupSessionJournal(session: b)
-            try await waitUntil("bob lists the attachment") { journal.attachments.count == 1 }
+            try await waitUntil(timeout: timeBound(.seconds(5)), "bob lists the attachment") { journal.attachments.count == 1 }
             let listed = journal.attachments[0]
             #expect(
                 listed.name == "hidden-photo.jpg" && listed.mediaType == "image/jpeg" && listed.metadata == ["caption": "a quiet caption"])
@@ -180,12 +184,12 @@ import Testing
                 let carol = try await join("carol")
                 let c = try await carol.joinSession(a.id, of: Gallery.self)
                 let carolsJournal = GroupSessionJournal(session: c)
-                try await waitUntil("carol lists the attachment") { carolsJournal.attachments.count == 1 }
+                try await waitUntil(timeout: timeBound(.seconds(5)), "carol lists the attachment") { carolsJournal.attachments.count == 1 }
                 #expect(try await carolsJournal.load(carolsJournal.attachments[0]) == content)
             }
             let marker = "\(GroupTopics.protocolRoot)/\(group.name)/marker"
             try await tap.publish(to: marker, string: "m")
-            try await waitUntil("the tap's marker") { wire.elements.contains { $0.topic == marker } }
+            try await waitUntil(timeout: timeBound(.seconds(5)), "the tap's marker") { wire.elements.contains { $0.topic == marker } }
             await tap.disconnect()
             #expect(wire.elements.contains { $0.topic.hasPrefix(GroupTopics.chunkProtocolRoot) }, "the chunks went by")
             for clear in ["plain photo", "hidden-photo", "image/jpeg", "quiet caption"] {
@@ -226,15 +230,19 @@ import Testing
             let dave = try await group.join("dave", Self.keyed(Self.k2))
             let b = try await bob.startJoined(Gallery(galleryID: "rotated"))
             let a = try await alice.joinSession(b.id, of: Gallery.self)
-            try await waitUntil("both list both") { [a, b].allSatisfy { $0.activeParticipants.count == 2 } }
+            try await waitUntil(timeout: timeBound(.seconds(5)), "both list both") {
+                [a, b].allSatisfy { $0.activeParticipants.count == 2 }
+            }
             let (atAlice, atBob) = (Self.chats(a), Self.chats(b))
             try await GroupSessionMessenger(session: b).send(Chat(text: "sealed with k1"))
             try await GroupSessionMessenger(session: a).send(Chat(text: "sealed with k2"))
             try await atAlice.waitForCount(1)
-            try await waitUntil("bob rejects alice's") { bob.rejectedMessageCount == 1 }
+            try await waitUntil(timeout: timeBound(.seconds(5)), "bob rejects alice's") { bob.rejectedMessageCount == 1 }
             #expect(atAlice.elements.map(\.0.text) == ["sealed with k1"])
             #expect(atBob.elements.isEmpty)
-            try await waitUntil("dave sees the session") { dave.currentSessions(activityIdentifier: nil).map(\.id) == [b.id] }
+            try await waitUntil(timeout: timeBound(.seconds(5)), "dave sees the session") {
+                dave.currentSessions(activityIdentifier: nil).map(\.id) == [b.id]
+            }
             await #expect(throws: GroupSyncError.privateSession(keyID: "k1")) {
                 try await dave.currentSessions(activityIdentifier: nil)[0].join()
             }
