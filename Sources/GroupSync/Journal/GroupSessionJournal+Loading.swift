@@ -266,21 +266,20 @@ extension GroupSessionJournal {
                         } onCancel: {
                             continuation.yield(.cancelled)
                         } ?? .cancelled
-                    switch event {
-                    case let .chunk(index, data):
+                    // Consumed: a chunk's bytes, held nowhere else by then, are opened where they are.
+                    switch consume event {
+                    case .chunk(let index, var content):
                         // The only hash of these bytes: the record's id binds its digests, so verified chunks are
                         // the content (sealed, in a private session: opened once verified). A verified chunk of
                         // another length than the record says, or that does not open, is the owner's error.
-                        let verified = index < record.chunks.count && SHA256.hex(data) == record.chunks[index]
+                        let verified = index < record.chunks.count && SHA256.hex(content) == record.chunks[index]
                         let length = min(record.chunkSize, record.size - Int64(index) * record.chunkSize)
-                        var content = data
                         if verified {
                             if let cipher {
-                                guard Int64(data.count) == length + Int64(AEAD.tagSize), let opened = cipher.open(data, index: index) else {
+                                guard Int64(content.count) == length + Int64(AEAD.tagSize), cipher.open(&content, index: index) else {
                                     try abandon(.attachmentCorrupted(digest: record.id))
                                 }
-                                content = opened
-                            } else if Int64(data.count) != length {
+                            } else if Int64(content.count) != length {
                                 try abandon(.attachmentCorrupted(digest: record.id))
                             }
                         }

@@ -15,13 +15,19 @@ package enum AEAD {
     /// `plaintext` sealed under `key` with `nonce`, bound to `aad`: ciphertext ‖ tag. (One payload: a key
     /// that seals many keeps an ``AEADKey``.)
     package static func seal(_ plaintext: some Collection<UInt8>, key: [UInt8], nonce: [UInt8], aad: [UInt8]) -> [UInt8] {
-        AEADKey(key).seal(plaintext, nonce: nonce, aad: aad)
+        Array(AEADKey(key).seal(plaintext, nonce: nonce, aad: aad))
     }
 
     /// The plaintext of `sealed` (ciphertext ‖ tag), or nil when the tag does not match.
     package static func open(_ sealed: some Collection<UInt8>, key: [UInt8], nonce: [UInt8], aad: [UInt8]) -> [UInt8]? {
         precondition(key.count == keySize)
-        return AEADKey(key).open(sealed, nonce: nonce, aad: aad)
+        return AEADKey(key).open(sealed, nonce: nonce, aad: aad).map { Array($0) }
+    }
+
+    /// Calls `body` with the bytes of `bytes`: in place when they are contiguous (an array, `Data`, a slice
+    /// of them), copied otherwise.
+    static func withBytes<R>(of bytes: some Collection<UInt8>, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        bytes.withContiguousStorageIfAvailable { body(UnsafeRawBufferPointer($0)) } ?? Array(bytes).withUnsafeBytes(body)
     }
 
     /// AES-256-GCM fetched from the default provider once: a cipher named by `EVP_aes_256_gcm()` is

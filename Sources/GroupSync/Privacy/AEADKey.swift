@@ -1,4 +1,5 @@
 import CCrypto
+import Foundation
 import MQTT
 
 /// AES-256-GCM under one key whose schedule is made once: a context to seal and one to open, each
@@ -29,68 +30,81 @@ package final class AEADKey: Sendable {
         opening.withLock { EVP_CIPHER_CTX_free($0) }
     }
 
-    /// `plaintext` sealed with `nonce` (12 bytes), bound to `aad`: ciphertext ‖ tag.
-    package func seal(_ plaintext: some Collection<UInt8>, nonce: [UInt8], aad: [UInt8]) -> [UInt8] {
-        Array(sealedWithNonce(plaintext, nonce: nonce, aad: aad).dropFirst(AEAD.nonceSize))
-    }
-
-    /// `nonce` ‖ ciphertext ‖ tag of `plaintext`, in one buffer (as a sealed text holds them).
-    package func sealedWithNonce(_ plaintext: some Collection<UInt8>, nonce: [UInt8], aad: [UInt8]) -> [UInt8] {
-        precondition(nonce.count == AEAD.nonceSize)
+    /// Seals the bytes of `plaintext` with the 12 bytes at `nonce`, bound to `aad`, writing ciphertext ‖ tag
+    /// (`plaintext.count` + 16 bytes) to `out`.
+    package func seal(_ plaintext: UnsafeRawBufferPointer, nonce: UnsafeRawPointer, aad: [UInt8], into out: UnsafeMutableRawPointer) {
         let count = plaintext.count
-        let seal = { (plain: UnsafeBufferPointer<UInt8>) -> [UInt8] in
-            [UInt8](unsafeUninitializedCapacity: AEAD.nonceSize + count + AEAD.tagSize) { out, initialized in
-                let base = out.baseAddress!
-                for index in 0..<AEAD.nonceSize { base[index] = nonce[index] }
-                let body = base + AEAD.nonceSize
-                let sealed = self.sealing.withLock { context in
-                    var length: Int32 = 0
-                    return EVP_EncryptInit_ex2(context, nil, nil, nonce, nil) == 1
-                        && (aad.isEmpty || EVP_EncryptUpdate(context, nil, &length, aad, Int32(aad.count)) == 1)
-                        && (count == 0 || EVP_EncryptUpdate(context, body, &length, plain.baseAddress, Int32(count)) == 1)
-                        && EVP_EncryptFinal_ex(context, body + count, &length) == 1
-                        && EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_GET_TAG, Int32(AEAD.tagSize), body + count) == 1
-                }
-                // Each step fails only when out of memory or with a wrong size, which the checks above rule out.
-                guard sealed else { fatalError("OpenSSL could not seal with AES-256-GCM") }
-                initialized = AEAD.nonceSize + count + AEAD.tagSize
-            }
+        let body = out.assumingMemoryBound(to: UInt8.self)
+        let sealed = sealing.withLock { context in
+            var length: Int32 = 0
+            return EVP_EncryptInit_ex2(context, nil, nil, nonce.assumingMemoryBound(to: UInt8.self), nil) == 1
+                && (aad.isEmpty || EVP_EncryptUpdate(context, nil, &length, aad, Int32(aad.count)) == 1)
+                && (count == 0
+                    || EVP_EncryptUpdate(context, body, &length, plaintext.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(count))
+                        == 1)
+                && EVP_EncryptFinal_ex(context, body + count, &length) == 1
+                && EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_GET_TAG, Int32(AEAD.tagSize), body + count) == 1
         }
-        return plaintext.withContiguousStorageIfAvailable(seal) ?? Array(plaintext).withUnsafeBufferPointer(seal)
+        // Each step fails only when out of memory or with a wrong size (the nonce is 12 bytes by contract).
+        guard sealed else { fatalError("OpenSSL could not seal with AES-256-GCM") }
     }
 
-    /// The plaintext of `sealed` (ciphertext ‖ tag), or nil when the tag does not match: a wrong key,
-    /// nonce or associated data, or any bit changed.
-    package func open(_ sealed: some Collection<UInt8>, nonce: [UInt8], aad: [UInt8]) -> [UInt8]? {
+    /// Opens ciphertext ‖ tag in `sealed` (at least 16 bytes) with the 12 bytes at `nonce`, bound to `aad`,
+    /// writing the plaintext (`sealed.count` − 16 bytes) to `out`, which may be `sealed` itself. Returns
+    /// false when the tag does not match — a wrong key, nonce or associated data, or any bit changed —, and
+    /// `out` holds nothing then.
+    package func open(_ sealed: UnsafeRawBufferPointer, nonce: UnsafeRawPointer, aad: [UInt8], into out: UnsafeMutableRawPointer?) -> Bool {
+        precondition(sealed.count >= AEAD.tagSize)
+        let count = sealed.count - AEAD.tagSize
+        let body = sealed.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        let opened = opening.withLock { context in
+            var length: Int32 = 0
+            var scratch: (UInt64, UInt64) = (0, 0)
+            return EVP_DecryptInit_ex2(context, nil, nil, nonce.assumingMemoryBound(to: UInt8.self), nil) == 1
+                && (aad.isEmpty || EVP_DecryptUpdate(context, nil, &length, aad, Int32(aad.count)) == 1)
+                && (count == 0 || EVP_DecryptUpdate(context, out!.assumingMemoryBound(to: UInt8.self), &length, body, Int32(count)) == 1)
+                && EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_SET_TAG, Int32(AEAD.tagSize), UnsafeMutablePointer(mutating: body + count))
+                    == 1
+                // Final succeeds only when the tag matched.
+                && withUnsafeMutableBytes(of: &scratch) {
+                    EVP_DecryptFinal_ex(context, $0.baseAddress!.assumingMemoryBound(to: UInt8.self), &length) == 1
+                }
+        }
+        if !opened, count > 0 { memset(out!, 0, count) }  // nothing unauthenticated is left behind
+        return opened
+    }
+
+    /// `plaintext` sealed with `nonce`, bound to `aad`: ciphertext ‖ tag.
+    package func seal(_ plaintext: some Collection<UInt8>, nonce: [UInt8], aad: [UInt8]) -> Data {
+        precondition(nonce.count == AEAD.nonceSize)
+        var out = Data(count: plaintext.count + AEAD.tagSize)
+        out.withUnsafeMutableBytes { out in
+            AEAD.withBytes(of: plaintext) { plain in
+                nonce.withUnsafeBytes { seal(plain, nonce: $0.baseAddress!, aad: aad, into: out.baseAddress!) }
+            }
+        }
+        return out
+    }
+
+    /// The plaintext of `sealed` (ciphertext ‖ tag) opened with `nonce` for `aad`, or nil when it does not open.
+    package func open(_ sealed: some Collection<UInt8>, nonce: [UInt8], aad: [UInt8]) -> Data? {
         guard nonce.count == AEAD.nonceSize else { return nil }
-        return openWithNonce(nonce + Array(sealed), aad: aad)
+        return AEAD.withBytes(of: sealed) { sealed in nonce.withUnsafeBytes { open(sealed, nonce: $0.baseAddress!, aad: aad) } }
     }
 
-    /// The plaintext of `sealed` = nonce ‖ ciphertext ‖ tag, or nil when it does not open.
-    package func openWithNonce(_ sealed: [UInt8], aad: [UInt8]) -> [UInt8]? {
-        guard sealed.count >= AEAD.nonceSize + AEAD.tagSize else { return nil }
-        let count = sealed.count - AEAD.nonceSize - AEAD.tagSize
-        return sealed.withUnsafeBufferPointer { input -> [UInt8]? in
-            let nonce = input.baseAddress!
-            let body = nonce + AEAD.nonceSize
-            let tag = UnsafeMutableRawPointer(mutating: body + count)
-            var opened = false
-            let plaintext = [UInt8](unsafeUninitializedCapacity: max(count, 1)) { out, initialized in
-                opened = opening.withLock { context in
-                    var length: Int32 = 0
-                    var scratch: (UInt64, UInt64) = (0, 0)
-                    return EVP_DecryptInit_ex2(context, nil, nil, nonce, nil) == 1
-                        && (aad.isEmpty || EVP_DecryptUpdate(context, nil, &length, aad, Int32(aad.count)) == 1)
-                        && (count == 0 || EVP_DecryptUpdate(context, out.baseAddress, &length, body, Int32(count)) == 1)
-                        && EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_SET_TAG, Int32(AEAD.tagSize), tag) == 1
-                        // Final succeeds only when the tag matched.
-                        && withUnsafeMutableBytes(of: &scratch) {
-                            EVP_DecryptFinal_ex(context, $0.baseAddress!.assumingMemoryBound(to: UInt8.self), &length) == 1
-                        }
-                }
-                initialized = opened ? count : 0
-            }
-            return opened ? plaintext : nil
+    /// The plaintext of `sealed` = nonce ‖ ciphertext ‖ tag (as a sealed text holds them), or nil when it
+    /// does not open.
+    package func openWithNonce(_ sealed: some Collection<UInt8>, aad: [UInt8]) -> Data? {
+        AEAD.withBytes(of: sealed) { sealed in
+            guard sealed.count >= AEAD.nonceSize else { return nil }
+            return open(UnsafeRawBufferPointer(rebasing: sealed[AEAD.nonceSize...]), nonce: sealed.baseAddress!, aad: aad)
         }
+    }
+
+    private func open(_ sealed: UnsafeRawBufferPointer, nonce: UnsafeRawPointer, aad: [UInt8]) -> Data? {
+        guard sealed.count >= AEAD.tagSize else { return nil }
+        var plaintext = Data(count: sealed.count - AEAD.tagSize)
+        let opened = plaintext.withUnsafeMutableBytes { open(sealed, nonce: nonce, aad: aad, into: $0.baseAddress) }
+        return opened ? plaintext : nil
     }
 }

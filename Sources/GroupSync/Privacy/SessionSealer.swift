@@ -40,15 +40,32 @@ package struct SessionSealer: Sendable {
     /// `plaintext` sealed with the sealing key and a fresh nonce, bound to `context`: the base64 text of
     /// nonce ‖ ciphertext ‖ tag.
     package func seal(_ plaintext: some Collection<UInt8>, _ context: SealedContext) -> String {
-        Data(sealingCipher.sealedWithNonce(plaintext, nonce: nonces.next(), aad: context.bytes)).base64EncodedString()
+        var text: [UInt8] = []
+        AEAD.withBytes(of: plaintext) { appendSealed($0, context, to: &text) }
+        return String(decoding: text, as: UTF8.self)
+    }
+
+    /// Appends the text ``seal(_:_:)`` makes of `plaintext` to `out` (an envelope being written).
+    package func appendSealed(_ plaintext: UnsafeRawBufferPointer, _ context: SealedContext, to out: inout [UInt8]) {
+        withUnsafeTemporaryAllocation(byteCount: AEAD.nonceSize + plaintext.count + AEAD.tagSize, alignment: 1) { sealed in
+            nonces.next(into: sealed.baseAddress!)
+            sealingCipher.seal(plaintext, nonce: sealed.baseAddress!, aad: context.bytes, into: sealed.baseAddress! + AEAD.nonceSize)
+            Base64.append(UnsafeRawBufferPointer(sealed), to: &out)
+        }
     }
 
     /// The plaintext of `text` (as ``seal(_:_:)`` writes it) sealed with key `keyID` for `context`; nil
     /// when this keyring has no such key, the text is no sealed payload, or it does not open (another
     /// context, another key, a changed bit).
-    package func open(_ text: String, keyID: String, _ context: SealedContext) -> [UInt8]? {
-        guard let key = keys[keyID], let bytes = Data(base64Encoded: text) else { return nil }
-        return key.cipher.openWithNonce(Array(bytes), aad: context.bytes)
+    package func open(_ text: String, keyID: String, _ context: SealedContext) -> Data? {
+        guard let key = keys[keyID], let sealed = Data(base64Encoded: text) else { return nil }
+        return key.cipher.openWithNonce(sealed, aad: context.bytes)
+    }
+
+    /// ``open(_:keyID:_:)`` of the text's UTF-8 bytes (an envelope's, read in place).
+    package func open(base64 text: Data, keyID: String, _ context: SealedContext) -> Data? {
+        guard let key = keys[keyID], let sealed = Data(base64Encoded: text) else { return nil }
+        return key.cipher.openWithNonce(sealed, aad: context.bytes)
     }
 }
 
@@ -57,11 +74,13 @@ private final class NonceSequence: Sendable {
     private let start = AEAD.randomBytes(AEAD.nonceSize)
     private let count = Atomic<UInt64>(0)
 
-    func next() -> [UInt8] {
+    /// Writes the next nonce (12 bytes) to `out`.
+    func next(into out: UnsafeMutableRawPointer) {
         let n = count.add(1, ordering: .relaxed).oldValue
-        var nonce = start
-        for byte in 0..<8 { nonce[4 + byte] ^= UInt8(truncatingIfNeeded: n >> (8 * UInt64(7 - byte))) }
-        return nonce
+        for byte in 0..<AEAD.nonceSize {
+            let counted = byte < 4 ? 0 : UInt8(truncatingIfNeeded: n >> (8 * UInt64(11 - byte)))
+            out.storeBytes(of: start[byte] ^ counted, toByteOffset: byte, as: UInt8.self)
+        }
     }
 }
 
@@ -90,12 +109,21 @@ package struct ChunkCipher: Sendable, Hashable {
 
     /// Chunk `index`'s bytes sealed: ciphertext ‖ tag (16 bytes longer).
     package func seal(_ plaintext: some Collection<UInt8>, index: Int) -> Data {
-        Data(cipher.seal(plaintext, nonce: Self.nonce(index), aad: Self.context.bytes))
+        cipher.seal(plaintext, nonce: Self.nonce(index), aad: Self.context.bytes)
     }
 
-    /// Chunk `index` opened; nil when it does not open.
-    package func open(_ sealed: Data, index: Int) -> Data? {
-        cipher.open(sealed, nonce: Self.nonce(index), aad: Self.context.bytes).map { Data($0) }
+    /// Opens chunk `index` where it is: true, and `chunk` holds its content (16 bytes shorter), or false
+    /// when it does not open (`chunk` is then to be dropped).
+    package func open(_ chunk: inout Data, index: Int) -> Bool {
+        guard chunk.count >= AEAD.tagSize else { return false }
+        let nonce = Self.nonce(index)
+        let opened = chunk.withUnsafeMutableBytes { bytes in
+            nonce.withUnsafeBytes {
+                cipher.open(UnsafeRawBufferPointer(bytes), nonce: $0.baseAddress!, aad: Self.context.bytes, into: bytes.baseAddress)
+            }
+        }
+        if opened { chunk.removeLast(AEAD.tagSize) }
+        return opened
     }
 
     package static func == (lhs: ChunkCipher, rhs: ChunkCipher) -> Bool { lhs.key == rhs.key }
@@ -118,8 +146,7 @@ package struct SealedContext: Sendable, Hashable {
     package init(_ fields: [String]) {
         bytes.reserveCapacity(fields.reduce(0) { $0 + 4 + $1.utf8.count })
         for field in fields {
-            let count = UInt32(field.utf8.count)
-            bytes.append(contentsOf: [UInt8(count >> 24), UInt8(count >> 16 & 0xFF), UInt8(count >> 8 & 0xFF), UInt8(count & 0xFF)])
+            withUnsafeBytes(of: UInt32(field.utf8.count).bigEndian) { bytes.append(contentsOf: $0) }
             bytes.append(contentsOf: field.utf8)
         }
     }

@@ -49,7 +49,7 @@ extension Wire.StateRecord {
         guard let sealer else { return sealed == nil ? self : nil }
         guard let keyID = sealed, case let .string(text) = value,
             let plaintext = sealer.open(text, keyID: keyID, .state(session: session, key: key, clock: clock)),
-            let value = try? JSONParser.parse(Data(plaintext))
+            let value = try? JSONParser.parse(plaintext)
         else { return nil }
         return Wire.StateRecord(key: key, value: value, clock: clock)
     }
@@ -76,7 +76,7 @@ extension Wire.Announcement {
     package func opened(by sealer: SessionSealer) -> Wire.Announcement? {
         guard let keyID = activity.sealed else { return self }
         guard case let .string(text) = activity.data, let plaintext = sealer.open(text, keyID: keyID, .announcement(self)),
-            case let .object(members)? = try? JSONParser.parse(Data(plaintext)), let data = members["data"],
+            case let .object(members)? = try? JSONParser.parse(plaintext), let data = members["data"],
             let metadata = members["metadata"].flatMap({ try? GroupActivityMetadata(json: $0) })
         else { return nil }
         var announcement = self
@@ -106,7 +106,7 @@ extension Wire.JournalRecord {
         guard let sealer else { return sealed == nil ? self : nil }
         guard let keyID = sealed, let text = sealedText, salt != nil,
             let plaintext = sealer.open(text, keyID: keyID, .journal(self, session: session)),
-            case let .object(members)? = try? JSONParser.parse(Data(plaintext)), case let .string(name)? = members["name"],
+            case let .object(members)? = try? JSONParser.parse(plaintext), case let .string(name)? = members["name"],
             case let .string(type)? = members["type"]
         else { return nil }
         var metadata: [String: String]?

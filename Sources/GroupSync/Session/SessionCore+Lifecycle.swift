@@ -79,7 +79,7 @@ extension SessionCore {
     func leave() async {
         guard invalidate(.left) else { return }
         let (retained, member) = (context.retained, topics.member(id, me))
-        await withTimeout(context.farewellTimeout) { await retained.clear(member) }
+        await withTimeout(context.farewellTimeout) { _ = await retained.clear(member) }
         for topic in ownedRecordTopics + [ownCopyTopic] { context.retained.release(topic) }
         context.report(self, .left)
     }

@@ -315,14 +315,14 @@ final class SessionCore: Sendable {
         }
     }
 
-    /// The JSON string `json` (checked by the envelope's parse); one without escapes, as base64 is, is read
-    /// as it is.
-    private static func string(_ json: Data) -> String? {
+    /// The bytes between the quotes of the JSON string `json` (checked by the envelope's parse), read in
+    /// place unless it has escapes (a writer may escape `/`).
+    private static func stringBytes(_ json: Data) -> Data? {
         guard json.count >= 2, !json.contains(UInt8(ascii: "\\")) else {
             guard case let .string(text)? = try? JSONParser.parse(json) else { return nil }
-            return text
+            return Data(text.utf8)
         }
-        return String(decoding: json.dropFirst().dropLast(), as: UTF8.self)
+        return json.dropFirst().dropLast()
     }
 
     /// An app message as the app reads it. In a private session its body is opened: nil when it is not
@@ -333,13 +333,11 @@ final class SessionCore: Sendable {
     )? {
         let header = envelope.header
         guard let sealer else { return header.sealed == nil ? (envelope, payload) : nil }
-        guard let keyID = header.sealed, let seq = header.seq, let text = Self.string(payload[envelope.body]) else { return nil }
+        guard let keyID = header.sealed, let seq = header.seq, let text = Self.stringBytes(payload[envelope.body]) else { return nil }
         let context = SealedContext.message(
             session: id, sender: sender, recipient: direct && header.stream == nil ? me : nil, epoch: header.epoch, seq: seq,
             type: header.type, reliable: header.reliable)
-        guard let plaintext = sealer.open(text, keyID: keyID, context) else { return nil }
-        let body = Data(plaintext)
-        guard (try? JSONParser.parse(body)) != nil else { return nil }
+        guard let body = sealer.open(base64: text, keyID: keyID, context), (try? JSONParser.check(body)) != nil else { return nil }
         var opened = envelope
         opened.body = body.startIndex..<body.endIndex
         return (opened, body)

@@ -16,6 +16,12 @@ struct JSONParser {
 
     static func parse(_ data: Data) throws(Wire.Rejection) -> JSONValue { try run(data, topLevelFields: false, skippingBody: false).value }
 
+    /// Checks `data` by the same rules as ``parse(_:)`` without building its value (an opened body, which
+    /// the app's type decodes).
+    static func check(_ data: Data) throws(Wire.Rejection) {
+        _ = try run(data, topLevelFields: false, skippingBody: false, building: false)
+    }
+
     /// The members of the top-level object (`wrong-shape` for any other value, once the whole payload is
     /// checked), and the byte range (indices of `data`) of the `body` member's value if there is one.
     /// With `skippingBody`, that value is checked but stands as `null` among the fields.
@@ -26,12 +32,12 @@ struct JSONParser {
     }
 
     private static func run(
-        _ data: Data, topLevelFields: Bool, skippingBody: Bool
+        _ data: Data, topLevelFields: Bool, skippingBody: Bool, building: Bool = true
     ) throws(Wire.Rejection) -> (value: JSONValue, fields: Wire.Fields?, body: Range<Int>?) {
         guard data.count <= Wire.maximumPayload else { throw .tooLarge }
         let result = data.withUnsafeBytes { bytes in
             Result { () throws(Wire.Rejection) in
-                var parser = JSONParser(bytes: bytes, topLevelFields: topLevelFields, skippingBody: skippingBody)
+                var parser = JSONParser(bytes: bytes, topLevelFields: topLevelFields, skippingBody: skippingBody, building: building)
                 return (try parser.document(), parser.fields, parser.body)
             }
         }
@@ -43,6 +49,8 @@ struct JSONParser {
     private var i = 0
     private let topLevelFields: Bool
     private let skippingBody: Bool
+    /// Whether the top-level value is built (or only checked).
+    private let building: Bool
     private var fields: Wire.Fields?
     private var body: Range<Int>?
 
@@ -98,7 +106,7 @@ struct JSONParser {
         while true {
             // Whether the next value is built: not inside a skipped value, nor the top level's `body`
             // when it is skipped.
-            let build = open.last.map { $0.build && !(skippingBody && open.count == 1 && $0.isObject && $0.key == "body") } ?? true
+            let build = open.last.map { $0.build && !(skippingBody && open.count == 1 && $0.isObject && $0.key == "body") } ?? building
             skipWhitespace()
             guard let byte = current else { throw .malformed }
             var value: JSONValue

@@ -65,10 +65,12 @@ extension Wire {
                 let context = SealedContext.message(
                     session: sealing.session, sender: sealing.sender, recipient: sealing.recipient, epoch: epoch, seq: seq, type: type,
                     reliable: reliable)
-                let text = sealing.sealer.seal(bytes[Self.bodyStart...], context)
+                let body = bytes.count - Self.bodyStart
                 out = Array(#"{"body":""#.utf8)
-                out.reserveCapacity(text.utf8.count + 128)
-                out.append(contentsOf: text.utf8)
+                out.reserveCapacity((AEAD.nonceSize + body + AEAD.tagSize + 2) / 3 * 4 + 160)
+                bytes.withUnsafeBytes {
+                    sealing.sealer.appendSealed(UnsafeRawBufferPointer(rebasing: $0[Self.bodyStart...]), context, to: &out)
+                }
                 out.append(contentsOf: #"","epoch":\#(epoch),"reliable":\#(reliable),"sealed":"#.utf8)
                 JSONWriter.append(string: sealing.sealer.sealingKeyID, to: &out)
             } else {

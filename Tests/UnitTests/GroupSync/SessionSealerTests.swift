@@ -50,7 +50,7 @@ import Testing
     @Test func aPayloadOpensOnlyWithItsKeySessionAndContext() {
         let context = SealedContext.message(session: "s1", sender: "alice", recipient: nil, epoch: 7, seq: 1, type: "Chat", reliable: true)
         let text = Self.sealer([Self.old]).seal(Array(#"{"text":"hi"}"#.utf8), context)
-        #expect(Self.sealer([Self.old]).open(text, keyID: "k1", context) == Array(#"{"text":"hi"}"#.utf8))
+        #expect(Self.sealer([Self.old]).open(text, keyID: "k1", context) == Data(#"{"text":"hi"}"#.utf8))
         #expect(Self.sealer([Self.old], session: "s2").open(text, keyID: "k1", context) == nil, "another session's key")
         let elsewhere: [SealedContext] = [
             .message(session: "s1", sender: "mallory", recipient: nil, epoch: 7, seq: 1, type: "Chat", reliable: true),
@@ -66,6 +66,16 @@ import Testing
         #expect(Self.sealer([Self.old]).seal([1], context) != Self.sealer([Self.old]).seal([1], context), "a fresh nonce each time")
     }
 
+    /// A sealed text is standard padded base64, as Foundation writes it, for every remainder length.
+    @Test func sealedTextsAreStandardBase64() {
+        for count in 0..<7 {
+            let bytes = (0..<count).map { UInt8(truncatingIfNeeded: 0xFB &+ $0 &* 77) }
+            var text: [UInt8] = []
+            bytes.withUnsafeBytes { Base64.append($0, to: &text) }
+            #expect(String(decoding: text, as: UTF8.self) == Data(bytes).base64EncodedString(), "\(count) bytes")
+        }
+    }
+
     /// Fields are length-prefixed: moving a boundary between them changes the associated data.
     @Test func contextFieldsCannotBeShifted() {
         #expect(SealedContext("ab", "c") != SealedContext("a", "bc"))
@@ -79,11 +89,11 @@ import Testing
         let before = Self.sealer([Self.old]).seal([42], context)
         let rotated = Self.sealer([Self.new, Self.old])
         #expect(rotated.sealingKeyID == "k2")
-        #expect(rotated.open(before, keyID: "k1", context) == [42])
+        #expect(rotated.open(before, keyID: "k1", context) == Data([42]))
         let after = rotated.seal([43], context)
         #expect(Self.sealer([Self.old]).open(after, keyID: "k2", context) == nil, "the old keyring cannot read the new key's")
         #expect(Self.sealer([Self.new]).open(before, keyID: "k1", context) == nil, "the old key dropped")
-        #expect(Self.sealer([Self.new]).open(after, keyID: "k2", context) == [43])
+        #expect(Self.sealer([Self.new]).open(after, keyID: "k2", context) == Data([43]))
     }
 
     @Test func keysAreCheckedAndNeverPrinted() throws {
