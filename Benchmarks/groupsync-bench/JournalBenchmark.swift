@@ -148,7 +148,7 @@ enum JournalBenchmark {
         var cpu: Double
     }
 
-    private static func fanoutRound(_ cluster: SessionCluster, owner: GroupSessionJournal, data: Data, name: String) async throws -> Round {
+    static func fanoutRound(_ cluster: SessionCluster, owner: GroupSessionJournal, data: Data, name: String) async throws -> Round {
         let receivers = cluster.members.dropFirst().map { GroupSessionJournal(session: $0.session) }
         // Listening before the add starts: each sequence yields the current list, then every change.
         let updates = receivers.map { $0.attachmentUpdates() }

@@ -3,8 +3,8 @@ import GroupSync
 
 /// 13. Private sessions: the same figures with a keyring (sealed) and without, on the same broker in the
 /// same run — `send(Data)` QoS 0 one-way latency and throughput, rounds alternating between the two; late
-/// join with `present` participants; the journal's fan-out (10 MiB to 10 receivers) — each as the ratio
-/// sealed / in clear.
+/// join with `present` participants; the journal's fan-out (10 MiB to 10 receivers), rounds alternating —
+/// each as the ratio sealed / in clear.
 enum PrivateBenchmark {
     /// A fixed key: the figure is the cost of sealing, whatever the key.
     static let keyring = try! GroupKeyring([GroupKey(id: "bench", secret: [UInt8](repeating: 7, count: 32))])
@@ -23,13 +23,18 @@ enum PrivateBenchmark {
         let sealer = SessionSealer(keyring: keyring, group: "g", session: "s")
         let context = SealedContext.message(session: "s", sender: "p0", recipient: nil, epoch: 1, seq: 1, type: "Data", reliable: false)
         let body = Array(#""MTI=""#.utf8)
-        var texts: [String] = []
+        // As in an envelope: the body sealed into the bytes being written, opened from the payload's bytes.
+        var texts: [Data] = []
         texts.reserveCapacity(count)
         let start = MonotonicClock.nanoseconds()
-        for _ in 0..<count { texts.append(sealer.seal(body, context)) }
+        for _ in 0..<count {
+            var text: [UInt8] = []
+            body.withUnsafeBytes { sealer.appendSealed($0, context, to: &text) }
+            texts.append(Data(text))
+        }
         let sealed = MonotonicClock.nanoseconds()
         var opened = 0
-        for text in texts where sealer.open(text, keyID: "bench", context) != nil { opened += 1 }
+        for text in texts where sealer.open(base64: text, keyID: "bench", context) != nil { opened += 1 }
         let end = MonotonicClock.nanoseconds()
         precondition(opened == count)
         return (
@@ -123,23 +128,37 @@ enum PrivateBenchmark {
         result.present = options.fanoutParticipants
     }
 
+    /// Fan-out rounds in clear and sealed, alternating (each its own session and owner); the median of each.
     private static func journal(url: String, group: String, plan: JournalBenchmark.Plan, into result: inout BenchResults.Private)
         async throws
     {
-        var times: [Double] = []
-        for (index, keyring) in [nil, keyring].enumerated() {
-            let cluster = try await SessionCluster.make(
-                url: url, group: "\(group)-f\(index)", prefix: "g", count: plan.receivers + 1, sharedState: false, keyring: keyring)
-            do {
-                let owner = GroupSessionJournal(session: cluster.members[0].session)
-                times.append(try await JournalBenchmark.fanout(cluster, owner: owner, plan: plan).groupSync)
-            } catch {
-                await cluster.close()
-                throw error
+        var clusters: [SessionCluster] = []
+        do {
+            for (index, keyring) in [nil, keyring].enumerated() {
+                clusters.append(
+                    try await SessionCluster.make(
+                        url: url, group: "\(group)-f\(index)", prefix: "g", count: plan.receivers + 1, sharedState: false, keyring: keyring)
+                )
             }
-            await cluster.close()
+            let owners = clusters.map { GroupSessionJournal(session: $0.members[0].session) }
+            var times: [[Double]] = [[], []]
+            for round in 0..<plan.rounds {
+                let data = try JournalBenchmark.randomData(plan.fanoutBytes)
+                for kind in round.isMultiple(of: 2) ? [0, 1] : [1, 0] {
+                    let fanout = try await JournalBenchmark.fanoutRound(
+                        clusters[kind], owner: owners[kind], data: data, name: "private-\(round)")
+                    times[kind].append(fanout.total)
+                    Log.progress(
+                        "private journal round \(round + 1), \(kind == 1 ? "sealed" : "in clear"): \(String(format: "%.1f", fanout.total)) ms "
+                            + "(CPU \(String(format: "%.0f", fanout.cpu)) ms)")
+                }
+            }
+            (result.journal, result.sealedJournal) = (Percentiles(times[0]).p50, Percentiles(times[1]).p50)
+        } catch {
+            for cluster in clusters { await cluster.close() }
+            throw error
         }
-        (result.journal, result.sealedJournal) = (times[0], times[1])
+        for cluster in clusters { await cluster.close() }
         (result.journalBytes, result.journalReceivers) = (plan.fanoutBytes, plan.receivers)
     }
 }
