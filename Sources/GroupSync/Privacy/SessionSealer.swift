@@ -137,7 +137,8 @@ package struct ChunkCipher: Sendable, Hashable {
 }
 
 /// The associated data of a sealed payload: what it is and where it belongs, as fields each written as its
-/// length (4 bytes, big endian) and its UTF-8 bytes. A payload opens only with the same fields.
+/// length (4 bytes, big endian) and its UTF-8 bytes (a number as its decimal digits). A payload opens only
+/// with the same fields.
 package struct SealedContext: Sendable, Hashable {
     package private(set) var bytes: [UInt8] = []
 
@@ -145,9 +146,39 @@ package struct SealedContext: Sendable, Hashable {
 
     package init(_ fields: [String]) {
         bytes.reserveCapacity(fields.reduce(0) { $0 + 4 + $1.utf8.count })
-        for field in fields {
-            withUnsafeBytes(of: UInt32(field.utf8.count).bigEndian) { bytes.append(contentsOf: $0) }
-            bytes.append(contentsOf: field.utf8)
+        for field in fields { append(field) }
+    }
+
+    /// Fields appended one by one (a context made for every message: no array of them first).
+    init(capacity: Int, _ build: (inout SealedContext) -> Void) {
+        bytes.reserveCapacity(capacity)
+        build(&self)
+    }
+
+    mutating func append(_ field: String) {
+        var field = field
+        field.withUTF8 { utf8 in
+            withUnsafeBytes(of: UInt32(utf8.count).bigEndian) { bytes.append(contentsOf: $0) }
+            bytes.append(contentsOf: utf8)
+        }
+    }
+
+    /// `number` as the field `String(number)` is, without making that string.
+    mutating func append(_ number: Int64) {
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: 19 digits and a sign at most
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            var (rest, start) = (number.magnitude, buffer.count)
+            repeat {
+                start -= 1
+                buffer[start] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            } while rest > 0
+            if number < 0 {
+                start -= 1
+                buffer[start] = UInt8(ascii: "-")
+            }
+            withUnsafeBytes(of: UInt32(buffer.count - start).bigEndian) { bytes.append(contentsOf: $0) }
+            bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[start...]))
         }
     }
 }

@@ -8,7 +8,16 @@ extension SealedContext {
     package static func message(
         session: String, sender: String, recipient: String?, epoch: Int64, seq: Int64, type: String, reliable: Bool
     ) -> SealedContext {
-        SealedContext("message", session, sender, recipient ?? "", String(epoch), String(seq), type, reliable ? "1" : "0")
+        SealedContext(capacity: 96 + session.utf8.count + sender.utf8.count + (recipient?.utf8.count ?? 0) + type.utf8.count) {
+            $0.append("message")
+            $0.append(session)
+            $0.append(sender)
+            $0.append(recipient ?? "")
+            $0.append(epoch)
+            $0.append(seq)
+            $0.append(type)
+            $0.append(reliable ? "1" : "0")
+        }
     }
 
     /// A shared state record's value: its session, key and clock.

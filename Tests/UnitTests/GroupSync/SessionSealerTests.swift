@@ -80,6 +80,8 @@ import Testing
     @Test func contextFieldsCannotBeShifted() {
         #expect(SealedContext("ab", "c") != SealedContext("a", "bc"))
         #expect(SealedContext("ab", "c").bytes == [0, 0, 0, 2, 97, 98, 0, 0, 0, 1, 99])
+        let message = SealedContext.message(session: "s", sender: "p", recipient: nil, epoch: .min, seq: 0, type: "T", reliable: true)
+        #expect(message == SealedContext("message", "s", "p", "", String(Int64.min), "0", "T", "1"), "numbers as their decimal text")
     }
 
     /// A rotated keyring seals with its first key and still opens the old one's payloads; without the old
