@@ -19,6 +19,8 @@ struct GroupView {
         var copies: [String: Int64] = [:]
         var members: [String: Int64] = [:]
         var states: [String: Wire.StateRecord] = [:]
+        /// What opens its sealed payloads, once made (``GroupView/sealer(_:)``).
+        var sealer: SessionSealer?
     }
 
     /// One decoded message, ready to print.
@@ -48,14 +50,19 @@ struct GroupView {
         self.keyring = keyring
     }
 
-    /// What opens `session`'s sealed payloads: nil without a keyring.
-    private func sealer(_ session: String) -> SessionSealer? {
-        keyring.map { SessionSealer(keyring: $0, group: topics.group, session: session) }
+    /// What opens `session`'s sealed payloads: nil without a keyring. Kept with the session while it is
+    /// known (one costs a key derivation and two cipher contexts per key).
+    private mutating func sealer(_ session: String) -> SessionSealer? {
+        guard let keyring else { return nil }
+        if let sealer = sessions[session]?.sealer { return sealer }
+        let sealer = SessionSealer(keyring: keyring, group: topics.group, session: session)
+        sessions[session]?.sealer = sealer
+        return sealer
     }
 
     /// Opened: `.some(record)`; sealed with a key this observer lacks: `.some(nil)`; not opening with a
     /// key it has (forged or damaged): nil.
-    private func readable(_ record: Wire.StateRecord, session: String) -> Wire.StateRecord?? {
+    private mutating func readable(_ record: Wire.StateRecord, session: String) -> Wire.StateRecord?? {
         guard let keyID = record.sealed else { return .some(record) }
         guard let sealer = sealer(session), sealer.opens(keyID: keyID) else { return .some(nil) }
         return record.opened(by: sealer, session: session).map { .some($0) } ?? nil
@@ -262,7 +269,9 @@ struct GroupView {
     /// A catch-up addressed to this observer: its members and records, as if read from the broker.
     private mutating func applyCatchUp(_ catchUp: Wire.CatchUp, session: String) {
         for member in catchUp.members { setMember(session, member.participant, member.epoch) }
-        for case let record?? in catchUp.states.map({ readable($0, session: session) }) { keepNewer(record, session: session) }
+        for state in catchUp.states {
+            if case let record?? = readable(state, session: session) { keepNewer(record, session: session) }
+        }
     }
 
     private mutating func keepNewer(_ record: Wire.StateRecord, session id: String) {
