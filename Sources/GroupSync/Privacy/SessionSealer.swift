@@ -58,13 +58,17 @@ package struct SessionSealer: Sendable {
     /// when this keyring has no such key, the text is no sealed payload, or it does not open (another
     /// context, another key, a changed bit).
     package func open(_ text: String, keyID: String, _ context: SealedContext) -> Data? {
-        guard let key = keys[keyID], let sealed = Data(base64Encoded: text) else { return nil }
-        return key.cipher.openWithNonce(sealed, aad: context.bytes)
+        open(Data(base64Encoded: text), keyID: keyID, context)
     }
 
     /// ``open(_:keyID:_:)`` of the text's UTF-8 bytes (an envelope's, read in place).
     package func open(base64 text: Data, keyID: String, _ context: SealedContext) -> Data? {
-        guard let key = keys[keyID], let sealed = Data(base64Encoded: text) else { return nil }
+        open(Data(base64Encoded: text), keyID: keyID, context)
+    }
+
+    /// nonce ‖ ciphertext ‖ tag, decoded from a sealed text (nil: it was no base64), opened.
+    private func open(_ sealed: Data?, keyID: String, _ context: SealedContext) -> Data? {
+        guard let key = keys[keyID], let sealed else { return nil }
         return key.cipher.openWithNonce(sealed, aad: context.bytes)
     }
 }
