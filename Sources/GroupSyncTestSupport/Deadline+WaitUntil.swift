@@ -26,8 +26,11 @@ package struct DeadlineExceeded: Error, Sendable, CustomStringConvertible {
 ///
 /// The condition is evaluated at least once, immediately, then every
 /// `pollEvery` (the last sleep is shortened so that the final check happens at
-/// the deadline). Errors thrown by the condition, and `CancellationError` when
-/// the calling task is cancelled, are propagated.
+/// the deadline). Past the deadline it is evaluated once more after yielding:
+/// on a starved machine the poller's wake-up can run before work that was due
+/// long before it (a timer's job queued behind it), and a condition that holds
+/// by then is not a timeout. Errors thrown by the condition, and
+/// `CancellationError` when the calling task is cancelled, are propagated.
 ///
 /// - Parameters:
 ///   - timeout: How long to keep polling.
@@ -47,6 +50,8 @@ package func waitUntil(
         }
         let remaining = deadline.remaining
         if remaining == .zero {
+            await Task.yield()
+            if try await condition() { return }
             throw DeadlineExceeded(what: description, timeout: timeout)
         }
         try await Task.sleep(for: min(pollEvery, remaining))
