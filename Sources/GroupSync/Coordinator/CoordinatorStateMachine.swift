@@ -120,9 +120,6 @@ struct CoordinatorStateMachine {
         case none
         /// Tell every session: `participant`'s live connection is now `epoch` (nil: gone).
         case changed(participant: String, epoch: Int64?)
-        /// A will of a connection we do not know (never heard of, or timed out): tell every session, which
-        /// lets it go if it took that very connection as live from its join (a member record, a catch-up).
-        case lostUnknown(participant: String, epoch: Int64)
         /// Our own presence was overwritten (a late will of this very connection): publish it again.
         case republishOwn
         /// Forged or implausible: the record names another participant than its topic, or an epoch
@@ -306,10 +303,10 @@ struct CoordinatorStateMachine {
     }
 
     /// A will of `participant`'s connection `epoch`: that connection is gone (its challenger, if any, takes
-    /// its place); a will of any other connection we know changes nothing.
+    /// its place); a will of any other connection changes nothing.
     private mutating func lost(_ participant: String, epoch: Int64, now: ContinuousClock.Instant) -> PresenceAction {
         modifyGroup { group in
-            guard let current = group.connections[participant] else { return .lostUnknown(participant: participant, epoch: epoch) }
+            guard let current = group.connections[participant] else { return .none }
             if group.challengers[participant]?.epoch == epoch {
                 group.challengers[participant] = nil
                 return .none

@@ -131,8 +131,6 @@ extension GroupCoordinator {
         case .rejected: countRejection()
         case let .changed(participant, epoch):
             for core in state.withLock({ Array($0.cores.values) }) { core.onPresence(participant, epoch: epoch) }
-        case let .lostUnknown(participant, epoch):
-            for core in state.withLock({ Array($0.cores.values) }) { core.onLost(participant, epoch: epoch) }
         case .republishOwn: tasks.spawn { try? await self.publishPresence() }
         }
     }

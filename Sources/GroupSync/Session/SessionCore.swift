@@ -181,12 +181,6 @@ final class SessionCore: Sendable {
         perform { $0.onPresence(participant, epoch: epoch, now: now) }
     }
 
-    /// A will of `participant`'s connection `epoch` that the coordinator did not know of.
-    func onLost(_ participant: String, epoch: Int64) {
-        let now = context.clock.milliseconds()
-        perform { $0.onLost(participant, epoch: epoch, now: now) }
-    }
-
     /// A copy of the announcement by `publisher`. When it is newer than ours, ours is updated too, so
     /// that the session's activity is the same whichever copy outlives the others.
     func onAnnouncement(_ announcement: Wire.Announcement, from publisher: String) {

@@ -433,14 +433,6 @@ struct SessionStateMachine {
         return action
     }
 
-    /// A will of `participant`'s connection `epoch` that the coordinator did not know of: the connection
-    /// is gone if it is the one we took as live from its join (its presence not retained, or timed out
-    /// before the join came); a will of any other connection changes nothing.
-    mutating func onLost(_ participant: String, epoch: Int64, now: Int64) -> Action {
-        guard peers[participant]?.online == epoch else { return Action() }
-        return onPresence(participant, epoch: nil, now: now)
-    }
-
     /// A state record read on `topic`, the record of `key` by `writer`, at local wall-clock time `now`
     /// (ms). Accepted when it is what its topic says — a writer may only publish its own clock — and its
     /// clock is plausible; applied if its clock beats the current winner. With `holdingValues`, value

@@ -51,9 +51,6 @@ import Testing
         #expect(on("bob", Self.presence("bob", epoch: 5)) == .none, "an older connection while the newer one is alive")
         #expect(machine.online["bob"] == 6)
         #expect(on("bob", Self.presence("bob", .lost, epoch: 7)) == .none, "a will names its own connection only")
-        #expect(
-            on("erin", Self.presence("erin", .lost, epoch: 3)) == .lostUnknown(participant: "erin", epoch: 3),
-            "a connection we never heard of (a session may know it from its join)")
         #expect(on("bob", Self.presence("bob", .lost, epoch: 6)) == .changed(participant: "bob", epoch: nil))
         #expect(on("bob", Self.presence("bob", epoch: 5)) == .changed(participant: "bob", epoch: 5), "nobody newer is alive")
         #expect(on("carol", Self.presence("carol", epoch: 1)) == .changed(participant: "carol", epoch: 1))
