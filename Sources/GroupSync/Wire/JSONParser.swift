@@ -7,76 +7,52 @@ import Foundation
 /// in 64 bits is ``JSONValue/int(_:)``; every other number is ``JSONValue/double(_:)``, so `1.0` and
 /// `1e0` are never integers.
 ///
-/// A record is not built as a tree: ``parseObject(_:)`` checks the whole payload and says where each
-/// top-level member's value is, and the record's reader (``Wire/Fields``) reads the values it needs from
-/// there, so that an envelope's body is decoded as the app's type straight from the payload's bytes.
+/// It also reports where the value of the top-level key `body` is, so that an envelope's body is decoded
+/// as the app's type straight from the payload's bytes; on request, it checks that value by the same rules
+/// without building it.
 struct JSONParser {
     /// Containers nest at most this deep (the limit of Foundation's `JSONDecoder`).
     static let maximumDepth = 512
 
-    static func parse(_ data: Data) throws(Wire.Rejection) -> JSONValue { try run(data, .build).value }
+    static func parse(_ data: Data) throws(Wire.Rejection) -> JSONValue { try run(data, topLevelFields: false, skippingBody: false).value }
 
     /// Checks `data` by the same rules as ``parse(_:)`` without building its value (an opened body, which
     /// the app's type decodes).
-    static func check(_ data: Data) throws(Wire.Rejection) { _ = try run(data, .check) }
-
-    /// The members of the top-level object, each with the byte range (indices of `data`) of its value:
-    /// everything checked, only scalar members built. `wrong-shape` for any other value, once the whole
-    /// payload is checked.
-    static func parseObject(_ data: Data) throws(Wire.Rejection) -> Wire.Fields {
-        let (_, members, container) = try run(data, .members)
-        guard container == UInt8(ascii: "{") else { throw .wrongShape }
-        return Wire.Fields(payload: data, members: members)
+    static func check(_ data: Data) throws(Wire.Rejection) {
+        _ = try run(data, topLevelFields: false, skippingBody: false, building: false)
     }
 
-    /// The top-level array's elements as members with empty keys (ranges are indices of `data`), checked,
-    /// only scalars built; `wrong-shape` for any other value.
-    static func parseArray(_ data: Data) throws(Wire.Rejection) -> [Wire.Fields.Member] {
-        let (_, members, container) = try run(data, .members)
-        guard container == UInt8(ascii: "[") else { throw .wrongShape }
-        return members
+    /// The members of the top-level object (`wrong-shape` for any other value, once the whole payload is
+    /// checked), and the byte range (indices of `data`) of the `body` member's value if there is one.
+    /// With `skippingBody`, that value is checked but stands as `null` among the fields.
+    static func parseObject(_ data: Data, skippingBody: Bool = false) throws(Wire.Rejection) -> (fields: Wire.Fields, body: Range<Int>?) {
+        let (_, fields, body) = try run(data, topLevelFields: true, skippingBody: skippingBody)
+        guard let fields else { throw .wrongShape }
+        return (fields, body)
     }
 
-    /// What a run gives back.
-    private enum Mode {
-        /// The value, built.
-        case build
-        /// Nothing: the value is only checked.
-        case check
-        /// The top-level container's members (an array's with empty keys), checked; only scalar members
-        /// are built.
-        case members
-    }
-
-    private static func run(_ data: Data, _ mode: Mode) throws(Wire.Rejection) -> (
-        value: JSONValue, members: [Wire.Fields.Member], container: UInt8?
-    ) {
+    private static func run(
+        _ data: Data, topLevelFields: Bool, skippingBody: Bool, building: Bool = true
+    ) throws(Wire.Rejection) -> (value: JSONValue, fields: Wire.Fields?, body: Range<Int>?) {
         guard data.count <= Wire.maximumPayload else { throw .tooLarge }
         let result = data.withUnsafeBytes { bytes in
             Result { () throws(Wire.Rejection) in
-                var parser = JSONParser(bytes: bytes, mode: mode)
-                return (try parser.document(), parser.members, parser.container)
+                var parser = JSONParser(bytes: bytes, topLevelFields: topLevelFields, skippingBody: skippingBody, building: building)
+                return (try parser.document(), parser.fields, parser.body)
             }
         }
-        var (value, members, container) = try result.get()
-        if data.startIndex != 0 {
-            for index in members.indices { members[index].value = members[index].value.shifted(by: data.startIndex) }
-        }
-        return (value, members, container)
+        let (value, fields, body) = try result.get()
+        return (value, fields, body.map { (data.startIndex + $0.lowerBound)..<(data.startIndex + $0.upperBound) })
     }
 
     private let bytes: UnsafeRawBufferPointer
     private var i = 0
-    private let mode: Mode
-    /// In ``Mode/members``: the top-level container's members (ranges of `bytes`), scalars built.
-    private var members: [Wire.Fields.Member] = []
-    /// The top-level value's opening byte if it is a container.
-    private var container: UInt8?
-
-    private init(bytes: UnsafeRawBufferPointer, mode: Mode) {
-        self.bytes = bytes
-        self.mode = mode
-    }
+    private let topLevelFields: Bool
+    private let skippingBody: Bool
+    /// Whether the top-level value is built (or only checked).
+    private let building: Bool
+    private var fields: Wire.Fields?
+    private var body: Range<Int>?
 
     private var current: UInt8? { i < bytes.count ? bytes[i] : nil }
 
@@ -95,72 +71,58 @@ struct JSONParser {
     }
 
     private mutating func document() throws(Wire.Rejection) -> JSONValue {
-        if bytes.count >= 3 && bytes[0] == 0xEF && bytes[1] == 0xBB && bytes[2] == 0xBF { throw .bom }
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { throw .bom }
         let value = try value()
         skipWhitespace()
         guard i == bytes.count else { throw .malformed }
         return value
     }
 
-    /// An object or array being read. Its members sit at the top of the parser's ``keys`` and ``values``
-    /// stacks, from `firstKey` and `firstValue` on, so that reading one allocates nothing per container.
-    /// Keys are compared one by one while there are few (hashing a `String` costs more than comparing a
-    /// handful).
+    /// An object or array being read. Objects keep their keys in order, compared one by one while there
+    /// are few (hashing a `String` costs more than comparing a handful).
     private struct Container {
         let isObject: Bool
         /// Whether its value is built (or only checked).
         let build: Bool
-        let firstKey: Int
-        let firstValue: Int
-        /// An object's keys, once it has ``Container/manyKeys`` of them.
-        var seen: Set<String>? = nil
-        /// The key whose value is being read, and where that value starts (kept for the top level).
+        var keys: [String] = []
+        var values: [JSONValue] = []
+        var seen = Set<String>()
+        /// The key whose value is being read, and where that value starts.
         var key = ""
         var valueStart = 0
 
-        static let manyKeys = 16
+        init(isObject: Bool, build: Bool) {
+            self.isObject = isObject
+            self.build = build
+            keys.reserveCapacity(isObject ? 8 : 0)
+            values.reserveCapacity(build ? 8 : 0)
+        }
     }
-
-    /// The members of the open containers, innermost last: every object's keys (checked for repeats even
-    /// when not built), and the values of those being built.
-    private var keys: [String] = []
-    private var values: [JSONValue] = []
 
     /// One value, read with a stack of open containers rather than recursion: a payload may nest
     /// ``maximumDepth`` deep, and it is read on threads with small stacks.
     private mutating func value() throws(Wire.Rejection) -> JSONValue {
         var open: [Container] = []
         while true {
-            // Whether the next value is built: the top level's unless only checked or listed, and then
-            // inside a built container only.
-            let build = open.last?.build ?? (mode == .build)
+            // Whether the next value is built: not inside a skipped value, nor the top level's `body`
+            // when it is skipped.
+            let build = open.last.map { $0.build && !(skippingBody && open.count == 1 && $0.isObject && $0.key == "body") } ?? building
             skipWhitespace()
             guard let byte = current else { throw .malformed }
-            if open.count == 1 { open[0].valueStart = i }
             var value: JSONValue
-            var isScalar = true
             switch byte {
             case UInt8(ascii: "{"), UInt8(ascii: "["):
                 guard open.count < Self.maximumDepth else { throw .tooDeep }
-                if open.isEmpty {
-                    container = byte
-                    open.reserveCapacity(4)
-                    keys.reserveCapacity(8)
-                    if build { values.reserveCapacity(8) }
-                    if mode == .members { members.reserveCapacity(8) }
-                }
                 i += 1
-                var container = Container(
-                    isObject: byte == UInt8(ascii: "{"), build: build, firstKey: keys.count, firstValue: values.count)
+                var container = Container(isObject: byte == UInt8(ascii: "{"), build: build)
                 skipWhitespace()
-                guard !take(container.isObject ? UInt8(ascii: "}") : UInt8(ascii: "]")) else {
-                    value = finish(container)
-                    isScalar = false
-                    break
+                if take(container.isObject ? UInt8(ascii: "}") : UInt8(ascii: "]")) {
+                    value = finish(container, depth: open.count)
+                } else {
+                    if container.isObject { try readKey(into: &container) }
+                    open.append(container)
+                    continue
                 }
-                if container.isObject { try readKey(into: &container) }
-                open.append(container)
-                continue
             case UInt8(ascii: "\""): value = .string(try string())
             case UInt8(ascii: "t"):
                 try literal("true")
@@ -174,36 +136,30 @@ struct JSONParser {
             case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): value = try number()
             default: throw .malformed
             }
-            // A value is complete: add it to its container (changed where it is on the stack), and close
-            // the containers it completes.
-            while let top = open.indices.last {
-                if top == 0 && mode == .members {
-                    members.append(.init(key: open[0].key, value: open[0].valueStart..<i, scalar: isScalar ? value : nil))
+            // A value is complete: add it to its container, and close the containers it completes.
+            while var container = open.popLast() {
+                if container.isObject {
+                    if open.isEmpty && container.key == "body" { body = container.valueStart..<i }
+                    if container.keys.count < 16 {
+                        guard !container.keys.contains(container.key) else { throw .duplicateKey }
+                    } else {
+                        if container.seen.isEmpty { container.seen = Set(container.keys) }
+                        guard container.seen.insert(container.key).inserted else { throw .duplicateKey }
+                    }
+                    container.keys.append(container.key)
                 }
-                if open[top].isObject { try addKey(of: &open[top]) }
-                if open[top].build { values.append(value) }
+                if container.build { container.values.append(value) }
                 skipWhitespace()
                 if take(UInt8(ascii: ",")) {
-                    if open[top].isObject { try readKey(into: &open[top]) }
+                    if container.isObject { try readKey(into: &container) }
+                    open.append(container)
                     break
                 }
-                try expect(open[top].isObject ? UInt8(ascii: "}") : UInt8(ascii: "]"))
-                value = finish(open.removeLast())
-                isScalar = false
+                try expect(container.isObject ? UInt8(ascii: "}") : UInt8(ascii: "]"))
+                value = finish(container, depth: open.count)
             }
             if open.isEmpty { return value }
         }
-    }
-
-    /// Notes the key of the member just read; `duplicate-key` if the object has it already.
-    private mutating func addKey(of container: inout Container) throws(Wire.Rejection) {
-        if keys.count - container.firstKey < Container.manyKeys {
-            guard !keys[container.firstKey...].contains(container.key) else { throw .duplicateKey }
-        } else {
-            if container.seen == nil { container.seen = Set(keys[container.firstKey...]) }
-            guard container.seen!.insert(container.key).inserted else { throw .duplicateKey }
-        }
-        keys.append(container.key)
     }
 
     /// `"key" :` and the start of its value.
@@ -212,18 +168,20 @@ struct JSONParser {
         container.key = try string()
         skipWhitespace()
         try expect(UInt8(ascii: ":"))
+        skipWhitespace()
+        container.valueStart = i
     }
 
-    /// A closed container's value (`null` when it was only checked), its members taken off the stacks.
-    private mutating func finish(_ container: Container) -> JSONValue {
-        defer {
-            if keys.count > container.firstKey { keys.removeSubrange(container.firstKey...) }
-            if values.count > container.firstValue { values.removeSubrange(container.firstValue...) }
+    /// A closed container's value (`null` when it was only checked; the top-level object's members go to
+    /// ``fields`` when asked for).
+    private mutating func finish(_ container: Container, depth: Int) -> JSONValue {
+        if container.isObject && depth == 0 && topLevelFields {
+            fields = Wire.Fields(keys: container.keys, values: container.values)
+            return .null
         }
         guard container.build else { return .null }
         return container.isObject
-            ? .object(Dictionary(uniqueKeysWithValues: zip(keys[container.firstKey...], values[container.firstValue...])))
-            : .array(Array(values[container.firstValue...]))
+            ? .object(Dictionary(uniqueKeysWithValues: zip(container.keys, container.values))) : .array(container.values)
     }
 
     private mutating func literal(_ text: StaticString) throws(Wire.Rejection) {
@@ -325,10 +283,6 @@ struct JSONParser {
         }
         return value
     }
-}
-
-extension Range<Int> {
-    fileprivate func shifted(by offset: Int) -> Range<Int> { (lowerBound + offset)..<(upperBound + offset) }
 }
 
 extension Int64 {

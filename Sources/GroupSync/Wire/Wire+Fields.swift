@@ -20,86 +20,30 @@ extension Wire {
         case wrongShape = "wrong-shape"
     }
 
-    /// An object's members, looked up by name (records have a handful: a linear search beats hashing):
-    /// a payload's, each value read from its bytes when the record asks for it, or those of an object
-    /// already built (a record inside a value that is free JSON).
+    /// An object's members, looked up by name (records have a handful: a linear search beats hashing).
     package struct Fields: Sendable {
-        /// A member of a payload's top-level container: its key (empty in an array), the range of its
-        /// value in the payload, and the value itself if it is a scalar (a container is read when asked
-        /// for).
-        struct Member: Sendable {
-            let key: String
-            var value: Range<Int>
-            let scalar: JSONValue?
-        }
-
-        private enum Members: Sendable {
-            case payload(Data, [Member])
-            case object([String: JSONValue])
-        }
-
-        private let members: Members
-
-        init(payload: Data, members: [Member]) { self.members = .payload(payload, members) }
-        init(_ object: [String: JSONValue]) { members = .object(object) }
+        let keys: [String]
+        let values: [JSONValue]
 
         /// Checks that `v` is the integer 2 (a record's first check).
         func checkVersion() throws(Rejection) {
-            guard case .int(Int64(Wire.version))? = try member("v", as: JSONValue.self) else { throw .badVersion }
+            guard case .int(Int64(Wire.version))? = member("v") else { throw .badVersion }
         }
 
-        /// Whether the member named by `key` is there: a record's reader names its fields by the
-        /// `CodingKeys` its writer (`Encodable`) uses, so each field's name is written once.
-        func contains(_ key: some CodingKey) -> Bool {
-            switch members {
-            case let .payload(_, members): return Fields.find(key.stringValue, in: members) != nil
-            case let .object(object): return object[key.stringValue] != nil
-            }
-        }
-
-        /// Where the value of the member named by `key` is in the payload (nil when there is none, or when
-        /// the members are an object's already built).
-        func range(of key: some CodingKey) -> Range<Int>? {
-            guard case let .payload(_, members) = members else { return nil }
-            return Fields.find(key.stringValue, in: members)?.value
-        }
-
-        /// The member named by `key` read as a `T` (a record's nested record, e.g. a clock, is read from
-        /// its bytes, not from a tree); `wrong-shape` when there is none.
-        func read<T: Readable>(_ key: some CodingKey, as type: T.Type) throws(Rejection) -> T {
-            guard let value = try member(key.stringValue, as: type) else { throw .wrongShape }
-            return value
-        }
-
-        /// The member named by `key` as JSON; `wrong-shape` when there is none.
-        func value(_ key: some CodingKey) throws(Rejection) -> JSONValue { try read(key, as: JSONValue.self) }
-
-        /// The member named by `key` as JSON, or nil when there is none.
-        func optionalValue(_ key: some CodingKey) throws(Rejection) -> JSONValue? { try member(key.stringValue, as: JSONValue.self) }
-
-        /// The member named exactly `name` read as a `T`, or nil when there is none.
-        private func member<T: Readable>(_ name: String, as type: T.Type) throws(Rejection) -> T? {
-            switch members {
-            case let .payload(payload, members):
-                guard let member = Fields.find(name, in: members) else { return nil }
-                return try Fields.read(member, in: payload, as: type)
-            case let .object(object):
-                guard let json = object[name] else { return nil }
-                return try T(json: json)
-            }
-        }
-
-        /// A member of `payload` as a `T`: a scalar as it was built, a container from its bytes.
-        private static func read<T: Readable>(_ member: Member, in payload: Data, as type: T.Type) throws(Rejection) -> T {
-            if let scalar = member.scalar { return try T(json: scalar) }
-            return try T.read(payload[member.value])
-        }
+        /// The member named by `key`: a record's reader names its fields by the `CodingKeys` its writer
+        /// (`Encodable`) uses, so each field's name is written once.
+        subscript(key: some CodingKey) -> JSONValue? { member(key.stringValue) }
 
         /// The member named exactly `name` (same Unicode scalars; field names are ASCII, so a name of
         /// another length is another name, and comparing lengths first is cheap).
-        private static func find(_ name: String, in members: [Member]) -> Member? {
+        private func member(_ name: String) -> JSONValue? {
             let length = name.utf8.count
-            return members.first { $0.key.utf8.count == length && $0.key == name }
+            return keys.firstIndex { $0.utf8.count == length && $0 == name }.map { values[$0] }
+        }
+
+        func value(_ key: some CodingKey) throws(Rejection) -> JSONValue {
+            guard let value = self[key] else { throw .wrongShape }
+            return value
         }
 
         /// An integer field within `bounds` (docs/PROTOCOL.md, "Ranges"): a value outside is `out-of-range`.
@@ -123,13 +67,13 @@ extension Wire {
             return value
         }
 
-        func optionalString(_ key: some CodingKey) throws(Rejection) -> String? { contains(key) ? try string(key) : nil }
+        func optionalString(_ key: some CodingKey) throws(Rejection) -> String? { self[key] == nil ? nil : try string(key) }
 
         func optionalInt(_ key: some CodingKey, in bounds: ClosedRange<Int64>) throws(Rejection) -> Int64? {
-            contains(key) ? try int(key, in: bounds) : nil
+            self[key] == nil ? nil : try int(key, in: bounds)
         }
 
-        func optionalBool(_ key: some CodingKey) throws(Rejection) -> Bool? { contains(key) ? try bool(key) : nil }
+        func optionalBool(_ key: some CodingKey) throws(Rejection) -> Bool? { self[key] == nil ? nil : try bool(key) }
 
         func bool(_ key: some CodingKey) throws(Rejection) -> Bool {
             guard case let .bool(value) = try value(key) else { throw .wrongShape }
@@ -144,20 +88,11 @@ extension Wire {
             }
         }
 
-        /// An array of `T`s, each read from its bytes in a payload.
         func array<T: Readable>(_ key: some CodingKey, of type: T.Type) throws(Rejection) -> [T] {
+            guard case let .array(elements) = try value(key) else { throw .wrongShape }
             var values: [T] = []
-            switch members {
-            case let .payload(payload, members):
-                guard let member = Fields.find(key.stringValue, in: members) else { throw .wrongShape }
-                let elements = try JSONParser.parseArray(payload[member.value])
-                values.reserveCapacity(elements.count)
-                for element in elements { values.append(try Fields.read(element, in: payload, as: type)) }
-            case .object:
-                guard case let .array(elements) = try value(key) else { throw .wrongShape }
-                values.reserveCapacity(elements.count)
-                for element in elements { values.append(try T(json: element)) }
-            }
+            values.reserveCapacity(elements.count)
+            for element in elements { values.append(try T(json: element)) }
             return values
         }
 
@@ -175,10 +110,10 @@ extension Wire.Readable {
 extension Wire.Record {
     package init(json: JSONValue) throws(Wire.Rejection) {
         guard case let .object(object) = json else { throw .wrongShape }
-        try self.init(fields: Wire.Fields(object))
+        try self.init(fields: Wire.Fields(keys: Array(object.keys), values: Array(object.values)))
     }
 
-    package static func read(_ data: Data) throws(Wire.Rejection) -> Self { try Self(fields: try JSONParser.parseObject(data)) }
+    package static func read(_ data: Data) throws(Wire.Rejection) -> Self { try Self(fields: try JSONParser.parseObject(data).fields) }
 }
 
 extension JSONValue: Wire.Readable {

@@ -116,21 +116,21 @@ extension Wire.JournalRecord: Wire.Record {
         try fields.checkVersion()
         if let sealed = try fields.optionalString(CodingKeys.sealed) {
             // Sealed: `name` holds name, type and metadata; the chunks' salt is 16 bytes.
-            guard !fields.contains(CodingKeys.type), !fields.contains(CodingKeys.metadata),
+            guard fields[CodingKeys.type] == nil, fields[CodingKeys.metadata] == nil,
                 let salt = try fields.optionalString(CodingKeys.salt), Data(base64Encoded: salt)?.count == 16
             else { throw .wrongShape }
             let text = try fields.string(CodingKeys.name)
             self.init(
                 id: try fields.string(CodingKeys.id), name: text, type: "", size: try fields.int(CodingKeys.size, in: Wire.Bounds.size),
                 chunkSize: try fields.int(CodingKeys.chunkSize, in: Wire.Bounds.chunkSize), chunks: try fields.strings(CodingKeys.chunks),
-                added: try fields.read(CodingKeys.added, as: HLCTimestamp.self), metadata: nil, sealed: sealed, salt: salt,
+                added: try HLCTimestamp(json: try fields.value(CodingKeys.added)), metadata: nil, sealed: sealed, salt: salt,
                 sealedText: text)
             guard isConsistent else { throw .wrongShape }
             return
         }
-        guard !fields.contains(CodingKeys.salt) else { throw .wrongShape }
+        guard fields[CodingKeys.salt] == nil else { throw .wrongShape }
         var metadata: [String: String]?
-        if let value = try fields.optionalValue(CodingKeys.metadata) {
+        if let value = fields[CodingKeys.metadata] {
             guard case let .object(object) = value else { throw .wrongShape }
             var strings: [String: String] = [:]
             for (key, value) in object {
@@ -143,7 +143,7 @@ extension Wire.JournalRecord: Wire.Record {
             id: try fields.string(CodingKeys.id), name: try fields.string(CodingKeys.name), type: try fields.string(CodingKeys.type),
             size: try fields.int(CodingKeys.size, in: Wire.Bounds.size),
             chunkSize: try fields.int(CodingKeys.chunkSize, in: Wire.Bounds.chunkSize),
-            chunks: try fields.strings(CodingKeys.chunks), added: try fields.read(CodingKeys.added, as: HLCTimestamp.self),
+            chunks: try fields.strings(CodingKeys.chunks), added: try HLCTimestamp(json: try fields.value(CodingKeys.added)),
             metadata: metadata)
         guard isConsistent else { throw .wrongShape }
     }

@@ -74,9 +74,9 @@ extension Wire.Announcement: Wire.Record {
     package init(fields: Wire.Fields) throws(Wire.Rejection) {
         try fields.checkVersion()
         self.init(
-            session: try fields.string(CodingKeys.session), activity: try fields.read(CodingKeys.activity, as: Activity.self),
+            session: try fields.string(CodingKeys.session), activity: try Activity(json: try fields.value(CodingKeys.activity)),
             createdBy: try fields.string(CodingKeys.createdBy), createdAt: try fields.int(CodingKeys.createdAt, in: Wire.Bounds.time),
-            revision: try fields.read(CodingKeys.revision, as: HLCTimestamp.self),
+            revision: try HLCTimestamp(json: try fields.value(CodingKeys.revision)),
             ttl: try fields.int(CodingKeys.ttl, in: Wire.Bounds.ttl),
             ended: try fields.optionalBool(CodingKeys.ended))
     }
@@ -88,11 +88,11 @@ extension Wire.Announcement.Activity: Wire.Record {
         let data = try fields.value(CodingKeys.data)
         if sealed != nil {
             // Sealed: the data is the sealed text, and the metadata is in it.
-            guard case .string = data, !fields.contains(CodingKeys.metadata) else { throw .wrongShape }
+            guard case .string = data, fields[CodingKeys.metadata] == nil else { throw .wrongShape }
             self.init(type: try fields.string(CodingKeys.type), metadata: nil, data: data, sealed: sealed)
         } else {
             self.init(
-                type: try fields.string(CodingKeys.type), metadata: try fields.read(CodingKeys.metadata, as: GroupActivityMetadata.self),
+                type: try fields.string(CodingKeys.type), metadata: try GroupActivityMetadata(json: try fields.value(CodingKeys.metadata)),
                 data: data)
         }
     }
@@ -112,7 +112,7 @@ extension Wire.StateRecord: Wire.Record {
         try fields.checkVersion()
         self.init(
             key: try fields.string(CodingKeys.key), value: try fields.value(CodingKeys.value),
-            clock: try fields.read(CodingKeys.clock, as: HLCTimestamp.self), sealed: try fields.optionalString(CodingKeys.sealed))
+            clock: try HLCTimestamp(json: try fields.value(CodingKeys.clock)), sealed: try fields.optionalString(CodingKeys.sealed))
         if sealed != nil { guard case .string = value else { throw .wrongShape } }
     }
 }
@@ -123,7 +123,7 @@ extension Wire.CatchUp: Wire.Record {
         self.init(
             states: try fields.array(CodingKeys.states, of: Wire.StateRecord.self),
             members: try fields.array(CodingKeys.members, of: Wire.Member.self), more: try fields.optionalBool(CodingKeys.more),
-            journal: fields.contains(CodingKeys.journal) ? try fields.array(CodingKeys.journal, of: Wire.JournalRecord.self) : nil,
-            holders: fields.contains(CodingKeys.holders) ? try fields.array(CodingKeys.holders, of: Wire.Holders.self) : nil)
+            journal: fields[CodingKeys.journal] == nil ? nil : try fields.array(CodingKeys.journal, of: Wire.JournalRecord.self),
+            holders: fields[CodingKeys.holders] == nil ? nil : try fields.array(CodingKeys.holders, of: Wire.Holders.self))
     }
 }
