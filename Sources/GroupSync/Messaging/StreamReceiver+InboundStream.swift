@@ -147,7 +147,13 @@ extension StreamReceiver {
 
         /// Asks for everything after the cursor; the pending request counts as sent now.
         mutating func reconnected(now: Int64, _ configuration: Configuration, _ output: inout Output) {
-            output.asks.append((cursor.map { $0 + 1 } ?? 0, nil))
+            if let cursor {
+                let top = max(held.keys.max() ?? cursor, deliveredAhead.max() ?? cursor)
+                output.asks += missing(from: cursor + 1, through: top)
+                output.asks.append((top + 1, nil))
+            } else {
+                output.asks.append((0, nil))
+            }
             request?.sentAt = now
             request?.retryDelay = configuration.retryInterval
             request?.cursorWhenSent = cursor
@@ -157,7 +163,11 @@ extension StreamReceiver {
         /// asked for comes, and starts over while each round brings part of it.
         mutating func retry(now: Int64, _ configuration: Configuration, _ output: inout Output) {
             guard var pending = request, now >= pending.due else { return }
-            output.asks.append((cursor.map { $0 + 1 } ?? 0, pending.through))
+            if let cursor {
+                output.asks += missing(from: cursor + 1, through: pending.through)
+            } else {
+                output.asks.append((0, pending.through))
+            }
             let progressed = cursor != pending.cursorWhenSent
             pending.sentAt = now
             pending.cursorWhenSent = cursor
@@ -286,13 +296,32 @@ extension StreamReceiver {
             guard let cursor else { return }
             if let request {
                 guard through > request.through else { return }
-                output.asks.append((request.through + 1, through))
+                output.asks += missing(from: request.through + 1, through: through)
                 self.request?.through = through
             } else {
-                output.asks.append((cursor + 1, through))
+                output.asks += missing(from: cursor + 1, through: through)
                 request = Pending(through: through, sentAt: now, retryDelay: configuration.retryInterval, cursorWhenSent: cursor)
             }
         }
+
+        /// The runs of `from...through` neither held nor given out, lowest first, as `$resend` ranges: at
+        /// most ``maximumAsks`` of them, the rest asked for at the next retry. A range asked for with held
+        /// messages in it would have the sender send those again: behind a long gap in a busy stream,
+        /// hundreds, into the queue that already dropped some.
+        private func missing(from: Int64, through: Int64) -> [(from: Int64, to: Int64?)] {
+            guard from <= through else { return [] }
+            let have = (held.keys.filter { $0 >= from && $0 <= through } + deliveredAhead.filter { $0 >= from && $0 <= through }).sorted()
+            var asks: [(from: Int64, to: Int64?)] = []
+            var next = from
+            for seq in have where asks.count < Self.maximumAsks {
+                if seq > next { asks.append((next, seq - 1)) }
+                next = max(next, seq + 1)
+            }
+            if next <= through, asks.count < Self.maximumAsks { asks.append((next, through)) }
+            return asks
+        }
+
+        static var maximumAsks: Int { 16 }
 
         /// Asks where the stream starts, from 0 (wherever the sender owes this receiver) through `through`.
         private mutating func askForStart(through: Int64, now: Int64, _ configuration: Configuration, _ output: inout Output) {

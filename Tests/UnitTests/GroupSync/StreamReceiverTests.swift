@@ -173,7 +173,9 @@ import Testing
 
     @Test func aSkipPassesOverLostRangesAroundHeldMessagesInSeqOrder() {
         var receiver = Receiver()
-        #expect(Self.receive([1, 3, 6], into: &receiver) == (["1"], [Self.ask(from: 2, to: 2), Self.ask(from: 3, to: 5)]))
+        #expect(
+            Self.receive([1, 3, 6], into: &receiver) == (["1"], [Self.ask(from: 2, to: 2), Self.ask(from: 4, to: 5)]),
+            "what is held is not asked for again")
         let action = receiver.skip(
             .init(stream: .all, through: 7, lost: [5...9, 2...2, 4...4, 3...5]), from: "x", epoch: Self.epoch, now: Self.now)
         #expect(Self.text(action.events) == ["gap 2-2", "3", "gap 4-5", "6", "gap 7-7"])
@@ -227,7 +229,7 @@ import Testing
     @Test func aNewEpochEndsTheOldOnesStreamsWithTheirGaps() {
         var receiver = Receiver()
         #expect(Self.receive([1, 3], into: &receiver) == (["1"], [Self.ask(from: 2, to: 2)]))
-        #expect(receiver.position(from: "x", epoch: Self.epoch, all: 5, direct: 0, now: Self.now).requests == [Self.ask(from: 3, to: 5)])
+        #expect(receiver.position(from: "x", epoch: Self.epoch, all: 5, direct: 0, now: Self.now).requests == [Self.ask(from: 4, to: 5)])
         let restarted = Self.receive(1, epoch: Self.epoch + 1, into: &receiver)
         #expect(Self.text(restarted.events) == ["gap 2-2", "3", "gap 4-5", "1"])
         #expect(receiver.senders["x"]?.epoch == Self.epoch + 1)
@@ -237,7 +239,7 @@ import Testing
 
     @Test func aSenderThatGoesLeavesItsHeldMessagesAndGaps() {
         var receiver = Receiver()
-        #expect(Self.receive([1, 3, 5], into: &receiver) == (["1"], [Self.ask(from: 2, to: 2), Self.ask(from: 3, to: 4)]))
+        #expect(Self.receive([1, 3, 5], into: &receiver) == (["1"], [Self.ask(from: 2, to: 2), Self.ask(from: 4, to: 4)]))
         #expect(Self.receive([2], on: .direct, into: &receiver) == ([], [Self.ask("x", .direct, from: 0, to: 1)]))
         #expect(Self.text(receiver.senderGone("x").events) == ["gap 2-2", "3", "gap 4-4", "5", "d2"])
         #expect(receiver.senders.isEmpty)
@@ -324,7 +326,7 @@ import Testing
         var receiver = Receiver()
         #expect(Self.receive([1, 2], into: &receiver) == (["1", "2"], []))
         #expect(receiver.position(from: "x", epoch: Self.epoch, all: 2, direct: 0, now: Self.now) == .init())
-        #expect(Self.receive([4, 2 + 500_000], into: &receiver) == ([], [Self.ask(from: 3, to: 3), Self.ask(from: 4, to: 500001)]))
+        #expect(Self.receive([4, 2 + 500_000], into: &receiver) == ([], [Self.ask(from: 3, to: 3), Self.ask(from: 5, to: 500001)]))
         #expect(Self.text(receiver.senderLost("x").events) == ["gap 3-3", "4", "gap 5-500001", "500002"])
         #expect(receiver.cursor(of: "x", .all) == 2, "not beyond what the sender stated")
         #expect(Self.receive([3, 4, 5, 6], into: &receiver).events == ["3", "5", "6"], "4 was given out already")
@@ -366,6 +368,27 @@ import Testing
 
         #expect(Self.receive([1, 2], into: &receiver) == (["1", "2", "3"], []))
         #expect(receiver.tick(now: start + 100_000).requests.isEmpty)
+    }
+
+    /// What is held is never asked for again: a first request, its retries and the asks after a reconnect
+    /// name only the missing runs (a sender would send the rest again, behind a long gap hundreds of
+    /// messages, into the queue that already dropped some), at most ``maximumAsks`` runs at a time.
+    @Test func onlyWhatIsMissingIsAskedFor() {
+        var receiver = Receiver()
+        let start = Self.now
+        let first = Self.receive([1] + Array(3...10) + [12], into: &receiver)
+        #expect(first == (["1"], [Self.ask(from: 2, to: 2), Self.ask(from: 11, to: 11)]))
+        #expect(receiver.tick(now: start + 1_000).requests == [Self.ask(from: 2, to: 2), Self.ask(from: 11, to: 11)], "a retry")
+        #expect(
+            receiver.reconnected(now: start + 1_500).requests == [
+                Self.ask(from: 2, to: 2), Self.ask(from: 11, to: 11), Self.ask(from: 13, to: nil), Self.ask("x", .direct, from: 0, to: nil),
+            ], "and everything after the highest held (the direct stream's start is not known yet)")
+        var holes = Receiver()
+        let every = Self.receive([1] + stride(from: 3, through: 61, by: 2).map { Int64($0) }, into: &holes)
+        #expect(every.requests.count == 30, "one ask per new gap as it opens")
+        let retry = holes.tick(now: start + 1_000).requests
+        let lowest = stride(from: 2, through: 32, by: 2).map { Self.ask(from: Int64($0), to: Int64($0)) }
+        #expect(retry == lowest, "the lowest 16 runs; the rest next time")
     }
 
     /// A request made or sent again, and every tick while one is pending, says when it is due again
