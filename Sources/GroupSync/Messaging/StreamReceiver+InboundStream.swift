@@ -149,8 +149,8 @@ extension StreamReceiver {
         mutating func reconnected(now: Int64, _ configuration: Configuration, _ output: inout Output) {
             if let cursor {
                 let top = max(held.keys.max() ?? cursor, deliveredAhead.max() ?? cursor)
-                output.asks += missing(from: cursor + 1, through: top)
-                output.asks.append((top + 1, nil))
+                output.asks += missing(from: cursor + 1, through: top, reachingThrough: false)
+                output.asks.append((top + 1, nil))  // beyond the sender's latest, answered with its position
             } else {
                 output.asks.append((0, nil))
             }
@@ -307,8 +307,10 @@ extension StreamReceiver {
         /// The runs of `from...through` neither held nor given out, lowest first, as `$resend` ranges: at
         /// most ``maximumAsks`` of them, the rest asked for at the next retry. A range asked for with held
         /// messages in it would have the sender send those again: behind a long gap in a busy stream,
-        /// hundreds, into the queue that already dropped some.
-        private func missing(from: Int64, through: Int64) -> [(from: Int64, to: Int64?)] {
+        /// hundreds, into the queue that already dropped some. Unless told otherwise, the last ask reaches
+        /// `through` (alone, if it is held): asked beyond its latest seq, a sender answers with its
+        /// position, which is what exposes held messages it never sent.
+        private func missing(from: Int64, through: Int64, reachingThrough: Bool = true) -> [(from: Int64, to: Int64?)] {
             guard from <= through else { return [] }
             let have = (held.keys.filter { $0 >= from && $0 <= through } + deliveredAhead.filter { $0 >= from && $0 <= through }).sorted()
             var asks: [(from: Int64, to: Int64?)] = []
@@ -318,6 +320,7 @@ extension StreamReceiver {
                 next = max(next, seq + 1)
             }
             if next <= through, asks.count < Self.maximumAsks { asks.append((next, through)) }
+            if reachingThrough, asks.last?.to != through { asks.append((through, through)) }
             return asks
         }
 
