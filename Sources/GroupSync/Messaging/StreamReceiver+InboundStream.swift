@@ -145,7 +145,8 @@ extension StreamReceiver {
             ask(through: through, now: now, configuration, &output)
         }
 
-        /// Asks for everything after the cursor; the pending request counts as sent now.
+        /// Asks for what is missing below the highest seq held and for everything after it (after the
+        /// cursor when nothing is held); the pending request counts as sent now.
         mutating func reconnected(now: Int64, _ configuration: Configuration, _ output: inout Output) {
             if let cursor {
                 let top = max(held.keys.max() ?? cursor, deliveredAhead.max() ?? cursor)
@@ -312,7 +313,12 @@ extension StreamReceiver {
         /// position, which is what exposes held messages it never sent.
         private func missing(from: Int64, through: Int64, reachingThrough: Bool = true) -> [(from: Int64, to: Int64?)] {
             guard from <= through else { return [] }
-            let have = (held.keys.filter { $0 >= from && $0 <= through } + deliveredAhead.filter { $0 >= from && $0 <= through }).sorted()
+            // Whichever is shorter is walked: the range (a new gap, on the receiving path: usually a few
+            // seqs) or what is held (at most ``Configuration/maximumHeld``, however wide the range).
+            let have =
+                through - from < Int64(held.count + deliveredAhead.count)
+                ? (from...through).filter { held[$0] != nil || deliveredAhead.contains($0) }
+                : (held.keys.filter { $0 >= from && $0 <= through } + deliveredAhead.filter { $0 >= from && $0 <= through }).sorted()
             var asks: [(from: Int64, to: Int64?)] = []
             var next = from
             for seq in have where asks.count < Self.maximumAsks {
