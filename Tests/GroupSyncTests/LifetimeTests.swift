@@ -67,8 +67,10 @@ struct Brief: GroupActivity {
             let closing = try await bob.startJoined(Gallery(galleryID: "closed"))
             if frozen { broker.pause() } else { broker.kill() }
             // The farewell timeout, and a second for the tasks' scheduling when the whole suite loads both
-            // cores: what it guards against is a wait on the broker, seconds long (keepalive, TCP timeouts).
-            let bound = timeBound(.seconds(1)) + .seconds(1)
+            // cores (stretched like the timeout: under a sanitizer a wake-up can wait seconds for a thread).
+            // What it guards against is a wait on the broker, seconds long (keepalive, TCP timeouts), which
+            // the plain run's bounds catch.
+            let bound = timeBound(.seconds(1)) + timeBound(.seconds(1))
             for what in ["leave()", "end()", "close()"] {
                 let start = ContinuousClock.now
                 switch what {
