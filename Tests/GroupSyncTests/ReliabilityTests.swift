@@ -278,6 +278,41 @@ import Testing
         }
     }
 
+    /// A broker that crashes goes back to its last save, which may hold the presence an earlier process of
+    /// the same participant left (its will) and nothing of the sessions started since. That presence is no
+    /// proof that the broker kept what this process stored: its session is announced again, not ended.
+    @Test(.needsOwnBroker("restarts it")) func anEarlierProcesssPresenceDoesNotEndTheSessionsOfALaterOne() async throws {
+        try await MosquittoBroker.withBroker(.init(persistence: true, autosave: .atShutdownOnly)) { broker in
+            let group = Group(broker)
+            let presence = GroupTopics(group: group.name).presence("alice")
+            let (watcher, records) = try await rawSubscriber(broker, presence)
+            let earlier = try await group.join("alice")
+            await earlier.simulateCrash()
+            try await waitUntil("the earlier process's will") {
+                records.elements.contains { (try? Wire.Presence.read($0.payload))?.status == .lost }
+            }
+            await watcher.disconnect()
+            try await broker.restart(after: .graceful)  // saved: that will, and nothing of what follows
+
+            let alice = try await group.join("alice")
+            let bob = try await group.join("bob")
+            let a = try await alice.startJoined(Gallery(galleryID: "after the save"))
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let events = Collector(alice.client.events())
+            try await broker.restart(after: .crash)  // back to the save: the will, no MQTT session of alice's
+            try await waitUntil(timeout: .seconds(10), "alice is back without her MQTT session") {
+                events.elements.contains { if case .connected(_, sessionPresent: false) = $0 { true } else { false } }
+            }
+            let copy = GroupTopics(group: group.name).announcement(a.id, by: "alice")
+            try await waitUntil(timeout: .seconds(10), "her announcement is stored again") {
+                try await retainedTopics(broker, under: "\(GroupTopics.protocolRoot)/\(group.name)").contains(copy)
+            }
+            #expect(a.state == .joined && b.state == .joined)
+            #expect(alice.currentSessions(activityIdentifier: nil).map(\.id) == [a.id])
+            await group.closeAll()
+        }
+    }
+
     final class Flag: Sendable {
         private let value = Atomic<Bool>(false)
         var isSet: Bool { value.load(ordering: .relaxed) }

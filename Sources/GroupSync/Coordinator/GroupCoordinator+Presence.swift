@@ -7,7 +7,8 @@ extension GroupCoordinator {
         let presence = message.payload.isEmpty ? nil : Wire.decode(Wire.Presence.self, from: message.payload)
         guard presence != nil || message.payload.isEmpty else { return countRejection() }
         if participant == localParticipant.id {
-            if message.retain {
+            // Only this connection's own record (or its will): an earlier process's proves nothing of ours.
+            if message.retain, presence?.epoch == epoch {
                 state.withLock { $0.replay?.ownPresence = true }
             } else if presence?.epoch == epoch, presence?.status == .online {
                 // Our own publish coming back live.
