@@ -234,7 +234,10 @@ extension GroupCoordinator {
     /// That proof holds because the connection resubscribes before it sends anything we publish on it
     /// (a presence published meanwhile comes back live, not in the replay), and only for a complete
     /// replay: one our echo followed. A replay this call does not see complete (the connection was lost
-    /// again meanwhile) is left to the next connection's call.
+    /// again meanwhile) is left to the next connection's call. It does not hold when a publish of our
+    /// presence was unacknowledged as the connection began (libmosquitto may send it before the
+    /// resubscription), nor for a presence of another connection of ours (a broker back from a crash
+    /// holds its last save): those replays prove nothing.
     func forgetSessionsEndedWhileAway() async {
         // The replay is being recorded since the CONNACK (on the network thread, before any message).
         try? await publishPresenceAndAwaitEcho()
@@ -243,7 +246,7 @@ extension GroupCoordinator {
                 guard let replay = state.replay, replay.complete else { return nil }
                 state.replay = nil
                 return replay
-            }), seen.ownPresence
+            }), seen.ownPresence, seen.presenceSettled
         else { return }
         let (prefix, suffix) = ("\(topics.root)/session/", "/\(localParticipant.id)")
         let ended = retained.topics(under: prefix)

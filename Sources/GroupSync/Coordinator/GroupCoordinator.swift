@@ -34,6 +34,10 @@ public final class GroupCoordinator: Sendable {
         var announcements: Set<String> = []
         var ownPresence = false
         var complete = false
+        /// No publish of our presence awaited its acknowledgement when the connection began: one that did
+        /// may have reached the broker on this connection, ahead of the resubscription, and come back in
+        /// the replay without proving anything.
+        var presenceSettled: Bool
     }
 
     /// Everything of the coordinator that changes, under one lock.
@@ -135,7 +139,9 @@ public final class GroupCoordinator: Sendable {
                 connected: { [weak self] sessionPresent in
                     // Before the retained replay of the new connection: record it if the broker lost our
                     // MQTT session (see forgetSessionsEndedWhileAway).
-                    self?.state.withLock { $0.replay = sessionPresent ? nil : Replay() }
+                    guard let self else { return }
+                    let settled = !retained.awaitsAcknowledgement(topics.presence(localParticipant.id))
+                    state.withLock { $0.replay = sessionPresent ? nil : Replay(presenceSettled: settled) }
                 })
         }
         state.withLock { $0.groupSubscription = subscription }

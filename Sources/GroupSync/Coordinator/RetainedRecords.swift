@@ -19,6 +19,8 @@ final class RetainedRecords: Sendable {
     /// every third of `lifetime` until it is cleared, released or disowned. On a broker without retained
     /// messages it is sent as a plain message.
     func publish(_ topic: String, _ payload: Data, lifetime: Duration, refreshing: Bool = true) async throws(GroupSyncError) {
+        owned.withLock { $0.sending(topic) }
+        defer { owned.withLock { $0.acknowledged(topic) } }
         let ticket = try enqueue(topic, payload, lifetime: lifetime, refreshing: refreshing)
         _ = try await GroupSyncError.awaitOverConnection { () async throws(MQTTError) in try await client.acknowledgement(of: ticket) }
     }
@@ -65,6 +67,10 @@ final class RetainedRecords: Sendable {
     func disown(_ topic: String) { owned.withLock { $0.disown(topic) } }
 
     func owns(_ topic: String) -> Bool { owned.withLock { $0.records[topic] != nil } }
+
+    /// Whether a publish of `topic` made by ``publish(_:_:lifetime:refreshing:)``, a refresh or a republish
+    /// still awaits its acknowledgement: it may reach the broker on the next connection.
+    func awaitsAcknowledgement(_ topic: String) -> Bool { owned.withLock { $0.unacknowledged[topic] != nil } }
 
     /// The payload of the record on `topic` while we keep it (nil when we do not).
     func keptPayload(of topic: String) -> Data? {
@@ -116,13 +122,18 @@ final class RetainedRecords: Sendable {
     private func publish(_ records: [(topic: String, record: OwnedRetained.Record)]) async {
         for (topic, record) in records {
             let ticket = owned.withLock { owned -> MQTTClient.PublishTicket? in
-                guard owned.records[topic]?.payload == record.payload else { return nil }
-                return try? client.enqueuePublish(
-                    to: topic, payload: record.payload, qos: .atLeastOnce, retain: client.retainAvailable,
-                    properties: record.properties(at: .now), writeNow: false)
+                guard owned.records[topic]?.payload == record.payload,
+                    let ticket = try? client.enqueuePublish(
+                        to: topic, payload: record.payload, qos: .atLeastOnce, retain: client.retainAvailable,
+                        properties: record.properties(at: .now), writeNow: false)
+                else { return nil }
+                owned.sending(topic)
+                return ticket
             }
             client.flush()  // once the lock is released: see `enqueuePublish(…writeNow:)`
-            if let ticket { _ = try? await client.acknowledgement(of: ticket) }
+            guard let ticket else { continue }
+            _ = try? await client.acknowledgement(of: ticket)
+            owned.withLock { $0.acknowledged(topic) }
         }
     }
 }
@@ -148,6 +159,13 @@ struct OwnedRetained {
     }
 
     private(set) var records: [String: Record] = [:]
+    /// How many publishes of each topic await their acknowledgement (see
+    /// ``RetainedRecords/awaitsAcknowledgement(_:)``).
+    private(set) var unacknowledged: [String: Int] = [:]
+
+    mutating func sending(_ topic: String) { unacknowledged[topic, default: 0] += 1 }
+
+    mutating func acknowledged(_ topic: String) { unacknowledged[topic] = unacknowledged[topic].flatMap { $0 > 1 ? $0 - 1 : nil } }
 
     /// Owns `record` on `topic`; an empty payload clears it, so it is no longer owned.
     mutating func own(_ topic: String, _ record: Record) { records[topic] = record.payload.isEmpty ? nil : record }

@@ -533,6 +533,20 @@ import Testing
         owned.release("a")
         #expect(owned.nextRefresh == nil, "nothing kept: no wake-up")
     }
+
+    /// A record's publishes are counted until each acknowledgement: a presence still unacknowledged when a
+    /// connection begins may reach the broker ahead of the resubscription.
+    @Test func publishesAwaitingTheirAcknowledgementAreCountedPerTopic() {
+        var owned = OwnedRetained()
+        owned.sending("p")
+        owned.sending("p")
+        owned.sending("s")
+        owned.acknowledged("p")
+        #expect(owned.unacknowledged == ["p": 1, "s": 1])
+        owned.acknowledged("p")
+        owned.acknowledged("s")
+        #expect(owned.unacknowledged.isEmpty, "none left once each is acknowledged (or failed)")
+    }
 }
 
 extension CoordinatorStateMachine {
