@@ -105,6 +105,8 @@ import Testing
             for restart in 1...10 {
                 try await waitUntil(timeout: timeBound(.seconds(5)), "traffic flows before restart \(restart)") {
                     received.allSatisfy { $0.count > restart * 20 }
+                } else: {
+                    "received \(received.map(\.count)); " + sessions.map(receiverState).joined(separator: "; ")
                 }
                 try await broker.restart()
                 // Presence is correct within 2 s after the restart: everyone sees everyone.
@@ -120,6 +122,9 @@ import Testing
                 for (senderIndex, name) in names.enumerated() where senderIndex != receiverIndex {
                     try await waitUntil(timeout: .seconds(10), "\(names[receiverIndex]) has all of \(name)'s") {
                         messages.elements.filter { $0.message.from == name }.count >= sent[senderIndex]
+                    } else: {
+                        "sent \(sent), \(messages.elements.filter { $0.message.from == name }.count) received; "
+                            + receiverState(sessions[receiverIndex])
                     }
                     let numbers = messages.elements.filter { $0.message.from == name }.map(\.message.n)
                     let missing = Set(1...sent[senderIndex]).subtracting(numbers).sorted()
