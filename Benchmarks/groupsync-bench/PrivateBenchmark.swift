@@ -104,28 +104,69 @@ enum PrivateBenchmark {
                 + "throughput \(Int(result.throughput)) msg/s, sealed \(Int(result.sealedThroughput)) msg/s")
     }
 
+    /// Late joins into a session in clear and a sealed one of `present` participants each, one of each
+    /// kind in turn (the first swapped every sample) so that a slow phase of the machine hits both alike;
+    /// each join starts once both sessions are quiet. The median of each kind.
     private static func lateJoin(url: String, group: String, options: BenchOptions, into result: inout BenchResults.Private) async throws {
-        var p50: [Double] = []
-        for (index, keyring) in [nil, keyring].enumerated() {
-            let cluster = try await SessionCluster.make(
-                url: url, group: "\(group)-j\(index)", prefix: "q", count: options.fanoutParticipants, sharedState: true, keyring: keyring)
-            do {
-                let expected = 7
+        var clusters: [(cluster: SessionCluster, sniffer: WireSniffer)] = []
+        func closeAll() async {
+            for (cluster, sniffer) in clusters {
+                await sniffer.stop()
+                await cluster.close()
+            }
+        }
+        let expected = 7
+        var times: [[Double]] = [[], []]
+        do {
+            for (index, keyring) in [nil, keyring].enumerated() {
+                let cluster = try await SessionCluster.make(
+                    url: url, group: "\(group)-j\(index)", prefix: "q", count: options.fanoutParticipants, sharedState: true,
+                    keyring: keyring)
+                let sniffer: WireSniffer
+                do {
+                    sniffer = try await WireSniffer.start(url: url, filters: ["\(cluster.topics.root)/s/\(cluster.sessionID)/#"])
+                } catch {
+                    await cluster.close()
+                    throw error
+                }
+                clusters.append((cluster, sniffer))
                 cluster.hub.expect(expected, from: Set(cluster.members.map(\.index)))
                 try await cluster.members[0].state!.set(expected)
                 _ = try await cluster.hub.wait(timeout: .seconds(10))
-                p50.append(
-                    try await LateJoinBenchmark.run(
-                        cluster: cluster, samples: options.lateJoinSamples, expected: expected, keyring: keyring
-                    ).p50)
-            } catch {
-                await cluster.close()
-                throw error
             }
-            await cluster.close()
+            for sample in 0..<options.lateJoinSamples {
+                for index in sample.isMultiple(of: 2) ? [0, 1] : [1, 0] {
+                    for (_, sniffer) in clusters { try await sniffer.waitQuiet(.milliseconds(20)) }
+                    times[index].append(
+                        try await join(
+                            clusters[index].cluster, as: "late\(sample)", keyring: index == 1 ? keyring : nil, expected: expected))
+                }
+            }
+        } catch {
+            await closeAll()
+            throw error
         }
-        (result.lateJoinP50, result.sealedLateJoinP50) = (p50[0], p50[1])
+        await closeAll()
+        (result.lateJoinP50, result.sealedLateJoinP50) = (Percentiles(times[0]).p50, Percentiles(times[1]).p50)
         result.present = options.fanoutParticipants
+    }
+
+    /// A newcomer connects (not timed) and joins `cluster`'s session, timed until it holds `expected`
+    /// (ms); then it leaves and closes.
+    private static func join(_ cluster: SessionCluster, as name: String, keyring: GroupKeyring?, expected: Int) async throws -> Double {
+        var configuration = try GroupCoordinator.Configuration(broker: cluster.url, group: cluster.group, participant: name)
+        configuration.keyring = keyring
+        let coordinator = try await GroupCoordinator.connect(configuration)
+        do {
+            let session = try await SessionCluster.findSession(coordinator, id: cluster.sessionID)
+            let milliseconds = try await LateJoinBenchmark.timedJoin(session, expected: expected).milliseconds
+            await session.leave()
+            await coordinator.close()
+            return milliseconds
+        } catch {
+            await coordinator.close()
+            throw error
+        }
     }
 
     /// Fan-out rounds in clear and sealed, alternating (each its own session and owner); the median of each.
