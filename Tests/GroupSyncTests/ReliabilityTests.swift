@@ -308,7 +308,7 @@ import Testing
             let (watcher, records) = try await rawSubscriber(broker, presence)
             let earlier = try await group.join("alice")
             await earlier.simulateCrash()
-            try await waitUntil("the earlier process's will") {
+            try await waitUntil(timeout: timeBound(.seconds(5)), "the earlier process's will") {
                 records.elements.contains { (try? Wire.Presence.read($0.payload))?.status == .lost }
             }
             await watcher.disconnect()
