@@ -59,9 +59,8 @@ struct BenchReport {
                 Row(
                     metric: "latency QoS \(qos) p99, one-way (µs)", groupSync: format(latency.p99), raw: format(latency.rawP99),
                     ratio: ratio(p99), target: judged ? "≤ \(Bound.qos0P99)× raw" : "", verdict: judged ? p99 <= Bound.qos0P99 : nil))
-            if let data = latency.data, let codec = latency.codecMicroseconds {
+            if let data = latency.data, let codec = latency.codecMicroseconds, let extra = latency.codableOverData {
                 rows += referenceRows("send(Data), QoS \(qos)", data, (latency.rawP50, latency.rawP99))
-                let extra = latency.p50 - data.p50
                 rows.append(
                     Row(
                         metric: "Codable over Data, QoS \(qos) p50 (µs)", groupSync: format(extra), raw: format(codec),
@@ -480,11 +479,11 @@ struct BenchReport {
             entry["round_p50_ratio_q1"] = number(value.roundRatios.q1)
             entry["round_p50_ratio_q3"] = number(value.roundRatios.q3)
             entry["rounds"] = value.roundRatios.rounds
-            if let data = value.data, let codec = value.codecMicroseconds {
+            if let data = value.data, let codec = value.codecMicroseconds, let extra = value.codableOverData {
                 entry["data_p50_us"] = number(data.p50)
                 entry["data_p99_us"] = number(data.p99)
                 entry["codec_us"] = number(codec)
-                entry["codable_over_data_p50_us"] = number(value.p50 - data.p50)
+                entry["codable_over_data_p50_us"] = number(extra)
             }
             if let acknowledged = value.rawAcknowledged {
                 entry["raw_acked_p50_us"] = number(acknowledged.p50)

@@ -13,6 +13,9 @@ struct BenchResults: Sendable {
         /// plus 5 µs. Nil for the responder in its own process.
         var data: (p50: Double, p99: Double)? = nil
         var codecMicroseconds: Double? = nil
+        /// What the Codable path costs over the Data path (µs): the median over rounds of the difference of
+        /// the two p50s of one round, each round running them in turn (the first swapped every round).
+        var codableOverData: Double? = nil
         /// The p50 ratio (GroupSync / raw) of each alternating round on its own, as quartiles: a slow phase
         /// of the machine that hits some rounds moves these less than the ratio of the pooled p50s.
         var roundRatios: (q1: Double, median: Double, q3: Double, rounds: Int)

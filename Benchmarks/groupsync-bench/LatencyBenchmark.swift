@@ -47,15 +47,21 @@ enum LatencyBenchmark {
             var rawSamples: [Double] = []
             var acknowledgedSamples: [Double] = []
             var roundRatios: [Double] = []
+            var codableOverData: [Double] = []
             let perRound = max(samples / rounds, 1)
-            for _ in 0..<rounds {
+            for round in 0..<rounds {
                 let first = next
                 let rawRound = try await BlockingThread.run("raw-ping") { Result { try raw.run(first: first, count: perRound) } }.get()
+                // Codable and Data in turn, the first swapped every round: neither always runs in the other's wake.
+                let dataFirst = round.isMultiple(of: 2)
+                let early = dataFirst ? try await groupSync.run(first: next, count: perRound, asData: true) : []
                 let groupSyncRound = try await groupSync.run(first: next, count: perRound)
-                dataSamples += try await groupSync.run(first: next, count: perRound, asData: true)
+                let dataRound = dataFirst ? early : try await groupSync.run(first: next, count: perRound, asData: true)
+                dataSamples += dataRound
                 rawSamples += rawRound
                 groupSyncSamples += groupSyncRound
                 roundRatios.append(Percentiles(groupSyncRound).p50 / Percentiles(rawRound).p50)
+                codableOverData.append(Percentiles(groupSyncRound).p50 - Percentiles(dataRound).p50)
                 if let acknowledged {
                     acknowledgedSamples += try await BlockingThread.run("raw-ping") {
                         Result { try acknowledged.run(first: first, count: perRound) }
@@ -70,7 +76,7 @@ enum LatencyBenchmark {
             return .init(
                 p50: measured.p50, p99: measured.p99, rawP50: baseline.p50, rawP99: baseline.p99,
                 rawAcknowledged: reference.map { ($0.p50, $0.p99) }, data: (data.p50, data.p99),
-                codecMicroseconds: try codecMicroseconds(),
+                codecMicroseconds: try codecMicroseconds(), codableOverData: Percentiles(codableOverData).p50,
                 roundRatios: (perRoundRatio.percentile(25), perRoundRatio.p50, perRoundRatio.percentile(75), roundRatios.count),
                 payloadBytes: payloadSize, samples: measured.count)
         } catch {
