@@ -16,8 +16,9 @@ public enum Topic {
         guard !filter.isEmpty, filter.utf8.count <= 65_535, !filter.utf8.contains(0) else { return false }
         let levels = filter.split(separator: "/", omittingEmptySubsequences: false)
         for (index, level) in levels.enumerated() {
-            if level.contains("#") && (level != "#" || index != levels.count - 1) { return false }
-            if level.contains("+") && level != "+" { return false }
+            // Byte searches: `contains` with a string argument is Foundation's, a bridged `NSString` search.
+            if level.utf8.contains(UInt8(ascii: "#")) && (level != "#" || index != levels.count - 1) { return false }
+            if level.utf8.contains(UInt8(ascii: "+")) && level != "+" { return false }
         }
         return true
     }
