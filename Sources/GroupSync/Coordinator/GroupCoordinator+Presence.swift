@@ -7,7 +7,7 @@ extension GroupCoordinator {
         let presence = message.payload.isEmpty ? nil : Wire.decode(Wire.Presence.self, from: message.payload)
         guard presence != nil || message.payload.isEmpty else { return countRejection() }
         if participant == localParticipant.id {
-            // Only this connection's own record (or its will): an earlier process's proves nothing of ours.
+            // Only a record of our epoch (our presence, or our will): an earlier process's proves nothing of ours.
             if message.retain, presence?.epoch == epoch {
                 state.withLock { $0.replay?.ownPresence = true }
             } else if presence?.epoch == epoch, presence?.status == .online {

@@ -236,8 +236,8 @@ extension GroupCoordinator {
     /// replay: one our echo followed. A replay this call does not see complete (the connection was lost
     /// again meanwhile) is left to the next connection's call. It does not hold when a publish of our
     /// presence was unacknowledged as the connection began (libmosquitto may send it before the
-    /// resubscription), nor for a presence of another connection of ours (a broker back from a crash
-    /// holds its last save): those replays prove nothing.
+    /// resubscription), nor for a presence of another epoch (an earlier process's: a broker back from a
+    /// crash holds its last save): those replays prove nothing.
     func forgetSessionsEndedWhileAway() async {
         // The replay is being recorded since the CONNACK (on the network thread, before any message).
         try? await publishPresenceAndAwaitEcho()
