@@ -196,7 +196,7 @@ for receiver in names:
             at = f"+{(float(t) - killed) * 1000:.0f} ms"
             left.append(f"{at} {m.group(1)}")
             lists.append(set(m.group(1).split(",")))
-        if m:
+        if m and float(t) < closing:  # after `closing` the others leave as they are closed
             last = set(m.group(1).split(","))
     for sender in names:
         if sender == receiver:
