@@ -111,12 +111,8 @@ import Testing
             var sent = Sent()
             while !stop.isSet {
                 let n = sent.attempted + 1
-                try? await waitUntil(timeout: .seconds(1), pollEvery: .milliseconds(2)) {
-                    receivers.allSatisfy { $0.highest(from: name) >= n - window }
-                        && pace.withLock { $0.values.allSatisfy { $0 >= n - window } }
-                }
+                await awaitTurn(n, of: name, receivers: receivers, pace: pace)
                 sent.attempted = n
-                pace.withLock { $0[name] = n }
                 do {
                     try await messenger.send(Numbered(from: name, n: n))
                     sent.delivered.insert(n)
@@ -126,6 +122,15 @@ import Testing
             }
             return sent
         }
+    }
+
+    /// Waits (for up to a second) until message `n` of `name` is within ``window`` of what each of
+    /// `receivers` has from it and of every sender's count in `pace`, then records `n` as sent in `pace`.
+    static func awaitTurn(_ n: Int, of name: String, receivers: [Arrivals], pace: LockedValue<[String: Int]>) async {
+        try? await waitUntil(timeout: .seconds(1), pollEvery: .milliseconds(2)) {
+            receivers.allSatisfy { $0.highest(from: name) >= n - window } && pace.withLock { $0.values.allSatisfy { $0 >= n - window } }
+        }
+        pace.withLock { $0[name] = n }
     }
 
     /// The numbered messages one participant receives, per sender in arrival order.

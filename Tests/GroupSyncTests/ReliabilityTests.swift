@@ -101,12 +101,7 @@ import Testing
                     var n = 0
                     while !stop.isSet {
                         n += 1
-                        let next = n
-                        try? await GroupSyncTestSupport.waitUntil(timeout: .seconds(1), pollEvery: .milliseconds(2)) {
-                            receivers.allSatisfy { $0.highest(from: name) >= next - BrokerCrashTests.window }
-                                && pace.withLock { $0.values.allSatisfy { $0 >= next - BrokerCrashTests.window } }
-                        }
-                        pace.withLock { $0[name] = next }
+                        await BrokerCrashTests.awaitTurn(n, of: name, receivers: receivers, pace: pace)
                         do {
                             try await messenger.send(Numbered(from: name, n: n))
                         } catch {
