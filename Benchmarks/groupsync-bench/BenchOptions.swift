@@ -33,8 +33,8 @@ struct BenchOptions: Sendable {
           playback     10 participants with skewed, drifting clocks follow one PlaybackCoordinator:
                        position spread, start spread, play() until started, suspension
           idle         100 joined sessions in this process doing nothing, then with a playback
-                       coordinator each: wake-ups per second and CPU per minute over 15 s each
-                       (--quick: 10 sessions, 2 s)
+                       coordinator each (once their clock exchanges have backed off): wake-ups per
+                       second and CPU per minute over 15 s each (--quick: 10 sessions, 2 s, unsettled)
           private      the same with sealed sessions (a keyring) and without, in the same run: send(Data)
                        QoS 0 p50 and throughput, late join with 100 present, the journal's fan-out
           journal      a 10 MiB attachment until 10 joined participants loaded it, vs raw; a late

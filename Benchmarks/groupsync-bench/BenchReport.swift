@@ -588,6 +588,7 @@ struct BenchReport {
                     "playback_wakeups_per_s": number(idle.playback.wakeupsPerSecond),
                     "playback_cpu_s_per_min": number(idle.playback.cpuSecondsPerMinute),
                     "synchronization_interval_s": number(idle.synchronizationInterval),
+                    "longest_synchronization_interval_s": number(idle.longestSynchronizationInterval),
                 ] as [String: Any]
         }
         if let failover = results.failover {

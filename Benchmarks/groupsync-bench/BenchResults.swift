@@ -151,6 +151,7 @@ struct BenchResults: Sendable {
         var plain: IdleBenchmark.Figures
         var playback: IdleBenchmark.Figures
         var synchronizationInterval: Double
+        var longestSynchronizationInterval: Double
     }
 
     struct Memory: Sendable {

@@ -207,7 +207,7 @@ enum GroupSyncBench {
         if sections.contains(.idle) {
             let (count, seconds) = options.mode == .full ? (100, 15.0) : (10, 2.0)
             results.idle = await section("idle (\(count) sessions)", &failures) {
-                try await IdleBenchmark.run(url: url, group: "bi-\(run)", sessions: count, seconds: seconds)
+                try await IdleBenchmark.run(url: url, group: "bi-\(run)", sessions: count, seconds: seconds, settled: options.mode == .full)
             }
         }
         if sections.contains(.memory) {

@@ -6,7 +6,8 @@ import GroupSyncTestSupport
 /// second joins those), doing nothing. How often the process wakes (voluntary context switches of all
 /// its threads, per second) and how much CPU it burns per minute: first as they are (heartbeats and
 /// keepalives), then with a playback coordinator in each session (a follower then also exchanges with
-/// the clock's reference every synchronization interval, by design).
+/// the clock's reference, every synchronization interval at first, backing off to the longest one),
+/// measured once the followers' pace has reached the longest when `settled`.
 enum IdleBenchmark {
     struct Figures: Sendable {
         var wakeupsPerSecond: Double
@@ -15,7 +16,8 @@ enum IdleBenchmark {
 
     static let activity = "dev.groupsync.bench.idle"
 
-    static func run(url: String, group: String, sessions: Int, seconds: Double) async throws -> BenchResults.Idle {
+    static func run(url: String, group: String, sessions: Int, seconds: Double, settled: Bool) async throws -> BenchResults.Idle {
+        let configuration = PlaybackCoordinator.Configuration()
         let alice = try await GroupCoordinator.connect(.init(broker: url, group: group, participant: "alice"))
         let bob = try await GroupCoordinator.connect(.init(broker: url, group: group, participant: "bob"))
         var joined: [GroupSession<AnyGroupActivity>] = []
@@ -28,15 +30,19 @@ enum IdleBenchmark {
             }
         }
         let plain = try await measure(for: seconds)
-        let players = joined.map { PlaybackCoordinator(session: $0) }
+        let players = joined.map { PlaybackCoordinator(session: $0, configuration: configuration) }
         try await waitUntil(timeout: .seconds(30), "every session's group clock") { players.allSatisfy { $0.groupTime() != nil } }
+        // The drift is fitted within about a second; from the first interval, doubling, the longest is
+        // reached in less than itself.
+        if settled { try await Task.sleep(for: .seconds(2) + configuration.longestSynchronizationInterval) }
         let withPlayback = try await measure(for: seconds)
         for session in joined { await session.leave() }
         await alice.close()
         await bob.close()
         return BenchResults.Idle(
             sessions: joined.count, seconds: seconds, plain: plain, playback: withPlayback,
-            synchronizationInterval: Self.seconds(PlaybackCoordinator.Configuration().synchronizationInterval))
+            synchronizationInterval: Self.seconds(configuration.synchronizationInterval),
+            longestSynchronizationInterval: Self.seconds(configuration.longestSynchronizationInterval))
     }
 
     /// The process's wake-ups and CPU over `seconds`, after a second to settle.

@@ -35,7 +35,8 @@ extension PlaybackCoordinator {
                     machine: PlaybackStateMachine(
                         me: core.me, initiator: initiator,
                         waitingReasons: Set(configuration.suspensionReasonsThatTriggerWaiting.map(\.rawValue)),
-                        lead: configuration.lead, pingInterval: configuration.synchronizationInterval)))
+                        lead: configuration.lead, pingInterval: configuration.synchronizationInterval,
+                        longestPingInterval: configuration.longestSynchronizationInterval)))
             timer.onWake { [weak self] in self?.wake() }
             startTimer.onWake { [weak self] in self?.wake() }
         }

@@ -15,8 +15,9 @@ import MQTT
 ///   brings it; it then starts at the current expected position.
 /// - Group clock: one participant of the session serves it; every other one estimates its offset to it
 ///   with `$ping`/`$pong` exchanges on its direct topics (the shortest round trips win) and again every
-///   ``Configuration/synchronizationInterval``. When that participant leaves or crashes, one that
-///   followed takes over with the same clock, so timelines stay valid (see PROTOCOL.md, "Playback").
+///   ``Configuration/synchronizationInterval`` while the media plays (less often while it does not).
+///   When that participant leaves or crashes, one that followed takes over with the same clock, so
+///   timelines stay valid (see PROTOCOL.md, "Playback").
 /// - Lifetime: it lives as long as the session: its sequences end when the session is invalidated
 ///   (left, ended, closed), as do its tasks and suspensions.
 public final class PlaybackCoordinator: Sendable {

@@ -81,10 +81,12 @@ struct PlaybackStateMachine {
     let waitingReasons: Set<String>
     /// The lead of a scheduled start; nil: derived from the round trips to the reference.
     let fixedLead: Duration?
-    /// How often a follower exchanges with the reference once its estimate follows the drift, paused or
-    /// not: the estimate extrapolates from recent exchanges, and sparser ones put starts tens of
-    /// milliseconds apart (nanoseconds).
+    /// How often a follower exchanges with the reference once its estimate follows the drift while the
+    /// media plays: the estimate extrapolates from recent exchanges, and sparser ones spread the
+    /// participants' positions (nanoseconds).
     let pingInterval: Int64
+    /// The longest ``pace`` while the media does not play (nanoseconds, at least ``pingInterval``).
+    let longestPingInterval: Int64
     /// How long a participant without a clock waits for a synchronized one to take over from a reference
     /// that is gone, before it starts a new clock.
     static let takeoverPatience: Int64 = 1_000_000_000
@@ -119,6 +121,9 @@ struct PlaybackStateMachine {
     private(set) var burst = 0
     /// When (local) our last `$ping` was due; nil before the first.
     private var lastPing: Int64?
+    /// The time between two `$ping`s once the estimate follows the drift while the media does not play:
+    /// from ``pingInterval`` to ``longestPingInterval`` (see ``exchange(sent:_:)``).
+    private(set) var pace: Int64
     private(set) var handout = Handout.reading(unread: [.clock, .timeline])
     /// Commands waiting for the group clock: released by the input that makes it known.
     private var waitingCommands = 0
@@ -146,12 +151,17 @@ struct PlaybackStateMachine {
 
     private typealias Answer = (sender: String, received: Int64, replied: Int64, back: Int64)
 
-    init(me: String, initiator: String, waitingReasons: Set<String>, lead: Duration?, pingInterval: Duration) {
+    init(
+        me: String, initiator: String, waitingReasons: Set<String>, lead: Duration?, pingInterval: Duration,
+        longestPingInterval: Duration
+    ) {
         self.me = me
         self.initiator = initiator
         self.waitingReasons = waitingReasons
         self.fixedLead = lead
         self.pingInterval = pingInterval.nanoseconds
+        self.longestPingInterval = max(longestPingInterval.nanoseconds, pingInterval.nanoseconds)
+        pace = pingInterval.nanoseconds
     }
 
     // MARK: - What is handed out
@@ -280,13 +290,24 @@ struct PlaybackStateMachine {
         return act(atLocal: local)
     }
 
-    /// One exchange, sent at local `sent`: a sample for the estimate when it answers the reference; while
-    /// the estimate is not settled, one more exchange at the burst's pace.
+    /// One exchange, sent at local `sent`: a sample for the estimate when it answers the reference. While
+    /// the estimate is not settled, one more exchange follows at the burst's pace. Once it follows the
+    /// drift, an exchange it foresaw doubles the ``pace`` (up to ``longestPingInterval``: clocks that
+    /// keep their rates need few exchanges, and a paused session wakes that much less). One it did not
+    /// means the offset moved: the estimate starts again from that exchange, whose offset stands in
+    /// meanwhile, with a burst as for a new reference.
     private mutating func exchange(sent: Int64, _ answer: Answer) {
-        guard case .follower(answer.sender, _) = role,
-            estimator.add(sent: sent, received: answer.received, replied: answer.replied, back: answer.back), !estimator.isSettled
-        else { return }
-        burst = max(burst, 1)
+        guard case .follower(answer.sender, _) = role else { return }
+        switch estimator.add(sent: sent, received: answer.received, replied: answer.replied, back: answer.back) {
+        case .ignored: return
+        case .added: break
+        case .confirmed: pace = pace > longestPingInterval / 2 ? longestPingInterval : pace * 2
+        case .contradicted:
+            role = .follower(reference: answer.sender, provisional: estimator.samples.last?.offset)
+            burst = Self.burstLength
+            pace = pingInterval
+        }
+        if !estimator.isSettled { burst = max(burst, 1) }
     }
 
     /// The lead of a scheduled start (``PlaybackCoordinator/Configuration/lead``).
@@ -321,6 +342,7 @@ struct PlaybackStateMachine {
                 role = .follower(reference: record.reference, provisional: sameBase ? current : nil)
                 estimator = ClockEstimator()
                 burst = Self.burstLength
+                pace = pingInterval
             }
         }
         referenceGoneSince = nil
@@ -338,9 +360,9 @@ struct PlaybackStateMachine {
         act(atLocal: local, claimed: checkReference(atLocal: local), ping: takePing(atLocal: local))
     }
 
-    /// When (local) this participant next has something to do without an input: a `$ping` due (every
-    /// ``pingInterval`` once the estimate follows the drift), a takeover whose patience runs out. nil:
-    /// nothing until the next input.
+    /// When (local) this participant next has something to do without an input: a `$ping` due (once the
+    /// estimate follows the drift, every ``pingInterval`` while the media plays, else every ``pace``), a
+    /// takeover whose patience runs out. nil: nothing until the next input.
     private func nextWake(atLocal local: Int64) -> Int64? { [nextPing(), nextTakeover(atLocal: local)].compactMap { $0 }.min() }
 
     /// When the next `$ping` to the reference is due; nil when we follow no reference.
@@ -348,7 +370,8 @@ struct PlaybackStateMachine {
         guard case .follower = role else { return nil }
         guard let lastPing else { return 0 }  // at once
         if burst > 0 { return lastPing &+ Self.burstSpacing }
-        return lastPing &+ (estimator.fitsDrift ? pingInterval : Self.fittingInterval)
+        guard estimator.fitsDrift else { return lastPing &+ Self.fittingInterval }
+        return lastPing &+ (effectiveTimeline.isPlaying ? pingInterval : pace)
     }
 
     /// The `$ping` to send at `local`, when one is due (see ``nextPing()``), remembered by its `t0`.

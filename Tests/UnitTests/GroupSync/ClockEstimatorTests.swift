@@ -6,14 +6,15 @@ import Testing
 @Suite struct ClockEstimatorTests {
     /// One exchange at local time `local` with a clock `offset` ahead, `out` and `back` nanoseconds of
     /// one-way delay and `service` between receipt and answer.
+    @discardableResult
     static func exchange(
         _ estimator: inout ClockEstimator, local: Int64, offset: Int64, out: Int64, back: Int64, service: Int64 = 10_000
-    ) {
+    ) -> ClockEstimator.Outcome {
         let t0 = local
         let t1 = local + out + offset
         let t2 = t1 + service
         let t3 = t2 - offset + back
-        estimator.add(sent: t0, received: t1, replied: t2, back: t3)
+        return estimator.add(sent: t0, received: t1, replied: t2, back: t3)
     }
 
     @Test func symmetricDelaysGiveTheExactOffset() {
@@ -110,12 +111,36 @@ import Testing
         #expect(abs(estimate - Int64(Double(later) * drift)) < 20_000, "\(estimate)")
     }
 
+    /// Once the estimate follows the drift, each exchange says whether the estimate foresaw it: within half
+    /// its round trip (its own error) plus 0.25 ms. A slow exchange, whose error is large, contradicts
+    /// nothing; a clock that was set is not foreseen, and the estimate starts again.
+    @Test func anExchangeConfirmsOrContradictsTheEstimate() {
+        var estimator = ClockEstimator()
+        let drift = 100e-6
+        func offset(_ local: Int64) -> Int64 { 7_000_000_000 + Int64(Double(local) * drift) }
+        var outcomes: [ClockEstimator.Outcome] = []
+        for n in 0..<13 {  // the samples span the 1 s that fitting the drift takes at the 11th
+            let local = Int64(n) * 100_000_000
+            outcomes.append(Self.exchange(&estimator, local: local, offset: offset(local), out: 100_000, back: 100_000))
+        }
+        #expect(outcomes.prefix(11).allSatisfy { $0 == .added } && outcomes.suffix(2) == [.confirmed, .confirmed], "\(outcomes)")
+        // Seconds later, the drift foreseen.
+        #expect(Self.exchange(&estimator, local: 9_000_000_000, offset: offset(9_000_000_000), out: 100_000, back: 100_000) == .confirmed)
+        // One way 2 ms slower: off by 1 ms, but within half of its round trip.
+        #expect(Self.exchange(&estimator, local: 9_500_000_000, offset: offset(9_500_000_000), out: 2_100_000, back: 100_000) == .confirmed)
+        // The clock 0.4 ms further than its drift says, on a quick exchange.
+        #expect(
+            Self.exchange(&estimator, local: 10_000_000_000, offset: offset(10_000_000_000) + 400_000, out: 100_000, back: 100_000)
+                == .contradicted)
+        #expect(estimator.samples.count == 1 && !estimator.isSettled, "the estimate starts again from that exchange")
+    }
+
     @Test func impossibleExchangesAreIgnored() {
         var estimator = ClockEstimator()
         let negative = estimator.add(sent: 10, received: 100, replied: 100, back: 5)
         let backwards = estimator.add(sent: 0, received: 100, replied: 50, back: 200)
-        #expect(!negative, "a negative round trip")
-        #expect(!backwards, "answered before received")
+        #expect(negative == .ignored, "a negative round trip")
+        #expect(backwards == .ignored, "answered before received")
         #expect(estimator.samples.isEmpty)
         for i in 0..<(ClockEstimator.capacity + 8) { Self.exchange(&estimator, local: Int64(i), offset: 0, out: 1, back: 1) }
         #expect(estimator.samples.count == ClockEstimator.capacity)

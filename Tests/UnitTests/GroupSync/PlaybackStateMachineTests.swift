@@ -12,7 +12,9 @@ import Testing
     static let lead = 40 * ms
 
     static func machine(_ me: String, initiator: String = "alice", lead: Duration? = .milliseconds(40)) -> Machine {
-        Machine(me: me, initiator: initiator, waitingReasons: ["buffering"], lead: lead, pingInterval: .seconds(1))
+        Machine(
+            me: me, initiator: initiator, waitingReasons: ["buffering"], lead: lead, pingInterval: .seconds(1),
+            longestPingInterval: .seconds(8))
     }
 
     static func clock(_ reference: String, _ base: String = "b") -> Machine.Received<Wire.Clock> {
@@ -175,6 +177,60 @@ import Testing
             bob.onTimelineRecord(.value(written.record), atLocal: local + Self.ms)
                 == Action(timelines: .yield(written), start: .wake(atLocal: written.anchor.nanoseconds - offset), timer: .wake(atLocal: 0)))
         #expect(bob.effectiveTimeline == written)
+    }
+
+    /// Once the estimate follows the drift, pings come every interval (here 1 s), and while the media does
+    /// not play each exchange the estimate foresaw doubles the time to the next, up to the longest interval
+    /// (8 s): a paused session wakes that much less. While it plays, every interval. An exchange it did not foresee (the reference's clock moved 1 ms) brings the
+    /// pace back to the interval, after the estimate starts again from that exchange (a burst, then
+    /// exchanges 100 ms apart until the drift is fitted), and it backs off again from there.
+    @Test func pingsBackOffWhileTheEstimateForeseesThem() throws {
+        var bob = Self.machine("bob")
+        #expect(bob.onActive(["alice", "bob"], atLocal: Self.ms) == Action())
+        #expect(bob.onClockRecord(Self.clock("alice"), atLocal: Self.ms) == Action(timer: .wake(atLocal: 0)), "a ping at once")
+        let drift = 50e-6, trip = Self.ms / 10
+        var jump: Int64 = 0
+        func offset(_ local: Int64) -> Int64 { 600 * Self.second + Int64(Double(local) * drift) + jump }
+        // Each ping when due, answered at once (0.1 ms each way): the times the pings went out.
+        var local = Self.ms
+        var pings: [Int64] = []
+        func exchange() throws {
+            var tick = bob.onTick(atLocal: local)
+            let due: Double? = if case .send(to: "alice", let t0) = tick.ping { t0 } else { nil }
+            let t0 = GroupInstant(milliseconds: try #require(due, "a ping due at \(local): \(tick)")).nanoseconds
+            tick.ping = .none
+            #expect(bob.onPingQueued(t0: t0, atLocal: t0) == tick && bob.onPingLeft(t0: t0, atLocal: t0) == tick)
+            let t1 = t0 + trip + offset(t0 + trip)
+            let answered = bob.onPong(from: "alice", sent: t0, received: t1, replied: t1, back: t0 + 2 * trip)
+            let wake: Int64? = if case let .wake(next) = answered.timer { next } else { nil }
+            let next = try #require(wake, "a next ping after the answer at \(t0): \(answered)")
+            #expect(answered == Action(timer: .wake(atLocal: next)))
+            pings.append(t0)
+            local = max(next, t0 + 2 * trip)
+        }
+        while !bob.estimator.fitsDrift { try exchange() }
+        for _ in 0..<5 { try exchange() }
+        func gaps() -> [Int64] { zip(pings.dropFirst(), pings).suffix(5).map { ($0 - $1) / Self.second } }
+        #expect(gaps() == [1, 2, 4, 8, 8], "from the interval to the longest, doubling")
+        // The media plays: every interval, the first one due a second after the last ping.
+        let play = bob.command(.play, atLocal: local - 4 * Self.second)
+        let playing = try #require(Self.written(play))
+        #expect(play == Action(writeTimeline: playing, timer: .wake(atLocal: pings.last! + Self.second)))
+        local = pings.last! + Self.second
+        for _ in 0..<3 { try exchange() }
+        #expect(gaps() == [8, 8, 1, 1, 1], "every second while it plays")
+        let pause = bob.command(.pause, atLocal: local)
+        #expect(pause == Action(writeTimeline: try #require(Self.written(pause)), timer: .wake(atLocal: pings.last! + 8 * Self.second)))
+        local = pings.last! + 8 * Self.second
+        jump = Self.ms
+        let before = pings.count
+        try exchange()
+        let standIn = try #require(bob.offset(atLocal: local))
+        #expect(abs(standIn - offset(local)) < 1_000, "the exchange's offset stands in (5 ms of drift: 250 ns)")
+        while !bob.estimator.fitsDrift { try exchange() }
+        #expect(pings.count - before == Machine.burstLength + 11, "a burst as for a new reference, then 100 ms apart for 1 s")
+        for _ in 0..<5 { try exchange() }
+        #expect(gaps() == [1, 2, 4, 8, 8], "backing off again")
     }
 
     /// The machine names its next moment: a burst of pings 5 ms apart to a new reference, then one every
