@@ -29,10 +29,12 @@ public struct GroupInstant: Sendable, Hashable, Comparable, CustomStringConverti
 }
 
 extension Duration {
-    /// Whole nanoseconds (sub-nanosecond parts dropped).
+    /// Whole nanoseconds (sub-nanosecond parts dropped); beyond 292 years, `Int64`'s bound of that sign.
     var nanoseconds: Int64 {
         let (seconds, attoseconds) = components
-        return seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000
+        let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        let (sum, overflowAgain) = whole.addingReportingOverflow(attoseconds / 1_000_000_000)
+        return overflow || overflowAgain ? (seconds < 0 ? .min : .max) : sum
     }
 
     var seconds: Double { Double(nanoseconds) / 1_000_000_000 }

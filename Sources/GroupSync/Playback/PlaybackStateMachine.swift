@@ -87,6 +87,9 @@ struct PlaybackStateMachine {
     let pingInterval: Int64
     /// The longest ``pace`` while the media does not play (nanoseconds, at least ``pingInterval``).
     let longestPingInterval: Int64
+    /// The intervals a configuration may set: a shorter one would have a follower ping without pause, and
+    /// a clock checked less than hourly is hardly followed.
+    static let pingIntervals: ClosedRange<Int64> = 10_000_000...3_600_000_000_000
     /// How long a participant without a clock waits for a synchronized one to take over from a reference
     /// that is gone, before it starts a new clock.
     static let takeoverPatience: Int64 = 1_000_000_000
@@ -159,9 +162,10 @@ struct PlaybackStateMachine {
         self.initiator = initiator
         self.waitingReasons = waitingReasons
         self.fixedLead = lead
-        self.pingInterval = pingInterval.nanoseconds
-        self.longestPingInterval = max(longestPingInterval.nanoseconds, pingInterval.nanoseconds)
-        pace = pingInterval.nanoseconds
+        let intervals = Self.pingIntervals
+        self.pingInterval = min(max(pingInterval.nanoseconds, intervals.lowerBound), intervals.upperBound)
+        self.longestPingInterval = min(max(longestPingInterval.nanoseconds, self.pingInterval), intervals.upperBound)
+        pace = self.pingInterval
     }
 
     // MARK: - What is handed out

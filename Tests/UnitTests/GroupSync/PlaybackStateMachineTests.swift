@@ -233,6 +233,19 @@ import Testing
         #expect(gaps() == [1, 2, 4, 8, 8], "backing off again")
     }
 
+    /// Intervals out of range are taken at the nearest bound, so that no configuration has a follower ping
+    /// without pause (zero) or wrap the next ping's moment into the past (centuries).
+    @Test func pingIntervalsAreTakenWithinTheirRange() {
+        #expect(Duration.seconds(Int64.max).nanoseconds == .max && Duration.seconds(-Int64.max).nanoseconds == .min)
+        #expect(Duration.milliseconds(-1_500).nanoseconds == -1_500_000_000 && Duration.seconds(3).nanoseconds == 3 * Self.second)
+        let extremes = Machine(
+            me: "bob", initiator: "alice", waitingReasons: [], lead: nil, pingInterval: .zero, longestPingInterval: .seconds(Int64.max))
+        #expect(extremes.pingInterval == 10 * Self.ms && extremes.longestPingInterval == 3_600 * Self.second)
+        let inverted = Machine(
+            me: "bob", initiator: "alice", waitingReasons: [], lead: nil, pingInterval: .seconds(2), longestPingInterval: .seconds(1))
+        #expect(inverted.pingInterval == 2 * Self.second && inverted.longestPingInterval == 2 * Self.second, "a fixed pace")
+    }
+
     /// The machine names its next moment: a burst of pings 5 ms apart to a new reference, then one every
     /// 100 ms until the estimate follows the drift; nothing for the reference itself. A first claim that
     /// waits for the initiator's patience is a moment too.
