@@ -363,13 +363,17 @@ struct Movie: GroupActivity {
             // After the burst of 8, and the pings an unsettled estimate asks for (at most 16 in all).
             let settled = gaps.dropFirst(ClockEstimator.patientExchanges - 1)
             #expect(settled.allSatisfy { $0 >= 80 }, "once the estimate settled, at most every 100 ms: \(gaps)")
-            #expect(gaps.max()! < longest + timeBound(.milliseconds(200)).seconds * 1_000, "bob fell silent: \(gaps)")
+            // A busy machine (the whole suite in parallel, a sanitizer) delays a timer by a second or more.
+            #expect(gaps.max()! < longest + timeBound(.seconds(1)).seconds * 1_000, "bob fell silent: \(gaps)")
 
             try await players[0].play()
             let interval = configuration.synchronizationInterval.seconds * 1_000
             try await waitUntil(timeout: timeBound(.seconds(5)), "bob pings every \(interval) ms while the media plays") {
                 let playing = exchanges("$ping", on: "/to/alice/bob").dropFirst(pings.count - 1)
-                return playing.count > 3 && zip(playing.dropFirst(), playing).suffix(2).allSatisfy { $0 - $1 < interval + 20 }
+                return playing.count > 3
+                    && zip(playing.dropFirst(), playing).suffix(2).allSatisfy {
+                        $0 - $1 < interval + timeBound(.milliseconds(100)).seconds * 1_000
+                    }
             }
             try await waitUntil("alice answered every ping") { Set(exchanges("$pong", on: "/to/bob/alice")).isSuperset(of: pings) }
             try await Self.waitForAgreement(players)
