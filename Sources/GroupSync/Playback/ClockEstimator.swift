@@ -21,7 +21,7 @@
 ///
 /// Once the estimate follows the drift, each exchange says whether it was foreseen (``Outcome``): the
 /// true offset lies within half the exchange's round trip of its own, so an estimate further off than
-/// that is wrong, whatever delayed the exchange. The estimate then starts again from that exchange.
+/// that is wrong, whatever delayed the exchange.
 struct ClockEstimator: Sendable, Equatable {
     struct Sample: Sendable, Equatable {
         /// When the answer arrived (local `t3`).
@@ -70,16 +70,14 @@ struct ClockEstimator: Sendable, Equatable {
         /// Added, and the estimate had foreseen its offset: within half its round trip (the exchange's own
         /// error) plus ``agreement``.
         case confirmed
-        /// The estimate was further off, so the offset itself is: a clock was set, or the path to the
-        /// reference changed. The samples before no longer tell it: the estimate starts again from this
-        /// exchange alone (not settled).
+        /// Added, and the estimate was further off: a clock was set or changed its rate, the path to the
+        /// reference changed, or a busy machine stamped the exchange late.
         case contradicted
     }
 
     /// What an estimate that follows the drift may be off by and still count as confirmed, beyond the
     /// exchange's own error: about what estimates are off by on a loaded machine (50 followers in one
-    /// process on 2 cores: 0.24 ms at the 90th percentile), so that it takes a real move of the offset to
-    /// start the estimate again.
+    /// process on 2 cores: 0.24 ms at the 90th percentile).
     static let agreement: Int64 = 250_000
 
     /// Adds one exchange and says how it compares with the estimate made before it.
@@ -95,7 +93,6 @@ struct ClockEstimator: Sendable, Equatable {
             let off = abs(Double(sample.offset) - Double(foreseen))
             outcome = off <= Double(roundTrip / 2 + ClockEstimator.agreement) ? .confirmed : .contradicted
         }
-        if outcome == .contradicted { samples.removeAll() }
         samples.append(sample)
         if samples.count > ClockEstimator.capacity { samples.removeFirst(samples.count - ClockEstimator.capacity) }
         line = ClockEstimator.fit(samples)

@@ -11,12 +11,12 @@ extension PlaybackCoordinator {
         /// most a second (50 ms before any round trip is measured).
         public var lead: Duration?
         /// How often the group clock is checked against its reference (one `$ping` each time) while the
-        /// media plays: eight at the start and whenever the reference changes or a check finds the
-        /// estimate off (a clock was set), one every 100 ms until the estimate follows the drift between
-        /// the clocks, then one every interval. Default: 250 ms; taken as 10 ms to an hour.
+        /// media plays: eight at the start and whenever the reference changes, one every 100 ms until the
+        /// estimate follows the drift between the clocks, then one every interval. Default: 250 ms; taken
+        /// as 10 ms to an hour.
         public var synchronizationInterval: Duration
         /// While the media does not play, each check the estimate foresaw doubles the time to the next,
-        /// from ``synchronizationInterval`` up to this: what a paused or idle session wakes for, beside
+        /// from ``synchronizationInterval`` up to this (one it did not goes back to that): what a paused or idle session wakes for, beside
         /// its heartbeat and keepalive. `play()` goes back to the shorter pace at once; the estimate it
         /// starts with spans seconds between checks, which on an idle loopback put the first start
         /// within 0.2 ms. Default: 8 s, at most an hour; at most ``synchronizationInterval`` makes the

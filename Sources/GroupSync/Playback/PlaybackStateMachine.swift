@@ -297,19 +297,17 @@ struct PlaybackStateMachine {
     /// One exchange, sent at local `sent`: a sample for the estimate when it answers the reference. While
     /// the estimate is not settled, one more exchange follows at the burst's pace. Once it follows the
     /// drift, an exchange it foresaw doubles the ``pace`` (up to ``longestPingInterval``: clocks that
-    /// keep their rates need few exchanges, and a paused session wakes that much less). One it did not
-    /// means the offset moved: the estimate starts again from that exchange, whose offset stands in
-    /// meanwhile, with a burst as for a new reference.
+    /// keep their rates need few exchanges, and a paused session wakes that much less); one it did not
+    /// brings the pace back to ``pingInterval``, and the samples that follow move the estimate. Starting
+    /// the estimate again instead would follow a clock that was set sooner, but a busy machine, whose
+    /// exchanges are stamped late, would then start it again and again, each time with a burst.
     private mutating func exchange(sent: Int64, _ answer: Answer) {
         guard case .follower(answer.sender, _) = role else { return }
         switch estimator.add(sent: sent, received: answer.received, replied: answer.replied, back: answer.back) {
         case .ignored: return
         case .added: break
         case .confirmed: pace = pace > longestPingInterval / 2 ? longestPingInterval : pace * 2
-        case .contradicted:
-            role = .follower(reference: answer.sender, provisional: estimator.samples.last?.offset)
-            burst = Self.burstLength
-            pace = pingInterval
+        case .contradicted: pace = pingInterval
         }
         if !estimator.isSettled { burst = max(burst, 1) }
     }

@@ -113,7 +113,7 @@ import Testing
 
     /// Once the estimate follows the drift, each exchange says whether the estimate foresaw it: within half
     /// its round trip (its own error) plus 0.25 ms. A slow exchange, whose error is large, contradicts
-    /// nothing; a clock that was set is not foreseen, and the estimate starts again.
+    /// nothing; a clock that was set is not foreseen.
     @Test func anExchangeConfirmsOrContradictsTheEstimate() {
         var estimator = ClockEstimator()
         let drift = 100e-6
@@ -132,7 +132,6 @@ import Testing
         #expect(
             Self.exchange(&estimator, local: 10_000_000_000, offset: offset(10_000_000_000) + 400_000, out: 100_000, back: 100_000)
                 == .contradicted)
-        #expect(estimator.samples.count == 1 && !estimator.isSettled, "the estimate starts again from that exchange")
     }
 
     @Test func impossibleExchangesAreIgnored() {
