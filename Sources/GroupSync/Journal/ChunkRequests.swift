@@ -16,6 +16,8 @@ struct ChunkRequests<Subscription> {
     private var requests: [Int: Request] = [:]
     /// Each chunk still wanted, with the request it is wanted from.
     private var current: [Int: Int] = [:]
+    /// Chunks whose retry waits for the requests that cover them to end (``deferRetry(_:)``).
+    private var deferred: Set<Int> = []
     private var lastRequest = 0
     private var closed = false
 
@@ -60,6 +62,23 @@ struct ChunkRequests<Subscription> {
     /// Whether a subscription to `chunk` is live or on its way: a new one would share its filter and so
     /// get no retained copy of its own.
     func isCovered(_ chunk: Int) -> Bool { requests.values.contains { $0.chunks.contains(chunk) } }
+
+    /// Whether the retry of `chunk` must wait because a request covers it (``isCovered(_:)``); it is then
+    /// handed back by ``takeUncovered()`` once none does.
+    mutating func deferRetry(_ chunk: Int) -> Bool {
+        guard isCovered(chunk) else { return false }
+        deferred.insert(chunk)
+        return true
+    }
+
+    /// The deferred chunks no request covers any more, in order: their retries are due now. The caller
+    /// asks after each change that may end a request.
+    mutating func takeUncovered() -> [Int] {
+        guard !deferred.isEmpty else { return [] }
+        let due = deferred.filter { !isCovered($0) }
+        deferred.subtract(due)
+        return due.sorted()
+    }
 
     /// The chunks still wanted whose subscription the broker acknowledged, in order: what a new server
     /// is asked for (one whose subscription is on its way is asked for once it arrives).

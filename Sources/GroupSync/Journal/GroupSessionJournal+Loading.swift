@@ -187,6 +187,10 @@ extension GroupSessionJournal {
                 stall.schedule(after: .milliseconds(max(deadline &- clock.milliseconds(), 0)))
             }
             func giveUp(_ index: Int) { requests.withLock { $0.giveUp(index) }?.unsubscribe() }
+            // Retries deferred while a request covered their chunks, once none does.
+            @Sendable func retryUncovered() {
+                for index in requests.withLock({ $0.takeUncovered() }) { continuation.yield(.retryDue(index: index)) }
+            }
             func request(_ chunks: Range<Int>) {
                 let (request, released) = requests.withLock { $0.request(chunks) }
                 for subscription in released { subscription.unsubscribe() }
@@ -211,12 +215,16 @@ extension GroupSessionJournal {
                                 }
                                 continuation.yield(.chunk(index: index, message.payload))
                             })
-                        guard requests.withLock({ $0.arrived(request, subscription) }) else { return subscription.unsubscribe() }
+                        guard requests.withLock({ $0.arrived(request, subscription) }) else {
+                            subscription.unsubscribe()
+                            return retryUncovered()
+                        }
                         // Subscribed: what the server publishes now reaches us.
                         if servedByHolders { ask(Array(chunks)) }
                     } catch {
                         // Refused or failed: ask again in a moment (the stall timeout bounds the attempts).
                         requests.withLock { $0.fail(request) }
+                        retryUncovered()
                         try? await Task.sleep(for: .milliseconds(200))
                         for index in chunks { continuation.yield(.retryDue(index: index)) }
                     }
@@ -293,13 +301,8 @@ extension GroupSessionJournal {
                             }
                         }
                     case let .retryDue(index):
-                        if requests.withLock({ $0.isCovered(index) }) {  // not yet: an earlier request still covers it
-                            group.addTask {
-                                try? await Task.sleep(for: .milliseconds(20))
-                                continuation.yield(.retryDue(index: index))
-                            }
-                            continue
-                        }
+                        // Not while an earlier request covers it: it comes again once none does.
+                        if requests.withLock({ $0.deferRetry(index) }) { continue }
                         action = machine.onRetryDue(index)
                     case .stallDue:
                         action = machine.onTick(now: clock.milliseconds())
@@ -322,6 +325,7 @@ extension GroupSessionJournal {
                     case .cancelled: try abandon(.cancelled)
                     }
                     try perform(action)
+                    retryUncovered()
                 }
             } catch {
                 failure = error

@@ -48,6 +48,29 @@ import Testing
         #expect(handed == [nil, nil])
     }
 
+    /// A retry for a chunk that a request still covers waits, and is handed back once the last request
+    /// covering it ends: given up entirely, refused on arrival, or failed. Nothing polls.
+    @Test func aDeferredRetryIsHandedBackWhenNoRequestCoversItsChunk() {
+        var requests = ChunkRequests<String>()
+        let (wide, _) = requests.request(0..<4)
+        let (narrow, _) = requests.request(6..<7)
+        let kept = requests.arrived(wide, "s1")
+        let one = requests.giveUp(1)
+        #expect(kept && one == nil, "chunks 0, 2 and 3 are still wanted from it")
+        let deferred = [requests.deferRetry(1), requests.deferRetry(6), requests.deferRetry(5)]
+        #expect(deferred == [true, true, false], "1 and 6 covered; nothing covers 5: its retry goes ahead")
+        let none = requests.takeUncovered()
+        let others = [requests.giveUp(0), requests.giveUp(2)]
+        let stillNone = requests.takeUncovered()
+        #expect(none.isEmpty && others == [nil, nil] && stillNone.isEmpty)
+        let last = requests.giveUp(3)
+        let wideEnded = requests.takeUncovered()
+        #expect(last == "s1" && wideEnded == [1], "the wide request ended")
+        requests.fail(narrow)
+        let (failed, again) = (requests.takeUncovered(), requests.takeUncovered())
+        #expect(failed == [6] && again.isEmpty, "handed back once")
+    }
+
     @Test func closingHandsBackEveryLiveSubscriptionAndRefusesLaterOnes() {
         var requests = ChunkRequests<String>()
         let (one, _) = requests.request(0..<1)
