@@ -16,11 +16,11 @@ extension PlaybackCoordinator {
         /// as 10 ms to an hour.
         public var synchronizationInterval: Duration
         /// While the media does not play, each check the estimate foresaw doubles the time to the next,
-        /// from ``synchronizationInterval`` up to this (one it did not goes back to that): what a paused or idle session wakes for, beside
-        /// its heartbeat and keepalive. `play()` goes back to the shorter pace at once; the estimate it
-        /// starts with spans seconds between checks, which on an idle loopback put the first start
-        /// within 0.2 ms. Default: 8 s, at most an hour; at most ``synchronizationInterval`` makes the
-        /// pace fixed.
+        /// from ``synchronizationInterval`` up to this (one it did not goes back to that): what a paused
+        /// or idle session wakes for, beside its heartbeat and keepalive. `play()` goes back to the
+        /// shorter pace at once; the estimate it starts with spans seconds between checks, which on an
+        /// idle loopback put the first start within 0.2 ms. Default: 8 s, at most an hour; at most
+        /// ``synchronizationInterval`` makes the pace fixed.
         public var longestSynchronizationInterval: Duration
 
         public init(

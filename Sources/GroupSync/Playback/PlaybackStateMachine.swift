@@ -298,9 +298,8 @@ struct PlaybackStateMachine {
     /// the estimate is not settled, one more exchange follows at the burst's pace. Once it follows the
     /// drift, an exchange it foresaw doubles the ``pace`` (up to ``longestPingInterval``: clocks that
     /// keep their rates need few exchanges, and a paused session wakes that much less); one it did not
-    /// brings the pace back to ``pingInterval``, and the samples that follow move the estimate. Starting
-    /// the estimate again instead would follow a clock that was set sooner, but a busy machine, whose
-    /// exchanges are stamped late, would then start it again and again, each time with a burst.
+    /// brings the pace back to ``pingInterval``, and the samples that follow move the estimate (not a
+    /// fresh start: a busy machine stamps exchanges late, and would start it again and again).
     private mutating func exchange(sent: Int64, _ answer: Answer) {
         guard case .follower(answer.sender, _) = role else { return }
         switch estimator.add(sent: sent, received: answer.received, replied: answer.replied, back: answer.back) {
