@@ -351,7 +351,7 @@ struct Movie: GroupActivity {
                 }
             }
             // Into the longest interval's pace (the drift is fitted once the samples span 1 s), and on for a
-            // while. Gaps are read from bob's clock, as sent: within a few ms of the schedule even under load.
+            // while. Gaps are read from bob's clock, as sent.
             let longest = configuration.longestSynchronizationInterval.seconds * 1_000
             try await waitUntil(timeout: timeBound(.seconds(15)), "bob pings every \(longest) ms, 6 s after his first") {
                 let pings = exchanges("$ping", on: "/to/alice/bob")
