@@ -186,14 +186,20 @@ extension GroupSessionJournal {
                 guard let deadline = machine.stallDeadline else { return }
                 stall.schedule(after: .milliseconds(max(deadline &- clock.milliseconds(), 0)))
             }
-            func giveUp(_ index: Int) { requests.withLock { $0.giveUp(index) }?.unsubscribe() }
-            // Retries deferred while a request covered their chunks, once none does.
+            // Retries deferred while a request covered their chunks, once none does: asked wherever a
+            // request ends.
             @Sendable func retryUncovered() {
                 for index in requests.withLock({ $0.takeUncovered() }) { continuation.yield(.retryDue(index: index)) }
+            }
+            func giveUp(_ index: Int) {
+                guard let ended = requests.withLock({ $0.giveUp(index) }) else { return }
+                ended.unsubscribe()
+                retryUncovered()
             }
             func request(_ chunks: Range<Int>) {
                 let (request, released) = requests.withLock { $0.request(chunks) }
                 for subscription in released { subscription.unsubscribe() }
+                if !released.isEmpty { retryUncovered() }
                 // Where a holder serves them, from whichever holder is asked (the handler takes only its).
                 let filters = chunks.map {
                     topics.chunk(session, attachment: record.id, index: $0, owner: servedByHolders ? "+" : record.added.participant)
@@ -325,7 +331,6 @@ extension GroupSessionJournal {
                     case .cancelled: try abandon(.cancelled)
                     }
                     try perform(action)
-                    retryUncovered()
                 }
             } catch {
                 failure = error
