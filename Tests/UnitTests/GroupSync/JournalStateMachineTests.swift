@@ -151,7 +151,7 @@ import Testing
         let record = Self.record(content, owner: "alice")
         journal.onHave(record.id, from: "bob")
         #expect(journal.holders.isEmpty, "a $have of nothing listed is not kept")
-        _ = journal.onRecord(record, digest: record.id, owner: "alice")
+        #expect(Self.published(journal.onRecord(record, digest: record.id, owner: "alice")) == ["alice"])
         for holder in ["bob", "carol", "dave"] { journal.onHave(record.id, from: holder) }
         let active: Set<String> = ["alice", "bob", "carol", "dave", "erin"]
         #expect(journal.servers(of: record.id, active: active, me: "erin").first == "alice", "the owner first")
@@ -164,7 +164,7 @@ import Testing
         #expect(journal.heldAttachment(record.id)?.bytes == .memory(content))
         #expect(HeldAttachment(record: record, bytes: .memory(content.dropLast())) == nil, "bytes of another length than the record's")
         #expect(journal.listedHolders(me: "erin") == [Wire.Holders(id: record.id, participants: ["bob", "carol", "dave", "erin"])])
-        _ = journal.onRecord(nil, digest: record.id, owner: "alice")
+        #expect(Self.published(journal.onRecord(nil, digest: record.id, owner: "alice")) == [])
         #expect(journal.holders.isEmpty && journal.heldAttachment(record.id) == nil && journal.listedHolders(me: "erin").isEmpty)
     }
 
@@ -179,8 +179,8 @@ import Testing
         (claim.chunkSize, claim.size, claim.added) = (20, 80, HLCTimestamp(time: 2, counter: 0, participant: "mallory"))
         #expect(claim.isConsistent)
         var journal = JournalStateMachine()
-        _ = journal.onRecord(claim, digest: claim.id, owner: "mallory")
-        _ = journal.onRecord(record, digest: record.id, owner: "alice")
+        #expect(Self.published(journal.onRecord(claim, digest: claim.id, owner: "mallory")) == ["mallory"])
+        #expect(Self.published(journal.onRecord(record, digest: record.id, owner: "alice"))?.sorted() == ["alice", "mallory"])
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("held-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: file) }
         try content.write(to: file)

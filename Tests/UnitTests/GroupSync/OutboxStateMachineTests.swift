@@ -14,7 +14,8 @@ import Testing
     /// Appends `count` messages to `stream`, each `size` bytes beyond its label.
     static func send(_ count: Int, to stream: Reliable.Stream, size: Int = 0, in outbox: inout Outbox) {
         for _ in 0..<count {
-            _ = outbox.append(to: stream) { payload(stream, $0, size: size) }
+            let entry = outbox.append(to: stream) { payload(stream, $0, size: size) }
+            #expect(entry.payload == payload(stream, entry.seq, size: size))
         }
     }
 

@@ -593,10 +593,15 @@ extension SessionStateMachineTests {
         var alice = Self.joined()
         Self.present("bob", in: &alice)
         let held = try #require(HeldAttachment(record: record, bytes: .memory(content)))
-        _ = alice.onJournal { journal in
+        let listed = alice.onJournal { journal in
             journal.hold(held)
             return journal.onRecord(record, digest: record.id, owner: "alice")
         }
+        guard case let .journal(.publish(list, _)) = try #require(listed.handovers.first) else {
+            Issue.record("the record is handed over to the journal's sequences")
+            return
+        }
+        #expect(list.map(\.record) == [record])
         #expect(alice.onHave(Wire.Have(id: record.id), from: "bob").rejected == 0)
         #expect(alice.onHave(Wire.Have(id: record.id), from: "mallory").rejected == 1, "no member")
         let parts = alice.catchUp(listingMembers: true, listingJournal: true)

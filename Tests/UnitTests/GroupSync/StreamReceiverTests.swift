@@ -156,7 +156,8 @@ import Testing
     @Test func aLateJoinerOwedNothingEarlierStartsAtItsFirstMessage() {
         var outbox = Self.outbox(sending: 7, marking: nil)
         outbox.memberSeen("r")
-        _ = outbox.append(to: .all) { Data("\($0)".utf8) }
+        let eighth = outbox.append(to: .all) { Data("\($0)".utf8) }
+        #expect(eighth.seq == 8)
         var receiver = Receiver()
         let first = Self.receive(8, into: &receiver)
         let answered = Self.answer(first.requests[0], by: outbox, to: &receiver)
