@@ -1,5 +1,5 @@
-/// The chunk subscriptions of one journal load, shared (under a lock) between the load's loop and the
-/// tasks that subscribe. A request subscribes to a range of chunks at once and lasts until none of them is
+/// The chunk subscriptions of one journal load, kept by the load's loop (the tasks that subscribe post
+/// what the broker answered). A request subscribes to a range of chunks at once and lasts until none of them is
 /// wanted from it any more: each chunk is given up once it arrived (or the load stops wanting it). One
 /// given up entirely before the broker acknowledged it is unsubscribed as soon as it arrives, one that
 /// failed is forgotten, and once the load is over every one still live is unsubscribed. Pure

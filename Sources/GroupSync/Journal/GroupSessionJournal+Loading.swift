@@ -57,9 +57,15 @@ extension GroupSessionJournal {
         }
     }
 
+    /// What the load's loop acts on. Everything it keeps — the transfer machine, the chunk requests, the
+    /// server asked — is its own: the network thread, the subscribing tasks and the watchers only post.
     private enum Event: Sendable {
-        /// A message on chunk `index`'s topic.
-        case chunk(index: Int, Data)
+        /// A message on chunk `index`'s topic (whose last level is its publisher).
+        case chunk(index: Int, topic: String, Data)
+        /// The broker acknowledged the subscription of request `request`, to chunks `chunks`.
+        case subscribed(request: Int, MessageHandlerSubscription, chunks: Range<Int>)
+        /// The subscription of request `request` was refused or failed (its chunks are retried later).
+        case subscribeFailed(request: Int)
         /// Ask for chunk `index` again (after a rejection's backoff, or a subscription that failed).
         case retryDue(index: Int)
         /// The stall deadline the machine named has come (or passed: it may have moved since).
@@ -68,10 +74,11 @@ extension GroupSessionJournal {
         case removed
         /// The session is over for us.
         case invalidated
-        /// Where nothing is retained: the participant asked for the chunks left the session.
-        case serverGone
-        /// Where nothing is retained: nothing came from the participant asked for a while (it holds
-        /// nothing after all, its answers were lost with a connection, or it does not answer).
+        /// Where nothing is retained: who is active now (the participant asked for the chunks may have left).
+        case participants(Set<Participant>)
+        /// Where nothing is retained: the answer timeout since the last ask has passed; nothing may have come
+        /// from the participant asked (it holds nothing after all, its answers were lost with a connection,
+        /// or it does not answer).
         case serverSilent
         case cancelled
     }
@@ -112,8 +119,8 @@ extension GroupSessionJournal {
                 return
             }
         }
-        let server = LockedValue<String?>(servedByHolders ? firstServer(of: record.id) : nil)
-        if servedByHolders, server.withLock({ $0 }) == nil { throw .attachmentUnavailable(digest: record.id, chunk: 0) }
+        var server = servedByHolders ? firstServer(of: record.id) : nil
+        if servedByHolders, server == nil { throw .attachmentUnavailable(digest: record.id, chunk: 0) }
         let (clock, topics, session) = (core.context.clock, core.topics, core.id)
         var machine = TransferStateMachine(
             .init(
@@ -126,7 +133,7 @@ extension GroupSessionJournal {
         }
 
         let (events, continuation) = AsyncStream.makeStream(of: Event.self)
-        let requests = LockedValue(ChunkRequests<MessageHandlerSubscription>())
+        var requests = ChunkRequests<MessageHandlerSubscription>()
         // A discarding group: each request is a child task, and a plain group would keep every finished
         // child until the load ends — memory growing with the attachment's size.
         let failure: GroupSyncError? = await withDiscardingTaskGroup(returning: GroupSyncError?.self) { group in
@@ -145,9 +152,7 @@ extension GroupSessionJournal {
                     if case let .participants(active) = $0 { active } else { nil }
                 }
                 group.addTask {
-                    for await active in participants where !active.contains(where: { $0.id == server.withLock { $0 } }) {
-                        continuation.yield(.serverGone)
-                    }
+                    for await active in participants { continuation.yield(.participants(active)) }
                 }
             }
             // A server that sends nothing for a while is given up for the next (or asked again, if it is
@@ -156,25 +161,25 @@ extension GroupSessionJournal {
             silence.onWake { continuation.yield(.serverSilent) }
             defer { silence.cancel() }
             let answerTimeout = max(configuration.stallTimeout / 10, .seconds(1))
-            let lastHeard = LockedValue(ContinuousClock.now)  // from the server asked: an ask, or a chunk it sent
+            var lastHeard = ContinuousClock.now  // from the server asked: an ask, or a chunk it sent
             func ask(_ chunks: [Int]) {
-                guard let to = server.withLock({ $0 }), !chunks.isEmpty else { return }
+                guard let to = server, !chunks.isEmpty else { return }
                 let limit = Int(Wire.Bounds.chunkRequest.upperBound)
                 for (from, count) in Self.runs(of: chunks, atMost: limit) {
                     core.sendControl(.chunks, Wire.ChunkRequest(id: record.id, from: Int64(from), count: Int64(count)), to: to)
                 }
-                lastHeard.withLock { $0 = .now }
+                lastHeard = .now
                 silence.schedule(after: answerTimeout)
             }
             func move(to next: String?) throws(GroupSyncError) {
                 guard let next else { try abandon(.attachmentUnavailable(digest: record.id, chunk: machine.completedChunks)) }
-                server.withLock { $0 = next }
-                ask(requests.withLock { $0.subscribedWanted })
+                server = next
+                ask(requests.subscribedWanted)
             }
             // The next server after the current one, in the order they are asked (after the last, the first).
             func moveOn() throws(GroupSyncError) {
                 let servers = self.servers(of: record.id)
-                let current = server.withLock { $0 }.flatMap { servers.firstIndex(of: $0) }
+                let current = server.flatMap { servers.firstIndex(of: $0) }
                 try move(to: servers.isEmpty ? nil : servers[current.map { ($0 + 1) % servers.count } ?? 0])
             }
             // Chunks from the current server that did not verify, in a row: a few, and it is passed over.
@@ -188,19 +193,19 @@ extension GroupSessionJournal {
             }
             // Retries deferred while a request covered their chunks, once none does: asked wherever a
             // request ends.
-            @Sendable func retryUncovered() {
-                for index in requests.withLock({ $0.takeUncovered() }) { continuation.yield(.retryDue(index: index)) }
+            func retryUncovered() {
+                for index in requests.takeUncovered() { continuation.yield(.retryDue(index: index)) }
             }
             func giveUp(_ index: Int) {
-                guard let ended = requests.withLock({ $0.giveUp(index) }) else { return }
+                guard let ended = requests.giveUp(index) else { return }
                 ended.unsubscribe()
                 retryUncovered()
             }
             func request(_ chunks: Range<Int>) {
-                let (request, released) = requests.withLock { $0.request(chunks) }
+                let (request, released) = requests.request(chunks)
                 for subscription in released { subscription.unsubscribe() }
                 if !released.isEmpty { retryUncovered() }
-                // Where a holder serves them, from whichever holder is asked (the handler takes only its).
+                // Where a holder serves them, from whichever holder is asked (the loop keeps only its).
                 let filters = chunks.map {
                     topics.chunk(session, attachment: record.id, index: $0, owner: servedByHolders ? "+" : record.added.participant)
                 }
@@ -211,26 +216,20 @@ extension GroupSessionJournal {
                         let subscription = try await client.subscribe(
                             to: filters.map { TopicSubscription($0, qos: .atLeastOnce) },
                             handler: { message in
-                                // A cleared chunk (the session ended, the owner removed it) is no chunk; where
-                                // holders serve, only the one asked counts, and nothing larger than a chunk.
-                                guard !message.payload.isEmpty, let index = index[Self.withoutPublisher(message.topic)] else { return }
-                                if servedByHolders {
-                                    let publisher = message.topic[message.topic.index(after: message.topic.lastIndex(of: "/")!)...]
-                                    guard message.payload.count <= largest, server.withLock({ $0 }).map({ $0 == publisher }) == true
-                                    else { return }
-                                }
-                                continuation.yield(.chunk(index: index, message.payload))
+                                // A cleared chunk (the session ended, the owner removed it) is no chunk, and
+                                // where holders serve, nothing larger than a chunk is.
+                                guard !message.payload.isEmpty, let index = index[Self.withoutPublisher(message.topic)],
+                                    !servedByHolders || message.payload.count <= largest
+                                else { return }
+                                continuation.yield(.chunk(index: index, topic: message.topic, message.payload))
                             })
-                        guard requests.withLock({ $0.arrived(request, subscription) }) else {
+                        // Once the loop is over, nobody keeps it.
+                        if case .terminated = continuation.yield(.subscribed(request: request, subscription, chunks: chunks)) {
                             subscription.unsubscribe()
-                            return retryUncovered()
                         }
-                        // Subscribed: what the server publishes now reaches us.
-                        if servedByHolders { ask(Array(chunks)) }
                     } catch {
                         // Refused or failed: ask again in a moment (the stall timeout bounds the attempts).
-                        requests.withLock { $0.fail(request) }
-                        retryUncovered()
+                        continuation.yield(.subscribeFailed(request: request))
                         try? await Task.sleep(for: .milliseconds(200))
                         for index in chunks { continuation.yield(.retryDue(index: index)) }
                     }
@@ -282,7 +281,9 @@ extension GroupSessionJournal {
                         } ?? .cancelled
                     // Consumed: a chunk's bytes, held nowhere else by then, are opened where they are.
                     switch consume event {
-                    case .chunk(let index, var content):
+                    case .chunk(let index, let topic, var content):
+                        // Where holders serve, only the one asked counts.
+                        if servedByHolders, server.map({ $0 == Self.publisher(of: topic) }) != true { continue }
                         // The only hash of these bytes: the record's id binds its digests, so verified chunks are
                         // the content (sealed, in a private session: opened once verified). A verified chunk of
                         // another length than the record says, or that does not open, is the owner's error.
@@ -300,29 +301,43 @@ extension GroupSessionJournal {
                         action = machine.onChunk(index, content, verified: verified, now: clock.milliseconds())
                         if servedByHolders {
                             rejectedInARow = verified ? 0 : rejectedInARow + 1
-                            if verified { lastHeard.withLock { $0 = .now } }
+                            if verified { lastHeard = .now }
                             if rejectedInARow >= Self.rejectedBeforeMovingOn {
                                 rejectedInARow = 0
                                 try moveOn()
                             }
                         }
+                    case let .subscribed(request, subscription, chunks):
+                        guard requests.arrived(request, subscription) else {
+                            subscription.unsubscribe()
+                            retryUncovered()
+                            continue
+                        }
+                        // Subscribed: what the server publishes now reaches us.
+                        if servedByHolders { ask(Array(chunks)) }
+                        continue
+                    case let .subscribeFailed(request):
+                        requests.fail(request)
+                        retryUncovered()
+                        continue
                     case let .retryDue(index):
                         // Not while an earlier request covers it: it comes again once none does.
-                        if requests.withLock({ $0.deferRetry(index) }) { continue }
+                        if requests.deferRetry(index) { continue }
                         action = machine.onRetryDue(index)
                     case .stallDue:
                         action = machine.onTick(now: clock.milliseconds())
                         armStall()
                     case .removed: try abandon(.attachmentRemoved(digest: record.id))
                     case .invalidated: try abandon(.sessionInvalidated)
-                    case .serverGone:
+                    case let .participants(active):
+                        guard let current = server, !active.contains(where: { $0.id == current }) else { continue }
                         let next = firstServer(of: record.id)
-                        guard server.withLock({ $0 }) != next else { continue }  // still there, or already moved
+                        guard current != next else { continue }  // still there after all
                         try move(to: next)
                         continue
                     case .serverSilent:
-                        let quiet = lastHeard.withLock { $0 }.duration(to: .now)
-                        guard quiet >= answerTimeout, !requests.withLock({ $0.subscribedWanted.isEmpty }) else {
+                        let quiet = lastHeard.duration(to: .now)
+                        guard quiet >= answerTimeout, !requests.subscribedWanted.isEmpty else {
                             if quiet < answerTimeout { silence.schedule(after: answerTimeout - quiet) }
                             continue
                         }
@@ -337,11 +352,14 @@ extension GroupSessionJournal {
             }
             continuation.finish()
             group.cancelAll()
-            for subscription in requests.withLock({ $0.close() }) { subscription.unsubscribe() }
+            for subscription in requests.close() { subscription.unsubscribe() }
+            // Subscriptions posted before the stream finished but never taken; later ones are dropped by
+            // their task (the group waits for them).
+            while let event = await iterator.next() {
+                if case let .subscribed(_, subscription, _) = event { subscription.unsubscribe() }
+            }
             return failure
         }
-        // Requests still on their way when the loop ended were dropped as they arrived (the group waited
-        // for them); none is left.
         if let failure { throw failure }
     }
 
@@ -374,6 +392,11 @@ extension GroupSessionJournal {
 
     /// A topic without its last level (the publisher): a chunk's topic as the load knows it.
     static func withoutPublisher(_ topic: String) -> Substring { topic[..<(topic.lastIndex(of: "/") ?? topic.endIndex)] }
+
+    /// A chunk topic's last level: who published it.
+    static func publisher(of topic: String) -> Substring {
+        topic[(topic.lastIndex(of: "/").map(topic.index(after:)) ?? topic.startIndex)...]
+    }
 
     /// Sorted `chunks` as runs of consecutive indices, each at most `limit` long: (first, count).
     static func runs(of chunks: [Int], atMost limit: Int) -> [(Int, Int)] {
