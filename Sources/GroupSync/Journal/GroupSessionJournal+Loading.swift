@@ -223,7 +223,7 @@ extension GroupSessionJournal {
                                 else { return }
                                 continuation.yield(.chunk(index: index, topic: message.topic, message.payload))
                             })
-                        // Once the loop is over, nobody keeps it.
+                        // Once the stream is finished (the loop is over, or the load cancelled), nobody keeps it.
                         if case .terminated = continuation.yield(.subscribed(request: request, subscription, chunks: chunks)) {
                             subscription.unsubscribe()
                         }
