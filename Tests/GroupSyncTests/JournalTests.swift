@@ -280,6 +280,34 @@ import Testing
         }
     }
 
+    /// A load lets go of every chunk subscription it made once it ends, completed or cancelled mid-transfer
+    /// (subscriptions still on their way included).
+    @Test func aLoadThatEndsLeavesNoSubscriptionBehind() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let (_, _, a, b) = try await group.pair(Gallery(galleryID: "journal"))
+            let bobJournal = GroupSessionJournal(session: b, configuration: Self.small)
+            let photo = Self.bytes(400_000)
+            let added = try await GroupSessionJournal(session: a, configuration: Self.small).add(photo, name: "photo.jpg")
+            try await waitUntil("bob lists the photo") { bobJournal.attachments == [added] }
+            let client = b.core.context.client
+            let before = client.subscriptionCount
+            for round in 0..<8 {
+                #expect(try await bobJournal.load(added) == photo)
+                try await waitUntil("the completed load's subscriptions are gone (round \(round))") { client.subscriptionCount == before }
+                // Cancelled from its own progress report after `round` chunks, with requests on their way.
+                let load = Task {
+                    try await bobJournal.load(added) { progress in
+                        if progress.completedBytes >= round * Self.small.chunkSize { withUnsafeCurrentTask { $0?.cancel() } }
+                    }
+                }
+                await #expect(throws: GroupSyncError.cancelled) { try await load.value }
+                try await waitUntil("the cancelled load's subscriptions are gone (round \(round))") { client.subscriptionCount == before }
+            }
+            await group.closeAll()
+        }
+    }
+
     /// An attachment lives as long as its owner's records: kept while the owner is in the session, gone
     /// from the broker a session TTL after the owner crashed.
     @Test func anAttachmentExpiresWithItsOwnersRecords() async throws {
