@@ -281,20 +281,28 @@ import Testing
     }
 
     /// A load lets go of every chunk subscription it made once it ends, completed or cancelled mid-transfer
-    /// (subscriptions still on their way included).
-    @Test func aLoadThatEndsLeavesNoSubscriptionBehind() async throws {
+    /// (subscriptions still on their way included), whether the chunks are retained or a holder serves them.
+    @Test(arguments: [true, false]) func aLoadThatEndsLeavesNoSubscriptionBehind(retained: Bool) async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            let (_, _, a, b) = try await group.pair(Gallery(galleryID: "journal"))
+            func join(_ name: String) async throws -> GroupCoordinator {
+                try await group.join(name) { $0.mqtt.retainedMessages = retained }
+            }
+            let a = try await join("alice").startJoined(Gallery(galleryID: "journal"))
+            let b = try await join("bob").joinSession(a.id, of: Gallery.self)
             let bobJournal = GroupSessionJournal(session: b, configuration: Self.small)
             let photo = Self.bytes(400_000)
             let added = try await GroupSessionJournal(session: a, configuration: Self.small).add(photo, name: "photo.jpg")
             try await waitUntil("bob lists the photo") { bobJournal.attachments == [added] }
             let client = b.core.context.client
             let before = client.subscriptionCount
-            for round in 0..<8 {
+            func completeLoad(_ round: Int) async throws {
                 #expect(try await bobJournal.load(added) == photo)
                 try await waitUntil("the completed load's subscriptions are gone (round \(round))") { client.subscriptionCount == before }
+            }
+            for round in 0..<8 {
+                // Where holders serve, a completed load makes bob one: his next loads read his own copy.
+                if retained { try await completeLoad(round) }
                 // Cancelled from its own progress report after `round` chunks, with requests on their way.
                 let load = Task {
                     try await bobJournal.load(added) { progress in
@@ -304,6 +312,14 @@ import Testing
                 await #expect(throws: GroupSyncError.cancelled) { try await load.value }
                 try await waitUntil("the cancelled load's subscriptions are gone (round \(round))") { client.subscriptionCount == before }
             }
+            try await completeLoad(8)
+            // Where holders serve, bob's loads now read his own copy: one stops when cancelled, too.
+            let fromCopy = Task {
+                try await bobJournal.load(added) { progress in
+                    if progress.completedBytes > 0 { withUnsafeCurrentTask { $0?.cancel() } }
+                }
+            }
+            await #expect(throws: GroupSyncError.cancelled) { try await fromCopy.value }
             await group.closeAll()
         }
     }

@@ -112,6 +112,7 @@ extension GroupSessionJournal {
                 progress?(JournalLoadProgress(completedBytes: 0, totalBytes: attachment.size, rejectedChunks: 0))
                 var done = 0
                 for case let chunk? in chunks {
+                    guard !Task.isCancelled else { throw .cancelled }
                     try deliver(Data(chunk))
                     done += chunk.count
                     progress?(JournalLoadProgress(completedBytes: done, totalBytes: attachment.size, rejectedChunks: 0))
