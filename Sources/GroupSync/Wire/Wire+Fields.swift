@@ -20,10 +20,19 @@ extension Wire {
         case wrongShape = "wrong-shape"
     }
 
-    /// An object's members, looked up by name (records have a handful: a linear search beats hashing).
+    /// An object's members, looked up by name: a whole payload's in the order they came (records have a
+    /// handful: a linear search beats hashing), a nested record's as the parsed object holds them.
     package struct Fields: Sendable {
-        let keys: [String]
-        let values: [JSONValue]
+        private enum Members: Sendable {
+            case listed(keys: [String], values: [JSONValue])
+            case object([String: JSONValue])
+        }
+
+        private let members: Members
+
+        init(keys: [String], values: [JSONValue]) { members = .listed(keys: keys, values: values) }
+
+        init(_ object: [String: JSONValue]) { members = .object(object) }
 
         /// Checks that `v` is the integer 2 (a record's first check).
         func checkVersion() throws(Rejection) {
@@ -38,7 +47,12 @@ extension Wire {
         /// another length is another name, and comparing lengths first is cheap).
         private func member(_ name: String) -> JSONValue? {
             let length = name.utf8.count
-            return keys.firstIndex { $0.utf8.count == length && $0 == name }.map { values[$0] }
+            func isName(_ key: String) -> Bool { key.utf8.count == length && key == name }
+            switch members {
+            case let .listed(keys, values): return keys.firstIndex(where: isName).map { values[$0] }
+            // Not `object[name]`: a key only canonically equivalent to `name` (a Kelvin sign for a `K`) is another.
+            case let .object(object): return object.first { isName($0.key) }?.value
+            }
         }
 
         func value(_ key: some CodingKey) throws(Rejection) -> JSONValue {
@@ -110,7 +124,7 @@ extension Wire.Readable {
 extension Wire.Record {
     package init(json: JSONValue) throws(Wire.Rejection) {
         guard case let .object(object) = json else { throw .wrongShape }
-        try self.init(fields: Wire.Fields(keys: Array(object.keys), values: Array(object.values)))
+        try self.init(fields: Wire.Fields(object))
     }
 
     package static func read(_ data: Data) throws(Wire.Rejection) -> Self { try Self(fields: try JSONParser.parseObject(data).fields) }

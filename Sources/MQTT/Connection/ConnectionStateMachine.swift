@@ -544,7 +544,10 @@ struct ConnectionStateMachine {
     /// so, so that a continuous stream never holds back what its first messages changed.
     mutating func onTurnEnded(moreWaiting: () -> Bool) -> Action {
         guard !burst.sinks.isEmpty, burst.messages >= Self.maximumBurst || !moreWaiting() else { return [] }
-        defer { burst = ([], 0) }
+        defer {
+            burst.sinks.removeAll(keepingCapacity: true)  // a burst is often one message: no allocation for the next
+            burst.messages = 0
+        }
         return burst.sinks.map(Effect.endBurst)
     }
 
