@@ -18,7 +18,8 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
     case encodingFailed(String)
     /// An `.only([])` recipient set is empty: nobody would receive the message.
     case noRecipients
-    /// The waiting task was cancelled; the operation did not complete (a `join()` can be retried).
+    /// The waiting task was cancelled. Each operation's documentation says what stays done: a `join()`
+    /// or `add()` is undone (and can be retried); a message or value already handed over still goes out.
     case cancelled
     /// An argument is out of its range; the message says which and what is allowed.
     case invalidArgument(String)
@@ -74,12 +75,16 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
         }
     }
 
-    /// What `body` returns; its failure as ``connection(_:)``.
+    /// A connection's failure as the library reports it: ``cancelled`` when the waiting task was
+    /// cancelled (whatever waited for it), ``connection(_:)`` otherwise.
+    init(_ failure: MQTTError) { self = failure == .cancelled ? .cancelled : .connection(failure) }
+
+    /// What `body` returns; its failure as ``init(_:)`` says.
     static func overConnection<T>(_ body: () throws(MQTTError) -> T) throws(GroupSyncError) -> T {
         do {
             return try body()
         } catch {
-            throw .connection(error)
+            throw GroupSyncError(error)
         }
     }
 
@@ -88,7 +93,7 @@ public enum GroupSyncError: Error, Sendable, Hashable, CustomStringConvertible {
         do {
             return try await body()
         } catch {
-            throw .connection(error)
+            throw GroupSyncError(error)
         }
     }
 }

@@ -261,6 +261,28 @@ import Testing
         }
     }
 
+    /// A join cancelled while it waits for its catch-up (here one that never comes: the broker's ACL keeps
+    /// alice's direct messages from bob) throws `cancelled` and leaves the session waiting, not joined.
+    @Test(.needsOwnBroker("an ACL")) func aJoinCancelledWhileAwaitingItsCatchUpIsNotJoined() async throws {
+        let acl = "topic readwrite #\ntopic deny \(GroupTopics.protocolRoot)/+/s/+/to/bob/alice\n"
+        try await MosquittoBroker.withBroker(.init(acl: acl)) { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice")
+            let bob = try await group.join("bob") { $0.catchUpTimeout = .seconds(60) }
+            let a = try await alice.startJoined(Gallery(galleryID: "catch-up"))
+            let session = try await bob.firstSession(of: Gallery.self)
+            let attempt = Task { try await session.join() }
+            try await waitUntil("bob's join waits for its catch-up") {
+                session.core.read { if case let .joining(joining) = $0.phase { joining.barrier == nil } else { false } }
+            }
+            attempt.cancel()
+            await #expect(throws: GroupSyncError.cancelled) { try await attempt.value }
+            #expect(session.state == .waiting)
+            try await waitUntil("alice does not count bob in") { ids(a.activeParticipants) == ["alice"] }
+            await group.closeAll()
+        }
+    }
+
     /// A session ended while its creator was away longer than its MQTT session expiry stays ended when
     /// the creator reconnects and republishes its retained records.
     @Test func aSessionEndedWhileTheCreatorWasAwayStaysEnded() async throws {

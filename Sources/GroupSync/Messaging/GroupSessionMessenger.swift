@@ -57,7 +57,9 @@ public final class GroupSessionMessenger: Sendable {
 
     /// Sends `message` and returns when it was handed over (`.unreliable`) or acknowledged by the broker
     /// (`.reliable`). Throws ``GroupSyncError/notJoined`` before `join()`, ``GroupSyncError/messageTooLarge(size:limit:)``
-    /// when the encoded envelope exceeds ``maximumMessageSize``.
+    /// when the encoded envelope exceeds ``maximumMessageSize``. Cancelling the task while it waits for
+    /// the acknowledgement throws ``GroupSyncError/cancelled``; the message, handed over, is still
+    /// delivered (a reliable one in its place in the sender's order).
     public func send<Message: Codable & Sendable>(_ message: Message, to participants: Participants = .all) async throws(GroupSyncError) {
         try await core.send(
             type: GroupSessionMessenger.typeName(Message.self), envelope: try Wire.EnvelopeBytes(body: message), to: participants,

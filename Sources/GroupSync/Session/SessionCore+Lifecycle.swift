@@ -57,7 +57,7 @@ extension SessionCore {
                 })
         } catch {
             if case let .success(ticket)? = memberTicket { context.client.detach(ticket) }
-            throw .connection(error)
+            throw GroupSyncError(error)
         }
         locked.withLock { $0.subscription = messages }
         guard let memberTicket else { throw .sessionInvalidated }
@@ -69,6 +69,8 @@ extension SessionCore {
         try await acknowledgements(of: [ticket])
         guard case let .barrier(awaitCatchUp)? = await barrier.next() else { throw .sessionInvalidated }
         if awaitCatchUp { await withTimeout(context.catchUpTimeout) { _ = await caughtUp.next() } }
+        // Cancelled while waiting: not caught up, so not joined (a timeout without catch-up is joined).
+        guard !Task.isCancelled else { throw .cancelled }
         let catchUpsUntil = context.clock.milliseconds() &+ context.catchUpTimeout.nanoseconds / 1_000_000
         perform { $0.onJoined(acceptingCatchUpsUntil: catchUpsUntil) }
         guard isJoined else { throw .sessionInvalidated }

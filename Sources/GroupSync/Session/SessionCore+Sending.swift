@@ -94,7 +94,7 @@ extension SessionCore {
                 failure = failure ?? error
             }
         }
-        if let failure { throw .connection(failure) }
+        if let failure { throw GroupSyncError(failure) }
     }
 
     /// The control messages: in no stream, so without `seq`. Reliable (QoS 1), except the clock's

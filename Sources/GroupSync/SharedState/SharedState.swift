@@ -48,6 +48,8 @@ public final class SharedState<Value: Codable & Sendable & Equatable>: Sendable 
 
     /// Sets the value: applied locally at once, then published to everyone (retained, QoS 1). Returns
     /// when the broker acknowledged it (or at once when the write was coalesced into a later publish).
+    /// Cancelling the task stops the wait, not the write: it throws ``GroupSyncError/cancelled`` and the
+    /// value still goes out.
     public func set(_ newValue: Value) async throws(GroupSyncError) {
         guard core.isJoined else { throw core.isInvalidated ? .sessionInvalidated : .notJoined }
         let record = core.write(key: key, value: try Wire.jsonValue(newValue))
