@@ -124,6 +124,40 @@ struct Brief: GroupActivity {
         }
     }
 
+    /// A connect cancelled as its presence goes out, while it waits for the echo, throws `cancelled` and
+    /// leaves no online presence behind (a cancel that comes once it returned is a close).
+    @Test func aCancelledConnectLeavesNoPresence() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let topic = GroupTopics(group: group.name).presence("carol")
+            // The connect is cancelled on the watcher's network thread, the moment the presence reaches it.
+            let attempt = LockedValue<Task<GroupCoordinator, any Error>?>(nil)
+            let seen = LockedValue<[Data]>([])
+            let watcher = try MQTTClient(configuration: .init(url: broker.url))
+            try await watcher.connect()
+            let subscription = try await watcher.subscribe(
+                to: [TopicSubscription(topic, retainHandling: .doNotSend)],
+                handler: { message in
+                    seen.withLock { $0.append(message.payload) }
+                    if !message.payload.isEmpty { attempt.withLock { $0?.cancel() } }
+                })
+            for round in 0..<10 {
+                var configuration = try GroupCoordinator.Configuration(broker: broker.url, group: group.name, participant: "carol")
+                configuration.presenceHeartbeats = false
+                attempt.withLock { $0 = Task { [configuration] in try await GroupCoordinator.connect(configuration) } }
+                switch await attempt.withLock({ $0! }).result {
+                case let .success(coordinator): await coordinator.close()
+                case let .failure(error): #expect(error as? GroupSyncError == .cancelled, "round \(round)")
+                }
+                try await waitUntil("carol's presence is taken back (round \(round))") {
+                    seen.withLock { $0.last?.isEmpty == true }
+                }
+            }
+            subscription.unsubscribe()
+            await watcher.disconnect()
+        }
+    }
+
     /// A joined session outlives everyone's leaving by its time to live, then disappears; joining again
     /// before that keeps it.
     @Test func aSessionEveryoneLeftExpiresAfterItsTimeToLive() async throws {

@@ -73,10 +73,9 @@ public final class GroupCoordinator: Sendable {
     /// Connects to the broker, announces this participant as online and starts following the group.
     /// Throws ``GroupSyncError/connection(_:)`` when the broker cannot be reached or refuses us.
     ///
-    /// Cancelling the calling task stops the attempt: before the broker accepted, it fails with
-    /// `.connection(.cancelled)` once the connection's thread has ended; after, the coordinator leaves
-    /// cleanly (no will, no records left) and it throws ``GroupSyncError/cancelled``. Either way nothing
-    /// stays connected.
+    /// Cancelling the calling task stops the attempt and throws ``GroupSyncError/cancelled``: before the
+    /// broker accepted, once the connection's thread has ended; after, once the coordinator left cleanly
+    /// (no will, no records left). Either way nothing stays connected.
     public static func connect(_ configuration: Configuration) async throws(GroupSyncError) -> GroupCoordinator {
         try Identifier.validate(configuration.group, kind: "group")
         try Identifier.validate(configuration.participant, kind: "participant")
@@ -97,7 +96,8 @@ public final class GroupCoordinator: Sendable {
         do {
             try await coordinator.start()
         } catch {
-            await client.disconnect()
+            // Our presence may be out already: the coordinator leaves as close() leaves, taking it back.
+            await coordinator.close()
             throw error
         }
         if Task.isCancelled {
