@@ -280,6 +280,28 @@ import Testing
         }
     }
 
+    /// An add that fails once its chunks are out (here the broker refuses the record) keeps nothing: its
+    /// record is not refreshed, its chunks are cleared.
+    @Test(.needsOwnBroker("an ACL")) func aFailedAddKeepsNothingOfTheAttachment() async throws {
+        let acl = "topic readwrite #\ntopic deny \(GroupTopics.protocolRoot)/+/s/+/journal/+/alice\n"
+        try await MosquittoBroker.withBroker(.init(acl: acl)) { broker in
+            let group = Group(broker)
+            let a = try await group.join("alice").startJoined(Gallery(galleryID: "refused"))
+            let photo = Self.bytes(100_000)
+            await #expect(throws: GroupSyncError.self) {
+                _ = try await GroupSessionJournal(session: a, configuration: Self.small).add(photo, name: "photo.jpg")
+            }
+            let retained = a.core.context.retained
+            let (records, chunks) = ("\(a.core.topics.root)/s/\(a.id)/journal", GroupTopics.chunkProtocolRoot)
+            #expect(!(retained.topics(under: records) + retained.topics(under: chunks)).contains(where: retained.keeps), "none refreshed")
+            try await waitUntil("nothing is kept, and the chunks are cleared") {
+                let stored = try await retainedTopics(broker, under: "\(chunks)/\(group.name)")
+                return retained.topics(under: records).isEmpty && retained.topics(under: chunks).isEmpty && stored.isEmpty
+            }
+            await group.closeAll()
+        }
+    }
+
     /// A load lets go of every chunk subscription it made once it ends, completed or cancelled mid-transfer
     /// (subscriptions still on their way included), whether the chunks are retained or a holder serves them.
     @Test(arguments: [true, false]) func aLoadThatEndsLeavesNoSubscriptionBehind(retained: Bool) async throws {

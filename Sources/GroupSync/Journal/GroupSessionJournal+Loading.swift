@@ -272,6 +272,8 @@ extension GroupSessionJournal {
                 try perform(machine.start())
                 armStall()
                 while !machine.isOver {
+                    // Not one more chunk once cancelled (events already posted still wait in the stream).
+                    if Task.isCancelled { try abandon(.cancelled) }
                     // The stream also ends when the task is cancelled.
                     let action: TransferStateMachine.Action
                     let event =

@@ -53,7 +53,8 @@ public final class GroupSessionJournal: Sendable {
     /// record that makes it visible to everyone. Throws ``GroupSyncError/notJoined`` before `join()`, and
     /// ``GroupSyncError/journalLimitExceeded(_:)`` naming the limit an attachment this size would exceed.
     /// Adding the same bytes again, in chunks of the same size, replaces the attachment's name, media type
-    /// and metadata. Cancelling the task stops sending; chunks already sent expire with the session.
+    /// and metadata. Cancelling the task stops sending and throws ``GroupSyncError/cancelled``; what was
+    /// sent already is cleared (the record first), and nobody is left with an attachment missing its chunks.
     public func add(
         _ data: Data, name: String, mediaType: String = "application/octet-stream", metadata: [String: String] = [:]
     ) async throws(GroupSyncError) -> JournalAttachment {
@@ -110,6 +111,9 @@ public final class GroupSessionJournal: Sendable {
                 try await core.context.retained.publish(recordTopic, payload, lifetime: lifetime)
             } catch {
                 core.perform { $0.onJournal { $0.onRecord(nil, digest: digest, owner: me) } }
+                let retained = core.context.retained
+                retained.release(recordTopic)
+                core.context.tasks.spawn { await retained.clear(recordTopic) }
                 throw error
             }
             return JournalAttachment(record: record)
@@ -117,7 +121,7 @@ public final class GroupSessionJournal: Sendable {
         // Chunks first, at most `window` unacknowledged at a time; the record once the broker holds them
         // all, so that whoever sees the record finds every chunk.
         var unacknowledged: [MQTTClient.PublishTicket] = []
-        var sent: [String] = []
+        var sent: [String] = []  // the record last: cleared first
         do throws(GroupSyncError) {
             for (index, chunk) in chunks.enumerated() {
                 if Task.isCancelled { throw .cancelled }
@@ -129,11 +133,13 @@ public final class GroupSessionJournal: Sendable {
                 }
             }
             while !unacknowledged.isEmpty { try await core.acknowledgements(of: [unacknowledged.removeFirst()]) }
+            sent.append(recordTopic)
             try await core.context.retained.publish(recordTopic, payload, lifetime: lifetime)
         } catch {
-            // No record names these chunks: nobody would ever load them. They are not kept, and go now.
+            // Not added: the record, if it went out, and the chunks it would name are not kept, and go now
+            // (the record first, so that nobody finds it without its chunks).
             for ticket in unacknowledged { client.detach(ticket) }
-            let (retained, abandoned) = (core.context.retained, sent)
+            let (retained, abandoned) = (core.context.retained, Array(sent.reversed()))
             for topic in abandoned { retained.release(topic) }
             core.context.tasks.spawn { for topic in abandoned { await retained.clear(topic) } }
             throw error
@@ -159,20 +165,21 @@ public final class GroupSessionJournal: Sendable {
     /// Removes one of this participant's attachments for everyone: its record, then its chunks, are
     /// cleared from the broker. Throws ``GroupSyncError/notAttachmentOwner(owner:)`` for someone else's
     /// (the example ACL refuses that on the broker too). Loads of it in progress elsewhere fail once the
-    /// chunks they still need are gone.
+    /// chunks they still need are gone. Cancelling the task may leave the record and chunks on the broker
+    /// until they expire (a session time to live): none is refreshed any more.
     public func remove(_ attachment: JournalAttachment) async throws(GroupSyncError) {
         guard attachment.owner == core.context.me else { throw .notAttachmentOwner(owner: attachment.owner.id) }
         guard !core.isInvalidated else { throw .sessionInvalidated }
         let recordTopic = core.topics.journal(core.id, attachment: attachment.digest, owner: attachment.owner.id)
         core.context.retained.disown(recordTopic)
+        let chunkTopics = JournalStateMachine.topics(of: attachment.record, core.topics, session: core.id).dropFirst()
+        for topic in chunkTopics { core.context.retained.release(topic) }
         let client = core.context.client
         _ = try await GroupSyncError.awaitOverConnection { () async throws(MQTTError) in
             try await client.publish(to: recordTopic, payload: Data(), qos: .atLeastOnce, retain: client.retainAvailable)
         }
         core.perform { $0.onJournal { $0.onRecord(nil, digest: attachment.digest, owner: attachment.owner.id) } }
         guard client.retainAvailable else { return }  // no chunk was published to stay
-        for topic in JournalStateMachine.topics(of: attachment.record, core.topics, session: core.id).dropFirst() {
-            await core.context.retained.clear(topic)
-        }
+        for topic in chunkTopics { await core.context.retained.clear(topic) }
     }
 }
