@@ -51,7 +51,9 @@ extension GroupCoordinator {
 
     /// Announces a new session of `activity` to the group (a retained announcement that lives
     /// `A.sessionTimeToLive` after its participants are gone). Every participant, this one included,
-    /// then receives it from ``sessions(of:)``. Returns the session ID.
+    /// then receives it from ``sessions(of:)``. Returns the session ID once the broker holds it; a task
+    /// cancelled meanwhile gets ``GroupSyncError/cancelled``, and the session, announced already, still
+    /// arrives there.
     @discardableResult
     public func activate<A: GroupActivity>(_ activity: A) async throws(GroupSyncError) -> String {
         try Identifier.validate(A.activityIdentifier, kind: "activity identifier")
