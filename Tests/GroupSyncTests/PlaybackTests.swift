@@ -150,6 +150,24 @@ struct Movie: GroupActivity {
         }
     }
 
+    /// A command whose task is cancelled before it applies (here at once, perhaps while it waits for the
+    /// group clock the lone participant is still claiming) changes nothing and throws `cancelled`; the next
+    /// one applies.
+    @Test func aCommandCancelledBeforeItAppliesChangesNothing() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let a = try await group.join("alice").startJoined(Gallery(galleryID: "cancelled"))
+            let player = PlaybackCoordinator(session: a)
+            let seek = Task { try await player.seek(to: 42) }
+            seek.cancel()
+            await #expect(throws: GroupSyncError.cancelled) { try await seek.value }
+            #expect(player.timeline.position == 0)
+            try await player.seek(to: 7)
+            #expect(player.timeline.position == 7)
+            await group.closeAll()
+        }
+    }
+
     /// The participant that serves the clock crashes while the group plays: another takes over with the
     /// same clock, so the timeline goes on unchanged and commands still work.
     @Test func theClockSurvivesItsReferenceCrashing() async throws {

@@ -90,7 +90,12 @@ extension PlaybackCoordinator {
                 state.clockWaiters.append(waiter)
                 return waiter
             }
-            if let waiter { await withTimeout(PlaybackCoordinator.clockPatience) { _ = await waiter.next() } }
+            if let waiter {
+                await withTimeout(PlaybackCoordinator.clockPatience) { _ = await waiter.next() }
+                state.withLock { $0.clockWaiters.removeAll { $0 === waiter } }  // gave up, or was cancelled
+            }
+            // Cancelled before it applies: nothing changes.
+            guard !Task.isCancelled else { throw .cancelled }
             let local = localNow
             var refusal: GroupSyncError?
             // The timeline is published here, to return once the broker has it.
