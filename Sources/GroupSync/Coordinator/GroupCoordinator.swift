@@ -168,7 +168,9 @@ public final class GroupCoordinator: Sendable {
     }
 
     /// Leaves every joined session, removes this participant's presence (a clean exit, not a crash), ends
-    /// every `sessions()` sequence and closes the connection. Idempotent.
+    /// every `sessions()` sequence and closes the connection. Idempotent. Returns within the
+    /// ``Configuration/farewellTimeout`` and the disconnect; a cancelled task cuts the farewell wait short
+    /// (what it sends is handed to the connection first, and still goes out before the disconnect).
     public func close() async {
         let (listeners, open) = state.withLock { state in
             let listeners = state.machine.close().listeners

@@ -85,19 +85,22 @@ public final class GroupSession<Activity: GroupActivity>: Sendable, Identifiable
     /// Joins: subscribes to the session, announces this participant, and returns once caught up — every
     /// shared state holds the group's current value (from retained messages, or from the one participant
     /// chosen to answer a newcomer, waiting at most the coordinator's `catchUpTimeout`).
-    /// Throws ``GroupSyncError/sessionInvalidated`` if the session is over.
+    /// Throws ``GroupSyncError/sessionInvalidated`` if the session is over, and ``GroupSyncError/cancelled``
+    /// when its task is cancelled before it is joined: the session is then as before (`join()` again).
     public func join() async throws(GroupSyncError) { try await core.join() }
 
     /// Leaves the session: others see this participant go; its last shared state stays visible to them.
     /// Every subscription and task of the session on this side ends. Idempotent. Returns within the
     /// coordinator's ``GroupCoordinator/Configuration/farewellTimeout`` whatever the broker does: a
-    /// member record it could not clear then expires with the session's `ttl`.
+    /// member record it could not clear then expires with the session's `ttl`. A cancelled task cuts the
+    /// wait short: the farewell is handed to the connection first and still goes out.
     public func leave() async { await core.leave() }
 
     /// Ends the session for everyone: each participant's session becomes `.invalidated(.ended(by:))` and
     /// every retained message of the session is removed from the broker. Returns within the
     /// coordinator's ``GroupCoordinator/Configuration/farewellTimeout`` whatever the broker does: the
-    /// session is over here then, and what could not be cleared expires with the session's `ttl`.
+    /// session is over here then, and what could not be cleared expires with the session's `ttl`. A
+    /// cancelled task cuts the waits short, as the timeout does.
     public func end() async { await core.end() }
 
     public static func == (lhs: GroupSession, rhs: GroupSession) -> Bool { lhs.id == rhs.id }
