@@ -83,7 +83,7 @@ import Testing
                     Issue.record("not an object")
                     continue
                 }
-                #expect(envelope.body == (try JSONParser.parseObject(input).body))
+                #expect(envelope.body == (try JSONParser.parseObject(input).located))
                 #expect(try JSONParser.parse(input[envelope.body]) == fields["body"])
                 _ = try stable(Wire.CatchUp.self, input[envelope.body])
             }

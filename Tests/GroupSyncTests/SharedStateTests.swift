@@ -176,6 +176,42 @@ import Testing
         }
     }
 
+    /// A live reader decodes a value from the text its writer sent, a late joiner caught up by another
+    /// participant from that participant's copy: both read the same values, also for numbers a `Double`
+    /// does not hold (an integer beyond `Int64`, a decimal of 36 digits), where the text is not used.
+    @Test func liveReadersAndCaughtUpLateJoinersReadTheSameValues() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            func join(_ name: String) async throws -> GroupCoordinator { try await group.join(name) { $0.mqtt.retainedMessages = false } }
+            let a = try await join("alice").startJoined(Gallery(galleryID: "same"))
+            let (writer, _) = try await rawSubscriber(broker, "\(GroupTopics.protocolRoot)/\(group.name)/unused")
+            let topics = GroupTopics(group: group.name)
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            let values = [
+                ("total", "18446744073709551615"), ("pi", "3.14159265358979323846264338327950288"), ("price", "12.50"),
+                ("count", "1e2"),
+            ]
+            for (key, text) in values {
+                let record = #"{"clock":{"c":0,"p":"zed","t":\#(now)},"key":"\#(key)","v":2,"value":\#(text)}"#
+                _ = try await writer.publish(to: topics.state(a.id, key: key, writer: "zed"), string: record)
+            }
+            @Sendable func read(_ session: GroupSession<Gallery>) throws -> [String] {
+                [
+                    "\(try SharedState(session, key: "total", initialValue: UInt64(0)).value)",
+                    "\(try SharedState(session, key: "pi", initialValue: Decimal(0)).value)",
+                    "\(try SharedState(session, key: "price", initialValue: Decimal(0)).value)",
+                    "\(try SharedState(session, key: "count", initialValue: 0).value)",
+                ]
+            }
+            try await waitUntil("alice has the values") { try read(a)[3] == "100" }
+            let c = try await join("carol").joinSession(a.id, of: Gallery.self)
+            #expect(try read(c) == read(a))
+            #expect(try read(a)[2...] == ["12.5", "100"])
+            await writer.disconnect()
+            await group.closeAll()
+        }
+    }
+
     @Test func coalescedWritesDeliverTheLatestValueLast() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)

@@ -58,9 +58,9 @@ extension Wire.StateRecord {
         guard let sealer else { return sealed == nil ? self : nil }
         guard let keyID = sealed, case let .string(text) = value,
             let plaintext = sealer.open(text, keyID: keyID, .state(session: session, key: key, clock: clock)),
-            let value = try? JSONParser.parse(plaintext)
+            let (value, exact) = try? JSONParser.parseNoting(plaintext)
         else { return nil }
-        return Wire.StateRecord(key: key, value: value, clock: clock)
+        return Wire.StateRecord(key: key, value: value, clock: clock, text: exact ? plaintext : nil)
     }
 }
 

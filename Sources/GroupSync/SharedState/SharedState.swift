@@ -43,7 +43,7 @@ public final class SharedState<Value: Codable & Sendable & Equatable>: Sendable 
 
     /// The current value: the winning write, or `initialValue` when nobody has written.
     public var value: Value {
-        core.read { $0.states[key] }.flatMap { Wire.value(Value.self, from: $0.value) } ?? initialValue
+        core.read { $0.states[key] }.flatMap { $0.decoded(as: Value.self) } ?? initialValue
     }
 
     /// Sets the value: applied locally at once, then published to everyone (retained, QoS 1). Returns

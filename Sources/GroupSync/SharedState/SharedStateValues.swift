@@ -16,7 +16,7 @@ public struct SharedStateValues<Value: Codable & Sendable & Equatable>: AsyncSeq
         public mutating func next() async -> Value? {
             while let update = await updates.inbox.next() {
                 guard case let .value(record) = update else { continue }
-                let value = record.flatMap { Wire.value(Value.self, from: $0.value) } ?? initialValue
+                let value = record.flatMap { $0.decoded(as: Value.self) } ?? initialValue
                 if value != last {
                     last = value
                     return value

@@ -7,52 +7,69 @@ import Foundation
 /// in 64 bits is ``JSONValue/int(_:)``; every other number is ``JSONValue/double(_:)``, so `1.0` and
 /// `1e0` are never integers.
 ///
-/// It also reports where the value of the top-level key `body` is, so that an envelope's body is decoded
-/// as the app's type straight from the payload's bytes; on request, it checks that value by the same rules
-/// without building it.
+/// It also reports where the value of one top-level key is — an envelope's `body`, a state record's
+/// `value` —, so that the app's type is decoded straight from the payload's bytes; on request, it checks
+/// that value by the same rules without building it.
 struct JSONParser {
     /// Containers nest at most this deep (the limit of Foundation's `JSONDecoder`).
     static let maximumDepth = 512
 
-    static func parse(_ data: Data) throws(Wire.Rejection) -> JSONValue { try run(data, topLevelFields: false, skippingBody: false).value }
+    static func parse(_ data: Data) throws(Wire.Rejection) -> JSONValue { try run(data, topLevelFields: false).value }
+
+    /// ``parse(_:)``, and whether every number read is exact (see ``parseObject(_:locating:skipping:)``).
+    static func parseNoting(_ data: Data) throws(Wire.Rejection) -> (value: JSONValue, exact: Bool) {
+        let (value, _, _, exact) = try run(data, topLevelFields: false)
+        return (value, exact)
+    }
 
     /// Checks `data` by the same rules as ``parse(_:)`` without building its value (an opened body, which
     /// the app's type decodes).
     static func check(_ data: Data) throws(Wire.Rejection) {
-        _ = try run(data, topLevelFields: false, skippingBody: false, building: false)
+        _ = try run(data, topLevelFields: false, building: false)
     }
 
     /// The members of the top-level object (`wrong-shape` for any other value, once the whole payload is
-    /// checked), and the byte range (indices of `data`) of the `body` member's value if there is one.
-    /// With `skippingBody`, that value is checked but stands as `null` among the fields.
-    static func parseObject(_ data: Data, skippingBody: Bool = false) throws(Wire.Rejection) -> (fields: Wire.Fields, body: Range<Int>?) {
-        let (_, fields, body) = try run(data, topLevelFields: true, skippingBody: skippingBody)
+    /// checked), and the byte range (indices of `data`) of member `key`'s value if there is one. With
+    /// `skipping`, that value is checked but stands as `null` among the fields. `exact`: every number read
+    /// is one that its value, written out again, states exactly (see ``exact``).
+    static func parseObject(_ data: Data, locating key: String = "body", skipping: Bool = false) throws(Wire.Rejection) -> (
+        fields: Wire.Fields, located: Range<Int>?, exact: Bool
+    ) {
+        let (_, fields, located, exact) = try run(data, topLevelFields: true, locating: key, skipping: skipping)
         guard let fields else { throw .wrongShape }
-        return (fields, body)
+        return (fields, located, exact)
     }
 
     private static func run(
-        _ data: Data, topLevelFields: Bool, skippingBody: Bool, building: Bool = true
-    ) throws(Wire.Rejection) -> (value: JSONValue, fields: Wire.Fields?, body: Range<Int>?) {
+        _ data: Data, topLevelFields: Bool, locating key: String = "", skipping: Bool = false, building: Bool = true
+    ) throws(Wire.Rejection) -> (value: JSONValue, fields: Wire.Fields?, located: Range<Int>?, exact: Bool) {
         guard data.count <= Wire.maximumPayload else { throw .tooLarge }
         let result = data.withUnsafeBytes { bytes in
             Result { () throws(Wire.Rejection) in
-                var parser = JSONParser(bytes: bytes, topLevelFields: topLevelFields, skippingBody: skippingBody, building: building)
-                return (try parser.document(), parser.fields, parser.body)
+                var parser = JSONParser(
+                    bytes: bytes, topLevelFields: topLevelFields, locatedKey: key, skipping: skipping, building: building)
+                return (try parser.document(), parser.fields, parser.located, parser.exact)
             }
         }
-        let (value, fields, body) = try result.get()
-        return (value, fields, body.map { (data.startIndex + $0.lowerBound)..<(data.startIndex + $0.upperBound) })
+        let (value, fields, located, exact) = try result.get()
+        return (value, fields, located.map { (data.startIndex + $0.lowerBound)..<(data.startIndex + $0.upperBound) }, exact)
     }
 
     private let bytes: UnsafeRawBufferPointer
     private var i = 0
     private let topLevelFields: Bool
-    private let skippingBody: Bool
+    /// The top-level member whose value's bytes are located (and, with `skipping`, not built).
+    private let locatedKey: String
+    private let skipping: Bool
     /// Whether the top-level value is built (or only checked).
     private let building: Bool
     private var fields: Wire.Fields?
-    private var body: Range<Int>?
+    private var located: Range<Int>?
+    /// Whether every number read means, to any reader, what its ``JSONValue`` written out again says: an
+    /// `Int64`, or a number of at most 15 significant digits (what a `Double` keeps) that neither underflows
+    /// nor is an integer `-0`. A reader decoding a text that holds another (an integer beyond 64 bits, a
+    /// decimal of 17 digits) as a `UInt64` or a `Decimal` would get more than the written-out copy gives.
+    private var exact = true
 
     private var current: UInt8? { i < bytes.count ? bytes[i] : nil }
 
@@ -104,9 +121,9 @@ struct JSONParser {
     private mutating func value() throws(Wire.Rejection) -> JSONValue {
         var open: [Container] = []
         while true {
-            // Whether the next value is built: not inside a skipped value, nor the top level's `body`
-            // when it is skipped.
-            let build = open.last.map { $0.build && !(skippingBody && open.count == 1 && $0.isObject && $0.key == "body") } ?? building
+            // Whether the next value is built: not inside a skipped value, nor the located member's when it
+            // is skipped.
+            let build = open.last.map { $0.build && !(skipping && open.count == 1 && $0.isObject && $0.key == locatedKey) } ?? building
             skipWhitespace()
             guard let byte = current else { throw .malformed }
             var value: JSONValue
@@ -139,7 +156,7 @@ struct JSONParser {
             // A value is complete: add it to its container, and close the containers it completes.
             while var container = open.popLast() {
                 if container.isObject {
-                    if open.isEmpty && container.key == "body" { body = container.valueStart..<i }
+                    if open.isEmpty && container.key == locatedKey { located = container.valueStart..<i }
                     if container.keys.count < 16 {
                         guard !container.keys.contains(container.key) else { throw .duplicateKey }
                     } else {
@@ -205,8 +222,22 @@ struct JSONParser {
             try digits()
             integral = false
         }
-        if integral, let integer = Int64(integerText: bytes[start..<i]) { return .int(integer) }
+        if integral, let integer = Int64(integerText: bytes[start..<i]) {
+            if integer == 0 && bytes[start] == UInt8(ascii: "-") { exact = false }
+            return .int(integer)
+        }
         guard let double = Double(String(decoding: bytes[start..<i], as: UTF8.self)), double.isFinite else { throw .badNumber }
+        if exact {
+            // Significant digits: those of the mantissa from its first nonzero one.
+            var (digits, significant) = (0, false)
+            for byte in bytes[start..<i] {
+                if byte == UInt8(ascii: "e") || byte == UInt8(ascii: "E") { break }
+                guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { continue }
+                significant = significant || byte != UInt8(ascii: "0")
+                if significant { digits += 1 }
+            }
+            if digits > 15 || double.isSubnormal || (double == 0 && significant) { exact = false }
+        }
         return .double(double)
     }
 

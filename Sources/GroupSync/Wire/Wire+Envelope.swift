@@ -106,7 +106,7 @@ extension Wire {
     /// Reads an envelope (the whole payload, body included, by the decoding rules), or says why it is
     /// rejected.
     static func readEnvelope(_ payload: Data) throws(Rejection) -> ScannedEnvelope {
-        let (fields, body) = try JSONParser.parseObject(payload, skippingBody: true)
+        let (fields, body, _) = try JSONParser.parseObject(payload, locating: "body", skipping: true)
         let header = try EnvelopeHeader(fields: fields)
         guard let body else { throw .wrongShape }  // (never: the header requires a body)
         // A sealed body is the sealed text: a JSON string.

@@ -1,3 +1,5 @@
+import Foundation
+
 /// A session's records: the announcement copies, members, shared state, and the `$catchup` body that
 /// carries them to a newcomer (docs/PROTOCOL.md, "Sessions").
 extension Wire {
@@ -53,6 +55,26 @@ extension Wire {
         package var clock: HLCTimestamp
         /// In a private session, the ID of the group key that sealed `value` (a base64 string then).
         package var sealed: String? = nil
+        /// `value`'s JSON text as it came (from the payload, or opened), which the app's type is decoded
+        /// from without writing `value` out again; nil where it was not read as text (a catch-up's). Not
+        /// part of the record: neither written nor compared.
+        package var text: Data? = nil
+
+        enum CodingKeys: String, CodingKey { case v, key, value, clock, sealed }
+
+        package static func == (lhs: StateRecord, rhs: StateRecord) -> Bool {
+            (lhs.v, lhs.key, lhs.clock, lhs.sealed) == (rhs.v, rhs.key, rhs.clock, rhs.sealed) && lhs.value == rhs.value
+        }
+
+        package func hash(into hasher: inout Hasher) {
+            hasher.combine(key)
+            hasher.combine(value)
+            hasher.combine(clock)
+            hasher.combine(sealed)
+        }
+
+        /// The value as the app's type (`JSONDecoder`), from its text when there is one.
+        func decoded<T: Decodable>(as type: T.Type) -> T? { text.map { Wire.decodeBody(type, from: $0) } ?? Wire.value(type, from: value) }
     }
 
     /// Body of `$catchup`: what a newcomer needs, sent by one existing participant to the newcomer only.
@@ -114,6 +136,16 @@ extension Wire.StateRecord: Wire.Record {
             key: try fields.string(CodingKeys.key), value: try fields.value(CodingKeys.value),
             clock: try HLCTimestamp(json: try fields.value(CodingKeys.clock)), sealed: try fields.optionalString(CodingKeys.sealed))
         if sealed != nil { guard case .string = value else { throw .wrongShape } }
+    }
+
+    /// Reads a whole payload, keeping the value's text — unless it is sealed (the sealed string is no app
+    /// value), or holds a number its parsed value does not state exactly: every reader, a late joiner's
+    /// catch-up included, then decodes the parsed value.
+    package static func read(_ data: Data) throws(Wire.Rejection) -> Self {
+        let (fields, value, exact) = try JSONParser.parseObject(data, locating: CodingKeys.value.stringValue)
+        var record = try Self(fields: fields)
+        if record.sealed == nil, exact { record.text = value.map { data[$0] } }
+        return record
     }
 }
 
