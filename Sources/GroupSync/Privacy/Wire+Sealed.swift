@@ -47,6 +47,7 @@ extension Wire.StateRecord {
         var record = self
         record.value = .string(sealer.seal(plaintext, .state(session: session, key: key, clock: clock)))
         record.sealed = sealer.sealingKeyID
+        record.text = nil
         return record
     }
 

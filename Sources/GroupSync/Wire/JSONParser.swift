@@ -31,7 +31,7 @@ struct JSONParser {
     /// The members of the top-level object (`wrong-shape` for any other value, once the whole payload is
     /// checked), and the byte range (indices of `data`) of member `key`'s value if there is one. With
     /// `skipping`, that value is checked but stands as `null` among the fields. `exact`: every number read
-    /// is one that its value, written out again, states exactly (see ``exact``).
+    /// is written as its parsed value is written out again (see ``exact``).
     static func parseObject(_ data: Data, locating key: String = "body", skipping: Bool = false) throws(Wire.Rejection) -> (
         fields: Wire.Fields, located: Range<Int>?, exact: Bool
     ) {
@@ -65,10 +65,10 @@ struct JSONParser {
     private let building: Bool
     private var fields: Wire.Fields?
     private var located: Range<Int>?
-    /// Whether every number read means, to any reader, what its ``JSONValue`` written out again says: an
-    /// `Int64`, or a number of at most 15 significant digits (what a `Double` keeps) that neither underflows
-    /// nor is an integer `-0`. A reader decoding a text that holds another (an integer beyond 64 bits, a
-    /// decimal of 17 digits) as a `UInt64` or a `Decimal` would get more than the written-out copy gives.
+    /// Whether every number read is written as its ``JSONValue`` is written out again (``JSONWriter``): an
+    /// `Int64` (not `-0`), or a `Double` in its own shortest text. A reader decoding the text of another
+    /// (an integer beyond 64 bits, a decimal of 17 digits, `0e5`) as a `UInt64`, a `Decimal` or even a
+    /// `Double` may get other than the written-out copy gives.
     private var exact = true
 
     private var current: UInt8? { i < bytes.count ? bytes[i] : nil }
@@ -227,17 +227,8 @@ struct JSONParser {
             return .int(integer)
         }
         guard let double = Double(String(decoding: bytes[start..<i], as: UTF8.self)), double.isFinite else { throw .badNumber }
-        if exact {
-            // Significant digits: those of the mantissa from its first nonzero one.
-            var (digits, significant) = (0, false)
-            for byte in bytes[start..<i] {
-                if byte == UInt8(ascii: "e") || byte == UInt8(ascii: "E") { break }
-                guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { continue }
-                significant = significant || byte != UInt8(ascii: "0")
-                if significant { digits += 1 }
-            }
-            if digits > 15 || double.isSubnormal || (double == 0 && significant) { exact = false }
-        }
+        // Exact only when written as the parsed value is written out again: then any reader sees one text.
+        if exact { exact = JSONWriter.text(of: double).utf8.elementsEqual(bytes[start..<i]) }
         return .double(double)
     }
 

@@ -50,7 +50,7 @@ enum JSONWriter {
     }
 
     /// `JSONEncoder`'s text for a finite `Double`: its description, without a trailing `.0`.
-    private static func text(of number: Double) -> String {
+    static func text(of number: Double) -> String {
         let description = number.description
         return description.hasSuffix(".0") ? String(description.dropLast(2)) : description
     }
