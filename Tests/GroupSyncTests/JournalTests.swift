@@ -302,6 +302,29 @@ import Testing
         }
     }
 
+    /// Adding the same bytes again (to rename them) from a cancelled task throws `cancelled` and leaves
+    /// the attachment loadable for everyone (where holders serve, the record went out before the wait).
+    @Test func aCancelledReAddLeavesTheAttachment() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            func join(_ name: String) async throws -> GroupCoordinator { try await group.join(name) { $0.mqtt.retainedMessages = false } }
+            let a = try await join("alice").startJoined(Gallery(galleryID: "rename"))
+            let b = try await join("bob").joinSession(a.id, of: Gallery.self)
+            let (alices, bobs) = (GroupSessionJournal(session: a, configuration: Self.small), GroupSessionJournal(session: b))
+            let photo = Self.bytes(50_000)
+            let added = try await alices.add(photo, name: "photo.jpg")
+            try await waitUntil("bob lists it") { bobs.attachments.map(\.id) == [added.id] }
+            let again = Task {
+                withUnsafeCurrentTask { $0?.cancel() }
+                return try await alices.add(photo, name: "renamed.jpg")
+            }
+            await #expect(throws: GroupSyncError.cancelled) { _ = try await again.value }
+            #expect(alices.attachments.map(\.id) == [added.id])
+            #expect(try await bobs.load(bobs.attachments[0]) == photo)
+            await group.closeAll()
+        }
+    }
+
     /// A load lets go of every chunk subscription it made once it ends, completed or cancelled mid-transfer
     /// (subscriptions still on their way included), whether the chunks are retained or a holder serves them.
     @Test(arguments: [true, false]) func aLoadThatEndsLeavesNoSubscriptionBehind(retained: Bool) async throws {

@@ -96,8 +96,13 @@ public final class GroupCoordinator: Sendable {
         do {
             try await coordinator.start()
         } catch {
-            // Our presence may be out already: the coordinator leaves as close() leaves, taking it back.
-            await coordinator.close()
+            // Our presence handed to the connection already: the coordinator leaves as close() leaves,
+            // taking it back. Before that, nothing of ours is on the broker to take back.
+            if coordinator.retained.owns(topics.presence(configuration.participant)) {
+                await coordinator.close()
+            } else {
+                await client.disconnect()
+            }
             throw error
         }
         if Task.isCancelled {

@@ -54,7 +54,8 @@ public final class GroupSessionJournal: Sendable {
     /// ``GroupSyncError/journalLimitExceeded(_:)`` naming the limit an attachment this size would exceed.
     /// Adding the same bytes again, in chunks of the same size, replaces the attachment's name, media type
     /// and metadata. Cancelling the task stops sending and throws ``GroupSyncError/cancelled``; what was
-    /// sent already is cleared (the record first), and nobody is left with an attachment missing its chunks.
+    /// sent already is cleared (the record first), and nobody is left with an attachment missing its chunks
+    /// — except when the bytes were added before: that attachment stays.
     public func add(
         _ data: Data, name: String, mediaType: String = "application/octet-stream", metadata: [String: String] = [:]
     ) async throws(GroupSyncError) -> JournalAttachment {
@@ -98,6 +99,11 @@ public final class GroupSessionJournal: Sendable {
         }
         let lifetime = core.lifetime
         let recordTopic = topics.journal(session, attachment: digest, owner: me)
+        // The same bytes added again (to rename them): the same chunks and record topic. A failure then
+        // takes nothing back, the attachment stays (under its old name or, if the record went out, the new).
+        let replacing = core.read { machine in
+            machine.journal.attachments.contains { $0.id == JournalAttachment.ID(owner: Participant(id: me), digest: digest) }
+        }
         guard client.retainAvailable else {
             // Nothing is retained: we hold the bytes and serve them to whoever asks while we are joined.
             let held = HeldAttachment(record: record, bytes: .memory(data), cipher: cipher)
@@ -110,10 +116,12 @@ public final class GroupSessionJournal: Sendable {
             do throws(GroupSyncError) {
                 try await core.context.retained.publish(recordTopic, payload, lifetime: lifetime)
             } catch {
-                core.perform { $0.onJournal { $0.onRecord(nil, digest: digest, owner: me) } }
-                let retained = core.context.retained
-                retained.release(recordTopic)
-                core.context.tasks.spawn { await retained.clear(recordTopic) }
+                if !replacing {
+                    core.perform { $0.onJournal { $0.onRecord(nil, digest: digest, owner: me) } }
+                    let retained = core.context.retained
+                    retained.release(recordTopic)
+                    core.context.tasks.spawn { await retained.clear(recordTopic) }
+                }
                 throw error
             }
             return JournalAttachment(record: record)
@@ -139,7 +147,7 @@ public final class GroupSessionJournal: Sendable {
             // Not added: the record, if it went out, and the chunks it would name are not kept, and go now
             // (the record first, so that nobody finds it without its chunks).
             for ticket in unacknowledged { client.detach(ticket) }
-            let (retained, abandoned) = (core.context.retained, Array(sent.reversed()))
+            let (retained, abandoned) = (core.context.retained, replacing ? [] : Array(sent.reversed()))
             for topic in abandoned { retained.release(topic) }
             core.context.tasks.spawn { for topic in abandoned { await retained.clear(topic) } }
             throw error

@@ -20,9 +20,10 @@ import MQTT
 ///   timelines stay valid (see PROTOCOL.md, "Playback").
 /// - Lifetime: it lives as long as the session: its sequences end when the session is invalidated
 ///   (left, ended, closed), as do its tasks and suspensions.
-/// - Cancellation: a command whose task is cancelled before it applies (while it waits for the group
-///   clock) changes nothing and throws ``GroupSyncError/cancelled``; once applied, its timeline goes
-///   out, and a cancelled wait for the broker throws ``GroupSyncError/cancelled`` all the same.
+/// - Cancellation: a command whose task is cancelled before it applies (already, or while it waits for
+///   the group clock) changes nothing and throws ``GroupSyncError/cancelled``; once applied, its timeline
+///   goes out, and a cancelled wait for the broker throws ``GroupSyncError/cancelled`` all the same. Issue
+///   a command meant to run on cancellation (a `pause()` in cleanup) from a task of its own.
 public final class PlaybackCoordinator: Sendable {
     static let timelineKey = "groupsync.playback"
     static let clockKey = "groupsync.clock"
