@@ -10,6 +10,10 @@ import MQTT
 /// - Late joiners: `join()` returns with the current value in place (retained state per writer, plus a
 ///   catch-up from exactly one existing participant), so ``valueUpdates()`` starts with it.
 /// - Leaving keeps this participant's last value visible to the others; `end()` removes it everywhere.
+/// - Numbers: a value travels as JSON read by the protocol's rules, where an integer beyond ±2⁶³ and a
+///   decimal of more digits than a `Double` keeps are `Double`s: a `UInt64` of 2⁶³ or more, or such a
+///   `Decimal`, does not come back as written (it reads rounded, or as `initialValue`). Encode those as
+///   strings.
 public final class SharedState<Value: Codable & Sendable & Equatable>: Sendable {
     public let key: String
     public let initialValue: Value
