@@ -340,10 +340,11 @@ import Testing
             let added = try await GroupSessionJournal(session: a, configuration: Self.small).add(photo, name: "photo.jpg")
             try await waitUntil("bob lists the photo") { bobJournal.attachments == [added] }
             let client = b.core.context.client
-            let before = client.subscriptionCount
+            @Sendable func live() -> [String] { client.connection.state.withLock { $0.liveFilters.map(\.filter) }.sorted() }
+            let before = live()
             func completeLoad(_ round: Int) async throws {
                 #expect(try await bobJournal.load(added) == photo)
-                try await waitUntil("the completed load's subscriptions are gone (round \(round))") { client.subscriptionCount == before }
+                try await waitUntil("the completed load's subscriptions are gone (round \(round))") { live() == before }
             }
             for round in 0..<8 {
                 // Where holders serve, a completed load makes bob one: his next loads read his own copy.
@@ -355,7 +356,7 @@ import Testing
                     }
                 }
                 await #expect(throws: GroupSyncError.cancelled) { try await load.value }
-                try await waitUntil("the cancelled load's subscriptions are gone (round \(round))") { client.subscriptionCount == before }
+                try await waitUntil("the cancelled load's subscriptions are gone (round \(round))") { live() == before }
             }
             try await completeLoad(8)
             // Where holders serve, bob's loads now read his own copy: one stops when cancelled, too.

@@ -37,8 +37,6 @@ public final class MQTTClient: Sendable {
     /// (``Configuration/retainedMessages``).
     public var retainAvailable: Bool { connection.state.withLock { $0.limits.retainAvailable } }
 
-    /// How many subscriptions are live (each ended by its unsubscribe): a check that what subscribed let go.
-    package var subscriptionCount: Int { connection.state.withLock { $0.subscriptionCount } }
     /// The largest packet the broker accepts (its CONNACK's Maximum Packet Size); nil when it set none.
     public var maximumPacketSize: Int? { connection.state.withLock { $0.limits.maximumPacketSize } }
 

@@ -127,7 +127,6 @@ struct ConnectionStateMachine {
     private var subscriptions: [UInt64: SubscriptionEntry] = [:] {
         didSet { routes = [:] }
     }
-    var subscriptionCount: Int { subscriptions.count }
     /// Which sinks each recently received topic goes to: an application's topics repeat (one per sender
     /// and kind), so most messages skip matching every filter. Emptied whenever a subscription comes or
     /// goes, and past ``maximumRoutes``: enough for a small group's topics, and small, as a process may
