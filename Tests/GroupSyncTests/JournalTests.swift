@@ -307,9 +307,8 @@ import Testing
     @Test func aCancelledReAddLeavesTheAttachment() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            func join(_ name: String) async throws -> GroupCoordinator { try await group.join(name) { $0.mqtt.retainedMessages = false } }
-            let a = try await join("alice").startJoined(Gallery(galleryID: "rename"))
-            let b = try await join("bob").joinSession(a.id, of: Gallery.self)
+            let a = try await group.join("alice", retainedMessages: false).startJoined(Gallery(galleryID: "rename"))
+            let b = try await group.join("bob", retainedMessages: false).joinSession(a.id, of: Gallery.self)
             let (alices, bobs) = (GroupSessionJournal(session: a, configuration: Self.small), GroupSessionJournal(session: b))
             let photo = Self.bytes(50_000)
             let added = try await alices.add(photo, name: "photo.jpg")
@@ -330,11 +329,8 @@ import Testing
     @Test(arguments: [true, false]) func aLoadThatEndsLeavesNoSubscriptionBehind(retained: Bool) async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            func join(_ name: String) async throws -> GroupCoordinator {
-                try await group.join(name) { $0.mqtt.retainedMessages = retained }
-            }
-            let a = try await join("alice").startJoined(Gallery(galleryID: "journal"))
-            let b = try await join("bob").joinSession(a.id, of: Gallery.self)
+            let a = try await group.join("alice", retainedMessages: retained).startJoined(Gallery(galleryID: "journal"))
+            let b = try await group.join("bob", retainedMessages: retained).joinSession(a.id, of: Gallery.self)
             let bobJournal = GroupSessionJournal(session: b, configuration: Self.small)
             let photo = Self.bytes(400_000)
             let added = try await GroupSessionJournal(session: a, configuration: Self.small).add(photo, name: "photo.jpg")
@@ -465,11 +461,12 @@ import Testing
     @Test func withoutRetainedMessagesALoadMovesToAnotherHolder() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            func join(_ name: String) async throws -> GroupCoordinator { try await group.join(name) { $0.mqtt.retainedMessages = false } }
-            let alice = try await join("alice")
+            let alice = try await group.join("alice", retainedMessages: false)
             let a = try await alice.startJoined(Gallery(galleryID: "holders"))
             var sessions: [String: GroupSession<Gallery>] = [:]
-            for name in ["bob", "carol", "dave"] { sessions[name] = try await join(name).joinSession(a.id, of: Gallery.self) }
+            for name in ["bob", "carol", "dave"] {
+                sessions[name] = try await group.join(name, retainedMessages: false).joinSession(a.id, of: Gallery.self)
+            }
             let photo = Self.bytes(1_000_000)
             let added = try await GroupSessionJournal(session: a, configuration: Self.small).add(photo, name: "big")
             for name in ["bob", "carol"] {
@@ -528,14 +525,13 @@ import Testing
     ) async throws -> (loaded: Data, photo: Data, took: Duration, rejected: Int) {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            func join(_ name: String) async throws -> GroupCoordinator { try await group.join(name) { $0.mqtt.retainedMessages = false } }
             let loader = try #require(
                 (0..<100).map { "loader\($0)" }.first { SessionStateMachine.rank($0, "bob") > SessionStateMachine.rank($0, "carol") })
-            let alice = try await join("alice")
+            let alice = try await group.join("alice", retainedMessages: false)
             let a = try await alice.startJoined(Gallery(galleryID: "false-holder"))
-            let bob = try await join("bob")
+            let bob = try await group.join("bob", retainedMessages: false)
             _ = try await bob.joinSession(a.id, of: Gallery.self)
-            let c = try await join("carol").joinSession(a.id, of: Gallery.self)
+            let c = try await group.join("carol", retainedMessages: false).joinSession(a.id, of: Gallery.self)
             let photo = Self.bytes(100_000)
             let added = try await GroupSessionJournal(session: a, configuration: Self.small).add(photo, name: "p")
             let carols = GroupSessionJournal(session: c, configuration: Self.small)
@@ -563,7 +559,7 @@ import Testing
             try await waitUntil("alice knows bob holds it") { a.core.read { $0.journal.holders[added.digest] } == ["bob", "carol"] }
             await a.leave()
 
-            let l = try await join(loader).joinSession(a.id, of: Gallery.self)
+            let l = try await group.join(loader, retainedMessages: false).joinSession(a.id, of: Gallery.self)
             try await waitUntil("alice is gone for the loader") { !ids(l.activeParticipants).contains("alice") }
             #expect(
                 l.core.read { $0.journal.servers(of: added.digest, active: ["bob", "carol", loader], me: loader) } == ["bob", "carol"])

@@ -182,8 +182,7 @@ import Testing
     @Test func liveReadersAndCaughtUpLateJoinersReadTheSameValues() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            func join(_ name: String) async throws -> GroupCoordinator { try await group.join(name) { $0.mqtt.retainedMessages = false } }
-            let a = try await join("alice").startJoined(Gallery(galleryID: "same"))
+            let a = try await group.join("alice", retainedMessages: false).startJoined(Gallery(galleryID: "same"))
             let (writer, _) = try await rawSubscriber(broker, "\(GroupTopics.protocolRoot)/\(group.name)/unused")
             let topics = GroupTopics(group: group.name)
             let now = Int64(Date().timeIntervalSince1970 * 1000)
@@ -204,7 +203,7 @@ import Testing
                 ]
             }
             try await waitUntil("alice has the values") { try read(a)[3] == "100" }
-            let c = try await join("carol").joinSession(a.id, of: Gallery.self)
+            let c = try await group.join("carol", retainedMessages: false).joinSession(a.id, of: Gallery.self)
             #expect(try read(c) == read(a))
             #expect(try read(a)[2...] == ["12.5", "100"])
             await writer.disconnect()
@@ -263,16 +262,13 @@ import Testing
     @Test func participantsWithoutRetainedMessagesNeedAndLeaveNone() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)
-            func join(_ name: String) async throws -> GroupCoordinator {
-                try await group.join(name) { $0.mqtt.retainedMessages = false }
-            }
-            let alice = try await join("alice")
+            let alice = try await group.join("alice", retainedMessages: false)
             let a = try await alice.startJoined(Gallery(galleryID: "no-retain"))
             try await SharedState(a, key: "index", initialValue: 0).set(7)
             let root = "\(GroupTopics.protocolRoot)/\(group.name)"
             let retained = try await retainedTopics(broker, under: root)
             #expect(retained.isEmpty, "\(retained)")
-            let late = try await join("late")
+            let late = try await group.join("late", retainedMessages: false)
             #expect(late.currentSessions(activityIdentifier: nil).map(\.id) == [a.id], "welcomed")
             let l = try await late.joinSession(a.id, of: Gallery.self)
             #expect(try SharedState(l, key: "index", initialValue: 0).value == 7, "caught up")

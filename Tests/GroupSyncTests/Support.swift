@@ -53,6 +53,11 @@ final class Group: Sendable {
         return coordinator
     }
 
+    /// ``join(_:clock:_:)`` where the broker's retained messages are used, or (false) treated as absent.
+    func join(_ participant: String, retainedMessages: Bool) async throws -> GroupCoordinator {
+        try await join(participant) { $0.mqtt.retainedMessages = retainedMessages }
+    }
+
     /// alice activates `activity` and joins; bob joins the same session.
     func pair<A: GroupActivity>(_ activity: A) async throws -> (GroupCoordinator, GroupCoordinator, GroupSession<A>, GroupSession<A>) {
         let alice = try await join("alice")
