@@ -49,6 +49,8 @@ import Testing
             let group = Group(broker)
             #expect(await Gallery(galleryID: "x").prepareForActivation() == .activationDisabled || GroupCoordinator.shared != nil)
             let sessions = Collector(Gallery.sessions())  // started before any coordinator exists
+            for _ in 0..<3 { _ = Gallery.sessions() }  // dropped at once: nothing of them is left waiting
+            #expect(GroupCoordinator.sharing.withLock { $0.waiting.count } == 1)
             let alice = try await group.join("alice")
             GroupCoordinator.setShared(alice)
             defer { GroupCoordinator.setShared(nil) }

@@ -6,7 +6,7 @@ extension GroupActivity {
     /// ``GroupCoordinator/sessions(of:)`` does.
     public static func sessions() -> GroupSessions<Self> {
         let inbox = Inbox<SessionCore>()
-        Task { await GroupCoordinator.awaitShared().listen(for: activityIdentifier, inbox) }
+        GroupCoordinator.listenToShared(for: activityIdentifier, inbox)
         return GroupUpdates(inbox) { GroupSession<Self>(core: $0) }
     }
 
