@@ -205,6 +205,38 @@ import Testing
         }
     }
 
+    /// Where nothing is retained, the owner of a file added from disk seals each chunk as it serves it,
+    /// from the file (mapped). Changed in place after it was added, the file no longer matches the chunks'
+    /// digests: nothing is served, so no other bytes ever go out under a chunk's nonce, and the load fails.
+    @Test func aFileChangedAfterItWasAddedIsNotSealedAgain() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let keyed = Self.keyed(Self.k1, retainedMessages: false)
+            let (tap, wire) = try await rawSubscriber(broker, "\(GroupTopics.chunkProtocolRoot)/\(group.name)/#")
+            let alice = try await group.join("alice", keyed)
+            let a = try await alice.startJoined(Gallery(galleryID: "changed-file"))
+            let file = FileManager.default.temporaryDirectory.appendingPathComponent("changed-\(group.name).bin")
+            defer { try? FileManager.default.removeItem(at: file) }
+            try Data(repeating: 1, count: 40_000).write(to: file)
+            let configuration = GroupSessionJournal.Configuration(chunkSize: 16 << 10, window: 4, stallTimeout: .seconds(3))
+            _ = try await GroupSessionJournal(session: a, configuration: configuration).add(contentsOf: file)
+            let handle = try FileHandle(forWritingTo: file)  // in place: the owner's mapping sees it
+            try handle.write(contentsOf: Data(repeating: 2, count: 40_000))
+            try handle.close()
+
+            let b = try await group.join("bob", keyed).joinSession(a.id, of: Gallery.self)
+            let journal = GroupSessionJournal(session: b, configuration: configuration)
+            try await waitUntil("bob lists it") { journal.attachments.count == 1 }
+            await #expect(throws: GroupSyncError.self) { try await journal.load(journal.attachments[0]) }
+            let marker = "\(GroupTopics.chunkProtocolRoot)/\(group.name)/marker"
+            try await tap.publish(to: marker, string: "m")
+            try await waitUntil("the tap's marker") { wire.elements.contains { $0.topic == marker } }
+            await tap.disconnect()
+            #expect(wire.elements.map(\.topic) == [marker], "no chunk went out")
+            await group.closeAll()
+        }
+    }
+
     /// What a broker writes to disk of a private session's retained records holds none of its content.
     @Test(.needsOwnBroker("stops it to read its database")) func aBrokersDatabaseHoldsNoClearContent() async throws {
         var configuration = MosquittoBroker.Configuration()

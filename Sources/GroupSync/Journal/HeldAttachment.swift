@@ -2,9 +2,10 @@ import Foundation
 
 /// An attachment whose bytes this participant holds where nothing is retained, to serve them: the
 /// record it added or loaded it by (the layout it serves: a record of the same digest may claim
-/// another) and where the bytes are. Chunks are read as they are served, and a file's are checked
-/// against their digests first: the app may change or truncate a file it was given. In a private session
-/// the bytes held are the content; each chunk is sealed as it goes out.
+/// another) and where the bytes are. Chunks are read as they are served and checked against their
+/// digests first: the app may change a file it was given, or one it added (mapped into memory). In a
+/// private session the bytes held are the content; each chunk is sealed as it goes out, and the check
+/// keeps changed bytes from ever being sealed under a chunk's nonce.
 struct HeldAttachment: Sendable, Hashable {
     enum Bytes: Sendable, Hashable {
         /// What the app added, or loaded into memory: `record.size` bytes.
@@ -29,7 +30,7 @@ struct HeldAttachment: Sendable, Hashable {
     var digest: String { record.id }
 
     /// Chunk `index` (within the record) as it goes on the wire — sealed in a private session —, verified
-    /// against its digest if read from a file; nil if it cannot be read or no longer matches.
+    /// against its digest; nil if it cannot be read or no longer matches.
     func wireChunk(_ index: Int) -> Data? { read(index)?.wire }
 
     /// Chunk `index`'s content, for a load of what we hold; checked as ``wireChunk(_:)``.
@@ -40,18 +41,18 @@ struct HeldAttachment: Sendable, Hashable {
         let chunkSize = Int(record.chunkSize)
         let start = index * chunkSize
         let length = min(chunkSize, Int(record.size) - start)
+        let content: Data
         switch bytes {
         case let .memory(data):
-            let content = data[(data.startIndex + start)..<(data.startIndex + start + length)]
-            return (content, cipher.map { $0.seal(content, index: index) } ?? content)
+            content = data[(data.startIndex + start)..<(data.startIndex + start + length)]
         case let .file(url):
             guard let handle = try? FileHandle(forReadingFrom: url) else { return nil }
             defer { try? handle.close() }
-            guard (try? handle.seek(toOffset: UInt64(start))) != nil, let content = try? handle.read(upToCount: length),
-                content.count == length
+            guard (try? handle.seek(toOffset: UInt64(start))) != nil, let read = try? handle.read(upToCount: length), read.count == length
             else { return nil }
-            let wire = cipher.map { $0.seal(content, index: index) } ?? content
-            return SHA256.hex(wire) == record.chunks[index] ? (content, wire) : nil
+            content = read
         }
+        let wire = cipher.map { $0.seal(content, index: index) } ?? content
+        return SHA256.hex(wire) == record.chunks[index] ? (content, wire) : nil
     }
 }
