@@ -10,12 +10,9 @@ public struct GroupKey: Sendable, Hashable, CustomStringConvertible {
     let secret: [UInt8]
 
     /// A key from its 32 secret bytes. Throws ``GroupSyncError/invalidArgument(_:)`` for another length
-    /// or an ID outside the rules.
+    /// or an ID outside the rules (an ID that is not one is not quoted: it may be a secret misplaced).
     public init(id: String, secret: some Collection<UInt8>) throws(GroupSyncError) {
-        guard (1...32).contains(id.utf8.count),
-            id.utf8.allSatisfy({ Identifier.isAllowed($0) && $0 != UInt8(ascii: ":") && $0 != UInt8(ascii: "@") && $0 != UInt8(ascii: "~") }
-            )
-        else { throw .invalidArgument("a key ID is 1–32 characters of A–Z a–z 0–9 . _ -, not '\(id)'") }
+        try Self.validate(id: id)
         guard secret.count == 32 else { throw .invalidArgument("key '\(id)' has \(secret.count) bytes; a group key has 32") }
         self.id = id
         self.secret = Array(secret)
@@ -23,10 +20,18 @@ public struct GroupKey: Sendable, Hashable, CustomStringConvertible {
 
     /// A key from its secret written in base64 (44 characters), as `groupsync key` prints it.
     public init(id: String, base64 secret: String) throws(GroupSyncError) {
+        try Self.validate(id: id)
         guard let bytes = Data(base64Encoded: secret.trimmingCharacters(in: .whitespaces)) else {
             throw .invalidArgument("key '\(id)' is not base64")
         }
         try self.init(id: id, secret: bytes)
+    }
+
+    private static func validate(id: String) throws(GroupSyncError) {
+        guard (1...32).contains(id.utf8.count),
+            id.utf8.allSatisfy({ Identifier.isAllowed($0) && $0 != UInt8(ascii: ":") && $0 != UInt8(ascii: "@") && $0 != UInt8(ascii: "~") }
+            )
+        else { throw .invalidArgument("a key ID is 1–32 characters of A–Z a–z 0–9 . _ - (\(id.count) characters given)") }
     }
 
     /// A new key of 32 random bytes from libcrypto's generator.

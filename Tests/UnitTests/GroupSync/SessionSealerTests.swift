@@ -107,5 +107,11 @@ import Testing
         let key = try GroupKey.random(id: "fresh")
         #expect(try GroupKey(id: "fresh", base64: key.base64Secret) == key)
         #expect(!"\(key)".contains(key.base64Secret) && "\(key)".contains("fresh"))
+        // A key file's line the wrong way round (`BASE64 ID`): the error does not quote the secret.
+        #expect {
+            try GroupKey(id: key.base64Secret, base64: "fresh")
+        } throws: { error in
+            !"\(error)".contains(key.base64Secret) && "\(error)".contains("key ID")
+        }
     }
 }
