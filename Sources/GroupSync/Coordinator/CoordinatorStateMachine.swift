@@ -107,6 +107,9 @@ struct CoordinatorStateMachine {
         /// The type was read from its creator's own copy (its publisher is its `createdBy`), not from a
         /// copy of someone else's that could be foreign.
         var typeFromCreator: Bool
+        /// Known from closed copies only: its type and `ttl` are unauthenticated, and the first open copy
+        /// decides them.
+        var closed = false
     }
 
     /// An ended session: when its ended copy expires (wall-clock ms), and who still has a copy from
@@ -401,11 +404,15 @@ struct CoordinatorStateMachine {
 
     /// `publisher`'s copy of `sessionID`'s announcement (`nil`: cleared), read at wall-clock time `now`
     /// (ms), which the broker keeps until `expiresAt` unless its publisher refreshes it. For `.new` and
-    /// `.changed` the caller merges its revision into the participant's clock; the session machine keeps
-    /// the copy with the largest revision. A known session's activity type is the one it was first
-    /// announced with. The session ends with a copy that says so, or when its last copy is cleared.
+    /// `.changed` the caller merges an open copy's revision into the participant's clock; the session
+    /// machine keeps the copy with the largest revision. A known session's activity type is the one it
+    /// was first announced with. The session ends with a copy that says so, or when its last copy is cleared.
+    ///
+    /// A `closed` copy (sealed with a key we lack: nothing of it is authenticated to us) only lists a
+    /// session not known yet (`.new`) and keeps its publisher's copy alive: of a known session it changes
+    /// nothing else (`.none`), neither its type nor its end.
     mutating func onAnnouncement(
-        _ sessionID: String, publisher: String, _ announcement: Wire.Announcement?, expiresAt: Int64, now: Int64
+        _ sessionID: String, publisher: String, _ announcement: Wire.Announcement?, closed: Bool = false, expiresAt: Int64, now: Int64
     ) -> AnnouncementAction {
         guard let announcement else {
             var remaining: Int64?
@@ -427,10 +434,33 @@ struct CoordinatorStateMachine {
         guard announcement.matches(session: sessionID), announcement.revision.isPlausible(now: now),
             Identifier.isValid(announcement.activity.type)
         else { return .rejected }
-        let action = acceptAnnouncement(sessionID, publisher: publisher, announcement, expiresAt: expiresAt)
+        let action =
+            closed
+            ? acceptClosedAnnouncement(sessionID, publisher: publisher, announcement, expiresAt: expiresAt)
+            : acceptAnnouncement(sessionID, publisher: publisher, announcement, expiresAt: expiresAt)
         if case .rejected = action { return action }
         wakeRequest.formEarliest(WakeRequest(expiry: expiresAt))
         return action
+    }
+
+    private mutating func acceptClosedAnnouncement(
+        _ sessionID: String, publisher: String, _ announcement: Wire.Announcement, expiresAt: Int64
+    ) -> AnnouncementAction {
+        modifyGroup { group in
+            if group.sessions[sessionID] != nil {
+                group.sessions[sessionID]!.copies[publisher] = expiresAt
+                return .none
+            }
+            if group.ended[sessionID] != nil {
+                if announcement.ended != true { group.ended[sessionID]?.copies.insert(publisher) }  // from before the end
+                return .none
+            }
+            guard announcement.ended != true else { return .none }
+            let type = announcement.activity.type
+            group.sessions[sessionID] = Announced(
+                activityType: type, ttl: announcement.ttl, copies: [publisher: expiresAt], typeFromCreator: false, closed: true)
+            return .new(listeners: group.listeners.filter { $0.wants(type) }.map(\.inbox), presence: group.online)
+        } ?? .none
     }
 
     private mutating func acceptAnnouncement(
@@ -442,12 +472,13 @@ struct CoordinatorStateMachine {
             let listeners = group.listeners.filter { $0.wants(type) }.map(\.inbox)
             if let session = group.sessions[sessionID], type != session.activityType || announcement.ttl != session.ttl {
                 // Only the creator chooses the kind of activity and the lifetime. Its own copy decides what
-                // the session is when the session was taken from someone else's copy; any other copy that
-                // disagrees is rejected (it changes nothing, not even the clock).
-                guard fromCreator, !session.typeFromCreator else { return .rejected }
+                // the session is when the session was taken from someone else's copy (any open copy, when
+                // from closed ones only); any other copy that disagrees is rejected (it changes nothing, not
+                // even the clock).
+                guard fromCreator && !session.typeFromCreator || session.closed else { return .rejected }
                 if announcement.ended != true {
                     group.sessions[sessionID] = Announced(
-                        activityType: type, ttl: announcement.ttl, copies: [publisher: expiresAt], typeFromCreator: true)
+                        activityType: type, ttl: announcement.ttl, copies: [publisher: expiresAt], typeFromCreator: fromCreator)
                     return .retyped(listeners: listeners, presence: group.online)
                 }
             }
@@ -475,6 +506,7 @@ struct CoordinatorStateMachine {
             // one per participant — at every copy read.
             group.sessions[sessionID]!.copies[publisher] = expiresAt
             group.sessions[sessionID]!.typeFromCreator = group.sessions[sessionID]!.typeFromCreator || fromCreator
+            group.sessions[sessionID]!.closed = false
             return .changed
         } ?? .none
     }

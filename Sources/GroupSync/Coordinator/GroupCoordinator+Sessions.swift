@@ -129,11 +129,13 @@ extension GroupCoordinator {
     func onCopy(_ sessionID: String, publisher: String, _ copy: Wire.Announcement?, lifetime: Int64) {
         let announcement = copy.flatMap(readable)
         guard announcement != nil || copy == nil else { return countRejection() }
+        // Sealed with a key we lack: nothing of it is authenticated to us (the machine lists it, no more).
+        let closed = announcement?.activity.sealed != nil
         let (context, now) = (sessionContext, configuration.clock.milliseconds())
         typealias Outcome = (CoordinatorStateMachine.AnnouncementAction, SessionCore?, SessionCore?, CoordinatorStateMachine.WakeRequest)
         let (action, core, replaced, wake) = state.withLock { state -> Outcome in
             let action = state.machine.onAnnouncement(
-                sessionID, publisher: publisher, announcement, expiresAt: now + lifetime * 1000, now: now)
+                sessionID, publisher: publisher, announcement, closed: closed, expiresAt: now + lifetime * 1000, now: now)
             let wake = state.machine.takeWakeRequest()
             switch action {
             case let .new(_, presence), let .retyped(_, presence):
@@ -148,7 +150,7 @@ extension GroupCoordinator {
         armUpkeep(wake)
         switch (action, announcement) {
         case let (.new(listeners, _), announcement?), let (.retyped(listeners, _), announcement?):
-            hlc.withLock { $0.observe(announcement.revision, now: now) }
+            if !closed { hlc.withLock { $0.observe(announcement.revision, now: now) } }
             // A session object made from a foreign copy was never this session: it ends.
             replaced?.invalidate(.ended(by: nil))
             if let core { for inbox in listeners { inbox.yield(core) } }

@@ -667,9 +667,11 @@ struct SessionStateMachine {
     /// A copy of the announcement by `publisher`; a newer revision is an activity change. The session's
     /// kind of activity and its `ttl` never change: a copy that changes either is rejected.
     mutating func onAnnouncement(_ new: Wire.Announcement, from publisher: String) -> Action {
+        // A closed announcement (sealed with a key we lack) is replaced by the first open copy.
+        let closed = announcement.activity.sealed != nil && new.activity.sealed == nil
         guard new.activity.type == announcement.activity.type, new.ttl == announcement.ttl else { return reject() }
         var action = Action()
-        guard new.revision > announcement.revision else { return action }
+        guard new.revision > announcement.revision || closed else { return action }
         announcement = new
         notify(.activity, .activity(new.activity.data), into: &action)
         return action

@@ -363,6 +363,33 @@ import Testing
         }
     }
 
+    /// A closed copy (sealed with a key we lack) authenticates nothing: it lists a session not known yet
+    /// and keeps its publisher's copy alive, no more. The first open copy then decides what the session
+    /// is, whoever published it.
+    @Test func aClosedCopyOnlyListsASessionNotKnownYet() {
+        var machine = Machine(me: "alice", myEpoch: 10)
+        func closed(_ type: String = "com.example.a", ended: Bool? = nil) -> Wire.Announcement {
+            var copy = Self.announcement("s1", type: type, revision: 9, ended: ended)
+            copy.activity.sealed = "k9"
+            return copy
+        }
+        func announce(_ copy: Wire.Announcement, by publisher: String, expiresAt: Int64 = 60_000) -> Machine.AnnouncementAction {
+            machine.onAnnouncement("s1", publisher: publisher, copy, closed: copy.activity.sealed != nil, expiresAt: expiresAt, now: 1_000)
+        }
+        #expect(announce(closed(ended: true), by: "mallory") == .none, "an ended session not known: nothing to list")
+        #expect(announce(closed("com.example.forged"), by: "mallory") == .new(listeners: [], presence: ["alice": 10]))
+        #expect(announce(closed(), by: "carol", expiresAt: 90_000) == .none, "no retype from a closed copy")
+        #expect(announce(closed(ended: true), by: "carol") == .none, "nor an end")
+        guard case .retyped = announce(Self.announcement("s1", revision: 2), by: "dave") else {
+            Issue.record("the first open copy decides the type, even one not the creator's")
+            return
+        }
+        #expect(announce(Self.announcement("s1", revision: 3), by: "carol") == .changed)
+        #expect(announce(closed(ended: true), by: "mallory", expiresAt: 90_000) == .none, "a closed copy does not end an open session")
+        #expect(machine.expireSessions(now: 70_000).isEmpty, "but keeps it alive: a member with a newer key published it")
+        #expect(announce(Self.announcement("s1", revision: 4, ended: true), by: "bob") == .ended(by: "bob", settled: false))
+    }
+
     @Test func aSessionExpiresWhenNobodyRefreshesAnyCopy() {
         var machine = Machine(me: "alice", myEpoch: 10)
         #expect(machine.announce("s1", Self.announcement("s1"), expiresAt: 5_000) == .new(listeners: [], presence: ["alice": 10]))

@@ -506,6 +506,19 @@ import Testing
         #expect(machine.announcement.activity.data == .int(2))
     }
 
+    /// A session listed from a closed copy (sealed with a key we lack) takes the first open copy, whatever
+    /// its revision: the closed one's is not authenticated.
+    @Test func theFirstOpenCopyReplacesAClosedAnnouncement() {
+        var closed = Self.announcement
+        closed.revision.time = 1 << 40
+        closed.activity = .init(type: closed.activity.type, metadata: nil, data: .string("c2VhbGVk"), sealed: "k9")
+        var machine = Machine(me: "alice", myEpoch: 1, announcement: closed, presence: ["alice": 1])
+        let inbox = Inbox<Machine.Update>()
+        #expect(Self.listen(&machine, .activity, inbox: inbox).first == [.activity(.string("c2VhbGVk"))])
+        #expect(machine.onAnnouncement(Self.announcement, from: "carol").activities == [.int(1)])
+        #expect(machine.announcement == Self.announcement)
+    }
+
     @Test func invalidationEndsEverySequenceAfterTheNewState() async {
         var machine = Self.waiting()
         let states = Inbox<Machine.Update>()
