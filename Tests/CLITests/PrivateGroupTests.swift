@@ -36,14 +36,31 @@ import Testing
             bob.send("!psst\n")
             _ = try await alice.waitForLine { $0.hasPrefix("message bob ") && $0.contains("psst") }
 
-            let keyed = try await runCLI(["sessions", "--json", "--secret-file", keyFile] + common)
-            #expect(keyed.status == 0 && keyed.output.joined().contains("Hush board"), "\(keyed)")
             let outsider = try await runCLI(["sessions", "--json"] + common)
             #expect(outsider.status == 0, "\(outsider.errors)")
             #expect(outsider.output.joined().contains("private session") && outsider.output.joined().contains("alice"))
             #expect(!outsider.output.joined().contains("Hush board"))
             let refused = try await runCLI(["join", "com.example.board", "--as", "eve", "--session", session, "--timeout", "5"] + common)
             #expect(refused.status == 1 && refused.errors.joined().contains("private"), "\(refused)")
+
+            // Two forged copies of the announcement, a day ahead: one in clear, one sealed with a key nobody
+            // has. Neither changes what a keyed observer lists (participants reject both too).
+            let topic = "groupsync/v2/\(group)/session/\(session)/alice"
+            let real = try #require(wire.elements.last { $0.topic == topic }?.payload)
+            for (forger, activity) in [
+                ("mallory", ["type": "com.example.board", "metadata": ["title": "Forged board", "type": "generic"], "data": [:]]),
+                ("mallet", ["type": "com.example.board", "data": "eA==", "sealed": "zz"]),
+            ] {
+                var copy = try #require(try JSONSerialization.jsonObject(with: real) as? [String: Any])
+                var revision = try #require(copy["revision"] as? [String: Any])
+                revision["t"] = try #require(revision["t"] as? Int64) + 86_000_000
+                (copy["revision"], copy["activity"]) = (revision, activity)
+                let forged = try JSONSerialization.data(withJSONObject: copy)
+                try await probe.publish(to: "groupsync/v2/\(group)/session/\(session)/\(forger)", payload: forged, retain: true)
+            }
+            let keyed = try await runCLI(["sessions", "--json", "--secret-file", keyFile] + common)
+            #expect(keyed.status == 0 && keyed.output.joined().contains("Hush board"), "\(keyed)")
+            #expect(!keyed.output.joined().contains("Forged") && !keyed.output.joined().contains("private session"), "\(keyed)")
 
             for run in [alice, bob] {
                 run.closeInput()

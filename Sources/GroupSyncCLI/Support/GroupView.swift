@@ -61,11 +61,20 @@ struct GroupView {
     }
 
     /// Opened: `.some(record)`; sealed with a key this observer lacks: `.some(nil)`; not opening with a
-    /// key it has (forged or damaged): nil.
+    /// key it has (forged or damaged), or in clear while it has keys (participants reject it too): nil.
     private mutating func readable(_ record: Wire.StateRecord, session: String) -> Wire.StateRecord?? {
-        guard let keyID = record.sealed else { return .some(record) }
+        guard let keyID = record.sealed else { return keyring == nil ? .some(record) : nil }
         guard let sealer = sealer(session), sealer.opens(keyID: keyID) else { return .some(nil) }
         return record.opened(by: sealer, session: session).map { .some($0) } ?? nil
+    }
+
+    /// An announcement copy as participants read it: opened where this observer's keyring can; kept
+    /// closed when sealed with a key it lacks; nil (rejected) when it does not open with a key it has, or
+    /// comes in clear while it has keys.
+    private mutating func readable(_ announcement: Wire.Announcement) -> Wire.Announcement? {
+        guard let keyID = announcement.activity.sealed else { return keyring == nil ? announcement : nil }
+        guard let sealer = sealer(announcement.session), sealer.opens(keyID: keyID) else { return announcement }
+        return announcement.opened(by: sealer)
     }
 
     /// Participants of `session` that joined and whose connection is alive.
@@ -122,7 +131,8 @@ struct GroupView {
             guard let welcome = Wire.decode(Wire.Welcome.self, from: payload) else { return invalid(message) }
             for presence in welcome.presences where presence.status == .online { online[presence.participant] = presence.epoch }
             // Each session as a live copy of the welcomer's, as participants apply it.
-            for announcement in welcome.sessions {
+            for copy in welcome.sessions {
+                guard let announcement = readable(copy) else { continue }
                 _ = applyCopy(announcement, publisher: sender, expiresAt: now &+ announcement.ttl &* 1_000)
             }
             var fields: [String: JSONValue] = [
@@ -152,14 +162,10 @@ struct GroupView {
                 early[id] = nil
                 return Event(kind: "ended", session: id, text: "session \(id) ended (announcement cleared)", fields: [:])
             }
-            guard var announcement = Wire.decode(Wire.Announcement.self, from: payload), announcement.session == id else {
-                return invalid(message)
-            }
-            if let keyID = announcement.activity.sealed, let sealer = sealer(id), sealer.opens(keyID: keyID) {
-                guard let opened = announcement.opened(by: sealer) else { return invalid(message) }
-                announcement = opened
-            }
+            guard let copy = Wire.decode(Wire.Announcement.self, from: payload), copy.session == id, let announcement = readable(copy)
+            else { return invalid(message) }
             if announcement.ended == true {
+                guard announcement.activity.sealed == nil else { return nil }  // closed: it proves nothing
                 let known = sessions.removeValue(forKey: id) != nil
                 early[id] = nil
                 return known
@@ -206,9 +212,9 @@ struct GroupView {
                     text: "\(owner) removed attachment \(attachment.prefix(12)) from \(id)",
                     fields: ["digest": .string(attachment)])
             }
-            guard var record = Wire.decode(Wire.JournalRecord.self, from: payload), record.id == attachment else {
-                return invalid(message)
-            }
+            guard var record = Wire.decode(Wire.JournalRecord.self, from: payload), record.id == attachment,
+                record.sealed != nil || keyring == nil
+            else { return invalid(message) }
             if let keyID = record.sealed {
                 guard let sealer = sealer(id), sealer.opens(keyID: keyID) else {
                     return Event(
@@ -238,7 +244,10 @@ struct GroupView {
     /// the event it makes (none for a copy or a refresh of what is known).
     private mutating func applyCopy(_ announcement: Wire.Announcement, publisher: String, expiresAt: Int64) -> Event?? {
         let id = announcement.session
-        if let current = sessions[id]?.announcement, publisher != announcement.createdBy,
+        // A closed copy (sealed with a key this observer lacks) lists a session not known yet and keeps
+        // its publisher's copy alive, no more; the first open copy replaces a closed one.
+        let (closed, currentClosed) = (announcement.activity.sealed != nil, sessions[id]?.announcement.activity.sealed != nil)
+        if let current = sessions[id]?.announcement, !closed, !currentClosed, publisher != announcement.createdBy,
             announcement.activity.type != current.activity.type || announcement.ttl != current.ttl
         {
             return nil
@@ -246,7 +255,7 @@ struct GroupView {
         let changed = sessions[id] != nil
         if let current = sessions[id] {
             sessions[id]?.copies[publisher] = expiresAt
-            guard announcement.revision > current.announcement.revision else { return .some(nil) }
+            guard !closed, announcement.revision > current.announcement.revision || currentClosed else { return .some(nil) }
             sessions[id]?.announcement = announcement
         } else {
             let waiting = early.removeValue(forKey: id)
