@@ -1008,7 +1008,7 @@ class Participant:
     def announcement_context(ann):
         r = ann["revision"]
         return ["announcement", ann["session"], ann["activity"]["type"], ann["createdBy"], str(ann["createdAt"]),
-                r["p"], str(r["t"]), str(r["c"])]
+                r["p"], str(r["t"]), str(r["c"]), str(ann["ttl"]), "1" if ann.get("ended") else "0"]
 
     def opened_announcement(self, ann):
         """An announcement as kept: opened in a private group (Reject when in clear or it does not open),
@@ -1096,7 +1096,8 @@ class Participant:
             if "sealed" not in rec:
                 raise Reject("not-sealed")
             t, c, p = rec["added"]
-            inner = self.keyring.open_json(j.id, rec["sealed"], rec["name"], ["journal", j.id, attachment, p, str(t), str(c)])
+            context = ["journal", j.id, attachment, p, str(t), str(c), rec["salt"], str(rec["size"]), str(rec["chunkSize"])]
+            inner = self.keyring.open_json(j.id, rec["sealed"], rec["name"], context)
             if (not isinstance(inner, dict) or not isinstance(inner.get("name"), str) or not isinstance(inner.get("type"), str)
                     or not all(type(v) is str for v in (inner.get("metadata") or {}).values())):
                 raise Reject("sealed")

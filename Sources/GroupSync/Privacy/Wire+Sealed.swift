@@ -25,17 +25,22 @@ extension SealedContext {
         SealedContext("state", session, key, clock.participant, String(clock.time), String(clock.counter))
     }
 
-    /// A journal record's name, type and metadata: its session, attachment and when its owner added it.
+    /// A journal record's name, type and metadata: its session, attachment, when its owner added it, and
+    /// what its chunks are read with (the salt of their key, the size, the chunk size).
     package static func journal(_ record: Wire.JournalRecord, session: String) -> SealedContext {
-        SealedContext("journal", session, record.id, record.added.participant, String(record.added.time), String(record.added.counter))
+        SealedContext(
+            "journal", session, record.id, record.added.participant, String(record.added.time), String(record.added.counter),
+            record.salt ?? "", String(record.size), String(record.chunkSize))
     }
 
-    /// An announcement's activity: its session, activity type, creator, creation time and revision.
+    /// An announcement's activity: its session, activity type, creator, creation time, revision, lifetime
+    /// and whether it says the session ended.
     package static func announcement(_ announcement: Wire.Announcement) -> SealedContext {
         let revision = announcement.revision
         return SealedContext(
             "announcement", announcement.session, announcement.activity.type, announcement.createdBy, String(announcement.createdAt),
-            revision.participant, String(revision.time), String(revision.counter))
+            revision.participant, String(revision.time), String(revision.counter), String(announcement.ttl),
+            announcement.ended == true ? "1" : "0")
     }
 }
 

@@ -67,5 +67,27 @@ import Testing
         #expect(checked == vectors.count && checked >= 10)
     }
 
+    /// The sealed records of the decoding vectors open with the key of sealing.json through the records'
+    /// own readers: what Swift binds each payload to is what the vectors document.
+    @Test func theSealedRecordsOfTheDecodingVectorsOpen() throws {
+        func payload(_ file: String, _ name: String) throws -> Data {
+            try #require(try ConformanceVectorTests.vectors(in: file).first { $0.name == name }).payload
+        }
+        let keyring = try GroupKeyring([try GroupKey(id: "k1", base64: "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=")])
+        let sealer = SessionSealer(keyring: keyring, group: "g", session: "s1")
+        let announcement = try Wire.Announcement.read(try payload("announcement.json", "a sealed activity (private session)"))
+        #expect(announcement.opened(by: sealer)?.activity.metadata?.title == "Gallery paris")
+        var ended = announcement
+        ended.ended = true
+        #expect(ended.opened(by: sealer) == nil, "a copy marked ended that its sealer did not mark")
+        let record = try Wire.JournalRecord.read(try payload("journal.json", "a sealed record (private session)"))
+        #expect(record.opened(by: sealer, session: "s1")?.name == "photo.jpg")
+        var salted = record
+        salted.salt = "AAECAwQFBgcICQoLDA0ODw=="
+        #expect(salted.opened(by: sealer, session: "s1") == nil, "another salt")
+        let state = try Wire.StateRecord.read(try payload("state.json", "a sealed value (private session)"))
+        #expect(state.opened(by: sealer, session: "s1") != nil)
+    }
+
     static func bytes(_ hex: String) -> [UInt8] { SessionSealerTests.bytes(hex) }
 }
