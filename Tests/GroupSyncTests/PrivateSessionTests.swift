@@ -126,6 +126,34 @@ import Testing
         }
     }
 
+    /// Control messages are sealed too: without the key nobody ends a session (or sends any other
+    /// control message) for a member, in clear or sealed with another key; the member's own `end()` does.
+    @Test func aControlMessageWithoutTheKeyIsRejected() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let alice = try await group.join("alice", Self.keyed(Self.k1))
+            let a = try await alice.startJoined(Gallery(galleryID: "ends"))
+            let bob = try await group.join("bob", Self.keyed(Self.k1))
+            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let mallory = try MQTTClient(configuration: .init(url: broker.url))
+            try await mallory.connect()
+            let topic = GroupTopics(group: group.name).broadcast(a.id, from: "alice")
+            let clear = Wire.EnvelopeBytes(encodedBody: Data("null".utf8)).finished(
+                type: "$end", epoch: alice.epoch, seq: nil, reliable: true)
+            let otherKey = SessionSealer(keyring: try GroupKeyring([Self.k2]), group: group.name, session: a.id)
+            let sealed = Wire.EnvelopeBytes(encodedBody: Data("null".utf8)).finished(
+                type: "$end", epoch: alice.epoch, seq: nil, reliable: true,
+                sealing: .init(sealer: otherKey, session: a.id, sender: "alice", recipient: nil))
+            for payload in [clear, sealed] { try await mallory.publish(to: topic, payload: Data(payload)) }
+            try await waitUntil("both are rejected") { bob.rejectedMessageCount == 2 }
+            #expect(b.state == .joined)
+            await a.end()
+            try await waitUntil("alice's own end ends it") { b.state == .invalidated(reason: .ended(by: Participant(id: "alice"))) }
+            await mallory.disconnect()
+            await group.closeAll()
+        }
+    }
+
     /// A copy sealed with a key nobody here has authenticates nothing: one forged on a member's own topic
     /// (no key needed) with a revision a day ahead, another activity, another lifetime or `ended` changes
     /// neither the session nor anyone's clock, and a newcomer who reads it still joins with the real copy.

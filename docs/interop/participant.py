@@ -1048,17 +1048,18 @@ class Participant:
         return {"clock": c, "key": rec["key"], "v": VERSION, "value": value}
 
     def message_context(self, sid, sender, env, recipient):
-        return ["message", sid, sender, recipient, str(env["epoch"]), str(env["seq"]), env["type"], "1" if env["reliable"] else "0"]
+        seq = "" if env.get("seq") is None else str(env["seq"])  # a control message has none
+        return ["message", sid, sender, recipient, str(env["epoch"]), seq, env["type"], "1" if env["reliable"] else "0"]
 
     def opened_envelope(self, sid, sender, env, direct):
-        """An app message as delivered: its body opened in a private group (Reject when in clear or it does
-        not open); one sealed without a keyring is rejected."""
+        """An envelope as read, app or control message: its body opened in a private group (Reject when in
+        clear or it does not open); one sealed without a keyring is rejected."""
         sealed = env.get("sealed")
         if self.keyring is None:
             if sealed is not None:
                 raise Reject("sealed")
             return env
-        if not isinstance(sealed, str) or env.get("seq") is None:
+        if not isinstance(sealed, str):
             raise Reject("not-sealed")
         recipient = self.me if direct and env.get("stream") != "all" else ""
         body = self.keyring.open_json(sid, sealed, env["body"], self.message_context(sid, sender, env, recipient))
@@ -1125,6 +1126,8 @@ class Participant:
         j = self.joined
         env = envelope(decode(payload))
         kind = env["type"]
+        if kind.startswith("$"):
+            env = self.opened_envelope(j.id, sender, env, direct)
         if kind == "$catchup":
             # Joining, or joined less than a catch-up timeout ago: a responder that was joining answers
             # once joined. A second whole one in that time is ignored.
@@ -1358,8 +1361,12 @@ class Participant:
         return infos
 
     def send_control(self, j, kind, body, recipient=None):
-        """Control messages: QoS 1, reliable, no seq (they are in no stream)."""
-        payload = encode({"body": body, "epoch": self.epoch, "reliable": True, "type": kind, "v": VERSION})
+        """Control messages: QoS 1, reliable, no seq (they are in no stream); sealed in a private group."""
+        env = {"body": body, "epoch": self.epoch, "reliable": True, "type": kind, "v": VERSION}
+        if self.keyring is not None:  # §Private sessions: the body sealed for its place, `seq` empty
+            context = self.message_context(j.id, self.me, env, "" if recipient is None else recipient)
+            env = dict(env, body=self.keyring.seal(j.id, encode(body), context), sealed=self.keyring.sealing)
+        payload = encode(env)
         levels = ("all", self.me) if recipient is None else ("to", recipient, self.me)
         return self.client.publish(self.topic("s", j.id, *levels), payload, qos=1)
 

@@ -4,6 +4,9 @@
 enum Base64 {
     private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
 
+    /// How many bytes at most a base64 text of `length` characters holds.
+    static func decodedCapacity(_ length: Int) -> Int { max(0, length) / 4 * 3 }
+
     /// Appends the base64 text of `bytes` to `out`.
     static func append(_ bytes: UnsafeRawBufferPointer, to out: inout [UInt8]) {
         out.reserveCapacity(out.count + (bytes.count + 2) / 3 * 4)

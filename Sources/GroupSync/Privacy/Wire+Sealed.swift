@@ -3,10 +3,11 @@ import Foundation
 /// The records of a private session as they go on the wire and come back: what is sealed in each
 /// (PROTOCOL.md, Private sessions), and where it is bound to.
 extension SealedContext {
-    /// An app message: its session, sender, recipient (`""` for a broadcast, also when re-sent to one
-    /// receiver), the sender's epoch, its `seq`, type and reliability.
+    /// An envelope's body: its session, sender, recipient (`""` for a broadcast, also when re-sent to one
+    /// receiver), the sender's epoch, its `seq` (`""` for a control message, which has none), type and
+    /// reliability.
     package static func message(
-        session: String, sender: String, recipient: String?, epoch: Int64, seq: Int64, type: String, reliable: Bool
+        session: String, sender: String, recipient: String?, epoch: Int64, seq: Int64?, type: String, reliable: Bool
     ) -> SealedContext {
         SealedContext(capacity: 96 + session.utf8.count + sender.utf8.count + (recipient?.utf8.count ?? 0) + type.utf8.count) {
             $0.append("message")
@@ -14,7 +15,7 @@ extension SealedContext {
             $0.append(sender)
             $0.append(recipient ?? "")
             $0.append(epoch)
-            $0.append(seq)
+            if let seq { $0.append(seq) } else { $0.append("") }
             $0.append(type)
             $0.append(reliable ? "1" : "0")
         }

@@ -115,12 +115,14 @@ extension SessionCore {
     }
 
     /// Hands a control message to the connection, to `recipient` (nil: everyone), and returns its ticket.
-    /// `writeNow`: see ``MQTTClient/enqueuePublish(to:payload:qos:retain:properties:writeNow:)``.
-    func enqueueControl(_ control: Control, _ body: some Encodable, to recipient: String?, writeNow: Bool = true) throws(GroupSyncError)
-        -> MQTTClient.PublishTicket
-    {
+    /// In a private session its body is sealed, as an app message's is, unless it goes to an observer
+    /// (`sealed: false`). `writeNow`: see ``MQTTClient/enqueuePublish(to:payload:qos:retain:properties:writeNow:)``.
+    func enqueueControl(
+        _ control: Control, _ body: some Encodable, to recipient: String?, sealed: Bool = true, writeNow: Bool = true
+    ) throws(GroupSyncError) -> MQTTClient.PublishTicket {
+        let sealing = sealed ? sealer.map { Wire.EnvelopeBytes.Sealing(sealer: $0, session: id, sender: me, recipient: recipient) } : nil
         let payload = Wire.EnvelopeBytes(encodedBody: try Wire.encode(body)).finished(
-            type: control.rawValue, epoch: context.epoch, seq: nil, reliable: control.isReliable)
+            type: control.rawValue, epoch: context.epoch, seq: nil, reliable: control.isReliable, sealing: sealing)
         let topic = recipient.map { topics.direct(id, to: $0, from: me) } ?? broadcastTopic
         return try GroupSyncError.overConnection { () throws(MQTTError) in
             try context.client.enqueuePublish(
@@ -129,8 +131,8 @@ extension SessionCore {
     }
 
     /// Sends a control message without waiting for its acknowledgement (on the network thread too).
-    func sendControl(_ control: Control, _ body: some Encodable, to recipient: String?) {
-        if let ticket = try? enqueueControl(control, body, to: recipient) { context.client.detach(ticket) }
+    func sendControl(_ control: Control, _ body: some Encodable, to recipient: String?, sealed: Bool = true) {
+        if let ticket = try? enqueueControl(control, body, to: recipient, sealed: sealed) { context.client.detach(ticket) }
     }
 
     /// Sends a control message without waiting. Returns when the connection took it (nil: it could not),
@@ -151,14 +153,18 @@ extension SessionCore {
     func send(_ send: SessionStateMachine.Send) {
         switch send {
         case let .catchUp(recipient), let .observerCatchUp(recipient):
-            let listingMembers = !context.client.retainAvailable || send == .observerCatchUp(to: recipient)
-            let budget = Wire.budget(maximumPacketSize: context.client.maximumPacketSize)
+            // An observer's is not sealed as a whole (its values are): it lists who is there, which an
+            // observer without the key shows too.
+            let toObserver = send == .observerCatchUp(to: recipient)
+            let listingMembers = !context.client.retainAvailable || toObserver
+            var budget = Wire.budget(maximumPacketSize: context.client.maximumPacketSize)
+            if sealer != nil && !toObserver { budget = Base64.decodedCapacity(budget) - AEAD.nonceSize - AEAD.tagSize }
             let listingJournal = !context.client.retainAvailable
             let sealing = wireRecord
             for part in read({
                 $0.catchUp(listingMembers: listingMembers, listingJournal: listingJournal, budget: budget, sealing: sealing)
             }) {
-                sendControl(.catchUp, part, to: recipient)
+                sendControl(.catchUp, part, to: recipient, sealed: !toObserver)
             }
         case let .serveChunks(held):
             serve(held)

@@ -268,7 +268,8 @@ final class SessionCore: Sendable {
 
     /// An envelope on a message topic; returns how many received values it rejected.
     private func inbound(_ payload: Data, from sender: String, direct: Bool, now: Int64) -> Int {
-        guard let envelope = Wire.decodeEnvelope(payload) else { return reject() }
+        guard let scanned = Wire.decodeEnvelope(payload), let (envelope, payload) = opened(scanned, payload, from: sender, direct: direct)
+        else { return reject() }
         let (body, epoch) = (payload[envelope.body], envelope.header.epoch)
         switch envelope.header.type {
         case Control.ping.rawValue where direct:
@@ -310,7 +311,6 @@ final class SessionCore: Sendable {
         case Control.position.rawValue:
             return feed(body) { (position: Wire.Position, machine) in machine.onPosition(position, from: sender, epoch: epoch, now: now) }
         default:
-            guard let (envelope, payload) = opened(envelope, payload, from: sender, direct: direct) else { return reject() }
             return perform { $0.onMessage(envelope, payload: payload, sender: sender, direct: direct, now: now) }.rejected
         }
     }
@@ -325,7 +325,8 @@ final class SessionCore: Sendable {
         return json.dropFirst().dropLast()
     }
 
-    /// An app message as the app reads it. In a private session its body is opened: nil when it is not
+    /// An envelope as it is read: in a private session its body is opened — an app message's and a
+    /// control message's alike, so that nobody without the key can send either —: nil when it is not
     /// sealed, or does not open for its place (session, sender, recipient, epoch, seq, type, reliability),
     /// or what it holds is not JSON by the decoding rules. Elsewhere it is as it came: nil when sealed.
     private func opened(_ envelope: Wire.ScannedEnvelope, _ payload: Data, from sender: String, direct: Bool) -> (
@@ -333,9 +334,9 @@ final class SessionCore: Sendable {
     )? {
         let header = envelope.header
         guard let sealer else { return header.sealed == nil ? (envelope, payload) : nil }
-        guard let keyID = header.sealed, let seq = header.seq, let text = Self.stringBytes(payload[envelope.body]) else { return nil }
+        guard let keyID = header.sealed, let text = Self.stringBytes(payload[envelope.body]) else { return nil }
         let context = SealedContext.message(
-            session: id, sender: sender, recipient: direct && header.stream == nil ? me : nil, epoch: header.epoch, seq: seq,
+            session: id, sender: sender, recipient: direct && header.stream == nil ? me : nil, epoch: header.epoch, seq: header.seq,
             type: header.type, reliable: header.reliable)
         guard let body = sealer.open(base64: text, keyID: keyID, context), (try? JSONParser.check(body)) != nil else { return nil }
         var opened = envelope

@@ -47,7 +47,7 @@ extension Wire {
         /// Where the encoded body starts in `bytes`, after `{"body":`.
         private static let bodyStart = 8
 
-        /// How an app message's body is sealed in a private session: by `sealer`, from `sender` to
+        /// How an envelope's body is sealed in a private session: by `sealer`, from `sender` to
         /// `recipient` (nil: a broadcast).
         struct Sealing {
             var sealer: SessionSealer
@@ -56,12 +56,11 @@ extension Wire {
             var recipient: String?
         }
 
-        /// The whole envelope; without `seq` for a control message (in no stream). With `sealing` (an app
-        /// message, so with `seq`), the body is sealed for its place: session, sender, recipient, epoch,
-        /// seq, type and reliability.
+        /// The whole envelope; without `seq` for a control message (in no stream). With `sealing`, the body
+        /// is sealed for its place: session, sender, recipient, epoch, seq, type and reliability.
         func finished(type: String, epoch: Int64, seq: Int64?, reliable: Bool, sealing: Sealing? = nil) -> [UInt8] {
             var out: [UInt8]
-            if let sealing, let seq {
+            if let sealing {
                 let context = SealedContext.message(
                     session: sealing.session, sender: sealing.sender, recipient: sealing.recipient, epoch: epoch, seq: seq, type: type,
                     reliable: reliable)
