@@ -277,6 +277,28 @@ import Testing
         }
     }
 
+    /// Adding the same bytes again renames the attachment in a private session too: its chunks are sealed
+    /// with the salt they were added with, so they are the same chunks; other bytes of that size are not.
+    @Test(arguments: [true, false]) func reAddingTheSameBytesRenamesAPrivateAttachment(retainedMessages: Bool) async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let keyed = Self.keyed(Self.k1, retainedMessages: retainedMessages)
+            let a = try await group.join("alice", keyed).startJoined(Gallery(galleryID: "rename"))
+            let b = try await group.join("bob", keyed).joinSession(a.id, of: Gallery.self)
+            let configuration = GroupSessionJournal.Configuration(chunkSize: 16 << 10, window: 4)
+            let (alices, bobs) = (GroupSessionJournal(session: a, configuration: configuration), GroupSessionJournal(session: b))
+            let photo = Data((0..<40_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+            let added = try await alices.add(photo, name: "photo.jpg")
+            let renamed = try await alices.add(photo, name: "renamed.jpg")
+            #expect(renamed.id == added.id)
+            try await waitUntil("bob lists it renamed") { bobs.attachments.map(\.name) == ["renamed.jpg"] }
+            #expect(try await bobs.load(bobs.attachments[0]) == photo)
+            let other = try await alices.add(Data(photo.reversed()), name: "other.jpg")
+            #expect(other.id != added.id && alices.attachments.count == 2)
+            await group.closeAll()
+        }
+    }
+
     /// Where nothing is retained, the owner of a file added from disk seals each chunk as it serves it,
     /// from the file (mapped). Changed in place after it was added, the file no longer matches the chunks'
     /// digests: nothing is served, so no other bytes ever go out under a chunk's nonce, and the load fails.

@@ -73,12 +73,9 @@ public final class GroupSessionJournal: Sendable {
             throw .invalidArgument("chunkSize and window must be positive")
         }
         let packetLimit = client.maximumPacketSize.map { $0 - Wire.envelopeAllowance }
-        // In a private session each chunk is sealed, which makes it a tag longer; its key is the session's
-        // with a salt of its own.
+        // In a private session each chunk is sealed, which makes it a tag longer.
         let sealer = core.sealer
-        let salt = sealer.map { _ in Data(AEAD.randomBytes(16)).base64EncodedString() }
-        let cipher = sealer.flatMap { sealer in salt.flatMap { sealer.chunkCipher(keyID: sealer.sealingKeyID, salt: $0) } }
-        let chunkSize = min(configuration.chunkSize, (packetLimit ?? .max) - (cipher == nil ? 0 : AEAD.tagSize))
+        let chunkSize = min(configuration.chunkSize, (packetLimit ?? .max) - (sealer == nil ? 0 : AEAD.tagSize))
         // The record lists 67 bytes per chunk (a quoted digest and a comma): one that cannot fit the
         // broker's packets is refused before anything is hashed.
         let chunkCount = (data.count + chunkSize - 1) / chunkSize
@@ -88,7 +85,8 @@ public final class GroupSessionJournal: Sendable {
         // Slices share `data`'s bytes: the owner keeps (and refreshes) one copy of the attachment (sealed
         // chunks are copies of their own).
         let content = stride(from: data.startIndex, to: data.endIndex, by: chunkSize).map { data[$0..<min($0 + chunkSize, data.endIndex)] }
-        let chunks = cipher.map { cipher in content.enumerated().map { cipher.seal($1, index: $0) } } ?? content
+        let sealed = sealer.map { sealedChunks(content, size: data.count, chunkSize: chunkSize, sealer: $0) }
+        let (salt, cipher, chunks) = (sealed?.salt, sealed?.cipher, sealed?.chunks ?? content)
         // Each byte is hashed once, into its chunk's digest; the attachment's digest is that of theirs.
         let digests = chunks.map(SHA256.hex)
         let digest = SHA256.hex(ofDigests: digests)
@@ -162,6 +160,29 @@ public final class GroupSessionJournal: Sendable {
         }
         core.perform { $0.onJournal { $0.onRecord(record, digest: digest, owner: me) } }
         return JournalAttachment(record: record)
+    }
+
+    /// `content`'s chunks sealed for a private session, with their salt and the cipher it makes: a fresh
+    /// salt, unless these bytes are an attachment of ours already (added again to rename it): then its
+    /// salt, so that they make the same chunks, hence the same attachment.
+    private func sealedChunks(
+        _ content: [Data], size: Int, chunkSize: Int, sealer: SessionSealer
+    ) -> (salt: String, cipher: ChunkCipher, chunks: [Data]) {
+        let (me, keyID) = (core.me, sealer.sealingKeyID)
+        let ours = core.read { machine in
+            machine.journal.attachments.map(\.record).filter {
+                $0.added.participant == me && $0.size == Int64(size) && $0.chunkSize == Int64(chunkSize) && $0.sealed == keyID
+            }
+        }
+        for record in ours {
+            guard let salt = record.salt, let cipher = sealer.chunkCipher(keyID: keyID, salt: salt) else { continue }
+            let chunks = content.enumerated().map { cipher.seal($1, index: $0) }
+            if chunks.map(SHA256.hex) == record.chunks { return (salt, cipher, chunks) }
+        }
+        let salt = Data(AEAD.randomBytes(16)).base64EncodedString()
+        // A fresh salt of 16 bytes always makes a cipher.
+        let cipher = sealer.chunkCipher(keyID: keyID, salt: salt)!
+        return (salt, cipher, content.enumerated().map { cipher.seal($1, index: $0) })
     }
 
     /// Adds the file at `file`, memory-mapped rather than read (the bytes stay on disk until sent), named
