@@ -143,6 +143,30 @@ import Testing
         }
     }
 
+    /// A record whose clock counter is at its maximum (plausible: 2³² − 1) does not make every later write
+    /// one that readers reject: the clocks that see it move to the next millisecond.
+    @Test func aClockCounterAtItsMaximumStopsNoWrite() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = Group(broker)
+            let (alice, bob, a, b) = try await group.pair(Gallery(galleryID: "counter"))
+            let (sa, sb) = (try SharedState(a, key: "index", initialValue: 0), try SharedState(b, key: "index", initialValue: 0))
+            let forger = try MQTTClient(configuration: .init(url: broker.url))
+            try await forger.connect()
+            let at = SystemWallClock().milliseconds() + 60_000
+            let record = #"{"clock":{"c":4294967295,"p":"bob","t":\#(at)},"key":"other","v":2,"value":1}"#
+            try await forger.publish(to: alice.topics.state(a.id, key: "other", writer: "bob"), payload: Data(record.utf8), retain: true)
+            try await waitUntil("alice saw it") { alice.hlc.withLock { $0.latest.time } >= at }
+            try await sa.set(5)
+            try await waitUntil("bob reads alice's write") { sb.value == 5 }
+            try await sb.set(6)
+            try await waitUntil("alice reads bob's") { sa.value == 6 }
+            #expect([alice, bob].allSatisfy { $0.rejectedMessageCount == 0 })
+            try await forger.publish(to: alice.topics.state(a.id, key: "other", writer: "bob"), payload: Data(), retain: true)
+            await forger.disconnect()
+            await group.closeAll()
+        }
+    }
+
     @Test func catchUpGoesOnlyToTheNewcomer() async throws {
         try await MosquittoBroker.withBroker { broker in
             let group = Group(broker)

@@ -661,8 +661,12 @@ class Participant:
     def tick(self):
         now = now_ms()
         t, c = self.latest
-        self.latest = (now, 0) if now > t else (t, c + 1)
+        self.set_clock(*((now, 0) if now > t else (t, c + 1)))
         return {"c": self.latest[1], "p": self.me, "t": self.latest[0]}
+
+    def set_clock(self, t, c):
+        """§Hybrid logical clock: a counter past its range (2³² − 1) moves to the next ms."""
+        self.latest = (t + 1, 0) if c > 0xFFFFFFFF else (t, c)
 
     def observe(self, remote):
         rt, rc = remote[0], remote[1]
@@ -676,7 +680,7 @@ class Participant:
             c = rc + 1
         else:
             c = 0
-        self.latest = (t, c)
+        self.set_clock(t, c)
 
     # --- connection (§Connect, §Reconnect) ---
 

@@ -52,10 +52,13 @@ package struct HybridLogicalClock: Sendable, Hashable {
         self.latest = HLCTimestamp(time: 0, counter: 0, participant: participant)
     }
 
+    /// The largest counter a timestamp may carry (PROTOCOL.md, Ranges): one more moves to the next ms.
+    static let maximumCounter: Int64 = (1 << 32) - 1
+
     /// A timestamp for a local event at wall-clock time `now` (milliseconds).
     package mutating func tick(now: Int64) -> HLCTimestamp {
         let (time, counter) = now > latest.time ? (now, 0) : (latest.time, latest.counter &+ 1)
-        latest = HLCTimestamp(time: time, counter: counter, participant: participant)
+        set(time, counter)
         return latest
     }
 
@@ -70,7 +73,16 @@ package struct HybridLogicalClock: Sendable, Hashable {
             case (false, true): remote.counter &+ 1
             case (false, false): 0
             }
-        latest = HLCTimestamp(time: time, counter: counter, participant: participant)
+        set(time, counter)
+    }
+
+    /// `latest` = (`time`, `counter`), or the next ms with counter 0 when the counter would leave its range
+    /// (a received counter at its maximum would otherwise make every later stamp one that readers reject).
+    private mutating func set(_ time: Int64, _ counter: Int64) {
+        latest =
+            counter > Self.maximumCounter
+            ? HLCTimestamp(time: time &+ 1, counter: 0, participant: participant)
+            : HLCTimestamp(time: time, counter: counter, participant: participant)
     }
 }
 

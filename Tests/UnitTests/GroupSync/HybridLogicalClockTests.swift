@@ -37,6 +37,22 @@ import Testing
         #expect(clock.latest == HLCTimestamp(time: 200, counter: 0, participant: "a"), "the wall clock is ahead of both")
     }
 
+    /// A received counter at its maximum moves our clock to the next millisecond instead of past the
+    /// counter's range: every later stamp stays one that readers accept.
+    @Test func aCounterAtItsMaximumMovesToTheNextMillisecond() {
+        let remote = HLCTimestamp(time: 5_000, counter: HybridLogicalClock.maximumCounter, participant: "mallory")
+        #expect(remote.isPlausible(now: 100))
+        var clock = HybridLogicalClock(participant: "alice")
+        clock.observe(remote, now: 100)
+        #expect(clock.latest == HLCTimestamp(time: 5_001, counter: 0, participant: "alice"))
+        let next = clock.tick(now: 100)
+        #expect(next > remote && next.isPlausible(now: 100))
+        var ticking = HybridLogicalClock(participant: "bob")
+        ticking.observe(HLCTimestamp(time: 5_000, counter: HybridLogicalClock.maximumCounter - 1, participant: "carol"), now: 100)
+        #expect(ticking.latest == HLCTimestamp(time: 5_000, counter: HybridLogicalClock.maximumCounter, participant: "bob"))
+        #expect(ticking.tick(now: 100) == HLCTimestamp(time: 5_001, counter: 0, participant: "bob"), "a tick too")
+    }
+
     @Test func timestampsOrderByTimeCounterThenParticipant() {
         let a = HLCTimestamp(time: 1, counter: 0, participant: "b")
         #expect(a < HLCTimestamp(time: 1, counter: 1, participant: "a"))
