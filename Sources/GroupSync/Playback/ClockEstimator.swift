@@ -62,8 +62,8 @@ struct ClockEstimator: Sendable, Equatable {
 
     /// What one exchange said of the estimate made before it.
     enum Outcome: Sendable, Equatable {
-        /// Ignored: a negative round trip (clocks that jumped), one longer than ten seconds, or an answer
-        /// sent before it was received.
+        /// Ignored: a negative round trip (clocks that jumped), one longer than ten seconds, an answer
+        /// sent before it was received, or times too far apart for their sums in 64-bit nanoseconds.
         case ignored
         /// Added while the estimate did not follow the drift yet: nothing to judge it by.
         case added
@@ -83,9 +83,17 @@ struct ClockEstimator: Sendable, Equatable {
     /// Adds one exchange and says how it compares with the estimate made before it.
     @discardableResult
     mutating func add(sent t0: Int64, received t1: Int64, replied t2: Int64, back t3: Int64) -> Outcome {
-        let roundTrip = (t3 &- t0) &- (t2 &- t1)
-        guard roundTrip >= 0, roundTrip < 10_000_000_000, t2 >= t1 else { return .ignored }
-        let sample = Sample(local: t3, offset: ((t1 &- t0) &+ (t2 &- t3)) / 2, roundTrip: roundTrip)
+        // Each time is in range (±9×10¹⁸ ns), but a received one may be as far from ours as the range allows.
+        func difference(_ a: Int64, _ b: Int64) -> Int64? {
+            let (difference, overflow) = a.subtractingReportingOverflow(b)
+            return overflow ? nil : difference
+        }
+        guard let outward = difference(t1, t0), let back = difference(t2, t3), let held = difference(t2, t1),
+            let elapsed = difference(t3, t0), let roundTrip = difference(elapsed, held),
+            case let (twice, false) = outward.addingReportingOverflow(back),
+            roundTrip >= 0, roundTrip < 10_000_000_000, held >= 0
+        else { return .ignored }
+        let sample = Sample(local: t3, offset: twice / 2, roundTrip: roundTrip)
         var outcome = Outcome.added
         if fitsDrift, let foreseen = offset(atLocal: t3) {
             // The true offset lies within half the round trip of the sample's. In `Double`: the offsets

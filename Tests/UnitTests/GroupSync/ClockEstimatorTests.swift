@@ -140,6 +140,12 @@ import Testing
         let backwards = estimator.add(sent: 0, received: 100, replied: 50, back: 200)
         #expect(negative == .ignored, "a negative round trip")
         #expect(backwards == .ignored, "answered before received")
+        // Times in range (±9×10¹⁸ ns) whose sums are not: a forged answer 7×10¹⁸ ns ahead, which wrapping
+        // arithmetic turned into an offset of the other sign.
+        let now: Int64 = 1_796_000_000_000_000_000
+        let far = now + 7_000_000_000_000_000_000
+        #expect(estimator.add(sent: now, received: far, replied: far, back: now + 1_000) == .ignored, "an offset beyond 64 bits")
+        #expect(estimator.add(sent: now, received: -9_000_000_000_000_000_000, replied: far, back: now + 1_000) == .ignored)
         #expect(estimator.samples.isEmpty)
         for i in 0..<(ClockEstimator.capacity + 8) { Self.exchange(&estimator, local: Int64(i), offset: 0, out: 1, back: 1) }
         #expect(estimator.samples.count == ClockEstimator.capacity)
