@@ -7,7 +7,7 @@ extension MosquittoBroker {
     package func requireOwnProcess(_ operation: String) {
         guard external != nil else { return }
         refused.withLock { $0.append(operation) }
-        FileHandle.standardError.write(
-            Data("MosquittoBroker: \(operation) used on the external broker of \(ExternalBroker.environmentVariable)\n".utf8))
+        try? FileHandle.standardError.write(
+            contentsOf: Data("MosquittoBroker: \(operation) used on the external broker of \(ExternalBroker.environmentVariable)\n".utf8))
     }
 }

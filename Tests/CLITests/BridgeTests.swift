@@ -154,6 +154,42 @@ import Testing
         }
     }
 
+    /// A host that closes the bridge's output (while its input stays open) ends it as an interrupt does:
+    /// the bridge leaves cleanly at its next event and exits 0, not on the failed write.
+    @Test func aClosedOutputLeavesAndExitsZero() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let group = broker.unique("closed-output")
+            let alice = try BridgeProcess("alice", broker: broker.url, group: group)
+            _ = try await alice.request("start", #""activity":"\#(Self.activity)","keys":["index"]"#)
+            let presence = try MQTTClient(configuration: .init(url: broker.url))
+            try await presence.connect()
+            let bobs = Collector(try await presence.subscribe(to: [TopicSubscription("groupsync/v2/\(group)/presence/bob")]))
+            // The host: joins, reads the answer, closes its end of the bridge's output, keeps its input open.
+            let host = """
+                import subprocess, sys
+                bridge = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                bridge.stdin.write(b'{"id":1,"op":"join","activity":"\(Self.activity)"}\\n')
+                bridge.stdin.flush()
+                while b'"id":1' not in bridge.stdout.readline():
+                    pass
+                bridge.stdout.close()
+                print("closed", flush=True)
+                print("exit", bridge.wait(timeout=20), flush=True)
+                """
+            let bob = try CLIProcess(
+                ["python3", "-c", host, groupsyncExecutable, "bridge", "--broker", broker.url, "--group", group, "--as", "bob"],
+                executable: "/usr/bin/env")
+            _ = try await bob.waitForLine { $0 == "closed" }
+            _ = try await alice.request("set", #""key":"index","value":1"#)  // an event for bob to write
+            _ = try await bob.waitForLine(timeout: .seconds(25)) { $0.hasPrefix("exit ") }
+            #expect(bob.output.last == "exit 0")
+            try await waitUntil("bob's presence is cleared, not a will") { bobs.elements.last?.payload.isEmpty == true }
+            _ = try await alice.event("bob leaving") { $0["event"] == "participants" && $0["participants"] == names("alice") }
+            await presence.disconnect()
+            try await alice.closeAndExpectACleanExit()
+        }
+    }
+
     /// Without `--as`, the bridge is the same participant on every run (USER@HOST-bridge), so that a
     /// rerun takes its own place instead of leaving records behind; it is not the `join` of the same user.
     @Test func theDefaultParticipantIDIsStableAcrossRuns() async throws {

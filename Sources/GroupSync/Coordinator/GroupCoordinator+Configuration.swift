@@ -84,7 +84,7 @@ extension GroupCoordinator {
             self.presenceTimeToLive = presenceTimeToLive
             if getenv("GROUPSYNC_LOG_REJECTED") != nil {  // one variable, not a copy of the environment
                 onRejected = { topic, size in
-                    FileHandle.standardError.write(Data("groupsync: rejected \(size) bytes on \(topic)\n".utf8))
+                    try? FileHandle.standardError.write(contentsOf: Data("groupsync: rejected \(size) bytes on \(topic)\n".utf8))
                 }
             }
         }

@@ -2,8 +2,8 @@ import Dispatch
 import Foundation
 import MQTT
 
-/// Turns SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal closed) into a callback, so that commands
-/// can leave sessions cleanly.
+/// Turns SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal closed) — and standard output closed by its
+/// reader (``Output/onClosed(_:)``) — into a callback, so that commands can leave sessions cleanly.
 enum Signals {
     /// The sources must stay alive for the life of the process. `nonisolated(unsafe)` is sound: only
     /// `onInterrupt` touches it, and commands call that once, from their main task, before waiting.
@@ -15,6 +15,7 @@ enum Signals {
     /// command's farewell is bounded (``GroupCoordinator/Configuration/farewellTimeout``, and a second
     /// for DISCONNECT). Without, for commands that own a child process to stop first (`broker`, `demo`).
     static func onInterrupt(exitAfter grace: Duration? = .seconds(5), _ handler: @escaping @Sendable () -> Void) {
+        Output.onClosed(handler)
         let received = LockedValue<[Int32]>([])
         for number in [SIGINT, SIGTERM, SIGHUP] {
             // The source sees the signal; ignoring it stops the default action (termination).

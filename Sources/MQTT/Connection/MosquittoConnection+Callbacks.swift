@@ -8,7 +8,9 @@ extension MosquittoConnection {
         if getenv("GROUPSYNC_MQTT_DEBUG") != nil {
             // Diagnostics on standard error; only when asked for, since it runs on the network thread.
             mosquitto_log_callback_set(handle) { _, _, level, text in
-                if let text { FileHandle.standardError.write(Data("[libmosquitto \(level)] \(String(cString: text))\n".utf8)) }
+                if let text {
+                    try? FileHandle.standardError.write(contentsOf: Data("[libmosquitto \(level)] \(String(cString: text))\n".utf8))
+                }
             }
         }
         mosquitto_connect_v5_callback_set(handle) { _, context, rc, flags, properties in
