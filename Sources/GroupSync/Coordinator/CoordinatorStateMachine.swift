@@ -28,6 +28,10 @@ struct CoordinatorStateMachine {
         /// The ``Challenger`` of a participant in `connections`, apart from them, whose every entry it would
         /// otherwise enlarge: a participant holds one per member of its group, and a challenger is rare.
         var challengers: [String: Challenger] = [:]
+        /// The epoch of the last connection of a participant that a will ended, until a newer one of it
+        /// proves itself: a connection at or below it, taken while none was live, cannot hold off a newer
+        /// one (it is one that already ended, or a forgery of it).
+        var lastWill: [String: Int64] = [:]
         var sessions: [String: Announced] = [:]
         /// Sessions whose end we saw, until their ended copy expires: older copies that arrive later (a
         /// retained replay is in no particular order) do not bring them back.
@@ -261,17 +265,21 @@ struct CoordinatorStateMachine {
     /// - An older epoch is a stale process, ignored — unless the current connection never sent a
     ///   heartbeat (it is known from a record only, possibly forged): then the older one challenges it
     ///   with its heartbeats, the same way.
+    /// - A connection taken while none was live whose epoch is at or below one a will ended is never
+    ///   confirmed, and the first newer epoch heard takes its place at once.
     ///
     /// So a single forged record or heartbeat never takes a live participant's place.
     private mutating func heard(
         _ participant: String, epoch: Int64, interval: Int64?, byHeartbeat: Bool, now: ContinuousClock.Instant
     ) -> PresenceAction {
         modifyGroup { group in
+            let ended = group.lastWill[participant].map { epoch <= $0 } ?? false
             guard var current = group.connections[participant], !current.isSilent(at: now) else {
                 let previous = group.connections[participant]
-                let confirmed = byHeartbeat || (previous?.epoch == epoch && previous?.confirmed == true)
+                let confirmed = !ended && (byHeartbeat || (previous?.epoch == epoch && previous?.confirmed == true))
                 group.connections[participant] = Connection(epoch: epoch, lastHeard: now, interval: interval, confirmed: confirmed)
                 group.challengers[participant] = nil
+                if confirmed { group.lastWill[participant] = nil }
                 return previous?.epoch == epoch ? .none : .changed(participant: participant, epoch: epoch)
             }
             if epoch == current.epoch {
@@ -283,9 +291,11 @@ struct CoordinatorStateMachine {
                 group.connections[participant] = current
                 return .none
             }
-            if epoch > current.epoch, current.interval == nil {
+            let currentEnded = group.lastWill[participant].map { current.epoch <= $0 } ?? false
+            if epoch > current.epoch, current.interval == nil || currentEnded && !ended {
                 group.connections[participant] = Connection(epoch: epoch, lastHeard: now, interval: interval, confirmed: byHeartbeat)
                 group.challengers[participant] = nil
+                if byHeartbeat { group.lastWill[participant] = nil }
                 return .changed(participant: participant, epoch: epoch)
             }
             if epoch < current.epoch, !byHeartbeat || current.confirmed { return .none }
@@ -315,6 +325,7 @@ struct CoordinatorStateMachine {
                 return .none
             }
             guard current.epoch == epoch else { return .none }
+            group.lastWill[participant] = max(group.lastWill[participant] ?? epoch, epoch)
             return group.replaceGone(participant)
         } ?? .none
     }

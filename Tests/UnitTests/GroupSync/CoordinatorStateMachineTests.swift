@@ -311,6 +311,21 @@ import Testing
         }
     }
 
+    /// A will ends a connection; a connection of an epoch at or below it taken afterwards (a forged
+    /// heartbeat, here) holds off the participant's real, newer connection not a moment: its first
+    /// heartbeat takes over.
+    @Test func aConnectionOlderThanAWillGivesWayToANewerOneAtOnce() {
+        var machine = Machine(me: "alice", myEpoch: 10)
+        #expect(machine.bobs(Self.presence("bob", epoch: 20), at: .zero) == .changed(participant: "bob", epoch: 20))
+        #expect(machine.bobsHeartbeat(epoch: 20, at: .milliseconds(100)) == .none)
+        #expect(machine.bobs(Self.presence("bob", .lost, epoch: 20), at: .milliseconds(200)) == .changed(participant: "bob", epoch: nil))
+        #expect(machine.bobsHeartbeat(epoch: 5, at: .milliseconds(300)) == .changed(participant: "bob", epoch: 5))
+        #expect(machine.bobsHeartbeat(epoch: 21, at: .milliseconds(400)) == .changed(participant: "bob", epoch: 21), "at once")
+        #expect(machine.bobsHeartbeat(epoch: 5, at: .milliseconds(500)) == .none, "the older one does not come back")
+        #expect(machine.bobsHeartbeat(epoch: 5, at: .milliseconds(600)) == .none)
+        #expect(machine.connections["bob"]?.epoch == 21)
+    }
+
     @Test func theCreatorsOwnCopyDecidesTheActivityType() {
         var machine = Machine(me: "alice", myEpoch: 10)
         #expect(machine.addListener(Self.listener("com.example.a").0)?.isEmpty == true)
