@@ -28,9 +28,9 @@ struct CoordinatorStateMachine {
         /// The ``Challenger`` of a participant in `connections`, apart from them, whose every entry it would
         /// otherwise enlarge: a participant holds one per member of its group, and a challenger is rare.
         var challengers: [String: Challenger] = [:]
-        /// The epoch of the last connection of a participant that a will ended, until a newer one of it
-        /// proves itself: a connection at or below it, taken while none was live, cannot hold off a newer
-        /// one (it is one that already ended, or a forgery of it).
+        /// The epoch of the last connection of a participant that a will ended, until a connection of it
+        /// at least that new proves itself with a heartbeat (or it goes offline): a connection older than
+        /// it is never confirmed, and gives way at once to a newer one's heartbeat.
         var lastWill: [String: Int64] = [:]
         var sessions: [String: Announced] = [:]
         /// Sessions whose end we saw, until their ended copy expires: older copies that arrive later (a
@@ -265,21 +265,29 @@ struct CoordinatorStateMachine {
     /// - An older epoch is a stale process, ignored — unless the current connection never sent a
     ///   heartbeat (it is known from a record only, possibly forged): then the older one challenges it
     ///   with its heartbeats, the same way.
-    /// - A connection taken while none was live whose epoch is at or below one a will ended is never
-    ///   confirmed, and the first newer epoch heard takes its place at once.
+    /// - A connection older than one a will ended is never confirmed, and the first heartbeat of a newer
+    ///   epoch takes its place at once (the participant's own, after a forged will and a forged older
+    ///   heartbeat).
     ///
     /// So a single forged record or heartbeat never takes a live participant's place.
     private mutating func heard(
         _ participant: String, epoch: Int64, interval: Int64?, byHeartbeat: Bool, now: ContinuousClock.Instant
     ) -> PresenceAction {
         modifyGroup { group in
-            let ended = group.lastWill[participant].map { epoch <= $0 } ?? false
+            // Older than a connection a will ended: a stale process, or a forgery.
+            func predatesWill(_ epoch: Int64) -> Bool { group.lastWill[participant].map { epoch < $0 } ?? false }
+            func confirm(_ connection: inout Connection) {
+                guard byHeartbeat, !predatesWill(connection.epoch) else { return }
+                connection.confirmed = true
+                group.lastWill[participant] = nil
+            }
             guard var current = group.connections[participant], !current.isSilent(at: now) else {
                 let previous = group.connections[participant]
-                let confirmed = !ended && (byHeartbeat || (previous?.epoch == epoch && previous?.confirmed == true))
-                group.connections[participant] = Connection(epoch: epoch, lastHeard: now, interval: interval, confirmed: confirmed)
+                var connection = Connection(
+                    epoch: epoch, lastHeard: now, interval: interval, confirmed: previous?.epoch == epoch && previous?.confirmed == true)
+                confirm(&connection)
+                group.connections[participant] = connection
                 group.challengers[participant] = nil
-                if confirmed { group.lastWill[participant] = nil }
                 return previous?.epoch == epoch ? .none : .changed(participant: participant, epoch: epoch)
             }
             if epoch == current.epoch {
@@ -287,15 +295,15 @@ struct CoordinatorStateMachine {
                 // Judged by the largest interval this connection stated: a forged smaller one never makes
                 // a live participant flap.
                 if let interval { current.interval = max(current.interval ?? interval, interval) }
-                current.confirmed = current.confirmed || byHeartbeat
+                confirm(&current)
                 group.connections[participant] = current
                 return .none
             }
-            let currentEnded = group.lastWill[participant].map { current.epoch <= $0 } ?? false
-            if epoch > current.epoch, current.interval == nil || currentEnded && !ended {
-                group.connections[participant] = Connection(epoch: epoch, lastHeard: now, interval: interval, confirmed: byHeartbeat)
+            if epoch > current.epoch, current.interval == nil || byHeartbeat && predatesWill(current.epoch) {
+                var connection = Connection(epoch: epoch, lastHeard: now, interval: interval)
+                confirm(&connection)
+                group.connections[participant] = connection
                 group.challengers[participant] = nil
-                if byHeartbeat { group.lastWill[participant] = nil }
                 return .changed(participant: participant, epoch: epoch)
             }
             if epoch < current.epoch, !byHeartbeat || current.confirmed { return .none }
@@ -333,6 +341,7 @@ struct CoordinatorStateMachine {
     private mutating func remove(_ participant: String) -> PresenceAction {
         modifyGroup { group in
             group.challengers[participant] = nil
+            group.lastWill[participant] = nil
             return group.connections.removeValue(forKey: participant) == nil ? .none : .changed(participant: participant, epoch: nil)
         } ?? .none
     }

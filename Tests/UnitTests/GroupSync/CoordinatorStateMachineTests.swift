@@ -311,19 +311,32 @@ import Testing
         }
     }
 
-    /// A will ends a connection; a connection of an epoch at or below it taken afterwards (a forged
-    /// heartbeat, here) holds off the participant's real, newer connection not a moment: its first
-    /// heartbeat takes over.
-    @Test func aConnectionOlderThanAWillGivesWayToANewerOneAtOnce() {
+    /// A will ends a connection; one older than it heard afterwards (a forged heartbeat, here) holds off
+    /// the participant's own connection — the same epoch, after a forged will, or a newer one — not a
+    /// moment: its first heartbeat takes over.
+    @Test(arguments: [Int64(20), 21]) func aConnectionOlderThanAWillGivesWayAtOnce(returning: Int64) {
         var machine = Machine(me: "alice", myEpoch: 10)
         #expect(machine.bobs(Self.presence("bob", epoch: 20), at: .zero) == .changed(participant: "bob", epoch: 20))
         #expect(machine.bobsHeartbeat(epoch: 20, at: .milliseconds(100)) == .none)
         #expect(machine.bobs(Self.presence("bob", .lost, epoch: 20), at: .milliseconds(200)) == .changed(participant: "bob", epoch: nil))
         #expect(machine.bobsHeartbeat(epoch: 5, at: .milliseconds(300)) == .changed(participant: "bob", epoch: 5))
-        #expect(machine.bobsHeartbeat(epoch: 21, at: .milliseconds(400)) == .changed(participant: "bob", epoch: 21), "at once")
+        #expect(
+            machine.bobsHeartbeat(epoch: returning, at: .milliseconds(400)) == .changed(participant: "bob", epoch: returning), "at once")
         #expect(machine.bobsHeartbeat(epoch: 5, at: .milliseconds(500)) == .none, "the older one does not come back")
         #expect(machine.bobsHeartbeat(epoch: 5, at: .milliseconds(600)) == .none)
-        #expect(machine.connections["bob"]?.epoch == 21)
+        #expect(machine.connections["bob"]?.epoch == returning)
+    }
+
+    /// A connection back after its will (the same epoch: a reconnect, a thawed process) that proves itself
+    /// is as safe as before: a forged record of a newer epoch only challenges it.
+    @Test func aConnectionBackAfterItsWillIsNotWeaker() {
+        var machine = Machine(me: "alice", myEpoch: 10)
+        _ = machine.bobs(Self.presence("bob", epoch: 20), at: .zero)
+        #expect(machine.bobs(Self.presence("bob", .lost, epoch: 20), at: .milliseconds(100)) == .changed(participant: "bob", epoch: nil))
+        #expect(machine.bobs(Self.presence("bob", epoch: 20), at: .milliseconds(200)) == .changed(participant: "bob", epoch: 20))
+        #expect(machine.bobsHeartbeat(epoch: 20, at: .milliseconds(300)) == .none)
+        #expect(machine.bobs(Self.presence("bob", epoch: 21), at: .milliseconds(400)) == .none, "a record only challenges")
+        #expect(machine.connections["bob"]?.epoch == 20)
     }
 
     @Test func theCreatorsOwnCopyDecidesTheActivityType() {
