@@ -1378,6 +1378,8 @@ class Participant:
         """§Catch-up: the winning record of each key, in parts under the broker's Maximum Packet Size."""
         states = [self.wire_state(j.id, self.state_wire(j.states[k])) for k in sorted(j.states)]
         limit = (self.max_packet or MAX_PAYLOAD) - 1024  # room for the topic and the packet's header
+        if self.keyring is not None:  # §Private sessions: the body goes sealed, base64 of nonce ‖ it ‖ tag
+            limit = limit * 3 // 4 - 28
         parts, part = [], []
         for state in states:
             if part and len(encode({"members": [], "more": True, "states": part + [state]})) + 100 > limit:

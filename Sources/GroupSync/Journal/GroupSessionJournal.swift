@@ -59,14 +59,6 @@ public final class GroupSessionJournal: Sendable {
     public func add(
         _ data: Data, name: String, mediaType: String = "application/octet-stream", metadata: [String: String] = [:]
     ) async throws(GroupSyncError) -> JournalAttachment {
-        try await add(data, from: nil, name: name, mediaType: mediaType, metadata: metadata)
-    }
-
-    /// ``add(_:name:mediaType:metadata:)`` of `data`, the contents of `file` if it is given: where nothing is
-    /// retained, chunks are then served from the file, not from `data`.
-    private func add(
-        _ data: Data, from file: URL?, name: String, mediaType: String, metadata: [String: String]
-    ) async throws(GroupSyncError) -> JournalAttachment {
         guard core.isJoined else { throw core.isInvalidated ? .sessionInvalidated : .notJoined }
         let client = core.context.client
         guard configuration.chunkSize > 0, configuration.window > 0 else {
@@ -112,7 +104,7 @@ public final class GroupSessionJournal: Sendable {
         }
         guard client.retainAvailable else {
             // Nothing is retained: we hold the bytes and serve them to whoever asks while we are joined.
-            let held = HeldAttachment(record: record, bytes: file.map(HeldAttachment.Bytes.file) ?? .memory(data), cipher: cipher)
+            let held = HeldAttachment(record: record, bytes: .memory(data), cipher: cipher)
             core.perform {
                 $0.onJournal { journal in
                     if let held { journal.hold(held) }
@@ -188,10 +180,10 @@ public final class GroupSessionJournal: Sendable {
     /// Adds the file at `file`, memory-mapped rather than read (the bytes stay on disk until sent), named
     /// by its last path component unless `name` is given. See ``add(_:name:mediaType:metadata:)``.
     ///
-    /// Leave the file as it is while the attachment is in the journal: where the broker retains, the
-    /// chunks its lifetime refreshes are read from the mapping (a file truncated under a mapping ends the
-    /// process with `SIGBUS`); where nothing is retained, chunks are read from the file as they are served,
-    /// and once it no longer matches them nothing more is served from it.
+    /// Leave the file's bytes as they are while the attachment is in the journal (removing or replacing the
+    /// file is fine: the mapping keeps the bytes): chunks that are refreshed or served are read from the
+    /// mapping, and a file truncated under a mapping ends the process with `SIGBUS`. Where nothing is
+    /// retained, a chunk that no longer matches its digest is not served.
     public func add(
         contentsOf file: URL, name: String? = nil, mediaType: String = "application/octet-stream", metadata: [String: String] = [:]
     ) async throws(GroupSyncError) -> JournalAttachment {
@@ -201,7 +193,7 @@ public final class GroupSessionJournal: Sendable {
         } catch {
             throw .file("cannot read \(file.path): \(error.localizedDescription)")
         }
-        return try await add(data, from: file, name: name ?? file.lastPathComponent, mediaType: mediaType, metadata: metadata)
+        return try await add(data, name: name ?? file.lastPathComponent, mediaType: mediaType, metadata: metadata)
     }
 
     /// Removes one of this participant's attachments for everyone: its record, then its chunks, are
