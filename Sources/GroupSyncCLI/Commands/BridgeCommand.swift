@@ -41,8 +41,8 @@ enum BridgeCommand: Command {
 
         Options give the defaults that "configure" may override. Lines over 1 MiB are rejected.
 
-        Exit codes: 0 stdin closed or signal (Ctrl-C, SIGTERM, SIGHUP: at any point, a request still waiting
-        ends with an error answer), session left; 1 failure; 2 usage error. Connection problems are
+        Exit codes: 0 stdin closed, stdout closed, or signal (Ctrl-C, SIGTERM, SIGHUP: at any point, a request
+        still waiting ends with an error answer), session left; 1 failure; 2 usage error. Connection problems are
         error answers, not exit codes: the host may configure another broker and retry.
         """
 
