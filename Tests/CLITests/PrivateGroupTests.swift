@@ -102,6 +102,33 @@ import Testing
         }
     }
 
+    /// Where nothing is retained an observer learns who is in a session from the catch-up a member sends
+    /// it: in a private group that catch-up is not sealed as a whole, so an observer without the key lists
+    /// the participants of a "private session", and its values stay sealed.
+    @Test func anObserverWithoutTheKeyListsWhoIsInAPrivateSessionWhereNothingIsRetained() async throws {
+        try await MosquittoBroker.withBroker { broker in
+            let common = ["--broker", broker.url, "--group", broker.unique("observed"), "--no-retain"]
+            let secret = ["GROUPSYNC_SECRET": "k1 \(Data((0..<32).map { UInt8($0 &+ 9) }).base64EncodedString())"]
+            let alice = try CLIProcess(
+                ["join", "com.example.board", "--as", "alice", "--title", "Hush", "--state-key", "page"] + common, environment: secret)
+            let session = String(try await alice.waitForLine { $0.hasPrefix("session ") }.split(separator: " ")[1])
+            let bob = try CLIProcess(
+                ["join", "com.example.board", "--as", "bob", "--session", session, "--state-key", "page"] + common, environment: secret)
+            _ = try await alice.waitForLine { $0 == "participants alice,bob" }
+            alice.send("\"quiet\"")
+            _ = try await bob.waitForLine { $0 == #"state page "quiet""# }
+            let listing = try await runCLI(["sessions", "--json", "--timeout", "5"] + common)
+            #expect(listing.status == 0, "\(listing.errors)")
+            let text = listing.output.joined()
+            #expect(text.contains(#""participants":["alice","bob"]"#) && text.contains("private session"), "\(text)")
+            #expect(!text.contains("Hush") && !text.contains("quiet"))
+            for process in [alice, bob] {
+                process.closeInput()
+                #expect(try await process.wait() == 0)
+            }
+        }
+    }
+
     @Test func aSecretThatIsNoKeyIsAUsageError() async throws {
         let result = try await runCLI(["sessions", "--broker", "mqtt://127.0.0.1:1"], environment: ["GROUPSYNC_SECRET": "k1 c2hvcnQ="])
         #expect(result.status == 2 && result.errors.joined().contains("32"), "\(result.errors)")
