@@ -18,6 +18,21 @@ import Testing
         }
     }
 
+    /// alice and bob, both with key k1, joined to alice's session of `activity`; mallory, a plain MQTT
+    /// client without any key.
+    static func keyedPairAndAForger(_ broker: MosquittoBroker, _ activity: Gallery) async throws -> (
+        Group, GroupCoordinator, GroupSession<Gallery>, GroupCoordinator, GroupSession<Gallery>, MQTTClient
+    ) {
+        let group = Group(broker)
+        let alice = try await group.join("alice", keyed(k1))
+        let a = try await alice.startJoined(activity)
+        let bob = try await group.join("bob", keyed(k1))
+        let b = try await bob.joinSession(a.id, of: Gallery.self)
+        let mallory = try MQTTClient(configuration: .init(url: broker.url))
+        try await mallory.connect()
+        return (group, alice, a, bob, b, mallory)
+    }
+
     static func chats(_ session: GroupSession<Gallery>) -> Collector<(Chat, Participant)> {
         Collector(GroupSessionMessenger(session: session).messages(of: Chat.self).map { ($0, $1.source) })
     }
@@ -130,13 +145,7 @@ import Testing
     /// control message) for a member, in clear or sealed with another key; the member's own `end()` does.
     @Test func aControlMessageWithoutTheKeyIsRejected() async throws {
         try await MosquittoBroker.withBroker { broker in
-            let group = Group(broker)
-            let alice = try await group.join("alice", Self.keyed(Self.k1))
-            let a = try await alice.startJoined(Gallery(galleryID: "ends"))
-            let bob = try await group.join("bob", Self.keyed(Self.k1))
-            let b = try await bob.joinSession(a.id, of: Gallery.self)
-            let mallory = try MQTTClient(configuration: .init(url: broker.url))
-            try await mallory.connect()
+            let (group, alice, a, bob, b, mallory) = try await Self.keyedPairAndAForger(broker, Gallery(galleryID: "ends"))
             let topic = GroupTopics(group: group.name).broadcast(a.id, from: "alice")
             let clear = Wire.EnvelopeBytes(encodedBody: Data("null".utf8)).finished(
                 type: "$end", epoch: alice.epoch, seq: nil, reliable: true)
@@ -159,14 +168,8 @@ import Testing
     /// neither the session nor anyone's clock, and a newcomer who reads it still joins with the real copy.
     @Test func aClosedCopyChangesNothingOfAKnownSession() async throws {
         try await MosquittoBroker.withBroker { broker in
-            let group = Group(broker)
-            let alice = try await group.join("alice", Self.keyed(Self.k1))
-            let a = try await alice.startJoined(Gallery(galleryID: "real"))
-            let bob = try await group.join("bob", Self.keyed(Self.k1))
-            let b = try await bob.joinSession(a.id, of: Gallery.self)
+            let (group, alice, a, bob, b, mallory) = try await Self.keyedPairAndAForger(broker, Gallery(galleryID: "real"))
             let topics = GroupTopics(group: group.name)
-            let mallory = try MQTTClient(configuration: .init(url: broker.url))
-            try await mallory.connect()
             let now = SystemWallClock().milliseconds()
             var forged = Wire.Announcement(
                 session: a.id, activity: .init(type: Gallery.activityIdentifier, metadata: nil, data: .string("x"), sealed: "zz"),
