@@ -60,6 +60,8 @@ public final class GroupSessionJournal: Sendable {
         _ data: Data, name: String, mediaType: String = "application/octet-stream", metadata: [String: String] = [:]
     ) async throws(GroupSyncError) -> JournalAttachment {
         guard core.isJoined else { throw core.isInvalidated ? .sessionInvalidated : .notJoined }
+        // A task cancelled already sends nothing (an acknowledgement that comes at once would not see it).
+        if Task.isCancelled { throw .cancelled }
         let client = core.context.client
         guard configuration.chunkSize > 0, configuration.window > 0 else {
             throw .invalidArgument("chunkSize and window must be positive")
