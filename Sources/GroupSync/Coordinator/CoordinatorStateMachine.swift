@@ -428,11 +428,12 @@ struct CoordinatorStateMachine {
     /// machine keeps the copy with the largest revision. A known session's activity type is the one it
     /// was first announced with. The session ends with a copy that says so, or when its last copy is cleared.
     ///
-    /// A `closed` copy (sealed with a key we lack: nothing of it is authenticated to us) only lists a
-    /// session not known yet (`.new`) and keeps its publisher's copy alive: of a known session it changes
+    /// The copy comes as the coordinator keeps it: opened in a private group where it can be. One still
+    /// sealed is closed (sealed with a key we lack: nothing of it is authenticated to us): it only lists a
+    /// session not known yet (`.new`) and keeps its publisher's copy alive; of a known session it changes
     /// nothing else (`.none`), neither its type nor its end.
     mutating func onAnnouncement(
-        _ sessionID: String, publisher: String, _ announcement: Wire.Announcement?, closed: Bool = false, expiresAt: Int64, now: Int64
+        _ sessionID: String, publisher: String, _ announcement: Wire.Announcement?, expiresAt: Int64, now: Int64
     ) -> AnnouncementAction {
         guard let announcement else {
             var remaining: Int64?
@@ -455,7 +456,7 @@ struct CoordinatorStateMachine {
             Identifier.isValid(announcement.activity.type)
         else { return .rejected }
         let action =
-            closed
+            announcement.activity.sealed != nil
             ? acceptClosedAnnouncement(sessionID, publisher: publisher, announcement, expiresAt: expiresAt)
             : acceptAnnouncement(sessionID, publisher: publisher, announcement, expiresAt: expiresAt)
         if case .rejected = action { return action }

@@ -129,13 +129,13 @@ extension GroupCoordinator {
     func onCopy(_ sessionID: String, publisher: String, _ copy: Wire.Announcement?, lifetime: Int64) {
         let announcement = copy.flatMap(readable)
         guard announcement != nil || copy == nil else { return countRejection() }
-        // Sealed with a key we lack: nothing of it is authenticated to us (the machine lists it, no more).
+        // Still sealed: with a key we lack, nothing of it is authenticated to us (the machine lists it, no more).
         let closed = announcement?.activity.sealed != nil
         let (context, now) = (sessionContext, configuration.clock.milliseconds())
         typealias Outcome = (CoordinatorStateMachine.AnnouncementAction, SessionCore?, SessionCore?, CoordinatorStateMachine.WakeRequest)
         let (action, core, replaced, wake) = state.withLock { state -> Outcome in
             let action = state.machine.onAnnouncement(
-                sessionID, publisher: publisher, announcement, closed: closed, expiresAt: now + lifetime * 1000, now: now)
+                sessionID, publisher: publisher, announcement, expiresAt: now + lifetime * 1000, now: now)
             let wake = state.machine.takeWakeRequest()
             switch action {
             case let .new(_, presence), let .retyped(_, presence):

@@ -402,7 +402,7 @@ import Testing
             return copy
         }
         func announce(_ copy: Wire.Announcement, by publisher: String, expiresAt: Int64 = 60_000) -> Machine.AnnouncementAction {
-            machine.onAnnouncement("s1", publisher: publisher, copy, closed: copy.activity.sealed != nil, expiresAt: expiresAt, now: 1_000)
+            machine.announce("s1", copy, by: publisher, expiresAt: expiresAt)
         }
         #expect(announce(closed(ended: true), by: "mallory") == .none, "an ended session not known: nothing to list")
         #expect(announce(closed("com.example.forged"), by: "mallory") == .new(listeners: [], presence: ["alice": 10]))
