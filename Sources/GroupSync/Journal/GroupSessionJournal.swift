@@ -170,8 +170,14 @@ public final class GroupSessionJournal: Sendable {
         }
         for record in ours {
             guard let salt = record.salt, let cipher = sealer.chunkCipher(keyID: keyID, salt: salt) else { continue }
-            let chunks = content.enumerated().map { cipher.seal($1, index: $0) }
-            if chunks.map(SHA256.hex) == record.chunks { return (salt, cipher, chunks) }
+            // Chunk by chunk: other bytes of that size are told apart at their first differing chunk.
+            var chunks: [Data] = []
+            for (index, piece) in content.enumerated() {
+                let chunk = cipher.seal(piece, index: index)
+                guard record.chunks.indices.contains(index), SHA256.hex(chunk) == record.chunks[index] else { break }
+                chunks.append(chunk)
+            }
+            if chunks.count == content.count, chunks.count == record.chunks.count { return (salt, cipher, chunks) }
         }
         let salt = Data(AEAD.randomBytes(16)).base64EncodedString()
         // A fresh salt of 16 bytes always makes a cipher.
