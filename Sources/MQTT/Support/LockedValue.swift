@@ -11,12 +11,15 @@ import Foundation
 /// stored property is checked for exclusivity at run time on every lock, and the mutex already
 /// guarantees what that check would.
 ///
+/// `withLock` is inlinable so that each caller gets it specialized for its value, result and error
+/// types: called generically across modules, every lock also looked up their type metadata at run time.
+///
 /// `@unchecked Sendable` is sound: `value` is only read or written inside `withLock`, between
 /// `pthread_mutex_lock` and `pthread_mutex_unlock` on `mutex`; both are initialised in `init` and
 /// destroyed in `deinit` when no other reference exists.
 package final class LockedValue<Value>: @unchecked Sendable {
-    private let value: UnsafeMutablePointer<Value>
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    @usableFromInline let value: UnsafeMutablePointer<Value>
+    @usableFromInline let mutex: UnsafeMutablePointer<pthread_mutex_t>
 
     package init(_ value: Value) {
         self.value = .allocate(capacity: 1)
@@ -44,7 +47,7 @@ package final class LockedValue<Value>: @unchecked Sendable {
     }
 
     /// Runs `body` with exclusive access to the value. Never call user code or block inside.
-    package func withLock<Result, Failure: Error>(_ body: (inout Value) throws(Failure) -> Result) throws(Failure) -> Result {
+    @inlinable package func withLock<Result, Failure: Error>(_ body: (inout Value) throws(Failure) -> Result) throws(Failure) -> Result {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body(&value.pointee)
