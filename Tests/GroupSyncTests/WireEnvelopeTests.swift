@@ -82,8 +82,18 @@ import Testing
         ]
         for (text, rejection) in cases {
             #expect(Result { () throws(Wire.Rejection) in try JSONParser.parse(Data(text.utf8)) }.failure == rejection, "\(text)")
+            // Checked without being built — an opened body, an envelope's body located and skipped —, by the
+            // same rules (a skipped plain string is not built at all).
+            #expect(Result { () throws(Wire.Rejection) in try JSONParser.check(Data(text.utf8)) }.failure == rejection, "\(text)")
+            guard rejection != .bom, !text.isEmpty, text.count < 100 else { continue }  // (nesting: one level deeper)
+            let envelope = Data(#"{"body":\#(text),"x":"\#(text.count)"}"#.utf8)
+            #expect(
+                Result { () throws(Wire.Rejection) in try JSONParser.parseObject(envelope, skipping: true) }.failure
+                    == rejection, "\(text) as a skipped body")
         }
         #expect(Result { () throws(Wire.Rejection) in try JSONParser.parse(Data([0x22, 0xC3, 0x28, 0x22])) }.failure == .invalidUTF8)
+        let invalidBody = Data(#"{"body":""#.utf8) + [0xC3, 0x28] + Data(#""}"#.utf8)
+        #expect(Result { () throws(Wire.Rejection) in try JSONParser.parseObject(invalidBody, skipping: true) }.failure == .invalidUTF8)
         #expect(Result { () throws(Wire.Rejection) in try JSONParser.parse(Data(count: Wire.maximumPayload + 1)) }.failure == .tooLarge)
     }
 

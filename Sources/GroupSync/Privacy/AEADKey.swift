@@ -92,15 +92,6 @@ package final class AEADKey: Sendable {
         return AEAD.withBytes(of: sealed) { sealed in nonce.withUnsafeBytes { open(sealed, nonce: $0.baseAddress!, aad: aad) } }
     }
 
-    /// The plaintext of `sealed` = nonce ‖ ciphertext ‖ tag (as a sealed text holds them), or nil when it
-    /// does not open.
-    package func openWithNonce(_ sealed: some Collection<UInt8>, aad: [UInt8]) -> Data? {
-        AEAD.withBytes(of: sealed) { sealed in
-            guard sealed.count >= AEAD.nonceSize else { return nil }
-            return open(UnsafeRawBufferPointer(rebasing: sealed[AEAD.nonceSize...]), nonce: sealed.baseAddress!, aad: aad)
-        }
-    }
-
     private func open(_ sealed: UnsafeRawBufferPointer, nonce: UnsafeRawPointer, aad: [UInt8]) -> Data? {
         guard sealed.count >= AEAD.tagSize else { return nil }
         var plaintext = Data(count: sealed.count - AEAD.tagSize)

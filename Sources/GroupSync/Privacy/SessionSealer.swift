@@ -15,7 +15,7 @@ package struct SessionSealer: Sendable {
     /// The ID of the group key that seals.
     package let sealingKeyID: String
     /// Each group key's session key, and its cipher.
-    private let keys: [String: (bytes: [UInt8], cipher: AEADKey)]
+    private let keys: [String: SessionKey]
     private let sealingCipher: AEADKey
     private let nonces = NonceSequence()
 
@@ -24,7 +24,7 @@ package struct SessionSealer: Sendable {
         keys = Dictionary(
             uniqueKeysWithValues: keyring.keys.map { key in
                 let bytes = Self.sessionKey(key.secret, group: group, session: session)
-                return (key.id, (bytes, AEADKey(bytes)))
+                return (key.id, SessionKey(bytes: bytes, cipher: AEADKey(bytes)))
             })
         sealingCipher = keys[sealingKeyID]!.cipher
     }
@@ -58,19 +58,33 @@ package struct SessionSealer: Sendable {
     /// when this keyring has no such key, the text is no sealed payload, or it does not open (another
     /// context, another key, a changed bit).
     package func open(_ text: String, keyID: String, _ context: SealedContext) -> Data? {
-        open(Data(base64Encoded: text), keyID: keyID, context)
+        var text = text
+        return text.withUTF8 { open(base64: UnsafeRawBufferPointer($0), keyID: keyID, context) }
     }
 
-    /// ``open(_:keyID:_:)`` of the text's UTF-8 bytes (an envelope's, read in place).
-    package func open(base64 text: Data, keyID: String, _ context: SealedContext) -> Data? {
-        open(Data(base64Encoded: text), keyID: keyID, context)
+    /// ``open(_:keyID:_:)`` of the text's UTF-8 bytes (an envelope's, read in place): decoded into a
+    /// buffer of its own, opened into the `Data` returned.
+    package func open(base64 text: UnsafeRawBufferPointer, keyID: String, _ context: SealedContext) -> Data? {
+        let capacity = Base64.decodedCapacity(text.count)
+        guard let cipher = keyID == sealingKeyID ? sealingCipher : keys[keyID]?.cipher, capacity >= AEAD.nonceSize + AEAD.tagSize
+        else { return nil }
+        return withUnsafeTemporaryAllocation(byteCount: capacity, alignment: 1) { sealed -> Data? in
+            guard let count = Base64.decode(text, into: sealed.baseAddress!), count >= AEAD.nonceSize + AEAD.tagSize else { return nil }
+            var plaintext = Data(count: count - AEAD.nonceSize - AEAD.tagSize)
+            let opened = plaintext.withUnsafeMutableBytes { plaintext in
+                cipher.open(
+                    UnsafeRawBufferPointer(rebasing: sealed[AEAD.nonceSize..<count]), nonce: sealed.baseAddress!, aad: context.bytes,
+                    into: plaintext.baseAddress)
+            }
+            return opened ? plaintext : nil
+        }
     }
+}
 
-    /// nonce ‖ ciphertext ‖ tag, decoded from a sealed text (nil: it was no base64), opened.
-    private func open(_ sealed: Data?, keyID: String, _ context: SealedContext) -> Data? {
-        guard let key = keys[keyID], let sealed else { return nil }
-        return key.cipher.openWithNonce(sealed, aad: context.bytes)
-    }
+/// A group key derived for one session, and its cipher.
+private struct SessionKey {
+    let bytes: [UInt8]
+    let cipher: AEADKey
 }
 
 /// The nonces of one sealer: a random start, and a count XORed into its last 8 bytes.
@@ -92,8 +106,8 @@ extension SessionSealer {
     /// What seals and opens the chunks of a private attachment sealed with key `keyID` and `salt` (16
     /// bytes, base64); nil when this keyring lacks the key or the salt is no such thing.
     package func chunkCipher(keyID: String, salt: String) -> ChunkCipher? {
-        guard let sessionKey = keys[keyID]?.bytes, let salt = Data(base64Encoded: salt), salt.count == 16 else { return nil }
-        return ChunkCipher(key: HKDF.sha256(key: sessionKey, salt: Array(salt), info: Array("chunks".utf8)))
+        guard let sessionKey = keys[keyID]?.bytes, let salt = Base64.decode(salt), salt.count == 16 else { return nil }
+        return ChunkCipher(key: HKDF.sha256(key: sessionKey, salt: salt, info: Array("chunks".utf8)))
     }
 }
 
@@ -144,45 +158,47 @@ package struct ChunkCipher: Sendable, Hashable {
 /// length (4 bytes, big endian) and its UTF-8 bytes (a number as its decimal digits). A payload opens only
 /// with the same fields.
 package struct SealedContext: Sendable, Hashable {
-    package private(set) var bytes: [UInt8] = []
+    package private(set) var bytes: [UInt8]
 
     package init(_ fields: String...) { self.init(fields) }
 
     package init(_ fields: [String]) {
-        bytes.reserveCapacity(fields.reduce(0) { $0 + 4 + $1.utf8.count })
-        for field in fields { append(field) }
+        self.init(capacity: fields.reduce(0) { $0 + 4 + $1.utf8.count }) { for field in fields { $0.append(field) } }
     }
 
-    /// Fields appended one by one (a context made for every message: no array of them first).
-    init(capacity: Int, _ build: (inout SealedContext) -> Void) {
-        bytes.reserveCapacity(capacity)
-        build(&self)
-    }
-
-    mutating func append(_ field: String) {
-        var field = field
-        field.withUTF8 { utf8 in
-            withUnsafeBytes(of: UInt32(utf8.count).bigEndian) { bytes.append(contentsOf: $0) }
-            bytes.append(contentsOf: utf8)
+    /// Fields written one by one into storage of `capacity` bytes, which they must fit (a context made for
+    /// every message: one allocation, no array of fields first).
+    init(capacity: Int, _ build: (inout Writer) -> Void) {
+        bytes = [UInt8](unsafeUninitializedCapacity: capacity) { storage, count in
+            var writer = Writer(storage: storage)
+            build(&writer)
+            count = writer.count
         }
     }
 
-    /// `number` as the field `String(number)` is, without making that string.
-    mutating func append(_ number: Int64) {
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: 19 digits and a sign at most
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            var (rest, start) = (number.magnitude, buffer.count)
-            repeat {
-                start -= 1
-                buffer[start] = UInt8(ascii: "0") + UInt8(rest % 10)
-                rest /= 10
-            } while rest > 0
-            if number < 0 {
-                start -= 1
-                buffer[start] = UInt8(ascii: "-")
+    /// Writes fields into a context's storage.
+    struct Writer: ~Copyable {
+        private let storage: UnsafeMutableBufferPointer<UInt8>
+        private(set) var count = 0
+
+        fileprivate init(storage: UnsafeMutableBufferPointer<UInt8>) { self.storage = storage }
+
+        mutating func append(_ field: String) {
+            if field.utf8.withContiguousStorageIfAvailable({ write(UnsafeRawBufferPointer($0)) }) == nil {
+                var field = field
+                field.withUTF8 { write(UnsafeRawBufferPointer($0)) }
             }
-            withUnsafeBytes(of: UInt32(buffer.count - start).bigEndian) { bytes.append(contentsOf: $0) }
-            bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[start...]))
+        }
+
+        /// `number` as the field `String(number)` is, without making that string.
+        mutating func append(_ number: Int64) { number.withDecimalDigits { write($0) } }
+
+        private mutating func write(_ field: UnsafeRawBufferPointer) {
+            precondition(storage.count - count >= 4 + field.count, "a sealed context's fields outgrew its capacity")
+            let at = UnsafeMutableRawPointer(storage.baseAddress! + count)
+            at.storeBytes(of: UInt32(field.count).bigEndian, as: UInt32.self)
+            if !field.isEmpty { (at + 4).copyMemory(from: field.baseAddress!, byteCount: field.count) }
+            count += 4 + field.count
         }
     }
 }

@@ -45,6 +45,37 @@ extension SealedContext {
     }
 }
 
+extension Wire.ScannedEnvelope {
+    /// This envelope, read from `payload`, as it is delivered in `session` from `sender` (to `recipient`,
+    /// nil for a broadcast): in a private session (`sealer`) its body is opened — an app message's and a
+    /// control message's alike, so that nobody without the key can send either —, and it is nil when not
+    /// sealed, or it does not open for its place (session, sender, recipient, epoch, seq, type,
+    /// reliability), or what it holds is not JSON by the decoding rules. Elsewhere it is as it came: nil
+    /// when sealed. Returns the envelope and the bytes its `body` range is in.
+    package func opened(_ payload: Data, by sealer: SessionSealer?, session: String, sender: String, recipient: String?) -> (
+        Wire.ScannedEnvelope, Data
+    )? {
+        guard let sealer else { return header.sealed == nil ? (self, payload) : nil }
+        guard let keyID = header.sealed else { return nil }
+        let context = SealedContext.message(
+            session: session, sender: sender, recipient: recipient, epoch: header.epoch, seq: header.seq, type: header.type,
+            reliable: header.reliable)
+        let opened = payload[body].withUnsafeBytes { json -> Data? in
+            // The text between the quotes (checked by the envelope's parse), read in place unless it has
+            // escapes (a writer may escape `/`).
+            guard json.count >= 2, !json.contains(UInt8(ascii: "\\")) else {
+                guard case let .string(text)? = try? JSONParser.parse(Data(json)) else { return nil }
+                return sealer.open(text, keyID: keyID, context)
+            }
+            return sealer.open(base64: UnsafeRawBufferPointer(rebasing: json.dropFirst().dropLast()), keyID: keyID, context)
+        }
+        guard let opened, (try? JSONParser.check(opened)) != nil else { return nil }
+        var envelope = self
+        envelope.body = opened.startIndex..<opened.endIndex
+        return (envelope, opened)
+    }
+}
+
 extension Wire.StateRecord {
     /// This record with its value sealed by `sealer` for its place in `session` (key and clock).
     package func sealed(by sealer: SessionSealer, session: String) -> Wire.StateRecord {

@@ -268,7 +268,9 @@ final class SessionCore: Sendable {
 
     /// An envelope on a message topic; returns how many received values it rejected.
     private func inbound(_ payload: Data, from sender: String, direct: Bool, now: Int64) -> Int {
-        guard let scanned = Wire.decodeEnvelope(payload), let (envelope, payload) = opened(scanned, payload, from: sender, direct: direct)
+        guard let scanned = Wire.decodeEnvelope(payload),
+            let (envelope, payload) = scanned.opened(
+                payload, by: sealer, session: id, sender: sender, recipient: direct && scanned.header.stream == nil ? me : nil)
         else { return reject() }
         let (body, epoch) = (payload[envelope.body], envelope.header.epoch)
         switch envelope.header.type {
@@ -313,35 +315,6 @@ final class SessionCore: Sendable {
         default:
             return perform { $0.onMessage(envelope, payload: payload, sender: sender, direct: direct, now: now) }.rejected
         }
-    }
-
-    /// The bytes between the quotes of the JSON string `json` (checked by the envelope's parse), read in
-    /// place unless it has escapes (a writer may escape `/`).
-    private static func stringBytes(_ json: Data) -> Data? {
-        guard json.count >= 2, !json.contains(UInt8(ascii: "\\")) else {
-            guard case let .string(text)? = try? JSONParser.parse(json) else { return nil }
-            return Data(text.utf8)
-        }
-        return json.dropFirst().dropLast()
-    }
-
-    /// An envelope as it is read: in a private session its body is opened — an app message's and a
-    /// control message's alike, so that nobody without the key can send either —: nil when it is not
-    /// sealed, or does not open for its place (session, sender, recipient, epoch, seq, type, reliability),
-    /// or what it holds is not JSON by the decoding rules. Elsewhere it is as it came: nil when sealed.
-    private func opened(_ envelope: Wire.ScannedEnvelope, _ payload: Data, from sender: String, direct: Bool) -> (
-        Wire.ScannedEnvelope, Data
-    )? {
-        let header = envelope.header
-        guard let sealer else { return header.sealed == nil ? (envelope, payload) : nil }
-        guard let keyID = header.sealed, let text = Self.stringBytes(payload[envelope.body]) else { return nil }
-        let context = SealedContext.message(
-            session: id, sender: sender, recipient: direct && header.stream == nil ? me : nil, epoch: header.epoch, seq: header.seq,
-            type: header.type, reliable: header.reliable)
-        guard let body = sealer.open(base64: text, keyID: keyID, context), (try? JSONParser.check(body)) != nil else { return nil }
-        var opened = envelope
-        opened.body = body.startIndex..<body.endIndex
-        return (opened, body)
     }
 
     /// `data` read as a `Record` and fed to the machine, or rejected if it does not read; returns how many

@@ -140,7 +140,8 @@ struct JSONParser {
                     open.append(container)
                     continue
                 }
-            case UInt8(ascii: "\""): value = .string(try string())
+            case UInt8(ascii: "\""):
+                if build || !skipPlainString() { value = .string(try string()) } else { value = .null }
             case UInt8(ascii: "t"):
                 try literal("true")
                 value = .bool(true)
@@ -237,6 +238,22 @@ struct JSONParser {
         let start = i
         while let byte = current, byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") { i += 1 }
         guard i > start else { throw .malformed }
+    }
+
+    /// Skips a string literal that is only checked, when it is plain ASCII without escapes (such as a
+    /// sealed text): true, or false with nothing read when it needs ``string()``.
+    private mutating func skipPlainString() -> Bool {
+        var end = i + 1
+        while end < bytes.count {
+            let byte = bytes[end]
+            if byte == UInt8(ascii: "\"") {
+                i = end + 1
+                return true
+            }
+            if byte == UInt8(ascii: "\\") || byte < 0x20 || byte >= 0x80 { return false }
+            end += 1
+        }
+        return false
     }
 
     /// A string literal with its escapes decoded.

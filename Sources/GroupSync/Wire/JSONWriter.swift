@@ -9,7 +9,7 @@ enum JSONWriter {
         switch value {
         case .null: out.append(contentsOf: "null".utf8)
         case let .bool(flag): out.append(contentsOf: (flag ? "true" : "false").utf8)
-        case let .int(number): out.append(contentsOf: String(number).utf8)
+        case let .int(number): append(number, to: &out)
         case let .double(number): out.append(contentsOf: text(of: number).utf8)
         case let .string(string): append(string: string, to: &out)
         case let .array(elements):
@@ -29,6 +29,16 @@ enum JSONWriter {
             }
             out.append(UInt8(ascii: "}"))
         }
+    }
+
+    /// Appends `text` as it is (JSON punctuation and keys written by us).
+    static func append(raw text: StaticString, to out: inout [UInt8]) {
+        out.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
+
+    /// Appends `number`'s decimal text.
+    static func append(_ number: Int64, to out: inout [UInt8]) {
+        number.withDecimalDigits { out.append(contentsOf: $0) }
     }
 
     /// Appends `string` as a JSON string literal, escaped as `JSONEncoder` escapes it.

@@ -30,14 +30,14 @@ extension Wire {
     /// An envelope written in two steps: the body first (encoded in the sender's task), then the
     /// header's fields, which follow it in sorted key order (numbered under the sender's lock). The
     /// bytes are those of `JSONEncoder` (sorted keys, slashes unescaped) for the same envelope.
-    struct EnvelopeBytes: Sendable {
+    package struct EnvelopeBytes: Sendable {
         private var bytes: [UInt8]
 
         /// Encodes `body` with ``Wire/encode(_:)``.
         init(body: some Encodable) throws(GroupSyncError) { self.init(encodedBody: try Wire.encode(body)) }
 
         /// Around a body already encoded with ``Wire/encode(_:)``.
-        init(encodedBody: Data) {
+        package init(encodedBody: Data) {
             bytes = []
             bytes.reserveCapacity(encodedBody.count + 96)
             bytes.append(contentsOf: #"{"body":"#.utf8)
@@ -49,37 +49,52 @@ extension Wire {
 
         /// How an envelope's body is sealed in a private session: by `sealer`, from `sender` to
         /// `recipient` (nil: a broadcast).
-        struct Sealing {
+        package struct Sealing {
             var sealer: SessionSealer
             var session: String
             var sender: String
             var recipient: String?
+
+            package init(sealer: SessionSealer, session: String, sender: String, recipient: String?) {
+                (self.sealer, self.session, self.sender, self.recipient) = (sealer, session, sender, recipient)
+            }
         }
 
         /// The whole envelope; without `seq` for a control message (in no stream). With `sealing`, the body
         /// is sealed for its place: session, sender, recipient, epoch, seq, type and reliability.
-        func finished(type: String, epoch: Int64, seq: Int64?, reliable: Bool, sealing: Sealing? = nil) -> [UInt8] {
+        package func finished(type: String, epoch: Int64, seq: Int64?, reliable: Bool, sealing: Sealing? = nil) -> [UInt8] {
             var out: [UInt8]
             if let sealing {
                 let context = SealedContext.message(
                     session: sealing.session, sender: sealing.sender, recipient: sealing.recipient, epoch: epoch, seq: seq, type: type,
                     reliable: reliable)
                 let body = bytes.count - Self.bodyStart
-                out = Array(#"{"body":""#.utf8)
+                out = []
                 out.reserveCapacity((AEAD.nonceSize + body + AEAD.tagSize + 2) / 3 * 4 + 160)
+                JSONWriter.append(raw: #"{"body":""#, to: &out)
                 bytes.withUnsafeBytes {
                     sealing.sealer.appendSealed(UnsafeRawBufferPointer(rebasing: $0[Self.bodyStart...]), context, to: &out)
                 }
-                out.append(contentsOf: #"","epoch":\#(epoch),"reliable":\#(reliable),"sealed":"#.utf8)
-                JSONWriter.append(string: sealing.sealer.sealingKeyID, to: &out)
+                out.append(UInt8(ascii: "\""))
             } else {
                 out = bytes
-                out.append(contentsOf: #","epoch":\#(epoch),"reliable":\#(reliable)"#.utf8)
             }
-            if let seq { out.append(contentsOf: #","seq":\#(seq)"#.utf8) }
-            out.append(contentsOf: #","type":"#.utf8)
+            JSONWriter.append(raw: #","epoch":"#, to: &out)
+            JSONWriter.append(epoch, to: &out)
+            JSONWriter.append(raw: reliable ? #","reliable":true"# : #","reliable":false"#, to: &out)
+            if let sealing {
+                JSONWriter.append(raw: #","sealed":"#, to: &out)
+                JSONWriter.append(string: sealing.sealer.sealingKeyID, to: &out)
+            }
+            if let seq {
+                JSONWriter.append(raw: #","seq":"#, to: &out)
+                JSONWriter.append(seq, to: &out)
+            }
+            JSONWriter.append(raw: #","type":"#, to: &out)
             JSONWriter.append(string: type, to: &out)
-            out.append(contentsOf: #","v":\#(version)}"#.utf8)
+            JSONWriter.append(raw: #","v":"#, to: &out)
+            JSONWriter.append(Int64(version), to: &out)
+            out.append(UInt8(ascii: "}"))
             return out
         }
     }

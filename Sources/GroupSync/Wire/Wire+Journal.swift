@@ -117,7 +117,7 @@ extension Wire.JournalRecord: Wire.Record {
         if let sealed = try fields.optionalString(CodingKeys.sealed) {
             // Sealed: `name` holds name, type and metadata; the chunks' salt is 16 bytes.
             guard fields[CodingKeys.type] == nil, fields[CodingKeys.metadata] == nil,
-                let salt = try fields.optionalString(CodingKeys.salt), Data(base64Encoded: salt)?.count == 16
+                let salt = try fields.optionalString(CodingKeys.salt), Base64.decode(salt)?.count == 16
             else { throw .wrongShape }
             let text = try fields.string(CodingKeys.name)
             self.init(

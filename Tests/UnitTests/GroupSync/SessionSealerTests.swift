@@ -76,6 +76,46 @@ import Testing
         }
     }
 
+    /// A sealed text is read as strictly as it is written: standard padded base64 and nothing else. The
+    /// bits padding leaves over are not checked (RFC 4648 allows it; Foundation and Python do the same).
+    @Test func sealedTextsAreReadAsTheyAreWritten() {
+        for count in 0..<7 {
+            let bytes = (0..<count).map { UInt8(truncatingIfNeeded: 0xFB &+ $0 &* 77) }
+            #expect(Base64.decode(Data(bytes).base64EncodedString()) == bytes, "\(count) bytes")
+        }
+        #expect(Base64.decode("QR==") == [65], "left-over bits")
+        for text in ["QQ=", "Q===", "====", "QU=D", "QUJD====", "QU==QUJD", "QUJD\n", " QUJD", "QUJ", "QU-D", "QUJ_", "QUJD\0"] {
+            #expect(Base64.decode(text) == nil, "\(text.debugDescription)")
+        }
+    }
+
+    /// An envelope's body opens only where it was sealed for, also when its writer escaped a `/` of the
+    /// text; a clear envelope in a private session, or a sealed one elsewhere, is not read.
+    @Test func anEnvelopeOpensWhereItWasSealedFor() throws {
+        let sealer = Self.sealer([Self.old])
+        let sealing = Wire.EnvelopeBytes.Sealing(sealer: sealer, session: "s1", sender: "alice", recipient: nil)
+        let body = Data(#"{"text":"hi"}"#.utf8)
+        func read(_ payload: Data, by sealer: SessionSealer?, sender: String = "alice") -> Data? {
+            guard let envelope = Wire.decodeEnvelope(payload),
+                let (opened, bytes) = envelope.opened(payload, by: sealer, session: "s1", sender: sender, recipient: nil)
+            else { return nil }
+            return bytes[opened.body]
+        }
+        // Sealed until one has a `/` in it (a nonce or tag is random): then written with `\/` as well.
+        var payload = Data()
+        repeat {
+            payload = Data(Wire.EnvelopeBytes(encodedBody: body).finished(type: "Note", epoch: 7, seq: 1, reliable: true, sealing: sealing))
+        } while !payload.contains(UInt8(ascii: "/"))
+        let escaped = Data(String(decoding: payload, as: UTF8.self).replacingOccurrences(of: "/", with: #"\/"#).utf8)
+        #expect(read(payload, by: sealer) == body)
+        #expect(read(escaped, by: sealer) == body)
+        #expect(read(payload, by: sealer, sender: "mallory") == nil, "passed off as another sender's")
+        #expect(read(payload, by: nil) == nil, "sealed, in a session that is not private")
+        let clear = Data(Wire.EnvelopeBytes(encodedBody: body).finished(type: "Note", epoch: 7, seq: 1, reliable: true))
+        #expect(read(clear, by: sealer) == nil, "in clear, in a private session")
+        #expect(read(clear, by: nil) == body)
+    }
+
     /// Fields are length-prefixed: moving a boundary between them changes the associated data.
     @Test func contextFieldsCannotBeShifted() {
         #expect(SealedContext("ab", "c") != SealedContext("a", "bc"))
