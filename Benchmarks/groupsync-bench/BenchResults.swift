@@ -207,9 +207,14 @@ struct BenchResults: Sendable {
 
     /// ``PrivateBenchmark``: each figure in clear and sealed, from the same run.
     struct Private: Sendable {
-        /// Sealing and opening a message body alone, µs each.
-        var sealMicroseconds = 0.0
-        var openMicroseconds = 0.0
+        /// Writing and reading one message's envelope, µs each.
+        struct Envelope: Sendable {
+            var clearWrite = 0.0
+            var clearRead = 0.0
+            var sealedWrite = 0.0
+            var sealedRead = 0.0
+        }
+        var envelope = Envelope()
         /// `send(Data)` QoS 0 one-way latency, p50 (µs).
         var latencyP50 = 0.0
         var sealedLatencyP50 = 0.0

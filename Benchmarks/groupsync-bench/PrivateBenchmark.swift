@@ -11,36 +11,48 @@ enum PrivateBenchmark {
 
     static func run(url: String, group: String, options: BenchOptions) async throws -> BenchResults.Private {
         var result = BenchResults.Private()
-        (result.sealMicroseconds, result.openMicroseconds) = primitives(count: 20_000)
+        result.envelope = envelopes(count: 20_000)
         try await latencyAndThroughput(url: url, group: group, options: options, into: &result)
         try await lateJoin(url: url, group: group, options: options, into: &result)
         try await journal(url: url, group: group, plan: options.journal, into: &result)
         return result
     }
 
-    /// What sealing and opening a message's body (5 bytes, as `send(Data)`'s) costs in this process, µs each.
-    static func primitives(count: Int) -> (seal: Double, open: Double) {
+    /// What writing and reading one message's envelope costs in this process, µs each, in clear and sealed:
+    /// `send(Data)`'s body (5 bytes) put into its envelope (and sealed), then the envelope read as a receiver
+    /// reads it (and opened).
+    static func envelopes(count: Int) -> BenchResults.Private.Envelope {
         let sealer = SessionSealer(keyring: keyring, group: "g", session: "s")
-        let context = SealedContext.message(session: "s", sender: "p0", recipient: nil, epoch: 1, seq: 1, type: "Data", reliable: false)
-        let body = Array(#""MTI=""#.utf8)
-        // As in an envelope: the body sealed into the bytes being written, opened from the payload's bytes.
-        var texts: [Data] = []
-        texts.reserveCapacity(count)
-        let start = MonotonicClock.nanoseconds()
-        for _ in 0..<count {
-            var text: [UInt8] = []
-            body.withUnsafeBytes { sealer.appendSealed($0, context, to: &text) }
-            texts.append(Data(text))
+        let body = Data(#""MTI=""#.utf8)
+        func measure(_ sealer: SessionSealer?) -> (write: Double, read: Double) {
+            let sealing = sealer.map { Wire.EnvelopeBytes.Sealing(sealer: $0, session: "s", sender: "p0", recipient: nil) }
+            var payloads: [Data] = []
+            payloads.reserveCapacity(count)
+            let start = MonotonicClock.nanoseconds()
+            for seq in 1...count {
+                let bytes = Wire.EnvelopeBytes(encodedBody: body).finished(
+                    type: "Data", epoch: 1, seq: Int64(seq), reliable: false, sealing: sealing)
+                payloads.append(Data(bytes))
+            }
+            let written = MonotonicClock.nanoseconds()
+            var read = 0
+            for payload in payloads {
+                if let envelope = Wire.decodeEnvelope(payload),
+                    envelope.opened(payload, by: sealer, session: "s", sender: "p0", recipient: nil) != nil
+                {
+                    read += 1
+                }
+            }
+            let end = MonotonicClock.nanoseconds()
+            precondition(read == count)
+            return (
+                MonotonicClock.microseconds(from: start, to: written) / Double(count),
+                MonotonicClock.microseconds(from: written, to: end) / Double(count)
+            )
         }
-        let sealed = MonotonicClock.nanoseconds()
-        var opened = 0
-        for text in texts where sealer.open(base64: text, keyID: "bench", context) != nil { opened += 1 }
-        let end = MonotonicClock.nanoseconds()
-        precondition(opened == count)
-        return (
-            MonotonicClock.microseconds(from: start, to: sealed) / Double(count),
-            MonotonicClock.microseconds(from: sealed, to: end) / Double(count)
-        )
+        _ = (measure(nil), measure(sealer))  // warm-up
+        let (clear, sealed) = (measure(nil), measure(sealer))
+        return .init(clearWrite: clear.write, clearRead: clear.read, sealedWrite: sealed.write, sealedRead: sealed.read)
     }
 
     /// Pairs of participants, in clear and sealed, interleaved: each pair's connections land where they
