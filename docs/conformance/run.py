@@ -245,12 +245,13 @@ def attachment_id(digests):
     return hashlib.sha256(b"".join(bytes.fromhex(d) for d in digests)).hexdigest()
 
 
+BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?\Z")
+
+
 def base64_bytes(text):
-    """The bytes of standard base64 with padding (RFC 4648), or none when it is not that."""
-    try:
-        return base64.b64decode(text, validate=True)
-    except ValueError:
-        return b""
+    """The bytes of standard base64 with padding (RFC 4648), or none when it is not that: padding only at the end of
+    the last four characters (Python's own decoder also takes padding after the end)."""
+    return base64.b64decode(text) if BASE64.match(text) else b""
 
 
 def journal(value):
@@ -547,7 +548,7 @@ def sealing_failures(file):
                 ok = opened is None
         else:
             aad = b"".join(len(f.encode("utf-8")).to_bytes(4, "big") + f.encode("utf-8") for f in vector["context"])
-            raw = base64.b64decode(vector["sealed"])
+            raw = base64_bytes(vector["sealed"])
             opened = primitives.open_sealed(session_key, raw[:12], aad, raw[12:]) if len(raw) >= 28 else None
             if vector.get("opens", True):
                 nonce, plaintext = bytes.fromhex(vector["nonce_hex"]), vector["plaintext"].encode("utf-8")
