@@ -50,6 +50,18 @@ import Testing
         #expect(Wire.decodeBody(Data.self, from: bytes[try Wire.readEnvelope(bytes).body]) == data)
     }
 
+    /// Integers are written as `JSONEncoder` writes them, at both ends of their range.
+    @Test func integersAreWrittenAsFoundationWritesThem() throws {
+        for number in [0, 1, -1, 9, -10, 1_796_214_382_038, .max, .min] as [Int64] {
+            var out: [UInt8] = []
+            JSONWriter.append(.int(number), to: &out)
+            #expect(Data(out) == (try Wire.encode(number)), "\(number)")
+            let envelope = Data(
+                Wire.EnvelopeBytes(encodedBody: Data("1".utf8)).finished(type: "T", epoch: number, seq: number, reliable: false))
+            #expect(envelope == (try Wire.encode(Envelope(type: "T", epoch: number, seq: number, reliable: false, body: 1))), "\(number)")
+        }
+    }
+
     @Test func anyFormattingAndUnknownKeysAreRead() throws {
         let text = """
             {

@@ -31,8 +31,8 @@ enum Base64 {
 
     /// Writes the bytes the base64 text `text` holds to `out` (``decodedCapacity(_:)`` bytes) and returns
     /// how many; nil when `text` is no such text: a length that is not a multiple of 4, a character outside
-    /// the alphabet, padding anywhere but at the end. The bits that padding leaves over are not checked (RFC
-    /// 4648 lets a decoder ignore them; so does Foundation's, as does Python's).
+    /// the alphabet, padding anywhere but to end the last four characters. The bits that padding leaves over
+    /// are not checked (RFC 4648 lets a decoder ignore them).
     static func decode(_ text: UnsafeRawBufferPointer, into out: UnsafeMutableRawPointer) -> Int? {
         guard text.count % 4 == 0 else { return nil }
         var (index, written) = (0, 0)

@@ -33,7 +33,7 @@ enum JSONWriter {
 
     /// Appends `text` as it is (JSON punctuation and keys written by us).
     static func append(raw text: StaticString, to out: inout [UInt8]) {
-        out.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+        text.withUTF8Buffer { out.append(contentsOf: $0) }  // (a one-scalar literal has no pointer of its own)
     }
 
     /// Appends `number`'s decimal text.

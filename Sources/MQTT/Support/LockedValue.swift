@@ -11,8 +11,9 @@ import Foundation
 /// stored property is checked for exclusivity at run time on every lock, and the mutex already
 /// guarantees what that check would.
 ///
-/// `withLock` is inlinable so that each caller gets it specialized for its value, result and error
-/// types: called generically across modules, every lock also looked up their type metadata at run time.
+/// `withLock` is inlinable, so that each caller gets it specialized for its value, result and error types
+/// (no type metadata looked up at run time when a lock is taken); for that, `value` and `mutex` are
+/// visible to this module, and nothing in it but this class touches them.
 ///
 /// `@unchecked Sendable` is sound: `value` is only read or written inside `withLock`, between
 /// `pthread_mutex_lock` and `pthread_mutex_unlock` on `mutex`; both are initialised in `init` and

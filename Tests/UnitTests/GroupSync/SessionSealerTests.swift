@@ -77,7 +77,7 @@ import Testing
     }
 
     /// A sealed text is read as strictly as it is written: standard padded base64 and nothing else. The
-    /// bits padding leaves over are not checked (RFC 4648 allows it; Foundation and Python do the same).
+    /// bits padding leaves over are not checked (PROTOCOL.md, Private sessions).
     @Test func sealedTextsAreReadAsTheyAreWritten() {
         for count in 0..<7 {
             let bytes = (0..<count).map { UInt8(truncatingIfNeeded: 0xFB &+ $0 &* 77) }
@@ -89,29 +89,48 @@ import Testing
         }
     }
 
-    /// An envelope's body opens only where it was sealed for, also when its writer escaped a `/` of the
-    /// text; a clear envelope in a private session, or a sealed one elsewhere, is not read.
-    @Test func anEnvelopeOpensWhereItWasSealedFor() throws {
+    /// A sealed envelope as `JSONEncoder` writes it (sorted keys, slashes unescaped).
+    struct SealedEnvelope: Encodable {
+        var body: String
+        var epoch: Int64
+        var reliable: Bool
+        var sealed: String
+        var seq: Int64?
+        var type: String
+        var v = Wire.version
+    }
+
+    /// A sealed envelope is byte for byte what `JSONEncoder` writes for its fields, and its body opens only
+    /// where it was sealed for — also when its writer escaped a `/` of the text; a clear envelope in a
+    /// private session, or a sealed one elsewhere, is not read.
+    @Test(arguments: [nil, "bob"] as [String?], [1, nil] as [Int64?])
+    func anEnvelopeOpensWhereItWasSealedFor(recipient: String?, seq: Int64?) throws {
         let sealer = Self.sealer([Self.old])
-        let sealing = Wire.EnvelopeBytes.Sealing(sealer: sealer, session: "s1", sender: "alice", recipient: nil)
+        let sealing = Wire.EnvelopeBytes.Sealing(sealer: sealer, session: "s1", sender: "alice", recipient: recipient)
         let body = Data(#"{"text":"hi"}"#.utf8)
-        func read(_ payload: Data, by sealer: SessionSealer?, sender: String = "alice") -> Data? {
+        func read(_ payload: Data, by sealer: SessionSealer?, sender: String = "alice", recipient: String? = recipient) -> Data? {
             guard let envelope = Wire.decodeEnvelope(payload),
-                let (opened, bytes) = envelope.opened(payload, by: sealer, session: "s1", sender: sender, recipient: nil)
+                let (opened, bytes) = envelope.opened(payload, by: sealer, session: "s1", sender: sender, recipient: recipient)
             else { return nil }
             return bytes[opened.body]
         }
-        // Sealed until one has a `/` in it (a nonce or tag is random): then written with `\/` as well.
-        var payload = Data()
+        // Sealed until the text has a `/` in it (its nonce and tag are random), so that it is also read escaped.
+        var (payload, text) = (Data(), "")
         repeat {
-            payload = Data(Wire.EnvelopeBytes(encodedBody: body).finished(type: "Note", epoch: 7, seq: 1, reliable: true, sealing: sealing))
-        } while !payload.contains(UInt8(ascii: "/"))
+            payload = Data(
+                Wire.EnvelopeBytes(encodedBody: body).finished(type: "Note", epoch: 7, seq: seq, reliable: seq != nil, sealing: sealing))
+            let envelope = try #require(Wire.decodeEnvelope(payload))
+            text = String(decoding: payload[envelope.body].dropFirst().dropLast(), as: UTF8.self)
+        } while !text.contains("/")
+        let reference = SealedEnvelope(body: text, epoch: 7, reliable: seq != nil, sealed: "k1", seq: seq, type: "Note")
+        #expect(payload == (try Wire.encode(reference)))
         let escaped = Data(String(decoding: payload, as: UTF8.self).replacingOccurrences(of: "/", with: #"\/"#).utf8)
         #expect(read(payload, by: sealer) == body)
         #expect(read(escaped, by: sealer) == body)
         #expect(read(payload, by: sealer, sender: "mallory") == nil, "passed off as another sender's")
+        #expect(read(payload, by: sealer, recipient: recipient == nil ? "bob" : nil) == nil, "moved to another topic")
         #expect(read(payload, by: nil) == nil, "sealed, in a session that is not private")
-        let clear = Data(Wire.EnvelopeBytes(encodedBody: body).finished(type: "Note", epoch: 7, seq: 1, reliable: true))
+        let clear = Data(Wire.EnvelopeBytes(encodedBody: body).finished(type: "Note", epoch: 7, seq: seq, reliable: seq != nil))
         #expect(read(clear, by: sealer) == nil, "in clear, in a private session")
         #expect(read(clear, by: nil) == body)
     }
