@@ -18,10 +18,12 @@ public struct GroupKey: Sendable, Hashable, CustomStringConvertible {
         self.secret = Array(secret)
     }
 
-    /// A key from its secret written in base64 (44 characters), as `groupsync key` prints it.
+    /// A key from its secret written in base64 (44 characters, spaces around them ignored), as `groupsync
+    /// key` prints it: read as a sealed text is (PROTOCOL.md, Private sessions), so that every participant,
+    /// whatever its language, takes the same key lines.
     public init(id: String, base64 secret: String) throws(GroupSyncError) {
         try Self.validate(id: id)
-        guard let bytes = Data(base64Encoded: secret.trimmingCharacters(in: .whitespaces)) else {
+        guard let bytes = Base64.decode(secret.trimmingCharacters(in: .whitespaces)) else {
             throw .invalidArgument("key '\(id)' is not base64")
         }
         try self.init(id: id, secret: bytes)

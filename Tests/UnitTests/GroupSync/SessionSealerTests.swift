@@ -165,6 +165,8 @@ import Testing
         #expect(throws: GroupSyncError.self) { try GroupKeyring([Self.old, Self.old]) }
         let key = try GroupKey.random(id: "fresh")
         #expect(try GroupKey(id: "fresh", base64: key.base64Secret) == key)
+        #expect(try GroupKey(id: "fresh", base64: " \(key.base64Secret) ") == key)
+        #expect(throws: GroupSyncError.self, "padding after the end") { try GroupKey(id: "fresh", base64: key.base64Secret + "====") }
         #expect(!"\(key)".contains(key.base64Secret) && "\(key)".contains("fresh"))
         // A key file's line the wrong way round (`BASE64 ID`): the error does not quote the secret.
         #expect {
