@@ -40,14 +40,11 @@ enum Base64 {
             var padding = 0
             if index + 4 == text.count, text[index + 3] == UInt8(ascii: "=") { padding = text[index + 2] == UInt8(ascii: "=") ? 2 : 1 }
             var group: UInt32 = 0
-            for offset in 0..<4 {
-                guard offset < 4 - padding else {
-                    group <<= 6
-                    continue
-                }
+            for offset in 0..<(4 - padding) {
                 guard let value = value(of: text[index + offset]) else { return nil }
                 group = group << 6 | value
             }
+            group <<= 6 * UInt32(padding)
             out.storeBytes(of: UInt8(truncatingIfNeeded: group >> 16), toByteOffset: written, as: UInt8.self)
             if padding < 2 { out.storeBytes(of: UInt8(truncatingIfNeeded: group >> 8), toByteOffset: written + 1, as: UInt8.self) }
             if padding < 1 { out.storeBytes(of: UInt8(truncatingIfNeeded: group), toByteOffset: written + 2, as: UInt8.self) }
